@@ -1,0 +1,251 @@
+//! Component digests: `sha256:<64 hex>` and `crc32c:0x<8 hex>`, over the
+//! stored bytes (the compressed bytes for zstd).
+
+use sha2::{Digest as _, Sha256};
+
+use crate::error::Rule;
+
+/// A digest algorithm this crate can compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DigestAlgorithm {
+    Sha256,
+    Crc32c,
+}
+
+impl DigestAlgorithm {
+    pub fn name(self) -> &'static str {
+        match self {
+            DigestAlgorithm::Sha256 => "sha256",
+            DigestAlgorithm::Crc32c => "crc32c",
+        }
+    }
+
+    /// Digests `data` in one pass.
+    pub fn digest(self, data: &[u8]) -> Digest {
+        let mut h = Hasher::new(self);
+        h.update(data);
+        h.finish()
+    }
+}
+
+/// A parsed digest. The text is kept exactly as the file wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Digest {
+    text: String,
+    value: DigestValue,
+}
+
+/// The value of a digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DigestValue {
+    Sha256([u8; 32]),
+    Crc32c(u32),
+    /// An algorithm this crate does not know; data under it cannot be verified.
+    Unknown {
+        algorithm: String,
+    },
+}
+
+impl Digest {
+    /// Parses `algorithm:value`. A known algorithm with a malformed value is
+    /// an error; an unknown algorithm is kept as [`DigestValue::Unknown`].
+    pub fn parse(text: &str) -> Result<Digest, Rule> {
+        let malformed = |reason| Rule::MalformedDigest {
+            value: text.to_owned(),
+            reason,
+        };
+        let (algorithm, hex_part) = text
+            .split_once(':')
+            .ok_or_else(|| malformed("expected \"algorithm:value\""))?;
+        let value = match algorithm {
+            "sha256" => {
+                let mut out = [0u8; 32];
+                if hex_part.len() != 64 {
+                    return Err(malformed("sha256 takes 64 hex digits"));
+                }
+                hex::decode_to_slice(hex_part, &mut out)
+                    .map_err(|_| malformed("sha256 value is not hex"))?;
+                DigestValue::Sha256(out)
+            }
+            "crc32c" => {
+                let digits = hex_part
+                    .strip_prefix("0x")
+                    .or_else(|| hex_part.strip_prefix("0X"))
+                    .ok_or_else(|| malformed("crc32c value must start with 0x"))?;
+                if digits.is_empty()
+                    || digits.len() > 8
+                    || !digits.bytes().all(|b| b.is_ascii_hexdigit())
+                {
+                    return Err(malformed("crc32c takes 1 to 8 hex digits after 0x"));
+                }
+                let v = u32::from_str_radix(digits, 16)
+                    .map_err(|_| malformed("crc32c value is not hex"))?;
+                DigestValue::Crc32c(v)
+            }
+            "" => return Err(malformed("empty algorithm name")),
+            other => DigestValue::Unknown {
+                algorithm: other.to_owned(),
+            },
+        };
+        Ok(Digest {
+            text: text.to_owned(),
+            value,
+        })
+    }
+
+    /// The digest as the file wrote it.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn value(&self) -> &DigestValue {
+        &self.value
+    }
+
+    /// The algorithm, when this crate knows it.
+    pub fn algorithm(&self) -> Option<DigestAlgorithm> {
+        match self.value {
+            DigestValue::Sha256(_) => Some(DigestAlgorithm::Sha256),
+            DigestValue::Crc32c(_) => Some(DigestAlgorithm::Crc32c),
+            DigestValue::Unknown { .. } => None,
+        }
+    }
+
+    /// The sha256 bytes, when this is a sha256 digest.
+    pub fn sha256(&self) -> Option<&[u8; 32]> {
+        match &self.value {
+            DigestValue::Sha256(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    fn from_value(value: DigestValue) -> Digest {
+        let text = match &value {
+            DigestValue::Sha256(b) => format!("sha256:{}", hex::encode(b)),
+            DigestValue::Crc32c(v) => format!("crc32c:0x{v:08X}"),
+            DigestValue::Unknown { algorithm } => format!("{algorithm}:"),
+        };
+        Digest { text, value }
+    }
+
+    /// Checks `data` against this digest.
+    pub fn check(&self, data: &[u8]) -> Result<(), Rule> {
+        let algorithm = self.algorithm().ok_or_else(|| self.unknown())?;
+        let actual = algorithm.digest(data);
+        self.compare(&actual)
+    }
+
+    /// Compares with a digest computed by a [`Hasher`].
+    pub fn compare(&self, actual: &Digest) -> Result<(), Rule> {
+        if matches!(self.value, DigestValue::Unknown { .. }) {
+            return Err(self.unknown());
+        }
+        if self.value == actual.value {
+            Ok(())
+        } else {
+            Err(Rule::DigestMismatch {
+                expected: self.text.clone(),
+                actual: actual.text.clone(),
+            })
+        }
+    }
+
+    fn unknown(&self) -> Rule {
+        let algorithm = match &self.value {
+            DigestValue::Unknown { algorithm } => algorithm.clone(),
+            _ => String::new(),
+        };
+        Rule::UnknownDigestAlgorithm { algorithm }
+    }
+}
+
+/// An incremental digest, for data that arrives in pieces.
+#[derive(Debug, Clone)]
+pub struct Hasher {
+    state: HasherState,
+}
+
+#[derive(Debug, Clone)]
+enum HasherState {
+    Sha256(Box<Sha256>),
+    Crc32c(u32),
+}
+
+impl Hasher {
+    pub fn new(algorithm: DigestAlgorithm) -> Self {
+        let state = match algorithm {
+            DigestAlgorithm::Sha256 => HasherState::Sha256(Box::new(Sha256::new())),
+            DigestAlgorithm::Crc32c => HasherState::Crc32c(0),
+        };
+        Hasher { state }
+    }
+
+    pub fn update(&mut self, data: &[u8]) {
+        match &mut self.state {
+            HasherState::Sha256(h) => h.update(data),
+            HasherState::Crc32c(c) => *c = crc32c::crc32c_append(*c, data),
+        }
+    }
+
+    pub fn finish(self) -> Digest {
+        let value = match self.state {
+            HasherState::Sha256(h) => DigestValue::Sha256(h.finalize().into()),
+            HasherState::Crc32c(c) => DigestValue::Crc32c(c),
+        };
+        Digest::from_value(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_match_the_reference_writer() {
+        let d = DigestAlgorithm::Crc32c.digest(b"123456789");
+        assert_eq!(d.as_str(), "crc32c:0xE3069283");
+        let s = DigestAlgorithm::Sha256.digest(b"");
+        assert_eq!(
+            s.as_str(),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(Digest::parse(s.as_str()).unwrap(), s);
+    }
+
+    #[test]
+    fn malformed_known_digests_are_rejected() {
+        for bad in [
+            "sha256:abc",
+            "crc32c:1234",
+            "crc32c:0xZZ",
+            "nocolon",
+            "sha256:",
+            ":x",
+        ] {
+            assert!(
+                matches!(Digest::parse(bad), Err(Rule::MalformedDigest { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_algorithms_cannot_verify() {
+        let d = Digest::parse("blake3:00").unwrap();
+        assert!(matches!(
+            d.check(b"x"),
+            Err(Rule::UnknownDigestAlgorithm { .. })
+        ));
+    }
+
+    #[test]
+    fn incremental_equals_one_shot() {
+        let mut h = Hasher::new(DigestAlgorithm::Crc32c);
+        h.update(b"12345");
+        h.update(b"6789");
+        assert!(Digest::parse("crc32c:0xe3069283")
+            .unwrap()
+            .compare(&h.finish())
+            .is_ok());
+    }
+}

@@ -1,0 +1,75 @@
+//! The zTensor (`.zt`) container format.
+//!
+//! - [`ZtFile`] opens v1.2, v1.0 and v0.1 files (by path through mmap, or
+//!   from an aligned buffer), validates them through one path, and hands out
+//!   component bytes: zero-copy and 64-byte aligned for raw data, decoded
+//!   into aligned buffers for zstd and legacy layouts. Digests are checked on
+//!   first access unless [`Verify::Skip`] is chosen.
+//! - [`Writer`] writes v1.2 to any `Write`, append-only and deterministic;
+//!   [`write_atomic`] puts a file in place only once it is complete.
+//! - [`container::locate`] and [`container::decode`] work on byte slices, so a
+//!   server can read manifests with `pread` and never map what it serves.
+//! - [`layer_index`] and [`layer_order`] are the layer rule shared by
+//!   `zt pack` and the server's stream priority.
+//!
+//! No sockets or async runtimes live here. The only `unsafe` is the mmap
+//! call in the private `mmap` module, whose SIGBUS hazard is documented there.
+//!
+//! ```
+//! use zt_format::{DType, ReadOptions, StoreOptions, Writer, ZtFile};
+//!
+//! let mut w = Writer::new(Vec::new(), "example.zt")?;
+//! let values: Vec<f32> = vec![1.0, 2.0, 3.0, 4.0];
+//! w.add_dense("layer.0.weight", &[2, 2], DType::F32, bytemuck::cast_slice(&values), StoreOptions::default())?;
+//! let bytes = w.finish()?;
+//!
+//! let file = ZtFile::from_bytes("example.zt", &bytes, ReadOptions::default())?;
+//! let t = file.tensor("layer.0.weight")?;
+//! assert_eq!(t.as_slice::<f32>()?, &values[..]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod aligned;
+mod atomic;
+mod cbor;
+mod codec;
+pub mod container;
+mod digest;
+mod dtype;
+mod element;
+mod encode;
+mod error;
+mod layer;
+mod legacy;
+mod manifest;
+mod mmap;
+mod options;
+mod parse_v1;
+mod reader;
+mod validate;
+mod warning;
+mod writer;
+
+pub use aligned::{AlignedBuf, ALIGNMENT};
+pub use atomic::{flush, temp_path, write_atomic};
+pub use cbor::DEFAULT_MAX_DEPTH;
+pub use codec::DEFAULT_DECOMPRESS_CAP;
+pub use container::{ManifestLocation, Parsed, FOOTER_LEN, MAGIC, MAGIC_V0_1};
+pub use digest::{Digest, DigestAlgorithm, DigestValue, Hasher};
+pub use dtype::{DType, LogicalType};
+pub use element::{Data, Element, Tensor};
+pub use encode::{manifest_cbor, manifest_value};
+pub use error::{Error, Location, Result, Rule};
+pub use layer::{layer_index, layer_order};
+pub use legacy::LEGACY_DTYPE_ATTRIBUTE;
+pub use manifest::{
+    element_count, Attributes, CborValue, Component, Encoding, Format, Manifest, Object, Origin,
+};
+pub use options::{Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP};
+pub use reader::{ComponentReport, ComponentStatus, ZtFile};
+pub use validate::BlobArea;
+pub use warning::Warning;
+pub use writer::{ComponentData, StoreOptions, Writer};
+
+/// The specification version this crate writes.
+pub const SPEC_VERSION: &str = "1.2.0";

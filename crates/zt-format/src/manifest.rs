@@ -1,0 +1,222 @@
+//! The in-memory model that every version of the format is read into.
+
+use std::collections::BTreeMap;
+
+use crate::digest::Digest;
+use crate::dtype::{DType, LogicalType};
+
+/// A CBOR value, as kept for attributes.
+pub use ciborium::Value as CborValue;
+
+/// Attribute maps (file and object level) keep their values as CBOR.
+pub type Attributes = BTreeMap<String, CborValue>;
+
+/// Which revision of the container a manifest was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// `ZTEN1000` header and footer, a map with `objects` (v1.1 and v1.2).
+    V1,
+    /// `ZTEN1000` header only, a map with `tensors`.
+    V1_0,
+    /// `ZTEN0001` header, a CBOR array of tensor maps.
+    V0_1,
+}
+
+impl Origin {
+    /// Whether this is a legacy (pre-v1.1) file.
+    pub fn is_legacy(self) -> bool {
+        !matches!(self, Origin::V1)
+    }
+}
+
+/// The root of a manifest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// The `version` string as written (`"1.2.0"`, `"1.0"`, or `"0.1.0"` for v0.1 files).
+    pub version: String,
+    /// The container revision the manifest came from.
+    pub origin: Origin,
+    /// File attributes.
+    pub attributes: Attributes,
+    /// Objects by name; iteration is in name order, as v1.2 writers emit them.
+    pub objects: BTreeMap<String, Object>,
+}
+
+impl Manifest {
+    /// An empty v1.2 manifest.
+    pub fn new() -> Self {
+        Manifest {
+            version: crate::SPEC_VERSION.to_owned(),
+            origin: Origin::V1,
+            attributes: Attributes::new(),
+            objects: BTreeMap::new(),
+        }
+    }
+
+    /// Every component, with the object and role it belongs to.
+    pub fn components(&self) -> impl Iterator<Item = (&str, &str, &Component)> {
+        self.objects.iter().flat_map(|(o, obj)| {
+            obj.components
+                .iter()
+                .map(move |(c, comp)| (o.as_str(), c.as_str(), comp))
+        })
+    }
+}
+
+impl Default for Manifest {
+    fn default() -> Self {
+        Manifest::new()
+    }
+}
+
+/// How an object's components are laid out.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Format {
+    Dense,
+    SparseCsr,
+    SparseCoo,
+    QuantizedGroup,
+    /// A format this reader does not know: kept, and served as opaque components.
+    Other(String),
+}
+
+impl Format {
+    pub fn parse(s: &str) -> Format {
+        match s {
+            "dense" => Format::Dense,
+            "sparse_csr" => Format::SparseCsr,
+            "sparse_coo" => Format::SparseCoo,
+            "quantized_group" => Format::QuantizedGroup,
+            other => Format::Other(other.to_owned()),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Format::Dense => "dense",
+            Format::SparseCsr => "sparse_csr",
+            Format::SparseCoo => "sparse_coo",
+            Format::QuantizedGroup => "quantized_group",
+            Format::Other(s) => s,
+        }
+    }
+
+    /// The components a format requires.
+    pub fn required_components(&self) -> &'static [&'static str] {
+        match self {
+            Format::Dense => &["data"],
+            Format::SparseCsr => &["values", "indices", "indptr"],
+            Format::SparseCoo => &["values", "coords"],
+            Format::QuantizedGroup => &["packed_weight", "scales"],
+            Format::Other(_) => &[],
+        }
+    }
+
+    /// The components that hold sparse indices and so must be `u64`.
+    pub fn index_components(&self) -> &'static [&'static str] {
+        match self {
+            Format::SparseCsr => &["indices", "indptr"],
+            Format::SparseCoo => &["coords"],
+            _ => &[],
+        }
+    }
+}
+
+/// One logical tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Object {
+    pub shape: Vec<u64>,
+    pub format: Format,
+    pub attributes: Attributes,
+    /// Components by role; iteration is in role order.
+    pub components: BTreeMap<String, Component>,
+}
+
+impl Object {
+    /// The number of logical elements, `None` on overflow.
+    pub fn element_count(&self) -> Option<u64> {
+        element_count(&self.shape)
+    }
+
+    /// The smallest offset among the components: where the object's data begins.
+    pub fn first_offset(&self) -> Option<u64> {
+        self.components.values().map(|c| c.offset).min()
+    }
+
+    /// The total bytes this object occupies on disk.
+    pub fn stored_bytes(&self) -> u64 {
+        self.components
+            .values()
+            .fold(0u64, |acc, c| acc.saturating_add(c.length))
+    }
+}
+
+/// The product of a shape; 1 for a scalar, `None` on overflow.
+pub fn element_count(shape: &[u64]) -> Option<u64> {
+    shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
+}
+
+/// How a component's bytes are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Raw,
+    Zstd,
+}
+
+impl Encoding {
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::Raw => "raw",
+            Encoding::Zstd => "zstd",
+        }
+    }
+}
+
+/// One contiguous blob and how to read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Component {
+    pub dtype: DType,
+    /// The logical `type`; `None` means it equals `dtype`.
+    pub logical_type: Option<LogicalType>,
+    /// Absolute offset of the stored bytes.
+    pub offset: u64,
+    /// Stored length (compressed length for zstd).
+    pub length: u64,
+    /// Length after decompression; required for zstd in v1.2.
+    pub uncompressed_length: Option<u64>,
+    pub encoding: Encoding,
+    /// Checksum of the stored bytes.
+    pub digest: Option<Digest>,
+    /// How to turn a legacy blob into this component's bytes; `None` for
+    /// v1.2 components and for legacy ones that need no transformation.
+    pub(crate) legacy: Option<crate::legacy::Extract>,
+}
+
+impl Component {
+    /// The logical type name: `type` when given, else the dtype.
+    pub fn type_name(&self) -> &str {
+        match &self.logical_type {
+            Some(t) => t.name(),
+            None => self.dtype.name(),
+        }
+    }
+
+    /// Storage elements per logical element.
+    pub fn ratio(&self) -> u64 {
+        self.logical_type.as_ref().map_or(1, LogicalType::ratio)
+    }
+
+    /// The decoded length: `uncompressed_length` for zstd, else `length`.
+    pub fn decoded_length(&self) -> Option<u64> {
+        match self.encoding {
+            Encoding::Raw => Some(self.length),
+            Encoding::Zstd => self.uncompressed_length,
+        }
+    }
+
+    /// Whether reading this component needs a legacy transformation
+    /// (byte swapping, slicing a combined sparse blob, realignment).
+    pub fn is_transformed(&self) -> bool {
+        self.legacy.is_some()
+    }
+}

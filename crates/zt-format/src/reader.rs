@@ -1,0 +1,334 @@
+//! Opening files and reading components: zero-copy where the bytes can be
+//! used in place, verified on first access unless the caller opts out.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use memmap2::Mmap;
+
+use crate::aligned::{AlignedBuf, ALIGNMENT};
+use crate::codec;
+use crate::container::{self, Parsed};
+use crate::digest::DigestAlgorithm;
+use crate::element::{Data, Tensor};
+use crate::error::{Error, Location, Result, Rule};
+use crate::manifest::{Component, Encoding, Manifest, Object};
+use crate::options::{ReadOptions, Verify};
+use crate::warning::Warning;
+
+enum Backing {
+    Map(Mmap),
+    Buf(AlignedBuf),
+}
+
+impl Backing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Map(m) => m,
+            Backing::Buf(b) => b.as_slice(),
+        }
+    }
+}
+
+/// How one component fared in [`ZtFile::verify`].
+#[derive(Debug)]
+pub enum ComponentStatus {
+    /// The digest matched (and zstd data decoded to its stated length).
+    Verified(DigestAlgorithm),
+    /// No digest was recorded; the structure checked out.
+    NoDigest,
+    /// The data is wrong.
+    Failed(Error),
+    /// The data could not be checked (an unknown digest algorithm).
+    Unverifiable(Error),
+}
+
+/// One row of a verification report.
+#[derive(Debug)]
+pub struct ComponentReport {
+    pub object: String,
+    pub component: String,
+    pub status: ComponentStatus,
+}
+
+/// An open `.zt` file of any supported version.
+pub struct ZtFile {
+    label: String,
+    backing: Backing,
+    parsed: Parsed,
+    options: ReadOptions,
+    /// (object, role) pairs in manifest order, indexing `checks`.
+    slots: Vec<(String, String)>,
+    checks: Vec<OnceLock<Result<(), Rule>>>,
+}
+
+impl std::fmt::Debug for ZtFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZtFile")
+            .field("label", &self.label)
+            .field("size", &self.backing.bytes().len())
+            .field("objects", &self.parsed.manifest.objects.len())
+            .finish()
+    }
+}
+
+impl ZtFile {
+    /// Opens a file by path through mmap, with default options (digests verified).
+    ///
+    /// The file must not be truncated while it is open: see the SIGBUS note
+    /// in the crate docs. Files replaced by rename are safe.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, ReadOptions::default())
+    }
+
+    /// Opens a file by path with explicit options.
+    pub fn open_with(path: impl AsRef<Path>, options: ReadOptions) -> Result<Self> {
+        let path = path.as_ref();
+        let label = path.display().to_string();
+        let at = Location::file(&label);
+        let mut file = File::open(path).map_err(|e| Error::io(at.clone(), "opening file", e))?;
+        let size = file
+            .metadata()
+            .map_err(|e| Error::io(at.clone(), "reading file metadata", e))?
+            .len();
+        // Tiny files are read; mapping them buys nothing.
+        let backing = if size < 4096 {
+            let mut v = Vec::new();
+            file.read_to_end(&mut v)
+                .map_err(|e| Error::io(at.clone(), "reading file", e))?;
+            Backing::Buf(AlignedBuf::copy_from(&v).map_err(|r| Error::invalid(at.clone(), r))?)
+        } else {
+            Backing::Map(crate::mmap::map(&file).map_err(|e| Error::io(at, "mapping file", e))?)
+        };
+        Self::with_backing(label, backing, options)
+    }
+
+    /// Reads a file held in an aligned buffer. `label` names it in errors.
+    pub fn from_buffer(label: &str, buf: AlignedBuf, options: ReadOptions) -> Result<Self> {
+        Self::with_backing(label.to_owned(), Backing::Buf(buf), options)
+    }
+
+    /// Copies `bytes` into an aligned buffer and reads it.
+    pub fn from_bytes(label: &str, bytes: &[u8], options: ReadOptions) -> Result<Self> {
+        let buf =
+            AlignedBuf::copy_from(bytes).map_err(|r| Error::invalid(Location::file(label), r))?;
+        Self::from_buffer(label, buf, options)
+    }
+
+    fn with_backing(label: String, backing: Backing, options: ReadOptions) -> Result<Self> {
+        let parsed = container::parse(&label, backing.bytes(), &options.limits)?;
+        let slots: Vec<(String, String)> = parsed
+            .manifest
+            .components()
+            .map(|(o, c, _)| (o.to_owned(), c.to_owned()))
+            .collect();
+        let checks = slots.iter().map(|_| OnceLock::new()).collect();
+        Ok(ZtFile {
+            label,
+            backing,
+            parsed,
+            options,
+            slots,
+            checks,
+        })
+    }
+
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.parsed.manifest
+    }
+
+    /// The manifest's place in the file and the blob area.
+    pub fn parsed(&self) -> &Parsed {
+        &self.parsed
+    }
+
+    pub fn warnings(&self) -> &[Warning] {
+        &self.parsed.warnings
+    }
+
+    /// The whole file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.backing.bytes()
+    }
+
+    fn at(&self, object: &str, role: &str) -> Location {
+        Location::file(&self.label).component(object, role)
+    }
+
+    /// Looks up an object by name.
+    pub fn object(&self, name: &str) -> Result<&Object> {
+        self.parsed.manifest.objects.get(name).ok_or_else(|| {
+            Error::invalid(
+                Location::file(&self.label),
+                Rule::NoSuchObject {
+                    name: name.to_owned(),
+                },
+            )
+        })
+    }
+
+    fn lookup(&self, object: &str, role: &str) -> Result<(&Object, &Component, usize)> {
+        let obj = self.object(object)?;
+        let comp = obj.components.get(role).ok_or_else(|| {
+            Error::invalid(
+                Location::file(&self.label).object(object),
+                Rule::NoSuchComponent {
+                    role: role.to_owned(),
+                },
+            )
+        })?;
+        let slot = self
+            .slots
+            .binary_search_by(|(o, r)| (o.as_str(), r.as_str()).cmp(&(object, role)))
+            .unwrap_or(usize::MAX);
+        Ok((obj, comp, slot))
+    }
+
+    fn raw_slice(&self, c: &Component) -> &[u8] {
+        let start = usize::try_from(c.offset).unwrap_or(usize::MAX);
+        let end = start.saturating_add(usize::try_from(c.length).unwrap_or(usize::MAX));
+        // Validation proved the range lies inside the file.
+        self.bytes().get(start..end).unwrap_or_default()
+    }
+
+    fn check_digest(&self, c: &Component, slot: usize, stored: &[u8]) -> Result<(), Rule> {
+        let Some(d) = &c.digest else { return Ok(()) };
+        let verify = self.options.verify;
+        if verify == Verify::Skip {
+            return Ok(());
+        }
+        if d.algorithm().is_none() && verify == Verify::AllowUnknownAlgorithms {
+            return Ok(());
+        }
+        match self.checks.get(slot) {
+            Some(cell) => cell.get_or_init(|| d.check(stored)).clone(),
+            None => d.check(stored),
+        }
+    }
+
+    /// The component's stored bytes (compressed for zstd), checked against
+    /// its digest on first access.
+    pub fn stored(&self, object: &str, role: &str) -> Result<&[u8]> {
+        let (_, c, slot) = self.lookup(object, role)?;
+        let stored = self.raw_slice(c);
+        self.check_digest(c, slot, stored)
+            .map_err(|r| Error::invalid(self.at(object, role), r))?;
+        Ok(stored)
+    }
+
+    /// The component's decoded bytes (decompressed, legacy transformations
+    /// applied), 64-byte aligned; borrowed from the file when possible.
+    pub fn read(&self, object: &str, role: &str) -> Result<Data<'_>> {
+        let (obj, c, _) = self.lookup(object, role)?;
+        let at = self.at(object, role);
+        let inv = |r| Error::invalid(at.clone(), r);
+        let stored = self.stored(object, role)?;
+        let decoded = match c.encoding {
+            Encoding::Raw => {
+                if stored.as_ptr() as u64 % ALIGNMENT == 0 && c.legacy.is_none() {
+                    return Ok(Data::Borrowed(stored));
+                }
+                Data::Borrowed(stored)
+            }
+            Encoding::Zstd => {
+                let expected = match (c.legacy.is_some(), c.uncompressed_length) {
+                    (false, Some(n)) => n,
+                    (true, _) | (false, None) => codec::frame_content_size(stored)
+                        .or(c.uncompressed_length)
+                        .ok_or_else(|| inv(Rule::ZstdWithoutLength))?,
+                };
+                Data::Owned(
+                    codec::decompress(stored, expected, self.options.limits.decompress_cap)
+                        .map_err(inv)?,
+                )
+            }
+        };
+        match &c.legacy {
+            Some(extract) => Ok(Data::Owned(
+                extract.apply(&decoded, &obj.shape).map_err(inv)?,
+            )),
+            None => match decoded {
+                Data::Borrowed(b) => Ok(Data::Owned(AlignedBuf::copy_from(b).map_err(inv)?)),
+                owned => Ok(owned),
+            },
+        }
+    }
+
+    /// Reads a component as a typed tensor. Dense `data` gets the object's
+    /// shape; other components are one-dimensional.
+    pub fn component_tensor(&self, object: &str, role: &str) -> Result<Tensor<'_>> {
+        let (obj, c, _) = self.lookup(object, role)?;
+        let data = self.read(object, role)?;
+        let shape = if role == "data" {
+            obj.shape.clone()
+        } else {
+            vec![(data.len() as u64).checked_div(c.dtype.size()).unwrap_or(0)]
+        };
+        Ok(Tensor {
+            data,
+            dtype: c.dtype,
+            logical_type: c.logical_type.clone(),
+            shape,
+        })
+    }
+
+    /// Reads a dense object's `data` as a typed tensor.
+    pub fn tensor(&self, object: &str) -> Result<Tensor<'_>> {
+        self.component_tensor(object, "data")
+    }
+
+    /// Checks every component: its digest, and that zstd data decodes to its
+    /// stated length. Nothing is allocated past the caps: zstd output is
+    /// counted, not kept.
+    pub fn verify(&self) -> Vec<ComponentReport> {
+        self.parsed
+            .manifest
+            .components()
+            .map(|(o, r, c)| ComponentReport {
+                object: o.to_owned(),
+                component: r.to_owned(),
+                status: self.verify_one(o, r, c),
+            })
+            .collect()
+    }
+
+    fn verify_one(&self, object: &str, role: &str, c: &Component) -> ComponentStatus {
+        let at = self.at(object, role);
+        let stored = self.raw_slice(c);
+        let result = match &c.digest {
+            Some(d) => d.check(stored),
+            None => Ok(()),
+        };
+        if let Err(rule) = result {
+            let unverifiable = rule.is_unverifiable();
+            let e = Error::invalid(at, rule);
+            return if unverifiable {
+                ComponentStatus::Unverifiable(e)
+            } else {
+                ComponentStatus::Failed(e)
+            };
+        }
+        if c.encoding == Encoding::Zstd {
+            let expected = c
+                .uncompressed_length
+                .or_else(|| codec::frame_content_size(stored));
+            let checked = match expected {
+                Some(n) => codec::check_length(stored, n),
+                None => Err(Rule::ZstdWithoutLength),
+            };
+            if let Err(rule) = checked {
+                return ComponentStatus::Failed(Error::invalid(at, rule));
+            }
+        }
+        match c.digest.as_ref().and_then(|d| d.algorithm()) {
+            Some(a) => ComponentStatus::Verified(a),
+            None => ComponentStatus::NoDigest,
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The structural rules every manifest must pass, whatever its version.
+//! v1.2-only rules (alignment, zstd lengths) are relaxed for legacy origins.
+
+use crate::aligned::ALIGNMENT;
+use crate::dtype::DType;
+use crate::error::{Error, Location, Result, Rule};
+use crate::manifest::{element_count, Component, Encoding, Format, Manifest, Object};
+use crate::warning::Warning;
+
+/// The part of the file where blobs may lie: after the header, before the manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlobArea {
+    pub start: u64,
+    pub end: u64,
+}
+
+pub(crate) fn manifest(
+    m: &Manifest,
+    area: BlobArea,
+    at: &Location,
+    warnings: &mut Vec<Warning>,
+) -> Result<()> {
+    let legacy = m.origin.is_legacy();
+    let mut extents: Vec<(u64, u64, &str, &str)> = Vec::new();
+    for (name, obj) in &m.objects {
+        object(name, obj, at, legacy)?;
+        for (role, c) in &obj.components {
+            let cat = at.component(name, role);
+            let inv = |rule| Error::invalid(cat.clone(), rule);
+            if c.offset % ALIGNMENT != 0 {
+                if legacy {
+                    warnings.push(Warning::new(
+                        cat.clone(),
+                        format!(
+                            "offset {} is not a multiple of 64; it is copied on read",
+                            c.offset
+                        ),
+                    ));
+                } else {
+                    return Err(inv(Rule::Misaligned { offset: c.offset }));
+                }
+            }
+            let end = c.offset.checked_add(c.length).ok_or_else(|| {
+                inv(Rule::RangeOverflow {
+                    offset: c.offset,
+                    length: c.length,
+                })
+            })?;
+            if c.offset < area.start || end > area.end {
+                return Err(inv(Rule::OutOfBounds {
+                    start: c.offset,
+                    end,
+                    area_start: area.start,
+                    area_end: area.end,
+                }));
+            }
+            if c.length > 0 {
+                extents.push((c.offset, end, name, role));
+            }
+        }
+    }
+    // Legacy sparse blobs are shared by the components cut from them.
+    extents.sort_unstable();
+    extents.dedup_by(|b, a| legacy && a.0 == b.0 && a.1 == b.1);
+    for pair in extents.windows(2) {
+        if let [(_, a_end, a_obj, a_role), (b_start, b_end, b_obj, b_role)] = pair {
+            if b_start < a_end {
+                return Err(Error::invalid(
+                    at.component(b_obj, b_role),
+                    Rule::Overlap {
+                        start: *b_start,
+                        end: *b_end,
+                        other_object: (*a_obj).to_owned(),
+                        other_component: (*a_role).to_owned(),
+                    },
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn object(name: &str, obj: &Object, at: &Location, legacy: bool) -> Result<()> {
+    let oat = at.object(name);
+    for role in obj.format.required_components() {
+        if !obj.components.contains_key(*role) {
+            return Err(Error::invalid(
+                oat,
+                Rule::MissingComponent {
+                    format: obj.format.name().to_owned(),
+                    role,
+                },
+            ));
+        }
+    }
+    let count = element_count(&obj.shape);
+    for (role, c) in &obj.components {
+        let cat = at.component(name, role);
+        let inv = |rule| Error::invalid(cat.clone(), rule);
+        if obj.format.index_components().contains(&role.as_str()) && c.dtype != DType::U64 {
+            return Err(inv(Rule::SparseIndexDtype {
+                found: c.dtype.name().to_owned(),
+            }));
+        }
+        if let Some(t) = &c.logical_type {
+            if let Some(required) = t.required_dtype() {
+                if required != c.dtype {
+                    return Err(inv(Rule::TypeDtype {
+                        logical: t.name().to_owned(),
+                        expected: required.name(),
+                        found: c.dtype.name().to_owned(),
+                    }));
+                }
+            }
+        }
+        if c.encoding == Encoding::Zstd && c.uncompressed_length.is_none() && !legacy {
+            return Err(inv(Rule::ZstdWithoutLength));
+        }
+        if c.is_transformed() {
+            continue;
+        }
+        if let Some(decoded) = c.decoded_length() {
+            if decoded.checked_rem(c.dtype.size()) != Some(0) {
+                return Err(inv(Rule::PartialElement {
+                    length: decoded,
+                    dtype: c.dtype.name().to_owned(),
+                }));
+            }
+            if obj.format == Format::Dense && role == "data" && known_ratio(c) {
+                let expected = count
+                    .and_then(|n| n.checked_mul(c.ratio()))
+                    .and_then(|n| n.checked_mul(c.dtype.size()))
+                    .ok_or_else(|| {
+                        inv(Rule::ShapeOverflow {
+                            shape: obj.shape.clone(),
+                        })
+                    })?;
+                if decoded != expected {
+                    return Err(inv(Rule::LengthMismatch {
+                        actual: decoded,
+                        expected,
+                        shape: obj.shape.clone(),
+                        dtype: c.type_name().to_owned(),
+                    }));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Unknown logical types may pack elements in ways we cannot size.
+fn known_ratio(c: &Component) -> bool {
+    !matches!(c.logical_type, Some(crate::LogicalType::Other(_)))
+}

@@ -1,0 +1,207 @@
+//! The streaming, append-only writer: blobs at 64-byte boundaries with zero
+//! padding, then the manifest, its size and the footer magic. It never seeks.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use crate::aligned::ALIGNMENT;
+use crate::codec;
+use crate::container::MAGIC;
+use crate::digest::DigestAlgorithm;
+use crate::dtype::{DType, LogicalType};
+use crate::encode;
+use crate::error::{Error, Location, Result, Rule};
+use crate::manifest::{Attributes, CborValue, Component, Encoding, Format, Manifest, Object};
+use crate::validate::{self, BlobArea};
+
+/// How to store a component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// `Some(level)` compresses with zstd at that level.
+    pub zstd_level: Option<i32>,
+    /// The digest to record over the stored bytes, if any.
+    pub digest: Option<DigestAlgorithm>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            zstd_level: None,
+            digest: Some(DigestAlgorithm::Crc32c),
+        }
+    }
+}
+
+/// One component to write: its role, storage dtype, logical type and bytes
+/// (little-endian, uncompressed).
+#[derive(Debug, Clone, Copy)]
+pub struct ComponentData<'a> {
+    pub role: &'a str,
+    pub dtype: DType,
+    pub logical_type: Option<&'a str>,
+    pub data: &'a [u8],
+}
+
+/// Writes a v1.2 file to any `Write`.
+#[derive(Debug)]
+pub struct Writer<W: Write> {
+    out: W,
+    pos: u64,
+    label: String,
+    manifest: Manifest,
+}
+
+const ZEROS: [u8; ALIGNMENT as usize] = [0; ALIGNMENT as usize];
+
+impl<W: Write> Writer<W> {
+    /// Starts a file, writing the header magic. `label` names it in errors.
+    pub fn new(mut out: W, label: &str) -> Result<Self> {
+        let at = Location::file(label);
+        out.write_all(MAGIC)
+            .map_err(|e| Error::io(at, "writing header", e))?;
+        Ok(Writer {
+            out,
+            pos: MAGIC.len() as u64,
+            label: label.to_owned(),
+            manifest: Manifest::new(),
+        })
+    }
+
+    /// Sets a file attribute.
+    pub fn set_attribute(&mut self, key: &str, value: CborValue) {
+        self.manifest.attributes.insert(key.to_owned(), value);
+    }
+
+    /// Adds a dense object with one `data` component.
+    pub fn add_dense(
+        &mut self,
+        name: &str,
+        shape: &[u64],
+        dtype: DType,
+        data: &[u8],
+        store: StoreOptions,
+    ) -> Result<()> {
+        let c = ComponentData {
+            role: "data",
+            dtype,
+            logical_type: None,
+            data,
+        };
+        self.add_object(name, shape, &Format::Dense, Attributes::new(), &[c], store)
+    }
+
+    /// Adds an object of any format. The object is validated before any of
+    /// its bytes are written.
+    pub fn add_object(
+        &mut self,
+        name: &str,
+        shape: &[u64],
+        format: &Format,
+        attributes: Attributes,
+        components: &[ComponentData<'_>],
+        store: StoreOptions,
+    ) -> Result<()> {
+        let at = Location::file(&self.label);
+        if self.manifest.objects.contains_key(name) {
+            return Err(Error::invalid(
+                at.object(name),
+                Rule::DuplicateKey {
+                    key: name.to_owned(),
+                    context: "objects".to_owned(),
+                },
+            ));
+        }
+        // Build the object with provisional offsets to validate it first.
+        let mut obj = Object {
+            shape: shape.to_vec(),
+            format: format.clone(),
+            attributes,
+            components: BTreeMap::new(),
+        };
+        for c in components {
+            if obj.components.contains_key(c.role) {
+                return Err(Error::invalid(
+                    at.object(name),
+                    Rule::DuplicateKey {
+                        key: c.role.to_owned(),
+                        context: "components".to_owned(),
+                    },
+                ));
+            }
+            obj.components.insert(
+                c.role.to_owned(),
+                Component {
+                    dtype: c.dtype,
+                    logical_type: c.logical_type.map(LogicalType::parse),
+                    offset: 0,
+                    length: c.data.len() as u64,
+                    uncompressed_length: None,
+                    encoding: Encoding::Raw,
+                    digest: None,
+                    legacy: None,
+                },
+            );
+        }
+        validate::object(name, &obj, &at, false)?;
+        for c in components {
+            let stored_owned;
+            let (stored, encoding, unc) = match store.zstd_level {
+                Some(level) => {
+                    stored_owned = codec::compress(c.data, level)
+                        .map_err(|e| Error::io(at.component(name, c.role), "compressing", e))?;
+                    (&stored_owned[..], Encoding::Zstd, Some(c.data.len() as u64))
+                }
+                None => (c.data, Encoding::Raw, None),
+            };
+            let offset = self.write_blob(stored, &at.component(name, c.role))?;
+            if let Some(comp) = obj.components.get_mut(c.role) {
+                comp.offset = offset;
+                comp.length = stored.len() as u64;
+                comp.encoding = encoding;
+                comp.uncompressed_length = unc;
+                comp.digest = store.digest.map(|a| a.digest(stored));
+            }
+        }
+        self.manifest.objects.insert(name.to_owned(), obj);
+        Ok(())
+    }
+
+    fn write_blob(&mut self, stored: &[u8], at: &Location) -> Result<u64> {
+        let pad = self
+            .pos
+            .next_multiple_of(ALIGNMENT)
+            .saturating_sub(self.pos);
+        let io = |e| Error::io(at.clone(), "writing blob", e);
+        self.out
+            .write_all(ZEROS.get(..pad as usize).unwrap_or_default())
+            .map_err(io)?;
+        let offset = self.pos.saturating_add(pad);
+        self.out.write_all(stored).map_err(io)?;
+        self.pos = offset.saturating_add(stored.len() as u64);
+        Ok(offset)
+    }
+
+    /// Writes the manifest and footer and returns the output.
+    pub fn finish(mut self) -> Result<W> {
+        let at = Location::file(&self.label);
+        let area = BlobArea {
+            start: MAGIC.len() as u64,
+            end: self.pos,
+        };
+        validate::manifest(&self.manifest, area, &at, &mut Vec::new())?;
+        let cbor = encode::manifest_cbor(&self.manifest);
+        let io = |e| Error::io(at.clone(), "writing manifest", e);
+        self.out.write_all(&cbor).map_err(io)?;
+        self.out
+            .write_all(&(cbor.len() as u64).to_le_bytes())
+            .map_err(io)?;
+        self.out.write_all(MAGIC).map_err(io)?;
+        self.out.flush().map_err(io)?;
+        Ok(self.out)
+    }
+
+    /// The manifest written so far.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+}

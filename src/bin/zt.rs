@@ -1,1 +1,205 @@
-fn main() {}
+//! `zt`: inspect, verify, pack and export zTensor files.
+
+use std::io::{self, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ztserve::format::{DigestAlgorithm, Limits, ReadOptions, StoreOptions, Verify, ZtFile};
+use ztserve::tool::{self, exit};
+
+#[derive(Parser)]
+#[command(name = "zt", version, about = "Inspect, verify, pack and export zTensor (.zt) files", after_help = exit::HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Clone, Copy)]
+struct ReadArgs {
+    /// Largest manifest accepted, in bytes.
+    #[arg(long, default_value_t = zt_format_defaults::MANIFEST_CAP)]
+    manifest_cap: u64,
+    /// Largest decoded size of one zstd component, in bytes.
+    #[arg(long, default_value_t = zt_format_defaults::DECOMPRESS_CAP)]
+    decompress_cap: u64,
+    /// Read without checking digests.
+    #[arg(long)]
+    no_verify: bool,
+    /// Let components whose digest algorithm is unknown through.
+    #[arg(long)]
+    allow_unverified: bool,
+}
+
+mod zt_format_defaults {
+    pub(crate) const MANIFEST_CAP: u64 = ztserve::format::DEFAULT_MANIFEST_CAP;
+    pub(crate) const DECOMPRESS_CAP: u64 = ztserve::format::DEFAULT_DECOMPRESS_CAP;
+}
+
+impl ReadArgs {
+    fn options(self) -> ReadOptions {
+        ReadOptions {
+            limits: Limits {
+                manifest_cap: self.manifest_cap,
+                decompress_cap: self.decompress_cap,
+                ..Limits::default()
+            },
+            verify: if self.no_verify {
+                Verify::Skip
+            } else if self.allow_unverified {
+                Verify::AllowUnknownAlgorithms
+            } else {
+                Verify::Digests
+            },
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DigestArg {
+    Sha256,
+    Crc32c,
+    None,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the version, attributes and a table of objects.
+    #[command(after_help = exit::HELP)]
+    Info {
+        file: PathBuf,
+        /// Print the manifest in the shared JSON schema.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Check the structure and every digest, naming each failing component.
+    #[command(after_help = exit::HELP)]
+    Verify {
+        file: PathBuf,
+        /// Treat a component without a digest as unverifiable (exit 3).
+        #[arg(long)]
+        require_digest: bool,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Pack .safetensors, .npy, .npz and .zt (any version) into one v1.2 file, in layer order.
+    #[command(after_help = exit::HELP)]
+    Pack {
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Compression: none, zstd, or zstd:LEVEL (1-22).
+        #[arg(long, default_value = "none", value_parser = tool::pack::parse_compress)]
+        compress: tool::pack::Compress,
+        /// Digest over each component's stored bytes.
+        #[arg(long, value_enum, default_value = "crc32c")]
+        digest: DigestArg,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Export dense objects to a .safetensors file.
+    #[command(after_help = exit::HELP)]
+    Export {
+        file: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Write one component's bytes (decoded unless --stored) to standard output.
+    #[command(after_help = exit::HELP)]
+    Cat {
+        file: PathBuf,
+        object: String,
+        #[arg(default_value = "data")]
+        component: String,
+        /// The stored bytes (compressed for zstd), not the decoded ones.
+        #[arg(long)]
+        stored: bool,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    match cli.command {
+        Command::Info { file, json, read } => {
+            let f = ZtFile::open_with(&file, read.options())?;
+            tool::info::print(&mut out, f.manifest(), f.warnings(), json)
+        }
+        Command::Verify {
+            file,
+            require_digest,
+            read,
+        } => {
+            let f = ZtFile::open_with(&file, read.options())?;
+            let policy = tool::verify::Policy {
+                require_digest,
+                allow_unverified: read.allow_unverified,
+            };
+            tool::verify::run(&mut out, &f, policy)
+        }
+        Command::Pack {
+            inputs,
+            output,
+            compress,
+            digest,
+            read,
+        } => {
+            let digest = match digest {
+                DigestArg::Sha256 => Some(DigestAlgorithm::Sha256),
+                DigestArg::Crc32c => Some(DigestAlgorithm::Crc32c),
+                DigestArg::None => None,
+            };
+            let opts = tool::pack::PackOptions {
+                store: StoreOptions {
+                    zstd_level: compress.0,
+                    digest,
+                },
+                read: read.options(),
+                progress: io::stderr().is_terminal(),
+            };
+            tool::pack::run(&inputs, &output, opts)?;
+            Ok(())
+        }
+        Command::Export { file, output, read } => {
+            let f = ZtFile::open_with(&file, read.options())?;
+            tool::export::run(&f, &output)?;
+            Ok(())
+        }
+        Command::Cat {
+            file,
+            object,
+            component,
+            stored,
+            read,
+        } => {
+            let f = ZtFile::open_with(&file, read.options())?;
+            tool::cat::run(&mut out, &f, &object, &component, stored)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { 0 });
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if exit::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "zt: {e:#}");
+            ExitCode::from(exit::exit_code(&e))
+        }
+    }
+}

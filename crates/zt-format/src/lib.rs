@@ -29,6 +29,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// Parsers of untrusted input: every index is checked, all arithmetic explicit.
+#![warn(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+
 mod aligned;
 mod atomic;
 mod cbor;

@@ -1,0 +1,89 @@
+//! `zt info`: the version, attributes and a table of objects.
+
+use std::io::Write;
+
+use anyhow::Result;
+use zt_format::{Manifest, Warning};
+
+use crate::manifest_json::{cbor_to_json, manifest_json, origin_name};
+
+/// Prints a manifest as JSON (the shared schema) or as a table.
+pub fn print(out: &mut impl Write, m: &Manifest, warnings: &[Warning], json: bool) -> Result<()> {
+    if json {
+        let mut doc = manifest_json(m, None);
+        doc["warnings"] = warnings.iter().map(|w| w.to_string()).collect();
+        serde_json::to_writer_pretty(&mut *out, &doc)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "version: {} ({})", m.version, origin_name(m.origin))?;
+    for w in warnings {
+        writeln!(out, "warning: {w}")?;
+    }
+    if !m.attributes.is_empty() {
+        writeln!(out, "attributes:")?;
+        for (k, v) in &m.attributes {
+            writeln!(out, "  {k}: {}", cbor_to_json(v))?;
+        }
+    }
+    let total: u64 = m.objects.values().map(|o| o.stored_bytes()).sum();
+    writeln!(out, "objects: {} ({total} bytes on disk)", m.objects.len())?;
+    let rows: Vec<[String; 8]> = m
+        .components()
+        .map(|(name, role, c)| {
+            let o = &m.objects[name];
+            let shape = format!("{:?}", o.shape);
+            let dtype = match &c.logical_type {
+                Some(t) => format!("{}/{}", c.dtype, t),
+                None => c.dtype.to_string(),
+            };
+            let digest = c
+                .digest
+                .as_ref()
+                .map_or("-".to_owned(), |d| d.as_str().to_owned());
+            [
+                name.to_owned(),
+                o.format.name().to_owned(),
+                shape,
+                role.to_owned(),
+                dtype,
+                c.encoding.name().to_owned(),
+                c.length.to_string(),
+                digest,
+            ]
+        })
+        .collect();
+    let header = [
+        "NAME",
+        "FORMAT",
+        "SHAPE",
+        "COMPONENT",
+        "DTYPE/TYPE",
+        "ENCODING",
+        "BYTES",
+        "DIGEST",
+    ];
+    let mut widths = header.map(str::len);
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: &[&str]| {
+        let mut s = String::new();
+        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        s
+    };
+    writeln!(out, "{}", line(&header))?;
+    for r in &rows {
+        let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+        writeln!(out, "{}", line(&cells))?;
+    }
+    Ok(())
+}

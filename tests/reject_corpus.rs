@@ -1,0 +1,60 @@
+//! Every file in `tests/reject/` breaks exactly the rule in its name, and the
+//! error names the file and the rule (and the object and component, where
+//! the rule concerns one).
+
+use std::path::Path;
+
+use ztserve::format::{ComponentStatus, ReadOptions, ZtFile};
+
+/// Rules that pass validation and fail when the data is read.
+const READ_TIME: &[&str] = &["digest-mismatch"];
+
+#[test]
+fn every_reject_file_fails_with_its_rule() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reject");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "zt") {
+            continue;
+        }
+        seen += 1;
+        let rule = path.file_stem().unwrap().to_str().unwrap().to_owned();
+        let label = path.display().to_string();
+        if READ_TIME.contains(&rule.as_str()) {
+            let f = ZtFile::open(&path).unwrap();
+            let failed: Vec<_> = f
+                .verify()
+                .into_iter()
+                .filter_map(|r| match r.status {
+                    ComponentStatus::Failed(e) => Some(e),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(failed.len(), 1, "{rule}");
+            assert_eq!(failed[0].rule().unwrap().name(), rule);
+            let err = f.tensor("w").unwrap_err();
+            assert_eq!(err.rule().unwrap().name(), rule);
+            assert!(err.to_string().contains("component \"data\""), "{err}");
+            continue;
+        }
+        let err = ZtFile::open_with(&path, ReadOptions::default()).expect_err(&rule);
+        let got = err.rule().map(|r| r.name()).unwrap_or("io");
+        assert_eq!(got, rule, "{label}: {err}");
+        let msg = err.to_string();
+        assert!(msg.starts_with(&label), "error must name the file: {msg}");
+        if let Some(o) = &err.location().object {
+            assert!(msg.contains(&format!("object {o:?}")), "{msg}");
+        }
+    }
+    assert!(seen >= 25, "corpus has only {seen} files");
+}
+
+#[test]
+fn a_lower_manifest_cap_is_honoured() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reject/length-mismatch.zt");
+    let mut opts = ReadOptions::default();
+    opts.limits.manifest_cap = 16;
+    let err = ZtFile::open_with(&path, opts).unwrap_err();
+    assert_eq!(err.rule().unwrap().name(), "manifest-over-cap");
+}

@@ -42,6 +42,8 @@ mod dtype;
 mod element;
 mod encode;
 mod error;
+#[doc(hidden)]
+pub mod fuzz;
 mod layer;
 mod legacy;
 mod manifest;

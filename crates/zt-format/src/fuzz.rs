@@ -1,0 +1,35 @@
+//! The body of the `read_file` fuzz target, shared with the corpus replay test.
+
+use crate::{Limits, ReadOptions, Verify, ZtFile};
+
+/// Opens `data` as a file and reads everything in it, under small caps.
+/// Any panic, or an allocation past the caps, is a bug.
+#[doc(hidden)]
+pub fn read_everything(data: &[u8]) {
+    for verify in [Verify::Digests, Verify::Skip] {
+        let options = ReadOptions {
+            limits: Limits {
+                manifest_cap: 1 << 20,
+                decompress_cap: 1 << 20,
+                ..Limits::default()
+            },
+            verify,
+        };
+        let Ok(file) = ZtFile::from_bytes("fuzz.zt", data, options) else {
+            return;
+        };
+        let _ = file.verify();
+        let names: Vec<(String, String)> = file
+            .manifest()
+            .components()
+            .map(|(o, c, _)| (o.to_owned(), c.to_owned()))
+            .collect();
+        for (o, c) in names {
+            if let Ok(t) = file.component_tensor(&o, &c) {
+                let _ = t.as_bools();
+                let _ = t.as_slice::<f32>();
+            }
+        }
+        let _ = crate::manifest_cbor(file.manifest());
+    }
+}

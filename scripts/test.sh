@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs every check and test. Installs what the tests need (a Python venv
+# with pinned packages) on first use. Long benchmarks and fuzzing stay out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "python venv (.venv) with pinned interop packages"
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -r tests/interop/requirements.txt
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo doc (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q
+
+step "cargo test"
+cargo test --workspace --locked
+
+step "fuzz corpus replay"
+cargo test --locked --test fuzz_replay
+
+step "interop tests (ztensor 1.2.3, safetensors, numpy, a real model)"
+cargo build --locked --bin zt
+ZT_BIN="$PWD/target/debug/zt" ZT_MODEL_CACHE="$PWD/target/model-cache" \
+    .venv/bin/python -m pytest -q tests/interop

@@ -31,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "models/sample.zt".into())
         .into();
-    let mut rng = Rng(0x5eed_0f_2a7e_5e27);
+    let mut rng = Rng(0x005e_ed0f_2a7e_5e27);
     let mut weights: Vec<(String, Vec<u64>, bool)> = vec![(
         "model.embed_tokens.weight".into(),
         vec![VOCAB, HIDDEN],

@@ -1,0 +1,184 @@
+//! Format-core benchmarks against their peers, in one run, with medians and ratios.
+//!
+//! `cargo bench --bench format` (set `ZT_BENCH_QUICK=1` for fewer rounds,
+//! `ZT_BENCH_MODEL=path.safetensors` to add `zt pack` against `cp`).
+//!
+//! 1. Open a file of 10,000 small tensors and touch every tensor, against
+//!    the `safetensors` crate on the same tensors.
+//! 2. Read one 1 GiB tensor: zero-copy, and with crc32c / sha256 verification,
+//!    against a plain `read` of the same bytes.
+//! 3. `zt pack` of a real model against `cp` of the same file.
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+use zt_format::{write_atomic, DType, DigestAlgorithm, ReadOptions, StoreOptions, Verify, Writer, ZtFile};
+
+fn rounds() -> usize {
+    if std::env::var_os("ZT_BENCH_QUICK").is_some() {
+        3
+    } else {
+        11
+    }
+}
+
+fn median(mut f: impl FnMut()) -> Duration {
+    f(); // warm the page cache and allocator
+    let mut times: Vec<Duration> = (0..rounds())
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn report(name: &str, ours: Duration, peer_name: &str, peer: Duration) {
+    println!(
+        "{name:<48} {:>10.3} ms   {peer_name:<22} {:>10.3} ms   ratio {:.3}x",
+        ours.as_secs_f64() * 1e3,
+        peer.as_secs_f64() * 1e3,
+        ours.as_secs_f64() / peer.as_secs_f64()
+    );
+}
+
+fn data_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-data");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn many_small(dir: &Path) -> (PathBuf, PathBuf, Vec<String>) {
+    let n = 10_000;
+    let names: Vec<String> = (0..n).map(|i| format!("model.layers.{}.block.{}.weight", i / 100, i % 100)).collect();
+    let values: Vec<Vec<f32>> = (0..n).map(|i| (0..16).map(|j| (i * 16 + j) as f32).collect()).collect();
+    let zt = dir.join("small10k.zt");
+    let st = dir.join("small10k.safetensors");
+    write_atomic(&zt, |w| {
+        let mut writer = Writer::new(w, "small10k.zt")?;
+        let store = StoreOptions { zstd_level: None, digest: Some(DigestAlgorithm::Crc32c) };
+        for (name, v) in names.iter().zip(&values) {
+            writer.add_dense(name, &[4, 4], DType::F32, bytemuck::cast_slice(v), store)?;
+        }
+        writer.finish()?;
+        Ok(())
+    })
+    .unwrap();
+    let views: Vec<(String, TensorView<'_>)> = names
+        .iter()
+        .zip(&values)
+        .map(|(n, v)| (n.clone(), TensorView::new(Dtype::F32, vec![4, 4], bytemuck::cast_slice(v)).unwrap()))
+        .collect();
+    safetensors::serialize_to_file(views, None, &st).unwrap();
+    (zt, st, names)
+}
+
+fn bench_many_small() {
+    let (zt, st, names) = many_small(&data_dir());
+    println!("\n# open + touch 10,000 small tensors (16 x f32 each)");
+    let safetensors_time = median(|| {
+        let bytes = std::fs::read(&st).unwrap();
+        let t = SafeTensors::deserialize(&bytes).unwrap();
+        let mut sum = 0f32;
+        for name in &names {
+            let v = t.tensor(name).unwrap();
+            let s: &[f32] = bytemuck::try_cast_slice(v.data()).unwrap_or(&[0.0]);
+            sum += s[0];
+        }
+        black_box(sum);
+    });
+    for (label, verify) in [("zt, digests verified (crc32c)", Verify::Digests), ("zt, verification off", Verify::Skip)] {
+        let ours = median(|| {
+            let f = ZtFile::open_with(&zt, ReadOptions { verify, ..ReadOptions::default() }).unwrap();
+            let mut sum = 0f32;
+            for name in &names {
+                let t = f.tensor(name).unwrap();
+                sum += t.as_slice::<f32>().unwrap()[0];
+            }
+            black_box(sum);
+        });
+        report(label, ours, "safetensors crate", safetensors_time);
+    }
+}
+
+fn one_gib(dir: &Path, alg: DigestAlgorithm) -> PathBuf {
+    let path = dir.join(format!("one-gib-{}.zt", alg.name()));
+    if !path.exists() {
+        let data: Vec<u8> = (0..1u64 << 30).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        write_atomic(&path, |w| {
+            let mut writer = Writer::new(w, "one-gib.zt")?;
+            writer.add_dense("x", &[1 << 30], DType::U8, &data, StoreOptions { zstd_level: None, digest: Some(alg) })?;
+            writer.finish()?;
+            Ok(())
+        })
+        .unwrap();
+    }
+    path
+}
+
+fn sum_u64(b: &[u8]) -> u64 {
+    bytemuck::cast_slice::<u8, u64>(&b[..b.len() / 8 * 8]).iter().fold(0u64, |a, &x| a.wrapping_add(x))
+}
+
+fn bench_one_gib() {
+    let dir = data_dir();
+    println!("\n# one 1 GiB tensor (page cache warm)");
+    let crc = one_gib(&dir, DigestAlgorithm::Crc32c);
+    let sha = one_gib(&dir, DigestAlgorithm::Sha256);
+    let plain = median(|| {
+        black_box(std::fs::read(&crc).unwrap());
+    });
+    let plain_scan = median(|| {
+        let b = std::fs::read(&crc).unwrap();
+        black_box(sum_u64(&b));
+    });
+    let open_view = |path: &Path, verify: Verify, scan: bool| {
+        median(|| {
+            let f = ZtFile::open_with(path, ReadOptions { verify, ..ReadOptions::default() }).unwrap();
+            let t = f.tensor("x").unwrap();
+            let s = t.as_slice::<u8>().unwrap();
+            black_box(if scan { sum_u64(s) } else { s.len() as u64 });
+        })
+    };
+    report("zt zero-copy view, verification off", open_view(&crc, Verify::Skip, false), "plain read", plain);
+    report("zt zero-copy view + scan, verification off", open_view(&crc, Verify::Skip, true), "plain read + scan", plain_scan);
+    report("zt view, crc32c verified", open_view(&crc, Verify::Digests, false), "plain read", plain);
+    report("zt view, sha256 verified", open_view(&sha, Verify::Digests, false), "plain read", plain);
+}
+
+fn bench_pack() {
+    let Some(model) = std::env::var_os("ZT_BENCH_MODEL") else {
+        println!("\n# zt pack vs cp: skipped (set ZT_BENCH_MODEL=model.safetensors)");
+        return;
+    };
+    let zt = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/zt");
+    let out = data_dir().join("packed.zt");
+    let copy = data_dir().join("copied.safetensors");
+    println!("\n# pack a real model ({})", Path::new(&model).display());
+    let cp = median(|| {
+        assert!(Command::new("cp").arg(&model).arg(&copy).status().unwrap().success());
+    });
+    for digest in ["none", "crc32c", "sha256"] {
+        let t = median(|| {
+            let s = Command::new(&zt).arg("pack").arg(&model).arg("-o").arg(&out).args(["--digest", digest]).status();
+            assert!(s.unwrap().success());
+        });
+        report(&format!("zt pack --digest {digest}"), t, "cp", cp);
+    }
+}
+
+fn main() {
+    // `cargo test --benches` runs this with --bench absent; do nothing then.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    bench_many_small();
+    bench_one_gib();
+    bench_pack();
+}

@@ -7,7 +7,7 @@ use std::path::Path;
 use ztserve::format::{ComponentStatus, ReadOptions, ZtFile};
 
 /// Rules that pass validation and fail when the data is read.
-const READ_TIME: &[&str] = &["digest-mismatch"];
+const READ_TIME: &[&str] = &["digest-mismatch", "decompress-over-cap"];
 
 #[test]
 fn every_reject_file_fails_with_its_rule() {

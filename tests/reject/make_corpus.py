@@ -103,6 +103,7 @@ CORPUS = {
     "missing-component": v12(manifest({"s": obj({"values": comp()}, shape=(2, 2), fmt="sparse_csr")})),
     # Valid structure; fails on read and in `zt verify`.
     "digest-mismatch": v12(manifest({"w": obj({"data": comp(digest="crc32c:0x00000000")})})),
+    "decompress-over-cap": v12(manifest({"w": obj({"data": comp(dtype="u8", encoding="zstd", uncompressed_length=40 << 30)}, shape=(40 << 30,))})),
     "zstd-without-length": v12(manifest({"w": obj({"data": comp(encoding="zstd")})})),
 }
 

@@ -318,7 +318,10 @@ impl ZtFile {
             let expected = c
                 .uncompressed_length
                 .or_else(|| codec::frame_content_size(stored));
+            let cap = self.options.limits.decompress_cap;
             let checked = match expected {
+                // Past the cap the component could never be read; do not spend time decoding it.
+                Some(n) if n > cap => Err(Rule::DecompressOverCap { length: n, cap }),
                 Some(n) => codec::check_length(stored, n),
                 None => Err(Rule::ZstdWithoutLength),
             };

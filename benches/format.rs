@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
-use zt_format::{write_atomic, DType, DigestAlgorithm, ReadOptions, StoreOptions, Verify, Writer, ZtFile};
+use zt_format::{
+    write_atomic, DType, DigestAlgorithm, ReadOptions, StoreOptions, Verify, Writer, ZtFile,
+};
 
 fn rounds() -> usize {
     if std::env::var_os("ZT_BENCH_QUICK").is_some() {
@@ -56,13 +58,20 @@ fn data_dir() -> PathBuf {
 
 fn many_small(dir: &Path) -> (PathBuf, PathBuf, Vec<String>) {
     let n = 10_000;
-    let names: Vec<String> = (0..n).map(|i| format!("model.layers.{}.block.{}.weight", i / 100, i % 100)).collect();
-    let values: Vec<Vec<f32>> = (0..n).map(|i| (0..16).map(|j| (i * 16 + j) as f32).collect()).collect();
+    let names: Vec<String> = (0..n)
+        .map(|i| format!("model.layers.{}.block.{}.weight", i / 100, i % 100))
+        .collect();
+    let values: Vec<Vec<f32>> = (0..n)
+        .map(|i| (0..16).map(|j| (i * 16 + j) as f32).collect())
+        .collect();
     let zt = dir.join("small10k.zt");
     let st = dir.join("small10k.safetensors");
     write_atomic(&zt, |w| {
         let mut writer = Writer::new(w, "small10k.zt")?;
-        let store = StoreOptions { zstd_level: None, digest: Some(DigestAlgorithm::Crc32c) };
+        let store = StoreOptions {
+            zstd_level: None,
+            digest: Some(DigestAlgorithm::Crc32c),
+        };
         for (name, v) in names.iter().zip(&values) {
             writer.add_dense(name, &[4, 4], DType::F32, bytemuck::cast_slice(v), store)?;
         }
@@ -73,7 +82,12 @@ fn many_small(dir: &Path) -> (PathBuf, PathBuf, Vec<String>) {
     let views: Vec<(String, TensorView<'_>)> = names
         .iter()
         .zip(&values)
-        .map(|(n, v)| (n.clone(), TensorView::new(Dtype::F32, vec![4, 4], bytemuck::cast_slice(v)).unwrap()))
+        .map(|(n, v)| {
+            (
+                n.clone(),
+                TensorView::new(Dtype::F32, vec![4, 4], bytemuck::cast_slice(v)).unwrap(),
+            )
+        })
         .collect();
     safetensors::serialize_to_file(views, None, &st).unwrap();
     (zt, st, names)
@@ -93,9 +107,19 @@ fn bench_many_small() {
         }
         black_box(sum);
     });
-    for (label, verify) in [("zt, digests verified (crc32c)", Verify::Digests), ("zt, verification off", Verify::Skip)] {
+    for (label, verify) in [
+        ("zt, digests verified (crc32c)", Verify::Digests),
+        ("zt, verification off", Verify::Skip),
+    ] {
         let ours = median(|| {
-            let f = ZtFile::open_with(&zt, ReadOptions { verify, ..ReadOptions::default() }).unwrap();
+            let f = ZtFile::open_with(
+                &zt,
+                ReadOptions {
+                    verify,
+                    ..ReadOptions::default()
+                },
+            )
+            .unwrap();
             let mut sum = 0f32;
             for name in &names {
                 let t = f.tensor(name).unwrap();
@@ -110,10 +134,21 @@ fn bench_many_small() {
 fn one_gib(dir: &Path, alg: DigestAlgorithm) -> PathBuf {
     let path = dir.join(format!("one-gib-{}.zt", alg.name()));
     if !path.exists() {
-        let data: Vec<u8> = (0..1u64 << 30).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        let data: Vec<u8> = (0..1u64 << 30)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
         write_atomic(&path, |w| {
             let mut writer = Writer::new(w, "one-gib.zt")?;
-            writer.add_dense("x", &[1 << 30], DType::U8, &data, StoreOptions { zstd_level: None, digest: Some(alg) })?;
+            writer.add_dense(
+                "x",
+                &[1 << 30],
+                DType::U8,
+                &data,
+                StoreOptions {
+                    zstd_level: None,
+                    digest: Some(alg),
+                },
+            )?;
             writer.finish()?;
             Ok(())
         })
@@ -123,7 +158,9 @@ fn one_gib(dir: &Path, alg: DigestAlgorithm) -> PathBuf {
 }
 
 fn sum_u64(b: &[u8]) -> u64 {
-    bytemuck::cast_slice::<u8, u64>(&b[..b.len() / 8 * 8]).iter().fold(0u64, |a, &x| a.wrapping_add(x))
+    bytemuck::cast_slice::<u8, u64>(&b[..b.len() / 8 * 8])
+        .iter()
+        .fold(0u64, |a, &x| a.wrapping_add(x))
 }
 
 fn bench_one_gib() {
@@ -140,16 +177,43 @@ fn bench_one_gib() {
     });
     let open_view = |path: &Path, verify: Verify, scan: bool| {
         median(|| {
-            let f = ZtFile::open_with(path, ReadOptions { verify, ..ReadOptions::default() }).unwrap();
+            let f = ZtFile::open_with(
+                path,
+                ReadOptions {
+                    verify,
+                    ..ReadOptions::default()
+                },
+            )
+            .unwrap();
             let t = f.tensor("x").unwrap();
             let s = t.as_slice::<u8>().unwrap();
             black_box(if scan { sum_u64(s) } else { s.len() as u64 });
         })
     };
-    report("zt zero-copy view, verification off", open_view(&crc, Verify::Skip, false), "plain read", plain);
-    report("zt zero-copy view + scan, verification off", open_view(&crc, Verify::Skip, true), "plain read + scan", plain_scan);
-    report("zt view, crc32c verified", open_view(&crc, Verify::Digests, false), "plain read", plain);
-    report("zt view, sha256 verified", open_view(&sha, Verify::Digests, false), "plain read", plain);
+    report(
+        "zt zero-copy view, verification off",
+        open_view(&crc, Verify::Skip, false),
+        "plain read",
+        plain,
+    );
+    report(
+        "zt zero-copy view + scan, verification off",
+        open_view(&crc, Verify::Skip, true),
+        "plain read + scan",
+        plain_scan,
+    );
+    report(
+        "zt view, crc32c verified",
+        open_view(&crc, Verify::Digests, false),
+        "plain read",
+        plain,
+    );
+    report(
+        "zt view, sha256 verified",
+        open_view(&sha, Verify::Digests, false),
+        "plain read",
+        plain,
+    );
 }
 
 fn bench_pack() {
@@ -162,11 +226,22 @@ fn bench_pack() {
     let copy = data_dir().join("copied.safetensors");
     println!("\n# pack a real model ({})", Path::new(&model).display());
     let cp = median(|| {
-        assert!(Command::new("cp").arg(&model).arg(&copy).status().unwrap().success());
+        assert!(Command::new("cp")
+            .arg(&model)
+            .arg(&copy)
+            .status()
+            .unwrap()
+            .success());
     });
     for digest in ["none", "crc32c", "sha256"] {
         let t = median(|| {
-            let s = Command::new(&zt).arg("pack").arg(&model).arg("-o").arg(&out).args(["--digest", digest]).status();
+            let s = Command::new(&zt)
+                .arg("pack")
+                .arg(&model)
+                .arg("-o")
+                .arg(&out)
+                .args(["--digest", digest])
+                .status();
             assert!(s.unwrap().success());
         });
         report(&format!("zt pack --digest {digest}"), t, "cp", cp);

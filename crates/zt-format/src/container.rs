@@ -134,11 +134,13 @@ pub fn decode(file: &str, loc: &ManifestLocation, bytes: &[u8], limits: &Limits)
     let at = Location::file(file);
     let inv = |rule| Error::invalid(at.clone(), rule);
     let mut warnings = Vec::new();
-    let decoded = cbor::decode(bytes, limits.max_depth);
     let manifest = match loc.kind {
-        Kind::V1 => parse_v1::manifest(&decoded.map_err(inv)?, &at, &mut warnings)?,
-        Kind::V0_1 => legacy::manifest_v0_1(&decoded.map_err(inv)?, &at)?,
+        Kind::V1 => parse_v1::manifest(bytes, file, limits.max_depth, &mut warnings)?,
+        Kind::V0_1 => {
+            legacy::manifest_v0_1(&cbor::decode(bytes, limits.max_depth).map_err(inv)?, &at)?
+        }
         Kind::V1_0OrBadFooter => {
+            let decoded = cbor::decode(bytes, limits.max_depth);
             let bad_footer = || {
                 inv(Rule::FooterMagic {
                     found: format!("(no magic; {} is not a v1.0 manifest size)", loc.length),

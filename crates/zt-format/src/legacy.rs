@@ -22,6 +22,7 @@ use ciborium::Value;
 
 use crate::aligned::AlignedBuf;
 use crate::cbor::{self, Map};
+use crate::components::Components;
 use crate::digest::Digest;
 use crate::dtype::{unknown_dtype_hint, DType};
 use crate::error::{Error, Location, Result, Rule};
@@ -307,7 +308,7 @@ pub(crate) fn manifest_v1_0(
             "components",
         )
         .map_err(inv)?;
-        let mut components = BTreeMap::new();
+        let mut components = Components::new();
         for (role, cv) in comps.iter() {
             let cat = at.component(name, role);
             let cinv = |rule| Error::invalid(cat.clone(), rule);
@@ -334,6 +335,7 @@ pub(crate) fn manifest_v1_0(
                     encoding,
                     digest: parse_digest(c.text("digest").map_err(cinv)?, &cat)?,
                     legacy: None,
+                    slot: 0,
                 },
             );
         }
@@ -442,8 +444,9 @@ fn tensor_v0_1(t: &Map<'_>, at: &Location) -> Result<Object> {
             width: dtype.size(),
             part,
         }),
+        slot: 0,
     };
-    let mut components = BTreeMap::new();
+    let mut components = Components::new();
     match kind {
         Format::Dense => {
             let unc = match encoding {
@@ -481,6 +484,7 @@ fn tensor_v0_1(t: &Map<'_>, at: &Location) -> Result<Object> {
                                 width: 8,
                                 part: Part::Whole,
                             }),
+                            slot: 0,
                         },
                     );
                 }

@@ -35,7 +35,9 @@
 mod aligned;
 mod atomic;
 mod cbor;
+mod cbor_reader;
 mod codec;
+mod components;
 pub mod container;
 mod digest;
 mod dtype;
@@ -59,6 +61,7 @@ pub use aligned::{AlignedBuf, ALIGNMENT};
 pub use atomic::{flush, temp_path, write_atomic};
 pub use cbor::DEFAULT_MAX_DEPTH;
 pub use codec::DEFAULT_DECOMPRESS_CAP;
+pub use components::Components;
 pub use container::{ManifestLocation, Parsed, FOOTER_LEN, MAGIC, MAGIC_V0_1};
 pub use digest::{Digest, DigestAlgorithm, DigestValue, Hasher};
 pub use dtype::{DType, LogicalType};

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::components::Components;
 use crate::digest::Digest;
 use crate::dtype::{DType, LogicalType};
 
@@ -129,7 +130,7 @@ pub struct Object {
     pub format: Format,
     pub attributes: Attributes,
     /// Components by role; iteration is in role order.
-    pub components: BTreeMap<String, Component>,
+    pub components: Components,
 }
 
 impl Object {
@@ -173,7 +174,7 @@ impl Encoding {
 }
 
 /// One contiguous blob and how to read it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Component {
     pub dtype: DType,
     /// The logical `type`; `None` means it equals `dtype`.
@@ -190,6 +191,23 @@ pub struct Component {
     /// How to turn a legacy blob into this component's bytes; `None` for
     /// v1.2 components and for legacy ones that need no transformation.
     pub(crate) legacy: Option<crate::legacy::Extract>,
+    /// Index of this component's verification cache in its open file.
+    pub(crate) slot: usize,
+}
+
+impl PartialEq for Component {
+    /// Equal when they describe the same bytes the same way; the cache slot
+    /// of an open file is not part of the description.
+    fn eq(&self, other: &Self) -> bool {
+        self.dtype == other.dtype
+            && self.logical_type == other.logical_type
+            && self.offset == other.offset
+            && self.length == other.length
+            && self.uncompressed_length == other.uncompressed_length
+            && self.encoding == other.encoding
+            && self.digest == other.digest
+            && self.legacy == other.legacy
+    }
 }
 
 impl Component {

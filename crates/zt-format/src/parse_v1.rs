@@ -1,14 +1,17 @@
-//! Reading a v1.1/v1.2 manifest (a map with `version` and `objects`) into the model.
+//! Reading a v1.1/v1.2 manifest (a map with `version` and `objects`) into the
+//! model, straight from the CBOR bytes with the pull decoder.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use ciborium::Value;
 
-use crate::cbor::{self, Map};
+use crate::cbor;
+use crate::cbor_reader::{Head, Reader};
 use crate::digest::Digest;
 use crate::dtype::{unknown_dtype_hint, DType, LogicalType};
 use crate::error::{Error, Location, Result, Rule};
-use crate::manifest::{Component, Encoding, Format, Manifest, Object, Origin};
+use crate::manifest::{Attributes, Component, Encoding, Format, Manifest, Object, Origin};
 use crate::warning::Warning;
 
 /// The major and minor version this crate implements.
@@ -52,115 +55,285 @@ pub(crate) fn check_version(
     Ok((major, minor))
 }
 
+/// A rule broken inside an object or component, located on the way out.
+struct Located {
+    rule: Rule,
+    object: Option<String>,
+    component: Option<String>,
+}
+
+impl From<Rule> for Located {
+    fn from(rule: Rule) -> Self {
+        Located {
+            rule,
+            object: None,
+            component: None,
+        }
+    }
+}
+
+impl Located {
+    fn in_object(mut self, name: &str) -> Self {
+        self.object.get_or_insert_with(|| name.to_owned());
+        self
+    }
+
+    fn in_component(mut self, role: &str) -> Self {
+        self.component.get_or_insert_with(|| role.to_owned());
+        self
+    }
+
+    fn into_error(self, file: &str) -> Error {
+        Error::invalid(
+            Location {
+                file: file.to_owned(),
+                object: self.object,
+                component: self.component,
+            },
+            self.rule,
+        )
+    }
+}
+
+type Parse<T> = std::result::Result<T, Located>;
+
 pub(crate) fn manifest(
-    root: &Value,
-    at: &Location,
+    bytes: &[u8],
+    file: &str,
+    max_depth: usize,
     warnings: &mut Vec<Warning>,
 ) -> Result<Manifest> {
-    let inv = |rule| Error::invalid(at.clone(), rule);
-    let map = match root {
-        Value::Map(_) => Map::new(root, "manifest").map_err(inv)?,
-        other => {
-            return Err(inv(Rule::ManifestNotMap {
-                found: cbor::kind(other),
+    let at = Location::file(file);
+    let mut r = Reader::new(bytes, max_depth);
+    let head = r.head().map_err(|rule| Error::invalid(at.clone(), rule))?;
+    if !matches!(head, Head::Map(_)) {
+        return Err(Error::invalid(
+            at,
+            Rule::ManifestNotMap {
+                found: head.kind(),
                 expected: "map",
-            }))
-        }
-    };
-    let version = map
-        .text("version")
-        .map_err(inv)?
-        .ok_or_else(|| inv(Rule::MissingField { field: "version" }))?;
-    check_version(version, at, warnings)?;
-    let attributes = map.attributes("attributes").map_err(inv)?;
-    let objects_value = map
-        .get("objects")
-        .ok_or_else(|| inv(Rule::MissingField { field: "objects" }))?;
-    let objects_map = Map::new(objects_value, "objects").map_err(inv)?;
-    let mut objects = BTreeMap::new();
-    for (name, value) in objects_map.iter() {
-        let obj = object(value, &at.object(name))?;
-        objects.insert(name.to_owned(), obj);
+            },
+        ));
     }
+    let mut r = Reader::new(bytes, max_depth);
+    let mut version: Option<String> = None;
+    let mut attributes = Attributes::new();
+    let mut objects: Option<BTreeMap<String, Object>> = None;
+    let mut deferred: Option<usize> = None;
+    let mut version_checked = false;
+    let root = r.map::<Located>("manifest", "manifest", |r, key| {
+        match key.bytes() {
+            b"version" => version = Some(r.text("version")?.into_owned()),
+            b"attributes" => attributes = attribute_map(r, "attributes")?,
+            b"objects" => {
+                if let Some(v) = &version {
+                    // Check the version before reading a schema it may not share.
+                    check_version(v, &at, warnings).map_err(|e| Located::from(error_rule(e)))?;
+                    version_checked = true;
+                    objects = Some(object_map(r)?);
+                } else {
+                    deferred = Some(r.position());
+                    r.skip()?;
+                }
+            }
+            _ => {
+                key.text()?;
+                r.skip()?
+            }
+        }
+        Ok(())
+    });
+    root.map_err(|e| e.into_error(file))?;
+    if !r.is_at_end() {
+        let rest = bytes.len().saturating_sub(r.position());
+        return Err(Error::invalid(
+            at,
+            Rule::CborSyntax {
+                detail: format!("{rest} trailing bytes after the manifest"),
+            },
+        ));
+    }
+    let version = version
+        .ok_or_else(|| Error::invalid(at.clone(), Rule::MissingField { field: "version" }))?;
+    if !version_checked {
+        check_version(&version, &at, warnings)?;
+    }
+    let objects = match (objects, deferred) {
+        (Some(o), _) => o,
+        (None, Some(pos)) => {
+            object_map(&mut Reader::at(bytes, pos, max_depth)).map_err(|e| e.into_error(file))?
+        }
+        (None, None) => return Err(Error::invalid(at, Rule::MissingField { field: "objects" })),
+    };
     Ok(Manifest {
-        version: version.to_owned(),
+        version,
         origin: Origin::V1,
         attributes,
         objects,
     })
 }
 
-fn object(value: &Value, at: &Location) -> Result<Object> {
-    let inv = |rule| Error::invalid(at.clone(), rule);
-    let map = Map::new(value, "object").map_err(inv)?;
-    let shape = map
-        .shape("shape")
-        .map_err(inv)?
-        .ok_or_else(|| inv(Rule::MissingField { field: "shape" }))?;
-    let format = map
-        .text("format")
-        .map_err(inv)?
-        .ok_or_else(|| inv(Rule::MissingField { field: "format" }))?;
-    let attributes = map.attributes("attributes").map_err(inv)?;
-    let comps_value = map.get("components").ok_or_else(|| {
-        inv(Rule::MissingField {
-            field: "components",
-        })
-    })?;
-    let comps = Map::new(comps_value, "components").map_err(inv)?;
-    let object_name = at.object.as_deref().unwrap_or_default();
-    let mut components = BTreeMap::new();
-    for (role, v) in comps.iter() {
-        let c = component(v, &at.component(object_name, role))?;
-        components.insert(role.to_owned(), c);
+/// Recovers the rule of a version error raised inside the root map.
+fn error_rule(e: Error) -> Rule {
+    match e {
+        Error::Invalid { rule, .. } => rule,
+        Error::Io { source, .. } => Rule::CborSyntax {
+            detail: source.to_string(),
+        },
     }
+}
+
+fn object_map(r: &mut Reader<'_>) -> Parse<BTreeMap<String, Object>> {
+    let mut list: Vec<(String, Object)> = Vec::new();
+    r.map::<Located>("objects", "objects", |r, name| {
+        let name = name.text()?;
+        let obj = object(r).map_err(|e| e.in_object(name))?;
+        list.push((name.to_owned(), obj));
+        Ok(())
+    })?;
+    // Keys are unique (checked above) and usually sorted, so this bulk-builds.
+    Ok(list.into_iter().collect())
+}
+
+fn object(r: &mut Reader<'_>) -> Parse<Object> {
+    let mut shape = None;
+    let mut format: Option<Cow<'_, str>> = None;
+    let mut attributes = Attributes::new();
+    let mut components = None;
+    r.map::<Located>("object", "object", |r, key| {
+        match key.bytes() {
+            b"shape" => shape = Some(r.u64_array("shape")?),
+            b"format" => format = Some(r.text("format")?),
+            b"attributes" => attributes = attribute_map(r, "attributes")?,
+            b"components" => {
+                let mut list: Vec<(String, Component)> = Vec::with_capacity(1);
+                r.map::<Located>("components", "components", |r, role| {
+                    let role = role.text()?;
+                    let c = component(r).map_err(|e| e.in_component(role))?;
+                    list.push((role.to_owned(), c));
+                    Ok(())
+                })?;
+                components = Some(list.into_iter().collect());
+            }
+            _ => {
+                key.text()?;
+                r.skip()?
+            }
+        }
+        Ok(())
+    })?;
     Ok(Object {
-        shape,
-        format: Format::parse(format),
+        shape: shape.ok_or(Rule::MissingField { field: "shape" })?,
+        format: Format::parse(&format.ok_or(Rule::MissingField { field: "format" })?),
         attributes,
-        components,
+        components: components.ok_or(Rule::MissingField {
+            field: "components",
+        })?,
     })
 }
 
-fn component(value: &Value, at: &Location) -> Result<Component> {
-    let inv = |rule| Error::invalid(at.clone(), rule);
-    let map = Map::new(value, "component").map_err(inv)?;
-    let dtype_text = map
-        .text("dtype")
-        .map_err(inv)?
-        .ok_or_else(|| inv(Rule::MissingField { field: "dtype" }))?;
-    let dtype = DType::from_name(dtype_text).ok_or_else(|| {
-        inv(Rule::UnknownDtype {
-            value: dtype_text.to_owned(),
-            hint: unknown_dtype_hint(dtype_text),
-        })
-    })?;
-    let logical_type = map.text("type").map_err(inv)?.map(LogicalType::parse);
-    let encoding = match map.text("encoding").map_err(inv)? {
-        None | Some("raw") => Encoding::Raw,
-        Some("zstd") => Encoding::Zstd,
-        Some(other) => {
-            return Err(inv(Rule::UnknownEncoding {
-                value: other.to_owned(),
-            }))
+fn optional_text<'a>(r: &mut Reader<'a>, field: &str) -> Result<Option<Cow<'a, str>>, Rule> {
+    if r.null() {
+        return Ok(None);
+    }
+    r.text(field).map(Some)
+}
+
+fn component(r: &mut Reader<'_>) -> Parse<Component> {
+    let mut dtype = None;
+    let mut logical_type = None;
+    let mut offset = None;
+    let mut length = None;
+    let mut uncompressed_length = None;
+    let mut encoding = Encoding::Raw;
+    let mut digest = None;
+    r.map::<Located>("component", "component", |r, key| {
+        match key.bytes() {
+            b"dtype" => {
+                let t = r.text("dtype")?;
+                let d = DType::from_name(&t).ok_or_else(|| Rule::UnknownDtype {
+                    value: t.to_string(),
+                    hint: unknown_dtype_hint(&t),
+                })?;
+                dtype = Some(d);
+            }
+            b"type" => logical_type = optional_text(r, "type")?.map(|t| LogicalType::parse(&t)),
+            b"offset" => offset = Some(r.u64("offset")?),
+            b"length" => length = Some(r.u64("length")?),
+            b"uncompressed_length" => {
+                uncompressed_length = if r.null() {
+                    None
+                } else {
+                    Some(r.u64("uncompressed_length")?)
+                }
+            }
+            b"encoding" => {
+                encoding = match optional_text(r, "encoding")?.as_deref() {
+                    None | Some("raw") => Encoding::Raw,
+                    Some("zstd") => Encoding::Zstd,
+                    Some(other) => {
+                        return Err(Rule::UnknownEncoding {
+                            value: other.to_owned(),
+                        }
+                        .into())
+                    }
+                }
+            }
+            b"digest" => {
+                digest = optional_text(r, "digest")?
+                    .map(|d| Digest::parse(&d))
+                    .transpose()?
+            }
+            _ => {
+                key.text()?;
+                r.skip()?
+            }
         }
-    };
-    let digest = map
-        .text("digest")
-        .map_err(inv)?
-        .map(Digest::parse)
-        .transpose()
-        .map_err(inv)?;
+        Ok(())
+    })?;
     Ok(Component {
-        dtype,
+        dtype: dtype.ok_or(Rule::MissingField { field: "dtype" })?,
         logical_type,
-        offset: map.required_u64("offset").map_err(inv)?,
-        length: map.required_u64("length").map_err(inv)?,
-        uncompressed_length: map.u64("uncompressed_length").map_err(inv)?,
+        offset: offset.ok_or(Rule::MissingField { field: "offset" })?,
+        length: length.ok_or(Rule::MissingField { field: "length" })?,
+        uncompressed_length,
         encoding,
         digest,
         legacy: None,
+        slot: 0,
     })
+}
+
+/// Attributes are rare and free-form: skip them strictly, then decode the
+/// span into CBOR values.
+fn attribute_map(r: &mut Reader<'_>, field: &str) -> Result<Attributes, Rule> {
+    if r.null() {
+        return Ok(Attributes::new());
+    }
+    let start = r.position();
+    let depth = r.depth();
+    r.skip()?;
+    let span = r.span(start, r.position());
+    let value = cbor::decode(span, r.max_depth_left(depth))?;
+    attributes_from_value(&value, field)
+}
+
+pub(crate) fn attributes_from_value(v: &Value, field: &str) -> Result<Attributes, Rule> {
+    let wrong = |expected| Rule::FieldType {
+        field: field.to_owned(),
+        expected,
+    };
+    let Value::Map(entries) = v else {
+        return Err(wrong("a map"));
+    };
+    let mut out = Attributes::new();
+    for (k, v) in entries {
+        let Value::Text(k) = k else {
+            return Err(wrong("a map with text keys"));
+        };
+        out.insert(k.clone(), v.clone());
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -177,5 +350,21 @@ mod tests {
         assert_eq!(w.len(), 1);
         assert!(check_version("2.0.0", &at, &mut w).is_err());
         assert!(check_version("x", &at, &mut w).is_err());
+    }
+
+    #[test]
+    fn objects_before_version_still_parse() {
+        let bytes = {
+            use ciborium::Value as V;
+            let v = V::Map(vec![
+                (V::Text("objects".into()), V::Map(vec![])),
+                (V::Text("version".into()), V::Text("1.2.0".into())),
+            ]);
+            let mut out = Vec::new();
+            ciborium::ser::into_writer(&v, &mut out).unwrap();
+            out
+        };
+        let m = manifest(&bytes, "t", 64, &mut Vec::new()).unwrap();
+        assert!(m.objects.is_empty());
     }
 }

@@ -59,8 +59,7 @@ pub struct ZtFile {
     backing: Backing,
     parsed: Parsed,
     options: ReadOptions,
-    /// (object, role) pairs in manifest order, indexing `checks`.
-    slots: Vec<(String, String)>,
+    /// Digest results by component slot, filled on first access.
     checks: Vec<OnceLock<Result<(), Rule>>>,
 }
 
@@ -118,19 +117,20 @@ impl ZtFile {
     }
 
     fn with_backing(label: String, backing: Backing, options: ReadOptions) -> Result<Self> {
-        let parsed = container::parse(&label, backing.bytes(), &options.limits)?;
-        let slots: Vec<(String, String)> = parsed
-            .manifest
-            .components()
-            .map(|(o, c, _)| (o.to_owned(), c.to_owned()))
-            .collect();
-        let checks = slots.iter().map(|_| OnceLock::new()).collect();
+        let mut parsed = container::parse(&label, backing.bytes(), &options.limits)?;
+        let mut n = 0usize;
+        for obj in parsed.manifest.objects.values_mut() {
+            for (_, c) in obj.components.iter_mut() {
+                c.slot = n;
+                n = n.saturating_add(1);
+            }
+        }
+        let checks = (0..n).map(|_| OnceLock::new()).collect();
         Ok(ZtFile {
             label,
             backing,
             parsed,
             options,
-            slots,
             checks,
         })
     }
@@ -183,11 +183,7 @@ impl ZtFile {
                 },
             )
         })?;
-        let slot = self
-            .slots
-            .binary_search_by(|(o, r)| (o.as_str(), r.as_str()).cmp(&(object, role)))
-            .unwrap_or(usize::MAX);
-        Ok((obj, comp, slot))
+        Ok((obj, comp, comp.slot))
     }
 
     fn raw_slice(&self, c: &Component) -> &[u8] {
@@ -216,6 +212,10 @@ impl ZtFile {
     /// its digest on first access.
     pub fn stored(&self, object: &str, role: &str) -> Result<&[u8]> {
         let (_, c, slot) = self.lookup(object, role)?;
+        self.stored_of(object, role, c, slot)
+    }
+
+    fn stored_of(&self, object: &str, role: &str, c: &Component, slot: usize) -> Result<&[u8]> {
         let stored = self.raw_slice(c);
         self.check_digest(c, slot, stored)
             .map_err(|r| Error::invalid(self.at(object, role), r))?;
@@ -225,17 +225,28 @@ impl ZtFile {
     /// The component's decoded bytes (decompressed, legacy transformations
     /// applied), 64-byte aligned; borrowed from the file when possible.
     pub fn read(&self, object: &str, role: &str) -> Result<Data<'_>> {
-        let (obj, c, _) = self.lookup(object, role)?;
-        let at = self.at(object, role);
-        let inv = |r| Error::invalid(at.clone(), r);
-        let stored = self.stored(object, role)?;
+        let (obj, c, slot) = self.lookup(object, role)?;
+        self.read_of(object, role, obj, c, slot)
+    }
+
+    fn read_of(
+        &self,
+        object: &str,
+        role: &str,
+        obj: &Object,
+        c: &Component,
+        slot: usize,
+    ) -> Result<Data<'_>> {
+        let stored = self.stored_of(object, role, c, slot)?;
+        if c.encoding == Encoding::Raw
+            && c.legacy.is_none()
+            && stored.as_ptr() as u64 % ALIGNMENT == 0
+        {
+            return Ok(Data::Borrowed(stored));
+        }
+        let inv = |r| Error::invalid(self.at(object, role), r);
         let decoded = match c.encoding {
-            Encoding::Raw => {
-                if stored.as_ptr() as u64 % ALIGNMENT == 0 && c.legacy.is_none() {
-                    return Ok(Data::Borrowed(stored));
-                }
-                Data::Borrowed(stored)
-            }
+            Encoding::Raw => Data::Borrowed(stored),
             Encoding::Zstd => {
                 let expected = match (c.legacy.is_some(), c.uncompressed_length) {
                     (false, Some(n)) => n,
@@ -254,6 +265,7 @@ impl ZtFile {
                 extract.apply(&decoded, &obj.shape).map_err(inv)?,
             )),
             None => match decoded {
+                // Misaligned legacy data: copy into an aligned buffer.
                 Data::Borrowed(b) => Ok(Data::Owned(AlignedBuf::copy_from(b).map_err(inv)?)),
                 owned => Ok(owned),
             },
@@ -263,8 +275,8 @@ impl ZtFile {
     /// Reads a component as a typed tensor. Dense `data` gets the object's
     /// shape; other components are one-dimensional.
     pub fn component_tensor(&self, object: &str, role: &str) -> Result<Tensor<'_>> {
-        let (obj, c, _) = self.lookup(object, role)?;
-        let data = self.read(object, role)?;
+        let (obj, c, slot) = self.lookup(object, role)?;
+        let data = self.read_of(object, role, obj, c, slot)?;
         let shape = if role == "data" {
             obj.shape.clone()
         } else {

@@ -25,12 +25,12 @@ pub(crate) fn manifest(
     for (name, obj) in &m.objects {
         object(name, obj, at, legacy)?;
         for (role, c) in &obj.components {
-            let cat = at.component(name, role);
-            let inv = |rule| Error::invalid(cat.clone(), rule);
+            let cat = || at.component(name, role);
+            let inv = |rule| Error::invalid(cat(), rule);
             if c.offset % ALIGNMENT != 0 {
                 if legacy {
                     warnings.push(Warning::new(
-                        cat.clone(),
+                        cat(),
                         format!(
                             "offset {} is not a multiple of 64; it is copied on read",
                             c.offset
@@ -60,7 +60,11 @@ pub(crate) fn manifest(
         }
     }
     // Legacy sparse blobs are shared by the components cut from them.
-    extents.sort_unstable();
+    // Usually already in offset order; sorting by the start alone suffices,
+    // since equal starts with non-zero lengths overlap anyway.
+    if !extents.is_sorted_by_key(|e| e.0) {
+        extents.sort_unstable_by_key(|e| (e.0, e.1));
+    }
     extents.dedup_by(|b, a| legacy && a.0 == b.0 && a.1 == b.1);
     for pair in extents.windows(2) {
         if let [(_, a_end, a_obj, a_role), (b_start, b_end, b_obj, b_role)] = pair {
@@ -81,11 +85,10 @@ pub(crate) fn manifest(
 }
 
 pub(crate) fn object(name: &str, obj: &Object, at: &Location, legacy: bool) -> Result<()> {
-    let oat = at.object(name);
     for role in obj.format.required_components() {
         if !obj.components.contains_key(*role) {
             return Err(Error::invalid(
-                oat,
+                at.object(name),
                 Rule::MissingComponent {
                     format: obj.format.name().to_owned(),
                     role,
@@ -95,8 +98,7 @@ pub(crate) fn object(name: &str, obj: &Object, at: &Location, legacy: bool) -> R
     }
     let count = element_count(&obj.shape);
     for (role, c) in &obj.components {
-        let cat = at.component(name, role);
-        let inv = |rule| Error::invalid(cat.clone(), rule);
+        let inv = |rule| Error::invalid(at.component(name, role), rule);
         if obj.format.index_components().contains(&role.as_str()) && c.dtype != DType::U64 {
             return Err(inv(Rule::SparseIndexDtype {
                 found: c.dtype.name().to_owned(),

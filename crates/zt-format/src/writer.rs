@@ -1,11 +1,11 @@
 //! The streaming, append-only writer: blobs at 64-byte boundaries with zero
 //! padding, then the manifest, its size and the footer magic. It never seeks.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 
 use crate::aligned::ALIGNMENT;
 use crate::codec;
+use crate::components::Components;
 use crate::container::MAGIC;
 use crate::digest::DigestAlgorithm;
 use crate::dtype::{DType, LogicalType};
@@ -116,7 +116,7 @@ impl<W: Write> Writer<W> {
             shape: shape.to_vec(),
             format: format.clone(),
             attributes,
-            components: BTreeMap::new(),
+            components: Components::new(),
         };
         for c in components {
             if obj.components.contains_key(c.role) {
@@ -139,6 +139,7 @@ impl<W: Write> Writer<W> {
                     encoding: Encoding::Raw,
                     digest: None,
                     legacy: None,
+                    slot: 0,
                 },
             );
         }

@@ -1,0 +1,547 @@
+//! A pull decoder for CBOR over a byte slice, used for v1.x manifests.
+//!
+//! It borrows text instead of building a value tree, so a manifest with
+//! 10,000 objects parses with a handful of allocations per object. It still
+//! enforces every rule of the strict decoder: a depth limit, no duplicate map
+//! keys (in every map, skipped ones included), well-formed items, and no
+//! trailing bytes (checked by the caller with [`Reader::is_at_end`]).
+
+use std::borrow::Cow;
+
+use crate::error::Rule;
+
+/// The initial byte of an item, decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Head {
+    Uint(u64),
+    Nint(u64),
+    Bytes(Option<u64>),
+    Text(Option<u64>),
+    Array(Option<u64>),
+    Map(Option<u64>),
+    Tag(u64),
+    /// Simple values and floats: the additional-information value.
+    Simple(u8),
+    Break,
+}
+
+impl Head {
+    pub(crate) fn kind(self) -> &'static str {
+        match self {
+            Head::Uint(_) | Head::Nint(_) => "an integer",
+            Head::Bytes(_) => "a byte string",
+            Head::Text(_) => "a text string",
+            Head::Array(_) => "an array",
+            Head::Map(_) => "a map",
+            Head::Tag(_) => "a tagged item",
+            Head::Simple(_) => "a simple value or float",
+            Head::Break => "a break",
+        }
+    }
+}
+
+const BREAK: u8 = 0xff;
+/// Maps up to this size check for duplicate keys on the stack.
+const SMALL_MAP: usize = 8;
+
+fn syntax(detail: impl Into<String>) -> Rule {
+    Rule::CborSyntax {
+        detail: detail.into(),
+    }
+}
+
+/// A text map key, kept as bytes: keys the schema knows are matched before
+/// any UTF-8 check, and every other key is checked with [`Key::text`].
+#[derive(Debug, Clone)]
+pub(crate) struct Key<'a>(Cow<'a, [u8]>);
+
+impl Key<'_> {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub(crate) fn text(&self) -> Result<&str, Rule> {
+        std::str::from_utf8(&self.0).map_err(|_| syntax("map key is not UTF-8"))
+    }
+}
+
+/// A position-tracking decoder.
+#[derive(Debug)]
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    depth: usize,
+    max_depth: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(buf: &'a [u8], max_depth: usize) -> Self {
+        Reader {
+            buf,
+            pos: 0,
+            depth: 0,
+            max_depth,
+        }
+    }
+
+    /// A reader positioned at `pos` of `buf` (for items parsed out of order).
+    pub(crate) fn at(buf: &'a [u8], pos: usize, max_depth: usize) -> Self {
+        Reader {
+            buf,
+            pos,
+            depth: 0,
+            max_depth,
+        }
+    }
+
+    pub(crate) fn position(&self) -> usize {
+        self.pos
+    }
+
+    pub(crate) fn is_at_end(&self) -> bool {
+        self.pos >= self.buf.len()
+    }
+
+    pub(crate) fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// The nesting still allowed below `depth`.
+    pub(crate) fn max_depth_left(&self, depth: usize) -> usize {
+        self.max_depth.saturating_sub(depth)
+    }
+
+    /// The bytes between two positions of this reader.
+    pub(crate) fn span(&self, start: usize, end: usize) -> &'a [u8] {
+        self.buf.get(start..end).unwrap_or_default()
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Rule> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| {
+                syntax(format!(
+                    "item at byte {} runs past the end of the manifest",
+                    self.pos
+                ))
+            })?;
+        let s = self.buf.get(self.pos..end).unwrap_or_default();
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn byte(&mut self) -> Result<u8, Rule> {
+        self.take(1)?
+            .first()
+            .copied()
+            .ok_or_else(|| syntax("unexpected end"))
+    }
+
+    fn argument(&mut self, info: u8) -> Result<Option<u64>, Rule> {
+        let n = match info {
+            0..=23 => return Ok(Some(u64::from(info))),
+            24 => 1,
+            25 => 2,
+            26 => 4,
+            27 => 8,
+            31 => return Ok(None),
+            _ => {
+                return Err(syntax(format!(
+                    "reserved additional information {info} at byte {}",
+                    self.pos
+                )))
+            }
+        };
+        let mut v = 0u64;
+        for &b in self.take(n)? {
+            v = v << 8 | u64::from(b);
+        }
+        Ok(Some(v))
+    }
+
+    pub(crate) fn peek_is_break(&self) -> bool {
+        self.buf.get(self.pos) == Some(&BREAK)
+    }
+
+    /// The head of the next item; a break here is malformed.
+    pub(crate) fn head(&mut self) -> Result<Head, Rule> {
+        let at = self.pos;
+        match self.raw_head()? {
+            Head::Break => Err(syntax(format!("unexpected break at byte {at}"))),
+            h => Ok(h),
+        }
+    }
+
+    /// The next head, breaks included (ends indefinite-length items).
+    fn raw_head(&mut self) -> Result<Head, Rule> {
+        let at = self.pos;
+        let b = self.byte()?;
+        let (major, info) = (b >> 5, b & 0x1f);
+        let arg = self.argument(info)?;
+        let definite = |a: Option<u64>| {
+            a.ok_or_else(|| syntax(format!("indefinite length not allowed at byte {at}")))
+        };
+        Ok(match major {
+            0 => Head::Uint(definite(arg)?),
+            1 => Head::Nint(definite(arg)?),
+            2 => Head::Bytes(arg),
+            3 => Head::Text(arg),
+            4 => Head::Array(arg),
+            5 => Head::Map(arg),
+            6 => Head::Tag(definite(arg)?),
+            _ if b == BREAK => Head::Break,
+            _ if info == 31 => return Err(syntax(format!("stray indefinite marker at byte {at}"))),
+            _ => Head::Simple(info),
+        })
+    }
+
+    fn enter(&mut self) -> Result<(), Rule> {
+        self.depth = self.depth.saturating_add(1);
+        if self.depth > self.max_depth {
+            return Err(Rule::CborTooDeep {
+                limit: self.max_depth,
+            });
+        }
+        Ok(())
+    }
+
+    fn leave(&mut self) {
+        self.depth = self.depth.saturating_sub(1);
+    }
+
+    fn len(n: u64) -> Result<usize, Rule> {
+        usize::try_from(n).map_err(|_| syntax("length does not fit in memory"))
+    }
+
+    /// The string payload after a text or bytes head (chunks joined if indefinite).
+    fn string_body(&mut self, len: Option<u64>, major_text: bool) -> Result<Cow<'a, [u8]>, Rule> {
+        match len {
+            Some(n) => Ok(Cow::Borrowed(self.take(Self::len(n)?)?)),
+            None => {
+                let mut out = Vec::new();
+                loop {
+                    match self.raw_head()? {
+                        Head::Break => break,
+                        Head::Text(Some(n)) if major_text => {
+                            out.extend_from_slice(self.take(Self::len(n)?)?)
+                        }
+                        Head::Bytes(Some(n)) if !major_text => {
+                            out.extend_from_slice(self.take(Self::len(n)?)?)
+                        }
+                        _ => return Err(syntax("bad chunk in an indefinite-length string")),
+                    }
+                }
+                Ok(Cow::Owned(out))
+            }
+        }
+    }
+
+    fn text_body(&mut self, len: Option<u64>) -> Result<Cow<'a, str>, Rule> {
+        match self.string_body(len, true)? {
+            Cow::Borrowed(b) => std::str::from_utf8(b)
+                .map(Cow::Borrowed)
+                .map_err(|_| syntax("text string is not UTF-8")),
+            Cow::Owned(v) => String::from_utf8(v)
+                .map(Cow::Owned)
+                .map_err(|_| syntax("text string is not UTF-8")),
+        }
+    }
+
+    /// Reads a text string, or fails naming `field`.
+    pub(crate) fn text(&mut self, field: &str) -> Result<Cow<'a, str>, Rule> {
+        match self.head()? {
+            Head::Text(len) => self.text_body(len),
+            _ => Err(Rule::FieldType {
+                field: field.to_owned(),
+                expected: "a text string",
+            }),
+        }
+    }
+
+    /// Reads an unsigned integer, or fails naming `field`.
+    pub(crate) fn u64(&mut self, field: &str) -> Result<u64, Rule> {
+        match self.head()? {
+            Head::Uint(v) => Ok(v),
+            _ => Err(Rule::FieldType {
+                field: field.to_owned(),
+                expected: "an unsigned integer",
+            }),
+        }
+    }
+
+    /// Whether the next item is null (consumed if so).
+    pub(crate) fn null(&mut self) -> bool {
+        if self.buf.get(self.pos) == Some(&0xf6) {
+            self.pos = self.pos.saturating_add(1);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Reads an array of unsigned integers.
+    pub(crate) fn u64_array(&mut self, field: &str) -> Result<Vec<u64>, Rule> {
+        let wrong = || Rule::FieldType {
+            field: field.to_owned(),
+            expected: "an array of unsigned integers",
+        };
+        let Head::Array(len) = self.head()? else {
+            return Err(wrong());
+        };
+        self.enter()?;
+        let mut out = Vec::with_capacity(len.map_or(0, |n| n.min(64) as usize));
+        let mut i = 0u64;
+        loop {
+            if len.is_some_and(|n| i >= n) || (len.is_none() && self.peek_is_break()) {
+                break;
+            }
+            match self.head()? {
+                Head::Uint(v) => out.push(v),
+                _ => return Err(wrong()),
+            }
+            i = i.saturating_add(1);
+        }
+        if len.is_none() {
+            self.raw_head()?;
+        }
+        self.leave();
+        Ok(out)
+    }
+
+    /// Iterates a map. `f` gets each text key and must consume its value;
+    /// non-text keys are skipped with their values. Duplicate keys are an
+    /// error naming `context`. Fails naming `field` if the item is not a map.
+    pub(crate) fn map<E: From<Rule>>(
+        &mut self,
+        field: &str,
+        context: &str,
+        mut f: impl FnMut(&mut Self, &Key<'a>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let map_start = self.pos;
+        let len = match self.head()? {
+            Head::Map(len) => len,
+            _ => {
+                return Err(Rule::FieldType {
+                    field: field.to_owned(),
+                    expected: "a map",
+                }
+                .into())
+            }
+        };
+        self.enter()?;
+        // Duplicate detection without a per-map allocation in the common
+        // cases: small maps compare against a stack array, larger ones only
+        // need keys collected once they turn out not to be sorted.
+        let mut small: [Option<Key<'a>>; SMALL_MAP] = Default::default();
+        let mut last: Option<Key<'a>> = None;
+        let mut sorted = true;
+        let mut other_keys: Vec<&'a [u8]> = Vec::new();
+        let mut i = 0u64;
+        let duplicate = |key: &str| Rule::DuplicateKey {
+            key: key.to_owned(),
+            context: context.to_owned(),
+        };
+        loop {
+            if len.is_some_and(|n| i >= n) || (len.is_none() && self.peek_is_break()) {
+                break;
+            }
+            let key_start = self.pos;
+            match self.head()? {
+                Head::Text(l) => {
+                    let key = Key(self.string_body(l, true)?);
+                    if let Some(idx) = usize::try_from(i).ok().filter(|&i| i < SMALL_MAP) {
+                        if small.iter().flatten().any(|k| k.0 == key.0) {
+                            return Err(duplicate(&String::from_utf8_lossy(&key.0)).into());
+                        }
+                        if let Some(s) = small.get_mut(idx) {
+                            *s = Some(key.clone());
+                        }
+                    }
+                    if let Some(prev) = &last {
+                        sorted &= prev.0 < key.0;
+                    }
+                    f(self, &key)?;
+                    last = Some(key);
+                }
+                _ => {
+                    self.pos = key_start;
+                    self.skip()?;
+                    other_keys.push(self.span(key_start, self.pos));
+                    self.skip()?;
+                }
+            }
+            i = i.saturating_add(1);
+        }
+        if len.is_none() {
+            self.raw_head()?;
+        }
+        self.leave();
+        if !sorted && i > SMALL_MAP as u64 {
+            self.check_large_map_keys(map_start, context)?;
+        }
+        other_keys.sort_unstable();
+        if other_keys.windows(2).any(|w| matches!(w, [a, b] if a == b)) {
+            return Err(duplicate("(a non-text key)").into());
+        }
+        Ok(())
+    }
+
+    /// Re-reads a large, unsorted map's keys and looks for a duplicate.
+    fn check_large_map_keys(&self, map_start: usize, context: &str) -> Result<(), Rule> {
+        let mut r = Reader::at(self.buf, map_start, self.max_depth);
+        let mut keys: Vec<Cow<'a, [u8]>> = Vec::new();
+        let Head::Map(len) = r.head()? else {
+            return Ok(());
+        };
+        let mut i = 0u64;
+        loop {
+            if len.is_some_and(|n| i >= n) || (len.is_none() && r.peek_is_break()) {
+                break;
+            }
+            let key_start = r.pos;
+            match r.head()? {
+                Head::Text(l) => keys.push(r.string_body(l, true)?),
+                _ => {
+                    r.pos = key_start;
+                    r.skip()?;
+                }
+            }
+            r.skip()?;
+            i = i.saturating_add(1);
+        }
+        keys.sort_unstable();
+        if let Some(w) = keys.windows(2).find(|w| matches!(w, [a, b] if a == b)) {
+            return Err(Rule::DuplicateKey {
+                key: w
+                    .first()
+                    .map(|k| String::from_utf8_lossy(k).into_owned())
+                    .unwrap_or_default(),
+                context: context.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Skips one item, checking it as strictly as if it were read.
+    pub(crate) fn skip(&mut self) -> Result<(), Rule> {
+        let at = self.pos;
+        match self.head()? {
+            Head::Uint(_) | Head::Nint(_) => Ok(()),
+            Head::Bytes(l) => self.string_body(l, false).map(drop),
+            Head::Text(l) => self.text_body(l).map(drop),
+            Head::Array(len) => {
+                self.enter()?;
+                let mut i = 0u64;
+                loop {
+                    if len.is_some_and(|n| i >= n) || (len.is_none() && self.peek_is_break()) {
+                        break;
+                    }
+                    self.skip()?;
+                    i = i.saturating_add(1);
+                }
+                if len.is_none() {
+                    self.head()?;
+                }
+                self.leave();
+                Ok(())
+            }
+            Head::Map(_) => {
+                self.pos = at;
+                self.map("map", "a nested map", |r, k| {
+                    k.text()?;
+                    r.skip()
+                })
+            }
+            Head::Tag(_) => {
+                self.enter()?;
+                self.skip()?;
+                self.leave();
+                Ok(())
+            }
+            // A float's or simple value's bytes were consumed by `head`.
+            Head::Simple(_) => Ok(()),
+            Head::Break => Err(syntax(format!("unexpected break at byte {at}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enc(v: &ciborium::Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        ciborium::ser::into_writer(v, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn reads_maps_and_detects_duplicates() {
+        use ciborium::Value as V;
+        let m = V::Map(vec![
+            (V::Text("b".into()), V::Integer(1.into())),
+            (V::Text("a".into()), V::Array(vec![V::Float(1.5), V::Null])),
+            (V::Integer(3.into()), V::Bool(true)),
+        ]);
+        let bytes = enc(&m);
+        let mut r = Reader::new(&bytes, 8);
+        let mut seen = Vec::new();
+        r.map::<Rule>("root", "root", |r, k| {
+            seen.push(k.text()?.to_owned());
+            r.skip()
+        })
+        .unwrap();
+        assert!(r.is_at_end());
+        assert_eq!(seen, ["b", "a"]);
+
+        let dup = V::Map(vec![
+            (V::Text("b".into()), V::Null),
+            (V::Text("a".into()), V::Null),
+            (V::Text("b".into()), V::Null),
+        ]);
+        let bytes = enc(&dup);
+        let err = Reader::new(&bytes, 8).skip().unwrap_err();
+        assert!(matches!(err, Rule::DuplicateKey { .. }));
+    }
+
+    #[test]
+    fn large_maps_find_duplicates_sorted_or_not() {
+        use ciborium::Value as V;
+        let map = |keys: &[String]| {
+            enc(&V::Map(
+                keys.iter().map(|k| (V::Text(k.clone()), V::Null)).collect(),
+            ))
+        };
+        let sorted: Vec<String> = (0..40).map(|i| format!("k{i:03}")).collect();
+        assert!(Reader::new(&map(&sorted), 8).skip().is_ok());
+        let mut shuffled = sorted.clone();
+        shuffled.reverse();
+        assert!(Reader::new(&map(&shuffled), 8).skip().is_ok());
+        for (a, b) in [(0, 39), (20, 39), (3, 5)] {
+            let mut dup = shuffled.clone();
+            dup[b] = dup[a].clone();
+            let err = Reader::new(&map(&dup), 8).skip().unwrap_err();
+            assert!(matches!(err, Rule::DuplicateKey { .. }), "{a} {b}");
+        }
+    }
+
+    #[test]
+    fn depth_and_truncation() {
+        let mut deep = vec![0x81u8; 100];
+        deep.push(0x00);
+        assert!(matches!(
+            Reader::new(&deep, 64).skip(),
+            Err(Rule::CborTooDeep { .. })
+        ));
+        assert!(Reader::new(&deep, 200).skip().is_ok());
+        assert!(matches!(
+            Reader::new(&[0x7a, 0xff, 0xff, 0xff, 0xff], 8).skip(),
+            Err(Rule::CborSyntax { .. })
+        ));
+        // Indefinite-length text made of chunks.
+        let chunks = [0x7f, 0x61, b'a', 0x61, b'b', 0xff];
+        assert_eq!(Reader::new(&chunks, 8).text("t").unwrap(), "ab");
+    }
+}

@@ -86,7 +86,7 @@ pub(crate) fn manifest(
 
 pub(crate) fn object(name: &str, obj: &Object, at: &Location, legacy: bool) -> Result<()> {
     for role in obj.format.required_components() {
-        if !obj.components.contains_key(*role) {
+        if !obj.components.contains_key(role) {
             return Err(Error::invalid(
                 at.object(name),
                 Rule::MissingComponent {

@@ -7,6 +7,7 @@
 
 pub mod import;
 pub mod manifest_json;
+pub mod select;
 pub mod tool;
 
 pub use zt_format as format;

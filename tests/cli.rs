@@ -201,3 +201,32 @@ fn info_json_uses_the_shared_schema() {
     assert_eq!(o["components"]["data"]["dtype"], "bf16");
     assert_eq!(o["components"]["data"]["offset"].as_u64().unwrap() % 64, 0);
 }
+
+#[test]
+fn info_selects_objects_by_glob() {
+    let out = zt()
+        .args([
+            "info",
+            "--json",
+            "--select",
+            "model.layers.1.*",
+            "--select",
+            "lm_head.weight",
+        ])
+        .arg(sample())
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let objects = v["objects"].as_object().unwrap();
+    assert_eq!(objects.len(), 10);
+    assert!(objects
+        .keys()
+        .all(|k| k.starts_with("model.layers.1.") || k == "lm_head.weight"));
+    let out = zt()
+        .args(["info", "--select", "nope*"])
+        .arg(sample())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no object matches \"nope*\""));
+}

@@ -72,6 +72,9 @@ enum Command {
         /// Print the manifest in the shared JSON schema.
         #[arg(long)]
         json: bool,
+        /// Only objects matching this glob (repeatable; `*` and `?` cross `.` and `/`).
+        #[arg(long = "select", value_name = "GLOB")]
+        select: Vec<String>,
         #[command(flatten)]
         read: ReadArgs,
     },
@@ -129,9 +132,15 @@ fn run(cli: Cli) -> Result<()> {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     match cli.command {
-        Command::Info { file, json, read } => {
+        Command::Info {
+            file,
+            json,
+            select,
+            read,
+        } => {
             let f = ZtFile::open_with(&file, read.options())?;
-            tool::info::print(&mut out, f.manifest(), f.warnings(), json)
+            let manifest = tool::info::selected(f.manifest(), &select)?;
+            tool::info::print(&mut out, &manifest, f.warnings(), json)
         }
         Command::Verify {
             file,

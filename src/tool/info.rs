@@ -6,6 +6,26 @@ use anyhow::Result;
 use zt_format::{Manifest, Warning};
 
 use crate::manifest_json::{cbor_to_json, manifest_json, origin_name};
+use crate::select::Selection;
+
+use super::exit::{Failure, USAGE};
+
+/// The manifest restricted to the objects that `patterns` select.
+pub fn selected(m: &Manifest, patterns: &[String]) -> Result<Manifest> {
+    let sel = Selection::new(patterns).map_err(|e| Failure::new(USAGE, e.to_string()))?;
+    if sel.is_all() {
+        return Ok(m.clone());
+    }
+    let names: Vec<String> = sel
+        .apply(m.objects.keys().map(String::as_str))
+        .map_err(|e| Failure::new(USAGE, e.to_string()))?
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let mut out = m.clone();
+    out.objects.retain(|k, _| names.binary_search(k).is_ok());
+    Ok(out)
+}
 
 /// Prints a manifest as JSON (the shared schema) or as a table.
 pub fn print(out: &mut impl Write, m: &Manifest, warnings: &[Warning], json: bool) -> Result<()> {

@@ -7,6 +7,11 @@ export CARGO_TERM_COLOR=never
 
 step() { printf '\n==> %s\n' "$*"; }
 
+step "system tools the tests drive (curl)"
+if ! command -v curl >/dev/null; then
+    if [ "$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q curl; else sudo apt-get install -y -q curl; fi
+fi
+
 step "python venv (.venv) with pinned interop packages"
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv

@@ -8,6 +8,7 @@
 pub mod import;
 pub mod manifest_json;
 pub mod select;
+pub mod server;
 pub mod tool;
 
 pub use zt_format as format;

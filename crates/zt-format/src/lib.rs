@@ -52,6 +52,7 @@ mod manifest;
 mod mmap;
 mod options;
 mod parse_v1;
+mod pread;
 mod reader;
 mod validate;
 mod warning;
@@ -74,6 +75,7 @@ pub use manifest::{
     element_count, Attributes, CborValue, Component, Encoding, Format, Manifest, Object, Origin,
 };
 pub use options::{Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP};
+pub use pread::{read_manifest_at, FileManifest};
 pub use reader::{ComponentReport, ComponentStatus, ZtFile};
 pub use validate::BlobArea;
 pub use warning::Warning;

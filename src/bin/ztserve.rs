@@ -1,0 +1,159 @@
+//! `ztserve`: serve every `.zt` file under a directory over HTTP.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+use ztserve::server::config::{self, LogFormat, Sources};
+use ztserve::server::{self, State};
+
+#[derive(Parser)]
+#[command(
+    name = "ztserve",
+    version,
+    about = "Serve a directory tree of zTensor (.zt) files over HTTP",
+    after_help = "Configuration precedence: flags > ZTSERVE_* environment variables > --config file > defaults.\n\
+Exit codes: 0 clean shutdown; 1 runtime failure; 2 invalid configuration or usage."
+)]
+struct Cli {
+    /// Directory tree to serve [env: ZTSERVE_ROOT]
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// HTTP listen address, e.g. 0.0.0.0:7070 or [::]:7070 [env: ZTSERVE_LISTEN]
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// TOML configuration file (see --print-default-config)
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Log format: text or json [env: ZTSERVE_LOG_FORMAT]
+    #[arg(long, value_parser = ["text", "json"])]
+    log_format: Option<String>,
+    /// Log filter, e.g. info or ztserve=debug [env: ZTSERVE_LOG_LEVEL; RUST_LOG wins]
+    #[arg(long)]
+    log_level: Option<String>,
+    /// Seconds to finish requests in flight after SIGTERM/SIGINT [env: ZTSERVE_SHUTDOWN_TIMEOUT_SECS]
+    #[arg(long)]
+    shutdown_timeout_secs: Option<u64>,
+    /// Validate a configuration file (with the environment and flags) and exit
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    check_config: Option<PathBuf>,
+    /// Print the commented default configuration and exit
+    #[arg(long)]
+    print_default_config: bool,
+}
+
+impl Cli {
+    fn flags(&self) -> Vec<(&'static str, toml::Value)> {
+        let mut f = Vec::new();
+        let s = |v: &str| toml::Value::String(v.to_owned());
+        if let Some(r) = &self.root {
+            f.push(("root", s(&r.to_string_lossy())));
+        }
+        if let Some(l) = &self.listen {
+            f.push(("listen", s(&l.to_string())));
+        }
+        if let Some(v) = &self.log_format {
+            f.push(("log_format", s(v)));
+        }
+        if let Some(v) = &self.log_level {
+            f.push(("log_level", s(v)));
+        }
+        if let Some(v) = self.shutdown_timeout_secs {
+            f.push((
+                "shutdown_timeout_secs",
+                toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX)),
+            ));
+        }
+        f
+    }
+}
+
+fn init_logging(format: LogFormat, level: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => tracing::info!(signal = "SIGINT", "signal received"),
+        _ = term => tracing::info!(signal = "SIGTERM", "signal received"),
+    }
+}
+
+/// Raises the open-file limit to its hard maximum: every served file holds a descriptor.
+fn raise_nofile_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => tracing::debug!(limit = n, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
+}
+
+/// An error and the exit code it gets.
+struct Failure(u8, anyhow::Error);
+
+fn serve(cli: Cli) -> Result<(), Failure> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let sources = Sources {
+        file: cli.config.as_deref().or(cli.check_config.as_deref()),
+        env,
+        flags: cli.flags(),
+    };
+    let config = config::load(&sources).map_err(|e| Failure(2, e))?;
+    if let Some(f) = &cli.check_config {
+        println!("{}: ok", f.display());
+        return Ok(());
+    }
+    init_logging(config.log_format, &config.log_level);
+    raise_nofile_limit();
+    let rt = tokio::runtime::Runtime::new()
+        .context("starting the runtime")
+        .map_err(|e| Failure(1, e))?;
+    rt.block_on(async move {
+        let listener = server::bind(config.listen)?;
+        let state = State::new(config)?;
+        server::run(state, listener, shutdown_signal()).await
+    })
+    .map_err(|e| Failure(1, e))
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    if cli.print_default_config {
+        print!("{}", config::DEFAULT_CONFIG);
+        return ExitCode::SUCCESS;
+    }
+    match serve(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(code, e)) => {
+            eprintln!("ztserve: {e:#}");
+            ExitCode::from(code)
+        }
+    }
+}

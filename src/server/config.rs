@@ -1,0 +1,370 @@
+//! Configuration: built-in defaults, then a TOML file, then `ZTSERVE_*`
+//! environment variables, then command-line flags; later sources win.
+//! Every key is documented in `config/ztserve.toml`, which
+//! `ztserve --print-default-config` prints. Unknown keys are refused by name.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Deserialize;
+
+/// The commented default configuration, shipped as `config/ztserve.toml`.
+pub const DEFAULT_CONFIG: &str = include_str!("../../config/ztserve.toml");
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The daemon's configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Directory tree whose `.zt` files are served.
+    pub root: PathBuf,
+    /// HTTP listen address.
+    #[serde(default = "defaults::listen")]
+    pub listen: SocketAddr,
+    #[serde(default = "defaults::log_format")]
+    pub log_format: LogFormat,
+    #[serde(default = "defaults::log_level")]
+    pub log_level: String,
+    /// Seconds to finish in-flight requests after SIGTERM/SIGINT.
+    #[serde(default = "defaults::shutdown_timeout_secs")]
+    pub shutdown_timeout_secs: u64,
+    #[serde(default)]
+    pub catalog: CatalogConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    #[serde(default)]
+    pub cors: CorsConfig,
+}
+
+/// How the served tree is watched.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogConfig {
+    /// Seconds between full rescans (the fallback when file events are missed).
+    #[serde(default = "defaults::rescan_interval_secs")]
+    pub rescan_interval_secs: u64,
+    /// Milliseconds to wait for file events to settle before rescanning.
+    #[serde(default = "defaults::debounce_ms")]
+    pub debounce_ms: u64,
+    /// Watch the tree for changes (inotify); off means periodic rescans only.
+    #[serde(default = "defaults::yes")]
+    pub watch: bool,
+}
+
+impl Default for CatalogConfig {
+    fn default() -> Self {
+        CatalogConfig {
+            rescan_interval_secs: defaults::rescan_interval_secs(),
+            debounce_ms: defaults::debounce_ms(),
+            watch: true,
+        }
+    }
+}
+
+/// Resource caps.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Most ranges honoured in one Range header.
+    #[serde(default = "defaults::max_ranges")]
+    pub max_ranges: usize,
+    /// Largest manifest accepted when scanning, in bytes.
+    #[serde(default = "defaults::manifest_cap")]
+    pub manifest_cap: u64,
+    /// Largest decoded component for `?decode=1`, in bytes.
+    #[serde(default = "defaults::decompress_cap")]
+    pub decompress_cap: u64,
+    /// Most concurrent HTTP connections.
+    #[serde(default = "defaults::max_connections")]
+    pub max_connections: usize,
+    /// Seconds a request may take to arrive and be answered before it is cut off.
+    #[serde(default = "defaults::request_timeout_secs")]
+    pub request_timeout_secs: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_ranges: defaults::max_ranges(),
+            manifest_cap: defaults::manifest_cap(),
+            decompress_cap: defaults::decompress_cap(),
+            max_connections: defaults::max_connections(),
+            request_timeout_secs: defaults::request_timeout_secs(),
+        }
+    }
+}
+
+/// Cross-origin access for browser apps.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorsConfig {
+    /// Origins allowed to read responses; empty disables CORS, `["*"]` allows any.
+    #[serde(default)]
+    pub allow_origins: Vec<String>,
+}
+
+mod defaults {
+    use std::net::SocketAddr;
+
+    pub(super) fn listen() -> SocketAddr {
+        SocketAddr::from(([0, 0, 0, 0], 7070))
+    }
+    pub(super) fn log_format() -> super::LogFormat {
+        super::LogFormat::Text
+    }
+    pub(super) fn log_level() -> String {
+        "info".to_owned()
+    }
+    pub(super) fn shutdown_timeout_secs() -> u64 {
+        30
+    }
+    pub(super) fn rescan_interval_secs() -> u64 {
+        30
+    }
+    pub(super) fn debounce_ms() -> u64 {
+        250
+    }
+    pub(super) fn yes() -> bool {
+        true
+    }
+    pub(super) fn max_ranges() -> usize {
+        64
+    }
+    pub(super) fn manifest_cap() -> u64 {
+        zt_format::DEFAULT_MANIFEST_CAP
+    }
+    pub(super) fn decompress_cap() -> u64 {
+        1 << 30
+    }
+    pub(super) fn max_connections() -> usize {
+        4096
+    }
+    pub(super) fn request_timeout_secs() -> u64 {
+        3600
+    }
+}
+
+/// The kind of value a key holds, for reading it from an environment variable.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Text,
+    Int,
+    Bool,
+    List,
+}
+
+/// Every key, dotted, with its kind. Environment variables are
+/// `ZTSERVE_` + the key in upper case with `.` as `_`.
+const KEYS: &[(&str, Kind)] = &[
+    ("root", Kind::Text),
+    ("listen", Kind::Text),
+    ("log_format", Kind::Text),
+    ("log_level", Kind::Text),
+    ("shutdown_timeout_secs", Kind::Int),
+    ("catalog.rescan_interval_secs", Kind::Int),
+    ("catalog.debounce_ms", Kind::Int),
+    ("catalog.watch", Kind::Bool),
+    ("limits.max_ranges", Kind::Int),
+    ("limits.manifest_cap", Kind::Int),
+    ("limits.decompress_cap", Kind::Int),
+    ("limits.max_connections", Kind::Int),
+    ("limits.request_timeout_secs", Kind::Int),
+    ("cors.allow_origins", Kind::List),
+];
+
+/// The environment variable for a dotted key.
+pub fn env_name(key: &str) -> String {
+    format!("ZTSERVE_{}", key.to_uppercase().replace('.', "_"))
+}
+
+/// Every configuration key, dotted.
+pub fn keys() -> impl Iterator<Item = &'static str> {
+    KEYS.iter().map(|(k, _)| *k)
+}
+
+fn set(table: &mut toml::Table, key: &str, value: toml::Value) {
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let last = parts.pop().unwrap_or(key);
+    let mut t = table;
+    for p in parts {
+        let entry = t
+            .entry(p.to_owned())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        t = match entry {
+            toml::Value::Table(t) => t,
+            _ => return,
+        };
+    }
+    t.insert(last.to_owned(), value);
+}
+
+fn parse_env(key: &str, kind: Kind, raw: &str) -> Result<toml::Value> {
+    let var = env_name(key);
+    Ok(match kind {
+        Kind::Text => toml::Value::String(raw.to_owned()),
+        Kind::Int => toml::Value::Integer(raw.trim().parse().with_context(|| {
+            format!("{var}: {raw:?} is not an integer (configuration key `{key}`)")
+        })?),
+        Kind::Bool => toml::Value::Boolean(match raw.trim() {
+            "1" | "true" | "yes" | "on" => true,
+            "0" | "false" | "no" | "off" => false,
+            _ => bail!("{var}: {raw:?} is not a boolean (configuration key `{key}`)"),
+        }),
+        Kind::List => toml::Value::Array(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| toml::Value::String(s.to_owned()))
+                .collect(),
+        ),
+    })
+}
+
+/// Where configuration comes from; flags hold `(dotted key, value)` pairs.
+#[derive(Debug, Default)]
+pub struct Sources<'a> {
+    pub file: Option<&'a Path>,
+    pub env: Vec<(String, String)>,
+    pub flags: Vec<(&'static str, toml::Value)>,
+}
+
+/// Loads and validates the configuration.
+pub fn load(sources: &Sources<'_>) -> Result<Config> {
+    let mut table = match sources.file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading config file {}", path.display()))?;
+            toml::from_str::<toml::Table>(&text)
+                .with_context(|| format!("config file {}", path.display()))?
+        }
+        None => toml::Table::new(),
+    };
+    for (name, raw) in &sources.env {
+        if !name.starts_with("ZTSERVE_") {
+            continue;
+        }
+        let Some((key, kind)) = KEYS.iter().find(|(k, _)| env_name(k) == *name) else {
+            bail!("unknown environment variable {name}: not a configuration key (see ztserve --print-default-config)");
+        };
+        set(&mut table, key, parse_env(key, *kind, raw)?);
+    }
+    for (key, value) in &sources.flags {
+        set(&mut table, key, value.clone());
+    }
+    let origin = match sources.file {
+        Some(p) => format!("configuration ({} + environment + flags)", p.display()),
+        None => "configuration (environment + flags)".to_owned(),
+    };
+    let config: Config =
+        Config::deserialize(toml::Value::Table(table)).map_err(|e| anyhow!("{origin}: {e}"))?;
+    config.validate()?;
+    Ok(config)
+}
+
+impl Config {
+    fn validate(&self) -> Result<()> {
+        if self.root.as_os_str().is_empty() {
+            bail!("configuration key `root` is empty");
+        }
+        if self.limits.max_ranges == 0 {
+            bail!("configuration key `limits.max_ranges` must be at least 1");
+        }
+        if self.limits.max_connections == 0 {
+            bail!("configuration key `limits.max_connections` must be at least 1");
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log_level)
+            .map_err(|e| anyhow!("configuration key `log_level`: {e}"))?;
+        Ok(())
+    }
+
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_secs(self.shutdown_timeout_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_shipped_file_is_the_defaults() {
+        let table: toml::Table = toml::from_str(DEFAULT_CONFIG).unwrap();
+        let c = Config::deserialize(toml::Value::Table(table)).unwrap();
+        assert_eq!(c.listen, defaults::listen());
+        assert_eq!(c.limits, LimitsConfig::default());
+        assert_eq!(c.catalog, CatalogConfig::default());
+    }
+
+    #[test]
+    fn flags_beat_env_beat_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "root = \"/from-file\"\nlisten = \"127.0.0.1:1\"\n[limits]\nmax_ranges = 3\n",
+        )
+        .unwrap();
+        let sources = Sources {
+            file: Some(&file),
+            env: env(&[
+                ("ZTSERVE_LISTEN", "127.0.0.1:2"),
+                ("ZTSERVE_LIMITS_MAX_RANGES", "5"),
+                ("OTHER", "x"),
+            ]),
+            flags: vec![("listen", toml::Value::String("127.0.0.1:3".into()))],
+        };
+        let c = load(&sources).unwrap();
+        assert_eq!(c.root, PathBuf::from("/from-file"));
+        assert_eq!(c.listen.port(), 3);
+        assert_eq!(c.limits.max_ranges, 5);
+    }
+
+    #[test]
+    fn bad_keys_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "root = \"/m\"\n[limits]\nmax_rangez = 3\n").unwrap();
+        let err = load(&Sources {
+            file: Some(&file),
+            ..Sources::default()
+        })
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("max_rangez"), "{err:#}");
+        let err = load(&Sources {
+            env: env(&[
+                ("ZTSERVE_ROOT", "/m"),
+                ("ZTSERVE_LIMITS_MAX_RANGES", "many"),
+            ]),
+            ..Sources::default()
+        })
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("limits.max_ranges"), "{err:#}");
+        let err = load(&Sources {
+            env: env(&[("ZTSERVE_ROOT", "/m"), ("ZTSERVE_BOGUS", "1")]),
+            ..Sources::default()
+        })
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("ZTSERVE_BOGUS"), "{err:#}");
+        let err = load(&Sources::default()).unwrap_err();
+        assert!(format!("{err:#}").contains("root"), "{err:#}");
+    }
+}

@@ -1,0 +1,74 @@
+//! Response bodies read from a file with `pread`, in bounded chunks.
+//!
+//! Memory per response is one chunk at a time. A file truncated under a
+//! transfer yields a short read, which ends the body with an error: the
+//! client sees the connection cut before `Content-Length` bytes, and the
+//! daemon carries on.
+
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use axum::body::Body;
+use bytes::Bytes;
+use futures_util::stream::{self, Stream, StreamExt};
+
+use crate::server::catalog::Served;
+use crate::server::State;
+
+/// Bytes read per `pread`.
+const CHUNK: u64 = 256 * 1024;
+
+/// A piece of a response body: literal bytes, or a range of the file.
+#[derive(Debug, Clone)]
+pub(crate) enum Part {
+    Bytes(Bytes),
+    File(Range<u64>),
+}
+
+fn file_stream(
+    served: Arc<Served>,
+    state: Arc<State>,
+    range: Range<u64>,
+) -> impl Stream<Item = io::Result<Bytes>> + Send {
+    stream::unfold(range.start, move |pos| {
+        let served = Arc::clone(&served);
+        let state = Arc::clone(&state);
+        let end = range.end;
+        let path = served.path.clone();
+        async move {
+            if pos >= end {
+                return None;
+            }
+            let n = CHUNK.min(end - pos);
+            let read = tokio::task::spawn_blocking(move || {
+                let mut buf = vec![0u8; n as usize];
+                served.file.read_exact_at(&mut buf, pos).map(|()| buf)
+            })
+            .await;
+            let item = match read {
+                Ok(Ok(buf)) => {
+                    state.metrics.add_bytes(n);
+                    Ok(Bytes::from(buf))
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(file = %path, error = %e, offset = pos, "read failed mid-response (file truncated?)");
+                    Err(e)
+                }
+                Err(e) => Err(io::Error::other(e)),
+            };
+            let next = if item.is_ok() { pos + n } else { end };
+            Some((item, next))
+        }
+    })
+}
+
+/// A body made of literal parts and file ranges.
+pub(crate) fn body(served: Arc<Served>, state: Arc<State>, parts: Vec<Part>) -> Body {
+    let s = stream::iter(parts).flat_map(move |p| match p {
+        Part::Bytes(b) => stream::once(async move { Ok(b) }).boxed(),
+        Part::File(r) => file_stream(Arc::clone(&served), Arc::clone(&state), r).boxed(),
+    });
+    Body::from_stream(s)
+}

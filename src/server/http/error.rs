@@ -1,0 +1,53 @@
+//! One error type for every handler: a status and a short JSON body.
+//! Internal details go to the log, not to the client.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// An HTTP error response.
+#[derive(Debug)]
+pub struct AppError {
+    pub status: StatusCode,
+    pub error: &'static str,
+    pub detail: String,
+}
+
+impl AppError {
+    pub fn new(status: StatusCode, error: &'static str, detail: impl Into<String>) -> Self {
+        AppError {
+            status,
+            error,
+            detail: detail.into(),
+        }
+    }
+
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        AppError::new(StatusCode::NOT_FOUND, "not_found", detail)
+    }
+
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        AppError::new(StatusCode::BAD_REQUEST, "bad_request", detail)
+    }
+
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %detail, "internal error");
+        AppError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error; see the server log",
+        )
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let body = json!({ "error": self.error, "detail": self.detail }).to_string();
+        let mut r = (self.status, body).into_response();
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r
+    }
+}

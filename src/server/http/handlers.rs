@@ -1,0 +1,415 @@
+//! The request handlers of the HTTP API.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::body::Body;
+use axum::extract::{RawQuery, State as AxState};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use serde_json::json;
+use sha2::{Digest as _, Sha256};
+use zt_format::{Component, Encoding, Origin};
+
+use super::error::AppError;
+use super::route::{split, Target};
+use super::serve::{respond, Entity};
+use super::Template;
+use crate::manifest_json::manifest_json;
+use crate::select::Selection;
+use crate::server::catalog::{hex, Entry, Served};
+use crate::server::State;
+
+/// Path URLs can be replaced in place, so caches must revalidate.
+const REVALIDATE: &str = "no-cache";
+
+fn with_template(mut r: Response, t: &'static str) -> Response {
+    r.extensions_mut().insert(Template(t));
+    r
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    httpdate::fmt_http_date(t)
+}
+
+/// `GET /v1/files`: served and unavailable files.
+pub(crate) async fn list(AxState(state): AxState<Arc<State>>) -> Response {
+    let snap = state.catalog.snapshot();
+    let files: Vec<_> = snap
+        .served()
+        .map(|s| {
+            json!({
+                "path": s.path,
+                "size": s.size,
+                "etag": s.etag,
+                "version": s.manifest.version,
+                "objects": s.manifest.objects.len(),
+                "modified": rfc3339(s.modified),
+            })
+        })
+        .collect();
+    let unavailable: Vec<_> = snap
+        .unavailable()
+        .map(|u| json!({ "path": u.path, "size": u.size, "modified": rfc3339(u.modified), "reason": u.reason }))
+        .collect();
+    let body = json!({ "files": files, "unavailable": unavailable });
+    with_template(
+        ([(header::CACHE_CONTROL, REVALIDATE)], axum::Json(body)).into_response(),
+        "/v1/files",
+    )
+}
+
+/// Query parameters, repeatable ones included.
+fn query_pairs(q: Option<&str>) -> Vec<(String, String)> {
+    q.map(|q| {
+        q.split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                let dec = |s: &str| {
+                    percent_encoding::percent_decode_str(&s.replace('+', " "))
+                        .decode_utf8_lossy()
+                        .into_owned()
+                };
+                (dec(k), dec(v))
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// `GET|HEAD /v1/files/{path}[/manifest|/objects/{name}/{component}]`.
+pub(crate) async fn file(
+    AxState(state): AxState<Arc<State>>,
+    method: Method,
+    uri: Uri,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let rest = uri.path().strip_prefix("/v1/files/").unwrap_or_default();
+    let snap = state.catalog.snapshot();
+    let (path, target) = match split(rest, &snap) {
+        Ok(x) => x,
+        Err(e) => return with_template(e.into_response(), "/v1/files/{path}"),
+    };
+    let template = match target {
+        Target::File => "/v1/files/{path}",
+        Target::Manifest => "/v1/files/{path}/manifest",
+        Target::Component { .. } => "/v1/files/{path}/objects/{name}/{component}",
+    };
+    let served = match snap.get(&path) {
+        Some(Entry::Served(s)) => Arc::clone(s),
+        Some(Entry::Unavailable(u)) => {
+            let e = AppError::new(StatusCode::CONFLICT, "unavailable", u.reason.clone());
+            return with_template(e.into_response(), template);
+        }
+        None => {
+            return with_template(
+                AppError::not_found(format!("no file {path:?}")).into_response(),
+                template,
+            )
+        }
+    };
+    drop(snap);
+    let query = query_pairs(query.as_deref());
+    let result = match target {
+        Target::File => Ok(respond(
+            &state,
+            &method,
+            &headers,
+            Entity {
+                span: 0..served.size,
+                etag: served.etag.clone(),
+                modified: served.modified,
+                content_type: "application/octet-stream",
+                cache_control: REVALIDATE,
+                headers: Vec::new(),
+                served,
+            },
+        )),
+        Target::Manifest => manifest(&served, &headers, &query),
+        Target::Component { object, component } => component_response(
+            &state, &method, &headers, &query, served, &object, &component,
+        ),
+    };
+    with_template(result.unwrap_or_else(IntoResponse::into_response), template)
+}
+
+fn selection(query: &[(String, String)], served: &Served) -> Result<Option<Vec<String>>, AppError> {
+    let patterns: Vec<&str> = query
+        .iter()
+        .filter(|(k, _)| k == "select")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    let sel = Selection::new(&patterns).map_err(|e| AppError::bad_request(e.to_string()))?;
+    let names = sel
+        .apply(served.manifest.objects.keys().map(String::as_str))
+        .map_err(|e| AppError::not_found(e.to_string()))?;
+    Ok(Some(names.into_iter().map(str::to_owned).collect()))
+}
+
+fn wants_cbor(headers: &HeaderMap, query: &[(String, String)]) -> bool {
+    if let Some((_, f)) = query.iter().find(|(k, _)| k == "format") {
+        return f == "cbor";
+    }
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| {
+            a.split(',')
+                .any(|t| t.trim().starts_with("application/cbor"))
+        })
+}
+
+fn manifest(
+    served: &Arc<Served>,
+    headers: &HeaderMap,
+    query: &[(String, String)],
+) -> Result<Response, AppError> {
+    let selected = selection(query, served)?;
+    let cbor = wants_cbor(headers, query);
+    let (body, content_type, source): (Vec<u8>, &str, &str) = if cbor {
+        if selected.is_none() && served.manifest.origin == Origin::V1 {
+            (served.manifest_raw.clone(), "application/cbor", "file")
+        } else {
+            let mut m = served.manifest.clone();
+            if let Some(names) = &selected {
+                m.objects.retain(|k, _| names.binary_search(k).is_ok());
+            }
+            (
+                zt_format::manifest_cbor(&m),
+                "application/cbor",
+                "re-encoded",
+            )
+        }
+    } else {
+        let names: Option<Vec<&str>> = selected
+            .as_ref()
+            .map(|v| v.iter().map(String::as_str).collect());
+        let doc = manifest_json(&served.manifest, names.as_deref());
+        (
+            serde_json::to_vec(&doc).map_err(AppError::internal)?,
+            "application/json",
+            "json",
+        )
+    };
+    // A representation's ETag: the file's, the selection and the format.
+    let mut h = Sha256::new();
+    h.update(served.etag.as_bytes());
+    h.update(content_type.as_bytes());
+    if let Some(names) = &selected {
+        for n in names {
+            h.update(n.as_bytes());
+            h.update([0]);
+        }
+    }
+    let etag = format!("\"m-{}\"", hex(h.finalize().get(..16).unwrap_or_default()));
+    let mut builder = Response::builder()
+        .header(header::ETAG, &etag)
+        .header(header::VARY, "Accept")
+        .header(header::CACHE_CONTROL, REVALIDATE)
+        .header("x-zt-manifest-source", source);
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|l| l.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
+    {
+        return builder
+            .status(StatusCode::NOT_MODIFIED)
+            .body(Body::empty())
+            .map_err(AppError::internal);
+    }
+    builder = builder.header(header::CONTENT_TYPE, content_type);
+    builder.body(Body::from(body)).map_err(AppError::internal)
+}
+
+fn hv(s: &str) -> Option<HeaderValue> {
+    HeaderValue::from_str(s).ok()
+}
+
+fn component_headers(c: &Component, shape: &[u64]) -> Vec<(HeaderName, HeaderValue)> {
+    let mut h = Vec::new();
+    let mut push = |k: &'static str, v: Option<HeaderValue>| {
+        if let Some(v) = v {
+            h.push((HeaderName::from_static(k), v));
+        }
+    };
+    push("x-zt-dtype", hv(c.dtype.name()));
+    push("x-zt-type", hv(c.type_name()));
+    let shape: Vec<String> = shape.iter().map(u64::to_string).collect();
+    push("x-zt-shape", hv(&shape.join(",")));
+    push("x-zt-encoding", hv(c.encoding.name()));
+    if let Some(u) = c.uncompressed_length {
+        push("x-zt-uncompressed-length", hv(&u.to_string()));
+    }
+    if let Some(d) = &c.digest {
+        push("x-zt-digest", hv(d.as_str()));
+        if let Some(sha) = d.sha256() {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(sha);
+            push("repr-digest", hv(&format!("sha-256=:{b64}:")));
+        }
+    }
+    h
+}
+
+fn component_response(
+    state: &Arc<State>,
+    method: &Method,
+    headers: &HeaderMap,
+    query: &[(String, String)],
+    served: Arc<Served>,
+    object: &str,
+    role: &str,
+) -> Result<Response, AppError> {
+    let obj = served
+        .manifest
+        .objects
+        .get(object)
+        .ok_or_else(|| AppError::not_found(format!("{}: no object {object:?}", served.path)))?;
+    let c = obj.components.get(role).ok_or_else(|| {
+        AppError::not_found(format!(
+            "{}: object {object:?} has no component {role:?}",
+            served.path
+        ))
+    })?;
+    let etag = match c.digest.as_ref().and_then(|d| d.sha256()) {
+        Some(sha) => format!("\"sha256-{}\"", hex(sha)),
+        None => {
+            let mut h = Sha256::new();
+            h.update(served.etag.as_bytes());
+            h.update(object.as_bytes());
+            h.update([0]);
+            h.update(role.as_bytes());
+            format!("\"c-{}\"", hex(h.finalize().get(..16).unwrap_or_default()))
+        }
+    };
+    let decode = query
+        .iter()
+        .any(|(k, v)| k == "decode" && (v == "1" || v == "true"));
+    let mut extra = component_headers(c, &obj.shape);
+    if decode && c.encoding == Encoding::Zstd {
+        return decoded(state, &served, object, role, c, etag, extra);
+    }
+    if c.is_transformed() {
+        return Err(AppError::new(
+            StatusCode::CONFLICT,
+            "legacy_layout",
+            format!("{}: object {object:?} component {role:?} is stored in a legacy layout; fetch it with ?decode=1", served.path),
+        ));
+    }
+    extra.push((
+        HeaderName::from_static("x-zt-object"),
+        hv(object).unwrap_or(HeaderValue::from_static("")),
+    ));
+    let span = c.offset..c.offset + c.length;
+    Ok(respond(
+        state,
+        method,
+        headers,
+        Entity {
+            span,
+            etag,
+            modified: served.modified,
+            content_type: "application/octet-stream",
+            cache_control: REVALIDATE,
+            headers: extra,
+            served,
+        },
+    ))
+}
+
+fn decoded(
+    state: &Arc<State>,
+    served: &Arc<Served>,
+    object: &str,
+    role: &str,
+    c: &Component,
+    etag: String,
+    mut extra: Vec<(HeaderName, HeaderValue)>,
+) -> Result<Response, AppError> {
+    use std::os::unix::fs::FileExt;
+    let cap = state.config.limits.decompress_cap;
+    let expected = c.uncompressed_length.unwrap_or(u64::MAX);
+    if expected > cap {
+        return Err(AppError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("{}: object {object:?} component {role:?} decodes to {expected} bytes, over the cap of {cap}", served.path),
+        ));
+    }
+    let mut stored = vec![0u8; usize::try_from(c.length).map_err(AppError::internal)?];
+    served
+        .file
+        .read_exact_at(&mut stored, c.offset)
+        .map_err(AppError::internal)?;
+    if let Some(d) = &c.digest {
+        d.check(&stored).map_err(|r| {
+            AppError::new(
+                StatusCode::CONFLICT,
+                "corrupt",
+                format!("{}: object {object:?} component {role:?}: {r}", served.path),
+            )
+        })?;
+    }
+    let out = zstd::bulk::decompress(&stored, expected as usize).map_err(|e| {
+        AppError::new(
+            StatusCode::CONFLICT,
+            "corrupt",
+            format!("{}: object {object:?} component {role:?}: {e}", served.path),
+        )
+    })?;
+    state.metrics.add_bytes(out.len() as u64);
+    extra.retain(|(k, _)| k != "repr-digest" && k != "x-zt-digest");
+    let mut b = Response::builder()
+        .header(
+            header::ETAG,
+            format!("\"{}-decoded\"", etag.trim_matches('"')),
+        )
+        .header(header::CACHE_CONTROL, REVALIDATE)
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header("x-zt-decoded", "1");
+    for (k, v) in extra {
+        b = b.header(k, v);
+    }
+    b.body(Body::from(out)).map_err(AppError::internal)
+}
+
+pub(crate) async fn healthz() -> Response {
+    with_template((StatusCode::OK, "ok\n").into_response(), "/healthz")
+}
+
+pub(crate) async fn readyz(AxState(state): AxState<Arc<State>>) -> Response {
+    let r = if state.is_ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        AppError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            "starting up or shutting down",
+        )
+        .into_response()
+    };
+    with_template(r, "/readyz")
+}
+
+pub(crate) async fn metrics(AxState(state): AxState<Arc<State>>) -> Response {
+    let snap = state.catalog.snapshot();
+    let text = state
+        .metrics
+        .render(snap.served().count(), snap.unavailable().count());
+    with_template(
+        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
+        "/metrics",
+    )
+}
+
+pub(crate) async fn not_found(uri: Uri) -> Response {
+    with_template(
+        AppError::not_found(format!("no route for {}", uri.path())).into_response(),
+        "other",
+    )
+}

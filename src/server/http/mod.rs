@@ -1,0 +1,124 @@
+//! The HTTP API. [`router`] builds it without a socket, so tests can call
+//! it with `oneshot`.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /v1/files` | served files and unavailable ones with their reasons |
+//! | `GET\|HEAD /v1/files/{path}` | the raw file; ranges and conditional requests |
+//! | `GET /v1/files/{path}/manifest` | the manifest: JSON, or CBOR by `Accept`/`?format=cbor`; `?select=` |
+//! | `GET\|HEAD /v1/files/{path}/objects/{name}/{component}` | a component's stored bytes; `?decode=1` |
+//! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
+
+mod body;
+mod error;
+mod handlers;
+mod range;
+mod route;
+mod serve;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State as AxState};
+use axum::http::{HeaderName, HeaderValue, Method};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove};
+use tower_http::compression::CompressionLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::timeout::TimeoutLayer;
+
+pub use error::AppError;
+
+use super::State;
+
+/// The route template a response was produced for, for metrics labels.
+#[derive(Debug, Clone, Copy)]
+pub struct Template(pub &'static str);
+
+async fn record(AxState(state): AxState<Arc<State>>, req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let resp = next.run(req).await;
+    let template = resp.extensions().get::<Template>().map_or("other", |t| t.0);
+    let status = resp.status().as_u16();
+    state.metrics.record(template, status, start.elapsed());
+    tracing::debug!(%method, path, status, route = template, ms = start.elapsed().as_secs_f64() * 1e3, "request");
+    resp
+}
+
+fn cors(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    let expose: Vec<HeaderName> = [
+        "etag",
+        "content-range",
+        "content-length",
+        "accept-ranges",
+        "repr-digest",
+        "x-zt-dtype",
+        "x-zt-type",
+        "x-zt-shape",
+        "x-zt-encoding",
+        "x-zt-uncompressed-length",
+        "x-zt-digest",
+        "x-zt-object",
+        "x-zt-manifest-source",
+    ]
+    .into_iter()
+    .map(HeaderName::from_static)
+    .collect();
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::HEAD, Method::OPTIONS])
+            .allow_headers([
+                HeaderName::from_static("range"),
+                HeaderName::from_static("if-none-match"),
+                HeaderName::from_static("if-range"),
+                HeaderName::from_static("authorization"),
+                HeaderName::from_static("accept"),
+            ])
+            .expose_headers(expose),
+    )
+}
+
+/// Builds the router.
+pub fn router(state: Arc<State>) -> Router {
+    // Compress large JSON (manifests, listings); never tensor bytes.
+    let compress = CompressionLayer::new().compress_when(
+        SizeAbove::new(8 * 1024)
+            .and(NotForContentType::const_new("application/octet-stream"))
+            .and(NotForContentType::const_new("multipart/byteranges"))
+            .and(NotForContentType::const_new("application/cbor")),
+    );
+    let mut app = Router::new()
+        .route("/v1/files", get(handlers::list))
+        .route(
+            "/v1/files/{*rest}",
+            get(handlers::file).head(handlers::file),
+        )
+        .route("/healthz", get(handlers::healthz))
+        .route("/readyz", get(handlers::readyz))
+        .route("/metrics", get(handlers::metrics))
+        .fallback(handlers::not_found)
+        .layer(compress)
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), record))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            Duration::from_secs(state.config.limits.request_timeout_secs),
+        ));
+    if let Some(c) = cors(&state.config.cors.allow_origins) {
+        app = app.layer(c);
+    }
+    app.with_state(state)
+}

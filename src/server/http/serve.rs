@@ -1,0 +1,210 @@
+//! Serving a byte range of a file as an HTTP entity: conditional requests
+//! (`If-None-Match`, `If-Modified-Since`, `If-Range`), single ranges (206),
+//! several ranges (`multipart/byteranges`), and 416 for unsatisfiable ones.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+
+use super::body::{body, Part};
+use super::range::{resolve, Ranges};
+use crate::server::catalog::Served;
+use crate::server::State;
+
+/// A byte range of a served file, with its validators and headers.
+#[derive(Debug)]
+pub(crate) struct Entity {
+    pub(crate) served: Arc<Served>,
+    /// Where the entity's bytes lie in the file.
+    pub(crate) span: Range<u64>,
+    /// Strong ETag, quoted.
+    pub(crate) etag: String,
+    pub(crate) modified: SystemTime,
+    pub(crate) content_type: &'static str,
+    pub(crate) cache_control: &'static str,
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// Whether an `If-None-Match` list matches `etag` (weak comparison).
+fn none_match(list: &str, etag: &str) -> bool {
+    let bare = etag.trim_start_matches("W/");
+    list.split(',')
+        .map(str::trim)
+        .any(|t| t == "*" || t.trim_start_matches("W/") == bare)
+}
+
+fn http_date(t: SystemTime) -> String {
+    httpdate::fmt_http_date(t)
+}
+
+fn not_modified_since(headers: &HeaderMap, modified: SystemTime) -> bool {
+    let Some(since) = headers
+        .get(header::IF_MODIFIED_SINCE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| httpdate::parse_http_date(v).ok())
+    else {
+        return false;
+    };
+    // HTTP dates have whole seconds.
+    let secs = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    };
+    secs(modified) <= secs(since)
+}
+
+/// Whether `If-Range` (if present) allows the Range header to apply.
+fn if_range_allows(headers: &HeaderMap, etag: &str, modified: SystemTime) -> bool {
+    let Some(v) = headers.get(header::IF_RANGE).and_then(|v| v.to_str().ok()) else {
+        return true;
+    };
+    let v = v.trim();
+    if v.starts_with('"') {
+        // Strong comparison only.
+        v == etag
+    } else if v.starts_with("W/") {
+        false
+    } else {
+        httpdate::parse_http_date(v).is_ok_and(|d| {
+            let secs = |t: SystemTime| {
+                t.duration_since(SystemTime::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0)
+            };
+            secs(modified) == secs(d)
+        })
+    }
+}
+
+/// The response for `entity` given the request's method and headers.
+pub(crate) fn respond(
+    state: &Arc<State>,
+    method: &Method,
+    headers: &HeaderMap,
+    entity: Entity,
+) -> Response {
+    let len = entity.span.end - entity.span.start;
+    let mut builder = Response::builder()
+        .header(header::ETAG, &entity.etag)
+        .header(header::LAST_MODIFIED, http_date(entity.modified))
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::CACHE_CONTROL, entity.cache_control);
+    for (k, v) in &entity.headers {
+        builder = builder.header(k, v);
+    }
+    let not_modified = match headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(list) => none_match(list, &entity.etag),
+        None => not_modified_since(headers, entity.modified),
+    };
+    if not_modified {
+        return builder
+            .status(StatusCode::NOT_MODIFIED)
+            .body(Body::empty())
+            .unwrap_or_default();
+    }
+    let ranges = match headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
+        Some(r) if if_range_allows(headers, &entity.etag, entity.modified) => {
+            resolve(r, len, state.config.limits.max_ranges)
+        }
+        _ => Ranges::Full,
+    };
+    let head = method == Method::HEAD;
+    let base = entity.span.start;
+    let shift = |r: &Range<u64>| (base + r.start)..(base + r.end);
+    let (status, parts, content_len, content_type) = match ranges {
+        Ranges::Full => (
+            StatusCode::OK,
+            vec![Part::File(entity.span.clone())],
+            len,
+            entity.content_type.to_owned(),
+        ),
+        Ranges::Unsatisfiable | Ranges::TooMany => {
+            let detail = if ranges == Ranges::TooMany {
+                format!(
+                    "more than {} ranges after merging",
+                    state.config.limits.max_ranges
+                )
+            } else {
+                format!("no range lies within the {len} bytes")
+            };
+            let body =
+                serde_json::json!({"error": "range_not_satisfiable", "detail": detail}).to_string();
+            return builder
+                .status(StatusCode::RANGE_NOT_SATISFIABLE)
+                .header(header::CONTENT_RANGE, format!("bytes */{len}"))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body))
+                .unwrap_or_default();
+        }
+        Ranges::Some(rs) if rs.len() == 1 => {
+            let r = rs.first().cloned().unwrap_or(0..0);
+            builder = builder.header(
+                header::CONTENT_RANGE,
+                format!("bytes {}-{}/{len}", r.start, r.end - 1),
+            );
+            (
+                StatusCode::PARTIAL_CONTENT,
+                vec![Part::File(shift(&r))],
+                r.end - r.start,
+                entity.content_type.to_owned(),
+            )
+        }
+        Ranges::Some(rs) => {
+            let boundary = format!("zt-{}", &entity.etag.trim_matches('"').replace('"', ""));
+            let mut parts = Vec::with_capacity(rs.len() * 2 + 1);
+            let mut total = 0u64;
+            for r in &rs {
+                let head = format!(
+                    "\r\n--{boundary}\r\nContent-Type: {}\r\nContent-Range: bytes {}-{}/{len}\r\n\r\n",
+                    entity.content_type,
+                    r.start,
+                    r.end - 1
+                );
+                total += head.len() as u64 + (r.end - r.start);
+                parts.push(Part::Bytes(Bytes::from(head)));
+                parts.push(Part::File(shift(r)));
+            }
+            let tail = format!("\r\n--{boundary}--\r\n");
+            total += tail.len() as u64;
+            parts.push(Part::Bytes(Bytes::from(tail)));
+            (
+                StatusCode::PARTIAL_CONTENT,
+                parts,
+                total,
+                format!("multipart/byteranges; boundary={boundary}"),
+            )
+        }
+    };
+    let builder = builder
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CONTENT_LENGTH, content_len);
+    let body = if head {
+        Body::empty()
+    } else {
+        body(Arc::clone(&entity.served), Arc::clone(state), parts)
+    };
+    builder.body(body).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etag_lists() {
+        assert!(none_match("\"a\", \"b\"", "\"b\""));
+        assert!(none_match("*", "\"b\""));
+        assert!(none_match("W/\"b\"", "\"b\""));
+        assert!(!none_match("\"c\"", "\"b\""));
+    }
+}

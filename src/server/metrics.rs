@@ -1,0 +1,100 @@
+//! Prometheus metrics, labelled by route template (never by raw path).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Upper bounds of the latency histogram, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+#[derive(Debug, Default)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+/// Counters of a running daemon.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
+    latency: Mutex<BTreeMap<&'static str, Histogram>>,
+    bytes_sent: AtomicU64,
+}
+
+impl Metrics {
+    /// Records one finished request.
+    pub fn record(&self, route: &'static str, status: u16, elapsed: Duration) {
+        if let Ok(mut r) = self.requests.lock() {
+            *r.entry((route, status)).or_default() += 1;
+        }
+        if let Ok(mut l) = self.latency.lock() {
+            let h = l.entry(route).or_default();
+            let secs = elapsed.as_secs_f64();
+            for (b, c) in BUCKETS.iter().zip(h.counts.iter_mut()) {
+                if secs <= *b {
+                    *c += 1;
+                }
+            }
+            h.count += 1;
+            h.sum += secs;
+        }
+    }
+
+    pub fn add_bytes(&self, n: u64) {
+        self.bytes_sent.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn bytes_sent(&self) -> u64 {
+        self.bytes_sent.load(Ordering::Relaxed)
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self, served: usize, unavailable: usize) -> String {
+        let mut out = String::new();
+        out.push_str(
+            "# HELP ztserve_http_requests_total HTTP requests by route template and status.\n",
+        );
+        out.push_str("# TYPE ztserve_http_requests_total counter\n");
+        if let Ok(r) = self.requests.lock() {
+            for ((route, status), n) in r.iter() {
+                let _ = writeln!(
+                    out,
+                    "ztserve_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+                );
+            }
+        }
+        out.push_str("# HELP ztserve_http_request_duration_seconds Time to response headers, by route template.\n");
+        out.push_str("# TYPE ztserve_http_request_duration_seconds histogram\n");
+        if let Ok(l) = self.latency.lock() {
+            for (route, h) in l.iter() {
+                for (b, c) in BUCKETS.iter().zip(h.counts.iter()) {
+                    let _ = writeln!(out, "ztserve_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{b}\"}} {c}");
+                }
+                let _ = writeln!(out, "ztserve_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}", h.count);
+                let _ = writeln!(
+                    out,
+                    "ztserve_http_request_duration_seconds_sum{{route=\"{route}\"}} {}",
+                    h.sum
+                );
+                let _ = writeln!(
+                    out,
+                    "ztserve_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
+                    h.count
+                );
+            }
+        }
+        out.push_str("# HELP ztserve_bytes_sent_total Body bytes sent.\n# TYPE ztserve_bytes_sent_total counter\n");
+        let _ = writeln!(out, "ztserve_bytes_sent_total {}", self.bytes_sent());
+        out.push_str(
+            "# HELP ztserve_files Files in the catalog by state.\n# TYPE ztserve_files gauge\n",
+        );
+        let _ = writeln!(out, "ztserve_files{{state=\"served\"}} {served}");
+        let _ = writeln!(out, "ztserve_files{{state=\"unavailable\"}} {unavailable}");
+        out
+    }
+}

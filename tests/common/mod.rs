@@ -1,0 +1,190 @@
+//! Helpers for tests that run the real `ztserve` binary and talk to it with curl.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A running daemon, killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub addr: String,
+    pub logs: mpsc::Receiver<String>,
+}
+
+impl Server {
+    /// Starts `ztserve --root ROOT --listen 127.0.0.1:0` plus `args`, and
+    /// waits for the line that names the bound address.
+    pub fn start(root: &Path, args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ztserve"))
+            .arg("--root")
+            .arg(root)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--log-level",
+                "info",
+            ])
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ztserve");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let addr = loop {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("ztserve did not report its address");
+            let v: serde_json::Value = match serde_json::from_str(&line) {
+                Ok(v) => v,
+                Err(_) => continue,
+            };
+            if v["fields"]["message"] == "listening" {
+                break v["fields"]["http"].as_str().unwrap().to_owned();
+            }
+        };
+        Server {
+            child,
+            addr,
+            logs: rx,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+
+    /// Waits for the process to exit and returns its code.
+    pub fn wait(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What curl saw.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .rev()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Runs curl with `args` and the URL; returns status, headers and body.
+pub fn curl(args: &[&str], url: &str) -> Reply {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h");
+    let b = dir.path().join("b");
+    let out = Command::new("curl")
+        .args(["-s", "-g", "--path-as-is", "-D"])
+        .arg(&h)
+        .arg("-o")
+        .arg(&b)
+        .args(["-w", "%{http_code}"])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl must be installed");
+    let status: u16 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    let raw = std::fs::read_to_string(&h).unwrap_or_default();
+    // Keep only the last response's headers (after a 100 or redirects).
+    let block = raw
+        .trim_end()
+        .rsplit("\r\n\r\n")
+        .next()
+        .unwrap_or("")
+        .to_owned();
+    let headers = block
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    Reply {
+        status,
+        headers,
+        body: std::fs::read(&b).unwrap_or_default(),
+    }
+}
+
+/// Polls `f` until it returns true or `limit` passes.
+pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A temporary root holding the sample model and one invalid file.
+pub fn sample_root() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        repo().join("models/sample.zt"),
+        dir.path().join("sample.zt"),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::copy(
+        repo().join("tests/reject/overlap.zt"),
+        dir.path().join("sub/broken.zt"),
+    )
+    .unwrap();
+    dir
+}

@@ -1,0 +1,445 @@
+//! The HTTP API, end to end: the real `ztserve` binary on 127.0.0.1:0 and
+//! curl as the client.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{curl, eventually, sample_root, Server};
+
+fn manifest(server: &Server) -> serde_json::Value {
+    let r = curl(&[], &server.url("/v1/files/sample.zt/manifest"));
+    assert_eq!(r.status, 200);
+    serde_json::from_slice(&r.body).unwrap()
+}
+
+#[test]
+fn curl_ranges_return_the_files_bytes() {
+    let root = sample_root();
+    let file = std::fs::read(root.path().join("sample.zt")).unwrap();
+    let s = Server::start(root.path(), &[]);
+    let url = s.url("/v1/files/sample.zt");
+
+    let r = curl(&["-r", "0-7"], &url);
+    assert_eq!((r.status, &r.body[..]), (206, &b"ZTEN1000"[..]));
+    assert_eq!(
+        r.header("content-range"),
+        Some(format!("bytes 0-7/{}", file.len()).as_str())
+    );
+    let r = curl(&["-r", "-16"], &url);
+    assert_eq!(r.body, file[file.len() - 16..]);
+    assert_eq!(&r.body[8..], b"ZTEN1000");
+    let r = curl(&[], &url);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, file);
+    assert_eq!(r.header("accept-ranges"), Some("bytes"));
+    assert_eq!(r.header("cache-control"), Some("no-cache"));
+
+    // Every component, whole and in part, equals the file's bytes.
+    let m = manifest(&s);
+    for (name, obj) in m["objects"].as_object().unwrap() {
+        let c = &obj["components"]["data"];
+        let (off, len) = (
+            c["offset"].as_u64().unwrap() as usize,
+            c["length"].as_u64().unwrap() as usize,
+        );
+        let curl_url = s.url(&format!("/v1/files/sample.zt/objects/{name}/data"));
+        let r = curl(&[], &curl_url);
+        assert_eq!(r.status, 200, "{name}");
+        assert_eq!(r.body, file[off..off + len], "{name}");
+        assert_eq!(r.header("x-zt-dtype"), c["dtype"].as_str());
+        assert_eq!(r.header("x-zt-digest"), c["digest"].as_str());
+        assert!(r.header("repr-digest").unwrap().starts_with("sha-256=:"));
+        assert_eq!(
+            r.header("etag").unwrap(),
+            format!("\"sha256-{}\"", &c["digest"].as_str().unwrap()[7..])
+        );
+        let r = curl(&["-r", "10-19"], &curl_url);
+        assert_eq!(r.body, file[off + 10..off + 20], "{name}");
+    }
+    // HEAD carries the length and no body.
+    let r = curl(&["-I"], &url);
+    assert_eq!(
+        r.header("content-length"),
+        Some(file.len().to_string().as_str())
+    );
+}
+
+#[test]
+fn multi_range_and_unsatisfiable_ranges() {
+    let root = sample_root();
+    let file = std::fs::read(root.path().join("sample.zt")).unwrap();
+    let s = Server::start(root.path(), &[]);
+    let url = s.url("/v1/files/sample.zt");
+    let r = curl(&["-r", "0-3,100-109,102-111"], &url);
+    assert_eq!(r.status, 206);
+    let ct = r.header("content-type").unwrap().to_owned();
+    let boundary = ct.split("boundary=").nth(1).unwrap();
+    let body = String::from_utf8_lossy(&r.body).into_owned();
+    let parts: Vec<&str> = body.split(&format!("--{boundary}")).collect();
+    // Overlapping ranges are merged: two parts, then the closing delimiter.
+    assert_eq!(parts.len(), 4, "{body}");
+    assert!(parts[1].contains("Content-Range: bytes 0-3/"));
+    assert!(parts[2].contains("Content-Range: bytes 100-111/"));
+    let idx = r.body.windows(4).position(|w| w == b"ZTEN").unwrap();
+    assert_eq!(&r.body[idx..idx + 4], &file[0..4]);
+    assert_eq!(
+        r.header("content-length")
+            .unwrap()
+            .parse::<usize>()
+            .unwrap(),
+        r.body.len()
+    );
+
+    let r = curl(&["-r", "99999999-"], &url);
+    assert_eq!(r.status, 416);
+    assert_eq!(
+        r.header("content-range"),
+        Some(format!("bytes */{}", file.len()).as_str())
+    );
+    // Too many ranges after merging.
+    let many: Vec<String> = (0..100).map(|i| format!("{}-{}", i * 10, i * 10)).collect();
+    let r = curl(&["-r", &many.join(",")], &url);
+    assert_eq!(r.status, 416);
+}
+
+#[test]
+fn conditional_requests() {
+    let root = sample_root();
+    let s = Server::start(root.path(), &[]);
+    let url = s.url("/v1/files/sample.zt");
+    let r = curl(&[], &url);
+    let etag = r.header("etag").unwrap().to_owned();
+    let lm = r.header("last-modified").unwrap().to_owned();
+    assert!(etag.starts_with("\"zt-"));
+    let r = curl(&["-H", &format!("If-None-Match: {etag}")], &url);
+    assert_eq!((r.status, r.body.len()), (304, 0));
+    let r = curl(&["-H", "If-None-Match: \"other\""], &url);
+    assert_eq!(r.status, 200);
+    let r = curl(&["-H", &format!("If-Modified-Since: {lm}")], &url);
+    assert_eq!(r.status, 304);
+    // If-Range: the range applies only while the validator matches.
+    let r = curl(&["-r", "0-7", "-H", &format!("If-Range: {etag}")], &url);
+    assert_eq!(r.status, 206);
+    let r = curl(&["-r", "0-7", "-H", "If-Range: \"stale\""], &url);
+    assert_eq!(r.status, 200);
+    // Manifests have their own validators and vary on Accept.
+    let m = curl(&[], &s.url("/v1/files/sample.zt/manifest"));
+    let vary: Vec<String> = m
+        .headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("vary"))
+        .map(|(_, v)| v.to_lowercase())
+        .collect();
+    assert!(
+        vary.iter()
+            .any(|v| v.split(',').any(|t| t.trim() == "accept")),
+        "{vary:?}"
+    );
+    let e = m.header("etag").unwrap().to_owned();
+    let r = curl(
+        &["-H", &format!("If-None-Match: {e}")],
+        &s.url("/v1/files/sample.zt/manifest"),
+    );
+    assert_eq!(r.status, 304);
+}
+
+#[test]
+fn manifests_in_json_and_cbor_with_selections() {
+    let root = sample_root();
+    let file = std::fs::read(root.path().join("sample.zt")).unwrap();
+    let s = Server::start(root.path(), &[]);
+    let m = manifest(&s);
+    assert_eq!(m["schema"], "ztserve.manifest/1");
+    assert_eq!(m["objects"].as_object().unwrap().len(), 39);
+    // CBOR: the file's own bytes when unfiltered.
+    let n = u64::from_le_bytes(file[file.len() - 16..file.len() - 8].try_into().unwrap()) as usize;
+    let own = &file[file.len() - 16 - n..file.len() - 16];
+    for args in [vec!["-H", "Accept: application/cbor"], vec![]] {
+        let url = if args.is_empty() {
+            s.url("/v1/files/sample.zt/manifest?format=cbor")
+        } else {
+            s.url("/v1/files/sample.zt/manifest")
+        };
+        let r = curl(&args, &url);
+        assert_eq!(r.header("content-type"), Some("application/cbor"));
+        assert_eq!(r.header("x-zt-manifest-source"), Some("file"));
+        assert_eq!(r.body, own);
+    }
+    let r = curl(&[], &s.url("/v1/files/sample.zt/manifest?select=model.layers.0.*&select=lm_head.weight&format=cbor"));
+    assert_eq!(r.header("x-zt-manifest-source"), Some("re-encoded"));
+    let v: ciborium::Value = ciborium::de::from_reader(&r.body[..]).unwrap();
+    let objects = v
+        .as_map()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| k.as_text() == Some("objects"))
+        .unwrap()
+        .1
+        .as_map()
+        .unwrap();
+    assert_eq!(objects.len(), 10);
+    let r = curl(&[], &s.url("/v1/files/sample.zt/manifest?select=nothing*"));
+    assert_eq!(r.status, 404);
+    assert!(String::from_utf8_lossy(&r.body).contains("nothing*"));
+    // Large JSON is compressed when the client asks.
+    let r = curl(
+        &["-H", "Accept-Encoding: gzip"],
+        &s.url("/v1/files/sample.zt/manifest"),
+    );
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+}
+
+#[test]
+fn hostile_paths_get_404_and_the_daemon_stays_up() {
+    let root = sample_root();
+    let outside = root
+        .path()
+        .parent()
+        .unwrap()
+        .join(format!("outside-{}.zt", std::process::id()));
+    std::fs::copy(common::repo().join("models/sample.zt"), &outside).unwrap();
+    std::os::unix::fs::symlink(&outside, root.path().join("link-out.zt")).unwrap();
+    let s = Server::start(root.path(), &[]);
+    for p in [
+        "/v1/files/../sample.zt",
+        "/v1/files/%2e%2e/sample.zt",
+        "/v1/files/sub/%2e%2e/sample.zt",
+        "/v1/files/sub%2f..%2fsample.zt",
+        "/v1/files/..%5csample.zt",
+        "/v1/files//etc/passwd",
+        "/v1/files/%2fetc%2fpasswd",
+        "/v1/files/link-out.zt",
+        "/v1/files/sample.zt%00",
+        "/v1/files/sample.zt/objects/%2e%2e/data",
+        "/v1/files/sample.zt/objects/lm_head.weight/../../sample.zt",
+        "/v1/files/nope.zt",
+    ] {
+        let r = curl(&[], &s.url(p));
+        assert_eq!(r.status, 404, "{p}");
+        assert!(
+            serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["error"].is_string(),
+            "{p}"
+        );
+    }
+    assert_eq!(curl(&[], &s.url("/healthz")).status, 200);
+    let _ = std::fs::remove_file(outside);
+}
+
+#[test]
+fn bad_files_are_listed_as_unavailable_and_good_ones_served() {
+    let root = sample_root();
+    std::fs::write(
+        root.path().join("garbage.zt"),
+        b"this is not a tensor file at all",
+    )
+    .unwrap();
+    std::fs::write(root.path().join(".hidden.zt"), b"x").unwrap();
+    std::fs::write(root.path().join("half.zt.part"), b"x").unwrap();
+    let s = Server::start(root.path(), &[]);
+    let r = curl(&[], &s.url("/v1/files"));
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let served: Vec<&str> = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(served, ["sample.zt"]);
+    let bad: Vec<&str> = v["unavailable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(bad, ["garbage.zt", "sub/broken.zt"]);
+    assert!(v["unavailable"][1]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("overlap"));
+    let r = curl(&[], &s.url("/v1/files/sub/broken.zt"));
+    assert_eq!(r.status, 409);
+    assert!(String::from_utf8_lossy(&r.body).contains("overlap"));
+    assert_eq!(curl(&[], &s.url("/v1/files/.hidden.zt")).status, 404);
+}
+
+#[test]
+fn hot_reload_of_new_deleted_renamed_and_truncated_files() {
+    let root = sample_root();
+    let s = Server::start(root.path(), &[]);
+    let listed = |name: &str| {
+        let v: serde_json::Value =
+            serde_json::from_slice(&curl(&[], &s.url("/v1/files")).body).unwrap();
+        v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["path"] == name)
+    };
+    let sample = std::fs::read(root.path().join("sample.zt")).unwrap();
+    // New file (written under a temporary name, then renamed: never listed as broken).
+    std::fs::write(root.path().join(".new.zt.tmp"), &sample).unwrap();
+    std::fs::rename(root.path().join(".new.zt.tmp"), root.path().join("new.zt")).unwrap();
+    assert!(eventually(Duration::from_secs(10), || listed("new.zt")));
+    // Deleted.
+    std::fs::remove_file(root.path().join("new.zt")).unwrap();
+    assert!(eventually(Duration::from_secs(10), || !listed("new.zt")));
+    // Replaced by rename: new content, new ETag.
+    let url = s.url("/v1/files/sample.zt");
+    let old = curl(&[], &url).header("etag").unwrap().to_owned();
+    let mut w = zt_format::Writer::new(Vec::new(), "x").unwrap();
+    w.add_dense(
+        "only",
+        &[4],
+        zt_format::DType::U8,
+        &[1, 2, 3, 4],
+        Default::default(),
+    )
+    .unwrap();
+    std::fs::write(root.path().join(".r.tmp"), w.finish().unwrap()).unwrap();
+    std::fs::rename(root.path().join(".r.tmp"), root.path().join("sample.zt")).unwrap();
+    assert!(eventually(Duration::from_secs(10), || curl(&[], &url)
+        .header("etag")
+        .is_some_and(|e| e != old)));
+    assert_eq!(manifest(&s)["objects"].as_object().unwrap().len(), 1);
+    // Truncated in place: the daemon survives; the file becomes unavailable.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(root.path().join("sample.zt"))
+        .unwrap();
+    f.set_len(100).unwrap();
+    let _ = curl(&[], &url);
+    assert!(eventually(Duration::from_secs(10), || curl(&[], &url)
+        .status
+        == 409));
+    assert_eq!(curl(&[], &s.url("/healthz")).status, 200);
+}
+
+#[test]
+fn metrics_use_route_templates() {
+    let root = sample_root();
+    let s = Server::start(root.path(), &[]);
+    curl(&[], &s.url("/v1/files/sample.zt/manifest"));
+    curl(&["-r", "0-7"], &s.url("/v1/files/sample.zt"));
+    curl(
+        &[],
+        &s.url("/v1/files/sample.zt/objects/lm_head.weight/data"),
+    );
+    curl(&[], &s.url("/v1/files/secret-name-123.zt"));
+    let text = String::from_utf8(curl(&[], &s.url("/metrics")).body).unwrap();
+    assert!(
+        text.contains(
+            "ztserve_http_requests_total{route=\"/v1/files/{path}/manifest\",status=\"200\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("route=\"/v1/files/{path}\",status=\"206\""));
+    assert!(text.contains("route=\"/v1/files/{path}/objects/{name}/{component}\",status=\"200\""));
+    assert!(text.contains("ztserve_files{state=\"served\"} 1"));
+    assert!(text.contains("ztserve_files{state=\"unavailable\"} 1"));
+    assert!(text.contains("ztserve_http_request_duration_seconds_bucket"));
+    assert!(!text.contains("secret-name-123"));
+    let bytes: u64 = text
+        .lines()
+        .find(|l| l.starts_with("ztserve_bytes_sent_total"))
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(bytes >= 256_000 + 8);
+}
+
+#[test]
+fn cors_exposes_the_headers_a_browser_needs() {
+    let root = sample_root();
+    let s = Server::start(root.path(), &[]);
+    let r = curl(
+        &["-H", "Origin: https://app.example"],
+        &s.url("/v1/files/sample.zt/objects/lm_head.weight/data"),
+    );
+    assert!(
+        r.header("access-control-allow-origin").is_none(),
+        "CORS is off by default"
+    );
+    drop(s);
+    let cfg = root
+        .path()
+        .join("..")
+        .join(format!("cors-{}.toml", std::process::id()));
+    std::fs::write(
+        &cfg,
+        "root = \"/unused\"\n[cors]\nallow_origins = [\"https://app.example\"]\n",
+    )
+    .unwrap();
+    let s = Server::start(root.path(), &["--config", cfg.to_str().unwrap()]);
+    let r = curl(
+        &["-H", "Origin: https://app.example"],
+        &s.url("/v1/files/sample.zt/objects/lm_head.weight/data"),
+    );
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    let expose = r
+        .header("access-control-expose-headers")
+        .unwrap()
+        .to_lowercase();
+    for h in [
+        "etag",
+        "content-range",
+        "x-zt-dtype",
+        "x-zt-shape",
+        "x-zt-digest",
+    ] {
+        assert!(expose.contains(h), "{expose}");
+    }
+    let r = curl(
+        &[
+            "-X",
+            "OPTIONS",
+            "-H",
+            "Origin: https://app.example",
+            "-H",
+            "Access-Control-Request-Method: GET",
+            "-H",
+            "Access-Control-Request-Headers: range",
+        ],
+        &s.url("/v1/files/sample.zt"),
+    );
+    assert_eq!(r.status, 200);
+    assert!(r
+        .header("access-control-allow-headers")
+        .unwrap()
+        .contains("range"));
+    let _ = std::fs::remove_file(cfg);
+}
+
+#[test]
+fn graceful_shutdown_finishes_requests_in_flight() {
+    let root = sample_root();
+    let file = std::fs::read(root.path().join("sample.zt")).unwrap();
+    let mut s = Server::start(root.path(), &[]);
+    let url = s.url("/v1/files/sample.zt");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("body");
+    // About 4 s at this rate: the signal arrives mid-transfer.
+    let mut slow = std::process::Command::new("curl")
+        .args(["-s", "--limit-rate", "500k", "-o"])
+        .arg(&out)
+        .arg(&url)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    s.terminate();
+    assert!(eventually(Duration::from_secs(3), || curl(
+        &[],
+        &s.url("/readyz")
+    )
+    .status
+        != 200));
+    assert!(slow.wait().unwrap().success());
+    assert_eq!(std::fs::read(&out).unwrap(), file);
+    assert_eq!(s.wait(Duration::from_secs(20)), Some(0));
+}

@@ -175,6 +175,14 @@ fn bench_one_gib() {
         let b = std::fs::read(&crc).unwrap();
         black_box(sum_u64(&b));
     });
+    // The best case for read(2): a buffer allocated and faulted in once, reused.
+    let mut reused = vec![0u8; std::fs::metadata(&crc).unwrap().len() as usize];
+    let plain_reused = median(|| {
+        use std::io::Read;
+        let mut f = std::fs::File::open(&crc).unwrap();
+        f.read_exact(&mut reused).unwrap();
+        black_box(reused[12345]);
+    });
     let open_view = |path: &Path, verify: Verify, scan: bool| {
         median(|| {
             let f = ZtFile::open_with(

@@ -9,7 +9,7 @@ use std::io::Read;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use zt_format::{Attributes, CborValue, DType, Data, Format, ReadOptions, ZtFile};
+use zt_format::{Attributes, CborValue, DType, Data, Format, MappedFile, ReadOptions, ZtFile};
 
 /// One object to be written.
 #[derive(Debug)]
@@ -65,8 +65,8 @@ impl<'a> Item<'a> {
 /// A loaded input file.
 #[derive(Debug)]
 pub enum Source {
-    Safetensors(Vec<u8>),
-    Npy { stem: String, bytes: Vec<u8> },
+    Safetensors(MappedFile),
+    Npy { stem: String, bytes: MappedFile },
     Npz(Vec<(String, Vec<u8>)>),
     Zt(Box<ZtFile>),
 }
@@ -78,7 +78,7 @@ impl Source {
             .extension()
             .and_then(|e| e.to_str())
             .unwrap_or_default();
-        let read = || std::fs::read(path).with_context(|| format!("reading {}", path.display()));
+        let read = || MappedFile::open(path).with_context(|| format!("reading {}", path.display()));
         Ok(match ext {
             "safetensors" => Source::Safetensors(read()?),
             "npy" => Source::Npy {

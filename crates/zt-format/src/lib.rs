@@ -74,6 +74,7 @@ pub use legacy::LEGACY_DTYPE_ATTRIBUTE;
 pub use manifest::{
     element_count, Attributes, CborValue, Component, Encoding, Format, Manifest, Object, Origin,
 };
+pub use mmap::MappedFile;
 pub use options::{Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP};
 pub use pread::{read_manifest_at, FileManifest};
 pub use reader::{ComponentReport, ComponentStatus, ZtFile};

@@ -13,6 +13,8 @@
 
 use std::fs::File;
 use std::io;
+use std::ops::Deref;
+use std::path::Path;
 
 use memmap2::Mmap;
 
@@ -22,4 +24,31 @@ pub(crate) fn map(file: &File) -> io::Result<Mmap> {
     // validity depends on the file not being truncated while mapped; that
     // hazard is documented above and on `ZtFile::open`, whose callers accept it.
     unsafe { Mmap::map(file) }
+}
+
+/// A whole file mapped read-only, for readers of other formats (`zt pack`
+/// reads safetensors this way). The SIGBUS note above applies.
+#[derive(Debug)]
+pub struct MappedFile {
+    map: Option<Mmap>,
+}
+
+impl MappedFile {
+    /// Maps `path`; an empty file gives an empty slice.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let file = File::open(path)?;
+        let map = if file.metadata()?.len() == 0 {
+            None
+        } else {
+            Some(map(&file)?)
+        };
+        Ok(MappedFile { map })
+    }
+}
+
+impl Deref for MappedFile {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or_default()
+    }
 }

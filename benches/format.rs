@@ -210,17 +210,27 @@ fn bench_one_gib() {
         "plain read + scan",
         plain_scan,
     );
+    let crc_view = open_view(&crc, Verify::Digests, false);
+    let sha_view = open_view(&sha, Verify::Digests, false);
+    report("zt view, crc32c verified", crc_view, "plain read", plain);
     report(
         "zt view, crc32c verified",
-        open_view(&crc, Verify::Digests, false),
-        "plain read",
-        plain,
+        crc_view,
+        "read into reused buffer",
+        plain_reused,
     );
+    report("zt view, sha256 verified", sha_view, "plain read", plain);
     report(
         "zt view, sha256 verified",
-        open_view(&sha, Verify::Digests, false),
-        "plain read",
-        plain,
+        sha_view,
+        "read into reused buffer",
+        plain_reused,
+    );
+    report(
+        "zt zero-copy view + scan",
+        open_view(&crc, Verify::Skip, true),
+        "read into reused buffer",
+        plain_reused,
     );
 }
 

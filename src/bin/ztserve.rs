@@ -37,6 +37,15 @@ struct Cli {
     /// Seconds to finish requests in flight after SIGTERM/SIGINT [env: ZTSERVE_SHUTDOWN_TIMEOUT_SECS]
     #[arg(long)]
     shutdown_timeout_secs: Option<u64>,
+    /// Bearer tokens, one per line, re-read on change [env: ZTSERVE_AUTH_TOKEN_FILE]
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// PEM certificate chain: serve HTTPS [env: ZTSERVE_TLS_CERT]
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert [env: ZTSERVE_TLS_KEY]
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Validate a configuration file (with the environment and flags) and exit
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     check_config: Option<PathBuf>,
@@ -60,6 +69,15 @@ impl Cli {
         }
         if let Some(v) = &self.log_level {
             f.push(("log_level", s(v)));
+        }
+        for (key, v) in [
+            ("auth.token_file", &self.token_file),
+            ("tls.cert", &self.tls_cert),
+            ("tls.key", &self.tls_key),
+        ] {
+            if let Some(p) = v {
+                f.push((key, s(&p.to_string_lossy())));
+            }
         }
         if let Some(v) = self.shutdown_timeout_secs {
             f.push((

@@ -43,6 +43,34 @@ pub struct Config {
     pub limits: LimitsConfig,
     #[serde(default)]
     pub cors: CorsConfig,
+    #[serde(default)]
+    pub auth: AuthConfig,
+    #[serde(default)]
+    pub tls: TlsConfig,
+}
+
+/// Bearer-token authentication.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// File of valid tokens, one per line; unset means no authentication.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// Require a token for /metrics too (/healthz and /readyz stay open).
+    #[serde(default)]
+    pub protect_metrics: bool,
+}
+
+/// HTTPS: both set means the listener serves TLS instead of plain HTTP.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain; re-read when it changes.
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    /// PEM private key; re-read when it changes.
+    #[serde(default)]
+    pub key: Option<PathBuf>,
 }
 
 /// How the served tree is watched.
@@ -179,6 +207,10 @@ const KEYS: &[(&str, Kind)] = &[
     ("limits.max_connections", Kind::Int),
     ("limits.request_timeout_secs", Kind::Int),
     ("cors.allow_origins", Kind::List),
+    ("auth.token_file", Kind::Text),
+    ("auth.protect_metrics", Kind::Bool),
+    ("tls.cert", Kind::Text),
+    ("tls.key", Kind::Text),
 ];
 
 /// The environment variable for a dotted key.
@@ -283,6 +315,13 @@ impl Config {
         }
         if self.limits.max_connections == 0 {
             bail!("configuration key `limits.max_connections` must be at least 1");
+        }
+        if self.tls.cert.is_some() != self.tls.key.is_some() {
+            bail!("configuration keys `tls.cert` and `tls.key` must be set together");
+        }
+        if let Some(f) = &self.auth.token_file {
+            super::auth::Tokens::load(f)
+                .map_err(|e| anyhow!("configuration key `auth.token_file`: {e:#}"))?;
         }
         tracing_subscriber::EnvFilter::try_new(&self.log_level)
             .map_err(|e| anyhow!("configuration key `log_level`: {e}"))?;

@@ -4,10 +4,12 @@
 //! [`run`] takes a loaded configuration, bound listeners and a shutdown
 //! future; `bin/ztserve.rs` only wires flags, logging and signals to it.
 
+pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod tls;
 pub mod watch;
 
 use std::future::Future;
@@ -27,6 +29,8 @@ pub struct State {
     pub config: Config,
     pub catalog: Catalog,
     pub metrics: metrics::Metrics,
+    /// Valid bearer tokens, when authentication is on.
+    pub tokens: Option<auth::Tokens>,
     /// Set once the first scan is done; cleared when shutdown begins.
     pub ready: AtomicBool,
 }
@@ -40,7 +44,12 @@ impl State {
         };
         let catalog = Catalog::new(&config.root, limits)
             .with_context(|| format!("opening root {}", config.root.display()))?;
+        let tokens = match &config.auth.token_file {
+            Some(f) => Some(auth::Tokens::load(f)?),
+            None => None,
+        };
         Ok(Arc::new(State {
+            tokens,
             config,
             catalog,
             metrics: metrics::Metrics::default(),
@@ -93,35 +102,54 @@ pub async fn run(
     })
     .await?;
     let watcher = watch::spawn(Arc::clone(&state));
-    tracing::info!(http = %addr, "listening");
     let app = http::router(Arc::clone(&state));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let deadline = state.config.shutdown_timeout();
     let drain_state = Arc::clone(&state);
-    let graceful = async move {
-        shutdown.await;
+    let begin_drain = move || {
         drain_state.ready.store(false, Ordering::SeqCst);
         tracing::info!("shutting down: no new connections, finishing requests in flight");
-        let _ = stop_tx.send(true);
     };
-    let mut stop_rx2 = stop_rx.clone();
-    let server = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(graceful);
-    let deadline = state.config.shutdown_timeout();
-    let server = tokio::spawn(async move { server.await });
-    tokio::pin!(server);
-    tokio::select! {
-        r = &mut server => { r??; }
-        _ = async { let _ = stop_rx2.wait_for(|v| *v).await; } => {
-            match tokio::time::timeout(deadline, &mut server).await {
-                Ok(r) => { r??; }
-                Err(_) => tracing::warn!(seconds = deadline.as_secs(), "shutdown deadline passed; dropping remaining requests"),
+    let make = app.into_make_service_with_connect_info::<SocketAddr>();
+    if let (Some(cert), Some(key)) = (state.config.tls.cert.clone(), state.config.tls.key.clone()) {
+        let tls = tls::load(&cert, &key).await?;
+        let reloader = tls::spawn_reloader(tls.clone(), cert, key);
+        let handle = axum_server::Handle::new();
+        let h = handle.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            begin_drain();
+            h.graceful_shutdown(Some(deadline));
+        });
+        tracing::info!(https = %addr, "listening");
+        axum_server::from_tcp_rustls(listener.into_std()?, tls)?
+            .handle(handle)
+            .serve(make)
+            .await?;
+        reloader.abort();
+    } else {
+        tracing::info!(http = %addr, "listening");
+        let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+        let graceful = async move {
+            shutdown.await;
+            begin_drain();
+            let _ = stop_tx.send(true);
+        };
+        let server = tokio::spawn(async move {
+            axum::serve(listener, make)
+                .with_graceful_shutdown(graceful)
+                .await
+        });
+        tokio::pin!(server);
+        tokio::select! {
+            r = &mut server => { r??; }
+            _ = async { let _ = stop_rx.wait_for(|v| *v).await; } => {
+                match tokio::time::timeout(deadline, &mut server).await {
+                    Ok(r) => { r??; }
+                    Err(_) => tracing::warn!(seconds = deadline.as_secs(), "shutdown deadline passed; dropping remaining requests"),
+                }
             }
         }
     }
-    drop(stop_rx);
     watcher.abort();
     tracing::info!("stopped");
     Ok(())

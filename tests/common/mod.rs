@@ -54,7 +54,12 @@ impl Server {
                 Err(_) => continue,
             };
             if v["fields"]["message"] == "listening" {
-                break v["fields"]["http"].as_str().unwrap().to_owned();
+                let f = &v["fields"];
+                break f["http"]
+                    .as_str()
+                    .or(f["https"].as_str())
+                    .unwrap()
+                    .to_owned();
             }
         };
         Server {

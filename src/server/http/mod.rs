@@ -50,6 +50,35 @@ async fn record(AxState(state): AxState<Arc<State>>, req: Request, next: Next) -
     resp
 }
 
+/// Refuses requests without a valid bearer token, when tokens are configured.
+async fn authenticate(AxState(state): AxState<Arc<State>>, req: Request, next: Next) -> Response {
+    let Some(tokens) = &state.tokens else {
+        return next.run(req).await;
+    };
+    let path = req.uri().path();
+    let open = path == "/healthz"
+        || path == "/readyz"
+        || (path == "/metrics" && !state.config.auth.protect_metrics);
+    let header = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if open || tokens.allows(header) {
+        return next.run(req).await;
+    }
+    let mut r = axum::response::IntoResponse::into_response(AppError::new(
+        axum::http::StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "a valid bearer token is required",
+    ));
+    r.headers_mut().insert(
+        axum::http::header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer"),
+    );
+    r.extensions_mut().insert(Template("unauthorized"));
+    r
+}
+
 fn cors(origins: &[String]) -> Option<CorsLayer> {
     if origins.is_empty() {
         return None;
@@ -112,6 +141,10 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/metrics", get(handlers::metrics))
         .fallback(handlers::not_found)
         .layer(compress)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            authenticate,
+        ))
         .layer(middleware::from_fn_with_state(Arc::clone(&state), record))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,

@@ -16,6 +16,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tokio::net::TcpListener;
@@ -121,7 +122,13 @@ pub async fn run(
             h.graceful_shutdown(Some(deadline));
         });
         tracing::info!(https = %addr, "listening");
-        axum_server::from_tcp_rustls(listener.into_std()?, tls)?
+        // Headers and body go out in separate writes: without TCP_NODELAY,
+        // Nagle's algorithm and delayed ACKs stall small responses ~40 ms.
+        let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
+            .handshake_timeout(Duration::from_secs(10))
+            .acceptor(axum_server::accept::NoDelayAcceptor::new());
+        axum_server::from_tcp(listener.into_std()?)?
+            .acceptor(acceptor)
             .handle(handle)
             .serve(make)
             .await?;
@@ -134,6 +141,13 @@ pub async fn run(
             begin_drain();
             let _ = stop_tx.send(true);
         };
+        // Headers and body go out in separate writes: without TCP_NODELAY,
+        // Nagle's algorithm and delayed ACKs stall small responses ~40 ms.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+        });
         let server = tokio::spawn(async move {
             axum::serve(listener, make)
                 .with_graceful_shutdown(graceful)

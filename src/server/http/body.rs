@@ -18,7 +18,7 @@ use crate::server::catalog::Served;
 use crate::server::State;
 
 /// Bytes read per `pread`.
-const CHUNK: u64 = 256 * 1024;
+const CHUNK: u64 = 1024 * 1024;
 
 /// A piece of a response body: literal bytes, or a range of the file.
 #[derive(Debug, Clone)]

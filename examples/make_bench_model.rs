@@ -21,7 +21,10 @@ fn bytes(n: usize, seed: u64) -> Vec<u8> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let out = PathBuf::from(args.first().ok_or("usage: OUT.zt one-tensor GIB | layers N MIB")?);
+    let out = PathBuf::from(
+        args.first()
+            .ok_or("usage: OUT.zt one-tensor GIB | layers N MIB")?,
+    );
     let store = StoreOptions {
         zstd_level: None,
         digest: Some(DigestAlgorithm::Crc32c),
@@ -44,10 +47,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             write_atomic(&out, |w| {
                 let mut writer = Writer::new(w, &label)?;
                 for l in 0..n {
-                    for (i, part) in ["self_attn.qkv_proj.weight", "mlp.up_proj.weight"].iter().enumerate() {
+                    for (i, part) in ["self_attn.qkv_proj.weight", "mlp.up_proj.weight"]
+                        .iter()
+                        .enumerate()
+                    {
                         let data = bytes((mib << 20) / 2, l * 2 + i as u64 + 1);
                         let name = format!("model.layers.{l}.{part}");
-                        writer.add_dense(&name, &[data.len() as u64 / 2], DType::BF16, &data, store)?;
+                        writer.add_dense(
+                            &name,
+                            &[data.len() as u64 / 2],
+                            DType::BF16,
+                            &data,
+                            store,
+                        )?;
                     }
                 }
                 writer.finish()?;

@@ -186,3 +186,26 @@ fn dual_stack_listening() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn connections_beyond_the_cap_wait_for_a_slot() {
+    let root = sample_root();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, "root = \"/unused\"\n[limits]\nmax_connections = 1\n").unwrap();
+    let s = Server::start(root.path(), &["--config", cfg.to_str().unwrap()]);
+    let hog = std::net::TcpStream::connect(&s.addr).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let waiting = curl(&["--max-time", "1"], &s.url("/healthz"));
+    assert_eq!(
+        waiting.status, 0,
+        "a second connection must wait while the only slot is taken"
+    );
+    drop(hog);
+    assert!(eventually(Duration::from_secs(5), || curl(
+        &["--max-time", "2"],
+        &s.url("/healthz")
+    )
+    .status
+        == 200));
+}

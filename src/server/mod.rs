@@ -8,6 +8,7 @@ pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod http;
+pub mod listener;
 pub mod metrics;
 pub mod tls;
 pub mod watch;
@@ -110,7 +111,6 @@ pub async fn run(
         drain_state.ready.store(false, Ordering::SeqCst);
         tracing::info!("shutting down: no new connections, finishing requests in flight");
     };
-    let make = app.into_make_service_with_connect_info::<SocketAddr>();
     if let (Some(cert), Some(key)) = (state.config.tls.cert.clone(), state.config.tls.key.clone()) {
         let tls = tls::load(&cert, &key).await?;
         let reloader = tls::spawn_reloader(tls.clone(), cert, key);
@@ -130,7 +130,7 @@ pub async fn run(
         axum_server::from_tcp(listener.into_std()?)?
             .acceptor(acceptor)
             .handle(handle)
-            .serve(make)
+            .serve(app.into_make_service_with_connect_info::<SocketAddr>())
             .await?;
         reloader.abort();
     } else {
@@ -141,15 +141,9 @@ pub async fn run(
             begin_drain();
             let _ = stop_tx.send(true);
         };
-        // Headers and body go out in separate writes: without TCP_NODELAY,
-        // Nagle's algorithm and delayed ACKs stall small responses ~40 ms.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-            }
-        });
+        let listener = listener::CappedListener::new(listener, state.config.limits.max_connections);
         let server = tokio::spawn(async move {
-            axum::serve(listener, make)
+            axum::serve(listener, app.into_make_service())
                 .with_graceful_shutdown(graceful)
                 .await
         });

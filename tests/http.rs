@@ -443,3 +443,34 @@ fn graceful_shutdown_finishes_requests_in_flight() {
     assert_eq!(std::fs::read(&out).unwrap(), file);
     assert_eq!(s.wait(Duration::from_secs(20)), Some(0));
 }
+
+#[test]
+fn periodic_rescans_work_without_file_events() {
+    let root = sample_root();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        "root = \"/unused\"\n[catalog]\nwatch = false\nrescan_interval_secs = 1\n",
+    )
+    .unwrap();
+    let s = Server::start(root.path(), &["--config", cfg.to_str().unwrap()]);
+    std::fs::copy(
+        common::repo().join("models/sample.zt"),
+        root.path().join("late.zt"),
+    )
+    .unwrap();
+    assert!(eventually(Duration::from_secs(10), || curl(
+        &[],
+        &s.url("/v1/files/late.zt/manifest")
+    )
+    .status
+        == 200));
+    let v: serde_json::Value =
+        serde_json::from_slice(&curl(&[], &s.url("/v1/files")).body).unwrap();
+    let modified = v["files"][0]["modified"].as_str().unwrap();
+    assert!(
+        modified.ends_with('Z') && modified.contains('T'),
+        "RFC 3339: {modified}"
+    );
+}

@@ -30,7 +30,7 @@ fn with_template(mut r: Response, t: &'static str) -> Response {
 }
 
 fn rfc3339(t: SystemTime) -> String {
-    httpdate::fmt_http_date(t)
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 /// `GET /v1/files`: served and unavailable files.

@@ -419,18 +419,14 @@ fn cors_exposes_the_headers_a_browser_needs() {
 #[test]
 fn graceful_shutdown_finishes_requests_in_flight() {
     let root = sample_root();
-    let file = std::fs::read(root.path().join("sample.zt")).unwrap();
+    let big = big_file();
+    std::fs::write(root.path().join("big.zt"), &big).unwrap();
     let mut s = Server::start(root.path(), &[]);
-    let url = s.url("/v1/files/sample.zt");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("body");
-    // About 4 s at this rate: the signal arrives mid-transfer.
-    let mut slow = std::process::Command::new("curl")
-        .args(["-s", "--limit-rate", "500k", "-o"])
-        .arg(&out)
-        .arg(&url)
-        .spawn()
-        .unwrap();
+    // About 4 s at this rate, and larger than the socket buffers: the
+    // server is still reading the file when the signal arrives.
+    let mut slow = slow_download(&s.url("/v1/files/big.zt"), &out);
     std::thread::sleep(Duration::from_millis(700));
     s.terminate();
     assert!(eventually(Duration::from_secs(3), || curl(
@@ -440,7 +436,7 @@ fn graceful_shutdown_finishes_requests_in_flight() {
     .status
         != 200));
     assert!(slow.wait().unwrap().success());
-    assert_eq!(std::fs::read(&out).unwrap(), file);
+    assert!(std::fs::read(&out).unwrap() == big);
     assert_eq!(s.wait(Duration::from_secs(20)), Some(0));
 }
 
@@ -472,5 +468,81 @@ fn periodic_rescans_work_without_file_events() {
     assert!(
         modified.ends_with('Z') && modified.contains('T'),
         "RFC 3339: {modified}"
+    );
+}
+
+/// Starts a rate-limited download (about 4 s for 40 MB) into `out`.
+fn slow_download(url: &str, out: &std::path::Path) -> std::process::Child {
+    std::process::Command::new("curl")
+        .args(["-s", "--limit-rate", "10M", "-o"])
+        .arg(out)
+        .arg(url)
+        .spawn()
+        .unwrap()
+}
+
+/// A 40 MB file: larger than what loopback socket buffers absorb, so a
+/// throttled client keeps the server reading from the file for seconds.
+fn big_file() -> Vec<u8> {
+    let data: Vec<u8> = (0..40u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+        .collect();
+    let mut w = zt_format::Writer::new(Vec::new(), "big").unwrap();
+    w.add_dense(
+        "w",
+        &[data.len() as u64],
+        zt_format::DType::U8,
+        &data,
+        Default::default(),
+    )
+    .unwrap();
+    w.finish().unwrap()
+}
+
+#[test]
+fn responses_in_flight_survive_rename_and_fail_cleanly_on_truncation() {
+    let root = sample_root();
+    let big = big_file();
+    std::fs::write(root.path().join("big.zt"), &big).unwrap();
+    std::fs::write(root.path().join("big2.zt"), &big).unwrap();
+    let s = Server::start(root.path(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+
+    // Replaced by rename mid-transfer: the old, consistent bytes arrive in full.
+    let out = dir.path().join("renamed");
+    let mut slow = slow_download(&s.url("/v1/files/big.zt"), &out);
+    std::thread::sleep(Duration::from_millis(800));
+    let mut w = zt_format::Writer::new(Vec::new(), "x").unwrap();
+    w.add_dense(
+        "other",
+        &[8],
+        zt_format::DType::U8,
+        &[9; 8],
+        Default::default(),
+    )
+    .unwrap();
+    std::fs::write(root.path().join(".swap.tmp"), w.finish().unwrap()).unwrap();
+    std::fs::rename(root.path().join(".swap.tmp"), root.path().join("big.zt")).unwrap();
+    assert!(slow.wait().unwrap().success());
+    assert!(std::fs::read(&out).unwrap() == big, "old bytes, complete");
+
+    // Truncated in place mid-transfer: the response ends early, nothing
+    // that looks complete arrives, and the daemon keeps serving.
+    let out = dir.path().join("truncated");
+    let mut slow = slow_download(&s.url("/v1/files/big2.zt"), &out);
+    std::thread::sleep(Duration::from_millis(800));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(root.path().join("big2.zt"))
+        .unwrap()
+        .set_len(1000)
+        .unwrap();
+    let status = slow.wait().unwrap();
+    assert!(!status.success(), "curl must see the transfer cut short");
+    assert!(std::fs::read(&out).unwrap().len() < big.len());
+    assert_eq!(curl(&[], &s.url("/healthz")).status, 200);
+    assert_eq!(
+        curl(&["-r", "0-7"], &s.url("/v1/files/sample.zt")).status,
+        206
     );
 }

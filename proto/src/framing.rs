@@ -1,0 +1,228 @@
+//! Framing: every message and every component header is a 4-byte
+//! big-endian length followed by that many bytes of one CBOR map.
+
+use ciborium::Value;
+
+use crate::message::{ComponentHeader, Message};
+use crate::value::FieldError;
+
+/// The largest message a server accepts from a client (64 KiB).
+pub const MAX_CLIENT_MESSAGE: usize = 64 * 1024;
+
+/// Nesting allowed inside a message; messages nest at most 2 levels.
+const MAX_DEPTH: usize = 16;
+
+/// Why bytes could not be read as a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    #[error("frame of {size} bytes exceeds the limit of {limit}")]
+    TooLarge { size: u64, limit: usize },
+    #[error("empty frame")]
+    Empty,
+    #[error("frame is not one CBOR item: {0}")]
+    Cbor(String),
+    #[error("{0}")]
+    Field(#[from] FieldError),
+}
+
+fn encode(v: &Value) -> Result<Vec<u8>, FrameError> {
+    let mut body = Vec::new();
+    ciborium::ser::into_writer(v, &mut body).map_err(|e| FrameError::Cbor(e.to_string()))?;
+    let len = u32::try_from(body.len()).map_err(|_| FrameError::TooLarge {
+        size: body.len() as u64,
+        limit: u32::MAX as usize,
+    })?;
+    let mut out = Vec::with_capacity(body.len().saturating_add(4));
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// A message, framed.
+pub fn frame(m: &Message) -> Result<Vec<u8>, FrameError> {
+    encode(&m.to_value())
+}
+
+/// A component header, framed.
+pub fn frame_header(h: &ComponentHeader) -> Result<Vec<u8>, FrameError> {
+    encode(&h.to_value())
+}
+
+fn decode_value(body: &[u8]) -> Result<Value, FrameError> {
+    let mut r = body;
+    let v: Value = ciborium::de::from_reader_with_recursion_limit(&mut r, MAX_DEPTH)
+        .map_err(|e| FrameError::Cbor(format!("{e:?}")))?;
+    if !r.is_empty() {
+        return Err(FrameError::Cbor(format!("{} trailing bytes", r.len())));
+    }
+    Ok(v)
+}
+
+/// Reassembles frames from bytes as they arrive.
+#[derive(Debug)]
+pub struct Deframer {
+    buf: Vec<u8>,
+    limit: usize,
+}
+
+impl Deframer {
+    /// A deframer refusing frames larger than `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        Deframer { buf: Vec::new(), limit }
+    }
+
+    /// Appends received bytes.
+    pub fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// Bytes received but not yet consumed.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The body of the next complete frame, if one is buffered. Refuses an
+    /// oversized frame as soon as its length is known, before buffering it.
+    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        let Some(len) = self.buf.get(..4) else { return Ok(None) };
+        let mut l = [0u8; 4];
+        l.copy_from_slice(len);
+        let len = u32::from_be_bytes(l) as usize;
+        if len == 0 {
+            return Err(FrameError::Empty);
+        }
+        if len > self.limit {
+            return Err(FrameError::TooLarge { size: len as u64, limit: self.limit });
+        }
+        let end = len.saturating_add(4);
+        if self.buf.len() < end {
+            return Ok(None);
+        }
+        let body = self.buf.get(4..end).map(<[u8]>::to_vec).unwrap_or_default();
+        self.buf.drain(..end);
+        Ok(Some(body))
+    }
+
+    /// The next complete message, if one is buffered.
+    pub fn next_message(&mut self) -> Result<Option<Message>, FrameError> {
+        match self.next_frame()? {
+            Some(body) => Ok(Some(Message::from_value(&decode_value(&body)?)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The next complete component header, if one is buffered.
+    pub fn next_header(&mut self) -> Result<Option<ComponentHeader>, FrameError> {
+        match self.next_frame()? {
+            Some(body) => Ok(Some(ComponentHeader::from_value(&decode_value(&body)?)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Takes what is buffered past the frames read so far (the start of a
+    /// component's bytes, after its header).
+    pub fn take_rest(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+    use crate::{Cancel, Code, Done, ErrorMsg, Get, ManifestMsg};
+
+    fn all_messages() -> Vec<Message> {
+        vec![
+            Message::Get(Get {
+                id: 7,
+                path: "a/b.zt".into(),
+                select: vec!["x.*".into()],
+                order: vec!["x.1".into()],
+                token: Some("t".into()),
+                if_match: Some("\"e\"".into()),
+                manifest_only: true,
+            }),
+            Message::Get(Get { id: 1, path: "m.zt".into(), ..Get::default() }),
+            Message::Cancel(Cancel { id: 7, object: Some("x.1".into()), component: None }),
+            Message::Manifest(ManifestMsg { id: 7, etag: "\"e\"".into(), size: 99, manifest: vec![0xa0], streams: 3 }),
+            Message::Done(Done { id: 7, sent: 2, cancelled: 1 }),
+            Message::Error(ErrorMsg { id: None, code: Code::Unauthorized, message: "no token".into() }),
+        ]
+    }
+
+    #[test]
+    fn messages_round_trip_in_pieces() {
+        let mut d = Deframer::new(MAX_CLIENT_MESSAGE);
+        let mut wire = Vec::new();
+        for m in all_messages() {
+            wire.extend(frame(&m).unwrap());
+        }
+        let mut got = Vec::new();
+        for b in wire.chunks(3) {
+            d.push(b);
+            while let Some(m) = d.next_message().unwrap() {
+                got.push(m);
+            }
+        }
+        assert_eq!(got, all_messages());
+        assert_eq!(d.buffered(), 0);
+    }
+
+    #[test]
+    fn headers_round_trip_and_leave_the_data() {
+        let h = ComponentHeader {
+            id: 1,
+            object: "o".into(),
+            component: "data".into(),
+            seq: 0,
+            dtype: "f32".into(),
+            logical_type: None,
+            encoding: "raw".into(),
+            length: 4,
+            uncompressed_length: None,
+            digest: Some("crc32c:0x00000000".into()),
+            offset: 64,
+        };
+        let mut d = Deframer::new(1024);
+        let mut wire = frame_header(&h).unwrap();
+        wire.extend_from_slice(&[1, 2, 3, 4]);
+        d.push(&wire);
+        assert_eq!(d.next_header().unwrap(), Some(h));
+        assert_eq!(d.take_rest(), [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn hostile_frames_are_refused() {
+        let mut d = Deframer::new(100);
+        d.push(&[0, 0, 1, 0]);
+        assert!(matches!(d.next_frame(), Err(FrameError::TooLarge { size: 256, .. })));
+        let mut d = Deframer::new(100);
+        d.push(&[0, 0, 0, 0]);
+        assert_eq!(d.next_frame(), Err(FrameError::Empty));
+        for body in [&b"\xff"[..], b"\xa1\x61t\x63get", b"\x80", b"\xa1\x61t\x65hello", b"\xa2\x61t\x63get\x61t\x63get"] {
+            let mut d = Deframer::new(100);
+            let mut f = (body.len() as u32).to_be_bytes().to_vec();
+            f.extend_from_slice(body);
+            d.push(&f);
+            assert!(d.next_message().is_err(), "{body:?}");
+        }
+        let mut deep = vec![0x81u8; 40];
+        deep.push(0);
+        let mut f = (deep.len() as u32).to_be_bytes().to_vec();
+        f.extend(deep);
+        let mut d = Deframer::new(100);
+        d.push(&f);
+        assert!(d.next_message().is_err());
+    }
+
+    #[test]
+    fn codes_are_stable() {
+        for c in Code::ALL {
+            assert_eq!(Code::from_value(u64::from(c.value())), Some(c));
+        }
+        assert_eq!(Code::Unauthorized.value(), 3);
+        assert_eq!(Code::from_value(999), None);
+    }
+}

@@ -1,0 +1,30 @@
+//! `ztp/1`: the QUIC protocol that serves zTensor files, as types and a
+//! codec without I/O. `proto/PROTOCOL.md` is the specification; this crate
+//! is its Rust rendering.
+//!
+//! - [`Message`]: every message on the control stream, both directions.
+//! - [`ComponentHeader`]: the header that opens each component stream.
+//! - [`frame`] / [`Deframer`]: length-prefixed framing with a size limit.
+//! - [`Code`]: error codes, shared by messages, stream resets and
+//!   connection closes.
+//!
+//! ```
+//! use ztp_proto::{frame, Deframer, Message, Get};
+//! let msg = Message::Get(Get { id: 1, path: "model.zt".into(), select: vec!["model.layers.0.*".into()], ..Get::default() });
+//! let bytes = frame(&msg).unwrap();
+//! let mut d = Deframer::new(1 << 16);
+//! d.push(&bytes);
+//! assert_eq!(d.next_message().unwrap(), Some(msg));
+//! ```
+
+mod code;
+mod framing;
+mod message;
+mod value;
+
+pub use code::Code;
+pub use framing::{frame, frame_header, Deframer, FrameError, MAX_CLIENT_MESSAGE};
+pub use message::{Cancel, ComponentHeader, Done, ErrorMsg, Get, ManifestMsg, Message};
+
+/// The ALPN protocol identifier.
+pub const ALPN: &[u8] = b"ztp/1";

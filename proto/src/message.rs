@@ -1,0 +1,229 @@
+//! The messages of ztp/1.
+
+use ciborium::Value;
+
+use crate::code::Code;
+use crate::value::{map, text, texts, uint, FieldError, Fields};
+
+/// `get`: ask for a file's manifest and components (client to server).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Get {
+    /// Chosen by the client, unique among its requests in flight.
+    pub id: u64,
+    /// The file's path under the server's root, `/`-separated.
+    pub path: String,
+    /// Glob patterns; empty selects every object.
+    pub select: Vec<String>,
+    /// Object names to send first, in this order; the layer rule orders the rest.
+    pub order: Vec<String>,
+    /// Bearer token, required when the server has tokens configured.
+    pub token: Option<String>,
+    /// Fail with `precondition_failed` unless the file's ETag is this one.
+    pub if_match: Option<String>,
+    /// Send only the manifest, no component streams.
+    pub manifest_only: bool,
+}
+
+/// `cancel`: stop sending a request's components, or one of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cancel {
+    pub id: u64,
+    pub object: Option<String>,
+    pub component: Option<String>,
+}
+
+/// `manifest`: the answer to `get`, before any component stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestMsg {
+    pub id: u64,
+    pub etag: String,
+    /// The file's size in bytes.
+    pub size: u64,
+    /// The manifest filtered to the selection, as v1.2 CBOR.
+    pub manifest: Vec<u8>,
+    /// How many component streams will follow for this request.
+    pub streams: u64,
+}
+
+/// `done`: every component stream of a request has finished or been cancelled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Done {
+    pub id: u64,
+    pub sent: u64,
+    pub cancelled: u64,
+}
+
+/// `error`: a request failed (with its id) or the connection is about to close (without).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorMsg {
+    pub id: Option<u64>,
+    pub code: Code,
+    pub message: String,
+}
+
+/// A control-stream message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    Get(Get),
+    Cancel(Cancel),
+    Manifest(ManifestMsg),
+    Done(Done),
+    Error(ErrorMsg),
+}
+
+/// The header that opens every component stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentHeader {
+    pub id: u64,
+    pub object: String,
+    pub component: String,
+    /// Position of this stream in the request's send order, from 0.
+    pub seq: u64,
+    pub dtype: String,
+    pub logical_type: Option<String>,
+    pub encoding: String,
+    /// Stored bytes that follow the header.
+    pub length: u64,
+    pub uncompressed_length: Option<u64>,
+    /// The file's own digest string, over the stored bytes.
+    pub digest: Option<String>,
+    /// The component's offset in the file.
+    pub offset: u64,
+}
+
+impl Message {
+    /// The message as a CBOR value.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Message::Get(g) => map(vec![
+                ("t", text("get")),
+                ("id", uint(g.id)),
+                ("path", text(&g.path)),
+                ("select", texts(&g.select)),
+                ("order", texts(&g.order)),
+                ("token", g.token.as_deref().and_then(text)),
+                ("if_match", g.if_match.as_deref().and_then(text)),
+                ("manifest_only", g.manifest_only.then_some(Value::Bool(true))),
+            ]),
+            Message::Cancel(c) => map(vec![
+                ("t", text("cancel")),
+                ("id", uint(c.id)),
+                ("object", c.object.as_deref().and_then(text)),
+                ("component", c.component.as_deref().and_then(text)),
+            ]),
+            Message::Manifest(m) => map(vec![
+                ("t", text("manifest")),
+                ("id", uint(m.id)),
+                ("etag", text(&m.etag)),
+                ("size", uint(m.size)),
+                ("manifest", Some(Value::Bytes(m.manifest.clone()))),
+                ("streams", uint(m.streams)),
+            ]),
+            Message::Done(d) => map(vec![
+                ("t", text("done")),
+                ("id", uint(d.id)),
+                ("sent", uint(d.sent)),
+                ("cancelled", uint(d.cancelled)),
+            ]),
+            Message::Error(e) => map(vec![
+                ("t", text("error")),
+                ("id", e.id.and_then(uint)),
+                ("code", uint(u64::from(e.code.value()))),
+                ("message", text(&e.message)),
+            ]),
+        }
+    }
+
+    /// Reads a message from a CBOR value.
+    pub fn from_value(v: &Value) -> Result<Message, FieldError> {
+        let f = Fields::new(v)?;
+        let t = f.text("t")?;
+        Ok(match t.as_str() {
+            "get" => Message::Get(Get {
+                id: f.uint("id")?,
+                path: f.text("path")?,
+                select: f.texts("select")?,
+                order: f.texts("order")?,
+                token: f.opt_text("token")?,
+                if_match: f.opt_text("if_match")?,
+                manifest_only: match v_bool(v, "manifest_only") {
+                    Some(Ok(b)) => b,
+                    Some(Err(())) => return Err(FieldError::Type { field: "manifest_only", expected: "a bool" }),
+                    None => false,
+                },
+            }),
+            "cancel" => Message::Cancel(Cancel {
+                id: f.uint("id")?,
+                object: f.opt_text("object")?,
+                component: f.opt_text("component")?,
+            }),
+            "manifest" => Message::Manifest(ManifestMsg {
+                id: f.uint("id")?,
+                etag: f.text("etag")?,
+                size: f.uint("size")?,
+                manifest: f.bytes("manifest")?,
+                streams: f.uint("streams")?,
+            }),
+            "done" => Message::Done(Done {
+                id: f.uint("id")?,
+                sent: f.uint("sent")?,
+                cancelled: f.uint("cancelled")?,
+            }),
+            "error" => Message::Error(ErrorMsg {
+                id: f.opt_uint("id")?,
+                code: Code::from_value(f.uint("code")?).unwrap_or(Code::Internal),
+                message: f.opt_text("message")?.unwrap_or_default(),
+            }),
+            other => return Err(FieldError::UnknownType(other.to_owned())),
+        })
+    }
+}
+
+fn v_bool(v: &Value, key: &str) -> Option<Result<bool, ()>> {
+    let Value::Map(entries) = v else { return None };
+    entries.iter().find(|(k, _)| k.as_text() == Some(key)).map(|(_, v)| match v {
+        Value::Bool(b) => Ok(*b),
+        Value::Null => Ok(false),
+        _ => Err(()),
+    })
+}
+
+impl ComponentHeader {
+    pub fn to_value(&self) -> Value {
+        map(vec![
+            ("t", text("component")),
+            ("id", uint(self.id)),
+            ("object", text(&self.object)),
+            ("component", text(&self.component)),
+            ("seq", uint(self.seq)),
+            ("dtype", text(&self.dtype)),
+            ("type", self.logical_type.as_deref().and_then(text)),
+            ("encoding", text(&self.encoding)),
+            ("length", uint(self.length)),
+            ("uncompressed_length", self.uncompressed_length.and_then(uint)),
+            ("digest", self.digest.as_deref().and_then(text)),
+            ("offset", uint(self.offset)),
+        ])
+    }
+
+    pub fn from_value(v: &Value) -> Result<Self, FieldError> {
+        let f = Fields::new(v)?;
+        let t = f.text("t")?;
+        if t != "component" {
+            return Err(FieldError::UnknownType(t));
+        }
+        Ok(ComponentHeader {
+            id: f.uint("id")?,
+            object: f.text("object")?,
+            component: f.text("component")?,
+            seq: f.uint("seq")?,
+            dtype: f.text("dtype")?,
+            logical_type: f.opt_text("type")?,
+            encoding: f.text("encoding")?,
+            length: f.uint("length")?,
+            uncompressed_length: f.opt_uint("uncompressed_length")?,
+            digest: f.opt_text("digest")?,
+            offset: f.uint("offset")?,
+        })
+    }
+}

@@ -5,6 +5,7 @@
 //! ([`manifest_json`]), importers for other tensor formats ([`import`]), and
 //! the `zt` subcommands ([`tool`]).
 
+pub mod client;
 pub mod import;
 pub mod manifest_json;
 pub mod select;

@@ -69,7 +69,10 @@ pub struct Deframer {
 impl Deframer {
     /// A deframer refusing frames larger than `limit` bytes.
     pub fn new(limit: usize) -> Self {
-        Deframer { buf: Vec::new(), limit }
+        Deframer {
+            buf: Vec::new(),
+            limit,
+        }
     }
 
     /// Appends received bytes.
@@ -85,7 +88,9 @@ impl Deframer {
     /// The body of the next complete frame, if one is buffered. Refuses an
     /// oversized frame as soon as its length is known, before buffering it.
     pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
-        let Some(len) = self.buf.get(..4) else { return Ok(None) };
+        let Some(len) = self.buf.get(..4) else {
+            return Ok(None);
+        };
         let mut l = [0u8; 4];
         l.copy_from_slice(len);
         let len = u32::from_be_bytes(l) as usize;
@@ -93,7 +98,10 @@ impl Deframer {
             return Err(FrameError::Empty);
         }
         if len > self.limit {
-            return Err(FrameError::TooLarge { size: len as u64, limit: self.limit });
+            return Err(FrameError::TooLarge {
+                size: len as u64,
+                limit: self.limit,
+            });
         }
         let end = len.saturating_add(4);
         if self.buf.len() < end {
@@ -144,11 +152,33 @@ mod tests {
                 if_match: Some("\"e\"".into()),
                 manifest_only: true,
             }),
-            Message::Get(Get { id: 1, path: "m.zt".into(), ..Get::default() }),
-            Message::Cancel(Cancel { id: 7, object: Some("x.1".into()), component: None }),
-            Message::Manifest(ManifestMsg { id: 7, etag: "\"e\"".into(), size: 99, manifest: vec![0xa0], streams: 3 }),
-            Message::Done(Done { id: 7, sent: 2, cancelled: 1 }),
-            Message::Error(ErrorMsg { id: None, code: Code::Unauthorized, message: "no token".into() }),
+            Message::Get(Get {
+                id: 1,
+                path: "m.zt".into(),
+                ..Get::default()
+            }),
+            Message::Cancel(Cancel {
+                id: 7,
+                object: Some("x.1".into()),
+                component: None,
+            }),
+            Message::Manifest(ManifestMsg {
+                id: 7,
+                etag: "\"e\"".into(),
+                size: 99,
+                manifest: vec![0xa0],
+                streams: 3,
+            }),
+            Message::Done(Done {
+                id: 7,
+                sent: 2,
+                cancelled: 1,
+            }),
+            Message::Error(ErrorMsg {
+                id: None,
+                code: Code::Unauthorized,
+                message: "no token".into(),
+            }),
         ]
     }
 
@@ -197,11 +227,20 @@ mod tests {
     fn hostile_frames_are_refused() {
         let mut d = Deframer::new(100);
         d.push(&[0, 0, 1, 0]);
-        assert!(matches!(d.next_frame(), Err(FrameError::TooLarge { size: 256, .. })));
+        assert!(matches!(
+            d.next_frame(),
+            Err(FrameError::TooLarge { size: 256, .. })
+        ));
         let mut d = Deframer::new(100);
         d.push(&[0, 0, 0, 0]);
         assert_eq!(d.next_frame(), Err(FrameError::Empty));
-        for body in [&b"\xff"[..], b"\xa1\x61t\x63get", b"\x80", b"\xa1\x61t\x65hello", b"\xa2\x61t\x63get\x61t\x63get"] {
+        for body in [
+            &b"\xff"[..],
+            b"\xa1\x61t\x63get",
+            b"\x80",
+            b"\xa1\x61t\x65hello",
+            b"\xa2\x61t\x63get\x61t\x63get",
+        ] {
             let mut d = Deframer::new(100);
             let mut f = (body.len() as u32).to_be_bytes().to_vec();
             f.extend_from_slice(body);

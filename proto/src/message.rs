@@ -103,7 +103,10 @@ impl Message {
                 ("order", texts(&g.order)),
                 ("token", g.token.as_deref().and_then(text)),
                 ("if_match", g.if_match.as_deref().and_then(text)),
-                ("manifest_only", g.manifest_only.then_some(Value::Bool(true))),
+                (
+                    "manifest_only",
+                    g.manifest_only.then_some(Value::Bool(true)),
+                ),
             ]),
             Message::Cancel(c) => map(vec![
                 ("t", text("cancel")),
@@ -148,7 +151,12 @@ impl Message {
                 if_match: f.opt_text("if_match")?,
                 manifest_only: match v_bool(v, "manifest_only") {
                     Some(Ok(b)) => b,
-                    Some(Err(())) => return Err(FieldError::Type { field: "manifest_only", expected: "a bool" }),
+                    Some(Err(())) => {
+                        return Err(FieldError::Type {
+                            field: "manifest_only",
+                            expected: "a bool",
+                        })
+                    }
                     None => false,
                 },
             }),
@@ -181,11 +189,14 @@ impl Message {
 
 fn v_bool(v: &Value, key: &str) -> Option<Result<bool, ()>> {
     let Value::Map(entries) = v else { return None };
-    entries.iter().find(|(k, _)| k.as_text() == Some(key)).map(|(_, v)| match v {
-        Value::Bool(b) => Ok(*b),
-        Value::Null => Ok(false),
-        _ => Err(()),
-    })
+    entries
+        .iter()
+        .find(|(k, _)| k.as_text() == Some(key))
+        .map(|(_, v)| match v {
+            Value::Bool(b) => Ok(*b),
+            Value::Null => Ok(false),
+            _ => Err(()),
+        })
 }
 
 impl ComponentHeader {
@@ -200,7 +211,10 @@ impl ComponentHeader {
             ("type", self.logical_type.as_deref().and_then(text)),
             ("encoding", text(&self.encoding)),
             ("length", uint(self.length)),
-            ("uncompressed_length", self.uncompressed_length.and_then(uint)),
+            (
+                "uncompressed_length",
+                self.uncompressed_length.and_then(uint),
+            ),
             ("digest", self.digest.as_deref().and_then(text)),
             ("offset", uint(self.offset)),
         ])

@@ -11,7 +11,10 @@ pub enum FieldError {
     #[error("missing field {0:?}")]
     Missing(&'static str),
     #[error("field {field:?} must be {expected}")]
-    Type { field: &'static str, expected: &'static str },
+    Type {
+        field: &'static str,
+        expected: &'static str,
+    },
     #[error("duplicate key {0:?}")]
     Duplicate(String),
     #[error("unknown message type {0:?}")]
@@ -23,7 +26,9 @@ pub(crate) struct Fields<'a>(Vec<(&'a str, &'a Value)>);
 
 impl<'a> Fields<'a> {
     pub(crate) fn new(v: &'a Value) -> Result<Self, FieldError> {
-        let Value::Map(entries) = v else { return Err(FieldError::NotMap) };
+        let Value::Map(entries) = v else {
+            return Err(FieldError::NotMap);
+        };
         let mut out: Vec<(&str, &Value)> = Vec::with_capacity(entries.len());
         for (k, v) in entries {
             if let Value::Text(k) = k {
@@ -37,7 +42,11 @@ impl<'a> Fields<'a> {
     }
 
     fn get(&self, k: &str) -> Option<&'a Value> {
-        self.0.iter().find(|(key, _)| *key == k).map(|(_, v)| *v).filter(|v| !v.is_null())
+        self.0
+            .iter()
+            .find(|(key, _)| *key == k)
+            .map(|(_, v)| *v)
+            .filter(|v| !v.is_null())
     }
 
     pub(crate) fn text(&self, k: &'static str) -> Result<String, FieldError> {
@@ -48,7 +57,10 @@ impl<'a> Fields<'a> {
         match self.get(k) {
             None => Ok(None),
             Some(Value::Text(t)) => Ok(Some(t.clone())),
-            Some(_) => Err(FieldError::Type { field: k, expected: "a text string" }),
+            Some(_) => Err(FieldError::Type {
+                field: k,
+                expected: "a text string",
+            }),
         }
     }
 
@@ -59,10 +71,14 @@ impl<'a> Fields<'a> {
     pub(crate) fn opt_uint(&self, k: &'static str) -> Result<Option<u64>, FieldError> {
         match self.get(k) {
             None => Ok(None),
-            Some(Value::Integer(i)) => u64::try_from(*i)
-                .map(Some)
-                .map_err(|_| FieldError::Type { field: k, expected: "an unsigned integer" }),
-            Some(_) => Err(FieldError::Type { field: k, expected: "an unsigned integer" }),
+            Some(Value::Integer(i)) => u64::try_from(*i).map(Some).map_err(|_| FieldError::Type {
+                field: k,
+                expected: "an unsigned integer",
+            }),
+            Some(_) => Err(FieldError::Type {
+                field: k,
+                expected: "an unsigned integer",
+            }),
         }
     }
 
@@ -70,7 +86,10 @@ impl<'a> Fields<'a> {
         match self.get(k) {
             None => Err(FieldError::Missing(k)),
             Some(Value::Bytes(b)) => Ok(b.clone()),
-            Some(_) => Err(FieldError::Type { field: k, expected: "a byte string" }),
+            Some(_) => Err(FieldError::Type {
+                field: k,
+                expected: "a byte string",
+            }),
         }
     }
 
@@ -81,10 +100,16 @@ impl<'a> Fields<'a> {
                 .iter()
                 .map(|v| match v {
                     Value::Text(t) => Ok(t.clone()),
-                    _ => Err(FieldError::Type { field: k, expected: "an array of text strings" }),
+                    _ => Err(FieldError::Type {
+                        field: k,
+                        expected: "an array of text strings",
+                    }),
                 })
                 .collect(),
-            Some(_) => Err(FieldError::Type { field: k, expected: "an array of text strings" }),
+            Some(_) => Err(FieldError::Type {
+                field: k,
+                expected: "an array of text strings",
+            }),
         }
     }
 }

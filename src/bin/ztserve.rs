@@ -14,7 +14,7 @@ use ztserve::server::{self, State};
 #[command(
     name = "ztserve",
     version,
-    about = "Serve a directory tree of zTensor (.zt) files over HTTP",
+    about = "Serve a directory tree of zTensor (.zt) files over HTTP and QUIC (ztp/1)",
     after_help = "Configuration precedence: flags > ZTSERVE_* environment variables > --config file > defaults.\n\
 Exit codes: 0 clean shutdown; 1 runtime failure; 2 invalid configuration or usage."
 )]
@@ -46,6 +46,15 @@ struct Cli {
     /// PEM private key for --tls-cert [env: ZTSERVE_TLS_KEY]
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// UDP address for ztp/1 over QUIC [default: the HTTP address; env: ZTSERVE_QUIC_LISTEN]
+    #[arg(long, value_name = "ADDR")]
+    quic_listen: Option<SocketAddr>,
+    /// Do not serve QUIC
+    #[arg(long)]
+    no_quic: bool,
+    /// Writable directory for the generated QUIC certificate [env: ZTSERVE_STATE_DIR]
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
     /// Validate a configuration file (with the environment and flags) and exit
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     check_config: Option<PathBuf>,
@@ -78,6 +87,15 @@ impl Cli {
             if let Some(p) = v {
                 f.push((key, s(&p.to_string_lossy())));
             }
+        }
+        if let Some(a) = &self.quic_listen {
+            f.push(("quic.listen", s(&a.to_string())));
+        }
+        if self.no_quic {
+            f.push(("quic.enabled", toml::Value::Boolean(false)));
+        }
+        if let Some(d) = &self.state_dir {
+            f.push(("state_dir", s(&d.to_string_lossy())));
         }
         if let Some(v) = self.shutdown_timeout_secs {
             f.push((

@@ -47,6 +47,60 @@ pub struct Config {
     pub auth: AuthConfig,
     #[serde(default)]
     pub tls: TlsConfig,
+    #[serde(default)]
+    pub quic: QuicConfig,
+    /// Writable directory for state: the generated QUIC certificate.
+    #[serde(default = "defaults::state_dir")]
+    pub state_dir: PathBuf,
+}
+
+/// The ztp/1 QUIC listener.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuicConfig {
+    /// Serve ztp/1 over QUIC.
+    #[serde(default = "defaults::yes")]
+    pub enabled: bool,
+    /// UDP listen address; unset means the HTTP address's IP and port.
+    #[serde(default)]
+    pub listen: Option<SocketAddr>,
+    /// Most concurrent QUIC connections.
+    #[serde(default = "defaults::quic_max_connections")]
+    pub max_connections: usize,
+    /// Most requests in flight per connection.
+    #[serde(default = "defaults::quic_max_requests")]
+    pub max_requests: usize,
+    /// Most component streams open at once per connection.
+    #[serde(default = "defaults::quic_max_streams")]
+    pub max_streams: usize,
+    /// Seconds without traffic before a connection is closed.
+    #[serde(default = "defaults::quic_idle_timeout_secs")]
+    pub idle_timeout_secs: u64,
+    /// Flow-control window per stream, in bytes.
+    #[serde(default = "defaults::quic_stream_window")]
+    pub stream_window: u64,
+    /// Flow-control window per connection, in bytes.
+    #[serde(default = "defaults::quic_connection_window")]
+    pub connection_window: u64,
+    /// UDP socket send and receive buffer sizes requested, in bytes.
+    #[serde(default = "defaults::quic_udp_buffer")]
+    pub udp_buffer_bytes: usize,
+}
+
+impl Default for QuicConfig {
+    fn default() -> Self {
+        QuicConfig {
+            enabled: true,
+            listen: None,
+            max_connections: defaults::quic_max_connections(),
+            max_requests: defaults::quic_max_requests(),
+            max_streams: defaults::quic_max_streams(),
+            idle_timeout_secs: defaults::quic_idle_timeout_secs(),
+            stream_window: defaults::quic_stream_window(),
+            connection_window: defaults::quic_connection_window(),
+            udp_buffer_bytes: defaults::quic_udp_buffer(),
+        }
+    }
 }
 
 /// Bearer-token authentication.
@@ -179,6 +233,30 @@ mod defaults {
     pub(super) fn request_timeout_secs() -> u64 {
         3600
     }
+    pub(super) fn state_dir() -> std::path::PathBuf {
+        "state".into()
+    }
+    pub(super) fn quic_max_connections() -> usize {
+        1024
+    }
+    pub(super) fn quic_max_requests() -> usize {
+        16
+    }
+    pub(super) fn quic_max_streams() -> usize {
+        32
+    }
+    pub(super) fn quic_idle_timeout_secs() -> u64 {
+        60
+    }
+    pub(super) fn quic_stream_window() -> u64 {
+        16 << 20
+    }
+    pub(super) fn quic_connection_window() -> u64 {
+        64 << 20
+    }
+    pub(super) fn quic_udp_buffer() -> usize {
+        4 << 20
+    }
 }
 
 /// The kind of value a key holds, for reading it from an environment variable.
@@ -211,6 +289,16 @@ const KEYS: &[(&str, Kind)] = &[
     ("auth.protect_metrics", Kind::Bool),
     ("tls.cert", Kind::Text),
     ("tls.key", Kind::Text),
+    ("state_dir", Kind::Text),
+    ("quic.enabled", Kind::Bool),
+    ("quic.listen", Kind::Text),
+    ("quic.max_connections", Kind::Int),
+    ("quic.max_requests", Kind::Int),
+    ("quic.max_streams", Kind::Int),
+    ("quic.idle_timeout_secs", Kind::Int),
+    ("quic.stream_window", Kind::Int),
+    ("quic.connection_window", Kind::Int),
+    ("quic.udp_buffer_bytes", Kind::Int),
 ];
 
 /// The environment variable for a dotted key.
@@ -312,6 +400,15 @@ impl Config {
         }
         if self.limits.max_ranges == 0 {
             bail!("configuration key `limits.max_ranges` must be at least 1");
+        }
+        for (key, v) in [
+            ("quic.max_connections", self.quic.max_connections),
+            ("quic.max_requests", self.quic.max_requests),
+            ("quic.max_streams", self.quic.max_streams),
+        ] {
+            if v == 0 {
+                bail!("configuration key `{key}` must be at least 1");
+            }
         }
         if self.limits.max_connections == 0 {
             bail!("configuration key `limits.max_connections` must be at least 1");

@@ -24,6 +24,7 @@ pub struct Metrics {
     requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
     latency: Mutex<BTreeMap<&'static str, Histogram>>,
     bytes_sent: AtomicU64,
+    quic_bytes_sent: AtomicU64,
 }
 
 impl Metrics {
@@ -47,6 +48,11 @@ impl Metrics {
 
     pub fn add_bytes(&self, n: u64) {
         self.bytes_sent.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Component bytes sent over QUIC (also counted in `bytes_sent`).
+    pub fn add_quic_bytes(&self, n: u64) {
+        self.quic_bytes_sent.fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn bytes_sent(&self) -> u64 {
@@ -90,6 +96,12 @@ impl Metrics {
         }
         out.push_str("# HELP ztserve_bytes_sent_total Body bytes sent.\n# TYPE ztserve_bytes_sent_total counter\n");
         let _ = writeln!(out, "ztserve_bytes_sent_total {}", self.bytes_sent());
+        out.push_str("# HELP ztserve_quic_bytes_sent_total Component bytes sent over QUIC.\n# TYPE ztserve_quic_bytes_sent_total counter\n");
+        let _ = writeln!(
+            out,
+            "ztserve_quic_bytes_sent_total {}",
+            self.quic_bytes_sent.load(Ordering::Relaxed)
+        );
         out.push_str(
             "# HELP ztserve_files Files in the catalog by state.\n# TYPE ztserve_files gauge\n",
         );

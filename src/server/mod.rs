@@ -10,6 +10,7 @@ pub mod config;
 pub mod http;
 pub mod listener;
 pub mod metrics;
+pub mod quic;
 pub mod tls;
 pub mod watch;
 
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use quinn::VarInt;
 use tokio::net::TcpListener;
 
 pub use catalog::Catalog;
@@ -106,19 +108,54 @@ pub async fn run(
     let watcher = watch::spawn(Arc::clone(&state));
     let app = http::router(Arc::clone(&state));
     let deadline = state.config.shutdown_timeout();
+    // One shutdown signal, observed by the HTTP and the QUIC side.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let drain_state = Arc::clone(&state);
-    let begin_drain = move || {
+    tokio::spawn(async move {
+        shutdown.await;
         drain_state.ready.store(false, Ordering::SeqCst);
         tracing::info!("shutting down: no new connections, finishing requests in flight");
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let quic = if state.config.quic.enabled {
+        let quic_addr = state.config.quic.listen.unwrap_or(addr);
+        let bound = quic::bind(&state, quic_addr)?;
+        let local = bound.endpoint.local_addr()?;
+        tracing::info!(quic = %local, fingerprint = %bound.fingerprint, "listening (ztp/1)");
+        let endpoint = bound.endpoint.clone();
+        let serve = tokio::spawn(quic::serve(Arc::clone(&state), bound.endpoint));
+        let rx = stop_rx.clone();
+        Some(tokio::spawn(async move {
+            stopped(rx).await;
+            endpoint.set_server_config(None);
+            if tokio::time::timeout(deadline, endpoint.wait_idle())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "QUIC connections still open at the shutdown deadline; closing them"
+                );
+            }
+            endpoint.close(
+                VarInt::from_u32(ztp_proto::Code::ShuttingDown.value()),
+                b"shutting down",
+            );
+            serve.abort();
+        }))
+    } else {
+        None
     };
     if let (Some(cert), Some(key)) = (state.config.tls.cert.clone(), state.config.tls.key.clone()) {
         let tls = tls::load(&cert, &key).await?;
         let reloader = tls::spawn_reloader(tls.clone(), cert, key);
         let handle = axum_server::Handle::new();
         let h = handle.clone();
+        let rx = stop_rx.clone();
         tokio::spawn(async move {
-            shutdown.await;
-            begin_drain();
+            stopped(rx).await;
             h.graceful_shutdown(Some(deadline));
         });
         tracing::info!(https = %addr, "listening");
@@ -135,13 +172,8 @@ pub async fn run(
         reloader.abort();
     } else {
         tracing::info!(http = %addr, "listening");
-        let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-        let graceful = async move {
-            shutdown.await;
-            begin_drain();
-            let _ = stop_tx.send(true);
-        };
         let listener = listener::CappedListener::new(listener, state.config.limits.max_connections);
+        let graceful = stopped(stop_rx.clone());
         let server = tokio::spawn(async move {
             axum::serve(listener, app.into_make_service())
                 .with_graceful_shutdown(graceful)
@@ -150,13 +182,16 @@ pub async fn run(
         tokio::pin!(server);
         tokio::select! {
             r = &mut server => { r??; }
-            _ = async { let _ = stop_rx.wait_for(|v| *v).await; } => {
+            _ = stopped(stop_rx.clone()) => {
                 match tokio::time::timeout(deadline, &mut server).await {
                     Ok(r) => { r??; }
                     Err(_) => tracing::warn!(seconds = deadline.as_secs(), "shutdown deadline passed; dropping remaining requests"),
                 }
             }
         }
+    }
+    if let Some(q) = quic {
+        let _ = q.await;
     }
     watcher.abort();
     tracing::info!("stopped");

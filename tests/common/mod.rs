@@ -11,14 +11,32 @@ use std::time::{Duration, Instant};
 pub struct Server {
     pub child: Child,
     pub addr: String,
+    /// The QUIC address and certificate fingerprint, when QUIC is on.
+    pub quic: Option<(String, String)>,
     pub logs: mpsc::Receiver<String>,
+    _state: Option<tempfile::TempDir>,
 }
 
 impl Server {
-    /// Starts `ztserve --root ROOT --listen 127.0.0.1:0` plus `args`, and
-    /// waits for the line that names the bound address.
+    /// Starts `ztserve --root ROOT --listen 127.0.0.1:0 --no-quic` plus
+    /// `args`, and waits for the line that names the bound address.
     pub fn start(root: &Path, args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ztserve"))
+        Server::spawn(root, args, false)
+    }
+
+    /// Like [`Server::start`], with QUIC on and a temporary state directory.
+    pub fn start_quic(root: &Path, args: &[&str]) -> Server {
+        Server::spawn(root, args, true)
+    }
+
+    fn spawn(root: &Path, args: &[&str], quic: bool) -> Server {
+        let state = quic.then(|| tempfile::tempdir().unwrap());
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ztserve"));
+        match &state {
+            Some(d) => cmd.arg("--state-dir").arg(d.path()),
+            None => cmd.arg("--no-quic"),
+        };
+        let mut child = cmd
             .arg("--root")
             .arg(root)
             .args([
@@ -45,6 +63,7 @@ impl Server {
             }
         });
         let deadline = Instant::now() + Duration::from_secs(30);
+        let mut quic_addr = None;
         let addr = loop {
             let line = rx
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
@@ -53,8 +72,14 @@ impl Server {
                 Ok(v) => v,
                 Err(_) => continue,
             };
-            if v["fields"]["message"] == "listening" {
-                let f = &v["fields"];
+            let f = &v["fields"];
+            if f["message"] == "listening (ztp/1)" {
+                quic_addr = Some((
+                    f["quic"].as_str().unwrap().to_owned(),
+                    f["fingerprint"].as_str().unwrap().to_owned(),
+                ));
+            }
+            if f["message"] == "listening" {
                 break f["http"]
                     .as_str()
                     .or(f["https"].as_str())
@@ -65,7 +90,9 @@ impl Server {
         Server {
             child,
             addr,
+            quic: quic_addr,
             logs: rx,
+            _state: state,
         }
     }
 

@@ -194,3 +194,32 @@ pub fn parse(file: &str, data: &[u8], limits: &Limits) -> Result<Parsed> {
     })?;
     decode(file, &loc, bytes, limits)
 }
+
+/// Decodes a standalone v1.2 manifest (as a server sends it, filtered)
+/// and validates it against a file of `file_size` bytes: offsets must lie
+/// between the header and the footer, aligned and without overlaps.
+pub fn decode_manifest(
+    file: &str,
+    bytes: &[u8],
+    file_size: u64,
+    limits: &Limits,
+) -> Result<(Manifest, Vec<Warning>)> {
+    let at = Location::file(file);
+    if bytes.len() as u64 > limits.manifest_cap {
+        return Err(Error::invalid(
+            at,
+            Rule::ManifestOverCap {
+                size: bytes.len() as u64,
+                cap: limits.manifest_cap,
+            },
+        ));
+    }
+    let mut warnings = Vec::new();
+    let manifest = parse_v1::manifest(bytes, file, limits.max_depth, &mut warnings)?;
+    let area = BlobArea {
+        start: MAGIC.len() as u64,
+        end: file_size.saturating_sub(FOOTER_LEN),
+    };
+    validate::manifest(&manifest, area, &at, &mut warnings)?;
+    Ok((manifest, warnings))
+}

@@ -1,0 +1,391 @@
+//! The ztp/1 client: one QUIC connection, any number of requests on it.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{anyhow, bail, Context, Result};
+use quinn::crypto::rustls::QuicClientConfig;
+use quinn::{Connection, Endpoint, RecvStream};
+use tokio::sync::{mpsc, oneshot};
+use zt_format::{AlignedBuf, Limits, Manifest};
+use ztp_proto::{frame, Cancel, Deframer, Get, ManifestMsg, Message, ALPN};
+
+use super::trust::{client_config, Trust};
+use super::verify::{Check, Delivered};
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    pub trust: Trust,
+    pub token: Option<String>,
+    /// Accept components whose digest algorithm is unknown.
+    pub allow_unverified: bool,
+    /// Largest manifest accepted, in bytes.
+    pub manifest_cap: u64,
+    /// Largest single component accepted, in bytes.
+    pub component_cap: u64,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            trust: Trust::System,
+            token: None,
+            allow_unverified: false,
+            manifest_cap: zt_format::DEFAULT_MANIFEST_CAP,
+            component_cap: 64 << 30,
+        }
+    }
+}
+
+type Delivery = mpsc::UnboundedSender<Result<Delivered>>;
+
+#[derive(Debug)]
+struct Route {
+    manifest: Option<oneshot::Sender<Result<ManifestMsg>>>,
+    deliver: Delivery,
+}
+
+type Routes = Arc<Mutex<HashMap<u64, Route>>>;
+
+/// A connection to a ztp/1 server.
+#[derive(Debug)]
+pub struct QuicClient {
+    conn: Connection,
+    _endpoint: Endpoint,
+    control: tokio::sync::Mutex<quinn::SendStream>,
+    next_id: AtomicU64,
+    routes: Routes,
+    options: Arc<ClientOptions>,
+}
+
+/// One request's results: the manifest, then components as they complete.
+#[derive(Debug)]
+pub struct Fetch {
+    pub id: u64,
+    pub manifest: Manifest,
+    pub etag: String,
+    pub size: u64,
+    /// Component streams the server announced.
+    pub streams: u64,
+    received: u64,
+    rx: mpsc::UnboundedReceiver<Result<Delivered>>,
+}
+
+impl Fetch {
+    /// The next verified component, in completion order; `None` when all
+    /// announced streams are accounted for.
+    pub async fn next(&mut self) -> Option<Result<Delivered>> {
+        if self.received >= self.streams {
+            return None;
+        }
+        let item = self
+            .rx
+            .recv()
+            .await
+            .unwrap_or_else(|| Err(anyhow!("connection lost before every component arrived")));
+        self.received += 1;
+        Some(item)
+    }
+}
+
+fn route_error(routes: &Routes, id: Option<u64>, err: &str) {
+    let Ok(mut r) = routes.lock() else { return };
+    let ids: Vec<u64> = match id {
+        Some(i) => vec![i],
+        None => r.keys().copied().collect(),
+    };
+    for i in ids {
+        if let Some(route) = r.get_mut(&i) {
+            match route.manifest.take() {
+                Some(tx) => {
+                    let _ = tx.send(Err(anyhow!("{err}")));
+                }
+                None => {
+                    let _ = route.deliver.send(Err(anyhow!("{err}")));
+                }
+            }
+        }
+    }
+}
+
+impl QuicClient {
+    /// Connects to `addr`, verifying the server as `server_name` under the trust policy.
+    pub async fn connect(
+        addr: SocketAddr,
+        server_name: &str,
+        options: ClientOptions,
+    ) -> Result<Self> {
+        crate::server::tls::install_provider();
+        let tls = client_config(&options.trust, ALPN)?;
+        let mut config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
+        let mut transport = quinn::TransportConfig::default();
+        transport
+            .stream_receive_window(quinn::VarInt::from_u32(16 << 20))
+            .receive_window(quinn::VarInt::from_u32(64 << 20))
+            .max_concurrent_uni_streams(quinn::VarInt::from_u32(256));
+        config.transport_config(Arc::new(transport));
+        let bind: SocketAddr = if addr.is_ipv6() {
+            "[::]:0".parse()?
+        } else {
+            "0.0.0.0:0".parse()?
+        };
+        let mut endpoint = Endpoint::client(bind).context("opening a UDP socket")?;
+        endpoint.set_default_client_config(config);
+        let conn = endpoint
+            .connect(addr, server_name)?
+            .await
+            .with_context(|| format!("connecting to {addr} over QUIC"))?;
+        let (send, recv) = conn.open_bi().await.context("opening the control stream")?;
+        let routes: Routes = Arc::default();
+        let options = Arc::new(options);
+        tokio::spawn(read_control(
+            recv,
+            Arc::clone(&routes),
+            options.manifest_cap,
+        ));
+        tokio::spawn(accept_streams(
+            conn.clone(),
+            Arc::clone(&routes),
+            Arc::clone(&options),
+        ));
+        Ok(QuicClient {
+            conn,
+            _endpoint: endpoint,
+            control: tokio::sync::Mutex::new(send),
+            next_id: AtomicU64::new(1),
+            routes,
+            options,
+        })
+    }
+
+    async fn send(&self, m: &Message) -> Result<()> {
+        let bytes = frame(m)?;
+        self.control
+            .lock()
+            .await
+            .write_all(&bytes)
+            .await
+            .context("sending on the control stream")?;
+        Ok(())
+    }
+
+    /// Asks for `path` with a selection and an optional explicit order.
+    pub async fn get(
+        &self,
+        path: &str,
+        select: &[String],
+        order: &[String],
+        if_match: Option<&str>,
+    ) -> Result<Fetch> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (mtx, mrx) = oneshot::channel();
+        let (dtx, drx) = mpsc::unbounded_channel();
+        if let Ok(mut r) = self.routes.lock() {
+            r.insert(
+                id,
+                Route {
+                    manifest: Some(mtx),
+                    deliver: dtx,
+                },
+            );
+        }
+        let get = Get {
+            id,
+            path: path.to_owned(),
+            select: select.to_vec(),
+            order: order.to_vec(),
+            token: self.options.token.clone(),
+            if_match: if_match.map(str::to_owned),
+            manifest_only: false,
+        };
+        self.send(&Message::Get(get)).await?;
+        let m = mrx
+            .await
+            .map_err(|_| anyhow!("connection closed before the manifest arrived"))??;
+        let limits = Limits {
+            manifest_cap: self.options.manifest_cap,
+            ..Limits::default()
+        };
+        let (manifest, _) =
+            zt_format::container::decode_manifest(path, &m.manifest, m.size, &limits)?;
+        Ok(Fetch {
+            id,
+            manifest,
+            etag: m.etag,
+            size: m.size,
+            streams: m.streams,
+            received: 0,
+            rx: drx,
+        })
+    }
+
+    /// Cancels a request, an object of it, or one component.
+    pub async fn cancel(
+        &self,
+        id: u64,
+        object: Option<&str>,
+        component: Option<&str>,
+    ) -> Result<()> {
+        self.send(&Message::Cancel(Cancel {
+            id,
+            object: object.map(str::to_owned),
+            component: component.map(str::to_owned),
+        }))
+        .await
+    }
+
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64) {
+    let mut d = Deframer::new(usize::try_from(cap.saturating_add(4096)).unwrap_or(usize::MAX));
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match recv.read(&mut buf).await {
+            Ok(Some(n)) => d.push(buf.get(..n).unwrap_or_default()),
+            Ok(None) => break,
+            Err(e) => {
+                route_error(
+                    &routes,
+                    None,
+                    &format!("the server closed the connection: {e}"),
+                );
+                return;
+            }
+        }
+        loop {
+            match d.next_message() {
+                Ok(Some(Message::Manifest(m))) => {
+                    if let Ok(mut r) = routes.lock() {
+                        if let Some(tx) = r.get_mut(&m.id).and_then(|route| route.manifest.take()) {
+                            let _ = tx.send(Ok(m));
+                        }
+                    }
+                }
+                Ok(Some(Message::Error(e))) => route_error(
+                    &routes,
+                    e.id,
+                    &format!("server error {}: {}", e.code, e.message),
+                ),
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => {
+                    route_error(
+                        &routes,
+                        None,
+                        &format!("malformed message from the server: {e}"),
+                    );
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn accept_streams(conn: Connection, routes: Routes, options: Arc<ClientOptions>) {
+    while let Ok(stream) = conn.accept_uni().await {
+        let (routes, options) = (Arc::clone(&routes), Arc::clone(&options));
+        tokio::spawn(async move {
+            let (id, result) = receive(stream, &options).await;
+            let Some(id) = id else { return };
+            if let Ok(r) = routes.lock() {
+                if let Some(route) = r.get(&id) {
+                    let _ = route.deliver.send(result);
+                }
+            }
+        });
+    }
+    route_error(&routes, None, "the connection closed");
+}
+
+/// Reads one component stream: header, then exactly `length` bytes into an
+/// aligned buffer, hashed as they arrive.
+async fn receive(
+    mut stream: RecvStream,
+    options: &ClientOptions,
+) -> (Option<u64>, Result<Delivered>) {
+    let mut d = Deframer::new(ztp_proto::MAX_CLIENT_MESSAGE);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let header = loop {
+        match d.next_header() {
+            Ok(Some(h)) => break h,
+            Ok(None) => {}
+            Err(e) => return (None, Err(anyhow!("malformed component header: {e}"))),
+        }
+        match stream.read(&mut chunk).await {
+            Ok(Some(n)) => d.push(chunk.get(..n).unwrap_or_default()),
+            Ok(None) => {
+                return (
+                    None,
+                    Err(anyhow!("component stream ended inside its header")),
+                )
+            }
+            Err(e) => return (None, Err(anyhow!("component stream failed: {e}"))),
+        }
+    };
+    let id = Some(header.id);
+    let label = format!(
+        "object {:?}, component {:?}",
+        header.object, header.component
+    );
+    let result = async {
+        if header.length > options.component_cap {
+            bail!(
+                "{label}: {} bytes exceed the cap of {}",
+                header.length,
+                options.component_cap
+            );
+        }
+        let mut check = Check::new(header.digest.as_deref(), options.allow_unverified, &label)?;
+        let mut data = AlignedBuf::zeroed(header.length).map_err(|r| anyhow!("{label}: {r}"))?;
+        let rest = d.take_rest();
+        let buf = data.as_mut_slice();
+        let mut pos = rest.len().min(buf.len());
+        if rest.len() > buf.len() {
+            bail!("{label}: stream carries more bytes than its header announces");
+        }
+        buf.get_mut(..pos)
+            .unwrap_or_default()
+            .copy_from_slice(rest.get(..pos).unwrap_or_default());
+        check.update(buf.get(..pos).unwrap_or_default());
+        // Hash while the bytes arrive; nothing is delivered before the digest matches.
+        while pos < buf.len() {
+            match stream.read(buf.get_mut(pos..).unwrap_or_default()).await {
+                Ok(Some(n)) => {
+                    check.update(buf.get(pos..pos + n).unwrap_or_default());
+                    pos += n;
+                }
+                Ok(None) => bail!("{label}: stream ended after {pos} of {} bytes", buf.len()),
+                Err(e) => bail!(
+                    "{label}: stream failed after {pos} of {} bytes: {e}",
+                    buf.len()
+                ),
+            }
+        }
+        match stream.read(&mut chunk).await {
+            Ok(None) => {}
+            Ok(Some(_)) => bail!("{label}: stream carries more bytes than its header announces"),
+            Err(e) => bail!("{label}: stream failed at its end: {e}"),
+        }
+        let verification = check.finish(&label)?;
+        Ok(Delivered {
+            object: header.object.clone(),
+            component: header.component.clone(),
+            seq: header.seq,
+            dtype: header.dtype.clone(),
+            logical_type: header.logical_type.clone(),
+            encoding: header.encoding.clone(),
+            uncompressed_length: header.uncompressed_length,
+            digest: header.digest.clone(),
+            data,
+            verification,
+        })
+    }
+    .await;
+    (id, result)
+}

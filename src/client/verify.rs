@@ -1,0 +1,76 @@
+//! Checking a received component against its digest.
+
+use anyhow::{bail, Result};
+use zt_format::{AlignedBuf, Digest, DigestValue, Hasher};
+
+/// How a delivered component was checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verification {
+    /// Its digest matched.
+    Verified,
+    /// It carried no digest.
+    Unverified,
+    /// Its digest algorithm is unknown and the caller allowed it.
+    UnknownAlgorithm,
+}
+
+/// A received component, verified before delivery.
+#[derive(Debug)]
+pub struct Delivered {
+    pub object: String,
+    pub component: String,
+    /// Position in the server's send order.
+    pub seq: u64,
+    pub dtype: String,
+    pub logical_type: Option<String>,
+    pub encoding: String,
+    pub uncompressed_length: Option<u64>,
+    pub digest: Option<String>,
+    /// The stored bytes (compressed for zstd), 64-byte aligned.
+    pub data: AlignedBuf,
+    pub verification: Verification,
+}
+
+/// An incremental digest check.
+#[derive(Debug)]
+pub(crate) struct Check {
+    expected: Option<Digest>,
+    hasher: Option<Hasher>,
+}
+
+impl Check {
+    pub(crate) fn new(digest: Option<&str>, allow_unknown: bool, label: &str) -> Result<Self> {
+        let expected = match digest {
+            Some(d) => Some(Digest::parse(d).map_err(|r| anyhow::anyhow!("{label}: {r}"))?),
+            None => None,
+        };
+        if let Some(DigestValue::Unknown { algorithm }) = expected.as_ref().map(Digest::value) {
+            if !allow_unknown {
+                bail!("{label}: digest algorithm {algorithm:?} is unknown, so the data cannot be verified (allow unverified data to accept it)");
+            }
+        }
+        let hasher = expected
+            .as_ref()
+            .and_then(Digest::algorithm)
+            .map(Hasher::new);
+        Ok(Check { expected, hasher })
+    }
+
+    pub(crate) fn update(&mut self, b: &[u8]) {
+        if let Some(h) = &mut self.hasher {
+            h.update(b);
+        }
+    }
+
+    pub(crate) fn finish(self, label: &str) -> Result<Verification> {
+        match (self.expected, self.hasher) {
+            (Some(e), Some(h)) => {
+                e.compare(&h.finish())
+                    .map_err(|r| anyhow::anyhow!("{label}: {r}"))?;
+                Ok(Verification::Verified)
+            }
+            (Some(_), None) => Ok(Verification::UnknownAlgorithm),
+            (None, _) => Ok(Verification::Unverified),
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! The QUIC certificate: the configured one (`tls.cert`/`tls.key`), or a
+//! self-signed one generated once with rcgen and kept in the state
+//! directory, so its fingerprint survives restarts. Replicas behind one
+//! address should share one certificate (for example from a Kubernetes
+//! Secret through `--tls-cert`/`--tls-key`) so that pinning works.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use sha2::{Digest as _, Sha256};
+
+/// A certificate chain and its key.
+#[derive(Debug)]
+pub struct Identity {
+    pub chain: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+}
+
+impl Identity {
+    /// SHA-256 of the leaf certificate's DER, as lowercase hex.
+    pub fn fingerprint(&self) -> String {
+        let leaf = self.chain.first().map(|c| c.as_ref()).unwrap_or_default();
+        crate::server::catalog::hex(&Sha256::digest(leaf))
+    }
+}
+
+fn load(cert: &Path, key: &Path) -> Result<Identity> {
+    let chain = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("reading certificate {}", cert.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("parsing certificate {}", cert.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("reading key {}", key.display()))?;
+    anyhow::ensure!(!chain.is_empty(), "{} holds no certificate", cert.display());
+    Ok(Identity { chain, key })
+}
+
+/// The configured identity, or the generated one under `state_dir`.
+pub fn identity(configured: Option<(&Path, &Path)>, state_dir: &Path) -> Result<Identity> {
+    if let Some((c, k)) = configured {
+        return load(c, k);
+    }
+    let cert = state_dir.join("quic-cert.pem");
+    let key = state_dir.join("quic-key.pem");
+    if cert.exists() && key.exists() {
+        return load(&cert, &key);
+    }
+    std::fs::create_dir_all(state_dir)
+        .with_context(|| format!("creating state directory {}", state_dir.display()))?;
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "ztserve".to_owned());
+    let generated = rcgen::generate_simple_self_signed(vec![
+        "localhost".into(),
+        "127.0.0.1".into(),
+        "::1".into(),
+        host,
+    ])
+    .context("generating a self-signed certificate")?;
+    write_private(&key, generated.signing_key.serialize_pem().as_bytes())?;
+    std::fs::write(&cert, generated.cert.pem())
+        .with_context(|| format!("writing {}", cert.display()))?;
+    tracing::info!(cert = %cert.display(), "generated a self-signed QUIC certificate");
+    load(&cert, &key)
+}
+
+fn write_private(path: &Path, data: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.write_all(data)
+        .with_context(|| format!("writing {}", path.display()))
+}

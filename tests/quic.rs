@@ -1,0 +1,307 @@
+//! ztp/1 end to end: the real daemon, the library's QUIC client.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::{curl, sample_root, Server};
+use ztserve::client::quic::{ClientOptions, QuicClient};
+use ztserve::client::trust::Trust;
+use ztserve::client::Verification;
+
+fn options(fingerprint: &str) -> ClientOptions {
+    ClientOptions {
+        trust: Trust::fingerprint(fingerprint).unwrap(),
+        ..ClientOptions::default()
+    }
+}
+
+async fn connect(s: &Server, opts: ClientOptions) -> QuicClient {
+    let (addr, _) = s.quic.clone().expect("QUIC is on");
+    let addr: SocketAddr = addr.parse().unwrap();
+    QuicClient::connect(addr, "localhost", opts).await.unwrap()
+}
+
+fn quic_bytes(s: &Server) -> u64 {
+    let text = String::from_utf8(curl(&[], &s.url("/metrics")).body).unwrap();
+    text.lines()
+        .find(|l| l.starts_with("ztserve_quic_bytes_sent_total"))
+        .and_then(|l| l.split(' ').nth(1))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_model_and_lazy_selections_on_one_connection() {
+    let root = sample_root();
+    let file = std::fs::read(root.path().join("sample.zt")).unwrap();
+    let s = Server::start_quic(root.path(), &[]);
+    let fp = s.quic.clone().unwrap().1;
+    let client = connect(&s, options(&fp)).await;
+
+    let mut f = client.get("sample.zt", &[], &[], None).await.unwrap();
+    assert_eq!(f.manifest.objects.len(), 39);
+    assert_eq!(f.streams, 39);
+    let mut got = HashMap::new();
+    while let Some(c) = f.next().await {
+        let c = c.unwrap();
+        assert_eq!(c.verification, Verification::Verified);
+        assert_eq!(c.data.as_slice().as_ptr() as usize % 64, 0);
+        let comp = &f.manifest.objects[&c.object].components[c.component.as_str()];
+        assert_eq!(
+            c.data.as_slice(),
+            &file[comp.offset as usize..(comp.offset + comp.length) as usize],
+            "{}",
+            c.object
+        );
+        got.insert(c.object.clone(), c.seq);
+    }
+    assert_eq!(got.len(), 39);
+    let whole = quic_bytes(&s);
+
+    // Lazy: two more requests on the same connection fetch only what they ask for.
+    let etag = f.etag.clone();
+    let mut a = client
+        .get("sample.zt", &["model.layers.1.*".into()], &[], Some(&etag))
+        .await
+        .unwrap();
+    let mut n = 0u64;
+    let mut bytes = 0u64;
+    while let Some(c) = a.next().await {
+        let c = c.unwrap();
+        assert!(c.object.starts_with("model.layers.1."));
+        bytes += c.data.len() as u64;
+        n += 1;
+    }
+    assert_eq!(n, 9);
+    let mut b = client
+        .get("sample.zt", &["lm_head.weight".into()], &[], Some(&etag))
+        .await
+        .unwrap();
+    let c = b.next().await.unwrap().unwrap();
+    bytes += c.data.len() as u64;
+    assert!(b.next().await.is_none());
+    // The server's counter moved by exactly what was asked.
+    assert_eq!(quic_bytes(&s) - whole, bytes);
+
+    // Errors fail the request, not the connection.
+    let err = client
+        .get("missing.zt", &[], &[], None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not_found"), "{err}");
+    let err = client
+        .get("sample.zt", &["nope*".into()], &[], None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no_match") && err.contains("nope*"), "{err}");
+    let err = client
+        .get("sample.zt", &[], &[], Some("\"stale\""))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("precondition_failed"), "{err}");
+    let mut again = client
+        .get("sample.zt", &["model.norm.weight".into()], &[], None)
+        .await
+        .unwrap();
+    assert!(again.next().await.unwrap().is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_arrive_in_layer_order_when_streams_are_serialized() {
+    let root = sample_root();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, "root = \"/unused\"\n[quic]\nmax_streams = 1\n").unwrap();
+    let s = Server::start_quic(root.path(), &["--config", cfg.to_str().unwrap()]);
+    let fp = s.quic.clone().unwrap().1;
+    let client = connect(&s, options(&fp)).await;
+    let mut f = client.get("sample.zt", &[], &[], None).await.unwrap();
+    let mut order = Vec::new();
+    while let Some(c) = f.next().await {
+        order.push(c.unwrap().object);
+    }
+    // With one stream at a time, each stream opens only after the previous
+    // one is acknowledged. The client delivers in completion order and
+    // verifies streams in parallel, so neighbours may swap; layers may not.
+    let plan = zt_format::layer_order(
+        &f.manifest
+            .objects
+            .iter()
+            .map(|(n, o)| (n.clone(), o.first_offset().unwrap()))
+            .collect::<Vec<_>>(),
+    );
+    let names: Vec<&String> = f.manifest.objects.keys().collect();
+    let expected: Vec<&str> = plan.iter().map(|&i| names[i].as_str()).collect();
+    assert_eq!(expected[0], "model.embed_tokens.weight");
+    assert_eq!(
+        &expected[expected.len() - 2..],
+        ["model.norm.weight", "lm_head.weight"]
+    );
+    let at = |name: &str| order.iter().position(|n| n == name).unwrap();
+    let first_l1 = order
+        .iter()
+        .position(|n| n.starts_with("model.layers.1."))
+        .unwrap();
+    assert!(at("model.embed_tokens.weight") < first_l1, "{order:?}");
+    assert!(
+        at("lm_head.weight")
+            > order
+                .iter()
+                .rposition(|n| n.starts_with("model.layers.2."))
+                .unwrap(),
+        "{order:?}"
+    );
+    let first_l3 = order
+        .iter()
+        .position(|n| n.starts_with("model.layers.3."))
+        .unwrap();
+    let last_l0 = order
+        .iter()
+        .rposition(|n| n.starts_with("model.layers.0."))
+        .unwrap();
+    assert!(
+        last_l0 < first_l3,
+        "layer 0 finishes before layer 3: {order:?}"
+    );
+
+    // An explicit order wins.
+    let want = vec![
+        "lm_head.weight".to_string(),
+        "model.layers.3.mlp.up_proj.weight".to_string(),
+    ];
+    let mut f = client.get("sample.zt", &[], &want, None).await.unwrap();
+    let mut got = Vec::new();
+    while let Some(c) = f.next().await {
+        got.push(c.unwrap().object);
+    }
+    let pos = |name: &str| got.iter().position(|n| n == name).unwrap();
+    let first_l1 = got
+        .iter()
+        .position(|n| n.starts_with("model.layers.1."))
+        .unwrap();
+    assert!(
+        pos(&want[0]) < first_l1 && pos(&want[1]) < first_l1,
+        "{got:?}"
+    );
+}
+
+/// A bare QUIC connection with the ztp/1 ALPN, for speaking out of turn.
+async fn raw_connect(addr: &str, fp: &str) -> quinn::Connection {
+    ztserve::server::tls::install_provider();
+    let tls =
+        ztserve::client::trust::client_config(&Trust::fingerprint(fp).unwrap(), ztp_proto::ALPN)
+            .unwrap();
+    let config = quinn::ClientConfig::new(std::sync::Arc::new(
+        quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),
+    ));
+    let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    ep.set_default_client_config(config);
+    ep.connect(addr.parse().unwrap(), "localhost")
+        .unwrap()
+        .await
+        .unwrap()
+}
+
+async fn close_code(conn: &quinn::Connection) -> Option<u64> {
+    match tokio::time::timeout(Duration::from_secs(5), conn.closed()).await {
+        Ok(quinn::ConnectionError::ApplicationClosed(c)) => Some(c.error_code.into_inner()),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_trust_and_hostile_peers() {
+    let root = sample_root();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "quic-token\n").unwrap();
+    let s = Server::start_quic(root.path(), &["--token-file", tokens.to_str().unwrap()]);
+    let fp = s.quic.clone().unwrap().1;
+
+    let anon = connect(&s, options(&fp)).await;
+    let err = anon
+        .get("sample.zt", &[], &[], None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unauthorized"), "{err}");
+    let mut opts = options(&fp);
+    opts.token = Some("quic-token".into());
+    let ok = connect(&s, opts.clone()).await;
+    let mut f = ok
+        .get("sample.zt", &["lm_head.weight".into()], &[], None)
+        .await
+        .unwrap();
+    assert!(f.next().await.unwrap().is_ok());
+
+    // A wrong pinned fingerprint fails the handshake.
+    let (addr, _) = s.quic.clone().unwrap();
+    let wrong = ClientOptions {
+        trust: Trust::fingerprint(&"00".repeat(32)).unwrap(),
+        ..ClientOptions::default()
+    };
+    assert!(
+        QuicClient::connect(addr.parse().unwrap(), "localhost", wrong)
+            .await
+            .is_err()
+    );
+
+    // Garbage on the control stream: protocol_violation, and that connection closes.
+    let garbage = raw_connect(&addr, &fp).await;
+    let (mut send, _recv) = garbage.open_bi().await.unwrap();
+    send.write_all(b"\x00\x00\x00\x05hello").await.unwrap();
+    assert_eq!(
+        close_code(&garbage).await,
+        Some(ztp_proto::Code::ProtocolViolation.value() as u64)
+    );
+    // A frame over the 64 KiB limit: message_too_large, refused before it is read.
+    let oversized = raw_connect(&addr, &fp).await;
+    let (mut send, _recv) = oversized.open_bi().await.unwrap();
+    send.write_all(&(1u32 << 20).to_be_bytes()).await.unwrap();
+    assert_eq!(
+        close_code(&oversized).await,
+        Some(ztp_proto::Code::MessageTooLarge.value() as u64)
+    );
+    // A server message sent by a client: protocol_violation.
+    let confused = raw_connect(&addr, &fp).await;
+    let (mut send, _recv) = confused.open_bi().await.unwrap();
+    let done = ztp_proto::frame(&ztp_proto::Message::Done(ztp_proto::Done {
+        id: 1,
+        sent: 0,
+        cancelled: 0,
+    }))
+    .unwrap();
+    send.write_all(&done).await.unwrap();
+    assert_eq!(
+        close_code(&confused).await,
+        Some(ztp_proto::Code::ProtocolViolation.value() as u64)
+    );
+    // Too many streams: the transport grants one bidirectional stream and no
+    // unidirectional ones, so extra streams never open.
+    let greedy = raw_connect(&addr, &fp).await;
+    let _control = greedy.open_bi().await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), greedy.open_bi())
+            .await
+            .is_err()
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), greedy.open_uni())
+            .await
+            .is_err()
+    );
+    // The server keeps serving well-behaved clients.
+    let mut f = ok
+        .get("sample.zt", &["model.norm.weight".into()], &[], None)
+        .await
+        .unwrap();
+    assert!(f.next().await.unwrap().is_ok());
+    assert_eq!(curl(&[], &s.url("/healthz")).status, 200);
+}

@@ -8,6 +8,7 @@
 pub mod client;
 pub mod import;
 pub mod manifest_json;
+pub mod order;
 pub mod select;
 pub mod server;
 pub mod tool;

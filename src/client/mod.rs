@@ -4,8 +4,64 @@
 //! component is received into a 64-byte-aligned buffer, its digest computed
 //! while the bytes arrive, and it is delivered only once the digest matches.
 
+pub mod http;
 pub mod quic;
 pub mod trust;
 mod verify;
 
-pub use verify::{Delivered, Verification};
+use anyhow::{anyhow, Result};
+use tokio::sync::mpsc;
+use zt_format::Manifest;
+
+pub use verify::{Delivered, Refusal, Refused, Verification};
+
+/// One request's results: the manifest, then components as they complete.
+#[derive(Debug)]
+pub struct Fetch {
+    pub id: u64,
+    /// The selected objects, with their offsets in the remote file.
+    pub manifest: Manifest,
+    /// The remote file's ETag and size.
+    pub etag: String,
+    pub size: u64,
+    /// Components that will be delivered.
+    pub streams: u64,
+    received: u64,
+    rx: mpsc::UnboundedReceiver<Result<Delivered>>,
+}
+
+impl Fetch {
+    pub(crate) fn new(
+        id: u64,
+        manifest: Manifest,
+        etag: String,
+        size: u64,
+        streams: u64,
+        rx: mpsc::UnboundedReceiver<Result<Delivered>>,
+    ) -> Self {
+        Fetch {
+            id,
+            manifest,
+            etag,
+            size,
+            streams,
+            received: 0,
+            rx,
+        }
+    }
+
+    /// The next verified component, in completion order; `None` when all
+    /// announced components are accounted for.
+    pub async fn next(&mut self) -> Option<Result<Delivered>> {
+        if self.received >= self.streams {
+            return None;
+        }
+        let item = self
+            .rx
+            .recv()
+            .await
+            .unwrap_or_else(|| Err(anyhow!("connection lost before every component arrived")));
+        self.received += 1;
+        Some(item)
+    }
+}

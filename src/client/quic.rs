@@ -9,11 +9,12 @@ use anyhow::{anyhow, bail, Context, Result};
 use quinn::crypto::rustls::QuicClientConfig;
 use quinn::{Connection, Endpoint, RecvStream};
 use tokio::sync::{mpsc, oneshot};
-use zt_format::{AlignedBuf, Limits, Manifest};
+use zt_format::{AlignedBuf, Limits};
 use ztp_proto::{frame, Cancel, Deframer, Get, ManifestMsg, Message, ALPN};
 
 use super::trust::{client_config, Trust};
 use super::verify::{Check, Delivered};
+use super::Fetch;
 
 /// Client settings.
 #[derive(Debug, Clone)]
@@ -59,36 +60,6 @@ pub struct QuicClient {
     next_id: AtomicU64,
     routes: Routes,
     options: Arc<ClientOptions>,
-}
-
-/// One request's results: the manifest, then components as they complete.
-#[derive(Debug)]
-pub struct Fetch {
-    pub id: u64,
-    pub manifest: Manifest,
-    pub etag: String,
-    pub size: u64,
-    /// Component streams the server announced.
-    pub streams: u64,
-    received: u64,
-    rx: mpsc::UnboundedReceiver<Result<Delivered>>,
-}
-
-impl Fetch {
-    /// The next verified component, in completion order; `None` when all
-    /// announced streams are accounted for.
-    pub async fn next(&mut self) -> Option<Result<Delivered>> {
-        if self.received >= self.streams {
-            return None;
-        }
-        let item = self
-            .rx
-            .recv()
-            .await
-            .unwrap_or_else(|| Err(anyhow!("connection lost before every component arrived")));
-        self.received += 1;
-        Some(item)
-    }
 }
 
 fn route_error(routes: &Routes, id: Option<u64>, err: &str) {

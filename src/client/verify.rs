@@ -1,7 +1,28 @@
 //! Checking a received component against its digest.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use zt_format::{AlignedBuf, Digest, DigestValue, Hasher};
+
+/// Why a component was refused, for exit codes and callers that react.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The bytes do not match their digest, or are malformed.
+    Corrupt,
+    /// The bytes cannot be verified (unknown algorithm, or no digest when one is required).
+    Unverifiable,
+}
+
+/// A component refused by verification; the message names the object and component.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct Refused {
+    pub kind: Refusal,
+    pub message: String,
+}
+
+fn refused(kind: Refusal, message: String) -> anyhow::Error {
+    Refused { kind, message }.into()
+}
 
 /// How a delivered component was checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,12 +62,17 @@ pub(crate) struct Check {
 impl Check {
     pub(crate) fn new(digest: Option<&str>, allow_unknown: bool, label: &str) -> Result<Self> {
         let expected = match digest {
-            Some(d) => Some(Digest::parse(d).map_err(|r| anyhow::anyhow!("{label}: {r}"))?),
+            Some(d) => Some(
+                Digest::parse(d).map_err(|r| refused(Refusal::Corrupt, format!("{label}: {r}")))?,
+            ),
             None => None,
         };
         if let Some(DigestValue::Unknown { algorithm }) = expected.as_ref().map(Digest::value) {
             if !allow_unknown {
-                bail!("{label}: digest algorithm {algorithm:?} is unknown, so the data cannot be verified (allow unverified data to accept it)");
+                return Err(refused(
+                    Refusal::Unverifiable,
+                    format!("{label}: digest algorithm {algorithm:?} is unknown, so the data cannot be verified (--allow-unverified accepts it)"),
+                ));
             }
         }
         let hasher = expected

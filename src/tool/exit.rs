@@ -54,6 +54,17 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         if let Some(f) = cause.downcast_ref::<Failure>() {
             return f.code;
         }
+        if let Some(r) = cause.downcast_ref::<crate::client::Refused>() {
+            return match r.kind {
+                crate::client::Refusal::Corrupt => INVALID,
+                crate::client::Refusal::Unverifiable => UNVERIFIABLE,
+            };
+        }
+        if cause.downcast_ref::<reqwest::Error>().is_some()
+            || cause.downcast_ref::<quinn::ConnectionError>().is_some()
+        {
+            return IO;
+        }
         if let Some(z) = cause.downcast_ref::<zt_format::Error>() {
             return match z {
                 zt_format::Error::Invalid { rule, .. } if rule.is_unverifiable() => UNVERIFIABLE,

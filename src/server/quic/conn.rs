@@ -228,61 +228,29 @@ fn plan(state: &State, g: &Get) -> Result<Plan, (Code, String)> {
         .objects
         .retain(|k, _| names.binary_search(&k.as_str()).is_ok());
     let manifest = zt_format::manifest_cbor(&filtered);
-    // Explicit order first, then the layer rule over the rest.
-    let mut ordered: Vec<&str> = g
-        .order
-        .iter()
-        .map(String::as_str)
-        .filter(|n| names.binary_search(n).is_ok())
-        .collect();
-    ordered.dedup();
-    let rest: Vec<(&str, u64)> = names
-        .iter()
-        .filter(|n| !ordered.contains(n))
-        .map(|n| {
-            (
-                *n,
-                served
-                    .manifest
-                    .objects
-                    .get(*n)
-                    .and_then(|o| o.first_offset())
-                    .unwrap_or(0),
-            )
-        })
-        .collect();
-    ordered.extend(
-        zt_format::layer_order(&rest)
-            .into_iter()
-            .filter_map(|i| rest.get(i).map(|r| r.0)),
-    );
     let mut items = Vec::new();
-    for name in ordered {
-        let Some(obj) = served.manifest.objects.get(name) else {
-            continue;
-        };
-        let mut comps: Vec<(&String, &zt_format::Component)> = obj.components.iter().collect();
-        comps.sort_by_key(|(_, c)| c.offset);
-        for (role, c) in comps {
-            if c.is_transformed() {
-                return Err((Code::Unavailable, format!("{}: object {name:?} component {role:?} is in a legacy layout; convert the file with zt pack", served.path)));
-            }
-            items.push(Item {
-                header: ComponentHeader {
-                    id: g.id,
-                    object: name.to_owned(),
-                    component: role.clone(),
-                    seq: items.len() as u64,
-                    dtype: c.dtype.name().to_owned(),
-                    logical_type: c.logical_type.as_ref().map(|t| t.name().to_owned()),
-                    encoding: c.encoding.name().to_owned(),
-                    length: c.length,
-                    uncompressed_length: c.uncompressed_length,
-                    digest: c.digest.as_ref().map(|d| d.as_str().to_owned()),
-                    offset: c.offset,
-                },
-            });
+    for (name, role, c) in crate::order::send_order(&served.manifest, &names, &g.order) {
+        if c.is_transformed() {
+            return Err((
+                Code::Unavailable,
+                format!("{}: object {name:?} component {role:?} is in a legacy layout; convert the file with zt pack", served.path),
+            ));
         }
+        items.push(Item {
+            header: ComponentHeader {
+                id: g.id,
+                object: name.to_owned(),
+                component: role.to_owned(),
+                seq: items.len() as u64,
+                dtype: c.dtype.name().to_owned(),
+                logical_type: c.logical_type.as_ref().map(|t| t.name().to_owned()),
+                encoding: c.encoding.name().to_owned(),
+                length: c.length,
+                uncompressed_length: c.uncompressed_length,
+                digest: c.digest.as_ref().map(|d| d.as_str().to_owned()),
+                offset: c.offset,
+            },
+        });
     }
     Ok((served, manifest, items))
 }

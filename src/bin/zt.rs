@@ -65,10 +65,12 @@ enum DigestArg {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Show the version, attributes and a table of objects.
+    /// Show the version, attributes and a table of objects (FILE may be a quic:// or http(s):// URL).
     #[command(after_help = exit::HELP)]
     Info {
         file: PathBuf,
+        #[command(flatten)]
+        remote: tool::fetch::RemoteArgs,
         /// Print the manifest in the shared JSON schema.
         #[arg(long)]
         json: bool,
@@ -104,6 +106,22 @@ enum Command {
         #[command(flatten)]
         read: ReadArgs,
     },
+    /// Fetch a remote file (or a selection) over QUIC or HTTP, verified, into a local v1.2 file.
+    #[command(after_help = exit::HELP)]
+    Fetch {
+        /// quic://host:port/path.zt or http(s)://host:port/.../path.zt
+        url: String,
+        /// Output file [default: the URL's last path segment]
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Only objects matching this glob (repeatable; `*` and `?` cross `.` and `/`)
+        #[arg(long = "select", value_name = "GLOB")]
+        select: Vec<String>,
+        #[command(flatten)]
+        remote: tool::fetch::RemoteArgs,
+        #[command(flatten)]
+        accept: tool::fetch::AcceptArgs,
+    },
     /// Export dense objects to a .safetensors file.
     #[command(after_help = exit::HELP)]
     Export {
@@ -128,16 +146,38 @@ enum Command {
     },
 }
 
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
 fn run(cli: Cli) -> Result<()> {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     match cli.command {
         Command::Info {
             file,
+            remote,
             json,
             select,
             read,
         } => {
+            let name = file.to_string_lossy();
+            if name.contains("://") {
+                let (manifest, warnings) = runtime()?.block_on(async {
+                    let accept = tool::fetch::AcceptArgs {
+                        require_digest: false,
+                        allow_unverified: read.allow_unverified,
+                    };
+                    let client =
+                        ztserve::client::Client::connect(&name, remote.options(accept)?).await?;
+                    let (m, _, _) = client.manifest().await?;
+                    anyhow::Ok((m, Vec::new()))
+                })?;
+                let manifest = tool::info::selected(&manifest, &select)?;
+                return tool::info::print(&mut out, &manifest, &warnings, json);
+            }
             let f = ZtFile::open_with(&file, read.options())?;
             let manifest = tool::info::selected(f.manifest(), &select)?;
             tool::info::print(&mut out, &manifest, f.warnings(), json)
@@ -176,6 +216,16 @@ fn run(cli: Cli) -> Result<()> {
             };
             tool::pack::run(&inputs, &output, opts)?;
             Ok(())
+        }
+        Command::Fetch {
+            url,
+            output,
+            select,
+            remote,
+            accept,
+        } => {
+            let out_path = output.unwrap_or_else(|| tool::fetch::default_output(&url));
+            runtime()?.block_on(tool::fetch::run(&url, &out_path, &select, &remote, accept))
         }
         Command::Export { file, output, read } => {
             let f = ZtFile::open_with(&file, read.options())?;

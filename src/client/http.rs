@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, Semaphore};
 use zt_format::{AlignedBuf, Limits, Manifest};
 
 use super::trust::{client_config, Trust};
-use super::verify::{Check, Delivered};
+use super::verify::{Check, Delivered, Transport};
 use super::Fetch;
 
 /// Components larger than this are fetched as several ranges in parallel.
@@ -97,7 +97,7 @@ impl HttpSource {
             .request(&spec, etag)
             .send()
             .await
-            .with_context(|| format!("GET {} ({spec})", self.url))?;
+            .map_err(|e| Transport(format!("GET {} ({spec}): {e}", self.url)))?;
         match resp.status() {
             StatusCode::PARTIAL_CONTENT => {}
             StatusCode::OK if etag.is_some() => bail!(
@@ -126,7 +126,7 @@ impl HttpSource {
         let body = resp
             .bytes()
             .await
-            .with_context(|| format!("reading {} ({spec})", self.url))?;
+            .map_err(|e| Transport(format!("reading {} ({spec}): {e}", self.url)))?;
         if body.len() as u64 != end - start {
             bail!(
                 "{}: asked for {} bytes at {start}, got {}",
@@ -149,7 +149,7 @@ impl HttpSource {
             let resp = r
                 .send()
                 .await
-                .with_context(|| format!("GET {}", self.url))?;
+                .map_err(|e| Transport(format!("GET {}: {e}", self.url)))?;
             if resp.status() != StatusCode::PARTIAL_CONTENT {
                 let s = resp.status();
                 let body = resp.text().await.unwrap_or_default();
@@ -273,7 +273,7 @@ impl HttpSource {
         while let Some(r) = parts.join_next().await {
             let (at, body) = r
                 .map_err(|e| anyhow!("{label}: {e}"))?
-                .map_err(|e| anyhow!("{label}: {e:#}"))?;
+                .with_context(|| label.clone())?;
             let at = usize::try_from(at)?;
             data.as_mut_slice()
                 .get_mut(at..at + body.len())

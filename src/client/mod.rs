@@ -5,15 +5,18 @@
 //! while the bytes arrive, and it is delivered only once the digest matches.
 
 pub mod http;
+pub mod output;
 pub mod quic;
+pub mod remote;
 pub mod trust;
 mod verify;
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use tokio::sync::mpsc;
 use zt_format::Manifest;
 
-pub use verify::{Delivered, Refusal, Refused, Verification};
+pub use remote::{Client, Options, Via};
+pub use verify::{Delivered, Refusal, Refused, Transport, Verification};
 
 /// One request's results: the manifest, then components as they complete.
 #[derive(Debug)]
@@ -56,11 +59,9 @@ impl Fetch {
         if self.received >= self.streams {
             return None;
         }
-        let item = self
-            .rx
-            .recv()
-            .await
-            .unwrap_or_else(|| Err(anyhow!("connection lost before every component arrived")));
+        let item = self.rx.recv().await.unwrap_or_else(|| {
+            Err(Transport("connection lost before every component arrived".into()).into())
+        });
         self.received += 1;
         Some(item)
     }

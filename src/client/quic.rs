@@ -13,7 +13,7 @@ use zt_format::{AlignedBuf, Limits};
 use ztp_proto::{frame, Cancel, Deframer, Get, ManifestMsg, Message, ALPN};
 
 use super::trust::{client_config, Trust};
-use super::verify::{Check, Delivered};
+use super::verify::{Check, Delivered, Transport};
 use super::Fetch;
 
 /// Client settings.
@@ -68,14 +68,21 @@ fn route_error(routes: &Routes, id: Option<u64>, err: &str) {
         Some(i) => vec![i],
         None => r.keys().copied().collect(),
     };
+    // Without an id the connection itself failed: a transport error.
+    let make = || -> anyhow::Error {
+        match id {
+            Some(_) => anyhow!("{err}"),
+            None => Transport(err.to_owned()).into(),
+        }
+    };
     for i in ids {
         if let Some(route) = r.get_mut(&i) {
             match route.manifest.take() {
                 Some(tx) => {
-                    let _ = tx.send(Err(anyhow!("{err}")));
+                    let _ = tx.send(Err(make()));
                 }
                 None => {
-                    let _ = route.deliver.send(Err(anyhow!("{err}")));
+                    let _ = route.deliver.send(Err(make()));
                 }
             }
         }
@@ -151,6 +158,17 @@ impl QuicClient {
         order: &[String],
         if_match: Option<&str>,
     ) -> Result<Fetch> {
+        self.request(path, select, order, if_match, false).await
+    }
+
+    async fn request(
+        &self,
+        path: &str,
+        select: &[String],
+        order: &[String],
+        if_match: Option<&str>,
+        manifest_only: bool,
+    ) -> Result<Fetch> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (mtx, mrx) = oneshot::channel();
         let (dtx, drx) = mpsc::unbounded_channel();
@@ -170,7 +188,7 @@ impl QuicClient {
             order: order.to_vec(),
             token: self.options.token.clone(),
             if_match: if_match.map(str::to_owned),
-            manifest_only: false,
+            manifest_only,
         };
         self.send(&Message::Get(get)).await?;
         let m = mrx
@@ -191,6 +209,11 @@ impl QuicClient {
             received: 0,
             rx: drx,
         })
+    }
+
+    /// The manifest of `path` alone (`manifest_only`).
+    pub async fn get_manifest(&self, path: &str) -> Result<Fetch> {
+        self.request(path, &[], &[], None, true).await
     }
 
     /// Cancels a request, an object of it, or one component.
@@ -331,7 +354,13 @@ async fn receive(
                     check.update(buf.get(pos..pos + n).unwrap_or_default());
                     pos += n;
                 }
-                Ok(None) => bail!("{label}: stream ended after {pos} of {} bytes", buf.len()),
+                Ok(None) => {
+                    return Err(Transport(format!(
+                        "{label}: stream ended after {pos} of {} bytes",
+                        buf.len()
+                    ))
+                    .into())
+                }
                 Err(e) => bail!(
                     "{label}: stream failed after {pos} of {} bytes: {e}",
                     buf.len()
@@ -341,7 +370,9 @@ async fn receive(
         match stream.read(&mut chunk).await {
             Ok(None) => {}
             Ok(Some(_)) => bail!("{label}: stream carries more bytes than its header announces"),
-            Err(e) => bail!("{label}: stream failed at its end: {e}"),
+            Err(e) => {
+                return Err(Transport(format!("{label}: stream failed at its end: {e}")).into())
+            }
         }
         let verification = check.finish(&label)?;
         Ok(Delivered {

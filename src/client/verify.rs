@@ -24,6 +24,12 @@ fn refused(kind: Refusal, message: String) -> anyhow::Error {
     Refused { kind, message }.into()
 }
 
+/// The network failed: the server went away, a stream broke, a request
+/// failed. Fetches interrupted this way can be resumed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct Transport(pub String);
+
 /// How a delivered component was checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verification {
@@ -92,7 +98,7 @@ impl Check {
         match (self.expected, self.hasher) {
             (Some(e), Some(h)) => {
                 e.compare(&h.finish())
-                    .map_err(|r| anyhow::anyhow!("{label}: {r}"))?;
+                    .map_err(|r| refused(Refusal::Corrupt, format!("{label}: {r}")))?;
                 Ok(Verification::Verified)
             }
             (Some(_), None) => Ok(Verification::UnknownAlgorithm),

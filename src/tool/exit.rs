@@ -61,6 +61,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             };
         }
         if cause.downcast_ref::<reqwest::Error>().is_some()
+            || cause.downcast_ref::<crate::client::Transport>().is_some()
             || cause.downcast_ref::<quinn::ConnectionError>().is_some()
         {
             return IO;
@@ -89,4 +90,23 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
             || matches!(c.downcast_ref::<zt_format::Error>(),
                 Some(zt_format::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    #[test]
+    fn codes_follow_the_cause() {
+        let t: anyhow::Result<()> = Err(crate::client::Transport("gone".into()).into());
+        let e = t.context("object \"x\", component \"data\"").unwrap_err();
+        assert_eq!(exit_code(&e), IO);
+        let r: anyhow::Error = crate::client::Refused {
+            kind: crate::client::Refusal::Corrupt,
+            message: "bad".into(),
+        }
+        .into();
+        assert_eq!(exit_code(&r), INVALID);
+    }
 }

@@ -4,6 +4,7 @@
 pub mod cat;
 pub mod exit;
 pub mod export;
+pub mod fetch;
 pub mod info;
 pub mod pack;
 pub mod verify;

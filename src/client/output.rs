@@ -1,0 +1,265 @@
+//! Writing a fetched selection as a valid v1.2 file.
+//!
+//! The output is laid out before the first byte arrives (components in
+//! send order, 64-byte aligned), written to `OUT.part` as components
+//! complete, and renamed to `OUT` only once the whole file has been
+//! re-read and every digest checked. Progress is kept in `OUT.part.journal`:
+//! a header line naming the remote ETag and selection, then one line per
+//! component written. An interrupted fetch resumes from the journal
+//! (components already written are re-verified, not re-fetched); if the
+//! remote ETag changed, it starts over. A digest mismatch removes the
+//! partial output, since no resume can fix it.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use zt_format::{Component, Manifest, ReadOptions, ZtFile};
+
+use super::remote::Client;
+use super::verify::{Refusal, Refused, Verification};
+
+/// What a finished fetch wrote.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub path: PathBuf,
+    pub objects: usize,
+    /// Component bytes received in this run (resumed ones excluded).
+    pub bytes: u64,
+    /// Components found complete in the journal and re-verified.
+    pub resumed: usize,
+}
+
+/// Called after each component with (object, bytes received so far, bytes total).
+pub type Progress<'a> = &'a mut dyn FnMut(&str, u64, u64);
+
+fn part_paths(out: &Path) -> (PathBuf, PathBuf) {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    (
+        out.with_file_name(format!("{name}.part")),
+        out.with_file_name(format!("{name}.part.journal")),
+    )
+}
+
+/// Escapes glob characters so a name selects exactly itself.
+fn exact(name: &str) -> String {
+    let mut s = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '*' | '?' | '\\') {
+            s.push('\\');
+        }
+        s.push(c);
+    }
+    s
+}
+
+/// The output layout: each component's new offset, and the blob end.
+fn layout(m: &Manifest) -> (Manifest, u64) {
+    let names: Vec<&str> = m.objects.keys().map(String::as_str).collect();
+    let order: Vec<(String, String)> = crate::order::send_order(m, &names, &[])
+        .into_iter()
+        .map(|(o, r, _)| (o.to_owned(), r.to_owned()))
+        .collect();
+    let mut out = m.clone();
+    let mut pos = zt_format::MAGIC.len() as u64;
+    for (o, r) in order {
+        if let Some(c) = out
+            .objects
+            .get_mut(&o)
+            .and_then(|obj| obj.components.get_mut(&r))
+        {
+            pos = pos.next_multiple_of(zt_format::ALIGNMENT);
+            c.offset = pos;
+            pos += c.length;
+        }
+    }
+    out.version = zt_format::SPEC_VERSION.to_owned();
+    out.origin = zt_format::Origin::V1;
+    (out, pos)
+}
+
+fn header_line(etag: &str, select: &[String]) -> String {
+    serde_json::json!({ "etag": etag, "select": select }).to_string()
+}
+
+/// Reads the journal: the components done, if it belongs to this fetch.
+fn read_journal(path: &Path, header: &str) -> Option<HashSet<(String, String)>> {
+    let f = File::open(path).ok()?;
+    let mut lines = BufReader::new(f).lines();
+    if lines.next()?.ok()? != header {
+        return None;
+    }
+    Some(
+        lines
+            .map_while(Result::ok)
+            .filter_map(|l| {
+                l.split_once('\t')
+                    .map(|(o, c)| (o.to_owned(), c.to_owned()))
+            })
+            .collect(),
+    )
+}
+
+fn component<'m>(m: &'m Manifest, o: &str, r: &str) -> Option<&'m Component> {
+    m.objects.get(o).and_then(|obj| obj.components.get(r))
+}
+
+/// Fetches `select` from `client` into `out`.
+pub async fn fetch_to_file(
+    client: &Client,
+    select: &[String],
+    out: &Path,
+    progress: Progress<'_>,
+) -> Result<Written> {
+    let (part, journal) = part_paths(out);
+    let (remote, etag, size) = client.manifest().await?;
+    let _ = size;
+    let sel = crate::select::Selection::new(select).map_err(|e| anyhow!("{e}"))?;
+    let names: Vec<String> = sel
+        .apply(remote.objects.keys().map(String::as_str))
+        .map_err(|e| anyhow!("{}: {e}", client.url))?
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let mut selected = remote.clone();
+    selected
+        .objects
+        .retain(|k, _| names.binary_search(k).is_ok());
+    let (local, blob_end) = layout(&selected);
+    let header = header_line(&etag, select);
+
+    // Resume what the journal vouches for, after checking it again.
+    let mut done: HashSet<(String, String)> = HashSet::new();
+    if let Some(prev) = read_journal(&journal, &header) {
+        if let Ok(f) = File::open(&part) {
+            for (o, r) in prev {
+                let Some(c) = component(&local, &o, &r) else {
+                    continue;
+                };
+                let mut buf = vec![0u8; usize::try_from(c.length)?];
+                let ok = f.read_exact_at(&mut buf, c.offset).is_ok()
+                    && c.digest.as_ref().is_some_and(|d| d.check(&buf).is_ok());
+                if ok {
+                    done.insert((o, r));
+                }
+            }
+        }
+    } else {
+        let _ = std::fs::remove_file(&part);
+    }
+    let resumed = done.len();
+    let file = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .read(true)
+        .truncate(false)
+        .open(&part)
+        .with_context(|| format!("creating {}", part.display()))?;
+    let mut jf = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&journal)
+        .with_context(|| format!("creating {}", journal.display()))?;
+    if resumed == 0 {
+        jf.set_len(0)?;
+        writeln!(jf, "{header}")?;
+    }
+
+    // Objects still missing any component are fetched whole.
+    let missing: Vec<String> = local
+        .objects
+        .iter()
+        .filter(|(o, obj)| {
+            obj.components
+                .keys()
+                .any(|r| !done.contains(&((*o).clone(), r.clone())))
+        })
+        .map(|(o, _)| exact(o))
+        .collect();
+    let total: u64 = local.objects.values().map(|o| o.stored_bytes()).sum();
+    let mut got: u64 = done
+        .iter()
+        .filter_map(|(o, r)| component(&local, o, r))
+        .map(|c| c.length)
+        .sum();
+    let mut received = 0u64;
+    let result: Result<()> = async {
+        if !missing.is_empty() {
+            let mut fetch = client.fetch(&missing, Some(&etag)).await?;
+            while let Some(item) = fetch.next().await {
+                let d = item?;
+                if d.verification == Verification::Unverified && client.options.require_digest {
+                    return Err(Refused {
+                        kind: Refusal::Unverifiable,
+                        message: format!(
+                            "object {:?}, component {:?}: no digest, and --require-digest is set",
+                            d.object, d.component
+                        ),
+                    }
+                    .into());
+                }
+                let key = (d.object.clone(), d.component.clone());
+                if done.contains(&key) {
+                    continue;
+                }
+                let c = component(&local, &d.object, &d.component).ok_or_else(|| {
+                    anyhow!(
+                        "object {:?}, component {:?}: not in the selection",
+                        d.object,
+                        d.component
+                    )
+                })?;
+                file.write_all_at(d.data.as_slice(), c.offset)?;
+                writeln!(jf, "{}\t{}", d.object, d.component)?;
+                got += c.length;
+                received += c.length;
+                done.insert(key);
+                progress(&d.object, got, total);
+            }
+        }
+        // Manifest and footer, then a full check before the rename.
+        let cbor = zt_format::manifest_cbor(&local);
+        let mut tail = cbor.clone();
+        tail.extend_from_slice(&(cbor.len() as u64).to_le_bytes());
+        tail.extend_from_slice(zt_format::MAGIC);
+        file.write_all_at(zt_format::MAGIC, 0)?;
+        file.set_len(blob_end + tail.len() as u64)?;
+        file.write_all_at(&tail, blob_end)?;
+        file.sync_all()?;
+        let check = ZtFile::open_with(&part, ReadOptions::default())?;
+        for r in check.verify() {
+            if let zt_format::ComponentStatus::Failed(e) = r.status {
+                bail!("written file failed verification: {e}");
+            }
+        }
+        Ok(())
+    }
+    .await;
+    match result {
+        Ok(()) => {
+            std::fs::rename(&part, out)
+                .with_context(|| format!("renaming into {}", out.display()))?;
+            let _ = std::fs::remove_file(&journal);
+            Ok(Written {
+                path: out.to_owned(),
+                objects: local.objects.len(),
+                bytes: received,
+                resumed,
+            })
+        }
+        Err(e) => {
+            if e.chain().any(|c| c.downcast_ref::<Refused>().is_some()) {
+                // Corrupt or unverifiable data: nothing worth resuming.
+                let _ = std::fs::remove_file(&part);
+                let _ = std::fs::remove_file(&journal);
+            }
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! One client for both transports: `quic://host:port/path.zt` speaks
+//! ztp/1; `http(s)://host:port/any/path.zt` uses Range requests on that URL
+//! (ztserve's `/v1/files/...` or any plain server such as nginx).
+
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use anyhow::{anyhow, bail, Context, Result};
+use zt_format::Manifest;
+
+use super::http::HttpSource;
+use super::quic::{ClientOptions, QuicClient};
+use super::trust::Trust;
+use super::Fetch;
+use crate::select::Selection;
+
+/// Which transport to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Quic,
+    Http,
+}
+
+/// How to connect and what to accept.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub trust: Trust,
+    pub token: Option<String>,
+    /// Parallel HTTP requests.
+    pub connections: usize,
+    /// Accept components whose digest algorithm is unknown.
+    pub allow_unverified: bool,
+    /// Refuse components that carry no digest.
+    pub require_digest: bool,
+    /// Override the transport the URL's scheme picks.
+    pub via: Option<Via>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            trust: Trust::System,
+            token: None,
+            connections: 8,
+            allow_unverified: false,
+            require_digest: false,
+            via: None,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Transport {
+    Quic { client: QuicClient, path: String },
+    Http { source: HttpSource },
+}
+
+/// A remote `.zt` file.
+#[derive(Debug)]
+pub struct Client {
+    transport: Transport,
+    pub url: String,
+    pub options: Options,
+}
+
+fn split_url(url: &str) -> Result<(String, String, u16, String)> {
+    let u = url::Url::parse(url).with_context(|| format!("bad URL {url:?}"))?;
+    let host = u
+        .host_str()
+        .ok_or_else(|| anyhow!("{url}: no host"))?
+        .trim_matches(['[', ']'])
+        .to_owned();
+    let port = u.port_or_known_default().unwrap_or(7070);
+    Ok((u.scheme().to_owned(), host, port, u.path().to_owned()))
+}
+
+impl Client {
+    /// Connects to `url`.
+    pub async fn connect(url: &str, options: Options) -> Result<Client> {
+        let (scheme, host, port, path) = split_url(url)?;
+        let via = options.via.unwrap_or(match scheme.as_str() {
+            "quic" => Via::Quic,
+            "http" | "https" => Via::Http,
+            other => bail!("{url}: unsupported scheme {other:?} (quic, http or https)"),
+        });
+        let transport = match via {
+            Via::Quic => {
+                let file = path
+                    .strip_prefix("/v1/files/")
+                    .unwrap_or(&path)
+                    .trim_start_matches('/')
+                    .to_owned();
+                let addr: SocketAddr = (host.as_str(), port)
+                    .to_socket_addrs()
+                    .with_context(|| format!("resolving {host}"))?
+                    .next()
+                    .ok_or_else(|| anyhow!("{host}: no address"))?;
+                let opts = ClientOptions {
+                    trust: options.trust.clone(),
+                    token: options.token.clone(),
+                    allow_unverified: options.allow_unverified,
+                    ..ClientOptions::default()
+                };
+                Transport::Quic {
+                    client: QuicClient::connect(addr, &host, opts).await?,
+                    path: file,
+                }
+            }
+            Via::Http => {
+                let http_url = if scheme == "quic" {
+                    format!("http://{}/v1/files{}", join_host(&host, port), path)
+                } else {
+                    url.to_owned()
+                };
+                let source = HttpSource::new(
+                    &http_url,
+                    &options.trust,
+                    options.token.clone(),
+                    options.connections,
+                    options.allow_unverified,
+                    64 << 30,
+                    zt_format::DEFAULT_MANIFEST_CAP,
+                )?;
+                Transport::Http { source }
+            }
+        };
+        Ok(Client {
+            transport,
+            url: url.to_owned(),
+            options,
+        })
+    }
+
+    /// The remote manifest, with the file's ETag and size.
+    pub async fn manifest(&self) -> Result<(Manifest, String, u64)> {
+        match &self.transport {
+            Transport::Quic { client, path } => {
+                let f = client.get_manifest(path).await?;
+                Ok((f.manifest, f.etag, f.size))
+            }
+            Transport::Http { source } => {
+                let r = source.manifest().await?;
+                Ok((r.manifest, r.etag, r.size))
+            }
+        }
+    }
+
+    /// Starts fetching the selected objects; components arrive verified, in completion order.
+    pub async fn fetch(&self, select: &[String], if_match: Option<&str>) -> Result<Fetch> {
+        let f = match &self.transport {
+            Transport::Quic { client, path } => client.get(path, select, &[], if_match).await?,
+            Transport::Http { source } => {
+                let remote = source.manifest().await?;
+                if let Some(want) = if_match {
+                    if remote.etag != want {
+                        bail!(
+                            "{}: the file changed on the server (ETag {} is now {})",
+                            self.url,
+                            want,
+                            remote.etag
+                        );
+                    }
+                }
+                let sel = Selection::new(select).map_err(|e| anyhow!("{e}"))?;
+                let names: Vec<String> = sel
+                    .apply(remote.manifest.objects.keys().map(String::as_str))
+                    .map_err(|e| anyhow!("{}: {e}", self.url))?
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect();
+                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                source.fetch(remote, &refs, &[])?
+            }
+        };
+        Ok(f)
+    }
+}
+
+fn join_host(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}

@@ -1,0 +1,215 @@
+//! `zt fetch` over both transports against the real daemon: whole files,
+//! selections, corruption, and an interrupted fetch resumed from its journal.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{sample_root, Server};
+use zt_format::{ReadOptions, ZtFile};
+
+fn zt(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zt"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn urls(s: &Server, file: &str) -> [(String, Vec<String>); 2] {
+    let (q, fp) = s.quic.clone().unwrap();
+    [
+        (
+            format!("quic://{q}/{file}"),
+            vec!["--cert-fingerprint".into(), fp],
+        ),
+        (s.url(&format!("/v1/files/{file}")), vec![]),
+    ]
+}
+
+fn same_objects(a: &Path, b: &Path, only: Option<&str>) {
+    let (fa, fb) = (ZtFile::open(a).unwrap(), ZtFile::open(b).unwrap());
+    for (name, obj) in &fb.manifest().objects {
+        assert!(
+            only.is_none_or(|p| name.starts_with(p)),
+            "{name} was not selected"
+        );
+        for role in obj.components.keys() {
+            assert_eq!(
+                &fa.read(name, role).unwrap()[..],
+                &fb.read(name, role).unwrap()[..],
+                "{name}/{role}"
+            );
+        }
+    }
+}
+
+#[test]
+fn whole_files_and_selections_over_both_transports() {
+    let root = sample_root();
+    let s = Server::start_quic(root.path(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let original = root.path().join("sample.zt");
+    for (i, (url, extra)) in urls(&s, "sample.zt").iter().enumerate() {
+        let out = dir.path().join(format!("whole{i}.zt"));
+        let mut args = vec!["fetch", url.as_str(), "-o", out.to_str().unwrap()];
+        args.extend(extra.iter().map(String::as_str));
+        let r = zt(&args);
+        assert!(
+            r.status.success(),
+            "{url}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        assert!(zt(&["verify", "--require-digest", out.to_str().unwrap()])
+            .status
+            .success());
+        assert_eq!(ZtFile::open(&out).unwrap().manifest().objects.len(), 39);
+        same_objects(&original, &out, None);
+
+        let sel = dir.path().join(format!("sel{i}.zt"));
+        let mut args = vec![
+            "fetch",
+            url.as_str(),
+            "-o",
+            sel.to_str().unwrap(),
+            "--select",
+            "model.layers.2.*",
+        ];
+        args.extend(extra.iter().map(String::as_str));
+        assert!(zt(&args).status.success());
+        assert!(zt(&["verify", sel.to_str().unwrap()]).status.success());
+        assert_eq!(ZtFile::open(&sel).unwrap().manifest().objects.len(), 9);
+        same_objects(&original, &sel, Some("model.layers.2."));
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".part"))
+            .collect();
+        assert!(leftovers.is_empty());
+    }
+    // Remote info over both transports.
+    for (url, extra) in urls(&s, "sample.zt") {
+        let mut args = vec!["info", url.as_str(), "--json"];
+        args.extend(extra.iter().map(String::as_str));
+        let r = zt(&args);
+        let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+        assert_eq!(v["objects"].as_object().unwrap().len(), 39, "{url}");
+    }
+    // A missing path is a clear error naming it, with the network exit code... or not found.
+    let r = zt(&[
+        "fetch",
+        &s.url("/v1/files/none.zt"),
+        "-o",
+        dir.path().join("n.zt").to_str().unwrap(),
+    ]);
+    assert!(!r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains("404"));
+}
+
+#[test]
+fn corruption_is_named_and_leaves_no_output() {
+    let root = sample_root();
+    let path = root.path().join("sample.zt");
+    let f = ZtFile::open_with(&path, ReadOptions::default()).unwrap();
+    let c = f
+        .object("model.layers.1.mlp.up_proj.weight")
+        .unwrap()
+        .components["data"]
+        .clone();
+    drop(f);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[c.offset as usize + 100] ^= 0x5a;
+    std::fs::write(&path, &bytes).unwrap();
+    let s = Server::start_quic(root.path(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (url, extra)) in urls(&s, "sample.zt").iter().enumerate() {
+        let out = dir.path().join(format!("c{i}.zt"));
+        let mut args = vec!["fetch", url.as_str(), "-o", out.to_str().unwrap()];
+        args.extend(extra.iter().map(String::as_str));
+        let r = zt(&args);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(1), "{url}: {err}");
+        assert!(
+            err.contains("object \"model.layers.1.mlp.up_proj.weight\", component \"data\"")
+                && err.contains("digest mismatch"),
+            "{err}"
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "no output, no partial file: {left:?}");
+    }
+}
+
+#[test]
+fn an_interrupted_fetch_resumes_from_its_journal() {
+    // 120 components of 1 MiB, fetched one request at a time.
+    let root = tempfile::tempdir().unwrap();
+    let mut w = zt_format::Writer::new(Vec::new(), "big").unwrap();
+    for l in 0..120u32 {
+        let data: Vec<u8> = (0..1u32 << 20)
+            .map(|i| (i ^ l).wrapping_mul(2654435761).to_be_bytes()[0])
+            .collect();
+        w.add_dense(
+            &format!("model.layers.{l}.w"),
+            &[data.len() as u64],
+            zt_format::DType::U8,
+            &data,
+            Default::default(),
+        )
+        .unwrap();
+    }
+    let big = root.path().join("big.zt");
+    std::fs::write(&big, w.finish().unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("big.zt");
+    let journal = dir.path().join("big.zt.part.journal");
+
+    let s = Server::start(root.path(), &[]);
+    let url = s.url("/v1/files/big.zt");
+    let child = Command::new(env!("CARGO_BIN_EXE_zt"))
+        .args([
+            "fetch",
+            &url,
+            "--connections",
+            "1",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill the server once some components have landed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(&journal)
+        .map(|j| j.lines().count())
+        .unwrap_or(0)
+        < 5
+    {
+        assert!(Instant::now() < deadline, "fetch made no progress");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    drop(s);
+    let r = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    if r.status.success() {
+        // The fetch won the race; nothing to resume.
+        return;
+    }
+    assert_eq!(r.status.code(), Some(4), "{err}");
+    assert!(!out.exists(), "no output that looks complete");
+    assert!(dir.path().join("big.zt.part").exists());
+
+    let s = Server::start(root.path(), &[]);
+    let r = zt(&[
+        "fetch",
+        &s.url("/v1/files/big.zt"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{err}");
+    assert!(err.contains("resumed from the journal"), "{err}");
+    assert!(zt(&["verify", out.to_str().unwrap()]).status.success());
+    same_objects(&big, &out, None);
+    assert!(!journal.exists());
+}

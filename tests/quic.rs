@@ -305,3 +305,63 @@ async fn tokens_trust_and_hostile_peers() {
     assert!(f.next().await.unwrap().is_ok());
     assert_eq!(curl(&[], &s.url("/healthz")).status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zstd_components_decode_into_aligned_buffers_and_cancel_stops_streams() {
+    let root = tempfile::tempdir().unwrap();
+    let packed = root.path().join("z.zt");
+    let st = std::process::Command::new(env!("CARGO_BIN_EXE_zt"))
+        .arg("pack")
+        .arg(common::repo().join("models/sample.zt"))
+        .arg("-o")
+        .arg(&packed)
+        .args(["--compress", "zstd:3", "--digest", "sha256"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let original = zt_format::ZtFile::open(common::repo().join("models/sample.zt")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, "root = \"/unused\"\n[quic]\nmax_streams = 1\n").unwrap();
+    let s = Server::start_quic(root.path(), &["--config", cfg.to_str().unwrap()]);
+    let fp = s.quic.clone().unwrap().1;
+    let client = connect(&s, options(&fp)).await;
+    let mut f = client
+        .get("z.zt", &["model.layers.0.*".into()], &[], None)
+        .await
+        .unwrap();
+    while let Some(c) = f.next().await {
+        let c = c.unwrap();
+        assert_eq!(c.encoding, "zstd");
+        let decoded = c.decoded(1 << 30).unwrap();
+        assert_eq!(decoded.as_slice().as_ptr() as usize % 64, 0);
+        assert_eq!(
+            decoded.as_slice(),
+            &original.read(&c.object, &c.component).unwrap()[..],
+            "{}",
+            c.object
+        );
+        assert!(c.decoded(16).is_err(), "the cap is enforced");
+    }
+
+    // Cancelling a request stops its remaining streams; the rest of the
+    // connection carries on.
+    let mut f = client.get("z.zt", &[], &[], None).await.unwrap();
+    f.next().await.unwrap().unwrap();
+    client.cancel(f.id, None, None).await.unwrap();
+    let (mut ok, mut failed) = (1, 0);
+    while let Some(c) = f.next().await {
+        if c.is_ok() {
+            ok += 1
+        } else {
+            failed += 1
+        }
+    }
+    let _ = failed;
+    assert!(ok < 39, "cancel must stop some streams (got all {ok})");
+    let mut again = client
+        .get("z.zt", &["lm_head.weight".into()], &[], None)
+        .await
+        .unwrap();
+    assert!(again.next().await.unwrap().is_ok());
+}

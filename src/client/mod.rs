@@ -18,6 +18,11 @@ use zt_format::Manifest;
 pub use remote::{Client, Options, Via};
 pub use verify::{Delivered, Refusal, Refused, Transport, Verification};
 
+/// The server's `done`: how many components it sent whole.
+#[derive(Debug, thiserror::Error)]
+#[error("request done: {0} components sent")]
+pub(crate) struct DoneMarker(pub(crate) u64);
+
 /// One request's results: the manifest, then components as they complete.
 #[derive(Debug)]
 pub struct Fetch {
@@ -31,6 +36,9 @@ pub struct Fetch {
     pub streams: u64,
     received: u64,
     rx: mpsc::UnboundedReceiver<Result<Delivered>>,
+    ok: u64,
+    /// Components sent whole, once the server's `done` has said so.
+    done_sent: Option<u64>,
 }
 
 impl Fetch {
@@ -50,19 +58,35 @@ impl Fetch {
             streams,
             received: 0,
             rx,
+            ok: 0,
+            done_sent: None,
         }
     }
 
     /// The next verified component, in completion order; `None` when all
     /// announced components are accounted for.
     pub async fn next(&mut self) -> Option<Result<Delivered>> {
-        if self.received >= self.streams {
-            return None;
+        loop {
+            match self.done_sent {
+                Some(sent) if self.ok >= sent => return None,
+                None if self.received >= self.streams => return None,
+                _ => {}
+            }
+            let item = match self.rx.recv().await {
+                Some(Err(e)) if e.downcast_ref::<DoneMarker>().is_some() => {
+                    self.done_sent = e.downcast_ref::<DoneMarker>().map(|d| d.0);
+                    continue;
+                }
+                Some(item) => item,
+                None => {
+                    Err(Transport("connection lost before every component arrived".into()).into())
+                }
+            };
+            self.received += 1;
+            if item.is_ok() {
+                self.ok += 1;
+            }
+            return Some(item);
         }
-        let item = self.rx.recv().await.unwrap_or_else(|| {
-            Err(Transport("connection lost before every component arrived".into()).into())
-        });
-        self.received += 1;
-        Some(item)
     }
 }

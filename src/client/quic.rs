@@ -200,15 +200,7 @@ impl QuicClient {
         };
         let (manifest, _) =
             zt_format::container::decode_manifest(path, &m.manifest, m.size, &limits)?;
-        Ok(Fetch {
-            id,
-            manifest,
-            etag: m.etag,
-            size: m.size,
-            streams: m.streams,
-            received: 0,
-            rx: drx,
-        })
+        Ok(Fetch::new(id, manifest, m.etag, m.size, m.streams, drx))
     }
 
     /// The manifest of `path` alone (`manifest_only`).
@@ -266,6 +258,15 @@ async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64) {
                     e.id,
                     &format!("server error {}: {}", e.code, e.message),
                 ),
+                Ok(Some(Message::Done(d))) => {
+                    // Tell the fetch how many components were sent whole:
+                    // streams cancelled before they opened never arrive.
+                    if let Ok(r) = routes.lock() {
+                        if let Some(route) = r.get(&d.id) {
+                            let _ = route.deliver.send(Err(super::DoneMarker(d.sent).into()));
+                        }
+                    }
+                }
                 Ok(Some(_)) => {}
                 Ok(None) => break,
                 Err(e) => {
@@ -285,12 +286,9 @@ async fn accept_streams(conn: Connection, routes: Routes, options: Arc<ClientOpt
     while let Ok(stream) = conn.accept_uni().await {
         let (routes, options) = (Arc::clone(&routes), Arc::clone(&options));
         tokio::spawn(async move {
-            let (id, result) = receive(stream, &options).await;
-            let Some(id) = id else { return };
-            if let Ok(r) = routes.lock() {
-                if let Some(route) = r.get(&id) {
-                    let _ = route.deliver.send(result);
-                }
+            let (deliver, result) = receive(stream, &options, &routes).await;
+            if let Some(d) = deliver {
+                let _ = d.send(result);
             }
         });
     }
@@ -302,7 +300,8 @@ async fn accept_streams(conn: Connection, routes: Routes, options: Arc<ClientOpt
 async fn receive(
     mut stream: RecvStream,
     options: &ClientOptions,
-) -> (Option<u64>, Result<Delivered>) {
+    routes: &Routes,
+) -> (Option<Delivery>, Result<Delivered>) {
     let mut d = Deframer::new(ztp_proto::MAX_CLIENT_MESSAGE);
     let mut chunk = vec![0u8; 64 * 1024];
     let header = loop {
@@ -322,7 +321,10 @@ async fn receive(
             Err(e) => return (None, Err(anyhow!("component stream failed: {e}"))),
         }
     };
-    let id = Some(header.id);
+    let id = routes
+        .lock()
+        .ok()
+        .and_then(|r| r.get(&header.id).map(|route| route.deliver.clone()));
     let label = format!(
         "object {:?}, component {:?}",
         header.object, header.component

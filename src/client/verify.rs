@@ -58,6 +58,50 @@ pub struct Delivered {
     pub verification: Verification,
 }
 
+impl Delivered {
+    /// The decoded bytes, 64-byte aligned: the data itself for raw
+    /// components, decompressed into a buffer of `uncompressed_length` bytes
+    /// (refused before allocating past `cap`) for zstd.
+    pub fn decoded(&self, cap: u64) -> Result<std::borrow::Cow<'_, AlignedBuf>> {
+        let label = format!("object {:?}, component {:?}", self.object, self.component);
+        match self.encoding.as_str() {
+            "raw" => Ok(std::borrow::Cow::Borrowed(&self.data)),
+            "zstd" => {
+                let n = self.uncompressed_length.ok_or_else(|| {
+                    refused(
+                        Refusal::Corrupt,
+                        format!("{label}: zstd without uncompressed_length"),
+                    )
+                })?;
+                if n > cap {
+                    return Err(refused(
+                        Refusal::Corrupt,
+                        format!("{label}: decodes to {n} bytes, over the cap of {cap}"),
+                    ));
+                }
+                let mut out = AlignedBuf::zeroed(n)
+                    .map_err(|r| refused(Refusal::Corrupt, format!("{label}: {r}")))?;
+                let written = zstd::bulk::Decompressor::new()
+                    .and_then(|mut d| {
+                        d.decompress_to_buffer(self.data.as_slice(), out.as_mut_slice())
+                    })
+                    .map_err(|e| refused(Refusal::Corrupt, format!("{label}: zstd: {e}")))?;
+                if written as u64 != n {
+                    return Err(refused(
+                        Refusal::Corrupt,
+                        format!("{label}: zstd data decodes to {written} bytes, expected {n}"),
+                    ));
+                }
+                Ok(std::borrow::Cow::Owned(out))
+            }
+            other => Err(refused(
+                Refusal::Corrupt,
+                format!("{label}: unknown encoding {other:?}"),
+            )),
+        }
+    }
+}
+
 /// An incremental digest check.
 #[derive(Debug)]
 pub(crate) struct Check {

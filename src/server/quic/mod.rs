@@ -1,5 +1,6 @@
 //! ztp/1 over QUIC (see `proto/PROTOCOL.md`): the endpoint, its transport
-//! tuning, and the accept loop. Each connection is handled by [`conn`].
+//! tuning, and the accept loop. Each connection is handled by the private
+//! `conn` module.
 
 pub mod cert;
 mod conn;

@@ -93,8 +93,18 @@ impl HttpSource {
         etag: Option<&str>,
     ) -> Result<(bytes::Bytes, Option<String>, u64)> {
         let spec = format!("bytes={}-{}", start, end.saturating_sub(1));
+        self.get_range(&spec, etag, Some(end - start)).await
+    }
+
+    /// Sends one Range request; returns the body, the ETag and the file size.
+    async fn get_range(
+        &self,
+        spec: &str,
+        etag: Option<&str>,
+        expect: Option<u64>,
+    ) -> Result<(bytes::Bytes, Option<String>, u64)> {
         let resp = self
-            .request(&spec, etag)
+            .request(spec, etag)
             .send()
             .await
             .map_err(|e| Transport(format!("GET {} ({spec}): {e}", self.url)))?;
@@ -127,57 +137,21 @@ impl HttpSource {
             .bytes()
             .await
             .map_err(|e| Transport(format!("reading {} ({spec}): {e}", self.url)))?;
-        if body.len() as u64 != end - start {
-            bail!(
-                "{}: asked for {} bytes at {start}, got {}",
-                self.url,
-                end - start,
-                body.len()
-            );
+        if expect.is_some_and(|n| body.len() as u64 != n) {
+            bail!("{}: asked for {spec}, got {} bytes", self.url, body.len());
         }
         Ok((body, tag, total))
     }
 
     /// Fetches the footer and the manifest.
     pub async fn manifest(&self) -> Result<Remote> {
-        let (tail, etag, size) = {
-            let spec = "bytes=-16";
-            let mut r = self.client.get(&self.url).header(RANGE, spec);
-            if let Some(t) = &self.token {
-                r = r.bearer_auth(t);
-            }
-            let resp = r
-                .send()
-                .await
-                .map_err(|e| Transport(format!("GET {}: {e}", self.url)))?;
-            if resp.status() != StatusCode::PARTIAL_CONTENT {
-                let s = resp.status();
-                let body = resp.text().await.unwrap_or_default();
-                bail!("{}: HTTP {s}: {}", self.url, body.trim());
-            }
-            let etag = resp
-                .headers()
-                .get(ETAG)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            let size: u64 = resp
-                .headers()
-                .get(CONTENT_RANGE)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.rsplit('/').next())
-                .and_then(|n| n.parse().ok())
-                .ok_or_else(|| anyhow!("{}: 206 without a Content-Range total", self.url))?;
-            (
-                resp.bytes().await?,
-                etag.ok_or_else(|| {
-                    anyhow!(
-                        "{}: the server sends no ETag; a consistent fetch needs one",
-                        self.url
-                    )
-                })?,
-                size,
+        let (tail, etag, size) = self.get_range("bytes=-16", None, None).await?;
+        let etag = etag.ok_or_else(|| {
+            anyhow!(
+                "{}: the server sends no ETag; a consistent fetch needs one",
+                self.url
             )
-        };
+        })?;
         let (head, _, _) = self.range(0, 8.min(size), Some(&etag)).await?;
         let loc = zt_format::container::locate(&self.url, size, &head, &tail, &self.limits)?;
         let (raw, _, _) = self

@@ -50,8 +50,15 @@ impl Default for Options {
 
 #[derive(Debug)]
 enum Transport {
-    Quic { client: QuicClient, path: String },
-    Http { source: HttpSource },
+    Quic {
+        client: QuicClient,
+        path: String,
+    },
+    Http {
+        source: HttpSource,
+        /// The manifest last read, reused by `fetch` instead of asked for again.
+        cached: std::sync::Mutex<Option<super::http::Remote>>,
+    },
 }
 
 /// A remote `.zt` file.
@@ -120,7 +127,10 @@ impl Client {
                     64 << 30,
                     zt_format::DEFAULT_MANIFEST_CAP,
                 )?;
-                Transport::Http { source }
+                Transport::Http {
+                    source,
+                    cached: std::sync::Mutex::default(),
+                }
             }
         };
         Ok(Client {
@@ -137,8 +147,11 @@ impl Client {
                 let f = client.get_manifest(path).await?;
                 Ok((f.manifest, f.etag, f.size))
             }
-            Transport::Http { source } => {
+            Transport::Http { source, cached } => {
                 let r = source.manifest().await?;
+                if let Ok(mut c) = cached.lock() {
+                    *c = Some(r.clone());
+                }
                 Ok((r.manifest, r.etag, r.size))
             }
         }
@@ -148,8 +161,12 @@ impl Client {
     pub async fn fetch(&self, select: &[String], if_match: Option<&str>) -> Result<Fetch> {
         let f = match &self.transport {
             Transport::Quic { client, path } => client.get(path, select, &[], if_match).await?,
-            Transport::Http { source } => {
-                let remote = source.manifest().await?;
+            Transport::Http { source, cached } => {
+                // Range requests carry If-Range, so a stale cache cannot mix versions.
+                let remote = match cached.lock().ok().and_then(|mut c| c.take()) {
+                    Some(r) => r,
+                    None => source.manifest().await?,
+                };
                 if let Some(want) = if_match {
                     if remote.etag != want {
                         bail!(

@@ -12,5 +12,6 @@ pub mod order;
 pub mod select;
 pub mod server;
 pub mod tool;
+pub mod udp;
 
 pub use zt_format as format;

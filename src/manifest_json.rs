@@ -96,12 +96,11 @@ pub fn origin_name(o: Origin) -> &'static str {
     }
 }
 
-/// JSON for a manifest, optionally restricted to some object names.
-pub fn manifest_json(m: &Manifest, only: Option<&[&str]>) -> Value {
+/// JSON for a manifest (filter it first to list only some objects).
+pub fn manifest_json(m: &Manifest) -> Value {
     let objects: Map<String, Value> = m
         .objects
         .iter()
-        .filter(|(k, _)| only.is_none_or(|names| names.contains(&k.as_str())))
         .map(|(k, o)| (k.clone(), object_json(k, o)))
         .collect();
     json!({

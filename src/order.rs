@@ -1,20 +1,22 @@
-//! The send order of a selection: objects named explicitly first, then the
+//! The send order of a (filtered) manifest: objects named explicitly first, then the
 //! layer rule (`zt_format::layer_order`, keyed by where each object's data
 //! begins), and within an object, components by offset. The QUIC server
 //! sends in this order and the HTTP client fetches in it.
 
+use std::collections::HashSet;
+
 use zt_format::{layer_order, Component, Manifest};
 
-/// `(object, component role, component)` in send order.
+/// `(object, component role, component)` for every object of `m`, in send order.
 pub fn send_order<'m>(
     m: &'m Manifest,
-    selected: &[&str],
     explicit: &[String],
 ) -> Vec<(&'m str, &'m str, &'m Component)> {
-    let mut objects: Vec<&'m str> = Vec::with_capacity(selected.len());
+    let mut first: HashSet<&str> = HashSet::new();
+    let mut objects: Vec<&'m str> = Vec::with_capacity(m.objects.len());
     for name in explicit {
         if let Some((k, _)) = m.objects.get_key_value(name.as_str()) {
-            if selected.contains(&k.as_str()) && !objects.contains(&k.as_str()) {
+            if first.insert(k.as_str()) {
                 objects.push(k);
             }
         }
@@ -22,7 +24,7 @@ pub fn send_order<'m>(
     let rest: Vec<(&'m str, u64)> = m
         .objects
         .iter()
-        .filter(|(k, _)| selected.contains(&k.as_str()) && !objects.contains(&k.as_str()))
+        .filter(|(k, _)| !first.contains(k.as_str()))
         .map(|(k, o)| (k.as_str(), o.first_offset().unwrap_or(0)))
         .collect();
     objects.extend(

@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+use zt_format::Manifest;
+
 /// One parsed pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Token {
@@ -190,6 +192,27 @@ impl Selection {
         } else {
             Err(SelectError::NoMatch(missing))
         }
+    }
+}
+
+impl Selection {
+    /// `m` restricted to the selected objects (all of it when the
+    /// selection is empty); fails like [`Selection::apply`].
+    pub fn filter(&self, m: &Manifest) -> Result<Manifest, SelectError> {
+        if self.is_all() {
+            return Ok(m.clone());
+        }
+        let names = self.apply(m.objects.keys().map(String::as_str))?;
+        Ok(Manifest {
+            version: m.version.clone(),
+            origin: m.origin,
+            attributes: m.attributes.clone(),
+            objects: names
+                .into_iter()
+                .filter_map(|n| m.objects.get_key_value(n))
+                .map(|(k, o)| (k.clone(), o.clone()))
+                .collect(),
+        })
     }
 }
 

@@ -140,10 +140,8 @@ fn corruption_is_named_and_leaves_no_output() {
     }
 }
 
-#[test]
-fn an_interrupted_fetch_resumes_from_its_journal() {
-    // 120 components of 1 MiB, fetched one request at a time.
-    let root = tempfile::tempdir().unwrap();
+/// 120 components of 1 MiB in `dir/big.zt`.
+fn big_model(dir: &Path) -> std::path::PathBuf {
     let mut w = zt_format::Writer::new(Vec::new(), "big").unwrap();
     for l in 0..120u32 {
         let data: Vec<u8> = (0..1u32 << 20)
@@ -158,46 +156,81 @@ fn an_interrupted_fetch_resumes_from_its_journal() {
         )
         .unwrap();
     }
-    let big = root.path().join("big.zt");
+    let big = dir.join("big.zt");
     std::fs::write(&big, w.finish().unwrap()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("big.zt");
-    let journal = dir.path().join("big.zt.part.journal");
+    big
+}
 
-    let s = Server::start(root.path(), &[]);
-    let url = s.url("/v1/files/big.zt");
+/// Waits for `child` at most `limit`, killing it (and failing) past that.
+fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("zt fetch still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Starts `zt fetch URL -o OUT ARGS`, waits until the journal lists a few
+/// components, kills the server, and returns what the fetch reported.
+fn kill_server_mid_fetch(url: &str, out: &Path, args: &[&str], server: Server) -> Output {
+    let journal = out.with_file_name("big.zt.part.journal");
     let child = Command::new(env!("CARGO_BIN_EXE_zt"))
-        .args([
-            "fetch",
-            &url,
-            "--connections",
-            "1",
-            "-o",
-            out.to_str().unwrap(),
-        ])
+        .args(["fetch", url, "-o", out.to_str().unwrap()])
+        .args(args)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Kill the server once some components have landed.
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while std::fs::read_to_string(&journal)
         .map(|j| j.lines().count())
         .unwrap_or(0)
         < 5
     {
         assert!(Instant::now() < deadline, "fetch made no progress");
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(Duration::from_millis(5));
     }
-    drop(s);
-    let r = child.wait_with_output().unwrap();
+    drop(server); // SIGKILL: no goodbye on either transport
+    wait_bounded(child, Duration::from_secs(60))
+}
+
+/// The fetch failed as a transport error, left its part file and journal,
+/// and nothing that looks complete.
+fn assert_interrupted(r: &Output, out: &Path) {
     let err = String::from_utf8_lossy(&r.stderr);
-    if r.status.success() {
-        // The fetch won the race; nothing to resume.
-        return;
-    }
     assert_eq!(r.status.code(), Some(4), "{err}");
     assert!(!out.exists(), "no output that looks complete");
-    assert!(dir.path().join("big.zt.part").exists());
+    assert!(out.with_file_name("big.zt.part").exists());
+    assert!(out.with_file_name("big.zt.part.journal").exists());
+}
+
+fn assert_resumed(r: &Output, big: &Path, out: &Path) {
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{err}");
+    assert!(err.contains("resumed from the journal"), "{err}");
+    assert!(zt(&["verify", out.to_str().unwrap()]).status.success());
+    same_objects(big, out, None);
+    assert!(!out.with_file_name("big.zt.part.journal").exists());
+    assert!(!out.with_file_name("big.zt.part").exists());
+}
+
+#[test]
+fn a_server_killed_mid_http_fetch_fails_cleanly_and_the_fetch_resumes() {
+    let root = tempfile::tempdir().unwrap();
+    let big = big_model(root.path());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("big.zt");
+
+    // 20 MB/s through the relay: the 120 MiB fetch takes seconds, so the
+    // kill lands mid-transfer every time.
+    let s = Server::start(root.path(), &[]);
+    let relay = common::relay::Relay::tcp(s.addr.parse().unwrap(), 20_000_000);
+    let url = format!("http://{}/v1/files/big.zt", relay.addr);
+    let r = kill_server_mid_fetch(&url, &out, &["--connections", "2"], s);
+    assert_interrupted(&r, &out);
 
     let s = Server::start(root.path(), &[]);
     let r = zt(&[
@@ -206,10 +239,40 @@ fn an_interrupted_fetch_resumes_from_its_journal() {
         "-o",
         out.to_str().unwrap(),
     ]);
+    assert_resumed(&r, &big, &out);
+}
+
+#[test]
+fn a_server_killed_mid_quic_fetch_fails_cleanly_and_the_fetch_resumes() {
+    let root = tempfile::tempdir().unwrap();
+    let big = big_model(root.path());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("big.zt");
+
+    let s = Server::start_quic(root.path(), &[]);
+    let (q, fp) = s.quic.clone().unwrap();
+    let relay = common::relay::Relay::udp(q.parse().unwrap(), 20_000_000);
+    let url = format!("quic://{}/big.zt", relay.addr);
+    let started = Instant::now();
+    let r = kill_server_mid_fetch(&url, &out, &["--cert-fingerprint", &fp], s);
+    assert_interrupted(&r, &out);
+    // A vanished server is noticed by the idle timeout, not never.
+    assert!(started.elapsed() < Duration::from_secs(40));
     let err = String::from_utf8_lossy(&r.stderr);
-    assert!(r.status.success(), "{err}");
-    assert!(err.contains("resumed from the journal"), "{err}");
-    assert!(zt(&["verify", out.to_str().unwrap()]).status.success());
-    same_objects(&big, &out, None);
-    assert!(!journal.exists());
+    assert!(
+        err.contains("timed out") || err.contains("connection lost"),
+        "{err}"
+    );
+
+    let s = Server::start_quic(root.path(), &[]);
+    let (q, fp) = s.quic.clone().unwrap();
+    let r = zt(&[
+        "fetch",
+        &format!("quic://{q}/big.zt"),
+        "--cert-fingerprint",
+        &fp,
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_resumed(&r, &big, &out);
 }

@@ -192,6 +192,52 @@ async fn components_arrive_in_layer_order_when_streams_are_serialized() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_bandwidth_limit_layer_0_finishes_first_with_default_settings() {
+    // 24 layers of 1 MiB, stored last layer first so file order cannot
+    // stand in for the layer rule; sent through a 40 MB/s relay with the
+    // default number of streams in flight.
+    let root = tempfile::tempdir().unwrap();
+    let mut w = zt_format::Writer::new(Vec::new(), "layers").unwrap();
+    for l in (0..24u32).rev() {
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i ^ l) as u8).collect();
+        w.add_dense(
+            &format!("model.layers.{l}.w"),
+            &[data.len() as u64],
+            zt_format::DType::U8,
+            &data,
+            Default::default(),
+        )
+        .unwrap();
+    }
+    std::fs::write(root.path().join("layers.zt"), w.finish().unwrap()).unwrap();
+    let s = Server::start_quic(root.path(), &[]);
+    let (addr, fp) = s.quic.clone().unwrap();
+    let relay = common::relay::Relay::udp(addr.parse().unwrap(), 40_000_000);
+    let client = QuicClient::connect(relay.addr, "localhost", options(&fp))
+        .await
+        .unwrap();
+    let mut f = client.get("layers.zt", &[], &[], None).await.unwrap();
+    let mut order = Vec::new();
+    while let Some(c) = f.next().await {
+        let c = c.unwrap();
+        order.push(zt_format::layer_index(&c.object).unwrap());
+    }
+    assert_eq!(order.len(), 24);
+    let at = |l: u64| order.iter().position(|&x| x == l).unwrap();
+    assert!(
+        at(0) < 2,
+        "layer 0 is among the first two delivered: {order:?}"
+    );
+    assert!(
+        order.iter().take_while(|&&l| l != 0).all(|&l| l < 4),
+        "nothing from layer 4 on arrives before layer 0: {order:?}"
+    );
+    // Overall the layers arrive in order, give or take neighbours.
+    let inversions = order.windows(2).filter(|w| w[0] > w[1] + 2).count();
+    assert_eq!(inversions, 0, "{order:?}");
+}
+
 /// A bare QUIC connection with the ztp/1 ALPN, for speaking out of turn.
 async fn raw_connect(addr: &str, fp: &str) -> quinn::Connection {
     ztserve::server::tls::install_provider();

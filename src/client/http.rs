@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use reqwest::header::{CONTENT_RANGE, ETAG, IF_RANGE, RANGE};
 use reqwest::StatusCode;
 use tokio::sync::{mpsc, Semaphore};
@@ -18,7 +19,7 @@ use super::verify::{Check, Delivered, Transport};
 use super::Fetch;
 
 /// Components larger than this are fetched as several ranges in parallel.
-const SPLIT: u64 = 16 << 20;
+const SPLIT: usize = 4 << 20;
 
 /// A remote `.zt` file over HTTP(S).
 #[derive(Debug, Clone)]
@@ -96,13 +97,13 @@ impl HttpSource {
         self.get_range(&spec, etag, Some(end - start)).await
     }
 
-    /// Sends one Range request; returns the body, the ETag and the file size.
-    async fn get_range(
+    /// Sends one Range request and checks its status; returns the response,
+    /// the ETag and the file size.
+    async fn send_range(
         &self,
         spec: &str,
         etag: Option<&str>,
-        expect: Option<u64>,
-    ) -> Result<(bytes::Bytes, Option<String>, u64)> {
+    ) -> Result<(reqwest::Response, Option<String>, u64)> {
         let resp = self
             .request(spec, etag)
             .send()
@@ -133,6 +134,17 @@ impl HttpSource {
             .and_then(|v| v.rsplit('/').next())
             .and_then(|n| n.parse().ok())
             .ok_or_else(|| anyhow!("{}: 206 without a Content-Range total", self.url))?;
+        Ok((resp, tag, total))
+    }
+
+    /// Sends one Range request; returns the body, the ETag and the file size.
+    async fn get_range(
+        &self,
+        spec: &str,
+        etag: Option<&str>,
+        expect: Option<u64>,
+    ) -> Result<(bytes::Bytes, Option<String>, u64)> {
+        let (resp, tag, total) = self.send_range(spec, etag).await?;
         let body = resp
             .bytes()
             .await
@@ -141,6 +153,34 @@ impl HttpSource {
             bail!("{}: asked for {spec}, got {} bytes", self.url, body.len());
         }
         Ok((body, tag, total))
+    }
+
+    /// Reads bytes `start..start + into.len()` of the file straight into
+    /// `into`, as the body arrives.
+    async fn fill(&self, start: u64, into: &mut [u8], etag: &str) -> Result<()> {
+        let end = start + into.len() as u64;
+        let spec = format!("bytes={}-{}", start, end.saturating_sub(1));
+        let (mut resp, _, _) = self.send_range(&spec, Some(etag)).await?;
+        let mut pos = 0usize;
+        loop {
+            let chunk = resp
+                .chunk()
+                .await
+                .map_err(|e| Transport(format!("reading {} ({spec}): {e}", self.url)))?;
+            let Some(chunk) = chunk else { break };
+            into.get_mut(pos..pos + chunk.len())
+                .ok_or_else(|| anyhow!("{}: asked for {spec}, got more bytes", self.url))?
+                .copy_from_slice(&chunk);
+            pos += chunk.len();
+        }
+        if pos != into.len() {
+            return Err(Transport(format!(
+                "{}: asked for {spec}, the body ended after {pos} bytes",
+                self.url
+            ))
+            .into());
+        }
+        Ok(())
     }
 
     /// Fetches the footer and the manifest.
@@ -165,15 +205,13 @@ impl HttpSource {
         })
     }
 
-    /// Starts fetching `items` (in the given order), at most `connections`
+    /// Starts fetching every object of `remote.manifest` (already filtered
+    /// to the selection), explicit `order` first, at most `connections`
     /// requests at a time; components are delivered as they complete.
-    pub fn fetch(&self, remote: Remote, selected: &[&str], order: &[String]) -> Result<Fetch> {
-        let mut manifest = remote.manifest.clone();
-        manifest
-            .objects
-            .retain(|k, _| selected.contains(&k.as_str()));
+    pub fn fetch(&self, remote: Remote, order: &[String]) -> Result<Fetch> {
+        let manifest = remote.manifest;
         let items: Vec<(String, String, zt_format::Component)> =
-            crate::order::send_order(&manifest, selected, order)
+            crate::order::send_order(&manifest, order)
                 .into_iter()
                 .map(|(o, r, c)| (o.to_owned(), r.to_owned(), c.clone()))
                 .collect();
@@ -221,41 +259,47 @@ impl HttpSource {
         }
         let digest = c.digest.as_ref().map(|d| d.as_str().to_owned());
         let mut check = Check::new(digest.as_deref(), self.allow_unverified, &label)?;
+        // The first part's turn comes before the buffer is allocated, so
+        // queued components hold no memory.
+        let first = slots.acquire().await?;
         let mut data = AlignedBuf::zeroed(c.length).map_err(|r| anyhow!("{label}: {r}"))?;
-        // Large components: several ranges at once, each landing at its
-        // place in the aligned buffer, whatever order they finish in.
-        let mut parts = tokio::task::JoinSet::new();
-        let mut start = 0u64;
-        while start < c.length || (c.length == 0 && start == 0) {
-            let end = (start + SPLIT).min(c.length);
-            let (src, slots, etag) = (self.clone(), Arc::clone(slots), etag.to_owned());
-            let (a, b) = (c.offset + start, c.offset + end);
-            parts.spawn(async move {
-                let _permit = slots.acquire_owned().await;
-                if a == b {
-                    return Ok((start, bytes::Bytes::new()));
-                }
-                src.range(a, b, Some(&etag))
+        // Parts are fetched at once, each streamed straight to its place in
+        // the aligned buffer; the digest takes each part as soon as every
+        // part before it is in, so hashing overlaps the transfer.
+        let mut parts = FuturesUnordered::new();
+        let mut first = Some(first);
+        let label = &label;
+        for (i, part) in data.as_mut_slice().chunks_mut(SPLIT).enumerate() {
+            let held = first.take();
+            let at = c.offset + (i * SPLIT) as u64;
+            parts.push(async move {
+                let _permit = match held {
+                    Some(p) => p,
+                    None => slots.acquire().await?,
+                };
+                self.fill(at, part, etag)
                     .await
-                    .map(|(body, _, _)| (start, body))
+                    .map(|()| (i, part))
+                    .with_context(|| label.to_owned())
             });
-            if c.length == 0 {
-                break;
+        }
+        let mut arrived: Vec<Option<&mut [u8]>> = Vec::new();
+        let mut next = 0usize;
+        while let Some(r) = parts.next().await {
+            let (i, part) = r?;
+            if arrived.len() <= i {
+                arrived.resize_with(i + 1, || None);
             }
-            start = end;
+            if let Some(slot) = arrived.get_mut(i) {
+                *slot = Some(part);
+            }
+            while let Some(Some(part)) = arrived.get(next) {
+                check.update(part);
+                next += 1;
+            }
         }
-        while let Some(r) = parts.join_next().await {
-            let (at, body) = r
-                .map_err(|e| anyhow!("{label}: {e}"))?
-                .with_context(|| label.clone())?;
-            let at = usize::try_from(at)?;
-            data.as_mut_slice()
-                .get_mut(at..at + body.len())
-                .ok_or_else(|| anyhow!("{label}: range outside the component"))?
-                .copy_from_slice(&body);
-        }
-        check.update(data.as_slice());
-        let verification = check.finish(&label)?;
+        drop((parts, arrived));
+        let verification = check.finish(label)?;
         Ok(Delivered {
             object: object.to_owned(),
             component: role.to_owned(),

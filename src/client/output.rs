@@ -61,8 +61,7 @@ fn exact(name: &str) -> String {
 
 /// The output layout: each component's new offset, and the blob end.
 fn layout(m: &Manifest) -> (Manifest, u64) {
-    let names: Vec<&str> = m.objects.keys().map(String::as_str).collect();
-    let order: Vec<(String, String)> = crate::order::send_order(m, &names, &[])
+    let order: Vec<(String, String)> = crate::order::send_order(m, &[])
         .into_iter()
         .map(|(o, r, _)| (o.to_owned(), r.to_owned()))
         .collect();
@@ -110,6 +109,58 @@ fn component<'m>(m: &'m Manifest, o: &str, r: &str) -> Option<&'m Component> {
     m.objects.get(o).and_then(|obj| obj.components.get(r))
 }
 
+/// Bytes written between two background flushes of the part file.
+const WRITEBACK_EVERY: u64 = 256 << 20;
+
+/// Writes components into the part file on blocking threads, so a large
+/// write never stalls the transport on the async runtime, and flushes the
+/// file in the background as it grows, so the final sync before the rename
+/// has little left to do.
+struct PartWriter {
+    file: File,
+    label: String,
+    unflushed: u64,
+    flushing: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl PartWriter {
+    fn new(file: &File, path: &Path) -> Result<Self> {
+        Ok(PartWriter {
+            file: file.try_clone()?,
+            label: path.display().to_string(),
+            unflushed: 0,
+            flushing: None,
+        })
+    }
+
+    /// Writes `data` at `offset`; returns once it is in the file.
+    async fn write(&mut self, data: zt_format::AlignedBuf, offset: u64) -> Result<()> {
+        let f = self.file.try_clone()?;
+        let n = data.len() as u64;
+        tokio::task::spawn_blocking(move || f.write_all_at(data.as_slice(), offset))
+            .await?
+            .with_context(|| format!("writing {}", self.label))?;
+        self.unflushed += n;
+        let idle = self.flushing.as_ref().is_none_or(|h| h.is_finished());
+        if self.unflushed >= WRITEBACK_EVERY && idle {
+            self.settle().await?;
+            let f = self.file.try_clone()?;
+            self.flushing = Some(tokio::task::spawn_blocking(move || f.sync_data()));
+            self.unflushed = 0;
+        }
+        Ok(())
+    }
+
+    /// Waits for the background flush, reporting its failure.
+    async fn settle(&mut self) -> Result<()> {
+        if let Some(h) = self.flushing.take() {
+            h.await?
+                .with_context(|| format!("flushing {}", self.label))?;
+        }
+        Ok(())
+    }
+}
+
 /// Fetches `select` from `client` into `out`.
 pub async fn fetch_to_file(
     client: &Client,
@@ -120,17 +171,9 @@ pub async fn fetch_to_file(
     let (part, journal) = part_paths(out);
     let (remote, etag, size) = client.manifest().await?;
     let _ = size;
-    let sel = crate::select::Selection::new(select).map_err(|e| anyhow!("{e}"))?;
-    let names: Vec<String> = sel
-        .apply(remote.objects.keys().map(String::as_str))
-        .map_err(|e| anyhow!("{}: {e}", client.url))?
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
-    let mut selected = remote.clone();
-    selected
-        .objects
-        .retain(|k, _| names.binary_search(k).is_ok());
+    let selected = crate::select::Selection::new(select)
+        .and_then(|s| s.filter(&remote))
+        .map_err(|e| anyhow!("{}: {e}", client.url))?;
     let (local, blob_end) = layout(&selected);
     let header = header_line(&etag, select);
 
@@ -190,6 +233,7 @@ pub async fn fetch_to_file(
         .sum();
     let mut received = 0u64;
     let result: Result<()> = async {
+        let mut writer = PartWriter::new(&file, &part)?;
         if !missing.is_empty() {
             let mut fetch = client.fetch(&missing, Some(&etag)).await?;
             while let Some(item) = fetch.next().await {
@@ -215,7 +259,7 @@ pub async fn fetch_to_file(
                         d.component
                     )
                 })?;
-                file.write_all_at(d.data.as_slice(), c.offset)?;
+                writer.write(d.data, c.offset).await?;
                 writeln!(jf, "{}\t{}", d.object, d.component)?;
                 got += c.length;
                 received += c.length;
@@ -228,6 +272,7 @@ pub async fn fetch_to_file(
         let mut tail = cbor.clone();
         tail.extend_from_slice(&(cbor.len() as u64).to_le_bytes());
         tail.extend_from_slice(zt_format::MAGIC);
+        writer.settle().await?;
         file.write_all_at(zt_format::MAGIC, 0)?;
         file.set_len(blob_end + tail.len() as u64)?;
         file.write_all_at(&tail, blob_end)?;

@@ -89,6 +89,25 @@ fn route_error(routes: &Routes, id: Option<u64>, err: &str) {
     }
 }
 
+/// How long a silent server is given before the connection counts as lost.
+pub const IDLE_TIMEOUT_MS: u32 = 10_000;
+
+/// The client's transport settings: windows as large as the server's
+/// defaults, room for the server's component streams, and keep-alives so
+/// that an idle but healthy connection (lazy loading) stays up while a
+/// server that vanished is noticed within [`IDLE_TIMEOUT_MS`].
+pub fn transport() -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    t.stream_receive_window(quinn::VarInt::from_u32(16 << 20))
+        .receive_window(quinn::VarInt::from_u32(64 << 20))
+        .max_concurrent_uni_streams(quinn::VarInt::from_u32(256))
+        .max_idle_timeout(Some(quinn::VarInt::from_u32(IDLE_TIMEOUT_MS).into()))
+        .keep_alive_interval(Some(std::time::Duration::from_millis(
+            u64::from(IDLE_TIMEOUT_MS) / 3,
+        )));
+    t
+}
+
 impl QuicClient {
     /// Connects to `addr`, verifying the server as `server_name` under the trust policy.
     pub async fn connect(
@@ -99,18 +118,20 @@ impl QuicClient {
         crate::server::tls::install_provider();
         let tls = client_config(&options.trust, ALPN)?;
         let mut config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
-        let mut transport = quinn::TransportConfig::default();
-        transport
-            .stream_receive_window(quinn::VarInt::from_u32(16 << 20))
-            .receive_window(quinn::VarInt::from_u32(64 << 20))
-            .max_concurrent_uni_streams(quinn::VarInt::from_u32(256));
-        config.transport_config(Arc::new(transport));
+        config.transport_config(Arc::new(transport()));
         let bind: SocketAddr = if addr.is_ipv6() {
             "[::]:0".parse()?
         } else {
             "0.0.0.0:0".parse()?
         };
-        let mut endpoint = Endpoint::client(bind).context("opening a UDP socket")?;
+        let sock = crate::udp::bind(bind, crate::udp::DEFAULT_BUFFER_BYTES)?;
+        let mut endpoint = Endpoint::new(
+            quinn::EndpointConfig::default(),
+            None,
+            sock,
+            Arc::new(quinn::TokioRuntime),
+        )
+        .context("opening a UDP socket")?;
         endpoint.set_default_client_config(config);
         let conn = endpoint
             .connect(addr, server_name)?

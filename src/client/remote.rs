@@ -177,15 +177,10 @@ impl Client {
                         );
                     }
                 }
-                let sel = Selection::new(select).map_err(|e| anyhow!("{e}"))?;
-                let names: Vec<String> = sel
-                    .apply(remote.manifest.objects.keys().map(String::as_str))
-                    .map_err(|e| anyhow!("{}: {e}", self.url))?
-                    .into_iter()
-                    .map(str::to_owned)
-                    .collect();
-                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                source.fetch(remote, &refs, &[])?
+                let manifest = Selection::new(select)
+                    .and_then(|s| s.filter(&remote.manifest))
+                    .map_err(|e| anyhow!("{}: {e}", self.url))?;
+                source.fetch(super::http::Remote { manifest, ..remote }, &[])?
             }
         };
         Ok(f)

@@ -255,7 +255,7 @@ mod defaults {
         64 << 20
     }
     pub(super) fn quic_udp_buffer() -> usize {
-        4 << 20
+        crate::udp::DEFAULT_BUFFER_BYTES
     }
 }
 

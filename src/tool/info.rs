@@ -13,24 +13,15 @@ use super::exit::{Failure, USAGE};
 /// The manifest restricted to the objects that `patterns` select.
 pub fn selected(m: &Manifest, patterns: &[String]) -> Result<Manifest> {
     let sel = Selection::new(patterns).map_err(|e| Failure::new(USAGE, e.to_string()))?;
-    if sel.is_all() {
-        return Ok(m.clone());
-    }
-    let names: Vec<String> = sel
-        .apply(m.objects.keys().map(String::as_str))
-        .map_err(|e| Failure::new(USAGE, e.to_string()))?
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
-    let mut out = m.clone();
-    out.objects.retain(|k, _| names.binary_search(k).is_ok());
-    Ok(out)
+    Ok(sel
+        .filter(m)
+        .map_err(|e| Failure::new(USAGE, e.to_string()))?)
 }
 
 /// Prints a manifest as JSON (the shared schema) or as a table.
 pub fn print(out: &mut impl Write, m: &Manifest, warnings: &[Warning], json: bool) -> Result<()> {
     if json {
-        let mut doc = manifest_json(m, None);
+        let mut doc = manifest_json(m);
         doc["warnings"] = warnings.iter().map(|w| w.to_string()).collect();
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;

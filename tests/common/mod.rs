@@ -1,6 +1,9 @@
 //! Helpers for tests that run the real `ztserve` binary and talk to it with curl.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod nginx;
+pub mod relay;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

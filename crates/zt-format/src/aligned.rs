@@ -31,9 +31,9 @@ impl AlignedBuf {
         };
         let len = usize::try_from(len).map_err(|_| too_big())?;
         let n = len.div_ceil(64);
-        let mut blocks = Vec::new();
-        blocks.try_reserve_exact(n).map_err(|_| too_big())?;
-        blocks.resize(n, Block([0; 64]));
+        // Zeroed by the allocator: fresh pages come zero from the kernel,
+        // so a large buffer costs no extra pass over its bytes.
+        let blocks = bytemuck::allocation::try_zeroed_vec::<Block>(n).map_err(|()| too_big())?;
         Ok(AlignedBuf { blocks, len })
     }
 

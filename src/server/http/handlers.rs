@@ -136,7 +136,11 @@ pub(crate) async fn file(
     with_template(result.unwrap_or_else(IntoResponse::into_response), template)
 }
 
-fn selection(query: &[(String, String)], served: &Served) -> Result<Option<Vec<String>>, AppError> {
+/// The manifest restricted to the request's `select` patterns, if any.
+fn selection(
+    query: &[(String, String)],
+    served: &Served,
+) -> Result<Option<zt_format::Manifest>, AppError> {
     let patterns: Vec<&str> = query
         .iter()
         .filter(|(k, _)| k == "select")
@@ -146,10 +150,9 @@ fn selection(query: &[(String, String)], served: &Served) -> Result<Option<Vec<S
         return Ok(None);
     }
     let sel = Selection::new(&patterns).map_err(|e| AppError::bad_request(e.to_string()))?;
-    let names = sel
-        .apply(served.manifest.objects.keys().map(String::as_str))
-        .map_err(|e| AppError::not_found(e.to_string()))?;
-    Ok(Some(names.into_iter().map(str::to_owned).collect()))
+    sel.filter(&served.manifest)
+        .map(Some)
+        .map_err(|e| AppError::not_found(e.to_string()))
 }
 
 fn wants_cbor(headers: &HeaderMap, query: &[(String, String)]) -> bool {
@@ -176,21 +179,14 @@ fn manifest(
         if selected.is_none() && served.manifest.origin == Origin::V1 {
             (served.manifest_raw.clone(), "application/cbor", "file")
         } else {
-            let mut m = served.manifest.clone();
-            if let Some(names) = &selected {
-                m.objects.retain(|k, _| names.binary_search(k).is_ok());
-            }
             (
-                zt_format::manifest_cbor(&m),
+                zt_format::manifest_cbor(selected.as_ref().unwrap_or(&served.manifest)),
                 "application/cbor",
                 "re-encoded",
             )
         }
     } else {
-        let names: Option<Vec<&str>> = selected
-            .as_ref()
-            .map(|v| v.iter().map(String::as_str).collect());
-        let doc = manifest_json(&served.manifest, names.as_deref());
+        let doc = manifest_json(selected.as_ref().unwrap_or(&served.manifest));
         (
             serde_json::to_vec(&doc).map_err(AppError::internal)?,
             "application/json",
@@ -201,8 +197,8 @@ fn manifest(
     let mut h = Sha256::new();
     h.update(served.etag.as_bytes());
     h.update(content_type.as_bytes());
-    if let Some(names) = &selected {
-        for n in names {
+    if let Some(m) = &selected {
+        for n in m.objects.keys() {
             h.update(n.as_bytes());
             h.update([0]);
         }

@@ -220,16 +220,12 @@ fn plan(state: &State, g: &Get) -> Result<Plan, (Code, String)> {
         }
     }
     let sel = Selection::new(&g.select).map_err(|e| (Code::NoMatch, e.to_string()))?;
-    let names: Vec<&str> = sel
-        .apply(served.manifest.objects.keys().map(String::as_str))
+    let filtered = sel
+        .filter(&served.manifest)
         .map_err(|e| (Code::NoMatch, format!("{}: {e}", served.path)))?;
-    let mut filtered = served.manifest.clone();
-    filtered
-        .objects
-        .retain(|k, _| names.binary_search(&k.as_str()).is_ok());
     let manifest = zt_format::manifest_cbor(&filtered);
     let mut items = Vec::new();
-    for (name, role, c) in crate::order::send_order(&served.manifest, &names, &g.order) {
+    for (name, role, c) in crate::order::send_order(&filtered, &g.order) {
         if c.is_transformed() {
             return Err((
                 Code::Unavailable,

@@ -15,12 +15,12 @@ use quinn::crypto::rustls::QuicServerConfig;
 use quinn::{Endpoint, EndpointConfig, IdleTimeout, TokioRuntime, TransportConfig, VarInt};
 use tokio::sync::Semaphore;
 
+use super::config::QuicConfig;
 use super::State;
 
 /// Transport settings for bulk transfer: large windows, one client control
 /// stream, no client uni streams.
-fn transport(state: &State) -> Result<TransportConfig> {
-    let q = &state.config.quic;
+pub fn transport(q: &QuicConfig) -> Result<TransportConfig> {
     let mut t = TransportConfig::default();
     let window = |n: u64| VarInt::from_u64(n).unwrap_or(VarInt::MAX);
     t.max_concurrent_bidi_streams(VarInt::from_u32(1))
@@ -33,30 +33,6 @@ fn transport(state: &State) -> Result<TransportConfig> {
         ))?))
         .keep_alive_interval(None);
     Ok(t)
-}
-
-/// Binds the UDP socket with large buffers and logs what the kernel granted.
-fn socket(addr: SocketAddr, want: usize) -> Result<std::net::UdpSocket> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    if addr.is_ipv6() {
-        s.set_only_v6(false)
-            .context("enabling dual-stack IPv6 for QUIC")?;
-    }
-    let _ = s.set_recv_buffer_size(want);
-    let _ = s.set_send_buffer_size(want);
-    let (rcv, snd) = (
-        s.recv_buffer_size().unwrap_or(0),
-        s.send_buffer_size().unwrap_or(0),
-    );
-    // Linux reports double the requested size (bookkeeping included).
-    if rcv < want || snd < want {
-        tracing::warn!(wanted = want, recv = rcv, send = snd,
-            "UDP socket buffers are smaller than requested; raise net.core.rmem_max and net.core.wmem_max for full QUIC throughput");
-    }
-    s.bind(&addr.into())
-        .with_context(|| format!("binding UDP {addr}"))?;
-    Ok(s.into())
 }
 
 /// A bound QUIC endpoint and the certificate fingerprint it presents.
@@ -83,8 +59,8 @@ pub fn bind(state: &State, addr: SocketAddr) -> Result<Bound> {
     crypto.alpn_protocols = vec![ztp_proto::ALPN.to_vec()];
     let mut server =
         quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(crypto)?));
-    server.transport_config(Arc::new(transport(state)?));
-    let sock = socket(addr, state.config.quic.udp_buffer_bytes)?;
+    server.transport_config(Arc::new(transport(&state.config.quic)?));
+    let sock = crate::udp::bind(addr, state.config.quic.udp_buffer_bytes)?;
     let endpoint = Endpoint::new(
         EndpointConfig::default(),
         Some(server),

@@ -15,7 +15,15 @@ use crate::server::catalog::Served;
 use crate::server::State;
 
 /// Bytes read per `pread` while streaming a component.
-const CHUNK: u64 = 1 << 20;
+const CHUNK: u64 = 4 << 20;
+
+/// Components of one request being read into quinn at once. Streams wait
+/// for these in send order (the semaphore is first-come, first-served), so
+/// quinn's send buffer holds the earliest components' bytes and its stream
+/// priorities have something to choose from: without this, every open
+/// stream would refill the buffer in turn and layer 0 would get only its
+/// share of it.
+const WRITERS: usize = 2;
 
 /// Cancellation state of one request.
 #[derive(Debug, Default)]
@@ -71,6 +79,7 @@ pub(super) async fn run(
 ) {
     let (mut sent, mut cancelled) = (0u64, 0u64);
     let mut tasks = JoinSet::new();
+    let writers = Arc::new(Semaphore::new(WRITERS));
     let n = items.len();
     for item in items {
         let h = &item.header;
@@ -92,9 +101,19 @@ pub(super) async fn run(
         let priority = i32::try_from(n.saturating_sub(usize::try_from(h.seq).unwrap_or(0)))
             .unwrap_or(i32::MAX);
         let _ = stream.set_priority(priority);
-        let (state, served, ctl) = (Arc::clone(&state), Arc::clone(&served), Arc::clone(&ctl));
+        let (state, served, ctl, writers) = (
+            Arc::clone(&state),
+            Arc::clone(&served),
+            Arc::clone(&ctl),
+            Arc::clone(&writers),
+        );
         tasks.spawn(async move {
-            let ok = send_one(&state, &served, &ctl, &mut stream, &item.header).await;
+            let ok = match writers.acquire().await {
+                Ok(writing) => {
+                    send_one(&state, &served, &ctl, &mut stream, &item.header, writing).await
+                }
+                Err(_) => false,
+            };
             drop(permit);
             ok
         });
@@ -123,6 +142,13 @@ pub(super) async fn run(
         .await;
 }
 
+/// How one chunk's write ended.
+enum Written {
+    Whole,
+    Gone,
+    Cancelled,
+}
+
 /// Sends one component; true when it was delivered whole.
 async fn send_one(
     state: &State,
@@ -130,6 +156,7 @@ async fn send_one(
     ctl: &RequestCtl,
     stream: &mut SendStream,
     h: &ComponentHeader,
+    writing: tokio::sync::SemaphorePermit<'_>,
 ) -> bool {
     let Ok(head) = frame_header(h) else {
         return false;
@@ -159,26 +186,37 @@ async fn send_one(
                 return false;
             }
         };
-        tokio::select! {
-            r = stream.write_all(&buf) => {
-                if r.is_err() {
-                    // STOP_SENDING from the client, or the connection is gone.
-                    return false;
+        // The write stays pinned across cancellation checks: dropping a
+        // half-done write and starting it again would send bytes twice.
+        let outcome = {
+            let write = stream.write_chunk(bytes::Bytes::from(buf));
+            tokio::pin!(write);
+            loop {
+                tokio::select! {
+                    r = &mut write => break if r.is_ok() { Written::Whole } else { Written::Gone },
+                    _ = ctl.notify.notified() => {
+                        if ctl.is_cancelled(&h.object, &h.component) {
+                            break Written::Cancelled;
+                        }
+                    }
                 }
             }
-            _ = ctl.notify.notified() => {
-                if ctl.is_cancelled(&h.object, &h.component) {
-                    let _ = stream.reset(code(Code::Cancelled));
-                    return false;
-                }
-                if stream.write_all(&buf).await.is_err() {
-                    return false;
-                }
+        };
+        match outcome {
+            Written::Whole => {}
+            // STOP_SENDING from the client, or the connection is gone.
+            Written::Gone => return false,
+            Written::Cancelled => {
+                let _ = stream.reset(code(Code::Cancelled));
+                return false;
             }
         }
         state.metrics.add_bytes(n);
         state.metrics.add_quic_bytes(n);
         pos += n;
     }
+    // Every byte is with quinn: the next stream may start while this one
+    // waits for the peer's acknowledgements.
+    drop(writing);
     stream.finish().is_ok() && matches!(stream.stopped().await, Ok(None))
 }

@@ -1,0 +1,93 @@
+//! The QUIC ceiling: one bare quinn connection carrying `bytes` on one
+//! stream from memory, with ztserve's certificate, provider (ring), socket
+//! buffers and transport settings on both ends, and nothing else.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{Endpoint, EndpointConfig, TokioRuntime};
+use ztserve::client::quic::transport as client_transport;
+use ztserve::client::trust::{client_config, Trust};
+use ztserve::server::config::QuicConfig;
+use ztserve::server::quic::{cert, transport as server_transport};
+use ztserve::udp;
+
+const ALPN: &[u8] = b"bench";
+
+fn server(state_dir: &Path) -> Result<Endpoint> {
+    ztserve::server::tls::install_provider();
+    let id = cert::identity(None, state_dir)?;
+    let mut crypto = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])?
+    .with_no_client_auth()
+    .with_single_cert(id.chain, id.key)?;
+    crypto.alpn_protocols = vec![ALPN.to_vec()];
+    let mut config =
+        quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(crypto)?));
+    config.transport_config(Arc::new(server_transport(&QuicConfig::default())?));
+    let sock = udp::bind("127.0.0.1:0".parse()?, udp::DEFAULT_BUFFER_BYTES)?;
+    Ok(Endpoint::new(
+        EndpointConfig::default(),
+        Some(config),
+        sock,
+        Arc::new(TokioRuntime),
+    )?)
+}
+
+fn client() -> Result<Endpoint> {
+    let tls = client_config(&Trust::Insecure, ALPN)?;
+    let mut config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
+    config.transport_config(Arc::new(client_transport()));
+    let sock = udp::bind("127.0.0.1:0".parse()?, udp::DEFAULT_BUFFER_BYTES)?;
+    let mut ep = Endpoint::new(
+        EndpointConfig::default(),
+        None,
+        sock,
+        Arc::new(TokioRuntime),
+    )?;
+    ep.set_default_client_config(config);
+    Ok(ep)
+}
+
+/// Seconds to move `bytes` over one fresh connection (handshake excluded).
+pub(crate) async fn bare_quinn(bytes: u64, state_dir: &Path) -> Result<f64> {
+    let server = server(state_dir)?;
+    let addr: SocketAddr = server.local_addr()?;
+    let sender = tokio::spawn(async move {
+        let conn = server.accept().await.context("no connection")?.await?;
+        let mut s = conn.open_uni().await?;
+        let chunk = Bytes::from(vec![0x5a_u8; 1 << 20]);
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64);
+            s.write_chunk(chunk.slice(..n as usize)).await?;
+            left -= n;
+        }
+        s.finish()?;
+        let _ = s.stopped().await;
+        conn.close(0u32.into(), b"");
+        server.wait_idle().await;
+        anyhow::Ok(())
+    });
+    let ep = client()?;
+    let conn = ep.connect(addr, "localhost")?.await?;
+    let start = Instant::now();
+    let mut r = conn.accept_uni().await?;
+    let mut got = 0u64;
+    while let Some(c) = r.read_chunk(usize::MAX, true).await? {
+        got += c.bytes.len() as u64;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    anyhow::ensure!(got == bytes, "bare quinn moved {got} of {bytes} bytes");
+    conn.close(0u32.into(), b"");
+    sender.await??;
+    ep.wait_idle().await;
+    Ok(secs)
+}

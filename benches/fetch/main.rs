@@ -1,0 +1,343 @@
+//! Remote loading against its peers, measured in one run:
+//!
+//! * `zt fetch` to a file over ztp/1 and over HTTP (from ztserve and from
+//!   nginx), against `curl` fetching the raw file from nginx, with digests
+//!   checked (crc32c, sha256) and with none to check;
+//! * time to first layer through the client library;
+//! * ztp/1 against a bare quinn transfer (the QUIC ceiling) and our HTTP;
+//! * connect-and-manifest latency for a 10,000-object file.
+//!
+//! `cargo bench --bench fetch -- [ROUNDS]` (default 5; medians);
+//! `ZT_BENCH_ONLY=1,4` runs only those sections. Needs
+//! `curl` and `nginx` on PATH. Not part of `.ci/run`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use ztserve::client::trust::Trust;
+use ztserve::client::{Client, Options, Via};
+use ztserve::format::{layer_index, DigestAlgorithm};
+
+mod ceiling;
+#[allow(dead_code)]
+#[path = "../support/model.rs"]
+mod model;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../tests/common/nginx.rs"]
+mod nginx;
+mod peers;
+
+const LAYERS: u64 = 32;
+const MIB_PER_LAYER: usize = 32;
+const MANY: usize = 10_000;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn rounds<F: FnMut() -> Result<f64>>(n: usize, mut f: F) -> Result<f64> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(f()?);
+    }
+    Ok(median(v))
+}
+
+/// What one library fetch saw.
+struct Loaded {
+    total: f64,
+    first_layer: f64,
+    /// Bytes delivered when layer 0 was complete, and in all.
+    bytes_at_first: u64,
+    bytes: u64,
+    layer0_bytes: u64,
+}
+
+async fn load(url: &str, via: Via) -> Result<Loaded> {
+    let start = Instant::now();
+    let options = Options {
+        trust: Trust::Insecure,
+        via: Some(via),
+        ..Options::default()
+    };
+    let client = Client::connect(url, options).await?;
+    let mut f = client.fetch(&[], None).await?;
+    let mut left: usize = f
+        .manifest
+        .objects
+        .iter()
+        .filter(|(n, _)| layer_index(n) == Some(0))
+        .map(|(_, o)| o.components.len())
+        .sum();
+    let (mut first, mut at_first, mut bytes, mut layer0) = (f64::NAN, 0, 0, 0);
+    while let Some(d) = f.next().await {
+        let d = d?;
+        bytes += d.data.len() as u64;
+        if layer_index(&d.object) == Some(0) {
+            layer0 += d.data.len() as u64;
+            left -= 1;
+            if left == 0 {
+                first = start.elapsed().as_secs_f64();
+                at_first = bytes;
+            }
+        }
+    }
+    Ok(Loaded {
+        total: start.elapsed().as_secs_f64(),
+        first_layer: first,
+        bytes_at_first: at_first,
+        bytes,
+        layer0_bytes: layer0,
+    })
+}
+
+async fn manifest_latency(url: &str, via: Via) -> Result<f64> {
+    let start = Instant::now();
+    let options = Options {
+        trust: Trust::Insecure,
+        via: Some(via),
+        ..Options::default()
+    };
+    let (m, _, _) = Client::connect(url, options).await?.manifest().await?;
+    anyhow::ensure!(
+        m.objects.len() == MANY,
+        "{url}: {} objects",
+        m.objects.len()
+    );
+    Ok(start.elapsed().as_secs_f64())
+}
+
+fn row(what: &str, secs: f64, bytes: u64, peer: f64, peer_name: &str) {
+    println!(
+        "{what:<52} {secs:>8.3} s {:>7.3} GB/s   {:>6.3}x {peer_name}",
+        bytes as f64 / secs / 1e9,
+        peer / secs
+    );
+}
+
+fn ensure_models(root: &Path) -> Result<()> {
+    std::fs::create_dir_all(root)?;
+    let variants = [
+        ("layers-crc32c.zt", Some(DigestAlgorithm::Crc32c)),
+        ("layers-sha256.zt", Some(DigestAlgorithm::Sha256)),
+        ("layers-none.zt", None),
+    ];
+    for (name, digest) in variants {
+        let p = root.join(name);
+        if !p.exists() {
+            eprintln!("writing {}", p.display());
+            model::layers(&p, LAYERS, MIB_PER_LAYER, digest).map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+    }
+    let many = root.join("many.zt");
+    if !many.exists() {
+        model::many_objects(&many, MANY).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(())
+}
+
+/// The servers and paths one run shares.
+struct Bench {
+    n: usize,
+    size: u64,
+    zp: u16,
+    np: u16,
+    data: PathBuf,
+    out: PathBuf,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Bench {
+    fn zhttp(&self, f: &str) -> String {
+        format!("http://127.0.0.1:{}/v1/files/{f}", self.zp)
+    }
+    fn zquic(&self, f: &str) -> String {
+        format!("quic://127.0.0.1:{}/{f}", self.zp)
+    }
+    fn nhttp(&self, f: &str) -> String {
+        format!("http://127.0.0.1:{}/{f}", self.np)
+    }
+
+    /// Section 1: `zt fetch` to disk against curl from nginx.
+    fn whole_files(&self) -> Result<()> {
+        let (n, size, out) = (self.n, self.size, &self.out);
+        println!(
+            "# 1. whole file to disk; ratio = speed against curl fetching the raw file from nginx"
+        );
+        let peer = self.nhttp("layers-crc32c.zt");
+        let curl = rounds(n, || {
+            peers::remove_output(out);
+            peers::timed(&mut peers::curl(&peer, out))
+        })?;
+        row("curl <- nginx (raw file)", curl, size, curl, "curl+nginx");
+        // zt fetch syncs the file before renaming it into place; curl does not.
+        let synced = rounds(n, || {
+            peers::remove_output(out);
+            let t = peers::timed(&mut peers::curl(&peer, out))?;
+            Ok(t + peers::timed(std::process::Command::new("sync").arg("-d").arg(out))?)
+        })?;
+        row(
+            "curl <- nginx, then sync -d (durable like zt)",
+            synced,
+            size,
+            curl,
+            "curl+nginx",
+        );
+        for (file, what) in [
+            ("layers-crc32c.zt", "crc32c checked"),
+            ("layers-sha256.zt", "sha256 checked"),
+            ("layers-none.zt", "no digests, nothing to check"),
+        ] {
+            for (via, url) in [("http", self.zhttp(file)), ("quic", self.zquic(file))] {
+                let t = rounds(n, || peers::timed(&mut peers::zt_fetch(&url, out)))?;
+                row(
+                    &format!("zt fetch {via} <- ztserve, {what}"),
+                    t,
+                    size,
+                    curl,
+                    "curl+nginx",
+                );
+            }
+        }
+        let t = rounds(n, || peers::timed(&mut peers::zt_fetch(&peer, out)))?;
+        row(
+            "zt fetch http <- nginx (plain Range), crc32c",
+            t,
+            size,
+            curl,
+            "curl+nginx",
+        );
+        peers::remove_output(out);
+        Ok(())
+    }
+
+    /// Sections 2 and 3: the library into memory, time to first layer, and
+    /// ztp/1 against the bare quinn ceiling and our HTTP.
+    fn in_memory(&self) -> Result<()> {
+        let (n, size) = (self.n, self.size);
+        println!(
+            "# 2. client library into memory: time to first layer (layer 0 delivered and verified)"
+        );
+        let mut totals = [f64::NAN; 2];
+        for (i, via, url) in [
+            (0, Via::Quic, self.zquic("layers-crc32c.zt")),
+            (1, Via::Http, self.zhttp("layers-crc32c.zt")),
+        ] {
+            let mut runs = Vec::new();
+            for _ in 0..n {
+                runs.push(self.rt.block_on(load(&url, via))?);
+            }
+            let total = median(runs.iter().map(|r| r.total).collect());
+            let first = median(runs.iter().map(|r| r.first_layer).collect());
+            let share = |f: fn(&Loaded) -> u64| {
+                median(runs.iter().map(|r| f(r) as f64 / r.bytes as f64).collect())
+            };
+            let bytes = runs.first().context("no runs")?.bytes;
+            println!(
+                "{via:?}: whole {total:.3} s ({:.3} GB/s), first layer {first:.3} s = {:.3} of the time; \
+                 layer 0 is {:.3} of the bytes, {:.3} delivered by then",
+                bytes as f64 / total / 1e9,
+                first / total,
+                share(|r| r.layer0_bytes),
+                share(|r| r.bytes_at_first),
+            );
+            if let Some(t) = totals.get_mut(i) {
+                *t = total;
+            }
+        }
+        let [quic, http] = totals;
+        println!(
+            "# 3. QUIC ceiling: bare quinn, one connection, one stream, {size} bytes from memory"
+        );
+        let state = self.data.join("state");
+        let ceiling = rounds(n, || self.rt.block_on(ceiling::bare_quinn(size, &state)))?;
+        row("bare quinn", ceiling, size, ceiling, "ceiling");
+        row(
+            "ztp/1 library fetch, crc32c checked",
+            quic,
+            size,
+            ceiling,
+            "ceiling",
+        );
+        row(
+            "ztp/1 library fetch, crc32c checked",
+            quic,
+            size,
+            http,
+            "our HTTP",
+        );
+        Ok(())
+    }
+
+    /// Section 4: connect and read a 10,000-object manifest.
+    fn manifests(&self) -> Result<()> {
+        let n = self.n;
+        println!("# 4. connect and read the manifest of a {MANY}-object file");
+        let json = format!("{}/manifest", self.zhttp("many.zt"));
+        let curl = rounds(n, || {
+            peers::timed(&mut peers::curl(&json, Path::new("/dev/null")))
+        })?;
+        println!(
+            "{:<44} {:>8.2} ms",
+            "curl GET /v1/files/many.zt/manifest (JSON)",
+            curl * 1e3
+        );
+        for (what, url, via) in [
+            ("ztp/1 connect + manifest", self.zquic("many.zt"), Via::Quic),
+            (
+                "HTTP connect + footer + manifest, ztserve",
+                self.zhttp("many.zt"),
+                Via::Http,
+            ),
+            (
+                "HTTP connect + footer + manifest, nginx",
+                self.nhttp("many.zt"),
+                Via::Http,
+            ),
+        ] {
+            let t = rounds(n, || self.rt.block_on(manifest_latency(&url, via)))?;
+            println!("{what:<44} {:>8.2} ms   {:.3}x curl", t * 1e3, curl / t);
+        }
+        Ok(())
+    }
+}
+
+fn main() -> Result<()> {
+    let n: usize = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .map_or(Ok(5), |s| s.parse())
+        .context("ROUNDS is a number")?;
+    let only = std::env::var("ZT_BENCH_ONLY").unwrap_or_default();
+    let want = |k: &str| only.is_empty() || only.split(',').any(|x| x == k);
+    let data = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fetch");
+    let root = data.join("root");
+    ensure_models(&root)?;
+    let b = Bench {
+        n,
+        size: std::fs::metadata(root.join("layers-crc32c.zt"))?.len(),
+        zp: peers::free_port()?,
+        np: peers::free_port()?,
+        out: data.join("out.zt"),
+        rt: tokio::runtime::Runtime::new()?,
+        data,
+    };
+    let _z = peers::ztserve(&root, b.zp, &b.data.join("state"))?;
+    let _n = nginx::Nginx::start(&root, b.np, &b.data)?;
+    println!(
+        "# {n} rounds, medians; 127.0.0.1, files in the page cache; model {LAYERS} layers, {} bytes",
+        b.size
+    );
+    if want("1") {
+        b.whole_files()?;
+    }
+    if want("2") || want("3") {
+        b.in_memory()?;
+    }
+    if want("4") {
+        b.manifests()?;
+    }
+    Ok(())
+}

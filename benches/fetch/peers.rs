@@ -1,0 +1,94 @@
+//! The processes a run compares: ztserve and timed command-line clients
+//! (curl, `zt fetch`); nginx comes from `tests/common/nginx.rs`.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// A child process killed when dropped.
+pub(crate) struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A TCP port nothing listens on now (UDP on the same number is free too
+/// on a quiet machine).
+pub(crate) fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn wait_for(port: u16, what: &str) -> Result<()> {
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if start.elapsed() > Duration::from_secs(20) {
+            bail!("{what} did not listen on 127.0.0.1:{port}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// ztserve on `port` (TCP and UDP), serving `root`.
+pub(crate) fn ztserve(root: &Path, port: u16, state: &Path) -> Result<Proc> {
+    let child = Command::new(env!("CARGO_BIN_EXE_ztserve"))
+        .arg("--root")
+        .arg(root)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--state-dir")
+        .arg(state)
+        .args(["--log-level", "warn"])
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting ztserve")?;
+    let p = Proc(child);
+    wait_for(port, "ztserve")?;
+    Ok(p)
+}
+
+/// Runs `cmd` to completion and returns its wall time in seconds.
+pub(crate) fn timed(cmd: &mut Command) -> Result<f64> {
+    let start = Instant::now();
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {cmd:?}"))?;
+    let secs = start.elapsed().as_secs_f64();
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(secs)
+}
+
+/// `curl -o out url`.
+pub(crate) fn curl(url: &str, out: &Path) -> Command {
+    let mut c = Command::new("curl");
+    c.args(["-sSf", "-o"]).arg(out).arg(url);
+    c
+}
+
+/// `zt fetch url -o out --insecure`, with no leftovers from an earlier run.
+pub(crate) fn zt_fetch(url: &str, out: &Path) -> Command {
+    remove_output(out);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zt"));
+    c.args(["fetch", url, "--insecure", "-o"]).arg(out);
+    c
+}
+
+/// Removes `out` and its `.part` and journal.
+pub(crate) fn remove_output(out: &Path) {
+    let part = PathBuf::from(format!("{}.part", out.display()));
+    let journal = PathBuf::from(format!("{}.part.journal", out.display()));
+    for p in [out.to_path_buf(), part, journal] {
+        let _ = std::fs::remove_file(p);
+    }
+}

@@ -7,9 +7,13 @@ export CARGO_TERM_COLOR=never
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "system tools the tests drive (curl)"
-if ! command -v curl >/dev/null; then
-    if [ "$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q curl; else sudo apt-get install -y -q curl; fi
+step "system tools the tests drive (curl, nginx as a plain Range server)"
+missing=()
+command -v curl >/dev/null || missing+=(curl)
+command -v nginx >/dev/null || missing+=(nginx-light)
+if [ ${#missing[@]} -gt 0 ]; then
+    sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+    $sudo apt-get update -q && $sudo apt-get install -y -q "${missing[@]}"
 fi
 
 step "python venv (.venv) with pinned interop packages"

@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use reqwest::header::{CONTENT_RANGE, ETAG, IF_RANGE, RANGE};
 use reqwest::StatusCode;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use zt_format::{AlignedBuf, Limits, Manifest};
 
 use super::trust::{client_config, Trust};
@@ -221,22 +221,34 @@ impl HttpSource {
             }
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let slots = Arc::new(Semaphore::new(self.connections));
         let n = items.len() as u64;
+        // Every part of every component waits for a turn that one driver
+        // hands out strictly in send order, so the first layer's requests
+        // go out first whatever order the tasks happen to run in.
+        let mut turns = Vec::new();
         for (seq, (object, role, c)) in items.into_iter().enumerate() {
-            let (src, tx, slots, etag) = (
-                self.clone(),
-                tx.clone(),
-                Arc::clone(&slots),
-                remote.etag.clone(),
-            );
+            let parts = usize::try_from(c.length.div_ceil(SPLIT as u64).max(1))?;
+            let (give, take): (Vec<_>, Vec<_>) = (0..parts).map(|_| oneshot::channel()).unzip();
+            turns.extend(give);
+            let (src, tx, etag) = (self.clone(), tx.clone(), remote.etag.clone());
             tokio::spawn(async move {
                 let r = src
-                    .component(&object, &role, &c, seq as u64, &etag, &slots)
+                    .component(&object, &role, &c, seq as u64, &etag, take)
                     .await;
                 let _ = tx.send(r);
             });
         }
+        let slots = Arc::new(Semaphore::new(self.connections));
+        tokio::spawn(async move {
+            for turn in turns {
+                let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+                    return;
+                };
+                // A component that already failed drops its turns, and
+                // the permit goes straight back.
+                let _ = turn.send(permit);
+            }
+        });
         Ok(Fetch::new(0, manifest, remote.etag, remote.size, n, rx))
     }
 
@@ -247,7 +259,7 @@ impl HttpSource {
         c: &zt_format::Component,
         seq: u64,
         etag: &str,
-        slots: &Arc<Semaphore>,
+        turns: Vec<oneshot::Receiver<OwnedSemaphorePermit>>,
     ) -> Result<Delivered> {
         let label = format!("object {object:?}, component {role:?}");
         if c.length > self.component_cap {
@@ -259,9 +271,11 @@ impl HttpSource {
         }
         let digest = c.digest.as_ref().map(|d| d.as_str().to_owned());
         let mut check = Check::new(digest.as_deref(), self.allow_unverified, &label)?;
+        let gone = || anyhow!("{label}: the fetch was dropped");
+        let mut turns = turns.into_iter();
         // The first part's turn comes before the buffer is allocated, so
         // queued components hold no memory.
-        let first = slots.acquire().await?;
+        let first = turns.next().ok_or_else(gone)?.await.map_err(|_| gone())?;
         let mut data = AlignedBuf::zeroed(c.length).map_err(|r| anyhow!("{label}: {r}"))?;
         // Parts are fetched at once, each streamed straight to its place in
         // the aligned buffer; the digest takes each part as soon as every
@@ -271,11 +285,13 @@ impl HttpSource {
         let label = &label;
         for (i, part) in data.as_mut_slice().chunks_mut(SPLIT).enumerate() {
             let held = first.take();
+            let turn = if held.is_none() { turns.next() } else { None };
             let at = c.offset + (i * SPLIT) as u64;
             parts.push(async move {
-                let _permit = match held {
-                    Some(p) => p,
-                    None => slots.acquire().await?,
+                let _permit = match (held, turn) {
+                    (Some(p), _) => p,
+                    (None, Some(t)) => t.await.map_err(|_| gone())?,
+                    (None, None) => return Err(gone()),
                 };
                 self.fill(at, part, etag)
                     .await

@@ -24,6 +24,32 @@ use crate::server::State;
 /// Path URLs can be replaced in place, so caches must revalidate.
 const REVALIDATE: &str = "no-cache";
 
+/// A URL pinned to one version (`?v=ETAG`) never changes what it names.
+const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+
+/// The caching policy for a request: `?v=ETAG` matching the file's current
+/// ETag pins the URL to these exact bytes, so caches may keep the answer
+/// for a year; a `v` naming another version is refused, so no cache ever
+/// stores other bytes under a pinned URL.
+fn cache_policy(query: &[(String, String)], served: &Served) -> Result<&'static str, AppError> {
+    let Some((_, v)) = query.iter().find(|(k, _)| k == "v") else {
+        return Ok(REVALIDATE);
+    };
+    let current = served.etag.trim_matches('"');
+    if v.trim_matches('"') == current {
+        Ok(IMMUTABLE)
+    } else {
+        Err(AppError::new(
+            StatusCode::PRECONDITION_FAILED,
+            "version_gone",
+            format!(
+                "{}: version {v:?} is not served; the file's ETag is now {}",
+                served.path, served.etag
+            ),
+        ))
+    }
+}
+
 fn with_template(mut r: Response, t: &'static str) -> Response {
     r.extensions_mut().insert(Template(t));
     r
@@ -113,6 +139,10 @@ pub(crate) async fn file(
     };
     drop(snap);
     let query = query_pairs(query.as_deref());
+    let cache_control = match cache_policy(&query, &served) {
+        Ok(c) => c,
+        Err(e) => return with_template(e.into_response(), template),
+    };
     let result = match target {
         Target::File => Ok(respond(
             &state,
@@ -123,14 +153,21 @@ pub(crate) async fn file(
                 etag: served.etag.clone(),
                 modified: served.modified,
                 content_type: "application/octet-stream",
-                cache_control: REVALIDATE,
+                cache_control,
                 headers: Vec::new(),
                 served,
             },
         )),
-        Target::Manifest => manifest(&served, &headers, &query),
+        Target::Manifest => manifest(&served, &headers, &query, cache_control),
         Target::Component { object, component } => component_response(
-            &state, &method, &headers, &query, served, &object, &component,
+            &state,
+            &method,
+            &headers,
+            &query,
+            cache_control,
+            served,
+            &object,
+            &component,
         ),
     };
     with_template(result.unwrap_or_else(IntoResponse::into_response), template)
@@ -172,6 +209,7 @@ fn manifest(
     served: &Arc<Served>,
     headers: &HeaderMap,
     query: &[(String, String)],
+    cache_control: &'static str,
 ) -> Result<Response, AppError> {
     let selected = selection(query, served)?;
     let cbor = wants_cbor(headers, query);
@@ -207,7 +245,7 @@ fn manifest(
     let mut builder = Response::builder()
         .header(header::ETAG, &etag)
         .header(header::VARY, "Accept")
-        .header(header::CACHE_CONTROL, REVALIDATE)
+        .header(header::CACHE_CONTROL, cache_control)
         .header("x-zt-manifest-source", source);
     if headers
         .get(header::IF_NONE_MATCH)
@@ -252,11 +290,13 @@ fn component_headers(c: &Component, shape: &[u64]) -> Vec<(HeaderName, HeaderVal
     h
 }
 
+#[allow(clippy::too_many_arguments)]
 fn component_response(
     state: &Arc<State>,
     method: &Method,
     headers: &HeaderMap,
     query: &[(String, String)],
+    cache_control: &'static str,
     served: Arc<Served>,
     object: &str,
     role: &str,
@@ -311,7 +351,7 @@ fn component_response(
             etag,
             modified: served.modified,
             content_type: "application/octet-stream",
-            cache_control: REVALIDATE,
+            cache_control,
             headers: extra,
             served,
         },

@@ -1,0 +1,53 @@
+# syntax=docker/dockerfile:1
+#
+# ztserve: serve the .zt files under /models over HTTP (TCP 7070) and
+# ztp/1 over QUIC (UDP 7070).
+#
+#   docker build -t ztserve .
+#   docker run --read-only -v "$PWD/models:/models:ro" \
+#       -p 7070:7070/tcp -p 7070:7070/udp ztserve
+#
+# Configuration: ZTSERVE_* environment variables, or a TOML file mounted
+# into the container and named with --config (or ZTSERVE_CONFIG). Flags win
+# over the environment, which wins over the file. deploy/README.md has the
+# compose, Kubernetes and systemd variants.
+
+FROM rust:1.95-slim-bookworm AS build
+WORKDIR /src
+COPY . .
+# The registry and target directory are BuildKit caches, so a rebuild after
+# a source edit recompiles only this workspace.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --bin ztserve --bin zt \
+    && mkdir -p /out \
+    && cp target/release/ztserve target/release/zt /out/ \
+    && strip /out/ztserve /out/zt
+
+FROM debian:bookworm-slim
+# ca-certificates: `zt fetch` in the image verifies servers by the system roots.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --user-group --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin ztserve \
+    && mkdir -p /models /var/lib/ztserve /etc/ztserve \
+    && chown 10001:10001 /var/lib/ztserve
+COPY --from=build /out/ztserve /out/zt /usr/local/bin/
+COPY config/ztserve.toml /etc/ztserve/ztserve.toml
+
+# The generated QUIC certificate lives in the state directory: a volume, so
+# it survives restarts and the root filesystem can stay read-only.
+ENV ZTSERVE_LISTEN=0.0.0.0:7070 \
+    ZTSERVE_STATE_DIR=/var/lib/ztserve \
+    ZTSERVE_LOG_FORMAT=json
+VOLUME ["/models", "/var/lib/ztserve"]
+EXPOSE 7070/tcp
+EXPOSE 7070/udp
+USER 10001:10001
+WORKDIR /
+# A slim image has no curl; the daemon checks itself.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["ztserve", "healthcheck"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["ztserve", "--root", "/models"]

@@ -31,8 +31,11 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q
 
+step "release build of ztserve (tests/container_like.rs runs the binary the image ships)"
+cargo build --release --locked --bin ztserve
+
 step "cargo test"
-cargo test --workspace --locked
+ZTSERVE_RELEASE_BIN="$PWD/target/release/ztserve" cargo test --workspace --locked
 
 step "fuzz corpus replay"
 cargo test --locked --test fuzz_replay

@@ -145,6 +145,47 @@ fn conditional_requests() {
 }
 
 #[test]
+fn versioned_urls_are_immutable_and_cacheable_others_revalidate() {
+    let root = sample_root();
+    let s = Server::start(root.path(), &[]);
+    let component = s.url("/v1/files/sample.zt/objects/model.norm.weight/data");
+    let plain = curl(&[], &component);
+    assert_eq!(plain.status, 200);
+    assert_eq!(plain.header("cache-control"), Some("no-cache"));
+    let etag = plain.header("etag").unwrap().to_owned();
+    assert!(etag.starts_with('"'), "a strong ETag: {etag}");
+    let file_etag = curl(&["-I"], &s.url("/v1/files/sample.zt"))
+        .header("etag")
+        .unwrap()
+        .to_owned();
+    let v = file_etag.trim_matches('"');
+    let immutable = Some("public, max-age=31536000, immutable");
+
+    // Pinned to the file's current ETag: cacheable for a year, same bytes.
+    for url in [
+        format!("{component}?v={v}"),
+        s.url(&format!("/v1/files/sample.zt?v={v}")),
+        s.url(&format!("/v1/files/sample.zt/manifest?v={v}")),
+    ] {
+        let r = curl(&["-r", "0-15"], &url);
+        assert!(r.status == 200 || r.status == 206, "{url}: {}", r.status);
+        assert_eq!(r.header("cache-control"), immutable, "{url}");
+        assert!(r.header("etag").unwrap().starts_with('"'), "{url}");
+    }
+    let pinned = curl(&[], &format!("{component}?v={v}"));
+    assert_eq!(pinned.body, plain.body);
+    assert_eq!(pinned.header("etag"), Some(etag.as_str()));
+
+    // Pinned to a version that is not served: refused, so nothing else is
+    // ever cached under that URL.
+    let stale = curl(&[], &format!("{component}?v=0000"));
+    assert_eq!(stale.status, 412);
+    assert_ne!(stale.header("cache-control"), immutable);
+    let body = String::from_utf8_lossy(&stale.body);
+    assert!(body.contains("version_gone") && body.contains(v), "{body}");
+}
+
+#[test]
 fn manifests_in_json_and_cbor_with_selections() {
     let root = sample_root();
     let file = std::fs::read(root.path().join("sample.zt")).unwrap();

@@ -411,3 +411,31 @@ async fn zstd_components_decode_into_aligned_buffers_and_cancel_stops_streams() 
         .unwrap();
     assert!(again.next().await.unwrap().is_ok());
 }
+
+#[test]
+fn too_small_udp_buffers_are_logged_and_quic_still_serves() {
+    // Ask for more than any kernel here grants (net.core.rmem_max caps it).
+    let root = sample_root();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        "root = \"/unused\"\n[quic]\nudp_buffer_bytes = 1073741824\n",
+    )
+    .unwrap();
+    let s = Server::start_quic(root.path(), &["--config", cfg.to_str().unwrap()]);
+    assert!(s.quic.is_some(), "QUIC still listens");
+    let warned = s
+        .startup_logs
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| {
+            v["level"] == "WARN"
+                && v["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("net.core.rmem_max"))
+        })
+        .expect("a warning naming net.core.rmem_max");
+    assert_eq!(warned["fields"]["wanted"], 1073741824u64);
+    assert!(warned["fields"]["recv"].as_u64().unwrap() < 1073741824);
+}

@@ -19,14 +19,16 @@ use ztserve::server::{self, State};
 Exit codes: 0 clean shutdown; 1 runtime failure; 2 invalid configuration or usage."
 )]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Directory tree to serve [env: ZTSERVE_ROOT]
     #[arg(long)]
     root: Option<PathBuf>,
     /// HTTP listen address, e.g. 0.0.0.0:7070 or [::]:7070 [env: ZTSERVE_LISTEN]
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// TOML configuration file (see --print-default-config)
-    #[arg(long, value_name = "FILE")]
+    /// TOML configuration file (see --print-default-config) [env: ZTSERVE_CONFIG]
+    #[arg(long, value_name = "FILE", env = config::CONFIG_ENV, hide_env = true)]
     config: Option<PathBuf>,
     /// Log format: text or json [env: ZTSERVE_LOG_FORMAT]
     #[arg(long, value_parser = ["text", "json"])]
@@ -61,6 +63,20 @@ struct Cli {
     /// Print the commented default configuration and exit
     #[arg(long)]
     print_default_config: bool,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Exit 0 when the daemon answers 200 on /healthz, 1 otherwise (for
+    /// container health checks; a slim image has no curl)
+    Healthcheck {
+        /// URL to ask [default: /healthz on the configured listen port, over
+        /// loopback, HTTPS when TLS is configured]
+        url: Option<String>,
+        /// Seconds to wait for the answer
+        #[arg(long, default_value_t = 5)]
+        timeout_secs: u64,
+    },
 }
 
 impl Cli {
@@ -148,14 +164,44 @@ fn raise_nofile_limit() {
 /// An error and the exit code it gets.
 struct Failure(u8, anyhow::Error);
 
-fn serve(cli: Cli) -> Result<(), Failure> {
-    let env: Vec<(String, String)> = std::env::vars().collect();
-    let sources = Sources {
+fn sources(cli: &Cli) -> Sources<'_> {
+    Sources {
         file: cli.config.as_deref().or(cli.check_config.as_deref()),
-        env,
+        env: std::env::vars().collect(),
         flags: cli.flags(),
+    }
+}
+
+/// `ztserve healthcheck`: the URL from the same configuration the daemon
+/// reads (file, environment, flags); `root` need not exist for this.
+fn healthcheck(cli: &Cli, url: Option<&str>, timeout: u64) -> Result<(), Failure> {
+    let url = match url {
+        Some(u) => u.to_owned(),
+        None => {
+            let mut s = sources(cli);
+            if cli.root.is_none() {
+                s.flags.push(("root", toml::Value::String("/".into())));
+            }
+            let config = config::load(&s).map_err(|e| Failure(2, e))?;
+            server::healthcheck::default_url(&config)
+        }
     };
-    let config = config::load(&sources).map_err(|e| Failure(2, e))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")
+        .map_err(|e| Failure(1, e))?;
+    rt.block_on(server::healthcheck::probe(
+        &url,
+        std::time::Duration::from_secs(timeout.max(1)),
+    ))
+    .map_err(|e| Failure(1, e))?;
+    println!("{url}: ok");
+    Ok(())
+}
+
+fn serve(cli: Cli) -> Result<(), Failure> {
+    let config = config::load(&sources(&cli)).map_err(|e| Failure(2, e))?;
     if let Some(f) = &cli.check_config {
         println!("{}: ok", f.display());
         return Ok(());
@@ -185,7 +231,13 @@ fn main() -> ExitCode {
         print!("{}", config::DEFAULT_CONFIG);
         return ExitCode::SUCCESS;
     }
-    match serve(cli) {
+    let result = match &cli.command {
+        Some(Command::Healthcheck { url, timeout_secs }) => {
+            healthcheck(&cli, url.as_deref(), *timeout_secs)
+        }
+        None => serve(cli),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(code, e)) => {
             eprintln!("ztserve: {e:#}");

@@ -352,6 +352,9 @@ fn parse_env(key: &str, kind: Kind, raw: &str) -> Result<toml::Value> {
     })
 }
 
+/// The environment variable that names the configuration file.
+pub const CONFIG_ENV: &str = "ZTSERVE_CONFIG";
+
 /// Where configuration comes from; flags hold `(dotted key, value)` pairs.
 #[derive(Debug, Default)]
 pub struct Sources<'a> {
@@ -372,7 +375,8 @@ pub fn load(sources: &Sources<'_>) -> Result<Config> {
         None => toml::Table::new(),
     };
     for (name, raw) in &sources.env {
-        if !name.starts_with("ZTSERVE_") {
+        // ZTSERVE_CONFIG names the file itself (`--config`), not a key.
+        if !name.starts_with("ZTSERVE_") || name == CONFIG_ENV {
             continue;
         }
         let Some((key, kind)) = KEYS.iter().find(|(k, _)| env_name(k) == *name) else {

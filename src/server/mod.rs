@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod catalog;
 pub mod config;
+pub mod healthcheck;
 pub mod http;
 pub mod listener;
 pub mod metrics;

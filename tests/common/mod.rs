@@ -17,6 +17,8 @@ pub struct Server {
     /// The QUIC address and certificate fingerprint, when QUIC is on.
     pub quic: Option<(String, String)>,
     pub logs: mpsc::Receiver<String>,
+    /// The log lines read while waiting for the addresses.
+    pub startup_logs: Vec<String>,
     _state: Option<tempfile::TempDir>,
 }
 
@@ -39,8 +41,7 @@ impl Server {
             Some(d) => cmd.arg("--state-dir").arg(d.path()),
             None => cmd.arg("--no-quic"),
         };
-        let mut child = cmd
-            .arg("--root")
+        cmd.arg("--root")
             .arg(root)
             .args([
                 "--listen",
@@ -51,7 +52,15 @@ impl Server {
                 "info",
             ])
             .args(args)
-            .env_remove("RUST_LOG")
+            .env_remove("RUST_LOG");
+        Server::from_command(cmd, state)
+    }
+
+    /// Runs `cmd` (a ztserve with `--log-format json` and an info log
+    /// level, possibly behind a wrapper such as `setpriv`) and waits for the
+    /// lines that name its addresses.
+    pub fn from_command(mut cmd: Command, state: Option<tempfile::TempDir>) -> Server {
+        let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -67,10 +76,12 @@ impl Server {
         });
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut quic_addr = None;
+        let mut startup_logs = Vec::new();
         let addr = loop {
             let line = rx
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
                 .expect("ztserve did not report its address");
+            startup_logs.push(line.clone());
             let v: serde_json::Value = match serde_json::from_str(&line) {
                 Ok(v) => v,
                 Err(_) => continue,
@@ -95,6 +106,7 @@ impl Server {
             addr,
             quic: quic_addr,
             logs: rx,
+            startup_logs,
             _state: state,
         }
     }

@@ -172,6 +172,12 @@ impl Bench {
             peers::timed(&mut peers::curl(&peer, out))
         })?;
         row("curl <- nginx (raw file)", curl, size, curl, "curl+nginx");
+        let own = self.zhttp("layers-crc32c.zt");
+        let t = rounds(n, || {
+            peers::remove_output(out);
+            peers::timed(&mut peers::curl(&own, out))
+        })?;
+        row("curl <- ztserve (raw file)", t, size, curl, "curl+nginx");
         // zt fetch syncs the file before renaming it into place; curl does not.
         let synced = rounds(n, || {
             peers::remove_output(out);

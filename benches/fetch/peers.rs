@@ -84,11 +84,13 @@ pub(crate) fn zt_fetch(url: &str, out: &Path) -> Command {
     c
 }
 
-/// Removes `out` and its `.part` and journal.
+/// Removes `out` and its `.part` and journal, then flushes the file
+/// system (untimed), so no run pays for the previous run's writeback.
 pub(crate) fn remove_output(out: &Path) {
     let part = PathBuf::from(format!("{}.part", out.display()));
     let journal = PathBuf::from(format!("{}.part.journal", out.display()));
     for p in [out.to_path_buf(), part, journal] {
         let _ = std::fs::remove_file(p);
     }
+    let _ = Command::new("sync").status();
 }

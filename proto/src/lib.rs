@@ -19,6 +19,8 @@
 
 mod code;
 mod framing;
+#[doc(hidden)]
+pub mod fuzz;
 mod message;
 mod value;
 

@@ -11,6 +11,8 @@
 
 mod body;
 mod error;
+#[doc(hidden)]
+pub mod fuzz;
 mod handlers;
 mod range;
 mod route;

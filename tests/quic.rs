@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::quic::raw_connect;
 use common::{curl, sample_root, Server};
 use ztserve::client::quic::{ClientOptions, QuicClient};
 use ztserve::client::trust::Trust;
@@ -25,13 +26,7 @@ async fn connect(s: &Server, opts: ClientOptions) -> QuicClient {
 }
 
 fn quic_bytes(s: &Server) -> u64 {
-    let text = String::from_utf8(curl(&[], &s.url("/metrics")).body).unwrap();
-    text.lines()
-        .find(|l| l.starts_with("ztserve_quic_bytes_sent_total"))
-        .and_then(|l| l.split(' ').nth(1))
-        .unwrap()
-        .parse()
-        .unwrap()
+    common::quic::metric(s, "ztserve_quic_bytes_sent_total")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,28 +233,8 @@ async fn under_a_bandwidth_limit_layer_0_finishes_first_with_default_settings() 
     assert_eq!(inversions, 0, "{order:?}");
 }
 
-/// A bare QUIC connection with the ztp/1 ALPN, for speaking out of turn.
-async fn raw_connect(addr: &str, fp: &str) -> quinn::Connection {
-    ztserve::server::tls::install_provider();
-    let tls =
-        ztserve::client::trust::client_config(&Trust::fingerprint(fp).unwrap(), ztp_proto::ALPN)
-            .unwrap();
-    let config = quinn::ClientConfig::new(std::sync::Arc::new(
-        quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),
-    ));
-    let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    ep.set_default_client_config(config);
-    ep.connect(addr.parse().unwrap(), "localhost")
-        .unwrap()
-        .await
-        .unwrap()
-}
-
 async fn close_code(conn: &quinn::Connection) -> Option<u64> {
-    match tokio::time::timeout(Duration::from_secs(5), conn.closed()).await {
-        Ok(quinn::ConnectionError::ApplicationClosed(c)) => Some(c.error_code.into_inner()),
-        _ => None,
-    }
+    common::quic::close_code_within(conn, Duration::from_secs(5)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -300,7 +275,7 @@ async fn tokens_trust_and_hostile_peers() {
     );
 
     // Garbage on the control stream: protocol_violation, and that connection closes.
-    let garbage = raw_connect(&addr, &fp).await;
+    let garbage = raw_connect(&addr, &fp, None).await;
     let (mut send, _recv) = garbage.open_bi().await.unwrap();
     send.write_all(b"\x00\x00\x00\x05hello").await.unwrap();
     assert_eq!(
@@ -308,7 +283,7 @@ async fn tokens_trust_and_hostile_peers() {
         Some(ztp_proto::Code::ProtocolViolation.value() as u64)
     );
     // A frame over the 64 KiB limit: message_too_large, refused before it is read.
-    let oversized = raw_connect(&addr, &fp).await;
+    let oversized = raw_connect(&addr, &fp, None).await;
     let (mut send, _recv) = oversized.open_bi().await.unwrap();
     send.write_all(&(1u32 << 20).to_be_bytes()).await.unwrap();
     assert_eq!(
@@ -316,7 +291,7 @@ async fn tokens_trust_and_hostile_peers() {
         Some(ztp_proto::Code::MessageTooLarge.value() as u64)
     );
     // A server message sent by a client: protocol_violation.
-    let confused = raw_connect(&addr, &fp).await;
+    let confused = raw_connect(&addr, &fp, None).await;
     let (mut send, _recv) = confused.open_bi().await.unwrap();
     let done = ztp_proto::frame(&ztp_proto::Message::Done(ztp_proto::Done {
         id: 1,
@@ -331,7 +306,7 @@ async fn tokens_trust_and_hostile_peers() {
     );
     // Too many streams: the transport grants one bidirectional stream and no
     // unidirectional ones, so extra streams never open.
-    let greedy = raw_connect(&addr, &fp).await;
+    let greedy = raw_connect(&addr, &fp, None).await;
     let _control = greedy.open_bi().await.unwrap();
     assert!(
         tokio::time::timeout(Duration::from_millis(500), greedy.open_bi())

@@ -35,10 +35,13 @@ pub enum Code {
     ShuttingDown,
     /// The connection limit is reached.
     ServerBusy,
+    /// The peer stopped reading: a component stream made no progress for
+    /// longer than the sender's stall timeout.
+    Stalled,
 }
 
 impl Code {
-    pub const ALL: [Code; 14] = [
+    pub const ALL: [Code; 15] = [
         Code::Ok,
         Code::ProtocolViolation,
         Code::MessageTooLarge,
@@ -53,6 +56,7 @@ impl Code {
         Code::Internal,
         Code::ShuttingDown,
         Code::ServerBusy,
+        Code::Stalled,
     ];
 
     /// The number on the wire.
@@ -72,6 +76,7 @@ impl Code {
             Code::Internal => 0x0b,
             Code::ShuttingDown => 0x0c,
             Code::ServerBusy => 0x0d,
+            Code::Stalled => 0x0e,
         }
     }
 
@@ -97,6 +102,7 @@ impl Code {
             Code::Internal => "internal",
             Code::ShuttingDown => "shutting_down",
             Code::ServerBusy => "server_busy",
+            Code::Stalled => "stalled",
         }
     }
 }

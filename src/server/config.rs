@@ -76,6 +76,10 @@ pub struct QuicConfig {
     /// Seconds without traffic before a connection is closed.
     #[serde(default = "defaults::quic_idle_timeout_secs")]
     pub idle_timeout_secs: u64,
+    /// Seconds a component stream may accept no bytes (a client that
+    /// stopped reading) before the connection is closed with `stalled`.
+    #[serde(default = "defaults::quic_stall_timeout_secs")]
+    pub stall_timeout_secs: u64,
     /// Flow-control window per stream, in bytes.
     #[serde(default = "defaults::quic_stream_window")]
     pub stream_window: u64,
@@ -96,6 +100,7 @@ impl Default for QuicConfig {
             max_requests: defaults::quic_max_requests(),
             max_streams: defaults::quic_max_streams(),
             idle_timeout_secs: defaults::quic_idle_timeout_secs(),
+            stall_timeout_secs: defaults::quic_stall_timeout_secs(),
             stream_window: defaults::quic_stream_window(),
             connection_window: defaults::quic_connection_window(),
             udp_buffer_bytes: defaults::quic_udp_buffer(),
@@ -245,6 +250,9 @@ mod defaults {
     pub(super) fn quic_max_streams() -> usize {
         32
     }
+    pub(super) fn quic_stall_timeout_secs() -> u64 {
+        30
+    }
     pub(super) fn quic_idle_timeout_secs() -> u64 {
         60
     }
@@ -296,6 +304,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("quic.max_requests", Kind::Int),
     ("quic.max_streams", Kind::Int),
     ("quic.idle_timeout_secs", Kind::Int),
+    ("quic.stall_timeout_secs", Kind::Int),
     ("quic.stream_window", Kind::Int),
     ("quic.connection_window", Kind::Int),
     ("quic.udp_buffer_bytes", Kind::Int),

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Upper bounds of the latency histogram, in seconds.
@@ -25,6 +25,25 @@ pub struct Metrics {
     latency: Mutex<BTreeMap<&'static str, Histogram>>,
     bytes_sent: AtomicU64,
     quic_bytes_sent: AtomicU64,
+    quic_connections: Arc<AtomicU64>,
+    quic_streams: Arc<AtomicU64>,
+}
+
+/// One open thing counted by a gauge, for as long as it is held.
+#[derive(Debug)]
+pub struct Held(Arc<AtomicU64>);
+
+impl Held {
+    fn new(gauge: &Arc<AtomicU64>) -> Held {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        Held(Arc::clone(gauge))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Metrics {
@@ -53,6 +72,16 @@ impl Metrics {
     /// Component bytes sent over QUIC (also counted in `bytes_sent`).
     pub fn add_quic_bytes(&self, n: u64) {
         self.quic_bytes_sent.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts an open QUIC connection until the returned value is dropped.
+    pub fn quic_connection(&self) -> Held {
+        Held::new(&self.quic_connections)
+    }
+
+    /// Counts an open component stream until the returned value is dropped.
+    pub fn quic_stream(&self) -> Held {
+        Held::new(&self.quic_streams)
     }
 
     pub fn bytes_sent(&self) -> u64 {
@@ -101,6 +130,18 @@ impl Metrics {
             out,
             "ztserve_quic_bytes_sent_total {}",
             self.quic_bytes_sent.load(Ordering::Relaxed)
+        );
+        out.push_str("# HELP ztserve_quic_connections Open QUIC connections.\n# TYPE ztserve_quic_connections gauge\n");
+        let _ = writeln!(
+            out,
+            "ztserve_quic_connections {}",
+            self.quic_connections.load(Ordering::Relaxed)
+        );
+        out.push_str("# HELP ztserve_quic_streams Open component streams.\n# TYPE ztserve_quic_streams gauge\n");
+        let _ = writeln!(
+            out,
+            "ztserve_quic_streams {}",
+            self.quic_streams.load(Ordering::Relaxed)
         );
         out.push_str(
             "# HELP ztserve_files Files in the catalog by state.\n# TYPE ztserve_files gauge\n",

@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod nginx;
+pub mod quic;
 pub mod relay;
 
 use std::io::{BufRead, BufReader};

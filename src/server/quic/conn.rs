@@ -24,6 +24,7 @@ fn close(conn: &Connection, c: Code, why: &str) {
 
 /// Serves one connection until it closes.
 pub(super) async fn handle(state: Arc<State>, conn: Connection) {
+    let _open = state.metrics.quic_connection();
     let (mut send, mut recv) = match conn.accept_bi().await {
         Ok(s) => s,
         Err(e) => {

@@ -101,16 +101,31 @@ pub(super) async fn run(
         let priority = i32::try_from(n.saturating_sub(usize::try_from(h.seq).unwrap_or(0)))
             .unwrap_or(i32::MAX);
         let _ = stream.set_priority(priority);
-        let (state, served, ctl, writers) = (
+        let (state, served, ctl, writers, conn) = (
             Arc::clone(&state),
             Arc::clone(&served),
             Arc::clone(&ctl),
             Arc::clone(&writers),
+            conn.clone(),
         );
+        let open = state.metrics.quic_stream();
         tasks.spawn(async move {
+            let _open = open;
             let ok = match writers.acquire().await {
                 Ok(writing) => {
-                    send_one(&state, &served, &ctl, &mut stream, &item.header, writing).await
+                    let sent =
+                        send_one(&state, &served, &ctl, &mut stream, &item.header, writing).await;
+                    if sent == Written::Stalled {
+                        let why = format!(
+                            "object {:?}, component {:?}: the client accepted no bytes for {} s",
+                            item.header.object,
+                            item.header.component,
+                            state.config.quic.stall_timeout_secs
+                        );
+                        tracing::info!(reason = %why, "closing a stalled QUIC connection");
+                        conn.close(code(Code::Stalled), why.as_bytes());
+                    }
+                    sent == Written::Whole
                 }
                 Err(_) => false,
             };
@@ -142,14 +157,17 @@ pub(super) async fn run(
         .await;
 }
 
-/// How one chunk's write ended.
+/// How a write ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Written {
     Whole,
     Gone,
     Cancelled,
+    /// No progress within the stall timeout.
+    Stalled,
 }
 
-/// Sends one component; true when it was delivered whole.
+/// Sends one component: `Whole` when it was delivered whole.
 async fn send_one(
     state: &State,
     served: &Arc<Served>,
@@ -157,19 +175,22 @@ async fn send_one(
     stream: &mut SendStream,
     h: &ComponentHeader,
     writing: tokio::sync::SemaphorePermit<'_>,
-) -> bool {
+) -> Written {
+    let stall = std::time::Duration::from_secs(state.config.quic.stall_timeout_secs.max(1));
     let Ok(head) = frame_header(h) else {
-        return false;
+        return Written::Gone;
     };
-    if stream.write_all(&head).await.is_err() {
-        return false;
+    match tokio::time::timeout(stall, stream.write_all(&head)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => return Written::Gone,
+        Err(_) => return Written::Stalled,
     }
     let mut pos = h.offset;
     let end = h.offset.saturating_add(h.length);
     while pos < end {
         if ctl.is_cancelled(&h.object, &h.component) {
             let _ = stream.reset(code(Code::Cancelled));
-            return false;
+            return Written::Cancelled;
         }
         let n = CHUNK.min(end - pos);
         let s = Arc::clone(served);
@@ -183,7 +204,7 @@ async fn send_one(
             _ => {
                 tracing::warn!(file = %served.path, object = %h.object, component = %h.component, "read failed mid-stream (file changed?)");
                 let _ = stream.reset(code(Code::ReadFailed));
-                return false;
+                return Written::Gone;
             }
         };
         // The write stays pinned across cancellation checks: dropping a
@@ -191,9 +212,12 @@ async fn send_one(
         let outcome = {
             let write = stream.write_chunk(bytes::Bytes::from(buf));
             tokio::pin!(write);
+            let deadline = tokio::time::sleep(stall);
+            tokio::pin!(deadline);
             loop {
                 tokio::select! {
                     r = &mut write => break if r.is_ok() { Written::Whole } else { Written::Gone },
+                    () = &mut deadline => break Written::Stalled,
                     _ = ctl.notify.notified() => {
                         if ctl.is_cancelled(&h.object, &h.component) {
                             break Written::Cancelled;
@@ -205,10 +229,10 @@ async fn send_one(
         match outcome {
             Written::Whole => {}
             // STOP_SENDING from the client, or the connection is gone.
-            Written::Gone => return false,
+            Written::Gone | Written::Stalled => return outcome,
             Written::Cancelled => {
                 let _ = stream.reset(code(Code::Cancelled));
-                return false;
+                return outcome;
             }
         }
         state.metrics.add_bytes(n);
@@ -218,5 +242,9 @@ async fn send_one(
     // Every byte is with quinn: the next stream may start while this one
     // waits for the peer's acknowledgements.
     drop(writing);
-    stream.finish().is_ok() && matches!(stream.stopped().await, Ok(None))
+    if stream.finish().is_ok() && matches!(stream.stopped().await, Ok(None)) {
+        Written::Whole
+    } else {
+        Written::Gone
+    }
 }

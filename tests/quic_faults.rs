@@ -1,0 +1,141 @@
+//! Faults on the QUIC side while serving: a client that stops reading, and
+//! a client killed mid-transfer. The server must free the connection and
+//! its streams (its gauges say so) and keep serving others.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::quic::{close_code_within, metric, raw_connect};
+use common::{eventually, Server};
+use ztp_proto::{frame, Code, Get, Message};
+
+/// `dir/big.zt`: 16 components of 1 MiB.
+fn big_root() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = zt_format::Writer::new(Vec::new(), "big").unwrap();
+    for l in 0..16u32 {
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i ^ l) as u8).collect();
+        w.add_dense(
+            &format!("model.layers.{l}.w"),
+            &[data.len() as u64],
+            zt_format::DType::U8,
+            &data,
+            Default::default(),
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.path().join("big.zt"), w.finish().unwrap()).unwrap();
+    dir
+}
+
+fn config(dir: &std::path::Path, body: &str) -> String {
+    let cfg = dir.join("c.toml");
+    std::fs::write(&cfg, format!("root = \"/unused\"\n[quic]\n{body}")).unwrap();
+    cfg.display().to_string()
+}
+
+fn gauges_drained(s: &Server) -> bool {
+    eventually(Duration::from_secs(15), || {
+        metric(s, "ztserve_quic_connections") == 0 && metric(s, "ztserve_quic_streams") == 0
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_closed_as_stalled() {
+    let root = big_root();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "stall_timeout_secs = 1\n");
+    let s = Server::start_quic(root.path(), &["--config", &cfg]);
+    let (addr, fp) = s.quic.clone().unwrap();
+
+    // Small receive windows, and the component streams are never read.
+    let mut t = quinn::TransportConfig::default();
+    t.stream_receive_window(quinn::VarInt::from_u32(64 * 1024))
+        .receive_window(quinn::VarInt::from_u32(256 * 1024));
+    let conn = raw_connect(&addr, &fp, Some(t)).await;
+    let (mut send, _recv) = conn.open_bi().await.unwrap();
+    let get = Message::Get(Get {
+        id: 1,
+        path: "big.zt".into(),
+        ..Get::default()
+    });
+    send.write_all(&frame(&get).unwrap()).await.unwrap();
+    let started = Instant::now();
+    assert_eq!(
+        close_code_within(&conn, Duration::from_secs(20)).await,
+        Some(u64::from(Code::Stalled.value()))
+    );
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert!(
+        gauges_drained(&s),
+        "the server freed the connection and its streams"
+    );
+
+    // Everyone else is still served.
+    let ok = Command::new(env!("CARGO_BIN_EXE_zt"))
+        .args([
+            "info",
+            &format!("quic://{addr}/big.zt"),
+            "--cert-fingerprint",
+            &fp,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
+
+#[test]
+fn a_client_killed_mid_transfer_frees_its_connection_and_streams() {
+    let root = big_root();
+    let dir = tempfile::tempdir().unwrap();
+    // A killed client sends nothing more; the idle timeout notices.
+    let cfg = config(dir.path(), "idle_timeout_secs = 2\n");
+    let s = Server::start_quic(root.path(), &["--config", &cfg]);
+    let (addr, fp) = s.quic.clone().unwrap();
+    // Through a 10 MB/s relay, so the kill lands mid-transfer.
+    let relay = common::relay::Relay::udp(addr.parse().unwrap(), 10_000_000);
+    let out = dir.path().join("big.zt");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zt"))
+        .args(["fetch", &format!("quic://{}/big.zt", relay.addr)])
+        .args(["--cert-fingerprint", &fp, "-o"])
+        .arg(&out)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || metric(
+            &s,
+            "ztserve_quic_streams"
+        ) > 0),
+        "the fetch opened streams"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(metric(&s, "ztserve_quic_connections") >= 1);
+    assert!(
+        gauges_drained(&s),
+        "the server freed the connection and its streams"
+    );
+    assert!(!out.exists());
+
+    // A new client is served in full.
+    let r = Command::new(env!("CARGO_BIN_EXE_zt"))
+        .args([
+            "fetch",
+            &format!("quic://{addr}/big.zt"),
+            "--cert-fingerprint",
+            &fp,
+            "-o",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(out.exists());
+}

@@ -35,7 +35,7 @@ step "release build of ztserve (tests/container_like.rs runs the binary the imag
 cargo build --release --locked --bin ztserve
 
 step "cargo test"
-ZTSERVE_RELEASE_BIN="$PWD/target/release/ztserve" cargo test --workspace --locked
+ZT_TEST_RELEASE_BIN="$PWD/target/release/ztserve" cargo test --workspace --locked
 
 step "fuzz corpus replay"
 cargo test --locked --test fuzz_replay

@@ -3,7 +3,7 @@
 //! state directory writable. It must serve both transports, answer its own
 //! health check, write nothing but its certificate, and exit 0 on SIGTERM.
 //!
-//! `scripts/test.sh` points `ZTSERVE_RELEASE_BIN` at the release build, so
+//! `scripts/test.sh` points `ZT_TEST_RELEASE_BIN` at the release build, so
 //! this runs the binary the image ships; without it, the test build.
 
 mod common;
@@ -18,10 +18,10 @@ use common::{curl, repo, Server};
 const NOBODY: u32 = 65534;
 
 fn binary() -> PathBuf {
-    match std::env::var_os("ZTSERVE_RELEASE_BIN") {
+    match std::env::var_os("ZT_TEST_RELEASE_BIN") {
         Some(p) => PathBuf::from(p),
         None => {
-            eprintln!("ZTSERVE_RELEASE_BIN is unset: running the test build of ztserve");
+            eprintln!("ZT_TEST_RELEASE_BIN is unset: running the test build of ztserve");
             PathBuf::from(env!("CARGO_BIN_EXE_ztserve"))
         }
     }

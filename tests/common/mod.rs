@@ -54,6 +54,13 @@ impl Server {
             ])
             .args(args)
             .env_remove("RUST_LOG");
+        // The daemon refuses unknown ZTSERVE_* variables: none may leak in
+        // from the environment the tests run in.
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("ZTSERVE_") {
+                cmd.env_remove(k);
+            }
+        }
         Server::from_command(cmd, state)
     }
 

@@ -38,10 +38,13 @@ pub enum Code {
     /// The peer stopped reading: a component stream made no progress for
     /// longer than the sender's stall timeout.
     Stalled,
+    /// The component failed its digest on the server; none of its bytes
+    /// are sent.
+    Corrupt,
 }
 
 impl Code {
-    pub const ALL: [Code; 15] = [
+    pub const ALL: [Code; 16] = [
         Code::Ok,
         Code::ProtocolViolation,
         Code::MessageTooLarge,
@@ -57,6 +60,7 @@ impl Code {
         Code::ShuttingDown,
         Code::ServerBusy,
         Code::Stalled,
+        Code::Corrupt,
     ];
 
     /// The number on the wire.
@@ -77,6 +81,7 @@ impl Code {
             Code::ShuttingDown => 0x0c,
             Code::ServerBusy => 0x0d,
             Code::Stalled => 0x0e,
+            Code::Corrupt => 0x0f,
         }
     }
 
@@ -103,6 +108,7 @@ impl Code {
             Code::ShuttingDown => "shutting_down",
             Code::ServerBusy => "server_busy",
             Code::Stalled => "stalled",
+            Code::Corrupt => "corrupt",
         }
     }
 }

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use zt_format::{AlignedBuf, Limits, Manifest};
 
 use super::trust::{client_config, Trust};
-use super::verify::{Check, Delivered, Transport};
+use super::verify::{Check, Delivered, Refusal, Refused, Transport};
 use super::Fetch;
 
 /// Components larger than this are fetched as several ranges in parallel.
@@ -119,6 +119,20 @@ impl HttpSource {
             StatusCode::OK => bail!("{}: the server ignored the Range request", self.url),
             s => {
                 let body = resp.text().await.unwrap_or_default();
+                let doc: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+                if s == StatusCode::CONFLICT && doc["error"] == "corrupt" {
+                    // ztserve checked the bytes against their digest: no
+                    // retry or resume can fix that.
+                    return Err(Refused {
+                        kind: Refusal::Corrupt,
+                        message: format!(
+                            "{} ({spec}): the server refused corrupt bytes: {}",
+                            self.url,
+                            doc["detail"].as_str().unwrap_or(body.trim())
+                        ),
+                    }
+                    .into());
+                }
                 bail!("{}: HTTP {s}: {}", self.url, body.trim());
             }
         }

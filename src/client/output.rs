@@ -20,7 +20,7 @@ use anyhow::{anyhow, Context, Result};
 use zt_format::{Component, Manifest, ReadOptions, ZtFile};
 
 use super::remote::Client;
-use super::verify::{Refusal, Refused, Verification};
+use super::verify::{Refusal, Refused, Transport, Verification};
 
 /// What a finished fetch wrote.
 #[derive(Debug, Clone)]
@@ -266,6 +266,26 @@ pub async fn fetch_to_file(
                 done.insert(key);
                 progress(&d.object, got, total);
             }
+        }
+        // Every component must be in: a request the server ended early
+        // (a component it refused, a stream it reset) is not a file.
+        let undelivered: Vec<String> = local
+            .objects
+            .iter()
+            .flat_map(|(o, obj)| {
+                obj.components
+                    .keys()
+                    .filter(|r| !done.contains(&(o.clone(), (*r).clone())))
+                    .map(move |r| format!("object {o:?}, component {r:?}"))
+            })
+            .collect();
+        if let Some(first) = undelivered.first() {
+            return Err(Transport(format!(
+                "{}: the fetch ended with {} components undelivered, {first} first",
+                client.url,
+                undelivered.len()
+            ))
+            .into());
         }
         // Manifest and footer, then a full check before the rename.
         let cbor = zt_format::manifest_cbor(&local);

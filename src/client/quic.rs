@@ -10,10 +10,10 @@ use quinn::crypto::rustls::QuicClientConfig;
 use quinn::{Connection, Endpoint, RecvStream};
 use tokio::sync::{mpsc, oneshot};
 use zt_format::{AlignedBuf, Limits};
-use ztp_proto::{frame, Cancel, Deframer, Get, ManifestMsg, Message, ALPN};
+use ztp_proto::{frame, Cancel, Code, Deframer, Get, ManifestMsg, Message, ALPN};
 
 use super::trust::{client_config, Trust};
-use super::verify::{Check, Delivered, Transport};
+use super::verify::{Check, Delivered, Refusal, Refused, Transport};
 use super::Fetch;
 
 /// Client settings.
@@ -62,17 +62,23 @@ pub struct QuicClient {
     options: Arc<ClientOptions>,
 }
 
-fn route_error(routes: &Routes, id: Option<u64>, err: &str) {
+fn route_error(routes: &Routes, id: Option<u64>, code: Option<Code>, err: &str) {
     let Ok(mut r) = routes.lock() else { return };
     let ids: Vec<u64> = match id {
         Some(i) => vec![i],
         None => r.keys().copied().collect(),
     };
-    // Without an id the connection itself failed: a transport error.
+    // Without an id the connection itself failed: a transport error. A
+    // component the server refused as corrupt can never be fetched.
     let make = || -> anyhow::Error {
-        match id {
-            Some(_) => anyhow!("{err}"),
-            None => Transport(err.to_owned()).into(),
+        match (id, code) {
+            (Some(_), Some(Code::Corrupt)) => Refused {
+                kind: Refusal::Corrupt,
+                message: err.to_owned(),
+            }
+            .into(),
+            (Some(_), _) => anyhow!("{err}"),
+            (None, _) => Transport(err.to_owned()).into(),
         }
     };
     for i in ids {
@@ -260,6 +266,7 @@ async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64) {
                 route_error(
                     &routes,
                     None,
+                    None,
                     &format!("the server closed the connection: {e}"),
                 );
                 return;
@@ -277,6 +284,7 @@ async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64) {
                 Ok(Some(Message::Error(e))) => route_error(
                     &routes,
                     e.id,
+                    Some(e.code),
                     &format!("server error {}: {}", e.code, e.message),
                 ),
                 Ok(Some(Message::Done(d))) => {
@@ -294,6 +302,7 @@ async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64) {
                     route_error(
                         &routes,
                         None,
+                        None,
                         &format!("malformed message from the server: {e}"),
                     );
                     return;
@@ -304,16 +313,51 @@ async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64) {
 }
 
 async fn accept_streams(conn: Connection, routes: Routes, options: Arc<ClientOptions>) {
-    while let Ok(stream) = conn.accept_uni().await {
-        let (routes, options) = (Arc::clone(&routes), Arc::clone(&options));
-        tokio::spawn(async move {
-            let (deliver, result) = receive(stream, &options, &routes).await;
-            if let Some(d) = deliver {
-                let _ = d.send(result);
+    let why = loop {
+        match conn.accept_uni().await {
+            Ok(stream) => {
+                let (routes, options) = (Arc::clone(&routes), Arc::clone(&options));
+                tokio::spawn(async move {
+                    let (deliver, result) = receive(stream, &options, &routes).await;
+                    if let Some(d) = deliver {
+                        let _ = d.send(result);
+                    }
+                });
             }
-        });
+            Err(e) => break e,
+        }
+    };
+    route_error(
+        &routes,
+        None,
+        None,
+        &format!("the connection to the server was lost: {why}"),
+    );
+}
+
+/// Why a component stream broke after `pos` bytes: the server refusing a
+/// corrupt component (never resumable), or the network (resumable).
+fn stream_error(label: &str, pos: usize, e: quinn::ReadError) -> anyhow::Error {
+    match e {
+        quinn::ReadError::Reset(c) => match Code::from_value(c.into_inner()) {
+            Some(Code::Corrupt) => Refused {
+                kind: Refusal::Corrupt,
+                message: format!(
+                    "{label}: digest mismatch found by the server, which refused to send it"
+                ),
+            }
+            .into(),
+            Some(code) => Transport(format!(
+                "{label}: the server reset the stream after {pos} bytes: {code}"
+            ))
+            .into(),
+            None => Transport(format!(
+                "{label}: the server reset the stream after {pos} bytes with code {c}"
+            ))
+            .into(),
+        },
+        e => Transport(format!("{label}: stream failed after {pos} bytes: {e}")).into(),
     }
-    route_error(&routes, None, "the connection closed");
 }
 
 /// Reads one component stream: header, then exactly `length` bytes into an
@@ -384,18 +428,13 @@ async fn receive(
                     ))
                     .into())
                 }
-                Err(e) => bail!(
-                    "{label}: stream failed after {pos} of {} bytes: {e}",
-                    buf.len()
-                ),
+                Err(e) => return Err(stream_error(&label, pos, e)),
             }
         }
         match stream.read(&mut chunk).await {
             Ok(None) => {}
             Ok(Some(_)) => bail!("{label}: stream carries more bytes than its header announces"),
-            Err(e) => {
-                return Err(Transport(format!("{label}: stream failed at its end: {e}")).into())
-            }
+            Err(e) => return Err(stream_error(&label, pos, e)),
         }
         let verification = check.finish(&label)?;
         Ok(Delivered {

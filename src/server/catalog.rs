@@ -16,6 +16,8 @@ use std::time::SystemTime;
 use sha2::{Digest as _, Sha256};
 use zt_format::{read_manifest_at, Limits, Manifest};
 
+use super::checks::Checks;
+
 /// A served file.
 #[derive(Debug)]
 pub struct Served {
@@ -31,7 +33,31 @@ pub struct Served {
     /// The manifest's stored CBOR bytes.
     pub manifest_raw: Vec<u8>,
     pub warnings: Vec<String>,
+    /// Each component's digest check, done on first use.
+    checks: Checks,
     identity: Identity,
+}
+
+impl Served {
+    /// Checks one component's bytes against its digest, once (blocking:
+    /// the first call reads the component).
+    pub fn check(&self, object: &str, role: &str) -> Result<(), String> {
+        self.checks
+            .check(&self.file, &self.path, &self.manifest, object, role)
+    }
+
+    /// Checks every component whose stored bytes overlap one of `spans`.
+    pub fn check_spans(&self, spans: &[std::ops::Range<u64>]) -> Result<(), String> {
+        for (o, obj) in &self.manifest.objects {
+            for (r, c) in obj.components.iter() {
+                let end = c.offset.saturating_add(c.length);
+                if spans.iter().any(|s| s.start < end && c.offset < s.end) {
+                    self.check(o, r)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A file that exists but is not served.
@@ -219,6 +245,7 @@ impl Catalog {
                     modified,
                     etag,
                     warnings: fm.parsed.warnings.iter().map(ToString::to_string).collect(),
+                    checks: Checks::new(&fm.parsed.manifest),
                     manifest: fm.parsed.manifest,
                     manifest_raw: fm.raw,
                     identity,

@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod catalog;
+pub mod checks;
 pub mod config;
 pub mod healthcheck;
 pub mod http;

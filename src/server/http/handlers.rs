@@ -14,7 +14,7 @@ use zt_format::{Component, Encoding, Origin};
 
 use super::error::AppError;
 use super::route::{split, Target};
-use super::serve::{respond, Entity};
+use super::serve::{respond, spans, Entity};
 use super::Template;
 use crate::manifest_json::manifest_json;
 use crate::select::Selection;
@@ -144,33 +144,58 @@ pub(crate) async fn file(
         Err(e) => return with_template(e.into_response(), template),
     };
     let result = match target {
-        Target::File => Ok(respond(
-            &state,
-            &method,
-            &headers,
-            Entity {
+        Target::File => {
+            let entity = Entity {
                 span: 0..served.size,
                 etag: served.etag.clone(),
                 modified: served.modified,
                 content_type: "application/octet-stream",
                 cache_control,
                 headers: Vec::new(),
-                served,
-            },
-        )),
+                served: Arc::clone(&served),
+            };
+            let spans = spans(&state, &headers, &entity);
+            verify(&served, move |s| s.check_spans(&spans))
+                .await
+                .map(|()| respond(&state, &method, &headers, entity))
+        }
         Target::Manifest => manifest(&served, &headers, &query, cache_control),
-        Target::Component { object, component } => component_response(
-            &state,
-            &method,
-            &headers,
-            &query,
-            cache_control,
-            served,
-            &object,
-            &component,
-        ),
+        Target::Component { object, component } => {
+            let (o, r) = (object.clone(), component.clone());
+            match verify(&served, move |s| s.check(&o, &r)).await {
+                Ok(()) => component_response(
+                    &state,
+                    &method,
+                    &headers,
+                    &query,
+                    cache_control,
+                    served,
+                    &object,
+                    &component,
+                ),
+                Err(e) => Err(e),
+            }
+        }
     };
     with_template(result.unwrap_or_else(IntoResponse::into_response), template)
+}
+
+/// Runs a digest check on a blocking thread (the first check of a
+/// component reads it); a component that fails is a 409 `corrupt` naming
+/// the file, object, component and rule, and none of its bytes are sent.
+async fn verify(
+    served: &Arc<Served>,
+    check: impl FnOnce(&Served) -> Result<(), String> + Send + 'static,
+) -> Result<(), AppError> {
+    let s = Arc::clone(served);
+    match tokio::task::spawn_blocking(move || check(&s)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(why)) => {
+            tracing::warn!(file = %served.path, reason = %why, "refusing a corrupt component");
+            Err(AppError::new(StatusCode::CONFLICT, "corrupt", why))
+        }
+        Err(e) => Err(AppError::internal(e)),
+    }
 }
 
 /// The manifest restricted to the request's `select` patterns, if any.
@@ -374,7 +399,7 @@ fn decoded(
         return Err(AppError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
-            format!("{}: object {object:?} component {role:?} decodes to {expected} bytes, over the cap of {cap}", served.path),
+            format!("{}: object {object:?} component {role:?} decodes to {expected} bytes, over the cap of {cap} (decompress-over-cap)", served.path),
         ));
     }
     let mut stored = vec![0u8; usize::try_from(c.length).map_err(AppError::internal)?];

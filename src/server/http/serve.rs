@@ -83,6 +83,27 @@ fn if_range_allows(headers: &HeaderMap, etag: &str, modified: SystemTime) -> boo
 }
 
 /// The response for `entity` given the request's method and headers.
+/// The absolute byte spans a request for `entity` will send: the ranges
+/// its Range header asks for (when If-Range allows them), or all of it.
+pub(crate) fn spans(state: &State, headers: &HeaderMap, entity: &Entity) -> Vec<Range<u64>> {
+    let len = entity.span.end - entity.span.start;
+    let base = entity.span.start;
+    let ranges = match headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
+        Some(r) if if_range_allows(headers, &entity.etag, entity.modified) => {
+            resolve(r, len, state.config.limits.max_ranges)
+        }
+        _ => Ranges::Full,
+    };
+    match ranges {
+        Ranges::Full => vec![entity.span.clone()],
+        Ranges::Some(rs) => rs
+            .iter()
+            .map(|r| (base + r.start)..(base + r.end))
+            .collect(),
+        Ranges::Unsatisfiable | Ranges::TooMany => Vec::new(),
+    }
+}
+
 pub(crate) fn respond(
     state: &Arc<State>,
     method: &Method,

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use quinn::{Connection, SendStream, VarInt};
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::task::JoinSet;
-use ztp_proto::{frame_header, Code, ComponentHeader, Done, Message};
+use ztp_proto::{frame_header, Code, ComponentHeader, Done, ErrorMsg, Message};
 
 use crate::server::catalog::Served;
 use crate::server::State;
@@ -101,12 +101,13 @@ pub(super) async fn run(
         let priority = i32::try_from(n.saturating_sub(usize::try_from(h.seq).unwrap_or(0)))
             .unwrap_or(i32::MAX);
         let _ = stream.set_priority(priority);
-        let (state, served, ctl, writers, conn) = (
+        let (state, served, ctl, writers, conn, control) = (
             Arc::clone(&state),
             Arc::clone(&served),
             Arc::clone(&ctl),
             Arc::clone(&writers),
             conn.clone(),
+            control.clone(),
         );
         let open = state.metrics.quic_stream();
         tasks.spawn(async move {
@@ -115,6 +116,15 @@ pub(super) async fn run(
                 Ok(writing) => {
                     let sent =
                         send_one(&state, &served, &ctl, &mut stream, &item.header, writing).await;
+                    if let Written::Corrupt(why) = &sent {
+                        let _ = control
+                            .send(Message::Error(ErrorMsg {
+                                id: Some(id),
+                                code: Code::Corrupt,
+                                message: why.clone(),
+                            }))
+                            .await;
+                    }
                     if sent == Written::Stalled {
                         let why = format!(
                             "object {:?}, component {:?}: the client accepted no bytes for {} s",
@@ -158,13 +168,15 @@ pub(super) async fn run(
 }
 
 /// How a write ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Written {
     Whole,
     Gone,
     Cancelled,
     /// No progress within the stall timeout.
     Stalled,
+    /// The component failed its digest check; nothing of it was sent.
+    Corrupt(String),
 }
 
 /// Sends one component: `Whole` when it was delivered whole.
@@ -184,6 +196,21 @@ async fn send_one(
         Ok(Ok(())) => {}
         Ok(Err(_)) => return Written::Gone,
         Err(_) => return Written::Stalled,
+    }
+    // The digest is checked once per component, before any of its bytes
+    // go out; the header tells the client which component was refused.
+    let (s, o, r) = (Arc::clone(served), h.object.clone(), h.component.clone());
+    match tokio::task::spawn_blocking(move || s.check(&o, &r)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => {
+            tracing::warn!(file = %served.path, reason = %why, "refusing a corrupt component");
+            let _ = stream.reset(code(Code::Corrupt));
+            return Written::Corrupt(why);
+        }
+        Err(_) => {
+            let _ = stream.reset(code(Code::Internal));
+            return Written::Gone;
+        }
     }
     let mut pos = h.offset;
     let end = h.offset.saturating_add(h.length);
@@ -229,7 +256,7 @@ async fn send_one(
         match outcome {
             Written::Whole => {}
             // STOP_SENDING from the client, or the connection is gone.
-            Written::Gone | Written::Stalled => return outcome,
+            Written::Gone | Written::Stalled | Written::Corrupt(_) => return outcome,
             Written::Cancelled => {
                 let _ = stream.reset(code(Code::Cancelled));
                 return outcome;

@@ -176,6 +176,15 @@ pub struct LimitsConfig {
     /// Seconds a request may take to arrive and be answered before it is cut off.
     #[serde(default = "defaults::request_timeout_secs")]
     pub request_timeout_secs: u64,
+    /// Seconds for a TLS handshake, and for a request's headers, to arrive.
+    #[serde(default = "defaults::header_timeout_secs")]
+    pub header_timeout_secs: u64,
+    /// Largest request head (request line and headers), in bytes.
+    #[serde(default = "defaults::max_header_bytes")]
+    pub max_header_bytes: usize,
+    /// Seconds a connection may move no byte either way before it is closed.
+    #[serde(default = "defaults::idle_timeout_secs")]
+    pub idle_timeout_secs: u64,
 }
 
 impl Default for LimitsConfig {
@@ -186,6 +195,9 @@ impl Default for LimitsConfig {
             decompress_cap: defaults::decompress_cap(),
             max_connections: defaults::max_connections(),
             request_timeout_secs: defaults::request_timeout_secs(),
+            header_timeout_secs: defaults::header_timeout_secs(),
+            max_header_bytes: defaults::max_header_bytes(),
+            idle_timeout_secs: defaults::idle_timeout_secs(),
         }
     }
 }
@@ -250,6 +262,15 @@ mod defaults {
     pub(super) fn quic_max_streams() -> usize {
         32
     }
+    pub(super) fn header_timeout_secs() -> u64 {
+        10
+    }
+    pub(super) fn max_header_bytes() -> usize {
+        16 * 1024
+    }
+    pub(super) fn idle_timeout_secs() -> u64 {
+        60
+    }
     pub(super) fn quic_stall_timeout_secs() -> u64 {
         30
     }
@@ -292,6 +313,9 @@ const KEYS: &[(&str, Kind)] = &[
     ("limits.decompress_cap", Kind::Int),
     ("limits.max_connections", Kind::Int),
     ("limits.request_timeout_secs", Kind::Int),
+    ("limits.header_timeout_secs", Kind::Int),
+    ("limits.max_header_bytes", Kind::Int),
+    ("limits.idle_timeout_secs", Kind::Int),
     ("cors.allow_origins", Kind::List),
     ("auth.token_file", Kind::Text),
     ("auth.protect_metrics", Kind::Bool),

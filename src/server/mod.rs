@@ -4,13 +4,14 @@
 //! [`run`] takes a loaded configuration, bound listeners and a shutdown
 //! future; `bin/ztserve.rs` only wires flags, logging and signals to it.
 
+pub mod accept;
 pub mod auth;
 pub mod catalog;
 pub mod checks;
 pub mod config;
 pub mod healthcheck;
 pub mod http;
-pub mod listener;
+mod idle;
 pub mod metrics;
 pub mod quic;
 pub mod tls;
@@ -20,7 +21,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use quinn::VarInt;
@@ -150,47 +150,28 @@ pub async fn run(
     } else {
         None
     };
-    if let (Some(cert), Some(key)) = (state.config.tls.cert.clone(), state.config.tls.key.clone()) {
-        let tls = tls::load(&cert, &key).await?;
-        let reloader = tls::spawn_reloader(tls.clone(), cert, key);
-        let handle = axum_server::Handle::new();
-        let h = handle.clone();
-        let rx = stop_rx.clone();
-        tokio::spawn(async move {
-            stopped(rx).await;
-            h.graceful_shutdown(Some(deadline));
-        });
-        tracing::info!(https = %addr, "listening");
-        // Headers and body go out in separate writes: without TCP_NODELAY,
-        // Nagle's algorithm and delayed ACKs stall small responses ~40 ms.
-        let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
-            .handshake_timeout(Duration::from_secs(10))
-            .acceptor(axum_server::accept::NoDelayAcceptor::new());
-        axum_server::from_tcp(listener.into_std()?)?
-            .acceptor(acceptor)
-            .handle(handle)
-            .serve(app.into_make_service_with_connect_info::<SocketAddr>())
-            .await?;
-        reloader.abort();
-    } else {
-        tracing::info!(http = %addr, "listening");
-        let listener = listener::CappedListener::new(listener, state.config.limits.max_connections);
-        let graceful = stopped(stop_rx.clone());
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app.into_make_service())
-                .with_graceful_shutdown(graceful)
-                .await
-        });
-        tokio::pin!(server);
-        tokio::select! {
-            r = &mut server => { r??; }
-            _ = stopped(stop_rx.clone()) => {
-                match tokio::time::timeout(deadline, &mut server).await {
-                    Ok(r) => { r??; }
-                    Err(_) => tracing::warn!(seconds = deadline.as_secs(), "shutdown deadline passed; dropping remaining requests"),
-                }
-            }
+    let tls = match (state.config.tls.cert.clone(), state.config.tls.key.clone()) {
+        (Some(cert), Some(key)) => {
+            let config = tls::load(&cert, &key)?;
+            Some((config.clone(), tls::spawn_reloader(config, cert, key)))
         }
+        _ => None,
+    };
+    match &tls {
+        Some(_) => tracing::info!(https = %addr, "listening"),
+        None => tracing::info!(http = %addr, "listening"),
+    }
+    accept::serve(
+        listener,
+        app,
+        tls.as_ref().map(|(c, _)| c.clone()),
+        accept::Limits::from_config(&state.config.limits),
+        stopped(stop_rx.clone()),
+        deadline,
+    )
+    .await?;
+    if let Some((_, reloader)) = tls {
+        reloader.abort();
     }
     if let Some(q) = quic {
         let _ = q.await;

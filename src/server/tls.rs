@@ -1,13 +1,17 @@
 //! HTTPS with rustls (the ring provider, chosen explicitly). The
 //! certificate and key are re-read when either file changes, so a renewed
-//! certificate takes effect without a restart.
+//! certificate takes effect without a restart: each new connection takes
+//! the configuration current when it is accepted.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
-use axum_server::tls_rustls::RustlsConfig;
 use tokio::task::JoinHandle;
+
+/// The HTTPS configuration in force, replaced when the files change.
+pub type TlsConfig = Arc<RwLock<Arc<rustls::ServerConfig>>>;
 
 /// Installs ring as the process's rustls provider. With more than one
 /// provider compiled in, building a TLS config otherwise panics.
@@ -15,18 +19,37 @@ pub fn install_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// Loads the certificate chain and key.
-pub async fn load(cert: &Path, key: &Path) -> Result<RustlsConfig> {
+fn build(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>> {
     install_provider();
-    RustlsConfig::from_pem_file(cert, key)
-        .await
-        .with_context(|| {
-            format!(
-                "loading TLS certificate {} and key {}",
-                cert.display(),
-                key.display()
-            )
-        })
+    let id = super::quic::cert::load(cert, key)?;
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+    .with_no_client_auth()
+    .with_single_cert(id.chain, id.key)
+    .with_context(|| {
+        format!(
+            "loading TLS certificate {} and key {}",
+            cert.display(),
+            key.display()
+        )
+    })?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Loads the certificate chain and key.
+pub fn load(cert: &Path, key: &Path) -> Result<TlsConfig> {
+    Ok(Arc::new(RwLock::new(build(cert, key)?)))
+}
+
+/// The configuration for a connection accepted now.
+pub fn current(config: &TlsConfig) -> Arc<rustls::ServerConfig> {
+    match config.read() {
+        Ok(c) => Arc::clone(&c),
+        Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+    }
 }
 
 fn stamp(p: &Path) -> Option<(SystemTime, u64)> {
@@ -35,7 +58,7 @@ fn stamp(p: &Path) -> Option<(SystemTime, u64)> {
 }
 
 /// Polls both files and reloads the configuration when they change.
-pub fn spawn_reloader(config: RustlsConfig, cert: PathBuf, key: PathBuf) -> JoinHandle<()> {
+pub fn spawn_reloader(config: TlsConfig, cert: PathBuf, key: PathBuf) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut last = (stamp(&cert), stamp(&key));
         loop {
@@ -44,14 +67,17 @@ pub fn spawn_reloader(config: RustlsConfig, cert: PathBuf, key: PathBuf) -> Join
             if now == last {
                 continue;
             }
-            match config.reload_from_pem_file(&cert, &key).await {
-                Ok(()) => {
+            match build(&cert, &key) {
+                Ok(new) => {
+                    if let Ok(mut c) = config.write() {
+                        *c = new;
+                    }
                     tracing::info!(cert = %cert.display(), "TLS certificate reloaded");
                     last = now;
                 }
                 // A pair mid-rotation may not match yet; try again next round.
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot reload the TLS certificate; keeping the current one")
+                    tracing::warn!(error = %format!("{e:#}"), "cannot reload the TLS certificate; keeping the current one")
                 }
             }
         }

@@ -26,7 +26,7 @@ impl Identity {
     }
 }
 
-fn load(cert: &Path, key: &Path) -> Result<Identity> {
+pub(crate) fn load(cert: &Path, key: &Path) -> Result<Identity> {
     let chain = CertificateDer::pem_file_iter(cert)
         .with_context(|| format!("reading certificate {}", cert.display()))?
         .collect::<Result<Vec<_>, _>>()

@@ -4,18 +4,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
+use common::fetch::{big_model, fault_mid_fetch, same_objects, zt};
 use common::{sample_root, Server};
 use zt_format::{ReadOptions, ZtFile};
-
-fn zt(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zt"))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 fn urls(s: &Server, file: &str) -> [(String, Vec<String>); 2] {
     let (q, fp) = s.quic.clone().unwrap();
@@ -26,23 +20,6 @@ fn urls(s: &Server, file: &str) -> [(String, Vec<String>); 2] {
         ),
         (s.url(&format!("/v1/files/{file}")), vec![]),
     ]
-}
-
-fn same_objects(a: &Path, b: &Path, only: Option<&str>) {
-    let (fa, fb) = (ZtFile::open(a).unwrap(), ZtFile::open(b).unwrap());
-    for (name, obj) in &fb.manifest().objects {
-        assert!(
-            only.is_none_or(|p| name.starts_with(p)),
-            "{name} was not selected"
-        );
-        for role in obj.components.keys() {
-            assert_eq!(
-                &fa.read(name, role).unwrap()[..],
-                &fb.read(name, role).unwrap()[..],
-                "{name}/{role}"
-            );
-        }
-    }
 }
 
 #[test]
@@ -140,61 +117,10 @@ fn corruption_is_named_and_leaves_no_output() {
     }
 }
 
-/// 120 components of 1 MiB in `dir/big.zt`.
-fn big_model(dir: &Path) -> std::path::PathBuf {
-    let mut w = zt_format::Writer::new(Vec::new(), "big").unwrap();
-    for l in 0..120u32 {
-        let data: Vec<u8> = (0..1u32 << 20)
-            .map(|i| (i ^ l).wrapping_mul(2654435761).to_be_bytes()[0])
-            .collect();
-        w.add_dense(
-            &format!("model.layers.{l}.w"),
-            &[data.len() as u64],
-            zt_format::DType::U8,
-            &data,
-            Default::default(),
-        )
-        .unwrap();
-    }
-    let big = dir.join("big.zt");
-    std::fs::write(&big, w.finish().unwrap()).unwrap();
-    big
-}
-
-/// Waits for `child` at most `limit`, killing it (and failing) past that.
-fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Output {
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("zt fetch still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
-
-/// Starts `zt fetch URL -o OUT ARGS`, waits until the journal lists a few
-/// components, kills the server, and returns what the fetch reported.
+/// Starts `zt fetch`, waits until the journal lists a few components, and
+/// kills the server (SIGKILL: no goodbye on either transport).
 fn kill_server_mid_fetch(url: &str, out: &Path, args: &[&str], server: Server) -> Output {
-    let journal = out.with_file_name("big.zt.part.journal");
-    let child = Command::new(env!("CARGO_BIN_EXE_zt"))
-        .args(["fetch", url, "-o", out.to_str().unwrap()])
-        .args(args)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::read_to_string(&journal)
-        .map(|j| j.lines().count())
-        .unwrap_or(0)
-        < 5
-    {
-        assert!(Instant::now() < deadline, "fetch made no progress");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    drop(server); // SIGKILL: no goodbye on either transport
-    wait_bounded(child, Duration::from_secs(60))
+    fault_mid_fetch(url, out, args, || drop(server))
 }
 
 /// The fetch failed as a transport error, left its part file and journal,

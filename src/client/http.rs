@@ -162,7 +162,7 @@ impl HttpSource {
         let body = resp
             .bytes()
             .await
-            .map_err(|e| Transport(format!("reading {} ({spec}): {e}", self.url)))?;
+            .map_err(|e| broke_off(&self.url, spec, None, &e))?;
         if expect.is_some_and(|n| body.len() as u64 != n) {
             bail!("{}: asked for {spec}, got {} bytes", self.url, body.len());
         }
@@ -180,7 +180,7 @@ impl HttpSource {
             let chunk = resp
                 .chunk()
                 .await
-                .map_err(|e| Transport(format!("reading {} ({spec}): {e}", self.url)))?;
+                .map_err(|e| broke_off(&self.url, &spec, Some(pos), &e))?;
             let Some(chunk) = chunk else { break };
             into.get_mut(pos..pos + chunk.len())
                 .ok_or_else(|| anyhow!("{}: asked for {spec}, got more bytes", self.url))?
@@ -343,4 +343,18 @@ impl HttpSource {
             verification,
         })
     }
+}
+
+/// A response body that broke off: a transport error (resumable) that
+/// says how far it got and why, down to the innermost cause (reqwest's own
+/// message is only "error decoding response body").
+fn broke_off(url: &str, spec: &str, after: Option<usize>, e: &reqwest::Error) -> anyhow::Error {
+    let mut why = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        why = format!("{why}: {c}");
+        cause = c.source();
+    }
+    let at = after.map(|n| format!(" after {n} bytes")).unwrap_or_default();
+    Transport(format!("reading {url} ({spec}): the response broke off{at}: {why}")).into()
 }

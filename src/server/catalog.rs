@@ -16,7 +16,7 @@ use std::time::SystemTime;
 use sha2::{Digest as _, Sha256};
 use zt_format::{read_manifest_at, Limits, Manifest};
 
-use super::checks::Checks;
+use super::checks::{Checks, Refusal};
 
 /// A served file.
 #[derive(Debug)]
@@ -41,13 +41,13 @@ pub struct Served {
 impl Served {
     /// Checks one component's bytes against its digest, once (blocking:
     /// the first call reads the component).
-    pub fn check(&self, object: &str, role: &str) -> Result<(), String> {
+    pub fn check(&self, object: &str, role: &str) -> Result<(), Refusal> {
         self.checks
             .check(&self.file, &self.path, &self.manifest, object, role)
     }
 
     /// Checks every component whose stored bytes overlap one of `spans`.
-    pub fn check_spans(&self, spans: &[std::ops::Range<u64>]) -> Result<(), String> {
+    pub fn check_spans(&self, spans: &[std::ops::Range<u64>]) -> Result<(), Refusal> {
         for (o, obj) in &self.manifest.objects {
             for (r, c) in obj.components.iter() {
                 let end = c.offset.saturating_add(c.length);

@@ -2,7 +2,9 @@
 //! time the component is asked for (over HTTP or QUIC), and remembered for
 //! as long as the file is unchanged. A component whose bytes do not match
 //! its digest is never sent; it is refused naming the file, object,
-//! component and rule.
+//! component and rule. A component that cannot be read (the file was
+//! truncated under the daemon, or the disk failed) is refused too, but not
+//! remembered: the next request tries again.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -13,6 +15,23 @@ use zt_format::{Component, Hasher, Manifest};
 
 /// Bytes hashed per read.
 const CHUNK: u64 = 1 << 20;
+
+/// Why a component is not sent. Each names the file, object and component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The stored bytes do not match the digest (and the rule that failed).
+    Corrupt(String),
+    /// The bytes could not be read.
+    Unreadable(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Corrupt(why) | Refusal::Unreadable(why) => f.write_str(why),
+        }
+    }
+}
 
 /// The outcome of each component's check, filled in on first use.
 #[derive(Debug, Default)]
@@ -46,26 +65,34 @@ impl Checks {
         m: &Manifest,
         object: &str,
         role: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let Some(cell) = self.cells.get(&(object.to_owned(), role.to_owned())) else {
             return Ok(());
         };
         let Some(c) = m.objects.get(object).and_then(|o| o.components.get(role)) else {
             return Ok(());
         };
-        cell.get_or_init(|| {
-            hash(file, c).map_err(|e| format!("{path}: object {object:?}, component {role:?}: {e}"))
-        })
-        .clone()
+        if let Some(done) = cell.get() {
+            return done.clone().map_err(Refusal::Corrupt);
+        }
+        let named = |e: String| format!("{path}: object {object:?}, component {role:?}: {e}");
+        match hash(file, c) {
+            Ok(verdict) => cell
+                .get_or_init(|| verdict.map_err(named))
+                .clone()
+                .map_err(Refusal::Corrupt),
+            Err(unreadable) => Err(Refusal::Unreadable(named(unreadable))),
+        }
     }
 }
 
-fn hash(file: &File, c: &Component) -> Result<(), String> {
+/// `Err` when the bytes could not be read; otherwise the verdict.
+fn hash(file: &File, c: &Component) -> Result<Result<(), String>, String> {
     let Some(digest) = &c.digest else {
-        return Ok(());
+        return Ok(Ok(()));
     };
     let Some(algorithm) = digest.algorithm() else {
-        return Ok(());
+        return Ok(Ok(()));
     };
     let mut h = Hasher::new(algorithm);
     let mut buf = vec![0u8; usize::try_from(CHUNK.min(c.length)).unwrap_or(0)];
@@ -79,7 +106,7 @@ fn hash(file: &File, c: &Component) -> Result<(), String> {
         h.update(part);
         pos += n as u64;
     }
-    digest
+    Ok(digest
         .compare(&h.finish())
-        .map_err(|rule| format!("{}: {rule}", rule.name()))
+        .map_err(|rule| format!("{}: {rule}", rule.name())))
 }

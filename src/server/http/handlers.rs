@@ -19,6 +19,7 @@ use super::Template;
 use crate::manifest_json::manifest_json;
 use crate::select::Selection;
 use crate::server::catalog::{hex, Entry, Served};
+use crate::server::checks::Refusal;
 use crate::server::State;
 
 /// Path URLs can be replaced in place, so caches must revalidate.
@@ -183,16 +184,26 @@ pub(crate) async fn file(
 /// Runs a digest check on a blocking thread (the first check of a
 /// component reads it); a component that fails is a 409 `corrupt` naming
 /// the file, object, component and rule, and none of its bytes are sent.
+/// One that cannot be read (the file shrank under the daemon) is a 503
+/// `unreadable`.
 async fn verify(
     served: &Arc<Served>,
-    check: impl FnOnce(&Served) -> Result<(), String> + Send + 'static,
+    check: impl FnOnce(&Served) -> Result<(), Refusal> + Send + 'static,
 ) -> Result<(), AppError> {
     let s = Arc::clone(served);
     match tokio::task::spawn_blocking(move || check(&s)).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(why)) => {
+        Ok(Err(Refusal::Corrupt(why))) => {
             tracing::warn!(file = %served.path, reason = %why, "refusing a corrupt component");
             Err(AppError::new(StatusCode::CONFLICT, "corrupt", why))
+        }
+        Ok(Err(Refusal::Unreadable(why))) => {
+            tracing::warn!(file = %served.path, reason = %why, "component unreadable");
+            Err(AppError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unreadable",
+                why,
+            ))
         }
         Err(e) => Err(AppError::internal(e)),
     }

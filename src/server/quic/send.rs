@@ -12,6 +12,7 @@ use tokio::task::JoinSet;
 use ztp_proto::{frame_header, Code, ComponentHeader, Done, ErrorMsg, Message};
 
 use crate::server::catalog::Served;
+use crate::server::checks::Refusal;
 use crate::server::State;
 
 /// Bytes read per `pread` while streaming a component.
@@ -116,11 +117,11 @@ pub(super) async fn run(
                 Ok(writing) => {
                     let sent =
                         send_one(&state, &served, &ctl, &mut stream, &item.header, writing).await;
-                    if let Written::Corrupt(why) = &sent {
+                    if let Written::Refused(code, why) = &sent {
                         let _ = control
                             .send(Message::Error(ErrorMsg {
                                 id: Some(id),
-                                code: Code::Corrupt,
+                                code: *code,
                                 message: why.clone(),
                             }))
                             .await;
@@ -175,8 +176,10 @@ enum Written {
     Cancelled,
     /// No progress within the stall timeout.
     Stalled,
-    /// The component failed its digest check; nothing of it was sent.
-    Corrupt(String),
+    /// The component failed its digest check (`corrupt`, nothing of it
+    /// was sent) or could not be read (`read_failed`): the stream was reset
+    /// with the code, and the reason goes to the client in an `error`.
+    Refused(Code, String),
 }
 
 /// Sends one component: `Whole` when it was delivered whole.
@@ -202,10 +205,15 @@ async fn send_one(
     let (s, o, r) = (Arc::clone(served), h.object.clone(), h.component.clone());
     match tokio::task::spawn_blocking(move || s.check(&o, &r)).await {
         Ok(Ok(())) => {}
-        Ok(Err(why)) => {
+        Ok(Err(Refusal::Corrupt(why))) => {
             tracing::warn!(file = %served.path, reason = %why, "refusing a corrupt component");
             let _ = stream.reset(code(Code::Corrupt));
-            return Written::Corrupt(why);
+            return Written::Refused(Code::Corrupt, why);
+        }
+        Ok(Err(Refusal::Unreadable(why))) => {
+            tracing::warn!(file = %served.path, reason = %why, "component unreadable (file changed?)");
+            let _ = stream.reset(code(Code::ReadFailed));
+            return Written::Refused(Code::ReadFailed, why);
         }
         Err(_) => {
             let _ = stream.reset(code(Code::Internal));
@@ -228,9 +236,17 @@ async fn send_one(
         .await;
         let buf = match read {
             Ok(Ok(b)) => b,
-            _ => {
-                tracing::warn!(file = %served.path, object = %h.object, component = %h.component, "read failed mid-stream (file changed?)");
+            Ok(Err(e)) => {
+                let why = format!(
+                    "{}: object {:?}, component {:?}: reading {n} bytes at {pos}: {e}",
+                    served.path, h.object, h.component
+                );
+                tracing::warn!(file = %served.path, reason = %why, "read failed mid-stream (file changed?)");
                 let _ = stream.reset(code(Code::ReadFailed));
+                return Written::Refused(Code::ReadFailed, why);
+            }
+            Err(_) => {
+                let _ = stream.reset(code(Code::Internal));
                 return Written::Gone;
             }
         };
@@ -256,7 +272,7 @@ async fn send_one(
         match outcome {
             Written::Whole => {}
             // STOP_SENDING from the client, or the connection is gone.
-            Written::Gone | Written::Stalled | Written::Corrupt(_) => return outcome,
+            Written::Gone | Written::Stalled | Written::Refused(..) => return outcome,
             Written::Cancelled => {
                 let _ = stream.reset(code(Code::Cancelled));
                 return outcome;

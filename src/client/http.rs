@@ -33,6 +33,10 @@ pub struct HttpSource {
     limits: Limits,
 }
 
+/// How long a server may send nothing before the fetch counts it as lost.
+const SILENT: std::time::Duration =
+    std::time::Duration::from_millis(super::quic::IDLE_TIMEOUT_MS as u64);
+
 /// The remote file's identity and manifest.
 #[derive(Debug, Clone)]
 pub struct Remote {
@@ -59,6 +63,10 @@ impl HttpSource {
             .use_preconfigured_tls(tls)
             .pool_max_idle_per_host(connections.max(1))
             .tcp_nodelay(true)
+            // A silent server counts as lost after the same time over both
+            // transports (the error is a resumable transport error).
+            .connect_timeout(SILENT)
+            .read_timeout(SILENT)
             .build()
             .context("building the HTTP client")?;
         Ok(HttpSource {
@@ -355,6 +363,11 @@ fn broke_off(url: &str, spec: &str, after: Option<usize>, e: &reqwest::Error) ->
         why = format!("{why}: {c}");
         cause = c.source();
     }
-    let at = after.map(|n| format!(" after {n} bytes")).unwrap_or_default();
-    Transport(format!("reading {url} ({spec}): the response broke off{at}: {why}")).into()
+    let at = after
+        .map(|n| format!(" after {n} bytes"))
+        .unwrap_or_default();
+    Transport(format!(
+        "reading {url} ({spec}): the response broke off{at}: {why}"
+    ))
+    .into()
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod fetch;
+pub mod netns;
 pub mod nginx;
 pub mod quic;
 pub mod relay;
@@ -36,9 +37,24 @@ impl Server {
         Server::spawn(root, args, true)
     }
 
+    /// Like [`Server::start_quic`], run through `wrapper` (for example
+    /// `ip netns exec NAME`), which gets the binary and its arguments.
+    pub fn start_quic_via(mut wrapper: Command, root: &Path, args: &[&str]) -> Server {
+        wrapper.arg(env!("CARGO_BIN_EXE_ztserve"));
+        Server::spawn_via(wrapper, root, args, true)
+    }
+
     fn spawn(root: &Path, args: &[&str], quic: bool) -> Server {
+        Server::spawn_via(
+            Command::new(env!("CARGO_BIN_EXE_ztserve")),
+            root,
+            args,
+            quic,
+        )
+    }
+
+    fn spawn_via(mut cmd: Command, root: &Path, args: &[&str], quic: bool) -> Server {
         let state = quic.then(|| tempfile::tempdir().unwrap());
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ztserve"));
         match &state {
             Some(d) => cmd.arg("--state-dir").arg(d.path()),
             None => cmd.arg("--no-quic"),

@@ -1,0 +1,121 @@
+//! Fetches over a lossy loopback, inside a network namespace the test
+//! creates: with 1% and 5% of packets dropped (TCP and UDP alike) both
+//! transports complete with every digest checked and the bytes identical;
+//! with every packet dropped mid-fetch both fail with a clear transport
+//! error within the silence timeout, leave nothing that looks complete,
+//! and resume once the link is back. Needs root (skipped otherwise).
+//! Throughput at each loss rate is a benchmark: `cargo bench --bench
+//! fetch -- 3` with `ZT_BENCH_ONLY=5`.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use common::fetch::{fault_mid_fetch_via, same_objects, wait_bounded};
+use common::netns::Netns;
+use common::Server;
+
+/// `dir/big.zt`: 24 components of 1 MiB.
+fn model(dir: &Path) -> std::path::PathBuf {
+    let mut w = zt_format::Writer::new(Vec::new(), "big").unwrap();
+    for l in 0..24u32 {
+        let data: Vec<u8> = (0..1u32 << 20)
+            .map(|i| (i ^ l).wrapping_mul(2654435761).to_be_bytes()[1])
+            .collect();
+        w.add_dense(
+            &format!("model.layers.{l}.w"),
+            &[data.len() as u64],
+            zt_format::DType::U8,
+            &data,
+            Default::default(),
+        )
+        .unwrap();
+    }
+    let p = dir.join("big.zt");
+    std::fs::write(&p, w.finish().unwrap()).unwrap();
+    p
+}
+
+/// The daemon inside `ns`, and `zt fetch` URLs (with extra arguments) for
+/// both transports.
+fn serve(ns: &Netns, root: &Path) -> (Server, [(String, Vec<String>); 2]) {
+    let s = Server::start_quic_via(ns.exec(), root, &[]);
+    let (q, fp) = s.quic.clone().unwrap();
+    let urls = [
+        (s.url("/v1/files/big.zt"), vec![]),
+        (
+            format!("quic://{q}/big.zt"),
+            vec!["--cert-fingerprint".into(), fp],
+        ),
+    ];
+    (s, urls)
+}
+
+fn fetch_in(ns: &Netns, url: &str, extra: &[String], out: &Path) -> Output {
+    let child = ns
+        .command(env!("CARGO_BIN_EXE_zt"))
+        .args(["fetch", url, "-o", out.to_str().unwrap()])
+        .args(extra)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_bounded(child, Duration::from_secs(120))
+}
+
+#[test]
+fn lossy_links_deliver_verified_bytes_or_fail_clearly() {
+    let Some(ns) = Netns::create("lossy") else {
+        eprintln!("SKIPPED: cannot create a network namespace with iptables (needs root)");
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let big = model(root.path());
+    let (_s, urls) = serve(&ns, root.path());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("big.zt");
+    let size = std::fs::metadata(&big).unwrap().len() as f64;
+
+    for loss in [1.0, 5.0] {
+        ns.set_loss(loss);
+        for (url, extra) in &urls {
+            let start = Instant::now();
+            let r = fetch_in(&ns, url, extra, &out);
+            let err = String::from_utf8_lossy(&r.stderr);
+            assert!(r.status.success(), "{loss}% loss, {url}: {err}");
+            eprintln!(
+                "{loss}% loss, {url}: {:.1} MB/s",
+                size / start.elapsed().as_secs_f64() / 1e6
+            );
+            same_objects(&big, &out, None);
+            std::fs::remove_file(&out).unwrap();
+        }
+        assert!(ns.dropped() > 0, "the loss rule dropped packets");
+    }
+
+    // The link dies mid-fetch: a transport error within the silence
+    // timeout, a part file and journal, no output; then a resumed fetch.
+    // 80 Mbit/s makes the fetch take seconds, so the fault lands mid-way.
+    ns.set_rate(Some(80));
+    for (url, extra) in &urls {
+        ns.set_loss(0.0);
+        let args: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let started = Instant::now();
+        let zt = ns.command(env!("CARGO_BIN_EXE_zt"));
+        let r = fault_mid_fetch_via(zt, url, &out, &args, || ns.set_loss(100.0));
+        let err = String::from_utf8_lossy(&r.stderr);
+        eprintln!("dead link, {url}: {err}");
+        assert_eq!(r.status.code(), Some(4), "{url}: {err}");
+        assert!(started.elapsed() < Duration::from_secs(60), "{url}");
+        assert!(!out.exists(), "{url}: no output that looks complete");
+        assert!(out.with_file_name("big.zt.part.journal").exists());
+        ns.set_loss(0.0);
+        let r = fetch_in(&ns, url, extra, &out);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(r.status.success(), "{url}: {err}");
+        assert!(err.contains("resumed from the journal"), "{url}: {err}");
+        same_objects(&big, &out, None);
+        std::fs::remove_file(&out).unwrap();
+    }
+}

@@ -5,7 +5,8 @@
 //!   checked (crc32c, sha256) and with none to check;
 //! * time to first layer through the client library;
 //! * ztp/1 against a bare quinn transfer (the QUIC ceiling) and our HTTP;
-//! * connect-and-manifest latency for a 10,000-object file.
+//! * connect-and-manifest latency for a 10,000-object file;
+//! * whole-file fetches at 0, 1 and 5 % packet loss (needs root).
 //!
 //! `cargo bench --bench fetch -- [ROUNDS]` (default 5; medians);
 //! `ZT_BENCH_ONLY=1,4` runs only those sections. Needs
@@ -20,9 +21,13 @@ use ztserve::client::{Client, Options, Via};
 use ztserve::format::{layer_index, DigestAlgorithm};
 
 mod ceiling;
+mod lossy;
 #[allow(dead_code)]
 #[path = "../support/model.rs"]
 mod model;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../tests/common/netns.rs"]
+mod netns;
 #[allow(dead_code, unreachable_pub)]
 #[path = "../../tests/common/nginx.rs"]
 mod nginx;
@@ -130,6 +135,11 @@ fn ensure_models(root: &Path) -> Result<()> {
             eprintln!("writing {}", p.display());
             model::layers(&p, LAYERS, MIB_PER_LAYER, digest).map_err(|e| anyhow::anyhow!("{e}"))?;
         }
+    }
+    let lossy = root.join(lossy::FILE);
+    if !lossy.exists() {
+        model::layers(&lossy, 8, MIB_PER_LAYER, Some(DigestAlgorithm::Crc32c))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     let many = root.join("many.zt");
     if !many.exists() {
@@ -332,6 +342,10 @@ fn main() -> Result<()> {
     };
     let _z = peers::ztserve(&root, b.zp, &b.data.join("state"))?;
     let _n = nginx::Nginx::start(&root, b.np, &b.data)?;
+    // Inside the lossy namespace (section 5 runs this binary there).
+    if let Ok(loss) = std::env::var("ZT_BENCH_LOSS") {
+        return b.lossy(&loss);
+    }
     println!(
         "# {n} rounds, medians; 127.0.0.1, files in the page cache; model {LAYERS} layers, {} bytes",
         b.size
@@ -344,6 +358,10 @@ fn main() -> Result<()> {
     }
     if want("4") {
         b.manifests()?;
+    }
+    if want("5") {
+        drop((_z, _n));
+        lossy::outer(n)?;
     }
     Ok(())
 }

@@ -11,6 +11,13 @@ use anyhow::{bail, Context, Result};
 /// A child process killed when dropped.
 pub(crate) struct Proc(Child);
 
+impl Proc {
+    /// The process id.
+    pub(crate) fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.0.kill();

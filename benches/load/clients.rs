@@ -1,0 +1,117 @@
+//! Concurrent client-library clients, each on its own connection, each
+//! fetching one random layer (every component checked against its digest)
+//! again and again until the time is up.
+
+use std::time::{Duration, Instant};
+
+use ztserve::client::trust::Trust;
+use ztserve::client::{Client, Options, Via};
+
+/// What all the clients saw together.
+pub(crate) struct Report {
+    pub fetches: usize,
+    pub bytes: u64,
+    pub secs: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+/// One client's tally.
+#[derive(Default)]
+struct Tally {
+    latencies: Vec<f64>,
+    bytes: u64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+impl Tally {
+    fn failed(&mut self, e: &anyhow::Error) {
+        self.errors += 1;
+        self.first_error.get_or_insert_with(|| format!("{e:#}"));
+    }
+}
+
+/// Fetches every component of `select`; the bytes delivered.
+async fn fetch(client: &Client, select: &[String]) -> anyhow::Result<u64> {
+    let mut f = client.fetch(select, None).await?;
+    let mut bytes = 0;
+    while let Some(d) = f.next().await {
+        bytes += d?.data.len() as u64;
+    }
+    anyhow::ensure!(bytes > 0, "{select:?}: nothing delivered");
+    Ok(bytes)
+}
+
+async fn one(url: String, via: Via, seed: u64, layers: u64, until: Instant) -> Tally {
+    let mut t = Tally::default();
+    let options = Options {
+        trust: Trust::Insecure,
+        via: Some(via),
+        ..Options::default()
+    };
+    let client = match Client::connect(&url, options).await {
+        Ok(c) => c,
+        Err(e) => {
+            t.failed(&e);
+            return t;
+        }
+    };
+    let mut k = seed;
+    while Instant::now() < until {
+        k = k
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let select = vec![format!("model.layers.{}.*", (k >> 33) % layers)];
+        let start = Instant::now();
+        match fetch(&client, &select).await {
+            Ok(n) => {
+                t.bytes += n;
+                t.latencies.push(start.elapsed().as_secs_f64() * 1e3);
+            }
+            Err(e) => t.failed(&e),
+        }
+    }
+    t
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted.get(i).copied().unwrap_or(f64::NAN)
+}
+
+/// `clients` clients against `url` for `secs` seconds.
+pub(crate) async fn run(url: &str, via: Via, clients: u64, layers: u64, secs: u64) -> Report {
+    let start = Instant::now();
+    let until = start + Duration::from_secs(secs);
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| tokio::spawn(one(url.to_owned(), via, c + 1, layers, until)))
+        .collect();
+    let mut all = Tally::default();
+    for task in tasks {
+        match task.await {
+            Ok(t) => {
+                all.latencies.extend(t.latencies);
+                all.bytes += t.bytes;
+                all.errors += t.errors;
+                if all.first_error.is_none() {
+                    all.first_error = t.first_error;
+                }
+            }
+            Err(e) => all.failed(&e.into()),
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    all.latencies.sort_by(f64::total_cmp);
+    Report {
+        fetches: all.latencies.len(),
+        bytes: all.bytes,
+        secs,
+        p50_ms: quantile(&all.latencies, 0.5),
+        p99_ms: quantile(&all.latencies, 0.99),
+        errors: all.errors,
+        first_error: all.first_error,
+    }
+}

@@ -1,0 +1,178 @@
+//! The daemon under load, against nginx serving the same bytes, in one run:
+//!
+//! 1. 256 HTTP connections through `wrk` (`mix.lua`: 20 % manifest
+//!    requests, 80 % random ranges of 4 KiB to 1 MiB), ztserve against
+//!    nginx: requests per second, throughput, p50 and p99 latency, errors,
+//!    and ztserve's peak RSS.
+//! 2. 64 client-library clients, each on its own connection, each fetching
+//!    one random layer (2 components, digests checked) again and again:
+//!    over ztp/1, and over HTTP from ztserve and from nginx.
+//!
+//! `cargo bench --bench load -- [SECONDS]` (default 15 per row). Needs
+//! `wrk` and `nginx` on PATH. Not part of `.ci/run`. Client and daemon share
+//! the machine, so the figures are for the pair.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use ztserve::client::Via;
+use ztserve::format::{DigestAlgorithm, ZtFile};
+
+mod clients;
+#[allow(dead_code)]
+#[path = "../support/model.rs"]
+mod model;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../tests/common/nginx.rs"]
+mod nginx;
+#[allow(dead_code)]
+#[path = "../fetch/peers.rs"]
+mod peers;
+mod wrk;
+
+const FILE: &str = "load.zt";
+const LAYERS: u64 = 32;
+const MIB_PER_LAYER: usize = 4;
+const HTTP_CONNECTIONS: usize = 256;
+const QUIC_CLIENTS: u64 = 64;
+
+/// A process's peak resident set since the last [`reset_peak`], in MiB.
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+/// Starts a new peak-RSS measurement for `pid`.
+fn reset_peak(pid: u32) {
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+}
+
+fn http_row(name: &str, r: &wrk::Report, peer: f64, rss: Option<f64>) {
+    let rss = rss
+        .map(|m| format!("   peak RSS {m:.0} MiB"))
+        .unwrap_or_default();
+    println!(
+        "{name:<30} {:>9.0} req/s {:>7.1} MB/s  p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}  {:.3}x nginx{rss}",
+        r.per_sec,
+        r.bytes_per_sec / 1e6,
+        r.p50_ms,
+        r.p99_ms,
+        r.errors,
+        r.per_sec / peer
+    );
+}
+
+fn client_row(name: &str, r: &clients::Report, peer: Option<f64>, rss: Option<f64>) {
+    let per_sec = r.fetches as f64 / r.secs;
+    let ratio = peer
+        .map(|p| format!("{:.3}x http<-nginx", per_sec / p))
+        .unwrap_or_default();
+    let rss = rss
+        .map(|m| format!("   peak RSS {m:.0} MiB"))
+        .unwrap_or_default();
+    println!(
+        "{name:<30} {per_sec:>9.1} fetch/s {:>7.1} MB/s  p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}  {ratio}{rss}",
+        r.bytes as f64 / r.secs / 1e6,
+        r.p50_ms,
+        r.p99_ms,
+        r.errors,
+    );
+    if let Some(e) = &r.first_error {
+        println!("#   first error: {e}");
+    }
+}
+
+fn ensure_model(root: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(root)?;
+    let p = root.join(FILE);
+    if !p.exists() {
+        model::layers(&p, LAYERS, MIB_PER_LAYER, Some(DigestAlgorithm::Crc32c))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(p)
+}
+
+fn main() -> Result<()> {
+    let secs: u64 = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .map_or(Ok(15), |s| s.parse())
+        .context("SECONDS is a number")?;
+    let data = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("load");
+    let root = data.join("root");
+    let path = ensure_model(&root)?;
+    let file = ZtFile::open(&path)?;
+    let size = std::fs::metadata(&path)?.len();
+    let tail = size - file.parsed().location.offset;
+    let (zp, np) = (peers::free_port()?, peers::free_port()?);
+    let z = peers::ztserve(&root, zp, &data.join("state"))?;
+    let _n = nginx::Nginx::start(&root, np, &data)?;
+    println!("# {FILE}: {size} bytes, {LAYERS} layers; {secs} s per row; client and server on one machine");
+
+    println!("# 1. {HTTP_CONNECTIONS} HTTP connections (wrk, 20% manifests, 80% ranges of 4 KiB-1 MiB); ratio = req/s against nginx");
+    let nginx = wrk::run(
+        &wrk::Target {
+            base: format!("http://127.0.0.1:{np}"),
+            file_path: format!("/{FILE}"),
+            manifest_path: None,
+            tail,
+            size,
+            name: "nginx",
+        },
+        HTTP_CONNECTIONS,
+        secs,
+    )?;
+    http_row("wrk -> nginx", &nginx, nginx.per_sec, None);
+    reset_peak(z.id());
+    let ours = wrk::run(
+        &wrk::Target {
+            base: format!("http://127.0.0.1:{zp}"),
+            file_path: format!("/v1/files/{FILE}"),
+            manifest_path: Some(format!("/v1/files/{FILE}/manifest")),
+            tail,
+            size,
+            name: "ztserve",
+        },
+        HTTP_CONNECTIONS,
+        secs,
+    )?;
+    http_row(
+        "wrk -> ztserve",
+        &ours,
+        nginx.per_sec,
+        Some(peak_rss_mib(z.id())),
+    );
+
+    println!("# 2. {QUIC_CLIENTS} library clients, one connection each, fetching one random layer (2 components, crc32c checked) repeatedly; ratio = fetches/s against the same clients over HTTP from nginx");
+    let rt = tokio::runtime::Runtime::new()?;
+    let peer = rt.block_on(clients::run(
+        &format!("http://127.0.0.1:{np}/{FILE}"),
+        Via::Http,
+        QUIC_CLIENTS,
+        LAYERS,
+        secs,
+    ));
+    let peer_rate = peer.fetches as f64 / peer.secs;
+    client_row("64 x http <- nginx", &peer, Some(peer_rate), None);
+    for (name, url, via) in [
+        (
+            "64 x http <- ztserve",
+            format!("http://127.0.0.1:{zp}/v1/files/{FILE}"),
+            Via::Http,
+        ),
+        (
+            "64 x ztp/1 <- ztserve",
+            format!("quic://127.0.0.1:{zp}/{FILE}"),
+            Via::Quic,
+        ),
+    ] {
+        reset_peak(z.id());
+        let r = rt.block_on(clients::run(&url, via, QUIC_CLIENTS, LAYERS, secs));
+        client_row(name, &r, Some(peer_rate), Some(peak_rss_mib(z.id())));
+    }
+    Ok(())
+}

@@ -12,7 +12,8 @@ use anyhow::{bail, Context, Result};
 pub(crate) struct Proc(Child);
 
 impl Proc {
-    /// The process id.
+    /// The process id (the load bench reads its peak RSS).
+    #[allow(dead_code)]
     pub(crate) fn id(&self) -> u32 {
         self.0.id()
     }

@@ -58,7 +58,20 @@ impl Bench {
             curl,
             "curl+nginx",
         );
-        for (via, url) in [("http", self.zhttp(FILE)), ("quic", self.zquic(FILE))] {
+        // A second daemon sending with BBR instead of quinn's default Cubic.
+        let bbr_port = peers::free_port()?;
+        let _bbr = peers::ztserve_env(
+            &self.data.join("root"),
+            bbr_port,
+            &self.data.join("state-bbr"),
+            &[("ZTSERVE_QUIC_CONGESTION", "bbr")],
+        )?;
+        let bbr = format!("quic://127.0.0.1:{bbr_port}/{FILE}");
+        for (via, url) in [
+            ("http", self.zhttp(FILE)),
+            ("quic", self.zquic(FILE)),
+            ("quic (bbr)", bbr),
+        ] {
             let t = rounds(n, || peers::timed(&mut peers::zt_fetch(&url, out)))?;
             row(
                 &format!("{loss}% loss: zt fetch {via} <- ztserve"),

@@ -45,7 +45,18 @@ fn wait_for(port: u16, what: &str) -> Result<()> {
 
 /// ztserve on `port` (TCP and UDP), serving `root`.
 pub(crate) fn ztserve(root: &Path, port: u16, state: &Path) -> Result<Proc> {
+    ztserve_env(root, port, state, &[])
+}
+
+/// [`ztserve`] with extra `ZTSERVE_*` settings.
+pub(crate) fn ztserve_env(
+    root: &Path,
+    port: u16,
+    state: &Path,
+    env: &[(&str, &str)],
+) -> Result<Proc> {
     let child = Command::new(env!("CARGO_BIN_EXE_ztserve"))
+        .envs(env.iter().copied())
         .arg("--root")
         .arg(root)
         .args(["--listen", &format!("127.0.0.1:{port}")])

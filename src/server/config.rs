@@ -21,6 +21,19 @@ pub enum LogFormat {
     Json,
 }
 
+/// The QUIC congestion controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Congestion {
+    /// quinn's default, like TCP's: backs off on every loss.
+    #[default]
+    Cubic,
+    /// Model-based; holds its rate through random loss (quinn marks it
+    /// experimental).
+    Bbr,
+    NewReno,
+}
+
 /// The daemon's configuration.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -89,6 +102,9 @@ pub struct QuicConfig {
     /// UDP socket send and receive buffer sizes requested, in bytes.
     #[serde(default = "defaults::quic_udp_buffer")]
     pub udp_buffer_bytes: usize,
+    /// Congestion controller for the data the server sends.
+    #[serde(default)]
+    pub congestion: Congestion,
 }
 
 impl Default for QuicConfig {
@@ -104,6 +120,7 @@ impl Default for QuicConfig {
             stream_window: defaults::quic_stream_window(),
             connection_window: defaults::quic_connection_window(),
             udp_buffer_bytes: defaults::quic_udp_buffer(),
+            congestion: Congestion::default(),
         }
     }
 }
@@ -332,6 +349,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("quic.stream_window", Kind::Int),
     ("quic.connection_window", Kind::Int),
     ("quic.udp_buffer_bytes", Kind::Int),
+    ("quic.congestion", Kind::Text),
 ];
 
 /// The environment variable for a dotted key.
@@ -509,6 +527,23 @@ mod tests {
         assert_eq!(c.root, PathBuf::from("/from-file"));
         assert_eq!(c.listen.port(), 3);
         assert_eq!(c.limits.max_ranges, 5);
+    }
+
+    #[test]
+    fn congestion_controller_by_name() {
+        let with = |v: &str| {
+            load(&Sources {
+                env: env(&[("ZTSERVE_ROOT", "/m"), ("ZTSERVE_QUIC_CONGESTION", v)]),
+                ..Sources::default()
+            })
+        };
+        assert_eq!(with("bbr").unwrap().quic.congestion, Congestion::Bbr);
+        assert_eq!(
+            with("new_reno").unwrap().quic.congestion,
+            Congestion::NewReno
+        );
+        let err = with("vegas").unwrap_err();
+        assert!(format!("{err:#}").contains("congestion"), "{err:#}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use quinn::crypto::rustls::QuicServerConfig;
 use quinn::{Endpoint, EndpointConfig, IdleTimeout, TokioRuntime, TransportConfig, VarInt};
 use tokio::sync::Semaphore;
 
-use super::config::QuicConfig;
+use super::config::{Congestion, QuicConfig};
 use super::State;
 
 /// Transport settings for bulk transfer: large windows, one client control
@@ -32,6 +32,15 @@ pub fn transport(q: &QuicConfig) -> Result<TransportConfig> {
             q.idle_timeout_secs.max(1),
         ))?))
         .keep_alive_interval(None);
+    match q.congestion {
+        Congestion::Cubic => {}
+        Congestion::Bbr => {
+            t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+        }
+        Congestion::NewReno => {
+            t.congestion_controller_factory(Arc::new(quinn::congestion::NewRenoConfig::default()));
+        }
+    }
     Ok(t)
 }
 

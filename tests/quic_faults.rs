@@ -42,6 +42,74 @@ fn gauges_drained(s: &Server) -> bool {
     })
 }
 
+/// A connection that asks for all of `big.zt` with small receive windows
+/// and never reads a component stream.
+async fn stalled_reader(addr: &str, fp: &str) -> quinn::Connection {
+    let mut t = quinn::TransportConfig::default();
+    t.stream_receive_window(quinn::VarInt::from_u32(64 * 1024))
+        .receive_window(quinn::VarInt::from_u32(256 * 1024));
+    let conn = raw_connect(addr, fp, Some(t)).await;
+    let (mut send, recv) = conn.open_bi().await.unwrap();
+    let get = Message::Get(Get {
+        id: 1,
+        path: "big.zt".into(),
+        ..Get::default()
+    });
+    send.write_all(&frame(&get).unwrap()).await.unwrap();
+    // The control stream's receive half stays open with the connection.
+    std::mem::forget(recv);
+    conn
+}
+
+/// `zt info` over QUIC: whether it succeeded, and what it said.
+fn zt_info(addr: &str, fp: &str) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_zt"))
+        .args([
+            "info",
+            &format!("quic://{addr}/big.zt"),
+            "--cert-fingerprint",
+            fp,
+        ])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_readers_cannot_hold_the_connection_cap() {
+    let root = big_root();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        "max_connections = 2
+stall_timeout_secs = 2
+",
+    );
+    let s = Server::start_quic(root.path(), &["--config", &cfg]);
+    let (addr, fp) = s.quic.clone().unwrap();
+    let _a = stalled_reader(&addr, &fp).await;
+    let _b = stalled_reader(&addr, &fp).await;
+    // Both slots are held: a third client is refused, not left hanging.
+    let (ok, err) = tokio::task::spawn_blocking({
+        let (addr, fp) = (addr.clone(), fp.clone());
+        move || zt_info(&addr, &fp)
+    })
+    .await
+    .unwrap();
+    assert!(!ok, "a third connection past the cap of 2 was accepted");
+    eprintln!("refused while full: {err}");
+    // The stall timeout frees the slots; the next client is served.
+    let served = tokio::task::spawn_blocking(move || {
+        eventually(Duration::from_secs(20), || zt_info(&addr, &fp).0)
+    })
+    .await
+    .unwrap();
+    assert!(served, "the stalled readers kept their slots");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_is_closed_as_stalled() {
     let root = big_root();
@@ -50,18 +118,7 @@ async fn a_client_that_stops_reading_is_closed_as_stalled() {
     let s = Server::start_quic(root.path(), &["--config", &cfg]);
     let (addr, fp) = s.quic.clone().unwrap();
 
-    // Small receive windows, and the component streams are never read.
-    let mut t = quinn::TransportConfig::default();
-    t.stream_receive_window(quinn::VarInt::from_u32(64 * 1024))
-        .receive_window(quinn::VarInt::from_u32(256 * 1024));
-    let conn = raw_connect(&addr, &fp, Some(t)).await;
-    let (mut send, _recv) = conn.open_bi().await.unwrap();
-    let get = Message::Get(Get {
-        id: 1,
-        path: "big.zt".into(),
-        ..Get::default()
-    });
-    send.write_all(&frame(&get).unwrap()).await.unwrap();
+    let conn = stalled_reader(&addr, &fp).await;
     let started = Instant::now();
     assert_eq!(
         close_code_within(&conn, Duration::from_secs(20)).await,

@@ -105,6 +105,10 @@ pub struct QuicConfig {
     /// Congestion controller for the data the server sends.
     #[serde(default)]
     pub congestion: Congestion,
+    /// Largest request message accepted from a client, in bytes (ztp/1
+    /// requires at least 64 KiB; raise it for long explicit selections).
+    #[serde(default = "defaults::quic_max_request_bytes")]
+    pub max_request_bytes: usize,
 }
 
 impl Default for QuicConfig {
@@ -121,6 +125,7 @@ impl Default for QuicConfig {
             connection_window: defaults::quic_connection_window(),
             udp_buffer_bytes: defaults::quic_udp_buffer(),
             congestion: Congestion::default(),
+            max_request_bytes: defaults::quic_max_request_bytes(),
         }
     }
 }
@@ -303,6 +308,9 @@ mod defaults {
     pub(super) fn quic_udp_buffer() -> usize {
         crate::udp::DEFAULT_BUFFER_BYTES
     }
+    pub(super) fn quic_max_request_bytes() -> usize {
+        ztp_proto::MAX_CLIENT_MESSAGE
+    }
 }
 
 /// The kind of value a key holds, for reading it from an environment variable.
@@ -350,6 +358,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("quic.connection_window", Kind::Int),
     ("quic.udp_buffer_bytes", Kind::Int),
     ("quic.congestion", Kind::Text),
+    ("quic.max_request_bytes", Kind::Int),
 ];
 
 /// The environment variable for a dotted key.
@@ -465,6 +474,12 @@ impl Config {
                 bail!("configuration key `{key}` must be at least 1");
             }
         }
+        if self.quic.max_request_bytes < ztp_proto::MAX_CLIENT_MESSAGE {
+            bail!(
+                "configuration key `quic.max_request_bytes` must be at least {} (ztp/1 requires it)",
+                ztp_proto::MAX_CLIENT_MESSAGE
+            );
+        }
         if self.limits.max_connections == 0 {
             bail!("configuration key `limits.max_connections` must be at least 1");
         }
@@ -544,6 +559,25 @@ mod tests {
         );
         let err = with("vegas").unwrap_err();
         assert!(format!("{err:#}").contains("congestion"), "{err:#}");
+    }
+
+    #[test]
+    fn request_size_may_only_grow_past_the_protocol_minimum() {
+        let with = |v: &str| {
+            load(&Sources {
+                env: env(&[
+                    ("ZTSERVE_ROOT", "/m"),
+                    ("ZTSERVE_QUIC_MAX_REQUEST_BYTES", v),
+                ]),
+                ..Sources::default()
+            })
+        };
+        assert_eq!(with("1048576").unwrap().quic.max_request_bytes, 1 << 20);
+        let err = with("1024").unwrap_err();
+        assert!(
+            format!("{err:#}").contains("quic.max_request_bytes"),
+            "{err:#}"
+        );
     }
 
     #[test]

@@ -6,8 +6,7 @@ use std::sync::{Arc, Mutex};
 use quinn::{Connection, VarInt};
 use tokio::sync::{mpsc, Semaphore};
 use ztp_proto::{
-    frame, Cancel, Code, ComponentHeader, Deframer, ErrorMsg, FrameError, Get, ManifestMsg,
-    Message, MAX_CLIENT_MESSAGE,
+    frame, Cancel, Code, ComponentHeader, Deframer, ErrorMsg, FrameError, Get, ManifestMsg, Message,
 };
 
 use super::send::{self, Item, RequestCtl};
@@ -44,7 +43,7 @@ pub(super) async fn handle(state: Arc<State>, conn: Connection) {
     });
     let requests: Requests = Arc::default();
     let slots = Arc::new(Semaphore::new(state.config.quic.max_streams));
-    let mut deframer = Deframer::new(MAX_CLIENT_MESSAGE);
+    let mut deframer = Deframer::new(state.config.quic.max_request_bytes);
     let mut buf = vec![0u8; 16 * 1024];
     'read: loop {
         match recv.read(&mut buf).await {

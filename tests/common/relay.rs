@@ -1,6 +1,7 @@
 //! A user-space relay between a client and the daemon that throttles what
-//! the daemon sends back: a bandwidth limit for tests that need a transfer
-//! to take a while, over TCP (HTTP) or UDP (QUIC).
+//! the daemon sends back (a bandwidth limit for tests that need a transfer
+//! to take a while) and can delay every byte each way (a far link: this
+//! kernel has no `netem`), over TCP (HTTP) or UDP (QUIC).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -76,6 +77,16 @@ impl Relay {
 
     /// TCP on 127.0.0.1, forwarding to `upstream`.
     pub fn tcp(upstream: SocketAddr, bytes_per_sec: u64) -> Relay {
+        Relay::tcp_delayed(upstream, bytes_per_sec, Duration::ZERO)
+    }
+
+    /// UDP on 127.0.0.1, forwarding to `upstream`.
+    pub fn udp(upstream: SocketAddr, bytes_per_sec: u64) -> Relay {
+        Relay::udp_delayed(upstream, bytes_per_sec, Duration::ZERO)
+    }
+
+    /// [`Relay::tcp`], with every byte held for `delay` each way.
+    pub fn tcp_delayed(upstream: SocketAddr, bytes_per_sec: u64, delay: Duration) -> Relay {
         let throttle = Relay::throttle(bytes_per_sec);
         Relay::run(move |bound| async move {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -86,36 +97,33 @@ impl Relay {
                     let Ok(server) = TcpStream::connect(upstream).await else {
                         return;
                     };
-                    let (mut cr, mut cw) = client.into_split();
-                    let (mut sr, mut sw) = server.into_split();
-                    let up = tokio::spawn(async move {
-                        let _ = tokio::io::copy(&mut cr, &mut sw).await;
-                        let _ = sw.shutdown().await;
-                    });
-                    let mut buf = vec![0u8; 16 * 1024];
-                    while let Ok(n) = sr.read(&mut buf).await {
-                        if n == 0 {
-                            break;
-                        }
-                        throttle.take(n).await;
-                        if cw.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                    let _ = cw.shutdown().await;
+                    let (cr, cw) = client.into_split();
+                    let (sr, sw) = server.into_split();
+                    let up = tokio::spawn(pipe(cr, sw, None, delay));
+                    pipe(sr, cw, Some(throttle), delay).await;
                     up.abort();
                 });
             }
         })
     }
 
-    /// UDP on 127.0.0.1, forwarding to `upstream`, one upstream socket per
-    /// client address.
-    pub fn udp(upstream: SocketAddr, bytes_per_sec: u64) -> Relay {
+    /// [`Relay::udp`], with every datagram held for `delay` each way; one
+    /// upstream socket per client address.
+    pub fn udp_delayed(upstream: SocketAddr, bytes_per_sec: u64, delay: Duration) -> Relay {
         let throttle = Relay::throttle(bytes_per_sec);
         Relay::run(move |bound| async move {
             let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
             let _ = bound.send(front.local_addr().unwrap());
+            // Datagrams to the client leave through one delayed queue.
+            let to_client = delayed(delay, {
+                let front = Arc::clone(&front);
+                move |(d, to): (Vec<u8>, SocketAddr)| {
+                    let front = Arc::clone(&front);
+                    async move {
+                        let _ = front.send_to(&d, to).await;
+                    }
+                }
+            });
             let mut flows: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
             let mut buf = vec![0u8; 65536];
             while let Ok((n, from)) = front.recv_from(&mut buf).await {
@@ -130,20 +138,109 @@ impl Relay {
                         }
                         let s = Arc::new(s);
                         flows.insert(from, Arc::clone(&s));
-                        let (front, throttle, s2) =
-                            (Arc::clone(&front), Arc::clone(&throttle), Arc::clone(&s));
+                        let (throttle, s2, out) =
+                            (Arc::clone(&throttle), Arc::clone(&s), to_client.clone());
                         tokio::spawn(async move {
                             let mut buf = vec![0u8; 65536];
                             while let Ok(n) = s2.recv(&mut buf).await {
                                 throttle.take(n).await;
-                                let _ = front.send_to(&buf[..n], from).await;
+                                if out
+                                    .send((Instant::now(), (buf[..n].to_vec(), from)))
+                                    .is_err()
+                                {
+                                    break;
+                                }
                             }
                         });
                         s
                     }
                 };
-                let _ = back.send(&buf[..n]).await;
+                let to_server = Arc::clone(&back);
+                let d = buf[..n].to_vec();
+                if delay.is_zero() {
+                    let _ = to_server.send(&d).await;
+                } else {
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        let _ = to_server.send(&d).await;
+                    });
+                }
             }
         })
     }
+}
+
+/// A queue whose items are handed to `deliver`, in order, `delay` after
+/// the instant each was queued with.
+fn delayed<T, F, Fut>(
+    delay: Duration,
+    deliver: F,
+) -> tokio::sync::mpsc::UnboundedSender<(Instant, T)>
+where
+    T: Send + 'static,
+    F: Fn(T) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, T)>();
+    tokio::spawn(async move {
+        while let Some((at, item)) = rx.recv().await {
+            tokio::time::sleep_until((at + delay).into()).await;
+            deliver(item).await;
+        }
+    });
+    tx
+}
+
+/// Copies `from` to `to`, throttled by `throttle` if given, each chunk
+/// held for `delay`; shuts `to` down at the end. Without a delay a slow
+/// reader holds the writer back (backpressure reaches the sender); with
+/// one, chunks in flight queue like bytes on a long wire.
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    throttle: Option<Arc<Throttle>>,
+    delay: Duration,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    if delay.is_zero() {
+        while let Ok(n) = from.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            if let Some(t) = &throttle {
+                t.take(n).await;
+            }
+            if to.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown().await;
+        return;
+    }
+    let to = Arc::new(tokio::sync::Mutex::new(to));
+    let out = delayed(delay, {
+        let to = Arc::clone(&to);
+        move |chunk: Option<Vec<u8>>| {
+            let to = Arc::clone(&to);
+            async move {
+                let mut w = to.lock().await;
+                let _ = match chunk {
+                    Some(c) => w.write_all(&c).await,
+                    None => w.shutdown().await,
+                };
+            }
+        }
+    });
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        if let Some(t) = &throttle {
+            t.take(n).await;
+        }
+        if out.send((Instant::now(), Some(buf[..n].to_vec()))).is_err() {
+            return;
+        }
+    }
+    let _ = out.send((Instant::now(), None));
 }

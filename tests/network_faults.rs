@@ -1,9 +1,11 @@
-//! Fetches over a lossy loopback, inside a network namespace the test
-//! creates: with 1% and 5% of packets dropped (TCP and UDP alike) both
+//! Fetches over a far link (a user-space relay delaying every byte) and
+//! over a lossy loopback, inside a network namespace the test creates:
+//! with 1% and 5% of packets dropped (TCP and UDP alike) both
 //! transports complete with every digest checked and the bytes identical;
 //! with every packet dropped mid-fetch both fail with a clear transport
 //! error within the silence timeout, leave nothing that looks complete,
-//! and resume once the link is back. Needs root (skipped otherwise).
+//! and resume once the link is back. The namespace needs root (that test
+//! is skipped otherwise).
 //! Throughput at each loss rate is a benchmark: `cargo bench --bench
 //! fetch -- 3` with `ZT_BENCH_ONLY=5`.
 
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::fetch::{fault_mid_fetch_via, same_objects, wait_bounded};
 use common::netns::Netns;
+use common::relay::Relay;
 use common::Server;
 
 /// `dir/big.zt`: 24 components of 1 MiB.
@@ -115,6 +118,44 @@ fn lossy_links_deliver_verified_bytes_or_fail_clearly() {
         let err = String::from_utf8_lossy(&r.stderr);
         assert!(r.status.success(), "{url}: {err}");
         assert!(err.contains("resumed from the journal"), "{url}: {err}");
+        same_objects(&big, &out, None);
+        std::fs::remove_file(&out).unwrap();
+    }
+}
+
+/// 25 ms each way (a 50 ms round trip) at 50 MB/s, through the relay:
+/// both transports deliver the model byte-identical, digests checked.
+#[test]
+fn a_far_link_delivers_verified_bytes() {
+    let root = tempfile::tempdir().unwrap();
+    let big = model(root.path());
+    let s = Server::start_quic(root.path(), &[]);
+    let (q, fp) = s.quic.clone().unwrap();
+    let delay = Duration::from_millis(25);
+    let tcp = Relay::tcp_delayed(s.addr.parse().unwrap(), 50_000_000, delay);
+    let udp = Relay::udp_delayed(q.parse().unwrap(), 50_000_000, delay);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("big.zt");
+    let size = std::fs::metadata(&big).unwrap().len() as f64;
+    for (url, extra) in [
+        (format!("http://{}/v1/files/big.zt", tcp.addr), vec![]),
+        (
+            format!("quic://{}/big.zt", udp.addr),
+            vec!["--cert-fingerprint", fp.as_str()],
+        ),
+    ] {
+        let start = Instant::now();
+        let r = std::process::Command::new(env!("CARGO_BIN_EXE_zt"))
+            .args(["fetch", &url, "-o", out.to_str().unwrap()])
+            .args(&extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(r.status.success(), "{url}: {err}");
+        eprintln!(
+            "50 ms round trip, {url}: {:.1} MB/s",
+            size / start.elapsed().as_secs_f64() / 1e6
+        );
         same_objects(&big, &out, None);
         std::fs::remove_file(&out).unwrap();
     }

@@ -1,24 +1,39 @@
 //! A heap buffer whose start is 64-byte aligned, built without `unsafe`:
-//! it is a vector of 64-byte blocks viewed as bytes through `bytemuck`.
+//! a zeroed byte vector 63 bytes longer than asked for, viewed from its
+//! first 64-byte boundary.
+//!
+//! The vector is allocated zeroed with byte alignment, which the allocator
+//! serves with `calloc`: a large buffer gets fresh pages that the kernel
+//! zeroes on first touch, with no extra pass over its bytes. (Asking the
+//! allocator for 64-byte alignment directly would make it `memset` the
+//! whole buffer first.)
 
 use std::fmt;
-
-use bytemuck::{Pod, Zeroable};
 
 use crate::error::Rule;
 
 /// The alignment of every component blob, and of every buffer we hand out.
 pub const ALIGNMENT: u64 = 64;
 
-#[derive(Clone, Copy, Pod, Zeroable)]
-#[repr(C, align(64))]
-struct Block([u8; 64]);
+/// Slack allocated so that a 64-byte boundary falls within the vector.
+const SLACK: usize = ALIGNMENT as usize - 1;
 
 /// An owned byte buffer that starts on a 64-byte boundary.
-#[derive(Clone, Default)]
 pub struct AlignedBuf {
-    blocks: Vec<Block>,
+    bytes: Vec<u8>,
+    /// Where the aligned view starts in `bytes`.
+    start: usize,
     len: usize,
+}
+
+/// Where the first 64-byte boundary lies in `bytes`.
+fn boundary(bytes: &[u8]) -> usize {
+    let align = ALIGNMENT as usize;
+    let misaligned = (bytes.as_ptr() as usize).checked_rem(align).unwrap_or(0);
+    align
+        .saturating_sub(misaligned)
+        .checked_rem(align)
+        .unwrap_or(0)
 }
 
 impl AlignedBuf {
@@ -30,11 +45,11 @@ impl AlignedBuf {
             cap: usize::MAX as u64,
         };
         let len = usize::try_from(len).map_err(|_| too_big())?;
-        let n = len.div_ceil(64);
-        // Zeroed by the allocator: fresh pages come zero from the kernel,
-        // so a large buffer costs no extra pass over its bytes.
-        let blocks = bytemuck::allocation::try_zeroed_vec::<Block>(n).map_err(|()| too_big())?;
-        Ok(AlignedBuf { blocks, len })
+        // Even an empty buffer gets its slack, so its (empty) view is aligned.
+        let total = len.checked_add(SLACK).ok_or_else(too_big)?;
+        let bytes = bytemuck::allocation::try_zeroed_vec::<u8>(total).map_err(|()| too_big())?;
+        let start = boundary(&bytes);
+        Ok(AlignedBuf { bytes, start, len })
     }
 
     /// Copies `data` into a new aligned buffer.
@@ -53,14 +68,16 @@ impl AlignedBuf {
     }
 
     pub fn as_slice(&self) -> &[u8] {
-        let all: &[u8] = bytemuck::cast_slice(&self.blocks);
-        all.get(..self.len).unwrap_or_default()
+        self.bytes
+            .get(self.start..self.start.saturating_add(self.len))
+            .unwrap_or_default()
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        let len = self.len;
-        let all: &mut [u8] = bytemuck::cast_slice_mut(&mut self.blocks);
-        all.get_mut(..len).unwrap_or_default()
+        let (start, len) = (self.start, self.len);
+        self.bytes
+            .get_mut(start..start.saturating_add(len))
+            .unwrap_or_default()
     }
 
     /// Shortens the buffer; bytes past `len` are kept zeroed for reuse.
@@ -70,6 +87,38 @@ impl AlignedBuf {
                 tail.fill(0);
             }
             self.len = len;
+        }
+    }
+}
+
+impl Default for AlignedBuf {
+    /// An empty buffer (63 bytes of slack, so that even its view is aligned).
+    fn default() -> Self {
+        AlignedBuf::zeroed(0).unwrap_or(AlignedBuf {
+            bytes: Vec::new(),
+            start: 0,
+            len: 0,
+        })
+    }
+}
+
+impl Clone for AlignedBuf {
+    /// A copy in a new allocation, whose boundary may lie elsewhere: the
+    /// bytes are moved to it.
+    fn clone(&self) -> Self {
+        let mut bytes = self.bytes.clone();
+        let start = if bytes.is_empty() {
+            0
+        } else {
+            boundary(&bytes)
+        };
+        if start != self.start {
+            bytes.copy_within(self.start..self.start.saturating_add(self.len), start);
+        }
+        AlignedBuf {
+            bytes,
+            start,
+            len: self.len,
         }
     }
 }
@@ -101,5 +150,27 @@ mod tests {
         }
         let b = AlignedBuf::copy_from(b"hello").unwrap();
         assert_eq!(b.as_slice(), b"hello");
+    }
+
+    #[test]
+    fn clones_stay_aligned_and_equal() {
+        for len in [0usize, 1, 100, 4096, 1 << 20] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+            let b = AlignedBuf::copy_from(&data).unwrap();
+            // Clones land at different addresses; each must be re-aligned.
+            let clones: Vec<AlignedBuf> = (0..8).map(|_| b.clone()).collect();
+            for c in &clones {
+                assert_eq!(c.as_slice(), &data[..]);
+                assert_eq!(c.as_slice().as_ptr() as usize % 64, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn truncated_tails_read_zero_again() {
+        let mut b = AlignedBuf::copy_from(&[9u8; 200]).unwrap();
+        b.truncate(10);
+        assert_eq!(b.len(), 10);
+        assert_eq!(b.as_slice(), &[9u8; 10]);
     }
 }

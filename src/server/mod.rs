@@ -13,6 +13,7 @@ pub mod healthcheck;
 pub mod http;
 mod idle;
 pub mod metrics;
+pub mod pread;
 pub mod quic;
 pub mod tls;
 pub mod watch;

@@ -7,7 +7,6 @@
 
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -43,8 +42,7 @@ fn file_stream(
             }
             let n = CHUNK.min(end - pos);
             let read = tokio::task::spawn_blocking(move || {
-                let mut buf = vec![0u8; n as usize];
-                served.file.read_exact_at(&mut buf, pos).map(|()| buf)
+                crate::server::pread::read_exact_at(&served.file, n as usize, pos)
             })
             .await;
             let item = match read {

@@ -2,7 +2,6 @@
 //! most `quic.max_streams` open at a time per connection, earlier ones
 //! with higher send priority.
 
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -230,8 +229,7 @@ async fn send_one(
         let n = CHUNK.min(end - pos);
         let s = Arc::clone(served);
         let read = tokio::task::spawn_blocking(move || {
-            let mut buf = vec![0u8; usize::try_from(n).unwrap_or(0)];
-            s.file.read_exact_at(&mut buf, pos).map(|()| buf)
+            crate::server::pread::read_exact_at(&s.file, usize::try_from(n).unwrap_or(0), pos)
         })
         .await;
         let buf = match read {

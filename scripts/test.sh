@@ -7,10 +7,15 @@ export CARGO_TERM_COLOR=never
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "system tools the tests drive (curl, nginx as a plain Range server)"
+step "system tools the tests drive (curl, nginx as a plain Range server; ip, tc and iptables for the lossy-network test)"
 missing=()
 command -v curl >/dev/null || missing+=(curl)
 command -v nginx >/dev/null || missing+=(nginx-light)
+if [ "$(id -u)" = 0 ]; then
+    # Network namespaces need root; without it that test says SKIPPED.
+    command -v ip >/dev/null || missing+=(iproute2)
+    command -v iptables >/dev/null || missing+=(iptables)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
     $sudo apt-get update -q && $sudo apt-get install -y -q "${missing[@]}"

@@ -14,6 +14,7 @@ use reqwest::StatusCode;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use zt_format::{AlignedBuf, Limits, Manifest};
 
+use super::pool::BufPool;
 use super::trust::{client_config, Trust};
 use super::verify::{Check, Delivered, Refusal, Refused, Transport};
 use super::Fetch;
@@ -31,6 +32,7 @@ pub struct HttpSource {
     allow_unverified: bool,
     component_cap: u64,
     limits: Limits,
+    pool: Arc<BufPool>,
 }
 
 /// How long a server may send nothing before the fetch counts it as lost.
@@ -80,7 +82,13 @@ impl HttpSource {
                 manifest_cap,
                 ..Limits::default()
             },
+            pool: Arc::default(),
         })
+    }
+
+    /// Takes back a delivered component's buffer for a later component.
+    pub fn recycle(&self, buf: AlignedBuf) {
+        self.pool.give(buf);
     }
 
     fn request(&self, range: &str, etag: Option<&str>) -> reqwest::RequestBuilder {
@@ -298,7 +306,11 @@ impl HttpSource {
         // The first part's turn comes before the buffer is allocated, so
         // queued components hold no memory.
         let first = turns.next().ok_or_else(gone)?.await.map_err(|_| gone())?;
-        let mut data = AlignedBuf::zeroed(c.length).map_err(|r| anyhow!("{label}: {r}"))?;
+        // Every byte is overwritten by the parts below, or the component fails.
+        let mut data = self
+            .pool
+            .take(c.length)
+            .map_err(|r| anyhow!("{label}: {r}"))?;
         // Parts are fetched at once, each streamed straight to its place in
         // the aligned buffer; the digest takes each part as soon as every
         // part before it is in, so hashing overlaps the transfer.

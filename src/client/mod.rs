@@ -6,6 +6,7 @@
 
 pub mod http;
 pub mod output;
+mod pool;
 pub mod quic;
 pub mod remote;
 pub mod trust;

@@ -133,13 +133,20 @@ impl PartWriter {
         })
     }
 
-    /// Writes `data` at `offset`; returns once it is in the file.
-    async fn write(&mut self, data: zt_format::AlignedBuf, offset: u64) -> Result<()> {
+    /// Writes `data` at `offset`; returns the buffer once its bytes are in
+    /// the file.
+    async fn write(
+        &mut self,
+        data: zt_format::AlignedBuf,
+        offset: u64,
+    ) -> Result<zt_format::AlignedBuf> {
         let f = self.file.try_clone()?;
         let n = data.len() as u64;
-        tokio::task::spawn_blocking(move || f.write_all_at(data.as_slice(), offset))
-            .await?
-            .with_context(|| format!("writing {}", self.label))?;
+        let data = tokio::task::spawn_blocking(move || {
+            f.write_all_at(data.as_slice(), offset).map(|()| data)
+        })
+        .await?
+        .with_context(|| format!("writing {}", self.label))?;
         self.unflushed += n;
         let idle = self.flushing.as_ref().is_none_or(|h| h.is_finished());
         if self.unflushed >= WRITEBACK_EVERY && idle {
@@ -148,7 +155,7 @@ impl PartWriter {
             self.flushing = Some(tokio::task::spawn_blocking(move || f.sync_data()));
             self.unflushed = 0;
         }
-        Ok(())
+        Ok(data)
     }
 
     /// Waits for the background flush, reporting its failure.
@@ -259,7 +266,8 @@ pub async fn fetch_to_file(
                         d.component
                     )
                 })?;
-                writer.write(d.data, c.offset).await?;
+                let written = writer.write(d.data, c.offset).await?;
+                client.recycle(written);
                 writeln!(jf, "{}\t{}", d.object, d.component)?;
                 got += c.length;
                 received += c.length;

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use zt_format::{AlignedBuf, Limits};
 use ztp_proto::{frame, Cancel, Code, Deframer, Get, ManifestMsg, Message, ALPN};
 
+use super::pool::BufPool;
 use super::trust::{client_config, Trust};
 use super::verify::{Check, Delivered, Refusal, Refused, Transport};
 use super::Fetch;
@@ -60,6 +61,7 @@ pub struct QuicClient {
     next_id: AtomicU64,
     routes: Routes,
     options: Arc<ClientOptions>,
+    pool: Arc<BufPool>,
 }
 
 fn route_error(routes: &Routes, id: Option<u64>, code: Option<Code>, err: &str) {
@@ -160,10 +162,12 @@ impl QuicClient {
             Arc::clone(&routes),
             options.manifest_cap,
         ));
+        let pool = Arc::new(BufPool::default());
         tokio::spawn(accept_streams(
             conn.clone(),
             Arc::clone(&routes),
             Arc::clone(&options),
+            Arc::clone(&pool),
         ));
         Ok(QuicClient {
             conn,
@@ -172,6 +176,7 @@ impl QuicClient {
             next_id: AtomicU64::new(1),
             routes,
             options,
+            pool,
         })
     }
 
@@ -262,6 +267,11 @@ impl QuicClient {
     pub fn connection(&self) -> &Connection {
         &self.conn
     }
+
+    /// Takes back a delivered component's buffer for a later component.
+    pub fn recycle(&self, buf: AlignedBuf) {
+        self.pool.give(buf);
+    }
 }
 
 async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64) {
@@ -321,13 +331,19 @@ async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64) {
     }
 }
 
-async fn accept_streams(conn: Connection, routes: Routes, options: Arc<ClientOptions>) {
+async fn accept_streams(
+    conn: Connection,
+    routes: Routes,
+    options: Arc<ClientOptions>,
+    pool: Arc<BufPool>,
+) {
     let why = loop {
         match conn.accept_uni().await {
             Ok(stream) => {
-                let (routes, options) = (Arc::clone(&routes), Arc::clone(&options));
+                let (routes, options, pool) =
+                    (Arc::clone(&routes), Arc::clone(&options), Arc::clone(&pool));
                 tokio::spawn(async move {
-                    let (deliver, result) = receive(stream, &options, &routes).await;
+                    let (deliver, result) = receive(stream, &options, &routes, &pool).await;
                     if let Some(d) = deliver {
                         let _ = d.send(result);
                     }
@@ -375,6 +391,7 @@ async fn receive(
     mut stream: RecvStream,
     options: &ClientOptions,
     routes: &Routes,
+    pool: &BufPool,
 ) -> (Option<Delivery>, Result<Delivered>) {
     let mut d = Deframer::new(ztp_proto::MAX_CLIENT_MESSAGE);
     let mut chunk = vec![0u8; 64 * 1024];
@@ -412,7 +429,10 @@ async fn receive(
             );
         }
         let mut check = Check::new(header.digest.as_deref(), options.allow_unverified, &label)?;
-        let mut data = AlignedBuf::zeroed(header.length).map_err(|r| anyhow!("{label}: {r}"))?;
+        // Every byte is overwritten below, or the component fails.
+        let mut data = pool
+            .take(header.length)
+            .map_err(|r| anyhow!("{label}: {r}"))?;
         let rest = d.take_rest();
         let buf = data.as_mut_slice();
         let mut pos = rest.len().min(buf.len());

@@ -185,6 +185,16 @@ impl Client {
         };
         Ok(f)
     }
+
+    /// Hands back a delivered component's buffer once its bytes are no
+    /// longer needed, so a later component of this client can reuse it
+    /// instead of faulting in fresh memory. Optional: dropping it is fine.
+    pub fn recycle(&self, buf: zt_format::AlignedBuf) {
+        match &self.transport {
+            Transport::Quic { client, .. } => client.recycle(buf),
+            Transport::Http { source, .. } => source.recycle(buf),
+        }
+    }
 }
 
 fn join_host(host: &str, port: u16) -> String {

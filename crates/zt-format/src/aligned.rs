@@ -80,6 +80,22 @@ impl AlignedBuf {
             .unwrap_or_default()
     }
 
+    /// The most bytes this buffer can hold without a new allocation.
+    pub fn capacity(&self) -> usize {
+        self.bytes.len().saturating_sub(self.start)
+    }
+
+    /// Makes this buffer `len` bytes long for reuse, if its capacity
+    /// allows; `false` leaves it unchanged. The bytes are whatever the
+    /// buffer held before: the caller must overwrite all of them.
+    pub fn reuse(&mut self, len: usize) -> bool {
+        if len > self.capacity() {
+            return false;
+        }
+        self.len = len;
+        true
+    }
+
     /// Shortens the buffer; bytes past `len` are kept zeroed for reuse.
     pub fn truncate(&mut self, len: usize) {
         if len < self.len {
@@ -164,6 +180,19 @@ mod tests {
                 assert_eq!(c.as_slice().as_ptr() as usize % 64, 0);
             }
         }
+    }
+
+    #[test]
+    fn reuse_within_capacity_only() {
+        let mut b = AlignedBuf::copy_from(&[7u8; 1000]).unwrap();
+        assert!(b.capacity() >= 1000);
+        assert!(b.reuse(10));
+        assert_eq!(b.as_slice(), &[7u8; 10]);
+        assert!(b.reuse(1000));
+        assert_eq!(b.len(), 1000);
+        assert!(!b.reuse(b.capacity() + 1));
+        assert_eq!(b.len(), 1000);
+        assert_eq!(b.as_slice().as_ptr() as usize % 64, 0);
     }
 
     #[test]

@@ -3,6 +3,35 @@
 //! [`quic::QuicClient`] speaks ztp/1 (see `proto/PROTOCOL.md`). Every
 //! component is received into a 64-byte-aligned buffer, its digest computed
 //! while the bytes arrive, and it is delivered only once the digest matches.
+//!
+//! ```no_run
+//! use ztserve::client::trust::Trust;
+//! use ztserve::client::{output, Client, Options};
+//!
+//! # async fn demo() -> anyhow::Result<()> {
+//! // quic://… speaks ztp/1; http(s)://… uses Range requests (ztserve or
+//! // any server with Range support, such as nginx serving the raw file).
+//! let options = Options {
+//!     trust: Trust::fingerprint("5d:41:…:2a")?,
+//!     ..Options::default()
+//! };
+//! let client = Client::connect("quic://models.example:7070/llama.zt", options).await?;
+//! let (manifest, etag, size) = client.manifest().await?;
+//! println!("{etag}: {size} bytes, {} objects", manifest.objects.len());
+//!
+//! // Only layer 0, lazily: components arrive in send order, each checked.
+//! let mut fetch = client.fetch(&["model.layers.0.*".to_owned()], None).await?;
+//! while let Some(component) = fetch.next().await {
+//!     let c = component?;
+//!     println!("{} / {}: {} bytes", c.object, c.component, c.data.len());
+//!     client.recycle(c.data); // optional: a later component reuses it
+//! }
+//!
+//! // The whole file, written as a valid .zt (resumable, renamed when complete).
+//! output::fetch_to_file(&client, &[], "llama.zt".as_ref(), &mut |_, _, _| {}).await?;
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod http;
 pub mod output;

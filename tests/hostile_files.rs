@@ -5,6 +5,9 @@
 //! peak memory stays far below what any of them claim.
 
 mod common;
+#[allow(dead_code)]
+#[path = "../benches/support/model.rs"]
+mod model;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,18 +28,6 @@ fn peak_rss_kib(s: &Server) -> u64 {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap()
-}
-
-fn noise(n: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A sparse file of 41 GiB whose footer claims a 40 GiB manifest.
@@ -83,8 +74,8 @@ fn hostile_files_are_unavailable_good_ones_served_and_memory_stays_bounded() {
         }
     }
     assert!(rules.len() >= 25);
-    std::fs::write(root.path().join("garbage.zt"), noise(1 << 20)).unwrap();
-    let mut tail = noise(4096);
+    std::fs::write(root.path().join("garbage.zt"), model::noise(1 << 20, 1)).unwrap();
+    let mut tail = model::noise(4096, 2);
     tail.extend_from_slice(&u64::MAX.to_le_bytes());
     tail.extend_from_slice(zt_format::MAGIC);
     std::fs::write(root.path().join("garbage-with-footer.zt"), tail).unwrap();
@@ -92,13 +83,11 @@ fn hostile_files_are_unavailable_good_ones_served_and_memory_stays_bounded() {
     zstd_bomb(&root.path().join("bomb.zt"));
 
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("c.toml");
-    std::fs::write(
-        &cfg,
-        "root = \"/unused\"\n[limits]\nmanifest_cap = 1048576\ndecompress_cap = 16777216\n",
-    )
-    .unwrap();
-    let s = Server::start(root.path(), &["--config", cfg.to_str().unwrap()]);
+    let cfg = common::config_file(
+        dir.path(),
+        "[limits]\nmanifest_cap = 1048576\ndecompress_cap = 16777216\n",
+    );
+    let s = Server::start(root.path(), &["--config", &cfg]);
 
     let v: serde_json::Value =
         serde_json::from_slice(&curl(&[], &s.url("/v1/files")).body).unwrap();

@@ -22,22 +22,8 @@ use common::Server;
 
 /// `dir/big.zt`: 24 components of 1 MiB.
 fn model(dir: &Path) -> std::path::PathBuf {
-    let mut w = zt_format::Writer::new(Vec::new(), "big").unwrap();
-    for l in 0..24u32 {
-        let data: Vec<u8> = (0..1u32 << 20)
-            .map(|i| (i ^ l).wrapping_mul(2654435761).to_be_bytes()[1])
-            .collect();
-        w.add_dense(
-            &format!("model.layers.{l}.w"),
-            &[data.len() as u64],
-            zt_format::DType::U8,
-            &data,
-            Default::default(),
-        )
-        .unwrap();
-    }
     let p = dir.join("big.zt");
-    std::fs::write(&p, w.finish().unwrap()).unwrap();
+    common::layered_model(&p, 0..24);
     p
 }
 

@@ -193,19 +193,7 @@ async fn under_a_bandwidth_limit_layer_0_finishes_first_with_default_settings() 
     // stand in for the layer rule; sent through a 40 MB/s relay with the
     // default number of streams in flight.
     let root = tempfile::tempdir().unwrap();
-    let mut w = zt_format::Writer::new(Vec::new(), "layers").unwrap();
-    for l in (0..24u32).rev() {
-        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i ^ l) as u8).collect();
-        w.add_dense(
-            &format!("model.layers.{l}.w"),
-            &[data.len() as u64],
-            zt_format::DType::U8,
-            &data,
-            Default::default(),
-        )
-        .unwrap();
-    }
-    std::fs::write(root.path().join("layers.zt"), w.finish().unwrap()).unwrap();
+    common::layered_model(&root.path().join("layers.zt"), (0..24).rev());
     let s = Server::start_quic(root.path(), &[]);
     let (addr, fp) = s.quic.clone().unwrap();
     let relay = common::relay::Relay::udp(addr.parse().unwrap(), 40_000_000);

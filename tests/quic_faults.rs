@@ -14,26 +14,12 @@ use ztp_proto::{frame, Code, Get, Message};
 /// `dir/big.zt`: 16 components of 1 MiB.
 fn big_root() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let mut w = zt_format::Writer::new(Vec::new(), "big").unwrap();
-    for l in 0..16u32 {
-        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i ^ l) as u8).collect();
-        w.add_dense(
-            &format!("model.layers.{l}.w"),
-            &[data.len() as u64],
-            zt_format::DType::U8,
-            &data,
-            Default::default(),
-        )
-        .unwrap();
-    }
-    std::fs::write(dir.path().join("big.zt"), w.finish().unwrap()).unwrap();
+    common::layered_model(&dir.path().join("big.zt"), 0..16);
     dir
 }
 
 fn config(dir: &std::path::Path, body: &str) -> String {
-    let cfg = dir.join("c.toml");
-    std::fs::write(&cfg, format!("root = \"/unused\"\n[quic]\n{body}")).unwrap();
-    cfg.display().to_string()
+    common::config_file(dir, &format!("[quic]\n{body}"))
 }
 
 fn gauges_drained(s: &Server) -> bool {

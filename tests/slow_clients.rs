@@ -13,13 +13,11 @@ use common::{curl, sample_root, Server};
 
 /// A daemon with two connection slots and short timeouts.
 fn tight(root: &std::path::Path, dir: &std::path::Path) -> Server {
-    let cfg = dir.join("c.toml");
-    std::fs::write(
-        &cfg,
-        "root = \"/unused\"\n[limits]\nmax_connections = 2\nheader_timeout_secs = 1\nidle_timeout_secs = 2\n",
-    )
-    .unwrap();
-    Server::start(root, &["--config", cfg.to_str().unwrap()])
+    let cfg = common::config_file(
+        dir,
+        "[limits]\nmax_connections = 2\nheader_timeout_secs = 1\nidle_timeout_secs = 2\n",
+    );
+    Server::start(root, &["--config", &cfg])
 }
 
 /// Whether the server closed `s` within `limit` (EOF or reset).

@@ -35,22 +35,8 @@ pub fn same_objects(a: &Path, b: &Path, only: Option<&str>) {
 
 /// 120 components of 1 MiB in `dir/big.zt`.
 pub fn big_model(dir: &Path) -> std::path::PathBuf {
-    let mut w = zt_format::Writer::new(Vec::new(), "big").unwrap();
-    for l in 0..120u32 {
-        let data: Vec<u8> = (0..1u32 << 20)
-            .map(|i| (i ^ l).wrapping_mul(2654435761).to_be_bytes()[0])
-            .collect();
-        w.add_dense(
-            &format!("model.layers.{l}.w"),
-            &[data.len() as u64],
-            zt_format::DType::U8,
-            &data,
-            Default::default(),
-        )
-        .unwrap();
-    }
     let big = dir.join("big.zt");
-    std::fs::write(&big, w.finish().unwrap()).unwrap();
+    super::layered_model(&big, 0..120);
     big
 }
 

@@ -260,3 +260,31 @@ pub fn sample_root() -> tempfile::TempDir {
     .unwrap();
     dir
 }
+
+/// Writes `dir/c.toml`: `root` (overridden by `--root`) and `body`; returns
+/// its path, for `--config`.
+pub fn config_file(dir: &Path, body: &str) -> String {
+    let cfg = dir.join("c.toml");
+    std::fs::write(&cfg, format!("root = \"/unused\"\n{body}")).unwrap();
+    cfg.display().to_string()
+}
+
+/// Writes `path`: one 1 MiB component `model.layers.{l}.w` per layer, in
+/// the order given, each with its own bytes.
+pub fn layered_model(path: &Path, layers: impl IntoIterator<Item = u32>) {
+    let mut w = zt_format::Writer::new(Vec::new(), "layers").unwrap();
+    for l in layers {
+        let data: Vec<u8> = (0..1u32 << 20)
+            .map(|i| (i ^ l).wrapping_mul(2654435761).to_be_bytes()[0])
+            .collect();
+        w.add_dense(
+            &format!("model.layers.{l}.w"),
+            &[data.len() as u64],
+            zt_format::DType::U8,
+            &data,
+            Default::default(),
+        )
+        .unwrap();
+    }
+    std::fs::write(path, w.finish().unwrap()).unwrap();
+}

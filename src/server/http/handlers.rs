@@ -403,7 +403,6 @@ fn decoded(
     etag: String,
     mut extra: Vec<(HeaderName, HeaderValue)>,
 ) -> Result<Response, AppError> {
-    use std::os::unix::fs::FileExt;
     let cap = state.config.limits.decompress_cap;
     let expected = c.uncompressed_length.unwrap_or(u64::MAX);
     if expected > cap {
@@ -413,20 +412,11 @@ fn decoded(
             format!("{}: object {object:?} component {role:?} decodes to {expected} bytes, over the cap of {cap} (decompress-over-cap)", served.path),
         ));
     }
-    let mut stored = vec![0u8; usize::try_from(c.length).map_err(AppError::internal)?];
-    served
-        .file
-        .read_exact_at(&mut stored, c.offset)
+    // The caller has already checked the stored bytes against their digest
+    // (`verify`, once per component), as for every component response.
+    let len = usize::try_from(c.length).map_err(AppError::internal)?;
+    let stored = crate::server::pread::read_exact_at(&served.file, len, c.offset)
         .map_err(AppError::internal)?;
-    if let Some(d) = &c.digest {
-        d.check(&stored).map_err(|r| {
-            AppError::new(
-                StatusCode::CONFLICT,
-                "corrupt",
-                format!("{}: object {object:?} component {role:?}: {r}", served.path),
-            )
-        })?;
-    }
     let out = zstd::bulk::decompress(&stored, expected as usize).map_err(|e| {
         AppError::new(
             StatusCode::CONFLICT,

@@ -46,6 +46,7 @@ step "fuzz corpus replay"
 cargo test --locked --test fuzz_replay
 
 step "interop tests (ztensor 1.2.3, safetensors, numpy, a real model)"
-cargo build --locked --bin zt
-ZT_BIN="$PWD/target/debug/zt" ZT_MODEL_CACHE="$PWD/target/model-cache" \
+cargo build --locked --bin zt --bin ztserve
+ZT_BIN="$PWD/target/debug/zt" ZT_DAEMON_BIN="$PWD/target/debug/ztserve" \
+    ZT_MODEL_CACHE="$PWD/target/model-cache" \
     .venv/bin/python -m pytest -q tests/interop

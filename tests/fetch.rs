@@ -133,12 +133,29 @@ fn assert_interrupted(r: &Output, out: &Path) {
     assert!(out.with_file_name("big.zt.part.journal").exists());
 }
 
+/// Components of 1 MiB or more start on a page boundary in a fetched file
+/// (direct I/O), the rest on the format's 64 bytes.
+fn assert_page_aligned(out: &Path) {
+    let f = ZtFile::open(out).unwrap();
+    let mut large = 0;
+    for obj in f.manifest().objects.values() {
+        for c in obj.components.values() {
+            let page = c.length >= zt_format::PAGE_ALIGNED_FROM as u64;
+            let align = if page { 4096 } else { 64 };
+            assert_eq!(c.offset % align, 0, "{c:?}");
+            large += usize::from(page);
+        }
+    }
+    assert!(large > 0, "the model has large components");
+}
+
 fn assert_resumed(r: &Output, big: &Path, out: &Path) {
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(r.status.success(), "{err}");
     assert!(err.contains("resumed from the journal"), "{err}");
     assert!(zt(&["verify", out.to_str().unwrap()]).status.success());
     same_objects(big, out, None);
+    assert_page_aligned(out);
     assert!(!out.with_file_name("big.zt.part.journal").exists());
     assert!(!out.with_file_name("big.zt.part").exists());
 }

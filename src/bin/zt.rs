@@ -121,6 +121,10 @@ enum Command {
         remote: tool::fetch::RemoteArgs,
         #[command(flatten)]
         accept: tool::fetch::AcceptArgs,
+        /// Write everything through the page cache (by default components of
+        /// 1 MiB or more go to disk with direct I/O where the filesystem allows it)
+        #[arg(long)]
+        no_direct_io: bool,
     },
     /// Export dense objects to a .safetensors file.
     #[command(after_help = exit::HELP)]
@@ -223,9 +227,17 @@ fn run(cli: Cli) -> Result<()> {
             select,
             remote,
             accept,
+            no_direct_io,
         } => {
             let out_path = output.unwrap_or_else(|| tool::fetch::default_output(&url));
-            runtime()?.block_on(tool::fetch::run(&url, &out_path, &select, &remote, accept))
+            runtime()?.block_on(tool::fetch::run(
+                &url,
+                &out_path,
+                &select,
+                &remote,
+                accept,
+                !no_direct_io,
+            ))
         }
         Command::Export { file, output, read } => {
             let f = ZtFile::open_with(&file, read.options())?;

@@ -35,6 +35,7 @@
 
 pub mod http;
 pub mod output;
+mod part;
 mod pool;
 pub mod quic;
 pub mod remote;

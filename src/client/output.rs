@@ -1,9 +1,11 @@
 //! Writing a fetched selection as a valid v1.2 file.
 //!
 //! The output is laid out before the first byte arrives (components in
-//! send order, 64-byte aligned), written to `OUT.part` as components
-//! complete (each verified on arrival), and renamed to `OUT` only once the
-//! finished file validates. Progress is kept in `OUT.part.journal`:
+//! send order, 64-byte aligned; those of 1 MiB or more on 4096-byte
+//! boundaries, so they can be written, and later read, with direct I/O),
+//! written to `OUT.part` as components complete (each verified on
+//! arrival; see [`super::part`]), and renamed to `OUT` only once the
+//! finished file is durable and validates. Progress is kept in `OUT.part.journal`:
 //! a header line naming the remote ETag and selection, then one line per
 //! component written. An interrupted fetch resumes from the journal
 //! (components already written are re-verified, not re-fetched); if the
@@ -19,6 +21,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context, Result};
 use zt_format::{Component, Manifest, ReadOptions, ZtFile};
 
+use super::part::{PartWriter, DIRECT_FROM};
 use super::remote::Client;
 use super::verify::{Refusal, Refused, Transport, Verification};
 
@@ -73,7 +76,12 @@ fn layout(m: &Manifest) -> (Manifest, u64) {
             .get_mut(&o)
             .and_then(|obj| obj.components.get_mut(&r))
         {
-            pos = pos.next_multiple_of(zt_format::ALIGNMENT);
+            let align = if c.length >= DIRECT_FROM {
+                zt_format::PAGE_ALIGNMENT as u64
+            } else {
+                zt_format::ALIGNMENT
+            };
+            pos = pos.next_multiple_of(align);
             c.offset = pos;
             pos += c.length;
         }
@@ -83,8 +91,13 @@ fn layout(m: &Manifest) -> (Manifest, u64) {
     (out, pos)
 }
 
+/// Which [`layout`] a journal's part file follows: a part file laid out
+/// by another one is started over, so no stale bytes are left in what is
+/// now padding.
+const LAYOUT: u32 = 2;
+
 fn header_line(etag: &str, select: &[String]) -> String {
-    serde_json::json!({ "etag": etag, "select": select }).to_string()
+    serde_json::json!({ "etag": etag, "select": select, "layout": LAYOUT }).to_string()
 }
 
 /// Reads the journal: the components done, if it belongs to this fetch.
@@ -107,65 +120,6 @@ fn read_journal(path: &Path, header: &str) -> Option<HashSet<(String, String)>> 
 
 fn component<'m>(m: &'m Manifest, o: &str, r: &str) -> Option<&'m Component> {
     m.objects.get(o).and_then(|obj| obj.components.get(r))
-}
-
-/// Bytes written between two background flushes of the part file.
-const WRITEBACK_EVERY: u64 = 256 << 20;
-
-/// Writes components into the part file on blocking threads, so a large
-/// write never stalls the transport on the async runtime, and flushes the
-/// file in the background as it grows, so the final sync before the rename
-/// has little left to do.
-struct PartWriter {
-    file: File,
-    label: String,
-    unflushed: u64,
-    flushing: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
-}
-
-impl PartWriter {
-    fn new(file: &File, path: &Path) -> Result<Self> {
-        Ok(PartWriter {
-            file: file.try_clone()?,
-            label: path.display().to_string(),
-            unflushed: 0,
-            flushing: None,
-        })
-    }
-
-    /// Writes `data` at `offset`; returns the buffer once its bytes are in
-    /// the file.
-    async fn write(
-        &mut self,
-        data: zt_format::AlignedBuf,
-        offset: u64,
-    ) -> Result<zt_format::AlignedBuf> {
-        let f = self.file.try_clone()?;
-        let n = data.len() as u64;
-        let data = tokio::task::spawn_blocking(move || {
-            f.write_all_at(data.as_slice(), offset).map(|()| data)
-        })
-        .await?
-        .with_context(|| format!("writing {}", self.label))?;
-        self.unflushed += n;
-        let idle = self.flushing.as_ref().is_none_or(|h| h.is_finished());
-        if self.unflushed >= WRITEBACK_EVERY && idle {
-            self.settle().await?;
-            let f = self.file.try_clone()?;
-            self.flushing = Some(tokio::task::spawn_blocking(move || f.sync_data()));
-            self.unflushed = 0;
-        }
-        Ok(data)
-    }
-
-    /// Waits for the background flush, reporting its failure.
-    async fn settle(&mut self) -> Result<()> {
-        if let Some(h) = self.flushing.take() {
-            h.await?
-                .with_context(|| format!("flushing {}", self.label))?;
-        }
-        Ok(())
-    }
 }
 
 /// Fetches `select` from `client` into `out`.
@@ -204,13 +158,8 @@ pub async fn fetch_to_file(
         let _ = std::fs::remove_file(&part);
     }
     let resumed = done.len();
-    let file = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .read(true)
-        .truncate(false)
-        .open(&part)
-        .with_context(|| format!("creating {}", part.display()))?;
+    let mut writer = PartWriter::open(&part, client.options.direct_io)?;
+    tracing::debug!(part = %part.display(), direct_io = writer.is_direct(), "writing");
     let mut jf = OpenOptions::new()
         .create(true)
         .append(true)
@@ -240,7 +189,6 @@ pub async fn fetch_to_file(
         .sum();
     let mut received = 0u64;
     let result: Result<()> = async {
-        let mut writer = PartWriter::new(&file, &part)?;
         if !missing.is_empty() {
             let mut fetch = client.fetch(&missing, Some(&etag)).await?;
             while let Some(item) = fetch.next().await {
@@ -300,11 +248,7 @@ pub async fn fetch_to_file(
         let mut tail = cbor.clone();
         tail.extend_from_slice(&(cbor.len() as u64).to_le_bytes());
         tail.extend_from_slice(zt_format::MAGIC);
-        writer.settle().await?;
-        file.write_all_at(zt_format::MAGIC, 0)?;
-        file.set_len(blob_end + tail.len() as u64)?;
-        file.write_all_at(&tail, blob_end)?;
-        file.sync_all()?;
+        writer.finish(&tail, blob_end).await?;
         // Every component's digest was checked on arrival (or on resume);
         // re-reading the file checks the structure we wrote, not the bytes again.
         let skip = ReadOptions {

@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 
-use zt_format::{AlignedBuf, Rule};
+use zt_format::{AlignedBuf, Rule, PAGE_ALIGNED_FROM, PAGE_ALIGNMENT};
 
 /// Most buffers kept, and most bytes kept in them.
 const MAX_BUFFERS: usize = 16;
@@ -26,7 +26,10 @@ impl BufPool {
             let i = free
                 .iter()
                 .enumerate()
-                .filter(|(_, b)| b.capacity() >= n)
+                // A large component wants a page-aligned buffer (direct I/O).
+                .filter(|(_, b)| {
+                    b.capacity() >= n && (n < PAGE_ALIGNED_FROM || b.alignment() == PAGE_ALIGNMENT)
+                })
                 .min_by_key(|(_, b)| b.capacity())
                 .map(|(i, _)| i)?;
             let mut b = free.swap_remove(i);

@@ -33,6 +33,10 @@ pub struct Options {
     pub require_digest: bool,
     /// Override the transport the URL's scheme picks.
     pub via: Option<Via>,
+    /// Let `fetch_to_file` write large components with direct I/O where
+    /// the filesystem allows it (bypassing the page cache); `false` writes
+    /// everything through the page cache.
+    pub direct_io: bool,
 }
 
 impl Default for Options {
@@ -44,6 +48,7 @@ impl Default for Options {
             allow_unverified: false,
             require_digest: false,
             via: None,
+            direct_io: true,
         }
     }
 }

@@ -63,6 +63,7 @@ impl RemoteArgs {
                 .via
                 .as_deref()
                 .map(|v| if v == "quic" { Via::Quic } else { Via::Http }),
+            direct_io: true,
         })
     }
 }
@@ -84,8 +85,13 @@ pub async fn run(
     select: &[String],
     args: &RemoteArgs,
     accept: AcceptArgs,
+    direct_io: bool,
 ) -> Result<()> {
-    let client = Client::connect(url, args.options(accept)?).await?;
+    let options = Options {
+        direct_io,
+        ..args.options(accept)?
+    };
+    let client = Client::connect(url, options).await?;
     let bar = if std::io::stderr().is_terminal() {
         let b = ProgressBar::new(0);
         if let Ok(s) = ProgressStyle::with_template(

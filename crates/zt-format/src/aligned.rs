@@ -1,6 +1,8 @@
 //! A heap buffer whose start is 64-byte aligned, built without `unsafe`:
 //! a zeroed byte vector 63 bytes longer than asked for, viewed from its
-//! first 64-byte boundary.
+//! first 64-byte boundary. Buffers of [`PAGE_ALIGNED_FROM`] bytes or more
+//! start on a page boundary instead (4095 bytes of slack), so that they
+//! can go to direct I/O as they are.
 //!
 //! The vector is allocated zeroed with byte alignment, which the allocator
 //! serves with `calloc`: a large buffer gets fresh pages that the kernel
@@ -15,20 +17,34 @@ use crate::error::Rule;
 /// The alignment of every component blob, and of every buffer we hand out.
 pub const ALIGNMENT: u64 = 64;
 
-/// Slack allocated so that a 64-byte boundary falls within the vector.
-const SLACK: usize = ALIGNMENT as usize - 1;
+/// The page size direct I/O aligns to.
+pub const PAGE_ALIGNMENT: usize = 4096;
 
-/// An owned byte buffer that starts on a 64-byte boundary.
+/// Buffers at least this long start on a page boundary.
+pub const PAGE_ALIGNED_FROM: usize = 1 << 20;
+
+/// An owned byte buffer that starts on a 64-byte boundary (a page
+/// boundary from [`PAGE_ALIGNED_FROM`] bytes on).
 pub struct AlignedBuf {
     bytes: Vec<u8>,
     /// Where the aligned view starts in `bytes`.
     start: usize,
     len: usize,
+    /// The boundary `start` lies on.
+    align: usize,
 }
 
-/// Where the first 64-byte boundary lies in `bytes`.
-fn boundary(bytes: &[u8]) -> usize {
-    let align = ALIGNMENT as usize;
+/// The alignment a new buffer of `len` bytes gets.
+fn alignment_for(len: usize) -> usize {
+    if len >= PAGE_ALIGNED_FROM {
+        PAGE_ALIGNMENT
+    } else {
+        ALIGNMENT as usize
+    }
+}
+
+/// Where the first `align`-byte boundary lies in `bytes`.
+fn boundary(bytes: &[u8], align: usize) -> usize {
     let misaligned = (bytes.as_ptr() as usize).checked_rem(align).unwrap_or(0);
     align
         .saturating_sub(misaligned)
@@ -45,11 +61,19 @@ impl AlignedBuf {
             cap: usize::MAX as u64,
         };
         let len = usize::try_from(len).map_err(|_| too_big())?;
+        let align = alignment_for(len);
         // Even an empty buffer gets its slack, so its (empty) view is aligned.
-        let total = len.checked_add(SLACK).ok_or_else(too_big)?;
+        let total = len
+            .checked_add(align.saturating_sub(1))
+            .ok_or_else(too_big)?;
         let bytes = bytemuck::allocation::try_zeroed_vec::<u8>(total).map_err(|()| too_big())?;
-        let start = boundary(&bytes);
-        Ok(AlignedBuf { bytes, start, len })
+        let start = boundary(&bytes, align);
+        Ok(AlignedBuf {
+            bytes,
+            start,
+            len,
+            align,
+        })
     }
 
     /// Copies `data` into a new aligned buffer.
@@ -78,6 +102,12 @@ impl AlignedBuf {
         self.bytes
             .get_mut(start..start.saturating_add(len))
             .unwrap_or_default()
+    }
+
+    /// The boundary this buffer starts on: 64, or [`PAGE_ALIGNMENT`] for a buffer
+    /// made with at least [`PAGE_ALIGNED_FROM`] bytes.
+    pub fn alignment(&self) -> usize {
+        self.align
     }
 
     /// The most bytes this buffer can hold without a new allocation.
@@ -114,6 +144,7 @@ impl Default for AlignedBuf {
             bytes: Vec::new(),
             start: 0,
             len: 0,
+            align: ALIGNMENT as usize,
         })
     }
 }
@@ -126,7 +157,7 @@ impl Clone for AlignedBuf {
         let start = if bytes.is_empty() {
             0
         } else {
-            boundary(&bytes)
+            boundary(&bytes, self.align)
         };
         if start != self.start {
             bytes.copy_within(self.start..self.start.saturating_add(self.len), start);
@@ -135,6 +166,7 @@ impl Clone for AlignedBuf {
             bytes,
             start,
             len: self.len,
+            align: self.align,
         }
     }
 }
@@ -169,15 +201,26 @@ mod tests {
     }
 
     #[test]
+    fn large_buffers_start_on_a_page() {
+        for len in [PAGE_ALIGNED_FROM as u64, 32 << 20] {
+            let b = AlignedBuf::zeroed(len).unwrap();
+            assert_eq!(b.alignment(), PAGE_ALIGNMENT);
+            assert_eq!(b.as_slice().as_ptr() as usize % PAGE_ALIGNMENT, 0);
+            assert_eq!(b.clone().as_slice().as_ptr() as usize % PAGE_ALIGNMENT, 0);
+        }
+        assert_eq!(AlignedBuf::zeroed(1000).unwrap().alignment(), 64);
+    }
+
+    #[test]
     fn clones_stay_aligned_and_equal() {
-        for len in [0usize, 1, 100, 4096, 1 << 20] {
+        for len in [0usize, 1, 100, 4096, 1 << 20, 3 << 20] {
             let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
             let b = AlignedBuf::copy_from(&data).unwrap();
             // Clones land at different addresses; each must be re-aligned.
             let clones: Vec<AlignedBuf> = (0..8).map(|_| b.clone()).collect();
             for c in &clones {
                 assert_eq!(c.as_slice(), &data[..]);
-                assert_eq!(c.as_slice().as_ptr() as usize % 64, 0);
+                assert_eq!(c.as_slice().as_ptr() as usize % b.alignment(), 0);
             }
         }
     }

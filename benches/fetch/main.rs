@@ -170,61 +170,71 @@ impl Bench {
         format!("http://127.0.0.1:{}/{f}", self.np)
     }
 
-    /// Section 1: `zt fetch` to disk against curl from nginx.
+    /// Section 1: `zt fetch` to disk against curl from nginx. Every round
+    /// runs every variant once, in turn, so a slow spell of the machine
+    /// falls on all of them alike.
     fn whole_files(&self) -> Result<()> {
-        let (n, size, out) = (self.n, self.size, &self.out);
+        let (size, out) = (self.size, &self.out);
         println!(
             "# 1. whole file to disk; ratio = speed against curl fetching the raw file from nginx"
         );
         let peer = self.nhttp("layers-crc32c.zt");
-        let curl = rounds(n, || {
-            peers::remove_output(out);
-            peers::timed(&mut peers::curl(&peer, out))
-        })?;
-        row("curl <- nginx (raw file)", curl, size, curl, "curl+nginx");
         let own = self.zhttp("layers-crc32c.zt");
-        let t = rounds(n, || {
-            peers::remove_output(out);
-            peers::timed(&mut peers::curl(&own, out))
-        })?;
-        row("curl <- ztserve (raw file)", t, size, curl, "curl+nginx");
-        // zt fetch syncs the file before renaming it into place; curl does not.
-        let synced = rounds(n, || {
-            peers::remove_output(out);
-            let t = peers::timed(&mut peers::curl(&peer, out))?;
-            Ok(t + peers::timed(std::process::Command::new("sync").arg("-d").arg(out))?)
-        })?;
-        row(
-            "curl <- nginx, then sync -d (durable like zt)",
-            synced,
-            size,
-            curl,
-            "curl+nginx",
-        );
+        type Run<'a> = Box<dyn Fn() -> Result<f64> + 'a>;
+        let curl_from = |url: String| -> Run<'_> {
+            Box::new(move || {
+                peers::remove_output(out);
+                peers::timed(&mut peers::curl(&url, out))
+            })
+        };
+        let fetch = |url: String, extra: &'static [&'static str]| -> Run<'_> {
+            Box::new(move || peers::timed(peers::zt_fetch(&url, out).args(extra)))
+        };
+        let mut variants: Vec<(String, Run<'_>)> = vec![
+            ("curl <- nginx (raw file)".into(), curl_from(peer.clone())),
+            ("curl <- ztserve (raw file)".into(), curl_from(own.clone())),
+            (
+                // zt fetch syncs the file before renaming it into place; curl does not.
+                "curl <- nginx, then sync -d (durable like zt)".into(),
+                Box::new(|| {
+                    peers::remove_output(out);
+                    let t = peers::timed(&mut peers::curl(&peer, out))?;
+                    let sync = peers::timed(std::process::Command::new("sync").arg("-d").arg(out))?;
+                    Ok(t + sync)
+                }),
+            ),
+        ];
         for (file, what) in [
             ("layers-crc32c.zt", "crc32c checked"),
             ("layers-sha256.zt", "sha256 checked"),
             ("layers-none.zt", "no digests, nothing to check"),
         ] {
             for (via, url) in [("http", self.zhttp(file)), ("quic", self.zquic(file))] {
-                let t = rounds(n, || peers::timed(&mut peers::zt_fetch(&url, out)))?;
-                row(
-                    &format!("zt fetch {via} <- ztserve, {what}"),
-                    t,
-                    size,
-                    curl,
-                    "curl+nginx",
-                );
+                variants.push((
+                    format!("zt fetch {via} <- ztserve, {what}"),
+                    fetch(url, &[]),
+                ));
             }
         }
-        let t = rounds(n, || peers::timed(&mut peers::zt_fetch(&peer, out)))?;
-        row(
-            "zt fetch http <- nginx (plain Range), crc32c",
-            t,
-            size,
-            curl,
-            "curl+nginx",
-        );
+        variants.push((
+            "zt fetch http <- ztserve, crc32c, --no-direct-io".into(),
+            fetch(own.clone(), &["--no-direct-io"]),
+        ));
+        variants.push((
+            "zt fetch http <- nginx (plain Range), crc32c".into(),
+            fetch(peer.clone(), &[]),
+        ));
+        let mut times = vec![Vec::with_capacity(self.n); variants.len()];
+        for _ in 0..self.n {
+            for ((_, run), t) in variants.iter().zip(times.iter_mut()) {
+                t.push(run()?);
+            }
+        }
+        let medians: Vec<f64> = times.into_iter().map(median).collect();
+        let curl = medians.first().copied().unwrap_or(f64::NAN);
+        for ((what, _), t) in variants.iter().zip(medians) {
+            row(what, t, size, curl, "curl+nginx");
+        }
         peers::remove_output(out);
         Ok(())
     }

@@ -168,14 +168,16 @@ pub struct Hasher {
 #[derive(Debug, Clone)]
 enum HasherState {
     Sha256(Box<Sha256>),
-    Crc32c(u32),
+    Crc32c(Box<crc_fast::Digest>),
 }
 
 impl Hasher {
     pub fn new(algorithm: DigestAlgorithm) -> Self {
         let state = match algorithm {
             DigestAlgorithm::Sha256 => HasherState::Sha256(Box::new(Sha256::new())),
-            DigestAlgorithm::Crc32c => HasherState::Crc32c(0),
+            DigestAlgorithm::Crc32c => HasherState::Crc32c(Box::new(crc_fast::Digest::new(
+                crc_fast::CrcAlgorithm::Crc32Iscsi,
+            ))),
         };
         Hasher { state }
     }
@@ -183,14 +185,15 @@ impl Hasher {
     pub fn update(&mut self, data: &[u8]) {
         match &mut self.state {
             HasherState::Sha256(h) => h.update(data),
-            HasherState::Crc32c(c) => *c = crc32c::crc32c_append(*c, data),
+            HasherState::Crc32c(c) => c.update(data),
         }
     }
 
     pub fn finish(self) -> Digest {
         let value = match self.state {
             HasherState::Sha256(h) => DigestValue::Sha256(h.finalize().into()),
-            HasherState::Crc32c(c) => DigestValue::Crc32c(c),
+            // CRC-32C fits in 32 bits; crc-fast hands every width back as u64.
+            HasherState::Crc32c(c) => DigestValue::Crc32c(c.finalize() as u32),
         };
         Digest::from_value(value)
     }
@@ -210,6 +213,21 @@ mod tests {
             "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
         assert_eq!(Digest::parse(s.as_str()).unwrap(), s);
+    }
+
+    /// Pieces of any size hash like the whole (the transports feed
+    /// whatever the network hands them).
+    #[test]
+    fn pieces_hash_like_the_whole() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 253) as u8).collect();
+        for alg in [DigestAlgorithm::Crc32c, DigestAlgorithm::Sha256] {
+            let whole = alg.digest(&data);
+            for piece in [1, 63, 1200, 4096, 65_537] {
+                let mut h = Hasher::new(alg);
+                data.chunks(piece).for_each(|c| h.update(c));
+                assert_eq!(h.finish(), whole, "{alg:?} in pieces of {piece}");
+            }
+        }
     }
 
     #[test]

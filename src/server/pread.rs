@@ -1,19 +1,95 @@
-//! Positioned reads of served bytes into fresh buffers, without zeroing
-//! them first: the kernel writes straight into the vector's spare
-//! capacity (rustix's `pread` into `spare_capacity`), which grows the
-//! vector by what was read. A buffer the size of a read chunk would
-//! otherwise be `memset` before every read.
+//! Positioned reads of served bytes, without zeroing the buffer first:
+//! the kernel writes straight into the vector's spare capacity (rustix's
+//! `pread` into `spare_capacity`), which grows the vector by what was
+//! read. A buffer the size of a read chunk would otherwise be `memset`
+//! before every read.
+//!
+//! Chunks on their way to a client ([`read_shared`]) come from a small
+//! pool and go back to it when the transport drops them (once sent over
+//! HTTP, once acknowledged over QUIC): the allocator would otherwise hand
+//! freed chunks back to the kernel and fault in (and zero) fresh pages
+//! for the next.
 
 use std::fs::File;
 use std::io;
+use std::sync::Mutex;
+
+use bytes::Bytes;
 
 /// Reads exactly `len` bytes of `file` at `pos`; `UnexpectedEof` if the
 /// file ends first (it was truncated under the daemon).
 pub fn read_exact_at(file: &File, len: usize, pos: u64) -> io::Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(len);
+    fill(file, &mut buf, len, pos)?;
+    Ok(buf)
+}
+
+/// [`read_exact_at`] into a pooled buffer, shared as [`Bytes`].
+pub fn read_shared(file: &File, len: usize, pos: u64) -> io::Result<Bytes> {
+    let mut buf = take(len);
+    match fill(file, &mut buf, len, pos) {
+        Ok(()) => Ok(Bytes::from_owner(Pooled(buf))),
+        Err(e) => {
+            give(buf);
+            Err(e)
+        }
+    }
+}
+
+/// Free read buffers, emptied.
+static FREE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// Most buffers kept (at the 4 MiB read chunk, 64 MiB).
+const KEEP: usize = 16;
+
+/// Smaller buffers are not worth keeping.
+const KEEP_FROM: usize = 64 << 10;
+
+/// An empty buffer with room for exactly `len` bytes (a larger one would
+/// have `pread` read past `len`, work thrown away).
+fn take(len: usize) -> Vec<u8> {
+    let reused = FREE.lock().ok().and_then(|mut free| {
+        let i = free.iter().position(|b| b.capacity() == len)?;
+        Some(free.swap_remove(i))
+    });
+    reused.unwrap_or_else(|| Vec::with_capacity(len))
+}
+
+fn give(mut buf: Vec<u8>) {
+    if buf.capacity() < KEEP_FROM {
+        return;
+    }
+    buf.clear();
+    if let Ok(mut free) = FREE.lock() {
+        // The oldest goes first, so sizes no longer asked for age out.
+        if free.len() >= KEEP {
+            free.remove(0);
+        }
+        free.push(buf);
+    }
+}
+
+/// A pooled buffer owned by [`Bytes`]; dropping it returns the buffer.
+struct Pooled(Vec<u8>);
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        give(std::mem::take(&mut self.0));
+    }
+}
+
+/// Reads exactly `len` bytes at `pos` into the empty `buf`.
+fn fill(file: &File, buf: &mut Vec<u8>, len: usize, pos: u64) -> io::Result<()> {
+    buf.reserve(len);
     while buf.len() < len {
         let at = pos.saturating_add(buf.len() as u64);
-        let n = rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at)?;
+        let n = rustix::io::pread(file, rustix::buffer::spare_capacity(&mut *buf), at)?;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -21,10 +97,10 @@ pub fn read_exact_at(file: &File, len: usize, pos: u64) -> io::Result<Vec<u8>> {
             ));
         }
     }
-    // The allocator may have given more capacity than asked; what was read
+    // A fresh buffer may have more capacity than asked; what was read
     // past `len` belongs to the next chunk.
     buf.truncate(len);
-    Ok(buf)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -41,5 +117,25 @@ mod tests {
         assert_eq!(read_exact_at(&f, 0, 0).unwrap(), Vec::<u8>::new());
         let e = read_exact_at(&f, 1000, 99_500).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn shared_reads_reuse_their_buffers() {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 241) as u8).collect();
+        f.write_all(&data).unwrap();
+        let first = read_shared(&f, 300_000, 7).unwrap();
+        assert_eq!(&first[..], &data[7..300_007]);
+        let at = first.as_ptr();
+        drop(first);
+        // A smaller read gets its own buffer: the kept one would read more.
+        let small = read_shared(&f, 200_000, 0).unwrap();
+        assert_ne!(small.as_ptr(), at);
+        // No other unit test reads through the pool, so the buffer just
+        // handed back is the one that fits.
+        let second = read_shared(&f, 300_000, 400_000).unwrap();
+        assert_eq!(&second[..], &data[400_000..700_000]);
+        assert_eq!(second.as_ptr(), at, "the dropped chunk's buffer was reused");
+        assert!(read_shared(&f, 1000, 999_500).is_err());
     }
 }

@@ -42,13 +42,13 @@ fn file_stream(
             }
             let n = CHUNK.min(end - pos);
             let read = tokio::task::spawn_blocking(move || {
-                crate::server::pread::read_exact_at(&served.file, n as usize, pos)
+                crate::server::pread::read_shared(&served.file, n as usize, pos)
             })
             .await;
             let item = match read {
                 Ok(Ok(buf)) => {
                     state.metrics.add_bytes(n);
-                    Ok(Bytes::from(buf))
+                    Ok(buf)
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(file = %path, error = %e, offset = pos, "read failed mid-response (file truncated?)");

@@ -229,7 +229,7 @@ async fn send_one(
         let n = CHUNK.min(end - pos);
         let s = Arc::clone(served);
         let read = tokio::task::spawn_blocking(move || {
-            crate::server::pread::read_exact_at(&s.file, usize::try_from(n).unwrap_or(0), pos)
+            crate::server::pread::read_shared(&s.file, usize::try_from(n).unwrap_or(0), pos)
         })
         .await;
         let buf = match read {
@@ -251,7 +251,7 @@ async fn send_one(
         // The write stays pinned across cancellation checks: dropping a
         // half-done write and starting it again would send bytes twice.
         let outcome = {
-            let write = stream.write_chunk(bytes::Bytes::from(buf));
+            let write = stream.write_chunk(buf);
             tokio::pin!(write);
             let deadline = tokio::time::sleep(stall);
             tokio::pin!(deadline);

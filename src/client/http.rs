@@ -14,10 +14,15 @@ use reqwest::StatusCode;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use zt_format::{AlignedBuf, Limits, Manifest};
 
+use super::budget::{Budget, Held};
 use super::pool::BufPool;
 use super::trust::{client_config, Trust};
 use super::verify::{Check, Delivered, Refusal, Refused, Transport};
 use super::Fetch;
+
+/// A component part's turn: a connection slot, and for a component's first
+/// part the budget its buffer holds (bounded fetches only).
+type Turn = (OwnedSemaphorePermit, Option<Held>);
 
 /// Components larger than this are fetched as several ranges in parallel.
 const SPLIT: usize = 4 << 20;
@@ -238,7 +243,14 @@ impl HttpSource {
     /// Starts fetching every object of `remote.manifest` (already filtered
     /// to the selection), explicit `order` first, at most `connections`
     /// requests at a time; components are delivered as they complete.
-    pub fn fetch(&self, remote: Remote, order: &[String]) -> Result<Fetch> {
+    /// With `max_buffered`, no request goes out for a component whose bytes
+    /// would not fit beside those delivered but not yet taken.
+    pub fn fetch(
+        &self,
+        remote: Remote,
+        order: &[String],
+        max_buffered: Option<u64>,
+    ) -> Result<Fetch> {
         let manifest = remote.manifest;
         let items: Vec<(String, String, zt_format::Component)> =
             crate::order::send_order(&manifest, order)
@@ -255,28 +267,40 @@ impl HttpSource {
         // Every part of every component waits for a turn that one driver
         // hands out strictly in send order, so the first layer's requests
         // go out first whatever order the tasks happen to run in.
-        let mut turns = Vec::new();
-        for (seq, (object, role, c)) in items.into_iter().enumerate() {
-            let parts = usize::try_from(c.length.div_ceil(SPLIT as u64).max(1))?;
+        // A component's first turn also waits for room in the budget.
+        let mut turns: Vec<(oneshot::Sender<Turn>, Option<u64>)> = Vec::new();
+        for (seq, item) in items.into_iter().enumerate() {
+            let length = item.2.length;
+            let parts = usize::try_from(length.div_ceil(SPLIT as u64).max(1))?;
             let (give, take): (Vec<_>, Vec<_>) = (0..parts).map(|_| oneshot::channel()).unzip();
-            turns.extend(give);
+            turns.extend(
+                give.into_iter()
+                    .enumerate()
+                    .map(|(i, g)| (g, (i == 0).then_some(length))),
+            );
             let (src, tx, etag) = (self.clone(), tx.clone(), remote.etag.clone());
             tokio::spawn(async move {
+                let mut held = None;
                 let r = src
-                    .component(&object, &role, &c, seq as u64, &etag, take)
+                    .component(&item, seq as u64, &etag, take, &mut held)
                     .await;
-                let _ = tx.send(r);
+                let _ = tx.send((r, held));
             });
         }
         let slots = Arc::new(Semaphore::new(self.connections));
+        let budget = max_buffered.map(Budget::new);
         tokio::spawn(async move {
-            for turn in turns {
+            for (turn, length) in turns {
+                let held = match (&budget, length) {
+                    (Some(b), Some(len)) => b.reserve(len).await,
+                    _ => None,
+                };
                 let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
                     return;
                 };
                 // A component that already failed drops its turns, and
-                // the permit goes straight back.
-                let _ = turn.send(permit);
+                // the permit (and budget) go straight back.
+                let _ = turn.send((permit, held));
             }
         });
         Ok(Fetch::new(0, manifest, remote.etag, remote.size, n, rx))
@@ -284,12 +308,11 @@ impl HttpSource {
 
     async fn component(
         &self,
-        object: &str,
-        role: &str,
-        c: &zt_format::Component,
+        (object, role, c): &(String, String, zt_format::Component),
         seq: u64,
         etag: &str,
-        turns: Vec<oneshot::Receiver<OwnedSemaphorePermit>>,
+        turns: Vec<oneshot::Receiver<Turn>>,
+        held: &mut Option<Held>,
     ) -> Result<Delivered> {
         let label = format!("object {object:?}, component {role:?}");
         if c.length > self.component_cap {
@@ -305,7 +328,8 @@ impl HttpSource {
         let mut turns = turns.into_iter();
         // The first part's turn comes before the buffer is allocated, so
         // queued components hold no memory.
-        let first = turns.next().ok_or_else(gone)?.await.map_err(|_| gone())?;
+        let (first, budget) = turns.next().ok_or_else(gone)?.await.map_err(|_| gone())?;
+        *held = budget;
         // Every byte is overwritten by the parts below, or the component fails.
         let mut data = self
             .pool
@@ -324,7 +348,7 @@ impl HttpSource {
             parts.push(async move {
                 let _permit = match (held, turn) {
                     (Some(p), _) => p,
-                    (None, Some(t)) => t.await.map_err(|_| gone())?,
+                    (None, Some(t)) => t.await.map_err(|_| gone())?.0,
                     (None, None) => return Err(gone()),
                 };
                 self.fill(at, part, etag)

@@ -33,6 +33,7 @@
 //! # }
 //! ```
 
+mod budget;
 pub mod http;
 pub mod output;
 mod part;
@@ -54,6 +55,10 @@ pub use verify::{Delivered, Refusal, Refused, Transport, Verification};
 #[error("request done: {0} components sent")]
 pub(crate) struct DoneMarker(pub(crate) u64);
 
+/// What a transport hands a [`Fetch`]: a component (or an error), with
+/// the budget it holds until the consumer takes it (bounded fetches only).
+pub(crate) type Arrival = (Result<Delivered>, Option<budget::Held>);
+
 /// One request's results: the manifest, then components as they complete.
 #[derive(Debug)]
 pub struct Fetch {
@@ -66,7 +71,7 @@ pub struct Fetch {
     /// Components that will be delivered.
     pub streams: u64,
     received: u64,
-    rx: mpsc::UnboundedReceiver<Result<Delivered>>,
+    rx: mpsc::UnboundedReceiver<Arrival>,
     ok: u64,
     /// Components sent whole, once the server's `done` has said so.
     done_sent: Option<u64>,
@@ -79,7 +84,7 @@ impl Fetch {
         etag: String,
         size: u64,
         streams: u64,
-        rx: mpsc::UnboundedReceiver<Result<Delivered>>,
+        rx: mpsc::UnboundedReceiver<Arrival>,
     ) -> Self {
         Fetch {
             id,
@@ -95,7 +100,8 @@ impl Fetch {
     }
 
     /// The next verified component, in completion order; `None` when all
-    /// announced components are accounted for.
+    /// announced components are accounted for. Taking a component gives
+    /// its bytes back to a bounded fetch's budget.
     pub async fn next(&mut self) -> Option<Result<Delivered>> {
         loop {
             match self.done_sent {
@@ -104,11 +110,11 @@ impl Fetch {
                 _ => {}
             }
             let item = match self.rx.recv().await {
-                Some(Err(e)) if e.downcast_ref::<DoneMarker>().is_some() => {
+                Some((Err(e), _)) if e.downcast_ref::<DoneMarker>().is_some() => {
                     self.done_sent = e.downcast_ref::<DoneMarker>().map(|d| d.0);
                     continue;
                 }
-                Some(item) => item,
+                Some((item, _held)) => item,
                 None => {
                     Err(Transport("connection lost before every component arrived".into()).into())
                 }

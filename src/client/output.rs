@@ -91,6 +91,10 @@ fn layout(m: &Manifest) -> (Manifest, u64) {
     (out, pos)
 }
 
+/// Bytes received ahead of the writer at most: a disk slower than the
+/// network holds the transfer back instead of the file piling up in memory.
+const WRITE_AHEAD: u64 = 512 << 20;
+
 /// Which [`layout`] a journal's part file follows: a part file laid out
 /// by another one is started over, so no stale bytes are left in what is
 /// now padding.
@@ -190,7 +194,9 @@ pub async fn fetch_to_file(
     let mut received = 0u64;
     let result: Result<()> = async {
         if !missing.is_empty() {
-            let mut fetch = client.fetch(&missing, Some(&etag)).await?;
+            let mut fetch = client
+                .fetch_bounded(&missing, Some(&etag), WRITE_AHEAD)
+                .await?;
             while let Some(item) = fetch.next().await {
                 let d = item?;
                 if d.verification == Verification::Unverified && client.options.require_digest {

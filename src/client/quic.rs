@@ -12,10 +12,11 @@ use tokio::sync::{mpsc, oneshot};
 use zt_format::{AlignedBuf, Limits};
 use ztp_proto::{frame, Cancel, Code, Deframer, Get, ManifestMsg, Message, ALPN};
 
+use super::budget::Budget;
 use super::pool::BufPool;
 use super::trust::{client_config, Trust};
 use super::verify::{Check, Delivered, Refusal, Refused, Transport};
-use super::Fetch;
+use super::{Arrival, Fetch};
 
 /// Client settings.
 #[derive(Debug, Clone)]
@@ -42,12 +43,15 @@ impl Default for ClientOptions {
     }
 }
 
-type Delivery = mpsc::UnboundedSender<Result<Delivered>>;
+type Delivery = mpsc::UnboundedSender<Arrival>;
 
 #[derive(Debug)]
 struct Route {
     manifest: Option<oneshot::Sender<Result<ManifestMsg>>>,
     deliver: Delivery,
+    /// A bounded request's budget: a stream waits for room before its
+    /// bytes are read (and quinn's flow control holds the server back).
+    budget: Option<Budget>,
 }
 
 type Routes = Arc<Mutex<HashMap<u64, Route>>>;
@@ -90,7 +94,7 @@ fn route_error(routes: &Routes, id: Option<u64>, code: Option<Code>, err: &str) 
                     let _ = tx.send(Err(make()));
                 }
                 None => {
-                    let _ = route.deliver.send(Err(make()));
+                    let _ = route.deliver.send((Err(make()), None));
                 }
             }
         }
@@ -199,16 +203,18 @@ impl QuicClient {
         order: &[String],
         if_match: Option<&str>,
     ) -> Result<Fetch> {
-        self.request(path, select, order, if_match, false).await
+        self.request(path, select, order, if_match, false, None)
+            .await
     }
 
-    async fn request(
+    pub(crate) async fn request(
         &self,
         path: &str,
         select: &[String],
         order: &[String],
         if_match: Option<&str>,
         manifest_only: bool,
+        max_buffered: Option<u64>,
     ) -> Result<Fetch> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (mtx, mrx) = oneshot::channel();
@@ -219,6 +225,7 @@ impl QuicClient {
                 Route {
                     manifest: Some(mtx),
                     deliver: dtx,
+                    budget: max_buffered.map(Budget::new),
                 },
             );
         }
@@ -246,7 +253,7 @@ impl QuicClient {
 
     /// The manifest of `path` alone (`manifest_only`).
     pub async fn get_manifest(&self, path: &str) -> Result<Fetch> {
-        self.request(path, &[], &[], None, true).await
+        self.request(path, &[], &[], None, true, None).await
     }
 
     /// Cancels a request, an object of it, or one component.
@@ -311,7 +318,9 @@ async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64) {
                     // streams cancelled before they opened never arrive.
                     if let Ok(r) = routes.lock() {
                         if let Some(route) = r.get(&d.id) {
-                            let _ = route.deliver.send(Err(super::DoneMarker(d.sent).into()));
+                            let _ = route
+                                .deliver
+                                .send((Err(super::DoneMarker(d.sent).into()), None));
                         }
                     }
                 }
@@ -343,9 +352,9 @@ async fn accept_streams(
                 let (routes, options, pool) =
                     (Arc::clone(&routes), Arc::clone(&options), Arc::clone(&pool));
                 tokio::spawn(async move {
-                    let (deliver, result) = receive(stream, &options, &routes, &pool).await;
+                    let (deliver, arrival) = receive(stream, &options, &routes, &pool).await;
                     if let Some(d) = deliver {
-                        let _ = d.send(result);
+                        let _ = d.send(arrival);
                     }
                 });
             }
@@ -392,30 +401,48 @@ async fn receive(
     options: &ClientOptions,
     routes: &Routes,
     pool: &BufPool,
-) -> (Option<Delivery>, Result<Delivered>) {
+) -> (Option<Delivery>, Arrival) {
     let mut d = Deframer::new(ztp_proto::MAX_CLIENT_MESSAGE);
     let mut chunk = vec![0u8; 64 * 1024];
     let header = loop {
         match d.next_header() {
             Ok(Some(h)) => break h,
             Ok(None) => {}
-            Err(e) => return (None, Err(anyhow!("malformed component header: {e}"))),
+            Err(e) => {
+                return (
+                    None,
+                    (Err(anyhow!("malformed component header: {e}")), None),
+                )
+            }
         }
         match stream.read(&mut chunk).await {
             Ok(Some(n)) => d.push(chunk.get(..n).unwrap_or_default()),
             Ok(None) => {
                 return (
                     None,
-                    Err(anyhow!("component stream ended inside its header")),
+                    (
+                        Err(anyhow!("component stream ended inside its header")),
+                        None,
+                    ),
                 )
             }
-            Err(e) => return (None, Err(anyhow!("component stream failed: {e}"))),
+            Err(e) => return (None, (Err(anyhow!("component stream failed: {e}")), None)),
         }
     };
-    let id = routes
+    let (id, budget) = routes
         .lock()
         .ok()
-        .and_then(|r| r.get(&header.id).map(|route| route.deliver.clone()));
+        .and_then(|r| {
+            r.get(&header.id)
+                .map(|route| (route.deliver.clone(), route.budget.clone()))
+        })
+        .unzip();
+    // Room in a bounded request's budget comes before the buffer (and
+    // before reading on: until then quinn's flow control holds the server).
+    let held = match budget.flatten() {
+        Some(b) => b.reserve(header.length).await,
+        None => None,
+    };
     let label = format!(
         "object {:?}, component {:?}",
         header.object, header.component
@@ -480,5 +507,5 @@ async fn receive(
         })
     }
     .await;
-    (id, result)
+    (id, (result, held))
 }

@@ -164,8 +164,36 @@ impl Client {
 
     /// Starts fetching the selected objects; components arrive verified, in completion order.
     pub async fn fetch(&self, select: &[String], if_match: Option<&str>) -> Result<Fetch> {
+        self.fetch_with(select, if_match, None).await
+    }
+
+    /// [`Client::fetch`], holding at most `max_buffered` bytes received but
+    /// not yet taken from the [`Fetch`]: a consumer slower than the network
+    /// holds the transfer back instead of collecting the file in memory.
+    /// Over QUIC other requests on this connection may wait while it is
+    /// full (the connection's flow control is shared), so take its
+    /// components promptly. `fetch_to_file` uses it.
+    pub async fn fetch_bounded(
+        &self,
+        select: &[String],
+        if_match: Option<&str>,
+        max_buffered: u64,
+    ) -> Result<Fetch> {
+        self.fetch_with(select, if_match, Some(max_buffered)).await
+    }
+
+    async fn fetch_with(
+        &self,
+        select: &[String],
+        if_match: Option<&str>,
+        max_buffered: Option<u64>,
+    ) -> Result<Fetch> {
         let f = match &self.transport {
-            Transport::Quic { client, path } => client.get(path, select, &[], if_match).await?,
+            Transport::Quic { client, path } => {
+                client
+                    .request(path, select, &[], if_match, false, max_buffered)
+                    .await?
+            }
             Transport::Http { source, cached } => {
                 // Range requests carry If-Range, so a stale cache cannot mix versions.
                 let remote = match cached.lock().ok().and_then(|mut c| c.take()) {
@@ -185,7 +213,11 @@ impl Client {
                 let manifest = Selection::new(select)
                     .and_then(|s| s.filter(&remote.manifest))
                     .map_err(|e| anyhow!("{}: {e}", self.url))?;
-                source.fetch(super::http::Remote { manifest, ..remote }, &[])?
+                source.fetch(
+                    super::http::Remote { manifest, ..remote },
+                    &[],
+                    max_buffered,
+                )?
             }
         };
         Ok(f)

@@ -4,7 +4,7 @@
 //! send order, 64-byte aligned; those of 1 MiB or more on 4096-byte
 //! boundaries, so they can be written, and later read, with direct I/O),
 //! written to `OUT.part` as components complete (each verified on
-//! arrival; see [`super::part`]), and renamed to `OUT` only once the
+//! arrival; see `part.rs`), and renamed to `OUT` only once the
 //! finished file is durable and validates. Progress is kept in `OUT.part.journal`:
 //! a header line naming the remote ETag and selection, then one line per
 //! component written. An interrupted fetch resumes from the journal

@@ -164,16 +164,19 @@ pub(crate) async fn file(
         Target::Component { object, component } => {
             let (o, r) = (object.clone(), component.clone());
             match verify(&served, move |s| s.check(&o, &r)).await {
-                Ok(()) => component_response(
-                    &state,
-                    &method,
-                    &headers,
-                    &query,
-                    cache_control,
-                    served,
-                    &object,
-                    &component,
-                ),
+                Ok(()) => {
+                    component_response(
+                        &state,
+                        &method,
+                        &headers,
+                        &query,
+                        cache_control,
+                        served,
+                        &object,
+                        &component,
+                    )
+                    .await
+                }
                 Err(e) => Err(e),
             }
         }
@@ -327,7 +330,7 @@ fn component_headers(c: &Component, shape: &[u64]) -> Vec<(HeaderName, HeaderVal
 }
 
 #[allow(clippy::too_many_arguments)]
-fn component_response(
+async fn component_response(
     state: &Arc<State>,
     method: &Method,
     headers: &HeaderMap,
@@ -364,7 +367,7 @@ fn component_response(
         .any(|(k, v)| k == "decode" && (v == "1" || v == "true"));
     let mut extra = component_headers(c, &obj.shape);
     if decode && c.encoding == Encoding::Zstd {
-        return decoded(state, &served, object, role, c, etag, extra);
+        return decoded(state, &served, object, role, c, etag, extra).await;
     }
     if c.is_transformed() {
         return Err(AppError::new(
@@ -394,7 +397,7 @@ fn component_response(
     ))
 }
 
-fn decoded(
+async fn decoded(
     state: &Arc<State>,
     served: &Arc<Served>,
     object: &str,
@@ -414,16 +417,18 @@ fn decoded(
     }
     // The caller has already checked the stored bytes against their digest
     // (`verify`, once per component), as for every component response.
+    // Reading and decoding run on a blocking thread, off the runtime.
     let len = usize::try_from(c.length).map_err(AppError::internal)?;
-    let stored = crate::server::pread::read_exact_at(&served.file, len, c.offset)
-        .map_err(AppError::internal)?;
-    let out = zstd::bulk::decompress(&stored, expected as usize).map_err(|e| {
-        AppError::new(
-            StatusCode::CONFLICT,
-            "corrupt",
-            format!("{}: object {object:?} component {role:?}: {e}", served.path),
-        )
-    })?;
+    let (s, at) = (Arc::clone(served), c.offset);
+    let label = format!("{}: object {object:?} component {role:?}", served.path);
+    let out = tokio::task::spawn_blocking(move || {
+        let stored =
+            crate::server::pread::read_exact_at(&s.file, len, at).map_err(AppError::internal)?;
+        zstd::bulk::decompress(&stored, expected as usize)
+            .map_err(|e| AppError::new(StatusCode::CONFLICT, "corrupt", format!("{label}: {e}")))
+    })
+    .await
+    .map_err(AppError::internal)??;
     state.metrics.add_bytes(out.len() as u64);
     extra.retain(|(k, _)| k != "repr-digest" && k != "x-zt-digest");
     let mut b = Response::builder()

@@ -254,7 +254,7 @@ pub async fn fetch_to_file(
         let mut tail = cbor.clone();
         tail.extend_from_slice(&(cbor.len() as u64).to_le_bytes());
         tail.extend_from_slice(zt_format::MAGIC);
-        writer.finish(&tail, blob_end).await?;
+        writer.finish(tail, blob_end).await?;
         // Every component's digest was checked on arrival (or on resume);
         // re-reading the file checks the structure we wrote, not the bytes again.
         let skip = ReadOptions {

@@ -80,6 +80,7 @@ impl PartWriter {
         .await?
         .with_context(|| format!("writing {}", self.label))?;
         if cached.refused {
+            tracing::debug!(part = %self.label, "direct I/O refused; writing through the page cache");
             self.direct = None;
         }
         self.unflushed += cached.bytes;
@@ -104,14 +105,17 @@ impl PartWriter {
 
     /// Writes the leading magic and `tail` (manifest, size, footer) at
     /// `blob_end`, sizes the file to end there, and makes it durable.
-    pub(super) async fn finish(mut self, tail: &[u8], blob_end: u64) -> Result<()> {
+    pub(super) async fn finish(mut self, tail: Vec<u8>, blob_end: u64) -> Result<()> {
         self.settle().await?;
-        let f = &self.file;
-        f.write_all_at(zt_format::MAGIC, 0)
-            .and_then(|()| f.set_len(blob_end + tail.len() as u64))
-            .and_then(|()| f.write_all_at(tail, blob_end))
-            .and_then(|()| f.sync_all())
-            .with_context(|| format!("finishing {}", self.label))
+        let f = Arc::clone(&self.file);
+        spawn_blocking(move || {
+            f.write_all_at(zt_format::MAGIC, 0)
+                .and_then(|()| f.set_len(blob_end + tail.len() as u64))
+                .and_then(|()| f.write_all_at(&tail, blob_end))
+                .and_then(|()| f.sync_all())
+        })
+        .await?
+        .with_context(|| format!("finishing {}", self.label))
     }
 }
 
@@ -191,7 +195,7 @@ mod tests {
                     w.write((*b).clone(), off).await.unwrap();
                 }
                 let end = 4096 * 600 + 64 + big.len() as u64;
-                w.finish(b"tail", end).await.unwrap();
+                w.finish(b"tail".to_vec(), end).await.unwrap();
                 let got = std::fs::read(&path).unwrap();
                 assert_eq!(&got[..8], zt_format::MAGIC);
                 for (off, b) in at {

@@ -22,7 +22,9 @@ pub(crate) struct Budget {
 
 /// A reservation, returned when dropped.
 #[derive(Debug)]
-pub(crate) struct Held(#[allow(dead_code)] OwnedSemaphorePermit);
+pub(crate) struct Held {
+    _units: OwnedSemaphorePermit,
+}
 
 impl Budget {
     /// A budget of `bytes` (at least one KiB).
@@ -46,7 +48,7 @@ impl Budget {
             .acquire_many_owned(units)
             .await
             .ok()
-            .map(Held)
+            .map(|p| Held { _units: p })
     }
 }
 

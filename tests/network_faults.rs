@@ -42,6 +42,20 @@ fn serve(ns: &Netns, root: &Path) -> (Server, [(String, Vec<String>); 2]) {
     (s, urls)
 }
 
+/// The fetch succeeded and delivered `big` byte-identical into `out`
+/// (removed afterwards); prints the rate it ran at.
+fn assert_delivered(what: &str, r: &Output, started: Instant, big: &Path, out: &Path) {
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{what}: {err}");
+    let size = std::fs::metadata(big).unwrap().len() as f64;
+    eprintln!(
+        "{what}: {:.1} MB/s",
+        size / started.elapsed().as_secs_f64() / 1e6
+    );
+    same_objects(big, out, None);
+    std::fs::remove_file(out).unwrap();
+}
+
 fn fetch_in(ns: &Netns, url: &str, extra: &[String], out: &Path) -> Output {
     let child = ns
         .command(env!("CARGO_BIN_EXE_zt"))
@@ -64,21 +78,13 @@ fn lossy_links_deliver_verified_bytes_or_fail_clearly() {
     let (_s, urls) = serve(&ns, root.path());
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("big.zt");
-    let size = std::fs::metadata(&big).unwrap().len() as f64;
 
     for loss in [1.0, 5.0] {
         ns.set_loss(loss);
         for (url, extra) in &urls {
             let start = Instant::now();
             let r = fetch_in(&ns, url, extra, &out);
-            let err = String::from_utf8_lossy(&r.stderr);
-            assert!(r.status.success(), "{loss}% loss, {url}: {err}");
-            eprintln!(
-                "{loss}% loss, {url}: {:.1} MB/s",
-                size / start.elapsed().as_secs_f64() / 1e6
-            );
-            same_objects(&big, &out, None);
-            std::fs::remove_file(&out).unwrap();
+            assert_delivered(&format!("{loss}% loss, {url}"), &r, start, &big, &out);
         }
         assert!(ns.dropped() > 0, "the loss rule dropped packets");
     }
@@ -122,7 +128,6 @@ fn a_far_link_delivers_verified_bytes() {
     let udp = Relay::udp_delayed(q.parse().unwrap(), 50_000_000, delay);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("big.zt");
-    let size = std::fs::metadata(&big).unwrap().len() as f64;
     for (url, extra) in [
         (format!("http://{}/v1/files/big.zt", tcp.addr), vec![]),
         (
@@ -136,13 +141,6 @@ fn a_far_link_delivers_verified_bytes() {
             .args(&extra)
             .output()
             .unwrap();
-        let err = String::from_utf8_lossy(&r.stderr);
-        assert!(r.status.success(), "{url}: {err}");
-        eprintln!(
-            "50 ms round trip, {url}: {:.1} MB/s",
-            size / start.elapsed().as_secs_f64() / 1e6
-        );
-        same_objects(&big, &out, None);
-        std::fs::remove_file(&out).unwrap();
+        assert_delivered(&format!("50 ms round trip, {url}"), &r, start, &big, &out);
     }
 }

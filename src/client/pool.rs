@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 
-use zt_format::{AlignedBuf, Rule, PAGE_ALIGNED_FROM, PAGE_ALIGNMENT};
+use zt_format::{AlignedBuf, Rule};
 
 /// Most buffers kept, and most bytes kept in them.
 const MAX_BUFFERS: usize = 16;
@@ -26,10 +26,8 @@ impl BufPool {
             let i = free
                 .iter()
                 .enumerate()
-                // A large component wants a page-aligned buffer (direct I/O).
-                .filter(|(_, b)| {
-                    b.capacity() >= n && (n < PAGE_ALIGNED_FROM || b.alignment() == PAGE_ALIGNMENT)
-                })
+                // A large component gets a page-aligned buffer (direct I/O).
+                .filter(|(_, b)| b.can_hold(n))
                 .min_by_key(|(_, b)| b.capacity())
                 .map(|(i, _)| i)?;
             let mut b = free.swap_remove(i);

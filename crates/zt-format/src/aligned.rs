@@ -115,11 +115,19 @@ impl AlignedBuf {
         self.bytes.len().saturating_sub(self.start)
     }
 
-    /// Makes this buffer `len` bytes long for reuse, if its capacity
-    /// allows; `false` leaves it unchanged. The bytes are whatever the
-    /// buffer held before: the caller must overwrite all of them.
+    /// Whether [`AlignedBuf::reuse`] can make this buffer `len` bytes
+    /// long: its capacity allows, and it starts on the boundary a new
+    /// buffer of `len` bytes would.
+    pub fn can_hold(&self, len: usize) -> bool {
+        len <= self.capacity() && self.align >= alignment_for(len)
+    }
+
+    /// Makes this buffer `len` bytes long for reuse, if it
+    /// [can hold](AlignedBuf::can_hold) that many; `false` leaves it
+    /// unchanged. The bytes are whatever the buffer held before: the
+    /// caller must overwrite all of them.
     pub fn reuse(&mut self, len: usize) -> bool {
-        if len > self.capacity() {
+        if !self.can_hold(len) {
             return false;
         }
         self.len = len;

@@ -60,7 +60,10 @@ struct Loaded {
     layer0_bytes: u64,
 }
 
-async fn load(url: &str, via: Via) -> Result<Loaded> {
+/// Fetches every component of `url`; `keep` holds every delivered buffer
+/// until the end (a model loaded into memory), otherwise each is handed
+/// back for later components (a loader that copies tensors to a device).
+async fn load(url: &str, via: Via, keep: bool) -> Result<Loaded> {
     let start = Instant::now();
     let options = Options {
         trust: Trust::Insecure,
@@ -77,6 +80,7 @@ async fn load(url: &str, via: Via) -> Result<Loaded> {
         .map(|(_, o)| o.components.len())
         .sum();
     let (mut first, mut at_first, mut bytes, mut layer0) = (f64::NAN, 0, 0, 0);
+    let mut kept = Vec::new();
     while let Some(d) = f.next().await {
         let d = d?;
         bytes += d.data.len() as u64;
@@ -88,9 +92,16 @@ async fn load(url: &str, via: Via) -> Result<Loaded> {
                 at_first = bytes;
             }
         }
+        if keep {
+            kept.push(d.data);
+        } else {
+            client.recycle(d.data);
+        }
     }
+    let total = start.elapsed().as_secs_f64();
+    drop(kept);
     Ok(Loaded {
-        total: start.elapsed().as_secs_f64(),
+        total,
         first_layer: first,
         bytes_at_first: at_first,
         bytes,
@@ -246,20 +257,28 @@ impl Bench {
         println!(
             "# 2. client library into memory: time to first layer (layer 0 delivered and verified)"
         );
-        // Rounds interleave the transports and the bare quinn transfer, so
-        // a slow spell of the machine falls on all three alike.
+        // Rounds interleave the transports and the bare quinn transfers,
+        // so a slow spell of the machine falls on all of them alike. Like
+        // the bare receiver, the consumer keeps nothing (buffers go back
+        // to the client); the last variant keeps every tensor.
         let state = self.data.join("state");
         let urls = [
-            (Via::Quic, self.zquic("layers-crc32c.zt")),
-            (Via::Http, self.zhttp("layers-crc32c.zt")),
+            ("Quic", Via::Quic, self.zquic("layers-crc32c.zt"), false),
+            ("Http", Via::Http, self.zhttp("layers-crc32c.zt"), false),
+            (
+                "Quic keeping every tensor",
+                Via::Quic,
+                self.zquic("layers-crc32c.zt"),
+                true,
+            ),
         ];
-        let mut loads: [Vec<Loaded>; 2] = [Vec::new(), Vec::new()];
+        let mut loads: [Vec<Loaded>; 3] = Default::default();
         // The ceiling moves the served file's own bytes (ceiling.rs says why).
         let payload = bytes::Bytes::from(std::fs::read(self.data.join("root/layers-crc32c.zt"))?);
         let (mut bare, mut hot) = (Vec::new(), Vec::new());
         for _ in 0..n {
-            for ((via, url), runs) in urls.iter().zip(loads.iter_mut()) {
-                runs.push(self.rt.block_on(load(url, *via))?);
+            for ((_, via, url, keep), runs) in urls.iter().zip(loads.iter_mut()) {
+                runs.push(self.rt.block_on(load(url, *via, *keep))?);
             }
             bare.push(self.rt.block_on(ceiling::bare_quinn(
                 &payload,
@@ -278,8 +297,8 @@ impl Bench {
             .zip(loads.first().into_iter().flatten())
             .map(|(b, q)| b / q.total)
             .collect();
-        let mut totals = [f64::NAN; 2];
-        for (i, ((via, _), runs)) in urls.iter().zip(loads).enumerate() {
+        let mut totals = [f64::NAN; 3];
+        for (i, ((label, ..), runs)) in urls.iter().zip(loads).enumerate() {
             let total = median(runs.iter().map(|r| r.total).collect());
             let first = median(runs.iter().map(|r| r.first_layer).collect());
             let share = |f: fn(&Loaded) -> u64| {
@@ -287,7 +306,7 @@ impl Bench {
             };
             let bytes = runs.first().context("no runs")?.bytes;
             println!(
-                "{via:?}: whole {total:.3} s ({:.3} GB/s), first layer {first:.3} s = {:.3} of the time; \
+                "{label}: whole {total:.3} s ({:.3} GB/s), first layer {first:.3} s = {:.3} of the time; \
                  layer 0 is {:.3} of the bytes, {:.3} delivered by then",
                 bytes as f64 / total / 1e9,
                 first / total,
@@ -298,7 +317,7 @@ impl Bench {
                 *t = total;
             }
         }
-        let [quic, http] = totals;
+        let [quic, http, quic_kept] = totals;
         println!(
             "# 3. QUIC ceiling: bare quinn, one connection, one stream, the model's {size} bytes from memory"
         );
@@ -324,6 +343,13 @@ impl Bench {
             size,
             hot,
             "cache-resident resend",
+        );
+        row(
+            "ztp/1 library fetch, keeping every tensor",
+            quic_kept,
+            size,
+            ceiling,
+            "ceiling",
         );
         row(
             "ztp/1 library fetch, crc32c checked",

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context, Result};
 use zt_format::{Component, Manifest, ReadOptions, ZtFile};
 
-use super::part::{PartWriter, DIRECT_FROM};
+use super::part::PartWriter;
 use super::remote::Client;
 use super::verify::{Refusal, Refused, Transport, Verification};
 
@@ -76,12 +76,7 @@ fn layout(m: &Manifest) -> (Manifest, u64) {
             .get_mut(&o)
             .and_then(|obj| obj.components.get_mut(&r))
         {
-            let align = if c.length >= DIRECT_FROM {
-                zt_format::PAGE_ALIGNMENT as u64
-            } else {
-                zt_format::ALIGNMENT
-            };
-            pos = pos.next_multiple_of(align);
+            pos = pos.next_multiple_of(zt_format::alignment_for(c.length));
             c.offset = pos;
             pos += c.length;
         }

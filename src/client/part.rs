@@ -18,10 +18,6 @@ use anyhow::{Context, Result};
 use tokio::task::{spawn_blocking, JoinHandle};
 use zt_format::{AlignedBuf, PAGE_ALIGNMENT};
 
-/// Components at least this long start on a page boundary in the output,
-/// and their buffers start on one too, so they can be written directly.
-pub(super) const DIRECT_FROM: u64 = zt_format::PAGE_ALIGNED_FROM as u64;
-
 /// Page-cache bytes written between two background flushes.
 const WRITEBACK_EVERY: u64 = 256 << 20;
 
@@ -187,7 +183,7 @@ mod tests {
                 let path = dir.join(format!("part-{}-{direct_io}.bin", std::process::id()));
                 let _ = std::fs::remove_file(&path);
                 let mut w = PartWriter::open(&path, direct_io).unwrap();
-                let big = pattern(DIRECT_FROM as usize + 100);
+                let big = pattern(zt_format::PAGE_ALIGNED_FROM + 100);
                 let small = pattern(1000);
                 // Page-aligned, unaligned, and small, out of order.
                 let at = [(8192u64, &big), (64, &small), (4096 * 600 + 64, &big)];

@@ -34,13 +34,20 @@ pub struct AlignedBuf {
     align: usize,
 }
 
-/// The alignment a new buffer of `len` bytes gets.
-fn alignment_for(len: usize) -> usize {
-    if len >= PAGE_ALIGNED_FROM {
-        PAGE_ALIGNMENT
+/// The boundary a new buffer of `len` bytes starts on: [`PAGE_ALIGNMENT`]
+/// from [`PAGE_ALIGNED_FROM`] bytes on, [`ALIGNMENT`] below. A file laid
+/// out for direct I/O places its blobs on the same boundaries.
+pub fn alignment_for(len: u64) -> u64 {
+    if len >= PAGE_ALIGNED_FROM as u64 {
+        PAGE_ALIGNMENT as u64
     } else {
-        ALIGNMENT as usize
+        ALIGNMENT
     }
+}
+
+/// [`alignment_for`] in memory terms.
+fn buffer_alignment(len: usize) -> usize {
+    usize::try_from(alignment_for(len as u64)).unwrap_or(PAGE_ALIGNMENT)
 }
 
 /// Where the first `align`-byte boundary lies in `bytes`.
@@ -61,7 +68,7 @@ impl AlignedBuf {
             cap: usize::MAX as u64,
         };
         let len = usize::try_from(len).map_err(|_| too_big())?;
-        let align = alignment_for(len);
+        let align = buffer_alignment(len);
         // Even an empty buffer gets its slack, so its (empty) view is aligned.
         let total = len
             .checked_add(align.saturating_sub(1))
@@ -119,7 +126,7 @@ impl AlignedBuf {
     /// long: its capacity allows, and it starts on the boundary a new
     /// buffer of `len` bytes would.
     pub fn can_hold(&self, len: usize) -> bool {
-        len <= self.capacity() && self.align >= alignment_for(len)
+        len <= self.capacity() && self.align >= buffer_alignment(len)
     }
 
     /// Makes this buffer `len` bytes long for reuse, if it

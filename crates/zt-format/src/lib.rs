@@ -58,7 +58,7 @@ mod validate;
 mod warning;
 mod writer;
 
-pub use aligned::{AlignedBuf, ALIGNMENT, PAGE_ALIGNED_FROM, PAGE_ALIGNMENT};
+pub use aligned::{alignment_for, AlignedBuf, ALIGNMENT, PAGE_ALIGNED_FROM, PAGE_ALIGNMENT};
 pub use atomic::{flush, temp_path, write_atomic};
 pub use cbor::DEFAULT_MAX_DEPTH;
 pub use codec::DEFAULT_DECOMPRESS_CAP;

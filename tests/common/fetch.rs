@@ -56,26 +56,8 @@ pub fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Output {
 /// Starts `zt fetch URL -o OUT ARGS`, waits until the journal lists a few
 /// components, runs `fault`, and returns what the fetch reported.
 pub fn fault_mid_fetch(url: &str, out: &Path, args: &[&str], fault: impl FnOnce()) -> Output {
-    fault_mid_fetch_via(
-        Command::new(env!("CARGO_BIN_EXE_zt")),
-        url,
-        out,
-        args,
-        fault,
-    )
-}
-
-/// [`fault_mid_fetch`] with `zt` run as `cmd` (for example inside a
-/// network namespace).
-pub fn fault_mid_fetch_via(
-    mut cmd: Command,
-    url: &str,
-    out: &Path,
-    args: &[&str],
-    fault: impl FnOnce(),
-) -> Output {
     let journal = out.with_file_name("big.zt.part.journal");
-    let child = cmd
+    let child = Command::new(env!("CARGO_BIN_EXE_zt"))
         .args(["fetch", url, "-o", out.to_str().unwrap()])
         .args(args)
         .stderr(Stdio::piped())

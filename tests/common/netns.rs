@@ -1,7 +1,7 @@
 //! A private network namespace whose loopback drops a share of packets
-//! (the iptables `statistic` match; this kernel has no `netem`) or is
-//! capped in rate (`tbf`), for tests and benchmarks of lossy links. Needs
-//! root, `ip`, `iptables` and `tc`.
+//! (the iptables `statistic` match; this kernel has no `netem`) or cuts
+//! connections after a number of bytes (`connbytes`), for tests and
+//! benchmarks of lossy and dying links. Needs root, `ip` and `iptables`.
 
 use std::ffi::OsStr;
 use std::process::{Command, Stdio};
@@ -48,44 +48,46 @@ impl Netns {
     }
 
     /// Drops `percent` % of the packets arriving on loopback, TCP and UDP
-    /// alike, at random (replacing any earlier rule). Each packet crosses
-    /// loopback's input once, so this is the loss rate per packet.
+    /// alike, at random (replacing any earlier rule; 0 lifts it). Each
+    /// packet crosses loopback's input once, so this is the loss rate per
+    /// packet.
     pub fn set_loss(&self, percent: f64) {
-        assert!(run(self.command("iptables").args(["-F", "INPUT"])));
-        if percent > 0.0 {
-            let p = format!("{:.4}", percent / 100.0);
-            let ok = run(self.command("iptables").args([
-                "-A",
-                "INPUT",
-                "-i",
-                "lo",
-                "-m",
-                "statistic",
-                "--mode",
-                "random",
-                "--probability",
-                &p,
-                "-j",
-                "DROP",
-            ]));
-            assert!(ok, "adding the loss rule in {}", self.name);
-        }
+        let p = format!("{:.4}", percent / 100.0);
+        let rule = ["-m", "statistic", "--mode", "random", "--probability", &p];
+        self.drop_only(if percent > 0.0 { &rule[..] } else { &[] });
     }
 
-    /// Caps loopback at `mbit` Mbit/s with a token bucket (`tbf`), or
-    /// lifts the cap with `None`.
-    pub fn set_rate(&self, mbit: Option<u32>) {
-        let _ = run(self
-            .command("tc")
-            .args(["qdisc", "del", "dev", "lo", "root"]));
-        if let Some(mbit) = mbit {
-            let rate = format!("{mbit}mbit");
-            let ok = run(self.command("tc").args([
-                "qdisc", "add", "dev", "lo", "root", "tbf", "rate", &rate, "burst", "512kb",
-                "latency", "200ms",
-            ]));
-            assert!(ok, "adding the rate limit in {}", self.name);
+    /// Cuts every connection once `bytes` have crossed it, both directions
+    /// counted (replacing any earlier rule): later packets of a TCP
+    /// connection or a UDP flow are dropped, as if the link died at that
+    /// byte. Connections opened afterwards get the same allowance.
+    pub fn cut_after(&self, bytes: u64) {
+        let from = format!("{bytes}:");
+        self.drop_only(&[
+            "-m",
+            "connbytes",
+            "--connbytes",
+            &from,
+            "--connbytes-dir",
+            "both",
+            "--connbytes-mode",
+            "bytes",
+        ]);
+    }
+
+    /// Replaces loopback's input rules with one dropping the packets that
+    /// `matcher` (iptables match arguments) selects; none for an empty one.
+    fn drop_only(&self, matcher: &[&str]) {
+        assert!(run(self.command("iptables").args(["-F", "INPUT"])));
+        if matcher.is_empty() {
+            return;
         }
+        let ok = run(self
+            .command("iptables")
+            .args(["-A", "INPUT", "-i", "lo"])
+            .args(matcher)
+            .args(["-j", "DROP"]));
+        assert!(ok, "adding {matcher:?} in {}", self.name);
     }
 
     /// Packets dropped by the loss rule so far.

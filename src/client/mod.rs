@@ -120,9 +120,19 @@ impl Fetch {
                 }
             };
             self.received += 1;
-            if item.is_ok() {
-                self.ok += 1;
-            }
+            let item = match item {
+                Ok(d) => {
+                    self.ok += 1;
+                    Ok(d)
+                }
+                // Say how much of the request the failure cost.
+                Err(e) if e.downcast_ref::<Transport>().is_some() => Err(e.context(format!(
+                    "{} of {} components undelivered",
+                    self.streams.saturating_sub(self.ok),
+                    self.streams
+                ))),
+                Err(e) => Err(e),
+            };
             return Some(item);
         }
     }

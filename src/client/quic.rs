@@ -165,6 +165,7 @@ impl QuicClient {
             recv,
             Arc::clone(&routes),
             options.manifest_cap,
+            addr,
         ));
         let pool = Arc::new(BufPool::default());
         tokio::spawn(accept_streams(
@@ -281,7 +282,7 @@ impl QuicClient {
     }
 }
 
-async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64) {
+async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64, addr: SocketAddr) {
     let mut d = Deframer::new(usize::try_from(cap.saturating_add(4096)).unwrap_or(usize::MAX));
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -289,12 +290,11 @@ async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64) {
             Ok(Some(n)) => d.push(buf.get(..n).unwrap_or_default()),
             Ok(None) => break,
             Err(e) => {
-                route_error(
-                    &routes,
-                    None,
-                    None,
-                    &format!("the server closed the connection: {e}"),
-                );
+                let why = match e {
+                    quinn::ReadError::ConnectionLost(c) => lost(addr, &c),
+                    e => format!("the server broke off the control stream: {e}"),
+                };
+                route_error(&routes, None, None, &why);
                 return;
             }
         }
@@ -361,12 +361,13 @@ async fn accept_streams(
             Err(e) => break e,
         }
     };
-    route_error(
-        &routes,
-        None,
-        None,
-        &format!("the connection to the server was lost: {why}"),
-    );
+    route_error(&routes, None, None, &lost(conn.remote_address(), &why));
+}
+
+/// The error a request gets when its connection to `addr` is gone, saying
+/// why (the server closing it, a timeout, a reset).
+fn lost(addr: SocketAddr, why: &quinn::ConnectionError) -> String {
+    format!("the QUIC connection to {addr} was lost: {why}")
 }
 
 /// Why a component stream broke after `pos` bytes: the server refusing a

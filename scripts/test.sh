@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR=never
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "system tools the tests drive (curl, nginx as a plain Range server; ip, tc and iptables for the lossy-network test)"
+step "system tools the tests drive (curl, nginx as a plain Range server; ip and iptables for the lossy and dying network tests)"
 missing=()
 command -v curl >/dev/null || missing+=(curl)
 command -v nginx >/dev/null || missing+=(nginx-light)

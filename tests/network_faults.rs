@@ -104,6 +104,7 @@ fn lossy_links_deliver_verified_bytes_or_fail_clearly() {
         let err = String::from_utf8_lossy(&r.stderr);
         eprintln!("dead link, {url}: {err}");
         assert_eq!(r.status.code(), Some(4), "{url}: {err}");
+        assert!(err.contains(" of 24 components undelivered"), "{err}");
         assert!(started.elapsed() < Duration::from_secs(60), "{url}");
         assert!(!out.exists(), "{url}: no output that looks complete");
         let journal = std::fs::read_to_string(out.with_file_name("big.zt.part.journal")).unwrap();

@@ -202,7 +202,10 @@ fn a_server_killed_mid_quic_fetch_fails_cleanly_and_the_fetch_resumes() {
     // A vanished server is noticed by the idle timeout, not never.
     assert!(started.elapsed() < Duration::from_secs(40));
     let err = String::from_utf8_lossy(&r.stderr);
-    let lost = format!("the QUIC connection to {} was lost: timed out", relay.addr);
+    let lost = format!(
+        "big.zt: the QUIC connection to {} was lost: timed out",
+        relay.addr
+    );
     assert!(err.contains(&lost), "{err}");
     assert!(err.contains(" of 120 components undelivered"), "{err}");
 

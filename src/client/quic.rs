@@ -47,6 +47,8 @@ type Delivery = mpsc::UnboundedSender<Arrival>;
 
 #[derive(Debug)]
 struct Route {
+    /// The file asked for, to name in errors.
+    path: String,
     manifest: Option<oneshot::Sender<Result<ManifestMsg>>>,
     deliver: Delivery,
     /// A bounded request's budget: a stream waits for room before its
@@ -68,6 +70,8 @@ pub struct QuicClient {
     pool: Arc<BufPool>,
 }
 
+/// Hands `err` to the request `id`, or to every request when the
+/// connection itself failed (no id), each naming its own file.
 fn route_error(routes: &Routes, id: Option<u64>, code: Option<Code>, err: &str) {
     let Ok(mut r) = routes.lock() else { return };
     let ids: Vec<u64> = match id {
@@ -76,7 +80,7 @@ fn route_error(routes: &Routes, id: Option<u64>, code: Option<Code>, err: &str) 
     };
     // Without an id the connection itself failed: a transport error. A
     // component the server refused as corrupt can never be fetched.
-    let make = || -> anyhow::Error {
+    let make = |path: &str| -> anyhow::Error {
         match (id, code) {
             (Some(_), Some(Code::Corrupt)) => Refused {
                 kind: Refusal::Corrupt,
@@ -84,17 +88,18 @@ fn route_error(routes: &Routes, id: Option<u64>, code: Option<Code>, err: &str) 
             }
             .into(),
             (Some(_), _) => anyhow!("{err}"),
-            (None, _) => Transport(err.to_owned()).into(),
+            (None, _) => Transport(format!("{path}: {err}")).into(),
         }
     };
     for i in ids {
         if let Some(route) = r.get_mut(&i) {
+            let e = make(&route.path);
             match route.manifest.take() {
                 Some(tx) => {
-                    let _ = tx.send(Err(make()));
+                    let _ = tx.send(Err(e));
                 }
                 None => {
-                    let _ = route.deliver.send((Err(make()), None));
+                    let _ = route.deliver.send((Err(e), None));
                 }
             }
         }
@@ -224,6 +229,7 @@ impl QuicClient {
             r.insert(
                 id,
                 Route {
+                    path: path.to_owned(),
                     manifest: Some(mtx),
                     deliver: dtx,
                     budget: max_buffered.map(Budget::new),

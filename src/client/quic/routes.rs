@@ -1,0 +1,125 @@
+//! Requests in flight on one connection, and the control stream's
+//! messages (manifests, errors, `done`) handed to them.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{anyhow, Result};
+use quinn::RecvStream;
+use tokio::sync::{mpsc, oneshot};
+use ztp_proto::{Code, Deframer, ManifestMsg, Message};
+
+use super::streams::lost;
+use crate::client::budget::Budget;
+use crate::client::verify::{Refusal, Refused, Transport};
+use crate::client::{Arrival, DoneMarker};
+
+pub(super) type Delivery = mpsc::UnboundedSender<Arrival>;
+
+/// One request in flight: where its manifest, components and errors go.
+#[derive(Debug)]
+pub(super) struct Route {
+    /// The file asked for, to name in errors.
+    pub(super) path: String,
+    pub(super) manifest: Option<oneshot::Sender<Result<ManifestMsg>>>,
+    pub(super) deliver: Delivery,
+    /// A bounded request's budget: a stream waits for room before its
+    /// bytes are read (and quinn's flow control holds the server back).
+    pub(super) budget: Option<Budget>,
+}
+
+pub(super) type Routes = Arc<Mutex<HashMap<u64, Route>>>;
+
+/// Hands `err` to the request `id`, or to every request when the
+/// connection itself failed (no id), each naming its own file.
+pub(super) fn route_error(routes: &Routes, id: Option<u64>, code: Option<Code>, err: &str) {
+    let Ok(mut r) = routes.lock() else { return };
+    let ids: Vec<u64> = match id {
+        Some(i) => vec![i],
+        None => r.keys().copied().collect(),
+    };
+    // Without an id the connection itself failed: a transport error. A
+    // component the server refused as corrupt can never be fetched.
+    let make = |path: &str| -> anyhow::Error {
+        match (id, code) {
+            (Some(_), Some(Code::Corrupt)) => Refused {
+                kind: Refusal::Corrupt,
+                message: err.to_owned(),
+            }
+            .into(),
+            (Some(_), _) => anyhow!("{err}"),
+            (None, _) => Transport(format!("{path}: {err}")).into(),
+        }
+    };
+    for i in ids {
+        if let Some(route) = r.get_mut(&i) {
+            let e = make(&route.path);
+            match route.manifest.take() {
+                Some(tx) => {
+                    let _ = tx.send(Err(e));
+                }
+                None => {
+                    let _ = route.deliver.send((Err(e), None));
+                }
+            }
+        }
+    }
+}
+
+/// Reads the control stream, handing each server message to its request.
+pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64, addr: SocketAddr) {
+    let mut d = Deframer::new(usize::try_from(cap.saturating_add(4096)).unwrap_or(usize::MAX));
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match recv.read(&mut buf).await {
+            Ok(Some(n)) => d.push(buf.get(..n).unwrap_or_default()),
+            Ok(None) => break,
+            Err(e) => {
+                let why = match e {
+                    quinn::ReadError::ConnectionLost(c) => lost(addr, &c),
+                    e => format!("the server broke off the control stream: {e}"),
+                };
+                route_error(&routes, None, None, &why);
+                return;
+            }
+        }
+        loop {
+            match d.next_message() {
+                Ok(Some(Message::Manifest(m))) => {
+                    if let Ok(mut r) = routes.lock() {
+                        if let Some(tx) = r.get_mut(&m.id).and_then(|route| route.manifest.take()) {
+                            let _ = tx.send(Ok(m));
+                        }
+                    }
+                }
+                Ok(Some(Message::Error(e))) => route_error(
+                    &routes,
+                    e.id,
+                    Some(e.code),
+                    &format!("server error {}: {}", e.code, e.message),
+                ),
+                Ok(Some(Message::Done(d))) => {
+                    // Tell the fetch how many components were sent whole:
+                    // streams cancelled before they opened never arrive.
+                    if let Ok(r) = routes.lock() {
+                        if let Some(route) = r.get(&d.id) {
+                            let _ = route.deliver.send((Err(DoneMarker(d.sent).into()), None));
+                        }
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => {
+                    route_error(
+                        &routes,
+                        None,
+                        None,
+                        &format!("malformed message from the server: {e}"),
+                    );
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Component streams: each read into an aligned buffer, hashed as its
+//! bytes arrive, and handed to its request once the digest matches.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail};
+use quinn::{Connection, RecvStream};
+use ztp_proto::{Code, Deframer};
+
+use super::routes::{route_error, Delivery, Routes};
+use super::ClientOptions;
+use crate::client::pool::BufPool;
+use crate::client::verify::{Check, Delivered, Refusal, Refused, Transport};
+use crate::client::Arrival;
+
+/// Accepts component streams until the connection ends, then fails every
+/// request still waiting with why.
+pub(super) async fn accept_streams(
+    conn: Connection,
+    routes: Routes,
+    options: Arc<ClientOptions>,
+    pool: Arc<BufPool>,
+) {
+    let why = loop {
+        match conn.accept_uni().await {
+            Ok(stream) => {
+                let (routes, options, pool) =
+                    (Arc::clone(&routes), Arc::clone(&options), Arc::clone(&pool));
+                tokio::spawn(async move {
+                    let (deliver, arrival) = receive(stream, &options, &routes, &pool).await;
+                    if let Some(d) = deliver {
+                        let _ = d.send(arrival);
+                    }
+                });
+            }
+            Err(e) => break e,
+        }
+    };
+    route_error(&routes, None, None, &lost(conn.remote_address(), &why));
+}
+
+/// The error a request gets when its connection to `addr` is gone, saying
+/// why (the server closing it, a timeout, a reset).
+pub(super) fn lost(addr: SocketAddr, why: &quinn::ConnectionError) -> String {
+    format!("the QUIC connection to {addr} was lost: {why}")
+}
+
+/// Why a component stream broke after `pos` bytes: the server refusing a
+/// corrupt component (never resumable), or the network (resumable).
+fn stream_error(label: &str, pos: usize, e: quinn::ReadError) -> anyhow::Error {
+    match e {
+        quinn::ReadError::Reset(c) => match Code::from_value(c.into_inner()) {
+            Some(Code::Corrupt) => Refused {
+                kind: Refusal::Corrupt,
+                message: format!(
+                    "{label}: digest mismatch found by the server, which refused to send it"
+                ),
+            }
+            .into(),
+            Some(code) => Transport(format!(
+                "{label}: the server reset the stream after {pos} bytes: {code}"
+            ))
+            .into(),
+            None => Transport(format!(
+                "{label}: the server reset the stream after {pos} bytes with code {c}"
+            ))
+            .into(),
+        },
+        e => Transport(format!("{label}: stream failed after {pos} bytes: {e}")).into(),
+    }
+}
+
+/// Reads one component stream: header, then exactly `length` bytes into an
+/// aligned buffer, hashed as they arrive.
+async fn receive(
+    mut stream: RecvStream,
+    options: &ClientOptions,
+    routes: &Routes,
+    pool: &BufPool,
+) -> (Option<Delivery>, Arrival) {
+    let mut d = Deframer::new(ztp_proto::MAX_CLIENT_MESSAGE);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let header = loop {
+        match d.next_header() {
+            Ok(Some(h)) => break h,
+            Ok(None) => {}
+            Err(e) => {
+                return (
+                    None,
+                    (Err(anyhow!("malformed component header: {e}")), None),
+                )
+            }
+        }
+        match stream.read(&mut chunk).await {
+            Ok(Some(n)) => d.push(chunk.get(..n).unwrap_or_default()),
+            Ok(None) => {
+                return (
+                    None,
+                    (
+                        Err(anyhow!("component stream ended inside its header")),
+                        None,
+                    ),
+                )
+            }
+            Err(e) => return (None, (Err(anyhow!("component stream failed: {e}")), None)),
+        }
+    };
+    let (id, budget) = routes
+        .lock()
+        .ok()
+        .and_then(|r| {
+            r.get(&header.id)
+                .map(|route| (route.deliver.clone(), route.budget.clone()))
+        })
+        .unzip();
+    // Room in a bounded request's budget comes before the buffer (and
+    // before reading on: until then quinn's flow control holds the server).
+    let held = match budget.flatten() {
+        Some(b) => b.reserve(header.length).await,
+        None => None,
+    };
+    let label = format!(
+        "object {:?}, component {:?}",
+        header.object, header.component
+    );
+    let result = async {
+        if header.length > options.component_cap {
+            bail!(
+                "{label}: {} bytes exceed the cap of {}",
+                header.length,
+                options.component_cap
+            );
+        }
+        let mut check = Check::new(header.digest.as_deref(), options.allow_unverified, &label)?;
+        // Every byte is overwritten below, or the component fails.
+        let mut data = pool
+            .take(header.length)
+            .map_err(|r| anyhow!("{label}: {r}"))?;
+        let rest = d.take_rest();
+        let buf = data.as_mut_slice();
+        let mut pos = rest.len().min(buf.len());
+        if rest.len() > buf.len() {
+            bail!("{label}: stream carries more bytes than its header announces");
+        }
+        buf.get_mut(..pos)
+            .unwrap_or_default()
+            .copy_from_slice(rest.get(..pos).unwrap_or_default());
+        check.update(buf.get(..pos).unwrap_or_default());
+        // Hash while the bytes arrive; nothing is delivered before the digest matches.
+        while pos < buf.len() {
+            match stream.read(buf.get_mut(pos..).unwrap_or_default()).await {
+                Ok(Some(n)) => {
+                    check.update(buf.get(pos..pos + n).unwrap_or_default());
+                    pos += n;
+                }
+                Ok(None) => {
+                    return Err(Transport(format!(
+                        "{label}: stream ended after {pos} of {} bytes",
+                        buf.len()
+                    ))
+                    .into())
+                }
+                Err(e) => return Err(stream_error(&label, pos, e)),
+            }
+        }
+        match stream.read(&mut chunk).await {
+            Ok(None) => {}
+            Ok(Some(_)) => bail!("{label}: stream carries more bytes than its header announces"),
+            Err(e) => return Err(stream_error(&label, pos, e)),
+        }
+        let verification = check.finish(&label)?;
+        Ok(Delivered {
+            object: header.object.clone(),
+            component: header.component.clone(),
+            seq: header.seq,
+            dtype: header.dtype.clone(),
+            logical_type: header.logical_type.clone(),
+            encoding: header.encoding.clone(),
+            uncompressed_length: header.uncompressed_length,
+            digest: header.digest.clone(),
+            data,
+            verification,
+        })
+    }
+    .await;
+    (id, (result, held))
+}

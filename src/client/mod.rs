@@ -75,6 +75,9 @@ pub struct Fetch {
     ok: u64,
     /// Components sent whole, once the server's `done` has said so.
     done_sent: Option<u64>,
+    /// A ztp/1 request's connection, failing a wait it stays silent through
+    /// (HTTP has its sockets' read timeout instead).
+    watch: Option<quic::Watch>,
 }
 
 impl Fetch {
@@ -96,7 +99,14 @@ impl Fetch {
             rx,
             ok: 0,
             done_sent: None,
+            watch: None,
         }
+    }
+
+    /// Fails [`Fetch::next`] when `watch`'s connection stays silent.
+    pub(crate) fn watched(mut self, watch: quic::Watch) -> Self {
+        self.watch = Some(watch);
+        self
     }
 
     /// The next verified component, in completion order; `None` when all
@@ -109,12 +119,17 @@ impl Fetch {
                 None if self.received >= self.streams => return None,
                 _ => {}
             }
-            let item = match self.rx.recv().await {
-                Some((Err(e), _)) if e.downcast_ref::<DoneMarker>().is_some() => {
+            let arrival = match &self.watch {
+                Some(w) => w.unless_silent("a component", self.rx.recv()).await,
+                None => Ok(self.rx.recv().await),
+            };
+            let item = match arrival.transpose() {
+                Some(Err(silent)) => Err(silent),
+                Some(Ok((Err(e), _))) if e.downcast_ref::<DoneMarker>().is_some() => {
                     self.done_sent = e.downcast_ref::<DoneMarker>().map(|d| d.0);
                     continue;
                 }
-                Some((item, _held)) => item,
+                Some(Ok((item, _held))) => item,
                 None => {
                     Err(Transport("connection lost before every component arrived".into()).into())
                 }

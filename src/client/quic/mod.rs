@@ -4,6 +4,7 @@
 //! `streams`.
 
 mod routes;
+mod silence;
 mod streams;
 
 use std::net::SocketAddr;
@@ -22,6 +23,7 @@ use super::pool::BufPool;
 use super::trust::{client_config, Trust};
 use super::Fetch;
 use routes::{Route, Routes};
+pub use silence::{Watch, SILENCE};
 
 /// Client settings.
 #[derive(Debug, Clone)]
@@ -124,7 +126,7 @@ impl QuicClient {
             recv,
             Arc::clone(&routes),
             options.manifest_cap,
-            addr,
+            conn.clone(),
         ));
         let pool = Arc::new(BufPool::default());
         tokio::spawn(streams::accept_streams(
@@ -200,8 +202,10 @@ impl QuicClient {
             manifest_only,
         };
         self.send(&Message::Get(get)).await?;
-        let m = mrx
-            .await
+        let watch = Watch::new(self.conn.clone(), path);
+        let m = watch
+            .unless_silent("its manifest", mrx)
+            .await?
             .map_err(|_| anyhow!("connection closed before the manifest arrived"))??;
         let limits = Limits {
             manifest_cap: self.options.manifest_cap,
@@ -209,7 +213,7 @@ impl QuicClient {
         };
         let (manifest, _) =
             zt_format::container::decode_manifest(path, &m.manifest, m.size, &limits)?;
-        Ok(Fetch::new(id, manifest, m.etag, m.size, m.streams, drx))
+        Ok(Fetch::new(id, manifest, m.etag, m.size, m.streams, drx).watched(watch))
     }
 
     /// The manifest of `path` alone (`manifest_only`).

@@ -2,11 +2,10 @@
 //! messages (manifests, errors, `done`) handed to them.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, Result};
-use quinn::RecvStream;
+use quinn::{Connection, RecvStream};
 use tokio::sync::{mpsc, oneshot};
 use ztp_proto::{Code, Deframer, ManifestMsg, Message};
 
@@ -67,14 +66,32 @@ pub(super) fn route_error(routes: &Routes, id: Option<u64>, code: Option<Code>, 
     }
 }
 
+/// The server broke the protocol: every request on the connection fails
+/// with `why`, and the connection is closed with `protocol_violation`.
+pub(super) fn violation(conn: &Connection, routes: &Routes, why: &str) {
+    let why = format!("the server broke ztp/1: {why}");
+    tracing::warn!(server = %conn.remote_address(), reason = %why, "closing the connection");
+    // Closed first, so the server learns why even if the caller, failed
+    // at once, drops the client; the requests still hear this error before
+    // the connection's loss, which reaches them later.
+    let code = quinn::VarInt::from_u32(Code::ProtocolViolation.value());
+    conn.close(code, why.as_bytes());
+    route_error(routes, None, None, &why);
+}
+
 /// Reads the control stream, handing each server message to its request.
-pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64, addr: SocketAddr) {
+pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64, conn: Connection) {
+    let addr = conn.remote_address();
     let mut d = Deframer::new(usize::try_from(cap.saturating_add(4096)).unwrap_or(usize::MAX));
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match recv.read(&mut buf).await {
             Ok(Some(n)) => d.push(buf.get(..n).unwrap_or_default()),
-            Ok(None) => break,
+            Ok(None) => {
+                // The server answers no more requests on this connection.
+                let why = "the server ended its control stream";
+                return route_error(&routes, None, None, why);
+            }
             Err(e) => {
                 let why = match e {
                     quinn::ReadError::ConnectionLost(c) => lost(addr, &c),
@@ -108,16 +125,13 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
                         }
                     }
                 }
-                Ok(Some(_)) => {}
+                Ok(Some(Message::Get(_) | Message::Cancel(_))) => {
+                    let why = "a `get` or `cancel` (a client's message) on the control stream";
+                    return violation(&conn, &routes, why);
+                }
                 Ok(None) => break,
                 Err(e) => {
-                    route_error(
-                        &routes,
-                        None,
-                        None,
-                        &format!("malformed message from the server: {e}"),
-                    );
-                    return;
+                    return violation(&conn, &routes, &format!("malformed message: {e}"));
                 }
             }
         }

@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail};
 use quinn::{Connection, RecvStream};
 use ztp_proto::{Code, Deframer};
 
-use super::routes::{route_error, Delivery, Routes};
+use super::routes::{route_error, violation, Delivery, Routes};
 use super::ClientOptions;
 use crate::client::pool::BufPool;
 use crate::client::verify::{Check, Delivered, Refusal, Refused, Transport};
@@ -27,10 +27,14 @@ pub(super) async fn accept_streams(
             Ok(stream) => {
                 let (routes, options, pool) =
                     (Arc::clone(&routes), Arc::clone(&options), Arc::clone(&pool));
+                let conn = conn.clone();
                 tokio::spawn(async move {
-                    let (deliver, arrival) = receive(stream, &options, &routes, &pool).await;
-                    if let Some(d) = deliver {
-                        let _ = d.send(arrival);
+                    match receive(stream, &options, &routes, &pool).await {
+                        Outcome::Arrived(deliver, arrival) => {
+                            let _ = deliver.send(arrival);
+                        }
+                        Outcome::Dropped => {}
+                        Outcome::Violation(why) => violation(&conn, &routes, &why),
                     }
                 });
             }
@@ -71,6 +75,20 @@ fn stream_error(label: &str, pos: usize, e: quinn::ReadError) -> anyhow::Error {
     }
 }
 
+/// What became of one component stream (one per stream, moved once: its
+/// size does not matter).
+#[allow(clippy::large_enum_variant)]
+enum Outcome {
+    /// For a request: its component, or why that component failed.
+    Arrived(Delivery, Arrival),
+    /// Nothing to deliver: reset before its header, or cut with its
+    /// connection (whose loss reaches every request anyway).
+    Dropped,
+    /// The server broke the protocol; the connection is closed with
+    /// `protocol_violation` and every request on it fails.
+    Violation(String),
+}
+
 /// Reads one component stream: header, then exactly `length` bytes into an
 /// aligned buffer, hashed as they arrive.
 async fn receive(
@@ -78,45 +96,41 @@ async fn receive(
     options: &ClientOptions,
     routes: &Routes,
     pool: &BufPool,
-) -> (Option<Delivery>, Arrival) {
+) -> Outcome {
     let mut d = Deframer::new(ztp_proto::MAX_CLIENT_MESSAGE);
     let mut chunk = vec![0u8; 64 * 1024];
     let header = loop {
         match d.next_header() {
             Ok(Some(h)) => break h,
             Ok(None) => {}
-            Err(e) => {
-                return (
-                    None,
-                    (Err(anyhow!("malformed component header: {e}")), None),
-                )
-            }
+            Err(e) => return Outcome::Violation(format!("malformed component header: {e}")),
         }
         match stream.read(&mut chunk).await {
             Ok(Some(n)) => d.push(chunk.get(..n).unwrap_or_default()),
             Ok(None) => {
-                return (
-                    None,
-                    (
-                        Err(anyhow!("component stream ended inside its header")),
-                        None,
-                    ),
-                )
+                return Outcome::Violation(format!(
+                    "a component stream ended inside its header ({} bytes)",
+                    d.buffered()
+                ))
             }
-            Err(e) => return (None, (Err(anyhow!("component stream failed: {e}")), None)),
+            // Reset before its header (a component cancelled as it opened)
+            // or cut with the connection, which reports that itself.
+            Err(_) => return Outcome::Dropped,
         }
     };
-    let (id, budget) = routes
-        .lock()
-        .ok()
-        .and_then(|r| {
-            r.get(&header.id)
-                .map(|route| (route.deliver.clone(), route.budget.clone()))
-        })
-        .unzip();
+    let route = routes.lock().ok().and_then(|r| {
+        r.get(&header.id)
+            .map(|route| (route.deliver.clone(), route.budget.clone()))
+    });
+    let Some((deliver, budget)) = route else {
+        return Outcome::Violation(format!(
+            "a component stream for request {}, which was never made (object {:?}, component {:?})",
+            header.id, header.object, header.component
+        ));
+    };
     // Room in a bounded request's budget comes before the buffer (and
     // before reading on: until then quinn's flow control holds the server).
-    let held = match budget.flatten() {
+    let held = match budget {
         Some(b) => b.reserve(header.length).await,
         None => None,
     };
@@ -184,5 +198,5 @@ async fn receive(
         })
     }
     .await;
-    (id, (result, held))
+    Outcome::Arrived(deliver, (result, held))
 }

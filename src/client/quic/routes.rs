@@ -72,8 +72,8 @@ pub(super) fn violation(conn: &Connection, routes: &Routes, why: &str) {
     let why = format!("the server broke ztp/1: {why}");
     tracing::warn!(server = %conn.remote_address(), reason = %why, "closing the connection");
     // Closed first, so the server learns why even if the caller, failed
-    // at once, drops the client; the requests still hear this error before
-    // the connection's loss, which reaches them later.
+    // at once, drops the client; a connection closed here is not reported
+    // again as lost (see `lost`).
     let code = quinn::VarInt::from_u32(Code::ProtocolViolation.value());
     conn.close(code, why.as_bytes());
     route_error(routes, None, None, &why);
@@ -92,13 +92,10 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
                 let why = "the server ended its control stream";
                 return route_error(&routes, None, None, why);
             }
+            Err(quinn::ReadError::ConnectionLost(c)) => return lost(&routes, addr, &c),
             Err(e) => {
-                let why = match e {
-                    quinn::ReadError::ConnectionLost(c) => lost(addr, &c),
-                    e => format!("the server broke off the control stream: {e}"),
-                };
-                route_error(&routes, None, None, &why);
-                return;
+                let why = format!("the server broke off the control stream: {e}");
+                return route_error(&routes, None, None, &why);
             }
         }
         loop {

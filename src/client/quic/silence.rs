@@ -52,9 +52,16 @@ impl Watch {
         fut: impl Future<Output = T>,
     ) -> Result<T> {
         tokio::pin!(fut);
+        // Most waits are over at once (a component already in): no
+        // counters, no timer.
+        tokio::select! {
+            biased;
+            out = &mut fut => return Ok(out),
+            () = std::future::ready(()) => {}
+        }
         let mut seen = self.progress();
         let mut since = Instant::now();
-        let mut look = tokio::time::interval(LOOK);
+        let mut look = tokio::time::interval_at(tokio::time::Instant::now() + LOOK, LOOK);
         loop {
             tokio::select! {
                 out = &mut fut => return Ok(out),

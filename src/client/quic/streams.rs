@@ -41,13 +41,18 @@ pub(super) async fn accept_streams(
             Err(e) => break e,
         }
     };
-    route_error(&routes, None, None, &lost(conn.remote_address(), &why));
+    lost(&routes, conn.remote_address(), &why);
 }
 
-/// The error a request gets when its connection to `addr` is gone, saying
-/// why (the server closing it, a timeout, a reset).
-pub(super) fn lost(addr: SocketAddr, why: &quinn::ConnectionError) -> String {
-    format!("the QUIC connection to {addr} was lost: {why}")
+/// Fails every request on a connection to `addr` that is gone, saying why
+/// (the server closing it, a timeout, a reset). A connection this client
+/// closed itself is not reported: whoever closed it has already said why
+/// (a protocol violation), or nobody is waiting (the client was dropped).
+pub(super) fn lost(routes: &Routes, addr: SocketAddr, why: &quinn::ConnectionError) {
+    if *why != quinn::ConnectionError::LocallyClosed {
+        let why = format!("the QUIC connection to {addr} was lost: {why}");
+        route_error(routes, None, None, &why);
+    }
 }
 
 /// Why a component stream broke after `pos` bytes: the server refusing a

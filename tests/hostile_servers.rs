@@ -73,8 +73,10 @@ struct Script {
 }
 
 impl Script {
+    /// Sends `m` on the control stream (unless the client has gone: the
+    /// script runs on regardless, as a careless server would).
     async fn say(&mut self, m: Message) {
-        self.control.write_all(&frame(&m).unwrap()).await.unwrap();
+        let _ = self.control.write_all(&frame(&m).unwrap()).await;
     }
 
     /// The manifest, announcing `streams` component streams.
@@ -89,12 +91,15 @@ impl Script {
         self.say(Message::Manifest(m)).await;
     }
 
-    /// One component stream carrying exactly `bytes`.
+    /// One component stream carrying exactly `bytes` (while the client is
+    /// there to take it).
     async fn stream(&self, bytes: &[u8]) {
-        let mut s = self.conn.open_uni().await.unwrap();
-        s.write_all(bytes).await.unwrap();
-        s.finish().unwrap();
-        let _ = s.stopped().await;
+        let Ok(mut s) = self.conn.open_uni().await else {
+            return;
+        };
+        if s.write_all(bytes).await.is_ok() && s.finish().is_ok() {
+            let _ = s.stopped().await;
+        }
     }
 
     /// The first component's header (as changed by `edit`), then `body`.

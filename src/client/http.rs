@@ -44,6 +44,33 @@ pub struct HttpSource {
 const SILENT: std::time::Duration =
     std::time::Duration::from_millis(super::quic::IDLE_TIMEOUT_MS as u64);
 
+/// A 206's `Content-Range: bytes FIRST-LAST/TOTAL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    first: u64,
+    last: u64,
+    total: u64,
+}
+
+impl Span {
+    /// `None` unless `v` is a satisfied byte range with a known total.
+    fn parse(v: &str) -> Option<Span> {
+        let (range, total) = v.trim().strip_prefix("bytes ")?.split_once('/')?;
+        let (first, last) = range.split_once('-')?;
+        let span = Span {
+            first: first.trim().parse().ok()?,
+            last: last.trim().parse().ok()?,
+            total: total.trim().parse().ok()?,
+        };
+        (span.first <= span.last && span.last < span.total).then_some(span)
+    }
+
+    /// One past the last byte.
+    fn end(&self) -> u64 {
+        self.last + 1
+    }
+}
+
 /// The remote file's identity and manifest.
 #[derive(Debug, Clone)]
 pub struct Remote {
@@ -115,16 +142,18 @@ impl HttpSource {
         etag: Option<&str>,
     ) -> Result<(bytes::Bytes, Option<String>, u64)> {
         let spec = format!("bytes={}-{}", start, end.saturating_sub(1));
-        self.get_range(&spec, etag, Some(end - start)).await
+        self.get_range(&spec, etag, Some(start..end)).await
     }
 
-    /// Sends one Range request and checks its status; returns the response,
-    /// the ETag and the file size.
+    /// Sends one Range request and checks its status and that the server
+    /// sends the bytes asked for (`want`, or the end of the file for a
+    /// suffix range); returns the response, the ETag and the file size.
     async fn send_range(
         &self,
         spec: &str,
         etag: Option<&str>,
-    ) -> Result<(reqwest::Response, Option<String>, u64)> {
+        want: Option<std::ops::Range<u64>>,
+    ) -> Result<(reqwest::Response, Option<String>, Span)> {
         let resp = self
             .request(spec, etag)
             .send()
@@ -162,14 +191,30 @@ impl HttpSource {
             .get(ETAG)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let total = resp
+        let header = resp
             .headers()
             .get(CONTENT_RANGE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.rsplit('/').next())
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| anyhow!("{}: 206 without a Content-Range total", self.url))?;
-        Ok((resp, tag, total))
+            .and_then(|v| v.to_str().ok());
+        let span = header.and_then(Span::parse).ok_or_else(|| {
+            anyhow!(
+                "{}: asked for {spec}, got a 206 without a valid Content-Range ({header:?})",
+                self.url
+            )
+        })?;
+        let right = match want {
+            Some(w) => span.first == w.start && span.end() == w.end,
+            None => span.end() == span.total,
+        };
+        if !right {
+            bail!(
+                "{}: asked for {spec}, the server sent bytes {}-{}/{}",
+                self.url,
+                span.first,
+                span.last,
+                span.total
+            );
+        }
+        Ok((resp, tag, span))
     }
 
     /// Sends one Range request; returns the body, the ETag and the file size.
@@ -177,17 +222,17 @@ impl HttpSource {
         &self,
         spec: &str,
         etag: Option<&str>,
-        expect: Option<u64>,
+        want: Option<std::ops::Range<u64>>,
     ) -> Result<(bytes::Bytes, Option<String>, u64)> {
-        let (resp, tag, total) = self.send_range(spec, etag).await?;
+        let (resp, tag, span) = self.send_range(spec, etag, want).await?;
         let body = resp
             .bytes()
             .await
             .map_err(|e| broke_off(&self.url, spec, None, &e))?;
-        if expect.is_some_and(|n| body.len() as u64 != n) {
+        if body.len() as u64 != span.end() - span.first {
             bail!("{}: asked for {spec}, got {} bytes", self.url, body.len());
         }
-        Ok((body, tag, total))
+        Ok((body, tag, span.total))
     }
 
     /// Reads bytes `start..start + into.len()` of the file straight into
@@ -195,7 +240,7 @@ impl HttpSource {
     async fn fill(&self, start: u64, into: &mut [u8], etag: &str) -> Result<()> {
         let end = start + into.len() as u64;
         let spec = format!("bytes={}-{}", start, end.saturating_sub(1));
-        let (mut resp, _, _) = self.send_range(&spec, Some(etag)).await?;
+        let (mut resp, _, _) = self.send_range(&spec, Some(etag), Some(start..end)).await?;
         let mut pos = 0usize;
         loop {
             let chunk = resp
@@ -406,4 +451,28 @@ fn broke_off(url: &str, spec: &str, after: Option<usize>, e: &reqwest::Error) ->
         "reading {url} ({spec}): the response broke off{at}: {why}"
     ))
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Span;
+
+    #[test]
+    fn content_ranges_parse_only_when_satisfied_and_sized() {
+        let s = |first, last, total| Some(Span { first, last, total });
+        assert_eq!(Span::parse("bytes 0-15/16"), s(0, 15, 16));
+        assert_eq!(Span::parse("bytes 64-127/4096"), s(64, 127, 4096));
+        for bad in [
+            "bytes */4096",
+            "bytes 0-15/*",
+            "bytes 16-15/4096",
+            "bytes 0-4096/4096",
+            "items 0-15/16",
+            "bytes 0-15",
+            "bytes -1-15/16",
+            "",
+        ] {
+            assert_eq!(Span::parse(bad), None, "{bad:?}");
+        }
+    }
 }

@@ -23,10 +23,16 @@ enum Lie {
     WrongLabel,
     /// The right Content-Range, then a body that stops short.
     ShortBody,
+    /// The right Content-Range, then a body (and `Content-Length`) 1 MiB
+    /// longer.
+    LongBody,
     /// `200 OK` with the whole file.
     WholeFile,
     /// A 206 without a Content-Range.
     NoContentRange,
+    /// The footer asked for (`bytes=-16`) answered with the whole file,
+    /// honestly labelled; components are answered right.
+    WholeFileForFooter,
 }
 
 /// Bytes `a..b` of a file of `len` bytes that `Range: bytes=SPEC` asks for.
@@ -69,8 +75,12 @@ async fn answer(mut sock: TcpStream, file: Arc<Vec<u8>>, lie: Lie, blobs: Arc<Ve
             .unwrap();
         let (a, b) = wanted(&spec, len);
         let component = blobs.contains(&a);
+        let (a, b) = match lie {
+            Lie::WholeFileForFooter if spec.starts_with('-') => (0, len),
+            _ => (a, b),
+        };
         let (status, range, body): (&str, Option<(u64, u64)>, &[u8]) = match (component, lie) {
-            (false, _) => (
+            (false, _) | (true, Lie::WholeFileForFooter) => (
                 "206 Partial Content",
                 Some((a, b)),
                 &file[a as usize..b as usize],
@@ -88,7 +98,7 @@ async fn answer(mut sock: TcpStream, file: Arc<Vec<u8>>, lie: Lie, blobs: Arc<Ve
                 Some((a - 64, b - 64)),
                 &file[a as usize..b as usize],
             ),
-            (true, Lie::ShortBody) => (
+            (true, Lie::ShortBody | Lie::LongBody) => (
                 "206 Partial Content",
                 Some((a, b)),
                 &file[a as usize..b as usize],
@@ -98,9 +108,14 @@ async fn answer(mut sock: TcpStream, file: Arc<Vec<u8>>, lie: Lie, blobs: Arc<Ve
                 ("206 Partial Content", None, &file[a as usize..b as usize])
             }
         };
-        let sent = match (component, lie) {
-            (true, Lie::ShortBody) => body.len() / 2,
-            _ => body.len(),
+        let long;
+        let (body, sent) = match (component, lie) {
+            (true, Lie::ShortBody) => (body, body.len() / 2),
+            (true, Lie::LongBody) => {
+                long = [body, &vec![7u8; 1 << 20]].concat();
+                (&long[..], long.len())
+            }
+            _ => (body, body.len()),
         };
         let mut out = format!("HTTP/1.1 {status}\r\nETag: \"v1\"\r\nContent-Length: {sent}\r\n");
         if let Some((a, b)) = range {
@@ -170,11 +185,16 @@ async fn wrong_range_answers_fail_the_fetch_and_leave_nothing() {
         (Lie::OtherBytes, "the server sent bytes"),
         (Lie::WrongLabel, "the server sent bytes"),
         (Lie::ShortBody, "the body ended after"),
+        (Lie::LongBody, "got more bytes"),
         (
             Lie::WholeFile,
             "the file changed on the server during the fetch",
         ),
         (Lie::NoContentRange, "a 206 without a valid Content-Range"),
+        (
+            Lie::WholeFileForFooter,
+            "asked for bytes=-16, the server sent bytes 0-",
+        ),
     ];
     for (lie, says) in cases {
         let url = serve(&model, lie).await;

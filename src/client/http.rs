@@ -44,6 +44,27 @@ pub struct HttpSource {
 const SILENT: std::time::Duration =
     std::time::Duration::from_millis(super::quic::IDLE_TIMEOUT_MS as u64);
 
+/// The bytes a Range request asks for.
+#[derive(Debug, Clone)]
+enum Want {
+    /// Exactly these.
+    Exact(std::ops::Range<u64>),
+    /// The file's last N (all of it, if it is shorter).
+    Last(u64),
+}
+
+impl Want {
+    /// Whether a 206 for `span` holds exactly the bytes asked for.
+    fn is(&self, span: &Span) -> bool {
+        match self {
+            Want::Exact(r) => span.first == r.start && span.end() == r.end,
+            Want::Last(n) => {
+                span.end() == span.total && span.end() - span.first == (*n).min(span.total)
+            }
+        }
+    }
+}
+
 /// A 206's `Content-Range: bytes FIRST-LAST/TOTAL`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Span {
@@ -142,17 +163,17 @@ impl HttpSource {
         etag: Option<&str>,
     ) -> Result<(bytes::Bytes, Option<String>, u64)> {
         let spec = format!("bytes={}-{}", start, end.saturating_sub(1));
-        self.get_range(&spec, etag, Some(start..end)).await
+        self.get_range(&spec, etag, Want::Exact(start..end)).await
     }
 
     /// Sends one Range request and checks its status and that the server
-    /// sends the bytes asked for (`want`, or the end of the file for a
-    /// suffix range); returns the response, the ETag and the file size.
+    /// sends the bytes asked for (`want`); returns the response, the ETag
+    /// and the `Content-Range`.
     async fn send_range(
         &self,
         spec: &str,
         etag: Option<&str>,
-        want: Option<std::ops::Range<u64>>,
+        want: Want,
     ) -> Result<(reqwest::Response, Option<String>, Span)> {
         let resp = self
             .request(spec, etag)
@@ -201,11 +222,7 @@ impl HttpSource {
                 self.url
             )
         })?;
-        let right = match want {
-            Some(w) => span.first == w.start && span.end() == w.end,
-            None => span.end() == span.total,
-        };
-        if !right {
+        if !want.is(&span) {
             bail!(
                 "{}: asked for {spec}, the server sent bytes {}-{}/{}",
                 self.url,
@@ -222,17 +239,13 @@ impl HttpSource {
         &self,
         spec: &str,
         etag: Option<&str>,
-        want: Option<std::ops::Range<u64>>,
+        want: Want,
     ) -> Result<(bytes::Bytes, Option<String>, u64)> {
         let (resp, tag, span) = self.send_range(spec, etag, want).await?;
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| broke_off(&self.url, spec, None, &e))?;
-        if body.len() as u64 != span.end() - span.first {
-            bail!("{}: asked for {spec}, got {} bytes", self.url, body.len());
-        }
-        Ok((body, tag, span.total))
+        // The span was checked against what was asked for: its size is known.
+        let mut body = vec![0u8; usize::try_from(span.end() - span.first)?];
+        self.read_body(resp, spec, &mut body).await?;
+        Ok((body.into(), tag, span.total))
     }
 
     /// Reads bytes `start..start + into.len()` of the file straight into
@@ -240,13 +253,26 @@ impl HttpSource {
     async fn fill(&self, start: u64, into: &mut [u8], etag: &str) -> Result<()> {
         let end = start + into.len() as u64;
         let spec = format!("bytes={}-{}", start, end.saturating_sub(1));
-        let (mut resp, _, _) = self.send_range(&spec, Some(etag), Some(start..end)).await?;
+        let want = Want::Exact(start..end);
+        let (resp, _, _) = self.send_range(&spec, Some(etag), want).await?;
+        self.read_body(resp, &spec, into).await
+    }
+
+    /// Reads `resp`'s body into `into`, which it must fill exactly: a body
+    /// that runs longer fails at its first extra byte (whatever its
+    /// `Content-Length` claimed), one that ends short fails as resumable.
+    async fn read_body(
+        &self,
+        mut resp: reqwest::Response,
+        spec: &str,
+        into: &mut [u8],
+    ) -> Result<()> {
         let mut pos = 0usize;
         loop {
             let chunk = resp
                 .chunk()
                 .await
-                .map_err(|e| broke_off(&self.url, &spec, Some(pos), &e))?;
+                .map_err(|e| broke_off(&self.url, spec, Some(pos), &e))?;
             let Some(chunk) = chunk else { break };
             into.get_mut(pos..pos + chunk.len())
                 .ok_or_else(|| anyhow!("{}: asked for {spec}, got more bytes", self.url))?
@@ -265,7 +291,7 @@ impl HttpSource {
 
     /// Fetches the footer and the manifest.
     pub async fn manifest(&self) -> Result<Remote> {
-        let (tail, etag, size) = self.get_range("bytes=-16", None, None).await?;
+        let (tail, etag, size) = self.get_range("bytes=-16", None, Want::Last(16)).await?;
         let etag = etag.ok_or_else(|| {
             anyhow!(
                 "{}: the server sends no ETag; a consistent fetch needs one",
@@ -455,7 +481,22 @@ fn broke_off(url: &str, spec: &str, after: Option<usize>, e: &reqwest::Error) ->
 
 #[cfg(test)]
 mod tests {
-    use super::Span;
+    use super::{Span, Want};
+
+    #[test]
+    fn a_206_must_hold_exactly_the_bytes_asked_for() {
+        let span = |first, last, total| Span { first, last, total };
+        assert!(Want::Exact(64..128).is(&span(64, 127, 4096)));
+        assert!(!Want::Exact(64..128).is(&span(0, 63, 4096)));
+        assert!(!Want::Exact(64..128).is(&span(64, 126, 4096)));
+        assert!(Want::Last(16).is(&span(4080, 4095, 4096)));
+        assert!(
+            Want::Last(16).is(&span(0, 9, 10)),
+            "a file shorter than asked"
+        );
+        assert!(!Want::Last(16).is(&span(0, 4095, 4096)), "the whole file");
+        assert!(!Want::Last(16).is(&span(4079, 4094, 4096)), "not the end");
+    }
 
     #[test]
     fn content_ranges_parse_only_when_satisfied_and_sized() {

@@ -30,6 +30,8 @@ enum Lie {
     WholeFile,
     /// A 206 without a Content-Range.
     NoContentRange,
+    /// `503` with a 4 MiB body.
+    HugeError,
     /// The footer asked for (`bytes=-16`) answered with the whole file,
     /// honestly labelled; components are answered right.
     WholeFileForFooter,
@@ -53,6 +55,7 @@ fn wanted(spec: &str, len: u64) -> (u64, u64) {
 
 async fn answer(mut sock: TcpStream, file: Arc<Vec<u8>>, lie: Lie, blobs: Arc<Vec<u64>>) {
     let len = file.len() as u64;
+    let huge = vec![b'x'; 4 << 20];
     let mut buf = Vec::new();
     loop {
         let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
@@ -104,6 +107,7 @@ async fn answer(mut sock: TcpStream, file: Arc<Vec<u8>>, lie: Lie, blobs: Arc<Ve
                 &file[a as usize..b as usize],
             ),
             (true, Lie::WholeFile) => ("200 OK", None, &file[..]),
+            (true, Lie::HugeError) => ("503 Service Unavailable", None, &huge[..]),
             (true, Lie::NoContentRange) => {
                 ("206 Partial Content", None, &file[a as usize..b as usize])
             }
@@ -191,6 +195,8 @@ async fn wrong_range_answers_fail_the_fetch_and_leave_nothing() {
             "the file changed on the server during the fetch",
         ),
         (Lie::NoContentRange, "a 206 without a valid Content-Range"),
+        (Lie::HugeError, "HTTP 503 Service Unavailable: xxxx"),
+        (Lie::HugeError, "xxx [cut at 300 characters]"),
         (
             Lie::WholeFileForFooter,
             "asked for bytes=-16, the server sent bytes 0-",
@@ -207,10 +213,11 @@ async fn wrong_range_answers_fail_the_fetch_and_leave_nothing() {
         .await
         .unwrap();
         let err = String::from_utf8_lossy(&r.stderr);
-        eprintln!("{lie:?}: {err}");
+        eprintln!("{lie:?}: {}", err.get(..300.min(err.len())).unwrap_or(&err));
         assert!(!r.status.success(), "{lie:?}: {err}");
         assert!(err.contains(&url) && err.contains(says), "{lie:?}: {err}");
         assert!(!out.exists(), "{lie:?}: no output");
+        assert!(err.len() < 1024, "{lie:?}: a short message");
         let _ = std::fs::remove_file(dir.path().join("out.zt.part"));
         let _ = std::fs::remove_file(dir.path().join("out.zt.part.journal"));
     }

@@ -65,6 +65,34 @@ impl Want {
     }
 }
 
+/// The start of an error response's body, to quote in the error: at most
+/// [`ERROR_TEXT`] bytes are read, whatever the server sends.
+async fn error_text(mut resp: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        let room = ERROR_TEXT.saturating_sub(body.len());
+        body.extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or_default());
+        if body.len() >= ERROR_TEXT {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// `text`, cut to its first 300 characters to quote in an error.
+fn quote(text: &str) -> String {
+    match text.char_indices().nth(300) {
+        Some((cut, _)) => format!(
+            "{} [cut at 300 characters]",
+            text.get(..cut).unwrap_or(text)
+        ),
+        None => text.to_owned(),
+    }
+}
+
+/// The most of an error body [`error_text`] reads.
+const ERROR_TEXT: usize = 16 * 1024;
+
 /// A 206's `Content-Range: bytes FIRST-LAST/TOTAL`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Span {
@@ -189,7 +217,7 @@ impl HttpSource {
             ),
             StatusCode::OK => bail!("{}: the server ignored the Range request", self.url),
             s => {
-                let body = resp.text().await.unwrap_or_default();
+                let body = error_text(resp).await;
                 let doc: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
                 if s == StatusCode::CONFLICT && doc["error"] == "corrupt" {
                     // ztserve checked the bytes against their digest: no
@@ -204,7 +232,7 @@ impl HttpSource {
                     }
                     .into());
                 }
-                bail!("{}: HTTP {s}: {}", self.url, body.trim());
+                bail!("{}: HTTP {s}: {}", self.url, quote(body.trim()));
             }
         }
         let tag = resp

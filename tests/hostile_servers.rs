@@ -16,7 +16,7 @@ use quinn::crypto::rustls::QuicServerConfig;
 use quinn::{Connection, Endpoint, RecvStream, SendStream};
 use zt_format::ZtFile;
 use ztp_proto::{
-    frame, frame_header, Code, ComponentHeader, Deframer, Done, Get, ManifestMsg, Message,
+    frame, frame_header, Code, ComponentHeader, Deframer, Done, ErrorMsg, Get, ManifestMsg, Message,
 };
 use ztserve::client::quic::{ClientOptions, QuicClient, SILENCE};
 use ztserve::client::trust::Trust;
@@ -435,4 +435,23 @@ async fn a_silent_server_fails_the_request_instead_of_hanging() {
     tokio::join!(before, after);
     let took = started.elapsed();
     assert!(took >= SILENCE && took < SILENCE * 2, "{took:?}");
+}
+
+/// A server's `error` message of 1 MiB: the request fails with the code
+/// and the message's first 300 characters, not a megabyte of text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_error_text_is_quoted_cut_short() {
+    let (e, _) = refused(
+        |mut s| async move {
+            let id = Some(s.get.id);
+            let message = "z".repeat(1 << 20);
+            let code = Code::NotFound;
+            s.say(Message::Error(ErrorMsg { id, code, message })).await;
+            s
+        },
+        None,
+        &["server error not_found", "zzz [cut at 300 characters]"],
+    )
+    .await;
+    assert!(format!("{e:#}").len() < 1024);
 }

@@ -79,17 +79,6 @@ async fn error_text(mut resp: reqwest::Response) -> String {
     String::from_utf8_lossy(&body).into_owned()
 }
 
-/// `text`, cut to its first 300 characters to quote in an error.
-fn quote(text: &str) -> String {
-    match text.char_indices().nth(300) {
-        Some((cut, _)) => format!(
-            "{} [cut at 300 characters]",
-            text.get(..cut).unwrap_or(text)
-        ),
-        None => text.to_owned(),
-    }
-}
-
 /// The most of an error body [`error_text`] reads.
 const ERROR_TEXT: usize = 16 * 1024;
 
@@ -232,7 +221,7 @@ impl HttpSource {
                     }
                     .into());
                 }
-                bail!("{}: HTTP {s}: {}", self.url, quote(body.trim()));
+                bail!("{}: HTTP {s}: {}", self.url, super::quote(body.trim()));
             }
         }
         let tag = resp

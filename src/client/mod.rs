@@ -50,6 +50,18 @@ use zt_format::Manifest;
 pub use remote::{Client, Options, Via};
 pub use verify::{Delivered, Refusal, Refused, Transport, Verification};
 
+/// A server's own words (an error body, an `error` message), cut to their
+/// first 300 characters to quote in an error.
+pub(crate) fn quote(text: &str) -> String {
+    match text.char_indices().nth(300) {
+        Some((cut, _)) => format!(
+            "{} [cut at 300 characters]",
+            text.get(..cut).unwrap_or(text)
+        ),
+        None => text.to_owned(),
+    }
+}
+
 /// The server's `done`: how many components it sent whole.
 #[derive(Debug, thiserror::Error)]
 #[error("request done: {0} components sent")]

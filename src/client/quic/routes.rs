@@ -12,7 +12,7 @@ use ztp_proto::{Code, Deframer, ManifestMsg, Message};
 use super::streams::lost;
 use crate::client::budget::Budget;
 use crate::client::verify::{Refusal, Refused, Transport};
-use crate::client::{Arrival, DoneMarker};
+use crate::client::{quote, Arrival, DoneMarker};
 
 pub(super) type Delivery = mpsc::UnboundedSender<Arrival>;
 
@@ -111,7 +111,7 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
                     &routes,
                     e.id,
                     Some(e.code),
-                    &format!("server error {}: {}", e.code, e.message),
+                    &format!("server error {}: {}", e.code, quote(&e.message)),
                 ),
                 Ok(Some(Message::Done(d))) => {
                     // Tell the fetch how many components were sent whole:

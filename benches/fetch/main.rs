@@ -322,42 +322,27 @@ impl Bench {
             "# 3. QUIC ceiling: bare quinn, one connection, one stream, the model's {size} bytes from memory"
         );
         let (ceiling, hot) = (median(bare), median(hot));
-        row("bare quinn", ceiling, size, ceiling, "ceiling");
-        row(
-            "bare quinn, one cache-resident MiB resent",
-            hot,
-            size,
-            ceiling,
-            "ceiling",
-        );
-        row(
-            "ztp/1 library fetch, crc32c checked",
-            quic,
-            size,
-            ceiling,
-            "ceiling",
-        );
-        row(
-            "ztp/1 library fetch, crc32c checked",
-            quic,
-            size,
-            hot,
-            "cache-resident resend",
-        );
-        row(
-            "ztp/1 library fetch, keeping every tensor",
-            quic_kept,
-            size,
-            ceiling,
-            "ceiling",
-        );
-        row(
-            "ztp/1 library fetch, crc32c checked",
-            quic,
-            size,
-            http,
-            "our HTTP",
-        );
+        let fetch = "ztp/1 library fetch, crc32c checked";
+        for (name, secs, against, peer) in [
+            ("bare quinn", ceiling, ceiling, "ceiling"),
+            (
+                "bare quinn, one cache-resident MiB resent",
+                hot,
+                ceiling,
+                "ceiling",
+            ),
+            (fetch, quic, ceiling, "ceiling"),
+            (fetch, quic, hot, "cache-resident resend"),
+            (
+                "ztp/1 library fetch, keeping every tensor",
+                quic_kept,
+                ceiling,
+                "ceiling",
+            ),
+            (fetch, quic, http, "our HTTP"),
+        ] {
+            row(name, secs, size, against, peer);
+        }
         println!(
             "ztp/1 against the ceiling, round by round (median of the rounds' ratios): {:.3}x",
             median(paired)

@@ -53,6 +53,16 @@ enum Want {
     Last(u64),
 }
 
+/// The `Range` header's value.
+impl std::fmt::Display for Want {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Want::Exact(r) => write!(f, "bytes={}-{}", r.start, r.end.saturating_sub(1)),
+            Want::Last(n) => write!(f, "bytes=-{n}"),
+        }
+    }
+}
+
 impl Want {
     /// Whether a 206 for `span` holds exactly the bytes asked for.
     fn is(&self, span: &Span) -> bool {
@@ -172,28 +182,17 @@ impl HttpSource {
         r
     }
 
-    /// Reads bytes `start..end` of the file, requiring a 206 for exactly them.
-    async fn range(
-        &self,
-        start: u64,
-        end: u64,
-        etag: Option<&str>,
-    ) -> Result<(bytes::Bytes, Option<String>, u64)> {
-        let spec = format!("bytes={}-{}", start, end.saturating_sub(1));
-        self.get_range(&spec, etag, Want::Exact(start..end)).await
-    }
-
     /// Sends one Range request and checks its status and that the server
     /// sends the bytes asked for (`want`); returns the response, the ETag
     /// and the `Content-Range`.
     async fn send_range(
         &self,
-        spec: &str,
+        want: &Want,
         etag: Option<&str>,
-        want: Want,
     ) -> Result<(reqwest::Response, Option<String>, Span)> {
+        let spec = want.to_string();
         let resp = self
-            .request(spec, etag)
+            .request(&spec, etag)
             .send()
             .await
             .map_err(|e| Transport(format!("GET {} ({spec}): {e}", self.url)))?;
@@ -251,28 +250,26 @@ impl HttpSource {
         Ok((resp, tag, span))
     }
 
-    /// Sends one Range request; returns the body, the ETag and the file size.
+    /// Reads the bytes `want` names, requiring a 206 for exactly them;
+    /// returns them, the ETag and the file size.
     async fn get_range(
         &self,
-        spec: &str,
-        etag: Option<&str>,
         want: Want,
+        etag: Option<&str>,
     ) -> Result<(bytes::Bytes, Option<String>, u64)> {
-        let (resp, tag, span) = self.send_range(spec, etag, want).await?;
+        let (resp, tag, span) = self.send_range(&want, etag).await?;
         // The span was checked against what was asked for: its size is known.
         let mut body = vec![0u8; usize::try_from(span.end() - span.first)?];
-        self.read_body(resp, spec, &mut body).await?;
+        self.read_body(resp, &want, &mut body).await?;
         Ok((body.into(), tag, span.total))
     }
 
     /// Reads bytes `start..start + into.len()` of the file straight into
     /// `into`, as the body arrives.
     async fn fill(&self, start: u64, into: &mut [u8], etag: &str) -> Result<()> {
-        let end = start + into.len() as u64;
-        let spec = format!("bytes={}-{}", start, end.saturating_sub(1));
-        let want = Want::Exact(start..end);
-        let (resp, _, _) = self.send_range(&spec, Some(etag), want).await?;
-        self.read_body(resp, &spec, into).await
+        let want = Want::Exact(start..start + into.len() as u64);
+        let (resp, _, _) = self.send_range(&want, Some(etag)).await?;
+        self.read_body(resp, &want, into).await
     }
 
     /// Reads `resp`'s body into `into`, which it must fill exactly: a body
@@ -281,15 +278,16 @@ impl HttpSource {
     async fn read_body(
         &self,
         mut resp: reqwest::Response,
-        spec: &str,
+        want: &Want,
         into: &mut [u8],
     ) -> Result<()> {
+        let spec = want.to_string();
         let mut pos = 0usize;
         loop {
             let chunk = resp
                 .chunk()
                 .await
-                .map_err(|e| broke_off(&self.url, spec, Some(pos), &e))?;
+                .map_err(|e| broke_off(&self.url, &spec, Some(pos), &e))?;
             let Some(chunk) = chunk else { break };
             into.get_mut(pos..pos + chunk.len())
                 .ok_or_else(|| anyhow!("{}: asked for {spec}, got more bytes", self.url))?
@@ -308,18 +306,19 @@ impl HttpSource {
 
     /// Fetches the footer and the manifest.
     pub async fn manifest(&self) -> Result<Remote> {
-        let (tail, etag, size) = self.get_range("bytes=-16", None, Want::Last(16)).await?;
+        let (tail, etag, size) = self.get_range(Want::Last(16), None).await?;
         let etag = etag.ok_or_else(|| {
             anyhow!(
                 "{}: the server sends no ETag; a consistent fetch needs one",
                 self.url
             )
         })?;
-        let (head, _, _) = self.range(0, 8.min(size), Some(&etag)).await?;
-        let loc = zt_format::container::locate(&self.url, size, &head, &tail, &self.limits)?;
-        let (raw, _, _) = self
-            .range(loc.offset, loc.offset + loc.length, Some(&etag))
+        let (head, _, _) = self
+            .get_range(Want::Exact(0..8.min(size)), Some(&etag))
             .await?;
+        let loc = zt_format::container::locate(&self.url, size, &head, &tail, &self.limits)?;
+        let want = Want::Exact(loc.offset..loc.offset + loc.length);
+        let (raw, _, _) = self.get_range(want, Some(&etag)).await?;
         let parsed = zt_format::container::decode(&self.url, &loc, &raw, &self.limits)?;
         Ok(Remote {
             manifest: parsed.manifest,

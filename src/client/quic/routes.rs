@@ -9,7 +9,6 @@ use quinn::{Connection, RecvStream};
 use tokio::sync::{mpsc, oneshot};
 use ztp_proto::{Code, Deframer, ManifestMsg, Message};
 
-use super::streams::lost;
 use crate::client::budget::Budget;
 use crate::client::verify::{Refusal, Refused, Transport};
 use crate::client::{quote, Arrival, DoneMarker};
@@ -66,6 +65,18 @@ pub(super) fn route_error(routes: &Routes, id: Option<u64>, code: Option<Code>, 
     }
 }
 
+/// Fails every request on `conn`, which is gone, saying why (the server
+/// closing it, a timeout, a reset). A connection this client closed itself
+/// is not reported: whoever closed it has already said why (a protocol
+/// violation), or nobody is waiting (the client was dropped).
+pub(super) fn lost(conn: &Connection, routes: &Routes, why: &quinn::ConnectionError) {
+    if *why != quinn::ConnectionError::LocallyClosed {
+        let addr = conn.remote_address();
+        let why = format!("the QUIC connection to {addr} was lost: {why}");
+        route_error(routes, None, None, &why);
+    }
+}
+
 /// The server broke the protocol: every request on the connection fails
 /// with `why`, and the connection is closed with `protocol_violation`.
 pub(super) fn violation(conn: &Connection, routes: &Routes, why: &str) {
@@ -81,7 +92,6 @@ pub(super) fn violation(conn: &Connection, routes: &Routes, why: &str) {
 
 /// Reads the control stream, handing each server message to its request.
 pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64, conn: Connection) {
-    let addr = conn.remote_address();
     let mut d = Deframer::new(usize::try_from(cap.saturating_add(4096)).unwrap_or(usize::MAX));
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -92,7 +102,7 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
                 let why = "the server ended its control stream";
                 return route_error(&routes, None, None, why);
             }
-            Err(quinn::ReadError::ConnectionLost(c)) => return lost(&routes, addr, &c),
+            Err(quinn::ReadError::ConnectionLost(c)) => return lost(&conn, &routes, &c),
             Err(e) => {
                 let why = format!("the server broke off the control stream: {e}");
                 return route_error(&routes, None, None, &why);

@@ -1,14 +1,13 @@
 //! Component streams: each read into an aligned buffer, hashed as its
 //! bytes arrive, and handed to its request once the digest matches.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail};
 use quinn::{Connection, RecvStream};
 use ztp_proto::{Code, Deframer};
 
-use super::routes::{route_error, violation, Delivery, Routes};
+use super::routes::{lost, violation, Delivery, Routes};
 use super::ClientOptions;
 use crate::client::pool::BufPool;
 use crate::client::verify::{Check, Delivered, Refusal, Refused, Transport};
@@ -41,18 +40,7 @@ pub(super) async fn accept_streams(
             Err(e) => break e,
         }
     };
-    lost(&routes, conn.remote_address(), &why);
-}
-
-/// Fails every request on a connection to `addr` that is gone, saying why
-/// (the server closing it, a timeout, a reset). A connection this client
-/// closed itself is not reported: whoever closed it has already said why
-/// (a protocol violation), or nobody is waiting (the client was dropped).
-pub(super) fn lost(routes: &Routes, addr: SocketAddr, why: &quinn::ConnectionError) {
-    if *why != quinn::ConnectionError::LocallyClosed {
-        let why = format!("the QUIC connection to {addr} was lost: {why}");
-        route_error(routes, None, None, &why);
-    }
+    lost(&conn, &routes, &why);
 }
 
 /// Why a component stream broke after `pos` bytes: the server refusing a

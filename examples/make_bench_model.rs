@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use ztserve::format::DigestAlgorithm;
+use zt_format::DigestAlgorithm;
 
 #[path = "../benches/support/model.rs"]
 mod model;

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use half::bf16;
-use ztserve::format::{write_atomic, CborValue, DType, DigestAlgorithm, StoreOptions, Writer};
+use zt_format::{write_atomic, CborValue, DType, DigestAlgorithm, StoreOptions, Writer};
 
 /// xorshift64*: deterministic on every platform, no dependency.
 struct Rng(u64);

@@ -1,17 +1,17 @@
-//! ztserve: serve zTensor (`.zt`) files, and the `zt` tool.
+//! ztserve: the daemon that serves zTensor (`.zt`) files over HTTP and
+//! ztp/1 (QUIC).
 //!
-//! The format itself lives in the `zt-format` crate. This crate holds what
-//! is built on it: the manifest JSON schema shared by every JSON output
-//! ([`manifest_json`]), importers for other tensor formats ([`import`]), and
-//! the `zt` subcommands ([`tool`]).
+//! The workspace is layered, each crate depending only on those below it:
+//!
+//! | crate | what it holds |
+//! |---|---|
+//! | `zt-format` | the file format: manifest model, validation, readers, writer, the selection glob, the send order, the manifest JSON |
+//! | `ztp-proto` | ztp/1 messages and framing, without I/O |
+//! | `zt-client` | the loader: both transports, trust, verification, `fetch_to_file` |
+//! | `zt-cli` | the `zt` tool |
+//! | `ztserve` (this crate) | the daemon: catalog, HTTP, ztp/1, configuration |
+//!
+//! [`server::run`] is the daemon as a library; `bin/ztserve.rs` wires the
+//! configuration, tracing and signals to it.
 
-pub mod client;
-pub mod import;
-pub mod manifest_json;
-pub mod order;
-pub mod select;
 pub mod server;
-pub mod tool;
-pub mod udp;
-
-pub use zt_format as format;

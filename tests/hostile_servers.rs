@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 
 use quinn::crypto::rustls::QuicServerConfig;
 use quinn::{Connection, Endpoint, RecvStream, SendStream};
+use zt_client::quic::{ClientOptions, QuicClient, SILENCE};
+use zt_client::trust::Trust;
+use zt_client::{Refusal, Refused};
 use zt_format::ZtFile;
 use ztp_proto::{
     frame, frame_header, Code, ComponentHeader, Deframer, Done, ErrorMsg, Get, ManifestMsg, Message,
 };
-use ztserve::client::quic::{ClientOptions, QuicClient, SILENCE};
-use ztserve::client::trust::Trust;
-use ztserve::client::{Refusal, Refused};
 use ztserve::server::config::QuicConfig;
 use ztserve::server::quic::cert;
 
@@ -148,7 +148,7 @@ where
     F: FnOnce(Script) -> Fut + Send + 'static,
     Fut: Future<Output = Script> + Send,
 {
-    ztserve::server::tls::install_provider();
+    zt_client::trust::install_provider();
     let state = tempfile::tempdir().unwrap();
     let id = cert::identity(None, state.path()).unwrap();
     let fingerprint = id.fingerprint();

@@ -1,7 +1,7 @@
 //! Legacy files (v1.0 and v0.1) read into the same model and convert to v1.2.
 
 use ciborium::Value;
-use ztserve::format::{ReadOptions, Writer, ZtFile, LEGACY_DTYPE_ATTRIBUTE};
+use zt_format::{ReadOptions, Writer, ZtFile, LEGACY_DTYPE_ATTRIBUTE};
 
 fn t(s: &str) -> Value {
     Value::Text(s.into())
@@ -99,7 +99,7 @@ fn v1_0_dense_zstd_misaligned_and_unknown_format() {
     ]);
     let bytes = finish_legacy(f, &manifest);
     let file = ZtFile::from_bytes("v10.zt", &bytes, ReadOptions::default()).unwrap();
-    assert_eq!(file.manifest().origin, ztserve::format::Origin::V1_0);
+    assert_eq!(file.manifest().origin, zt_format::Origin::V1_0);
     assert_eq!(
         file.tensor("z").unwrap().as_slice::<f32>().unwrap(),
         &[1.0, 2.0, 3.0, 4.0]
@@ -129,14 +129,14 @@ fn convert(file: &ZtFile) -> Vec<u8> {
     let src = dir.path().join("in.zt");
     std::fs::write(&src, file.bytes()).unwrap();
     let out = dir.path().join("out.zt");
-    let opts = ztserve::tool::pack::PackOptions {
+    let opts = zt_cli::pack::PackOptions {
         store: Default::default(),
         read: ReadOptions::default(),
         progress: false,
     };
-    ztserve::tool::pack::run(&[src], &out, opts).unwrap();
+    zt_cli::pack::run(&[src], &out, opts).unwrap();
     let converted = ZtFile::open(&out).unwrap();
-    assert_eq!(converted.manifest().origin, ztserve::format::Origin::V1);
+    assert_eq!(converted.manifest().origin, zt_format::Origin::V1);
     assert!(converted.warnings().is_empty());
     for (name, obj) in &file.manifest().objects {
         let c = converted.object(name).unwrap();
@@ -254,7 +254,7 @@ fn v0_1_big_endian_and_both_sparse_spellings() {
     ]);
     let bytes = finish_legacy(f, &manifest);
     let file = ZtFile::from_bytes("v01.zt", &bytes, ReadOptions::default()).unwrap();
-    assert_eq!(file.manifest().origin, ztserve::format::Origin::V0_1);
+    assert_eq!(file.manifest().origin, zt_format::Origin::V0_1);
     assert_eq!(
         file.tensor("be").unwrap().as_slice::<f32>().unwrap(),
         &[1.5, -2.0]

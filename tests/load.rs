@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use common::quic::metric;
 use common::{eventually, Server};
-use ztserve::client::trust::Trust;
-use ztserve::client::{Client, Options, Via};
+use zt_client::trust::Trust;
+use zt_client::{Client, Options, Via};
 
 const LAYERS: u32 = 32;
 

@@ -61,7 +61,7 @@ fn assert_delivered(what: &str, r: &Output, started: Instant, big: &Path, out: &
 
 fn fetch_in(ns: &Netns, url: &str, extra: &[String], out: &Path) -> Output {
     let child = ns
-        .command(env!("CARGO_BIN_EXE_zt"))
+        .command(common::zt_bin())
         .args(["fetch", url, "-o", out.to_str().unwrap()])
         .args(extra)
         .stderr(std::process::Stdio::piped())
@@ -140,7 +140,7 @@ fn a_far_link_delivers_verified_bytes() {
         ),
     ] {
         let start = Instant::now();
-        let r = std::process::Command::new(env!("CARGO_BIN_EXE_zt"))
+        let r = std::process::Command::new(common::zt_bin())
             .args(["fetch", &url, "-o", out.to_str().unwrap()])
             .args(&extra)
             .output()

@@ -11,10 +11,7 @@ use common::sample_root;
 use zt_format::{ReadOptions, ZtFile};
 
 fn zt(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zt"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(common::zt_bin()).args(args).output().unwrap()
 }
 
 fn port() -> u16 {

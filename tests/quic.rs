@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use common::quic::raw_connect;
 use common::{curl, sample_root, Server};
-use ztserve::client::quic::{ClientOptions, QuicClient};
-use ztserve::client::trust::Trust;
-use ztserve::client::Verification;
+use zt_client::quic::{ClientOptions, QuicClient};
+use zt_client::trust::Trust;
+use zt_client::Verification;
 
 fn options(fingerprint: &str) -> ClientOptions {
     ClientOptions {
@@ -319,7 +319,7 @@ async fn tokens_trust_and_hostile_peers() {
 async fn zstd_components_decode_into_aligned_buffers_and_cancel_stops_streams() {
     let root = tempfile::tempdir().unwrap();
     let packed = root.path().join("z.zt");
-    let st = std::process::Command::new(env!("CARGO_BIN_EXE_zt"))
+    let st = std::process::Command::new(common::zt_bin())
         .arg("pack")
         .arg(common::repo().join("models/sample.zt"))
         .arg("-o")

@@ -49,7 +49,7 @@ async fn stalled_reader(addr: &str, fp: &str) -> quinn::Connection {
 
 /// `zt info` over QUIC: whether it succeeded, and what it said.
 fn zt_info(addr: &str, fp: &str) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_zt"))
+    let out = Command::new(common::zt_bin())
         .args([
             "info",
             &format!("quic://{addr}/big.zt"),
@@ -117,7 +117,7 @@ async fn a_client_that_stops_reading_is_closed_as_stalled() {
     );
 
     // Everyone else is still served.
-    let ok = Command::new(env!("CARGO_BIN_EXE_zt"))
+    let ok = Command::new(common::zt_bin())
         .args([
             "info",
             &format!("quic://{addr}/big.zt"),
@@ -144,7 +144,7 @@ fn a_client_killed_mid_transfer_frees_its_connection_and_streams() {
     // Through a 10 MB/s relay, so the kill lands mid-transfer.
     let relay = common::relay::Relay::udp(addr.parse().unwrap(), 10_000_000);
     let out = dir.path().join("big.zt");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zt"))
+    let mut child = Command::new(common::zt_bin())
         .args(["fetch", &format!("quic://{}/big.zt", relay.addr)])
         .args(["--cert-fingerprint", &fp, "-o"])
         .arg(&out)
@@ -168,7 +168,7 @@ fn a_client_killed_mid_transfer_frees_its_connection_and_streams() {
     assert!(!out.exists());
 
     // A new client is served in full.
-    let r = Command::new(env!("CARGO_BIN_EXE_zt"))
+    let r = Command::new(common::zt_bin())
         .args([
             "fetch",
             &format!("quic://{addr}/big.zt"),

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use ztserve::format::{ComponentStatus, ReadOptions, ZtFile};
+use zt_format::{ComponentStatus, ReadOptions, ZtFile};
 
 /// Rules that pass validation and fail when the data is read.
 const READ_TIME: &[&str] = &["digest-mismatch", "decompress-over-cap"];

@@ -2,7 +2,7 @@
 //! identically, values and metadata included; and the output is deterministic.
 
 use proptest::prelude::*;
-use ztserve::format::{
+use zt_format::{
     Attributes, CborValue, ComponentData, DType, DigestAlgorithm, Format, ReadOptions,
     StoreOptions, Writer, ZtFile,
 };
@@ -97,7 +97,7 @@ proptest! {
                 prop_assert!(t.as_bools().is_ok());
             }
         }
-        prop_assert!(f.verify().iter().all(|r| !matches!(r.status, ztserve::format::ComponentStatus::Failed(_))));
+        prop_assert!(f.verify().iter().all(|r| !matches!(r.status, zt_format::ComponentStatus::Failed(_))));
     }
 
     #[test]
@@ -186,7 +186,7 @@ fn zero_copy_views_are_verified_unless_skipped() {
         "{err}"
     );
     let skip = ReadOptions {
-        verify: ztserve::format::Verify::Skip,
+        verify: zt_format::Verify::Skip,
         ..ReadOptions::default()
     };
     let f = ZtFile::from_bytes("v.zt", &bytes, skip).unwrap();

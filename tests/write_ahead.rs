@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::quic::metric;
 use common::Server;
-use ztserve::client::trust::Trust;
-use ztserve::client::{Client, Options};
+use zt_client::trust::Trust;
+use zt_client::{Client, Options};
 
 const MIB: u64 = 1 << 20;
 
@@ -51,7 +51,7 @@ async fn pause_after_one(s: &Server, url: &str, fp: &str, bound: Option<u64>) ->
     while let Some(d) = f.next().await {
         let d = d.unwrap();
         assert_eq!(d.data.len() as u64, MIB);
-        assert_eq!(d.verification, ztserve::client::Verification::Verified);
+        assert_eq!(d.verification, zt_client::Verification::Verified);
         n += 1;
     }
     assert_eq!(n, COMPONENTS, "{url}: every component delivered");

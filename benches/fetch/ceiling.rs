@@ -18,16 +18,16 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{Endpoint, EndpointConfig, TokioRuntime};
-use ztserve::client::quic::transport as client_transport;
-use ztserve::client::trust::{client_config, Trust};
+use zt_client::quic::transport as client_transport;
+use zt_client::trust::{client_config, Trust};
+use zt_client::udp;
 use ztserve::server::config::QuicConfig;
 use ztserve::server::quic::{cert, transport as server_transport};
-use ztserve::udp;
 
 const ALPN: &[u8] = b"bench";
 
 fn server(state_dir: &Path) -> Result<Endpoint> {
-    ztserve::server::tls::install_provider();
+    zt_client::trust::install_provider();
     let id = cert::identity(None, state_dir)?;
     let mut crypto = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),

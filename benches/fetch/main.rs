@@ -16,15 +16,16 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use ztserve::client::trust::Trust;
-use ztserve::client::{Client, Options, Via};
-use ztserve::format::{layer_index, DigestAlgorithm};
+use zt_client::trust::Trust;
+use zt_client::{Client, Options, Via};
+use zt_format::{layer_index, DigestAlgorithm};
 
 mod ceiling;
 mod lossy;
 #[allow(dead_code)]
 #[path = "../support/model.rs"]
 mod model;
+
 #[allow(dead_code, unreachable_pub)]
 #[path = "../../tests/common/netns.rs"]
 mod netns;
@@ -32,6 +33,8 @@ mod netns;
 #[path = "../../tests/common/nginx.rs"]
 mod nginx;
 mod peers;
+#[path = "../../tests/common/zt_bin.rs"]
+mod zt_bin;
 
 const LAYERS: u64 = 32;
 const MIB_PER_LAYER: usize = 32;

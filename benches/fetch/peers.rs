@@ -98,7 +98,7 @@ pub(crate) fn curl(url: &str, out: &Path) -> Command {
 /// `zt fetch url -o out --insecure`, with no leftovers from an earlier run.
 pub(crate) fn zt_fetch(url: &str, out: &Path) -> Command {
     remove_output(out);
-    let mut c = Command::new(env!("CARGO_BIN_EXE_zt"));
+    let mut c = Command::new(crate::zt_bin::zt_bin());
     c.args(["fetch", url, "--insecure", "-o"]).arg(out);
     c
 }

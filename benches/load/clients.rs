@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use ztserve::client::trust::Trust;
-use ztserve::client::{Client, Options, Via};
+use zt_client::trust::Trust;
+use zt_client::{Client, Options, Via};
 
 /// What all the clients saw together.
 pub(crate) struct Report {

@@ -15,13 +15,14 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use ztserve::client::Via;
-use ztserve::format::{DigestAlgorithm, ZtFile};
+use zt_client::Via;
+use zt_format::{DigestAlgorithm, ZtFile};
 
 mod clients;
 #[allow(dead_code)]
 #[path = "../support/model.rs"]
 mod model;
+
 #[allow(dead_code, unreachable_pub)]
 #[path = "../../tests/common/nginx.rs"]
 mod nginx;
@@ -29,6 +30,8 @@ mod nginx;
 #[path = "../fetch/peers.rs"]
 mod peers;
 mod wrk;
+#[path = "../../tests/common/zt_bin.rs"]
+mod zt_bin;
 
 const FILE: &str = "load.zt";
 const LAYERS: u64 = 32;

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use ztserve::format::{write_atomic, DType, DigestAlgorithm, StoreOptions, Writer};
+use zt_format::{write_atomic, DType, DigestAlgorithm, StoreOptions, Writer};
 
 /// `n` pseudo-random bytes (xorshift): incompressible, reproducible.
 pub(crate) fn noise(n: usize, seed: u64) -> Vec<u8> {

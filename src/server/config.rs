@@ -306,7 +306,7 @@ mod defaults {
         64 << 20
     }
     pub(super) fn quic_udp_buffer() -> usize {
-        crate::udp::DEFAULT_BUFFER_BYTES
+        zt_client::udp::DEFAULT_BUFFER_BYTES
     }
     pub(super) fn quic_max_request_bytes() -> usize {
         ztp_proto::MAX_CLIENT_MESSAGE

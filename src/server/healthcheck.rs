@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::config::Config;
-use crate::client::trust::{client_config, Trust};
+use zt_client::trust::{client_config, Trust};
 
 /// `/healthz` on the configured listen port, asked on loopback when the
 /// daemon listens on every address; HTTPS when TLS is configured.
@@ -34,7 +34,7 @@ pub fn default_url(config: &Config) -> String {
 /// is not checked: the probe asks whether this daemon answers, not who it
 /// is.
 pub async fn probe(url: &str, timeout: Duration) -> Result<()> {
-    super::tls::install_provider();
+    zt_client::trust::install_provider();
     let client = reqwest::Client::builder()
         .use_preconfigured_tls(client_config(&Trust::Insecure, b"http/1.1")?)
         .timeout(timeout)

@@ -13,14 +13,8 @@ use tokio::task::JoinHandle;
 /// The HTTPS configuration in force, replaced when the files change.
 pub type TlsConfig = Arc<RwLock<Arc<rustls::ServerConfig>>>;
 
-/// Installs ring as the process's rustls provider. With more than one
-/// provider compiled in, building a TLS config otherwise panics.
-pub fn install_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 fn build(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>> {
-    install_provider();
+    zt_client::trust::install_provider();
     let id = super::quic::cert::load(cert, key)?;
     let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),

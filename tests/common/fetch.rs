@@ -8,10 +8,7 @@ use zt_format::ZtFile;
 
 /// Runs `zt ARGS` to completion.
 pub fn zt(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zt"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(super::zt_bin()).args(args).output().unwrap()
 }
 
 /// Asserts that every object in `b` is in `a` with the same component
@@ -57,7 +54,7 @@ pub fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Output {
 /// components, runs `fault`, and returns what the fetch reported.
 pub fn fault_mid_fetch(url: &str, out: &Path, args: &[&str], fault: impl FnOnce()) -> Output {
     let journal = out.with_file_name("big.zt.part.journal");
-    let child = Command::new(env!("CARGO_BIN_EXE_zt"))
+    let child = Command::new(super::zt_bin())
         .args(["fetch", url, "-o", out.to_str().unwrap()])
         .args(args)
         .stderr(Stdio::piped())

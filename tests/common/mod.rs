@@ -6,6 +6,9 @@ pub mod netns;
 pub mod nginx;
 pub mod quic;
 pub mod relay;
+mod zt_bin;
+
+pub use zt_bin::zt_bin;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

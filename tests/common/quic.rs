@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ztserve::client::trust::{client_config, Trust};
+use zt_client::trust::{client_config, Trust};
 
 use super::{curl, Server};
 
@@ -15,7 +15,7 @@ pub async fn raw_connect(
     fp: &str,
     transport: Option<quinn::TransportConfig>,
 ) -> quinn::Connection {
-    ztserve::server::tls::install_provider();
+    zt_client::trust::install_provider();
     let tls = client_config(&Trust::fingerprint(fp).unwrap(), ztp_proto::ALPN).unwrap();
     let mut config = quinn::ClientConfig::new(Arc::new(
         quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),

@@ -10,7 +10,11 @@
 //! - [`container::locate`] and [`container::decode`] work on byte slices, so a
 //!   server can read manifests with `pread` and never map what it serves.
 //! - [`layer_index`] and [`layer_order`] are the layer rule shared by
-//!   `zt pack` and the server's stream priority.
+//!   `zt pack` and the server's stream priority; [`send_order`] applies it to
+//!   a manifest, and [`select`] holds the glob rule for choosing objects.
+//!   The server, the clients and the tools call these, never copies.
+//! - [`manifest_json`] is the one JSON rendering of a manifest
+//!   (`docs/manifest-json.md`), shared by `zt info --json` and the server.
 //!
 //! No sockets or async runtimes live here. The only `unsafe` is the mmap
 //! call in the private `mmap` module, whose SIGBUS hazard is documented there.
@@ -49,11 +53,14 @@ pub mod fuzz;
 mod layer;
 mod legacy;
 mod manifest;
+pub mod manifest_json;
 mod mmap;
 mod options;
+mod order;
 mod parse_v1;
 mod pread;
 mod reader;
+pub mod select;
 mod validate;
 mod warning;
 mod writer;
@@ -76,6 +83,7 @@ pub use manifest::{
 };
 pub use mmap::MappedFile;
 pub use options::{Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP};
+pub use order::send_order;
 pub use pread::{read_manifest_at, FileManifest};
 pub use reader::{ComponentReport, ComponentStatus, ZtFile};
 pub use validate::BlobArea;

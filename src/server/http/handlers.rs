@@ -16,11 +16,11 @@ use super::error::AppError;
 use super::route::{split, Target};
 use super::serve::{respond, spans, Entity};
 use super::Template;
-use crate::manifest_json::manifest_json;
-use crate::select::Selection;
 use crate::server::catalog::{hex, Entry, Served};
 use crate::server::checks::Refusal;
 use crate::server::State;
+use zt_format::manifest_json::manifest_json;
+use zt_format::select::Selection;
 
 /// Path URLs can be replaced in place, so caches must revalidate.
 const REVALIDATE: &str = "no-cache";

@@ -10,9 +10,9 @@ use ztp_proto::{
 };
 
 use super::send::{self, Item, RequestCtl};
-use crate::select::Selection;
 use crate::server::catalog::{Entry, Served};
 use crate::server::State;
+use zt_format::select::Selection;
 
 type Requests = Arc<Mutex<HashMap<u64, Arc<RequestCtl>>>>;
 
@@ -225,7 +225,7 @@ fn plan(state: &State, g: &Get) -> Result<Plan, (Code, String)> {
         .map_err(|e| (Code::NoMatch, format!("{}: {e}", served.path)))?;
     let manifest = zt_format::manifest_cbor(&filtered);
     let mut items = Vec::new();
-    for (name, role, c) in crate::order::send_order(&filtered, &g.order) {
+    for (name, role, c) in zt_format::send_order(&filtered, &g.order) {
         if c.is_transformed() {
             return Err((
                 Code::Unavailable,

@@ -53,7 +53,7 @@ pub struct Bound {
 
 /// Builds and binds the endpoint.
 pub fn bind(state: &State, addr: SocketAddr) -> Result<Bound> {
-    super::tls::install_provider();
+    zt_client::trust::install_provider();
     let tls = &state.config.tls;
     let configured = tls.cert.as_deref().zip(tls.key.as_deref());
     let id = cert::identity(configured, &state.config.state_dir)?;
@@ -69,7 +69,7 @@ pub fn bind(state: &State, addr: SocketAddr) -> Result<Bound> {
     let mut server =
         quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(crypto)?));
     server.transport_config(Arc::new(transport(&state.config.quic)?));
-    let sock = crate::udp::bind(addr, state.config.quic.udp_buffer_bytes)?;
+    let sock = zt_client::udp::bind(addr, state.config.quic.udp_buffer_bytes)?;
     let endpoint = Endpoint::new(
         EndpointConfig::default(),
         Some(server),

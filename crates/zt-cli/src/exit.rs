@@ -54,14 +54,14 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         if let Some(f) = cause.downcast_ref::<Failure>() {
             return f.code;
         }
-        if let Some(r) = cause.downcast_ref::<crate::client::Refused>() {
+        if let Some(r) = cause.downcast_ref::<zt_client::Refused>() {
             return match r.kind {
-                crate::client::Refusal::Corrupt => INVALID,
-                crate::client::Refusal::Unverifiable => UNVERIFIABLE,
+                zt_client::Refusal::Corrupt => INVALID,
+                zt_client::Refusal::Unverifiable => UNVERIFIABLE,
             };
         }
         if cause.downcast_ref::<reqwest::Error>().is_some()
-            || cause.downcast_ref::<crate::client::Transport>().is_some()
+            || cause.downcast_ref::<zt_client::Transport>().is_some()
             || cause.downcast_ref::<quinn::ConnectionError>().is_some()
         {
             return IO;
@@ -99,11 +99,11 @@ mod tests {
 
     #[test]
     fn codes_follow_the_cause() {
-        let t: anyhow::Result<()> = Err(crate::client::Transport("gone".into()).into());
+        let t: anyhow::Result<()> = Err(zt_client::Transport("gone".into()).into());
         let e = t.context("object \"x\", component \"data\"").unwrap_err();
         assert_eq!(exit_code(&e), IO);
-        let r: anyhow::Error = crate::client::Refused {
-            kind: crate::client::Refusal::Corrupt,
+        let r: anyhow::Error = zt_client::Refused {
+            kind: zt_client::Refusal::Corrupt,
             message: "bad".into(),
         }
         .into();

@@ -5,7 +5,7 @@ use std::io::Write;
 use anyhow::Result;
 use zt_format::{ComponentStatus, ZtFile};
 
-use super::exit::{Failure, INVALID, UNVERIFIABLE};
+use crate::exit::{Failure, INVALID, UNVERIFIABLE};
 
 /// What `zt verify` demands beyond the structure.
 #[derive(Debug, Clone, Copy, Default)]

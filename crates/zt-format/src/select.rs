@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use zt_format::Manifest;
+use crate::Manifest;
 
 /// One parsed pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +65,8 @@ impl Pattern {
     }
 
     /// Whether `name` matches the whole pattern.
+    // Both cursors stay below their slice's length, so `+ 1` cannot overflow.
+    #[allow(clippy::arithmetic_side_effects)]
     pub fn matches(&self, name: &str) -> bool {
         let name: Vec<char> = name.chars().collect();
         // Iterative wildcard matching with one backtrack point: linear in

@@ -1,11 +1,11 @@
 //! The send order of a (filtered) manifest: objects named explicitly first, then the
-//! layer rule (`zt_format::layer_order`, keyed by where each object's data
+//! layer rule (`crate::layer_order`, keyed by where each object's data
 //! begins), and within an object, components by offset. The QUIC server
 //! sends in this order and the HTTP client fetches in it.
 
 use std::collections::HashSet;
 
-use zt_format::{layer_order, Component, Manifest};
+use crate::{layer_order, Component, Manifest};
 
 /// `(object, component role, component)` for every object of `m`, in send order.
 pub fn send_order<'m>(

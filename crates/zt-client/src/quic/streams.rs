@@ -9,9 +9,9 @@ use ztp_proto::{Code, Deframer};
 
 use super::routes::{lost, violation, Delivery, Routes};
 use super::ClientOptions;
-use crate::client::pool::BufPool;
-use crate::client::verify::{Check, Delivered, Refusal, Refused, Transport};
-use crate::client::Arrival;
+use crate::pool::BufPool;
+use crate::verify::{Check, Delivered, Refusal, Refused, Transport};
+use crate::Arrival;
 
 /// Accepts component streams until the connection ends, then fails every
 /// request still waiting with why.

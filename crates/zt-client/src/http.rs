@@ -139,7 +139,7 @@ impl HttpSource {
         component_cap: u64,
         manifest_cap: u64,
     ) -> Result<Self> {
-        crate::server::tls::install_provider();
+        crate::trust::install_provider();
         let tls = client_config(trust, b"http/1.1")?;
         let client = reqwest::Client::builder()
             .use_preconfigured_tls(tls)
@@ -340,7 +340,7 @@ impl HttpSource {
     ) -> Result<Fetch> {
         let manifest = remote.manifest;
         let items: Vec<(String, String, zt_format::Component)> =
-            crate::order::send_order(&manifest, order)
+            zt_format::send_order(&manifest, order)
                 .into_iter()
                 .map(|(o, r, c)| (o.to_owned(), r.to_owned(), c.clone()))
                 .collect();

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use ztserve::format::{DigestAlgorithm, Limits, ReadOptions, StoreOptions, Verify, ZtFile};
-use ztserve::tool::{self, exit};
+use zt_cli::{self as tool, exit};
+use zt_format::{DigestAlgorithm, Limits, ReadOptions, StoreOptions, Verify, ZtFile};
 
 #[derive(Parser)]
 #[command(name = "zt", version, about = "Inspect, verify, pack and export zTensor (.zt) files", after_help = exit::HELP)]
@@ -33,8 +33,8 @@ struct ReadArgs {
 }
 
 mod zt_format_defaults {
-    pub(crate) const MANIFEST_CAP: u64 = ztserve::format::DEFAULT_MANIFEST_CAP;
-    pub(crate) const DECOMPRESS_CAP: u64 = ztserve::format::DEFAULT_DECOMPRESS_CAP;
+    pub(crate) const MANIFEST_CAP: u64 = zt_format::DEFAULT_MANIFEST_CAP;
+    pub(crate) const DECOMPRESS_CAP: u64 = zt_format::DEFAULT_DECOMPRESS_CAP;
 }
 
 impl ReadArgs {
@@ -174,8 +174,7 @@ fn run(cli: Cli) -> Result<()> {
                         require_digest: false,
                         allow_unverified: read.allow_unverified,
                     };
-                    let client =
-                        ztserve::client::Client::connect(&name, remote.options(accept)?).await?;
+                    let client = zt_client::Client::connect(&name, remote.options(accept)?).await?;
                     let (m, _, _) = client.manifest().await?;
                     anyhow::Ok((m, Vec::new()))
                 })?;

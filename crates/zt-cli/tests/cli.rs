@@ -3,15 +3,15 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use assert_cmd::cargo::cargo_bin;
-use ztserve::format::{DType, DigestAlgorithm, StoreOptions, Writer};
+use zt_format::{DType, DigestAlgorithm, StoreOptions, Writer};
 
 fn zt() -> Command {
-    Command::new(cargo_bin("zt"))
+    Command::new(env!("CARGO_BIN_EXE_zt"))
 }
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+/// The repository root (the sample model and the reject corpus).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 fn sample() -> PathBuf {

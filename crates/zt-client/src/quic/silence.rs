@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use quinn::Connection;
 
-use crate::client::Transport;
+use crate::Transport;
 
 /// How long a waiting request gives a connection that receives no stream
 /// data: twice the idle timeout, so that a server that is gone altogether

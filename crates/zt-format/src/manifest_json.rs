@@ -5,8 +5,8 @@
 //! null, arrays and objects. Byte strings become `{"$bytes": "<hex>"}`, tags
 //! are dropped in favour of their content, and non-finite floats become null.
 
+use crate::{layer_index, Attributes, CborValue, Component, Manifest, Object, Origin};
 use serde_json::{json, Map, Value};
-use zt_format::{layer_index, Attributes, CborValue, Component, Manifest, Object, Origin};
 
 /// The schema identifier carried in every document.
 pub const SCHEMA: &str = "ztserve.manifest/1";

@@ -41,6 +41,13 @@ impl Trust {
     }
 }
 
+/// Installs ring as the process's rustls provider. With more than one
+/// provider compiled in (a program that also links another TLS stack),
+/// building a TLS configuration otherwise panics.
+pub fn install_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }

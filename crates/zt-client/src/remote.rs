@@ -11,7 +11,7 @@ use super::http::HttpSource;
 use super::quic::{ClientOptions, QuicClient};
 use super::trust::Trust;
 use super::Fetch;
-use crate::select::Selection;
+use zt_format::select::Selection;
 
 /// Which transport to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

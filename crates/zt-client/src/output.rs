@@ -64,7 +64,7 @@ fn exact(name: &str) -> String {
 
 /// The output layout: each component's new offset, and the blob end.
 fn layout(m: &Manifest) -> (Manifest, u64) {
-    let order: Vec<(String, String)> = crate::order::send_order(m, &[])
+    let order: Vec<(String, String)> = zt_format::send_order(m, &[])
         .into_iter()
         .map(|(o, r, _)| (o.to_owned(), r.to_owned()))
         .collect();
@@ -131,7 +131,7 @@ pub async fn fetch_to_file(
     let (part, journal) = part_paths(out);
     let (remote, etag, size) = client.manifest().await?;
     let _ = size;
-    let selected = crate::select::Selection::new(select)
+    let selected = zt_format::select::Selection::new(select)
         .and_then(|s| s.filter(&remote))
         .map_err(|e| anyhow!("{}: {e}", client.url))?;
     let (local, blob_end) = layout(&selected);

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::client::output::fetch_to_file;
-use crate::client::trust::Trust;
-use crate::client::{Client, Options, Via};
+use zt_client::output::fetch_to_file;
+use zt_client::trust::Trust;
+use zt_client::{Client, Options, Via};
 
 /// Flags shared by every remote subcommand.
 #[derive(Debug, Clone, clap::Args)]

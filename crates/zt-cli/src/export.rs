@@ -8,7 +8,7 @@ use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 use zt_format::{write_atomic, Component, DType, Error, Format, Location, ZtFile};
 
-use crate::manifest_json::cbor_to_json;
+use zt_format::manifest_json::cbor_to_json;
 
 fn to_safetensors(c: &Component) -> Option<Dtype> {
     if let Some(t) = &c.logical_type {

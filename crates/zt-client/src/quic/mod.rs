@@ -97,7 +97,7 @@ impl QuicClient {
         server_name: &str,
         options: ClientOptions,
     ) -> Result<Self> {
-        crate::server::tls::install_provider();
+        crate::trust::install_provider();
         let tls = client_config(&options.trust, ALPN)?;
         let mut config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
         config.transport_config(Arc::new(transport()));

@@ -9,9 +9,9 @@ use quinn::{Connection, RecvStream};
 use tokio::sync::{mpsc, oneshot};
 use ztp_proto::{Code, Deframer, ManifestMsg, Message};
 
-use crate::client::budget::Budget;
-use crate::client::verify::{Refusal, Refused, Transport};
-use crate::client::{quote, Arrival, DoneMarker};
+use crate::budget::Budget;
+use crate::verify::{Refusal, Refused, Transport};
+use crate::{quote, Arrival, DoneMarker};
 
 pub(super) type Delivery = mpsc::UnboundedSender<Arrival>;
 

@@ -5,10 +5,10 @@ use std::io::Write;
 use anyhow::Result;
 use zt_format::{Manifest, Warning};
 
-use crate::manifest_json::{cbor_to_json, manifest_json, origin_name};
-use crate::select::Selection;
+use zt_format::manifest_json::{cbor_to_json, manifest_json, origin_name};
+use zt_format::select::Selection;
 
-use super::exit::{Failure, USAGE};
+use crate::exit::{Failure, USAGE};
 
 /// The manifest restricted to the objects that `patterns` select.
 pub fn selected(m: &Manifest, patterns: &[String]) -> Result<Manifest> {

@@ -41,6 +41,7 @@ mod pool;
 pub mod quic;
 pub mod remote;
 pub mod trust;
+pub mod udp;
 mod verify;
 
 use anyhow::Result;

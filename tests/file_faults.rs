@@ -176,7 +176,7 @@ impl Drop for SmallDisk {
 #[test]
 fn a_full_disk_fails_the_fetch_clearly_and_leaves_nothing_complete() {
     let Some(disk) = SmallDisk::mount(48) else {
-        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
+        common::skip_unprivileged("cannot mount a tmpfs here (needs root)");
         return;
     };
     let root = tempfile::tempdir().unwrap();

@@ -73,7 +73,7 @@ fn fetch_in(ns: &Netns, url: &str, extra: &[String], out: &Path) -> Output {
 #[test]
 fn lossy_links_deliver_verified_bytes_or_fail_clearly() {
     let Some(ns) = Netns::create("lossy") else {
-        eprintln!("SKIPPED: cannot create a network namespace with iptables (needs root)");
+        common::skip_unprivileged("cannot create a network namespace with iptables (needs root)");
         return;
     };
     let root = tempfile::tempdir().unwrap();

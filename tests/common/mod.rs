@@ -243,6 +243,17 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// Reports a test that cannot run here (it needs root, a network
+/// namespace, a tmpfs) as SKIPPED, so it passes on a developer's machine;
+/// with `ZT_REQUIRE_PRIVILEGED=1` (set by `.ci/run` when it runs as root)
+/// it fails instead, so a run that should cover it cannot pass by skipping.
+pub fn skip_unprivileged(why: &str) {
+    if std::env::var_os("ZT_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
+        panic!("ZT_REQUIRE_PRIVILEGED=1, but this test cannot run: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+}
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }

@@ -14,8 +14,21 @@ pub struct Nginx {
     pub port: u16,
 }
 
+/// Stops nginx the way it is meant to be stopped: SIGTERM to the master,
+/// which stops its workers before it exits. SIGKILL would leave the
+/// workers running, holding the test's sockets, after the test ends; it
+/// is used only on a master that does not exit within 5 s.
 impl Drop for Nginx {
     fn drop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -117,6 +117,53 @@ fn read_journal(path: &Path, header: &str) -> Option<HashSet<(String, String)>> 
     )
 }
 
+/// The journal's components whose bytes in `part` still match their
+/// digest, each read in pieces of at most [`RECHECK_CHUNK`] bytes (memory
+/// stays bounded whatever a component's size). A component without a
+/// digest cannot be vouched for and is fetched again.
+fn still_intact(
+    part: &Path,
+    local: &Manifest,
+    journal: HashSet<(String, String)>,
+) -> HashSet<(String, String)> {
+    let Ok(f) = File::open(part) else {
+        return HashSet::new();
+    };
+    let mut buf = vec![0u8; RECHECK_CHUNK];
+    journal
+        .into_iter()
+        .filter(|(o, r)| {
+            let Some(c) = component(local, o, r) else {
+                return false;
+            };
+            let Some((digest, algorithm)) = c
+                .digest
+                .as_ref()
+                .and_then(|d| d.algorithm().map(|a| (d, a)))
+            else {
+                return false;
+            };
+            let mut hasher = zt_format::Hasher::new(algorithm);
+            let (mut at, end) = (c.offset, c.offset.saturating_add(c.length));
+            while at < end {
+                let n = usize::try_from(end - at).map_or(RECHECK_CHUNK, |n| n.min(RECHECK_CHUNK));
+                let Some(piece) = buf.get_mut(..n) else {
+                    return false;
+                };
+                if f.read_exact_at(piece, at).is_err() {
+                    return false;
+                }
+                hasher.update(piece);
+                at += n as u64;
+            }
+            digest.compare(&hasher.finish()).is_ok()
+        })
+        .collect()
+}
+
+/// The most bytes [`still_intact`] reads at once.
+const RECHECK_CHUNK: usize = 4 << 20;
+
 fn component<'m>(m: &'m Manifest, o: &str, r: &str) -> Option<&'m Component> {
     m.objects.get(o).and_then(|obj| obj.components.get(r))
 }
@@ -140,19 +187,10 @@ pub async fn fetch_to_file(
     // Resume what the journal vouches for, after checking it again.
     let mut done: HashSet<(String, String)> = HashSet::new();
     if let Some(prev) = read_journal(&journal, &header) {
-        if let Ok(f) = File::open(&part) {
-            for (o, r) in prev {
-                let Some(c) = component(&local, &o, &r) else {
-                    continue;
-                };
-                let mut buf = vec![0u8; usize::try_from(c.length)?];
-                let ok = f.read_exact_at(&mut buf, c.offset).is_ok()
-                    && c.digest.as_ref().is_some_and(|d| d.check(&buf).is_ok());
-                if ok {
-                    done.insert((o, r));
-                }
-            }
-        }
+        // Re-hashing what the journal vouches for reads up to the whole
+        // file: on a blocking thread, never on the runtime's.
+        let (part, local) = (part.clone(), local.clone());
+        done = tokio::task::spawn_blocking(move || still_intact(&part, &local, prev)).await?;
     } else {
         let _ = std::fs::remove_file(&part);
     }
@@ -280,5 +318,44 @@ pub async fn fetch_to_file(
             }
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zt_format::{DType, DigestAlgorithm, StoreOptions, Writer};
+
+    /// A resumed fetch keeps only the journaled components whose bytes in
+    /// the part file still match their digest.
+    #[test]
+    fn resume_keeps_only_components_that_still_verify() {
+        let mut w = Writer::new(Vec::new(), "part.zt").unwrap();
+        let opts = StoreOptions {
+            digest: Some(DigestAlgorithm::Sha256),
+            ..StoreOptions::default()
+        };
+        let (a, b) = (vec![7u8; 100_000], vec![9u8; 5_000_000]);
+        w.add_dense("a", &[100_000], DType::U8, &a, opts).unwrap();
+        w.add_dense("b", &[5_000_000], DType::U8, &b, opts).unwrap();
+        let bytes = w.finish().unwrap();
+        let file = ZtFile::from_bytes("part.zt", &bytes, ReadOptions::default()).unwrap();
+        let m = file.manifest().clone();
+        let path = std::env::temp_dir().join(format!("resume-{}.part", std::process::id()));
+        let mut damaged = bytes.clone();
+        // One byte of b's last piece (past the first read of RECHECK_CHUNK).
+        let at = component(&m, "b", "data").unwrap().offset + 4_999_999;
+        damaged[at as usize] ^= 1;
+        std::fs::write(&path, &damaged).unwrap();
+        let journal: HashSet<(String, String)> = [("a", "data"), ("b", "data")]
+            .into_iter()
+            .map(|(o, r)| (o.to_owned(), r.to_owned()))
+            .collect();
+        let kept = still_intact(&path, &m, journal.clone());
+        assert_eq!(kept, HashSet::from([("a".to_owned(), "data".to_owned())]));
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(still_intact(&path, &m, journal.clone()), journal);
+        std::fs::remove_file(&path).unwrap();
+        assert!(still_intact(&path, &m, journal).is_empty(), "no part file");
     }
 }

@@ -2,7 +2,7 @@
 //! ztp/1; `http(s)://host:port/any/path.zt` uses Range requests on that URL
 //! (ztserve's `/v1/files/...` or any plain server such as nginx).
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 
 use anyhow::{anyhow, bail, Context, Result};
 use zt_format::Manifest;
@@ -101,8 +101,9 @@ impl Client {
                     .unwrap_or(&path)
                     .trim_start_matches('/')
                     .to_owned();
-                let addr: SocketAddr = (host.as_str(), port)
-                    .to_socket_addrs()
+                // Resolved on tokio's blocking pool, not on this task's thread.
+                let addr: SocketAddr = tokio::net::lookup_host((host.as_str(), port))
+                    .await
                     .with_context(|| format!("resolving {host}"))?
                     .next()
                     .ok_or_else(|| anyhow!("{host}: no address"))?;

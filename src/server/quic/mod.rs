@@ -14,6 +14,7 @@ use anyhow::{Context, Result};
 use quinn::crypto::rustls::QuicServerConfig;
 use quinn::{Endpoint, EndpointConfig, IdleTimeout, TokioRuntime, TransportConfig, VarInt};
 use tokio::sync::Semaphore;
+use tracing::Instrument;
 
 use super::config::{Congestion, QuicConfig};
 use super::State;
@@ -96,11 +97,11 @@ pub async fn serve(state: Arc<State>, endpoint: Endpoint) {
         tokio::spawn(async move {
             let remote = incoming.remote_address();
             match incoming.await {
+                // Every log line of the connection carries the peer's address.
                 Ok(c) => {
-                    let span = tracing::info_span!("quic", %remote);
-                    let _e = span.enter();
-                    drop(_e);
-                    conn::handle(state, c).await;
+                    conn::handle(state, c)
+                        .instrument(tracing::info_span!("quic", %remote))
+                        .await;
                 }
                 Err(e) => tracing::debug!(%remote, error = %e, "QUIC handshake failed"),
             }

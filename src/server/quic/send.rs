@@ -196,7 +196,7 @@ async fn send_one(
     };
     match tokio::time::timeout(stall, stream.write_all(&head)).await {
         Ok(Ok(())) => {}
-        Ok(Err(_)) => return Written::Gone,
+        Ok(Err(e)) => return write_failed(stream, &e),
         Err(_) => return Written::Stalled,
     }
     // The digest is checked once per component, before any of its bytes
@@ -257,7 +257,12 @@ async fn send_one(
             tokio::pin!(deadline);
             loop {
                 tokio::select! {
-                    r = &mut write => break if r.is_ok() { Written::Whole } else { Written::Gone },
+                    r = &mut write => break match r {
+                        Ok(()) => Written::Whole,
+                        // Reset with `cancelled` below.
+                        Err(quinn::WriteError::Stopped(_)) => Written::Cancelled,
+                        Err(_) => Written::Gone,
+                    },
                     () = &mut deadline => break Written::Stalled,
                     _ = ctl.notify.notified() => {
                         if ctl.is_cancelled(&h.object, &h.component) {
@@ -269,8 +274,9 @@ async fn send_one(
         };
         match outcome {
             Written::Whole => {}
-            // STOP_SENDING from the client, or the connection is gone.
             Written::Gone | Written::Stalled | Written::Refused(..) => return outcome,
+            // Cancelled by a `cancel` or by STOP_SENDING: reset (again,
+            // harmlessly, after STOP_SENDING) with `cancelled`.
             Written::Cancelled => {
                 let _ = stream.reset(code(Code::Cancelled));
                 return outcome;
@@ -283,9 +289,29 @@ async fn send_one(
     // Every byte is with quinn: the next stream may start while this one
     // waits for the peer's acknowledgements.
     drop(writing);
-    if stream.finish().is_ok() && matches!(stream.stopped().await, Ok(None)) {
-        Written::Whole
-    } else {
-        Written::Gone
+    if stream.finish().is_err() {
+        return Written::Gone;
+    }
+    match stream.stopped().await {
+        Ok(None) => Written::Whole,
+        // Stopped before every byte was acknowledged: PROTOCOL.md section 6.
+        Ok(Some(_)) => {
+            let _ = stream.reset(code(Code::Cancelled));
+            Written::Cancelled
+        }
+        Err(_) => Written::Gone,
+    }
+}
+
+/// A failed write: the client's STOP_SENDING, which the stream answers with
+/// a reset carrying `cancelled` whatever code the client sent (quinn would
+/// echo the client's code when the stream is dropped), or a lost connection.
+fn write_failed(stream: &mut SendStream, e: &quinn::WriteError) -> Written {
+    match e {
+        quinn::WriteError::Stopped(_) => {
+            let _ = stream.reset(code(Code::Cancelled));
+            Written::Cancelled
+        }
+        _ => Written::Gone,
     }
 }

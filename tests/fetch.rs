@@ -11,7 +11,9 @@ use common::fetch::{big_model, fault_mid_fetch, same_objects, zt};
 use common::{sample_root, Server};
 use zt_format::{ReadOptions, ZtFile};
 
-fn urls(s: &Server, file: &str) -> [(String, Vec<String>); 2] {
+/// The file over ztp/1, over HTTP at the API's path, and over HTTP at
+/// the plain path a QUIC URL reads like (`http://HOST:PORT/FILE`).
+fn urls(s: &Server, file: &str) -> [(String, Vec<String>); 3] {
     let (q, fp) = s.quic.clone().unwrap();
     [
         (
@@ -19,6 +21,7 @@ fn urls(s: &Server, file: &str) -> [(String, Vec<String>); 2] {
             vec!["--cert-fingerprint".into(), fp],
         ),
         (s.url(&format!("/v1/files/{file}")), vec![]),
+        (s.url(&format!("/{file}")), vec![]),
     ]
 }
 
@@ -65,7 +68,7 @@ fn whole_files_and_selections_over_both_transports() {
             .collect();
         assert!(leftovers.is_empty());
     }
-    // Remote info over both transports.
+    // Remote info over both transports and both HTTP paths.
     for (url, extra) in urls(&s, "sample.zt") {
         let mut args = vec!["info", url.as_str(), "--json"];
         args.extend(extra.iter().map(String::as_str));

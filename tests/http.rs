@@ -256,12 +256,16 @@ fn hostile_paths_get_404_and_the_daemon_stays_up() {
         "/v1/files/sample.zt/objects/lm_head.weight/../../sample.zt",
         "/v1/files/nope.zt",
     ] {
-        let r = curl(&[], &s.url(p));
-        assert_eq!(r.status, 404, "{p}");
-        assert!(
-            serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["error"].is_string(),
-            "{p}"
-        );
+        // Each again at the plain path (`/v1/files` dropped).
+        let plain = p.strip_prefix("/v1/files").unwrap();
+        for p in [p, plain] {
+            let r = curl(&[], &s.url(p));
+            assert_eq!(r.status, 404, "{p}");
+            assert!(
+                serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["error"].is_string(),
+                "{p}"
+            );
+        }
     }
     assert_eq!(curl(&[], &s.url("/healthz")).status, 200);
     let _ = std::fs::remove_file(outside);
@@ -586,4 +590,67 @@ fn responses_in_flight_survive_rename_and_fail_cleanly_on_truncation() {
         curl(&["-r", "0-7"], &s.url("/v1/files/sample.zt")).status,
         206
     );
+}
+
+#[test]
+fn plain_paths_serve_the_raw_file_as_the_api_does() {
+    let root = sample_root();
+    // Files under reserved prefixes stay reachable through the API only.
+    for dir in ["metrics", "ui", "v1"] {
+        std::fs::create_dir_all(root.path().join(dir)).unwrap();
+        std::fs::copy(
+            root.path().join("sample.zt"),
+            root.path().join(dir).join("m.zt"),
+        )
+        .unwrap();
+    }
+    let s = Server::start(root.path(), &[]);
+    let file = std::fs::read(root.path().join("sample.zt")).unwrap();
+    let api = curl(&[], &s.url("/v1/files/sample.zt"));
+    let plain = curl(&[], &s.url("/sample.zt"));
+    assert_eq!(plain.status, 200);
+    assert_eq!(plain.body, file);
+    assert_eq!(plain.header("etag"), api.header("etag"));
+    assert!(plain.header("etag").is_some());
+    for r in [&api, &plain] {
+        assert_eq!(
+            r.header("link"),
+            Some("</v1/files/sample.zt/manifest>; rel=\"describedby\"")
+        );
+    }
+    // Ranges, HEAD and conditionals behave as on the API's path.
+    let r = curl(&["-r", "0-7"], &s.url("/sample.zt"));
+    assert_eq!((r.status, r.body.as_slice()), (206, &b"ZTEN1000"[..]));
+    let r = curl(&["-r", "-16"], &s.url("/sample.zt"));
+    assert_eq!(r.body, file[file.len() - 16..]);
+    let r = curl(&["-I"], &s.url("/sample.zt"));
+    assert_eq!(
+        r.header("content-length"),
+        Some(file.len().to_string().as_str())
+    );
+    let etag = api.header("etag").unwrap();
+    let r = curl(
+        &["-H", &format!("If-None-Match: {etag}")],
+        &s.url("/sample.zt"),
+    );
+    assert_eq!(r.status, 304);
+    let r = curl(&["-r", "999999999-"], &s.url("/sample.zt"));
+    assert_eq!(r.status, 416);
+    // Only the file: its manifest and components are the API's.
+    let r = curl(&[], &s.url("/sample.zt/manifest"));
+    assert_eq!(r.status, 404);
+    assert!(String::from_utf8_lossy(&r.body).contains("/v1/files/"));
+    // Reserved prefixes win over file paths.
+    for dir in ["metrics", "ui", "v1"] {
+        assert_eq!(
+            curl(&[], &s.url(&format!("/{dir}/m.zt"))).status,
+            404,
+            "{dir}"
+        );
+        let r = curl(&[], &s.url(&format!("/v1/files/{dir}/m.zt")));
+        assert_eq!((r.status, r.body.len()), (200, file.len()), "{dir}");
+    }
+    // Other methods and the root are not files.
+    assert_eq!(curl(&["-X", "POST"], &s.url("/sample.zt")).status, 404);
+    assert_eq!(curl(&[], &s.url("/")).status, 404);
 }

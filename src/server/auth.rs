@@ -1,35 +1,41 @@
 //! Optional bearer-token authentication.
 //!
 //! Tokens live in a file, one per line (blank lines and `#` comments are
-//! skipped). The file is re-read when its modification time or size
-//! changes, checked at most once a second, so tokens can be rotated without
-//! a restart. Comparison takes the same time whatever the token.
+//! skipped). A background task looks at the file once a second and re-reads
+//! it when its modification time, size or inode changes, so tokens can be
+//! rotated without a restart. Requests only read the current set: no
+//! request waits on another, or on the file system. Comparison takes the
+//! same time whatever the token.
 
 use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 
-/// How often the token file is checked for changes, at most.
-const RECHECK: Duration = Duration::from_secs(1);
+/// How often the token file is checked for changes.
+pub(crate) const RECHECK: Duration = Duration::from_secs(1);
 
-/// What identifies a version of the token file: modification time and size.
-type Stamp = (Option<SystemTime>, u64);
+/// What identifies a version of the token file: modification time, size
+/// and inode (a file replaced by a rename of the same size and second).
+type Stamp = (Option<SystemTime>, u64, u64);
 
-#[derive(Debug)]
-struct Loaded {
-    tokens: HashSet<Vec<u8>>,
-    stamp: Stamp,
-    checked: Instant,
-}
+type Set = Arc<HashSet<Vec<u8>>>;
 
 /// The set of valid tokens, backed by a file.
 #[derive(Debug)]
 pub struct Tokens {
     path: PathBuf,
-    state: Mutex<Loaded>,
+    /// The set in force; requests clone the `Arc` and let go at once.
+    current: RwLock<Set>,
+    /// The file version `current` was read from; only the reloader takes it.
+    stamp: Mutex<Stamp>,
+}
+
+fn stamp(meta: &std::fs::Metadata) -> Stamp {
+    (meta.modified().ok(), meta.len(), meta.ino())
 }
 
 fn read(path: &Path) -> Result<(HashSet<Vec<u8>>, Stamp)> {
@@ -42,7 +48,7 @@ fn read(path: &Path) -> Result<(HashSet<Vec<u8>>, Stamp)> {
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| l.as_bytes().to_vec())
         .collect();
-    Ok((tokens, (meta.modified().ok(), meta.len())))
+    Ok((tokens, stamp(&meta)))
 }
 
 /// Compares without an early exit, so timing does not reveal a prefix.
@@ -62,30 +68,28 @@ impl Tokens {
         }
         Ok(Tokens {
             path: path.to_owned(),
-            state: Mutex::new(Loaded {
-                tokens,
-                stamp,
-                checked: Instant::now(),
-            }),
+            current: RwLock::new(Arc::new(tokens)),
+            stamp: Mutex::new(stamp),
         })
     }
 
-    fn refresh(&self, state: &mut Loaded) {
-        if state.checked.elapsed() < RECHECK {
+    /// Re-reads the file if it changed since it was last read. Blocking
+    /// file I/O: the reloader calls it off the runtime's threads.
+    pub(crate) fn refresh(&self) {
+        let Ok(mut last) = self.stamp.lock() else {
             return;
-        }
-        state.checked = Instant::now();
-        let stamp = std::fs::metadata(&self.path)
-            .ok()
-            .map(|m| (m.modified().ok(), m.len()));
-        if stamp == Some(state.stamp) {
+        };
+        let now = std::fs::metadata(&self.path).ok().map(|m| stamp(&m));
+        if now == Some(*last) {
             return;
         }
         match read(&self.path) {
             Ok((tokens, stamp)) => {
                 tracing::info!(file = %self.path.display(), tokens = tokens.len(), "token file reloaded");
-                state.tokens = tokens;
-                state.stamp = stamp;
+                if let Ok(mut c) = self.current.write() {
+                    *c = Arc::new(tokens);
+                }
+                *last = stamp;
             }
             // Keep the last good set: a half-written file must not lock everyone out.
             Err(e) => {
@@ -102,12 +106,11 @@ impl Tokens {
         }) else {
             return false;
         };
-        let Ok(mut state) = self.state.lock() else {
+        let Some(set) = self.current.read().ok().map(|c| Arc::clone(&c)) else {
             return false;
         };
-        self.refresh(&mut state);
         let mut ok = false;
-        for t in &state.tokens {
+        for t in set.iter() {
             ok |= same(t, token.as_bytes());
         }
         ok
@@ -130,7 +133,7 @@ mod tests {
         assert!(!t.allows(Some("Basic alpha")));
         assert!(!t.allows(None));
         std::fs::write(&f, "gamma-longer\n").unwrap();
-        t.state.lock().unwrap().checked -= RECHECK;
+        t.refresh();
         assert!(t.allows(Some("Bearer gamma-longer")));
         assert!(!t.allows(Some("Bearer alpha")));
         std::fs::write(&f, "").unwrap();

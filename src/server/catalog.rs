@@ -13,10 +13,10 @@ use std::path::{Component as PathPart, Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
-use sha2::{Digest as _, Sha256};
 use zt_format::{read_manifest_at, Limits, Manifest};
 
 use super::checks::{Checks, Refusal};
+use super::etag;
 
 /// A served file.
 #[derive(Debug)]
@@ -228,11 +228,7 @@ impl Catalog {
         };
         match read_manifest_at(&file, rel, &self.limits) {
             Ok(fm) => {
-                let mut h = Sha256::new();
-                h.update(&fm.raw);
-                h.update(size.to_le_bytes());
-                let hash = h.finalize();
-                let etag = format!("\"zt-{}\"", hex(hash.get(..16).unwrap_or_default()));
+                let etag = etag::derived("zt", &[&fm.raw, &size.to_le_bytes()]);
                 tracing::debug!(
                     file = rel,
                     objects = fm.parsed.manifest.objects.len(),
@@ -254,11 +250,6 @@ impl Catalog {
             Err(e) => unavailable(e.to_string()),
         }
     }
-}
-
-/// Lowercase hex.
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Deepest directory nesting followed, against symlink loops and abuse.

@@ -13,8 +13,7 @@ use std::sync::OnceLock;
 
 use zt_format::{Component, Hasher, Manifest};
 
-/// Bytes hashed per read.
-const CHUNK: u64 = 1 << 20;
+use crate::server::pread::READ_CHUNK as CHUNK;
 
 /// Why a component is not sent. Each names the file, object and component.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod catalog;
 pub mod checks;
 pub mod config;
+mod etag;
 pub mod healthcheck;
 pub mod http;
 mod idle;
@@ -109,6 +110,22 @@ pub async fn run(
     })
     .await?;
     let watcher = watch::spawn(Arc::clone(&state));
+    let token_reloader = state.tokens.is_some().then(|| {
+        let state = Arc::clone(&state);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(auth::RECHECK);
+            loop {
+                every.tick().await;
+                let s = Arc::clone(&state);
+                let _ = tokio::task::spawn_blocking(move || {
+                    if let Some(t) = &s.tokens {
+                        t.refresh();
+                    }
+                })
+                .await;
+            }
+        })
+    });
     let app = http::router(Arc::clone(&state));
     let deadline = state.config.shutdown_timeout();
     // One shutdown signal, observed by the HTTP and the QUIC side.
@@ -178,6 +195,9 @@ pub async fn run(
         let _ = q.await;
     }
     watcher.abort();
+    if let Some(r) = token_reloader {
+        r.abort();
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -39,7 +39,12 @@ pub fn read_shared(file: &File, len: usize, pos: u64) -> io::Result<Bytes> {
 /// Free read buffers, emptied.
 static FREE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
-/// Most buffers kept (at the 4 MiB read chunk, 64 MiB).
+/// Bytes of a served file read at once, for every transport and for
+/// hashing: the memory one response or stream holds in its reader, and
+/// the size the pool below keeps buffers at.
+pub(crate) const READ_CHUNK: u64 = 1 << 20;
+
+/// Most buffers kept (16 MiB at [`READ_CHUNK`]).
 const KEEP: usize = 16;
 
 /// Smaller buffers are not worth keeping.

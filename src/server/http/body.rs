@@ -16,8 +16,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 use crate::server::catalog::Served;
 use crate::server::State;
 
-/// Bytes read per `pread`.
-const CHUNK: u64 = 1024 * 1024;
+use crate::server::pread::READ_CHUNK as CHUNK;
 
 /// A piece of a response body: literal bytes, or a range of the file.
 #[derive(Debug, Clone)]

@@ -9,15 +9,15 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode,
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde_json::json;
-use sha2::{Digest as _, Sha256};
 use zt_format::{Component, Encoding, Origin};
 
 use super::error::AppError;
 use super::route::{split, Target};
-use super::serve::{respond, spans, Entity};
+use super::serve::{ranges, respond, spans, Entity};
 use super::Template;
-use crate::server::catalog::{hex, Entry, Served};
+use crate::server::catalog::{Entry, Served};
 use crate::server::checks::Refusal;
+use crate::server::etag;
 use crate::server::State;
 use zt_format::manifest_json::manifest_json;
 use zt_format::select::Selection;
@@ -115,15 +115,76 @@ pub(crate) async fn file(
     headers: HeaderMap,
 ) -> Response {
     let rest = uri.path().strip_prefix("/v1/files/").unwrap_or_default();
+    serve(state, method, rest, query, headers, Api::V1).await
+}
+
+/// Path prefixes that are the server's own, never a file's plain path (a
+/// file under one stays reachable at `/v1/files/...`).
+const RESERVED: [&str; 5] = ["/v1", "/healthz", "/readyz", "/metrics", "/ui"];
+
+/// Whether `path` is, or lies under, a [`RESERVED`] prefix.
+fn reserved(path: &str) -> bool {
+    RESERVED.iter().any(|r| {
+        path.strip_prefix(r)
+            .is_some_and(|after| after.is_empty() || after.starts_with('/'))
+    })
+}
+
+/// Any request no route took: `GET|HEAD /{path}` of a served file gets
+/// its raw bytes, exactly as `/v1/files/{path}` does, so an HTTP URL reads
+/// like a QUIC one (`http://host:7070/model.zt`); everything else is 404.
+pub(crate) async fn fallback(
+    AxState(state): AxState<Arc<State>>,
+    method: Method,
+    uri: Uri,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let path = uri.path();
+    if !matches!(method, Method::GET | Method::HEAD) || reserved(path) || path == "/" {
+        return not_found(uri).await;
+    }
+    let rest = path.strip_prefix('/').unwrap_or(path);
+    serve(state, method, rest, query, headers, Api::Plain).await
+}
+
+/// Which URL form a request came in by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    /// `/v1/files/{path}...`: the documented API.
+    V1,
+    /// `/{path}`: the file's raw bytes only.
+    Plain,
+}
+
+async fn serve(
+    state: Arc<State>,
+    method: Method,
+    rest: &str,
+    query: Option<String>,
+    headers: HeaderMap,
+    api: Api,
+) -> Response {
     let snap = state.catalog.snapshot();
+    let fallback_template = match api {
+        Api::V1 => "/v1/files/{path}",
+        Api::Plain => "/{path}",
+    };
     let (path, target) = match split(rest, &snap) {
         Ok(x) => x,
-        Err(e) => return with_template(e.into_response(), "/v1/files/{path}"),
+        Err(e) => return with_template(e.into_response(), fallback_template),
     };
-    let template = match target {
-        Target::File => "/v1/files/{path}",
-        Target::Manifest => "/v1/files/{path}/manifest",
-        Target::Component { .. } => "/v1/files/{path}/objects/{name}/{component}",
+    let template = match (api, &target) {
+        (Api::Plain, Target::File) => "/{path}",
+        (Api::Plain, _) => {
+            let e = AppError::not_found(format!(
+                "/{rest}: a plain path serves only a file's bytes; its manifest and components are under /v1/files/"
+            ));
+            return with_template(e.into_response(), "/{path}");
+        }
+        (Api::V1, Target::File) => "/v1/files/{path}",
+        (Api::V1, Target::Manifest) => "/v1/files/{path}/manifest",
+        (Api::V1, Target::Component { .. }) => "/v1/files/{path}/objects/{name}/{component}",
     };
     let served = match snap.get(&path) {
         Some(Entry::Served(s)) => Arc::clone(s),
@@ -146,19 +207,29 @@ pub(crate) async fn file(
     };
     let result = match target {
         Target::File => {
+            // The manifest describes the file, whichever URL it came by.
+            let link = format!(
+                "</v1/files/{}/manifest>; rel=\"describedby\"",
+                raw_path(&path)
+            );
             let entity = Entity {
                 span: 0..served.size,
                 etag: served.etag.clone(),
                 modified: served.modified,
                 content_type: "application/octet-stream",
                 cache_control,
-                headers: Vec::new(),
+                headers: hv(&link)
+                    .map(|v| vec![(header::LINK, v)])
+                    .unwrap_or_default(),
                 served: Arc::clone(&served),
             };
-            let spans = spans(&state, &headers, &entity);
+            // The Range header is resolved once: the spans verified are
+            // the spans sent.
+            let ranges = ranges(&state, &headers, &entity);
+            let spans = spans(&entity, &ranges);
             verify(&served, move |s| s.check_spans(&spans))
                 .await
-                .map(|()| respond(&state, &method, &headers, entity))
+                .map(|()| respond(&state, &method, &headers, entity, ranges))
         }
         Target::Manifest => manifest(&served, &headers, &query, cache_control),
         Target::Component { object, component } => {
@@ -270,17 +341,14 @@ fn manifest(
             "json",
         )
     };
-    // A representation's ETag: the file's, the selection and the format.
-    let mut h = Sha256::new();
-    h.update(served.etag.as_bytes());
-    h.update(content_type.as_bytes());
+    // A representation's ETag: the file's, the format and the selection.
+    let mut parts: Vec<&[u8]> = vec![served.etag.as_bytes(), content_type.as_bytes()];
     if let Some(m) = &selected {
         for n in m.objects.keys() {
-            h.update(n.as_bytes());
-            h.update([0]);
+            parts.extend([n.as_bytes(), b"\0"]);
         }
     }
-    let etag = format!("\"m-{}\"", hex(h.finalize().get(..16).unwrap_or_default()));
+    let etag = etag::derived("m", &parts);
     let mut builder = Response::builder()
         .header(header::ETAG, &etag)
         .header(header::VARY, "Accept")
@@ -289,7 +357,7 @@ fn manifest(
     if headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|l| l.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
+        .is_some_and(|l| etag::none_match(l, &etag))
     {
         return builder
             .status(StatusCode::NOT_MODIFIED)
@@ -299,6 +367,31 @@ fn manifest(
     builder = builder.header(header::CONTENT_TYPE, content_type);
     builder.body(Body::from(body)).map_err(AppError::internal)
 }
+
+/// A catalog path as a URL path: each segment percent-encoded.
+fn raw_path(path: &str) -> String {
+    path.split('/')
+        .map(|seg| percent_encoding::utf8_percent_encode(seg, SEGMENT).to_string())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// What a path segment must encode (RFC 3986 `pchar` keeps the rest).
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'/')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'\\')
+    .add(b'^')
+    .add(b'`')
+    .add(b'{')
+    .add(b'|')
+    .add(b'}');
 
 fn hv(s: &str) -> Option<HeaderValue> {
     HeaderValue::from_str(s).ok()
@@ -352,15 +445,16 @@ async fn component_response(
         ))
     })?;
     let etag = match c.digest.as_ref().and_then(|d| d.sha256()) {
-        Some(sha) => format!("\"sha256-{}\"", hex(sha)),
-        None => {
-            let mut h = Sha256::new();
-            h.update(served.etag.as_bytes());
-            h.update(object.as_bytes());
-            h.update([0]);
-            h.update(role.as_bytes());
-            format!("\"c-{}\"", hex(h.finalize().get(..16).unwrap_or_default()))
-        }
+        Some(sha) => etag::quoted("sha256", sha),
+        None => etag::derived(
+            "c",
+            &[
+                served.etag.as_bytes(),
+                object.as_bytes(),
+                b"\0",
+                role.as_bytes(),
+            ],
+        ),
     };
     let decode = query
         .iter()
@@ -380,21 +474,17 @@ async fn component_response(
         HeaderName::from_static("x-zt-object"),
         hv(object).unwrap_or(HeaderValue::from_static("")),
     ));
-    let span = c.offset..c.offset + c.length;
-    Ok(respond(
-        state,
-        method,
-        headers,
-        Entity {
-            span,
-            etag,
-            modified: served.modified,
-            content_type: "application/octet-stream",
-            cache_control,
-            headers: extra,
-            served,
-        },
-    ))
+    let entity = Entity {
+        span: c.offset..c.offset + c.length,
+        etag,
+        modified: served.modified,
+        content_type: "application/octet-stream",
+        cache_control,
+        headers: extra,
+        served,
+    };
+    let ranges = ranges(state, headers, &entity);
+    Ok(respond(state, method, headers, entity, ranges))
 }
 
 async fn decoded(
@@ -432,10 +522,7 @@ async fn decoded(
     state.metrics.add_bytes(out.len() as u64);
     extra.retain(|(k, _)| k != "repr-digest" && k != "x-zt-digest");
     let mut b = Response::builder()
-        .header(
-            header::ETAG,
-            format!("\"{}-decoded\"", etag.trim_matches('"')),
-        )
+        .header(header::ETAG, etag::suffixed(&etag, "decoded"))
         .header(header::CACHE_CONTROL, REVALIDATE)
         .header(header::CONTENT_TYPE, "application/octet-stream")
         .header("x-zt-decoded", "1");

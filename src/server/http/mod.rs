@@ -7,6 +7,7 @@
 //! | `GET\|HEAD /v1/files/{path}` | the raw file; ranges and conditional requests |
 //! | `GET /v1/files/{path}/manifest` | the manifest: JSON, or CBOR by `Accept`/`?format=cbor`; `?select=` |
 //! | `GET\|HEAD /v1/files/{path}/objects/{name}/{component}` | a component's stored bytes; `?decode=1` |
+//! | `GET\|HEAD /{path}` | the raw file, as `/v1/files/{path}` serves it (not under `/v1/`, `/healthz`, `/readyz`, `/metrics`, `/ui/`) |
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
 
 mod body;
@@ -141,7 +142,7 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(handlers::metrics))
-        .fallback(handlers::not_found)
+        .fallback(handlers::fallback)
         .layer(compress)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use super::body::{body, Part};
 use super::range::{resolve, Ranges};
 use crate::server::catalog::Served;
+use crate::server::etag;
 use crate::server::State;
 
 /// A byte range of a served file, with its validators and headers.
@@ -28,14 +29,6 @@ pub(crate) struct Entity {
     pub(crate) content_type: &'static str,
     pub(crate) cache_control: &'static str,
     pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
-}
-
-/// Whether an `If-None-Match` list matches `etag` (weak comparison).
-fn none_match(list: &str, etag: &str) -> bool {
-    let bare = etag.trim_start_matches("W/");
-    list.split(',')
-        .map(str::trim)
-        .any(|t| t == "*" || t.trim_start_matches("W/") == bare)
 }
 
 fn http_date(t: SystemTime) -> String {
@@ -65,11 +58,8 @@ fn if_range_allows(headers: &HeaderMap, etag: &str, modified: SystemTime) -> boo
         return true;
     };
     let v = v.trim();
-    if v.starts_with('"') {
-        // Strong comparison only.
-        v == etag
-    } else if v.starts_with("W/") {
-        false
+    if v.starts_with('"') || v.starts_with("W/") {
+        etag::strong_match(v, etag)
     } else {
         httpdate::parse_http_date(v).is_ok_and(|d| {
             let secs = |t: SystemTime| {
@@ -82,18 +72,21 @@ fn if_range_allows(headers: &HeaderMap, etag: &str, modified: SystemTime) -> boo
     }
 }
 
-/// The response for `entity` given the request's method and headers.
-/// The absolute byte spans a request for `entity` will send: the ranges
-/// its Range header asks for (when If-Range allows them), or all of it.
-pub(crate) fn spans(state: &State, headers: &HeaderMap, entity: &Entity) -> Vec<Range<u64>> {
+/// What the request's Range header asks of `entity` (relative to it),
+/// when If-Range allows the header to apply; resolved once per request.
+pub(crate) fn ranges(state: &State, headers: &HeaderMap, entity: &Entity) -> Ranges {
     let len = entity.span.end - entity.span.start;
-    let base = entity.span.start;
-    let ranges = match headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
+    match headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
         Some(r) if if_range_allows(headers, &entity.etag, entity.modified) => {
             resolve(r, len, state.config.limits.max_ranges)
         }
         _ => Ranges::Full,
-    };
+    }
+}
+
+/// The absolute byte spans of the file that `ranges` of `entity` send.
+pub(crate) fn spans(entity: &Entity, ranges: &Ranges) -> Vec<Range<u64>> {
+    let base = entity.span.start;
     match ranges {
         Ranges::Full => vec![entity.span.clone()],
         Ranges::Some(rs) => rs
@@ -104,11 +97,14 @@ pub(crate) fn spans(state: &State, headers: &HeaderMap, entity: &Entity) -> Vec<
     }
 }
 
+/// The response for `entity` given the request's method and headers and
+/// the [`ranges`] resolved from them.
 pub(crate) fn respond(
     state: &Arc<State>,
     method: &Method,
     headers: &HeaderMap,
     entity: Entity,
+    ranges: Ranges,
 ) -> Response {
     let len = entity.span.end - entity.span.start;
     let mut builder = Response::builder()
@@ -123,7 +119,7 @@ pub(crate) fn respond(
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
     {
-        Some(list) => none_match(list, &entity.etag),
+        Some(list) => etag::none_match(list, &entity.etag),
         None => not_modified_since(headers, entity.modified),
     };
     if not_modified {
@@ -132,12 +128,6 @@ pub(crate) fn respond(
             .body(Body::empty())
             .unwrap_or_default();
     }
-    let ranges = match headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
-        Some(r) if if_range_allows(headers, &entity.etag, entity.modified) => {
-            resolve(r, len, state.config.limits.max_ranges)
-        }
-        _ => Ranges::Full,
-    };
     let head = method == Method::HEAD;
     let base = entity.span.start;
     let shift = |r: &Range<u64>| (base + r.start)..(base + r.end);
@@ -215,17 +205,4 @@ pub(crate) fn respond(
         body(Arc::clone(&entity.served), Arc::clone(state), parts)
     };
     builder.body(body).unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn etag_lists() {
-        assert!(none_match("\"a\", \"b\"", "\"b\""));
-        assert!(none_match("*", "\"b\""));
-        assert!(none_match("W/\"b\"", "\"b\""));
-        assert!(!none_match("\"c\"", "\"b\""));
-    }
 }

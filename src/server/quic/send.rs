@@ -14,8 +14,7 @@ use crate::server::catalog::Served;
 use crate::server::checks::Refusal;
 use crate::server::State;
 
-/// Bytes read per `pread` while streaming a component.
-const CHUNK: u64 = 4 << 20;
+use crate::server::pread::READ_CHUNK as CHUNK;
 
 /// Components of one request being read into quinn at once. Streams wait
 /// for these in send order (the semaphore is first-come, first-served), so

@@ -44,6 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             size: 4096,
             manifest: vec![0xa0],
             streams: 3,
+            features: Vec::new(),
         }),
         Message::Done(Done {
             id: 1,

@@ -8,21 +8,26 @@ use std::time::Duration;
 
 use common::quic::raw_connect;
 use common::{curl, sample_root, Server};
-use zt_client::quic::{ClientOptions, QuicClient};
+use std::sync::Arc;
+
+use zt_client::quic::QuicClient;
 use zt_client::trust::Trust;
+use zt_client::Options;
 use zt_client::Verification;
 
-fn options(fingerprint: &str) -> ClientOptions {
-    ClientOptions {
+fn options(fingerprint: &str) -> Options {
+    Options {
         trust: Trust::fingerprint(fingerprint).unwrap(),
-        ..ClientOptions::default()
+        ..Options::default()
     }
 }
 
-async fn connect(s: &Server, opts: ClientOptions) -> QuicClient {
+async fn connect(s: &Server, opts: Options) -> QuicClient {
     let (addr, _) = s.quic.clone().expect("QUIC is on");
     let addr: SocketAddr = addr.parse().unwrap();
-    QuicClient::connect(addr, "localhost", opts).await.unwrap()
+    QuicClient::connect(addr, "localhost", Arc::new(opts))
+        .await
+        .unwrap()
 }
 
 fn quic_bytes(s: &Server) -> u64 {
@@ -197,7 +202,7 @@ async fn under_a_bandwidth_limit_layer_0_finishes_first_with_default_settings() 
     let s = Server::start_quic(root.path(), &[]);
     let (addr, fp) = s.quic.clone().unwrap();
     let relay = common::relay::Relay::udp(addr.parse().unwrap(), 40_000_000);
-    let client = QuicClient::connect(relay.addr, "localhost", options(&fp))
+    let client = QuicClient::connect(relay.addr, "localhost", Arc::new(options(&fp)))
         .await
         .unwrap();
     let mut f = client.get("layers.zt", &[], &[], None).await.unwrap();
@@ -252,12 +257,12 @@ async fn tokens_trust_and_hostile_peers() {
 
     // A wrong pinned fingerprint fails the handshake.
     let (addr, _) = s.quic.clone().unwrap();
-    let wrong = ClientOptions {
+    let wrong = Options {
         trust: Trust::fingerprint(&"00".repeat(32)).unwrap(),
-        ..ClientOptions::default()
+        ..Options::default()
     };
     assert!(
-        QuicClient::connect(addr.parse().unwrap(), "localhost", wrong)
+        QuicClient::connect(addr.parse().unwrap(), "localhost", Arc::new(wrong))
             .await
             .is_err()
     );
@@ -341,7 +346,7 @@ async fn zstd_components_decode_into_aligned_buffers_and_cancel_stops_streams() 
         .unwrap();
     while let Some(c) = f.next().await {
         let c = c.unwrap();
-        assert_eq!(c.encoding, "zstd");
+        assert_eq!(c.encoding, zt_format::Encoding::Zstd);
         let decoded = c.decoded(1 << 30).unwrap();
         assert_eq!(decoded.as_slice().as_ptr() as usize % 64, 0);
         assert_eq!(

@@ -51,7 +51,7 @@ fn server(state_dir: &Path) -> Result<Endpoint> {
 fn client() -> Result<Endpoint> {
     let tls = client_config(&Trust::Insecure, ALPN)?;
     let mut config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
-    config.transport_config(Arc::new(client_transport()));
+    config.transport_config(Arc::new(client_transport(zt_client::IDLE_TIMEOUT)));
     let sock = udp::bind("127.0.0.1:0".parse()?, udp::DEFAULT_BUFFER_BYTES)?;
     let mut ep = Endpoint::new(
         EndpointConfig::default(),

@@ -119,7 +119,11 @@ async fn manifest_latency(url: &str, via: Via) -> Result<f64> {
         via: Some(via),
         ..Options::default()
     };
-    let (m, _, _) = Client::connect(url, options).await?.manifest().await?;
+    let m = Client::connect(url, options)
+        .await?
+        .manifest()
+        .await?
+        .manifest;
     anyhow::ensure!(
         m.objects.len() == MANY,
         "{url}: {} objects",

@@ -28,9 +28,9 @@ struct Tally {
 }
 
 impl Tally {
-    fn failed(&mut self, e: &anyhow::Error) {
+    fn failed(&mut self, e: &dyn std::fmt::Display) {
         self.errors += 1;
-        self.first_error.get_or_insert_with(|| format!("{e:#}"));
+        self.first_error.get_or_insert_with(|| e.to_string());
     }
 }
 
@@ -100,7 +100,7 @@ pub(crate) async fn run(url: &str, via: Via, clients: u64, layers: u64, secs: u6
                     all.first_error = t.first_error;
                 }
             }
-            Err(e) => all.failed(&e.into()),
+            Err(e) => all.failed(&e),
         }
     }
     let secs = start.elapsed().as_secs_f64();

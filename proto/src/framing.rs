@@ -168,6 +168,7 @@ mod tests {
                 size: 99,
                 manifest: vec![0xa0],
                 streams: 3,
+                features: Vec::new(),
             }),
             Message::Done(Done {
                 id: 7,

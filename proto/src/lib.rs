@@ -7,6 +7,11 @@
 //! - [`frame`] / [`Deframer`]: length-prefixed framing with a size limit.
 //! - [`Code`]: error codes, shared by messages, stream resets and
 //!   connection closes.
+//! - [`ServerSession`] and [`ClientSession`]: each side's rules as state
+//!   machines that take decoded messages and stream headers and say what
+//!   to do (serve, answer, cancel, close; deliver, fail, or close with a
+//!   [`Violation`]), as quinn-proto does for QUIC. The QUIC drivers in
+//!   ztserve and zt-client carry out what they decide.
 //!
 //! ```
 //! use ztp_proto::{frame, Deframer, Message, Get};
@@ -17,16 +22,20 @@
 //! assert_eq!(d.next_message().unwrap(), Some(msg));
 //! ```
 
+mod client_session;
 mod code;
 mod framing;
 #[doc(hidden)]
 pub mod fuzz;
 mod message;
+mod server_session;
 mod value;
 
+pub use client_session::{ClientSession, Event, Violation};
 pub use code::Code;
 pub use framing::{frame, frame_header, Deframer, FrameError, MAX_CLIENT_MESSAGE};
 pub use message::{Cancel, ComponentHeader, Done, ErrorMsg, Get, ManifestMsg, Message};
+pub use server_session::{Close, Received, ServerSession};
 
 /// The ALPN protocol identifier.
 pub const ALPN: &[u8] = b"ztp/1";

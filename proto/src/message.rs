@@ -43,6 +43,9 @@ pub struct ManifestMsg {
     pub manifest: Vec<u8>,
     /// How many component streams will follow for this request.
     pub streams: u64,
+    /// What the server supports beyond ztp/1 as first published
+    /// (PROTOCOL.md section 4, "Features"); absent is empty.
+    pub features: Vec<String>,
 }
 
 /// `done`: every component stream of a request has finished or been cancelled.
@@ -92,6 +95,17 @@ pub struct ComponentHeader {
 }
 
 impl Message {
+    /// The message's type, as `t` spells it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::Get(_) => "get",
+            Message::Cancel(_) => "cancel",
+            Message::Manifest(_) => "manifest",
+            Message::Done(_) => "done",
+            Message::Error(_) => "error",
+        }
+    }
+
     /// The message as a CBOR value.
     pub fn to_value(&self) -> Value {
         match self {
@@ -121,6 +135,7 @@ impl Message {
                 ("size", uint(m.size)),
                 ("manifest", Some(Value::Bytes(m.manifest.clone()))),
                 ("streams", uint(m.streams)),
+                ("features", texts(&m.features)),
             ]),
             Message::Done(d) => map(vec![
                 ("t", text("done")),
@@ -171,6 +186,7 @@ impl Message {
                 size: f.uint("size")?,
                 manifest: f.bytes("manifest")?,
                 streams: f.uint("streams")?,
+                features: f.texts("features")?,
             }),
             "done" => Message::Done(Done {
                 id: f.uint("id")?,

@@ -48,36 +48,48 @@ impl fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
-/// Chooses the exit code for an error by looking through its causes.
+/// Chooses the exit code for an error by looking through its causes: the
+/// first of them that is one of ours decides.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
         if let Some(f) = cause.downcast_ref::<Failure>() {
             return f.code;
         }
-        if let Some(r) = cause.downcast_ref::<zt_client::Refused>() {
-            return match r.kind {
-                zt_client::Refusal::Corrupt => INVALID,
-                zt_client::Refusal::Unverifiable => UNVERIFIABLE,
-            };
-        }
-        if cause.downcast_ref::<reqwest::Error>().is_some()
-            || cause.downcast_ref::<zt_client::Transport>().is_some()
-            || cause.downcast_ref::<quinn::ConnectionError>().is_some()
-        {
-            return IO;
+        if let Some(c) = cause.downcast_ref::<zt_client::Error>() {
+            return client_code(c);
         }
         if let Some(z) = cause.downcast_ref::<zt_format::Error>() {
-            return match z {
-                zt_format::Error::Invalid { rule, .. } if rule.is_unverifiable() => UNVERIFIABLE,
-                zt_format::Error::Invalid { .. } => INVALID,
-                _ => IO,
-            };
+            return format_code(z);
         }
         if cause.downcast_ref::<std::io::Error>().is_some() {
             return IO;
         }
     }
     INVALID
+}
+
+/// The exit code for each way a client call fails.
+fn client_code(e: &zt_client::Error) -> u8 {
+    use zt_client::Error;
+    match e {
+        Error::Usage(_) => USAGE,
+        Error::Unverifiable { .. } => UNVERIFIABLE,
+        Error::Corrupt { .. } | Error::Changed { .. } => INVALID,
+        Error::Format(z) => format_code(z),
+        Error::Transport(_) | Error::Protocol(_) | Error::Io { .. } => IO,
+        // A server shutting down or busy: try again. A refusal: the request.
+        e @ Error::Server { .. } if e.is_transient() => IO,
+        Error::Server { .. } => INVALID,
+        _ => INVALID,
+    }
+}
+
+fn format_code(z: &zt_format::Error) -> u8 {
+    match z {
+        zt_format::Error::Invalid { rule, .. } if rule.is_unverifiable() => UNVERIFIABLE,
+        zt_format::Error::Invalid { .. } => INVALID,
+        _ => IO,
+    }
 }
 
 /// Whether the error is a closed pipe, which exits quietly.
@@ -99,14 +111,32 @@ mod tests {
 
     #[test]
     fn codes_follow_the_cause() {
-        let t: anyhow::Result<()> = Err(zt_client::Transport("gone".into()).into());
+        let t: anyhow::Result<()> = Err(zt_client::Error::Transport("gone".into()).into());
         let e = t.context("object \"x\", component \"data\"").unwrap_err();
         assert_eq!(exit_code(&e), IO);
-        let r: anyhow::Error = zt_client::Refused {
-            kind: zt_client::Refusal::Corrupt,
+        let corrupt = zt_client::Error::Corrupt {
+            at: None,
             message: "bad".into(),
-        }
-        .into();
-        assert_eq!(exit_code(&r), INVALID);
+        };
+        assert_eq!(exit_code(&corrupt.into()), INVALID);
+        let unverifiable = zt_client::Error::Unverifiable {
+            at: None,
+            message: "no digest".into(),
+        };
+        assert_eq!(exit_code(&unverifiable.into()), UNVERIFIABLE);
+        assert_eq!(
+            exit_code(&zt_client::Error::Usage("bad URL".into()).into()),
+            USAGE
+        );
+        let busy = zt_client::Error::Server {
+            status: zt_client::Status::Ztp(ztp_proto::Code::ShuttingDown),
+            message: "bye".into(),
+        };
+        assert_eq!(exit_code(&busy.into()), IO);
+        let missing = zt_client::Error::Server {
+            status: zt_client::Status::Http(404),
+            message: "no file".into(),
+        };
+        assert_eq!(exit_code(&missing.into()), INVALID);
     }
 }

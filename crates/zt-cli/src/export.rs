@@ -18,6 +18,7 @@ fn to_safetensors(c: &Component) -> Option<Dtype> {
             _ => None,
         };
     }
+    // A dtype added later has no safetensors spelling until given one here.
     Some(match c.dtype {
         DType::F64 => Dtype::F64,
         DType::F32 => Dtype::F32,
@@ -32,6 +33,7 @@ fn to_safetensors(c: &Component) -> Option<Dtype> {
         DType::U16 => Dtype::U16,
         DType::U8 => Dtype::U8,
         DType::Bool => Dtype::BOOL,
+        _ => return None,
     })
 }
 

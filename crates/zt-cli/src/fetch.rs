@@ -63,7 +63,7 @@ impl RemoteArgs {
                 .via
                 .as_deref()
                 .map(|v| if v == "quic" { Via::Quic } else { Via::Http }),
-            direct_io: true,
+            ..Options::default()
         })
     }
 }

@@ -6,19 +6,22 @@
 //! file's ETag, so a file replaced mid-fetch is noticed, not mixed.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use reqwest::header::{CONTENT_RANGE, ETAG, IF_RANGE, RANGE};
 use reqwest::StatusCode;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
-use zt_format::{AlignedBuf, Limits, Manifest};
+use zt_format::{AlignedBuf, Limits};
 
-use super::budget::{Budget, Held};
-use super::pool::BufPool;
-use super::trust::{client_config, Trust};
-use super::verify::{Check, Delivered, Refusal, Refused, Transport};
-use super::Fetch;
+use crate::budget::{Budget, Held};
+use crate::client::Remote;
+use crate::error::{quote, At, Error, Result, Status};
+use crate::fetch::{Event, Fetch};
+use crate::options::Options;
+use crate::pool::BufPool;
+use crate::trust::client_config;
+use crate::verify::{Check, Delivered};
 
 /// A component part's turn: a connection slot, and for a component's first
 /// part the budget its buffer holds (bounded fetches only).
@@ -32,17 +35,10 @@ const SPLIT: usize = 4 << 20;
 pub struct HttpSource {
     client: reqwest::Client,
     url: String,
-    token: Option<String>,
-    connections: usize,
-    allow_unverified: bool,
-    component_cap: u64,
+    options: Arc<Options>,
     limits: Limits,
     pool: Arc<BufPool>,
 }
-
-/// How long a server may send nothing before the fetch counts it as lost.
-const SILENT: std::time::Duration =
-    std::time::Duration::from_millis(super::quic::IDLE_TIMEOUT_MS as u64);
 
 /// The bytes a Range request asks for.
 #[derive(Debug, Clone)]
@@ -119,47 +115,29 @@ impl Span {
     }
 }
 
-/// The remote file's identity and manifest.
-#[derive(Debug, Clone)]
-pub struct Remote {
-    pub manifest: Manifest,
-    pub etag: String,
-    pub size: u64,
-}
-
 impl HttpSource {
-    /// A source for the file at `url`, with `connections` requests at once.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        url: &str,
-        trust: &Trust,
-        token: Option<String>,
-        connections: usize,
-        allow_unverified: bool,
-        component_cap: u64,
-        manifest_cap: u64,
-    ) -> Result<Self> {
+    /// A source for the file at `url`, with `options.connections`
+    /// requests at once.
+    pub fn new(url: &str, options: &Arc<Options>) -> Result<Self> {
         crate::trust::install_provider();
-        let tls = client_config(trust, b"http/1.1")?;
+        let tls = client_config(&options.trust, b"http/1.1")?;
+        // A silent server counts as lost after the same time over both
+        // transports (the error is a resumable transport error).
+        let silent = options.idle_timeout.max(Duration::from_millis(1));
         let client = reqwest::Client::builder()
             .use_preconfigured_tls(tls)
-            .pool_max_idle_per_host(connections.max(1))
+            .pool_max_idle_per_host(options.connections.max(1))
             .tcp_nodelay(true)
-            // A silent server counts as lost after the same time over both
-            // transports (the error is a resumable transport error).
-            .connect_timeout(SILENT)
-            .read_timeout(SILENT)
+            .connect_timeout(silent)
+            .read_timeout(silent)
             .build()
-            .context("building the HTTP client")?;
+            .map_err(|e| Error::Usage(format!("building the HTTP client: {e}")))?;
         Ok(HttpSource {
             client,
             url: url.to_owned(),
-            token,
-            connections: connections.max(1),
-            allow_unverified,
-            component_cap,
+            options: Arc::clone(options),
             limits: Limits {
-                manifest_cap,
+                manifest_cap: options.manifest_cap,
                 ..Limits::default()
             },
             pool: Arc::default(),
@@ -176,7 +154,7 @@ impl HttpSource {
         if let Some(e) = etag {
             r = r.header(IF_RANGE, e);
         }
-        if let Some(t) = &self.token {
+        if let Some(t) = &self.options.token {
             r = r.bearer_auth(t);
         }
         r
@@ -195,32 +173,40 @@ impl HttpSource {
             .request(&spec, etag)
             .send()
             .await
-            .map_err(|e| Transport(format!("GET {} ({spec}): {e}", self.url)))?;
+            .map_err(|e| Error::Transport(format!("GET {} ({spec}): {e}", self.url)))?;
         match resp.status() {
             StatusCode::PARTIAL_CONTENT => {}
-            StatusCode::OK if etag.is_some() => bail!(
-                "{}: the file changed on the server during the fetch (ETag no longer {})",
-                self.url,
-                etag.unwrap_or("")
-            ),
-            StatusCode::OK => bail!("{}: the server ignored the Range request", self.url),
+            StatusCode::OK if etag.is_some() => {
+                return Err(Error::Changed {
+                    url: self.url.clone(),
+                    detail: format!("during the fetch (ETag no longer {})", etag.unwrap_or("")),
+                })
+            }
+            StatusCode::OK => {
+                return Err(Error::Protocol(format!(
+                    "{}: the server ignored the Range request",
+                    self.url
+                )))
+            }
             s => {
                 let body = error_text(resp).await;
                 let doc: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
                 if s == StatusCode::CONFLICT && doc["error"] == "corrupt" {
                     // ztserve checked the bytes against their digest: no
                     // retry or resume can fix that.
-                    return Err(Refused {
-                        kind: Refusal::Corrupt,
+                    return Err(Error::Corrupt {
+                        at: None,
                         message: format!(
                             "{} ({spec}): the server refused corrupt bytes: {}",
                             self.url,
                             doc["detail"].as_str().unwrap_or(body.trim())
                         ),
-                    }
-                    .into());
+                    });
                 }
-                bail!("{}: HTTP {s}: {}", self.url, super::quote(body.trim()));
+                return Err(Error::Server {
+                    status: Status::Http(s.as_u16()),
+                    message: format!("{}: HTTP {s}: {}", self.url, quote(body.trim())),
+                });
             }
         }
         let tag = resp
@@ -233,19 +219,16 @@ impl HttpSource {
             .get(CONTENT_RANGE)
             .and_then(|v| v.to_str().ok());
         let span = header.and_then(Span::parse).ok_or_else(|| {
-            anyhow!(
+            Error::Protocol(format!(
                 "{}: asked for {spec}, got a 206 without a valid Content-Range ({header:?})",
                 self.url
-            )
+            ))
         })?;
         if !want.is(&span) {
-            bail!(
+            return Err(Error::Protocol(format!(
                 "{}: asked for {spec}, the server sent bytes {}-{}/{}",
-                self.url,
-                span.first,
-                span.last,
-                span.total
-            );
+                self.url, span.first, span.last, span.total
+            )));
         }
         Ok((resp, tag, span))
     }
@@ -259,7 +242,9 @@ impl HttpSource {
     ) -> Result<(bytes::Bytes, Option<String>, u64)> {
         let (resp, tag, span) = self.send_range(&want, etag).await?;
         // The span was checked against what was asked for: its size is known.
-        let mut body = vec![0u8; usize::try_from(span.end() - span.first)?];
+        let len = usize::try_from(span.end() - span.first)
+            .map_err(|_| Error::Protocol(format!("{}: a {}-byte range", self.url, span.total)))?;
+        let mut body = vec![0u8; len];
         self.read_body(resp, &want, &mut body).await?;
         Ok((body.into(), tag, span.total))
     }
@@ -290,16 +275,17 @@ impl HttpSource {
                 .map_err(|e| broke_off(&self.url, &spec, Some(pos), &e))?;
             let Some(chunk) = chunk else { break };
             into.get_mut(pos..pos + chunk.len())
-                .ok_or_else(|| anyhow!("{}: asked for {spec}, got more bytes", self.url))?
+                .ok_or_else(|| {
+                    Error::Protocol(format!("{}: asked for {spec}, got more bytes", self.url))
+                })?
                 .copy_from_slice(&chunk);
             pos += chunk.len();
         }
         if pos != into.len() {
-            return Err(Transport(format!(
+            return Err(Error::Transport(format!(
                 "{}: asked for {spec}, the body ended after {pos} bytes",
                 self.url
-            ))
-            .into());
+            )));
         }
         Ok(())
     }
@@ -308,10 +294,10 @@ impl HttpSource {
     pub async fn manifest(&self) -> Result<Remote> {
         let (tail, etag, size) = self.get_range(Want::Last(16), None).await?;
         let etag = etag.ok_or_else(|| {
-            anyhow!(
+            Error::Protocol(format!(
                 "{}: the server sends no ETag; a consistent fetch needs one",
                 self.url
-            )
+            ))
         })?;
         let (head, _, _) = self
             .get_range(Want::Exact(0..8.min(size)), Some(&etag))
@@ -339,14 +325,19 @@ impl HttpSource {
         max_buffered: Option<u64>,
     ) -> Result<Fetch> {
         let manifest = remote.manifest;
-        let items: Vec<(String, String, zt_format::Component)> =
-            zt_format::send_order(&manifest, order)
-                .into_iter()
-                .map(|(o, r, c)| (o.to_owned(), r.to_owned(), c.clone()))
-                .collect();
-        for (o, r, c) in &items {
+        let items: Vec<(At, zt_format::Component)> = zt_format::send_order(&manifest, order)
+            .into_iter()
+            .map(|(o, r, c)| {
+                let at = At {
+                    object: o.to_owned(),
+                    component: r.to_owned(),
+                };
+                (at, c.clone())
+            })
+            .collect();
+        for (at, c) in &items {
             if c.is_transformed() {
-                bail!("{}: object {o:?} component {r:?} is in a legacy layout that byte ranges cannot carry; convert the file with zt pack", self.url);
+                return Err(Error::Usage(format!("{}: {at} is in a legacy layout that byte ranges cannot carry; convert the file with zt pack", self.url)));
             }
         }
         let (tx, rx) = mpsc::unbounded_channel();
@@ -357,8 +348,8 @@ impl HttpSource {
         // A component's first turn also waits for room in the budget.
         let mut turns: Vec<(oneshot::Sender<Turn>, Option<u64>)> = Vec::new();
         for (seq, item) in items.into_iter().enumerate() {
-            let length = item.2.length;
-            let parts = usize::try_from(length.div_ceil(SPLIT as u64).max(1))?;
+            let length = item.1.length;
+            let parts = usize::try_from(length.div_ceil(SPLIT as u64).max(1)).unwrap_or(usize::MAX);
             let (give, take): (Vec<_>, Vec<_>) = (0..parts).map(|_| oneshot::channel()).unzip();
             turns.extend(
                 give.into_iter()
@@ -371,10 +362,10 @@ impl HttpSource {
                 let r = src
                     .component(&item, seq as u64, &etag, take, &mut held)
                     .await;
-                let _ = tx.send((r, held));
+                let _ = tx.send((Event::Component(r), held));
             });
         }
-        let slots = Arc::new(Semaphore::new(self.connections));
+        let slots = Arc::new(Semaphore::new(self.options.connections.max(1)));
         let budget = max_buffered.map(Budget::new);
         tokio::spawn(async move {
             for (turn, length) in turns {
@@ -395,23 +386,19 @@ impl HttpSource {
 
     async fn component(
         &self,
-        (object, role, c): &(String, String, zt_format::Component),
+        (at, c): &(At, zt_format::Component),
         seq: u64,
         etag: &str,
         turns: Vec<oneshot::Receiver<Turn>>,
         held: &mut Option<Held>,
     ) -> Result<Delivered> {
-        let label = format!("object {object:?}, component {role:?}");
-        if c.length > self.component_cap {
-            bail!(
-                "{label}: {} bytes exceed the cap of {}",
-                c.length,
-                self.component_cap
-            );
+        let cap = self.options.component_cap;
+        if c.length > cap {
+            let why = format!("{} bytes exceed the cap of {cap}", c.length);
+            return Err(Error::corrupt(at, why));
         }
-        let digest = c.digest.as_ref().map(|d| d.as_str().to_owned());
-        let mut check = Check::new(digest.as_deref(), self.allow_unverified, &label)?;
-        let gone = || anyhow!("{label}: the fetch was dropped");
+        let mut check = Check::new(c.digest.as_ref(), self.options.allow_unverified, at)?;
+        let gone = || Error::Transport(format!("{at}: the fetch was dropped"));
         let mut turns = turns.into_iter();
         // The first part's turn comes before the buffer is allocated, so
         // queued components hold no memory.
@@ -421,27 +408,26 @@ impl HttpSource {
         let mut data = self
             .pool
             .take(c.length)
-            .map_err(|r| anyhow!("{label}: {r}"))?;
+            .map_err(|r| Error::corrupt(at, r))?;
         // Parts are fetched at once, each streamed straight to its place in
         // the aligned buffer; the digest takes each part as soon as every
         // part before it is in, so hashing overlaps the transfer.
         let mut parts = FuturesUnordered::new();
         let mut first = Some(first);
-        let label = &label;
         for (i, part) in data.as_mut_slice().chunks_mut(SPLIT).enumerate() {
             let held = first.take();
             let turn = if held.is_none() { turns.next() } else { None };
-            let at = c.offset + (i * SPLIT) as u64;
+            let pos = c.offset + (i * SPLIT) as u64;
             parts.push(async move {
                 let _permit = match (held, turn) {
                     (Some(p), _) => p,
                     (None, Some(t)) => t.await.map_err(|_| gone())?.0,
                     (None, None) => return Err(gone()),
                 };
-                self.fill(at, part, etag)
+                self.fill(pos, part, etag)
                     .await
                     .map(|()| (i, part))
-                    .with_context(|| label.to_owned())
+                    .map_err(|e| e.within(&at.to_string()))
             });
         }
         let mut arrived: Vec<Option<&mut [u8]>> = Vec::new();
@@ -460,16 +446,16 @@ impl HttpSource {
             }
         }
         drop((parts, arrived));
-        let verification = check.finish(label)?;
+        let verification = check.finish(at)?;
         Ok(Delivered {
-            object: object.to_owned(),
-            component: role.to_owned(),
+            object: at.object.clone(),
+            component: at.component.clone(),
             seq,
-            dtype: c.dtype.name().to_owned(),
-            logical_type: c.logical_type.as_ref().map(|t| t.name().to_owned()),
-            encoding: c.encoding.name().to_owned(),
+            dtype: c.dtype,
+            logical_type: c.logical_type.clone(),
+            encoding: c.encoding,
             uncompressed_length: c.uncompressed_length,
-            digest,
+            digest: c.digest.clone(),
             data,
             verification,
         })
@@ -479,7 +465,7 @@ impl HttpSource {
 /// A response body that broke off: a transport error (resumable) that
 /// says how far it got and why, down to the innermost cause (reqwest's own
 /// message is only "error decoding response body").
-fn broke_off(url: &str, spec: &str, after: Option<usize>, e: &reqwest::Error) -> anyhow::Error {
+fn broke_off(url: &str, spec: &str, after: Option<usize>, e: &reqwest::Error) -> Error {
     let mut why = e.to_string();
     let mut cause = std::error::Error::source(e);
     while let Some(c) = cause {
@@ -489,10 +475,9 @@ fn broke_off(url: &str, spec: &str, after: Option<usize>, e: &reqwest::Error) ->
     let at = after
         .map(|n| format!(" after {n} bytes"))
         .unwrap_or_default();
-    Transport(format!(
+    Error::Transport(format!(
         "reading {url} ({spec}): the response broke off{at}: {why}"
     ))
-    .into()
 }
 
 #[cfg(test)]

@@ -18,12 +18,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, Context, Result};
 use zt_format::{Component, Manifest, ReadOptions, ZtFile};
 
-use super::part::PartWriter;
-use super::remote::Client;
-use super::verify::{Refusal, Refused, Transport, Verification};
+use crate::client::{select_from, Client};
+use crate::error::{Error, Result};
+use crate::part::PartWriter;
+use crate::verify::Verification;
 
 /// What a finished fetch wrote.
 #[derive(Debug, Clone)]
@@ -85,10 +85,6 @@ fn layout(m: &Manifest) -> (Manifest, u64) {
     out.origin = zt_format::Origin::V1;
     (out, pos)
 }
-
-/// Bytes received ahead of the writer at most: a disk slower than the
-/// network holds the transfer back instead of the file piling up in memory.
-const WRITE_AHEAD: u64 = 512 << 20;
 
 /// Which [`layout`] a journal's part file follows: a part file laid out
 /// by another one is started over, so no stale bytes are left in what is
@@ -176,11 +172,9 @@ pub async fn fetch_to_file(
     progress: Progress<'_>,
 ) -> Result<Written> {
     let (part, journal) = part_paths(out);
-    let (remote, etag, size) = client.manifest().await?;
-    let _ = size;
-    let selected = zt_format::select::Selection::new(select)
-        .and_then(|s| s.filter(&remote))
-        .map_err(|e| anyhow!("{}: {e}", client.url))?;
+    let remote = client.manifest().await?;
+    let etag = remote.etag;
+    let selected = select_from(&remote.manifest, select).map_err(|e| e.within(&client.url))?;
     let (local, blob_end) = layout(&selected);
     let header = header_line(&etag, select);
 
@@ -190,21 +184,24 @@ pub async fn fetch_to_file(
         // Re-hashing what the journal vouches for reads up to the whole
         // file: on a blocking thread, never on the runtime's.
         let (part, local) = (part.clone(), local.clone());
-        done = tokio::task::spawn_blocking(move || still_intact(&part, &local, prev)).await?;
+        done = tokio::task::spawn_blocking(move || still_intact(&part, &local, prev))
+            .await
+            .unwrap_or_default();
     } else {
         let _ = std::fs::remove_file(&part);
     }
     let resumed = done.len();
     let mut writer = PartWriter::open(&part, client.options.direct_io)?;
     tracing::debug!(part = %part.display(), direct_io = writer.is_direct(), "writing");
+    let journal_io = |e| Error::io(format!("writing {}", journal.display()), e);
     let mut jf = OpenOptions::new()
         .create(true)
         .append(true)
         .open(&journal)
-        .with_context(|| format!("creating {}", journal.display()))?;
+        .map_err(journal_io)?;
     if resumed == 0 {
-        jf.set_len(0)?;
-        writeln!(jf, "{header}")?;
+        jf.set_len(0).map_err(journal_io)?;
+        writeln!(jf, "{header}").map_err(journal_io)?;
     }
 
     // Objects still missing any component are fetched whole.
@@ -227,35 +224,27 @@ pub async fn fetch_to_file(
     let mut received = 0u64;
     let result: Result<()> = async {
         if !missing.is_empty() {
-            let mut fetch = client
-                .fetch_bounded(&missing, Some(&etag), WRITE_AHEAD)
-                .await?;
+            let ahead = client.options.write_ahead;
+            let mut fetch = client.fetch_bounded(&missing, Some(&etag), ahead).await?;
             while let Some(item) = fetch.next().await {
                 let d = item?;
                 if d.verification == Verification::Unverified && client.options.require_digest {
-                    return Err(Refused {
-                        kind: Refusal::Unverifiable,
-                        message: format!(
-                            "object {:?}, component {:?}: no digest, and --require-digest is set",
-                            d.object, d.component
-                        ),
-                    }
-                    .into());
+                    let at = d.at();
+                    return Err(Error::Unverifiable {
+                        message: format!("{at}: no digest, and --require-digest is set"),
+                        at: Some(at),
+                    });
                 }
                 let key = (d.object.clone(), d.component.clone());
                 if done.contains(&key) {
                     continue;
                 }
                 let c = component(&local, &d.object, &d.component).ok_or_else(|| {
-                    anyhow!(
-                        "object {:?}, component {:?}: not in the selection",
-                        d.object,
-                        d.component
-                    )
+                    Error::Protocol(format!("{}: {} was not asked for", client.url, d.at()))
                 })?;
                 let written = writer.write(d.data, c.offset).await?;
                 client.recycle(written);
-                writeln!(jf, "{}\t{}", d.object, d.component)?;
+                writeln!(jf, "{}\t{}", d.object, d.component).map_err(journal_io)?;
                 got += c.length;
                 received += c.length;
                 done.insert(key);
@@ -275,12 +264,11 @@ pub async fn fetch_to_file(
             })
             .collect();
         if let Some(first) = undelivered.first() {
-            return Err(Transport(format!(
+            return Err(Error::Transport(format!(
                 "{}: the fetch ended with {} components undelivered, {first} first",
                 client.url,
                 undelivered.len()
-            ))
-            .into());
+            )));
         }
         // Manifest and footer, then a full check before the rename.
         let cbor = zt_format::manifest_cbor(&local);
@@ -294,14 +282,14 @@ pub async fn fetch_to_file(
             verify: zt_format::Verify::Skip,
             ..ReadOptions::default()
         };
-        ZtFile::open_with(&part, skip).context("the written file failed validation")?;
+        ZtFile::open_with(&part, skip)?;
         Ok(())
     }
     .await;
     match result {
         Ok(()) => {
             std::fs::rename(&part, out)
-                .with_context(|| format!("renaming into {}", out.display()))?;
+                .map_err(|e| Error::io(format!("renaming into {}", out.display()), e))?;
             let _ = std::fs::remove_file(&journal);
             Ok(Written {
                 path: out.to_owned(),
@@ -311,7 +299,7 @@ pub async fn fetch_to_file(
             })
         }
         Err(e) => {
-            if e.chain().any(|c| c.downcast_ref::<Refused>().is_some()) {
+            if matches!(e, Error::Corrupt { .. } | Error::Unverifiable { .. }) {
                 // Corrupt or unverifiable data: nothing worth resuming.
                 let _ = std::fs::remove_file(&part);
                 let _ = std::fs::remove_file(&journal);

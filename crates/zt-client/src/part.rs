@@ -14,9 +14,16 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
 use tokio::task::{spawn_blocking, JoinHandle};
 use zt_format::{AlignedBuf, PAGE_ALIGNMENT};
+
+use crate::error::{Error, Result};
+
+/// A blocking write's result, a panicked or cancelled task counted as an
+/// I/O error of its own.
+fn joined<T>(r: std::result::Result<io::Result<T>, tokio::task::JoinError>) -> io::Result<T> {
+    r.unwrap_or_else(|e| Err(io::Error::other(e)))
+}
 
 /// Page-cache bytes written between two background flushes.
 const WRITEBACK_EVERY: u64 = 256 << 20;
@@ -41,7 +48,7 @@ impl PartWriter {
             .write(true)
             .truncate(false)
             .open(path)
-            .with_context(|| format!("creating {}", path.display()))?;
+            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
         let direct = if direct_io {
             OpenOptions::new()
                 .write(true)
@@ -70,11 +77,13 @@ impl PartWriter {
     /// the file.
     pub(super) async fn write(&mut self, data: AlignedBuf, offset: u64) -> Result<AlignedBuf> {
         let (file, direct) = (Arc::clone(&self.file), self.direct.clone());
-        let (data, cached) = spawn_blocking(move || {
-            write_at(&file, direct.as_deref(), data.as_slice(), offset).map(|w| (data, w))
-        })
-        .await?
-        .with_context(|| format!("writing {}", self.label))?;
+        let (data, cached) = joined(
+            spawn_blocking(move || {
+                write_at(&file, direct.as_deref(), data.as_slice(), offset).map(|w| (data, w))
+            })
+            .await,
+        )
+        .map_err(|e| Error::io(format!("writing {}", self.label), e))?;
         if cached.refused {
             tracing::debug!(part = %self.label, "direct I/O refused; writing through the page cache");
             self.direct = None;
@@ -93,8 +102,7 @@ impl PartWriter {
     /// Waits for the background flush, reporting its failure.
     async fn settle(&mut self) -> Result<()> {
         if let Some(h) = self.flushing.take() {
-            h.await?
-                .with_context(|| format!("flushing {}", self.label))?;
+            joined(h.await).map_err(|e| Error::io(format!("flushing {}", self.label), e))?;
         }
         Ok(())
     }
@@ -104,14 +112,14 @@ impl PartWriter {
     pub(super) async fn finish(mut self, tail: Vec<u8>, blob_end: u64) -> Result<()> {
         self.settle().await?;
         let f = Arc::clone(&self.file);
-        spawn_blocking(move || {
+        let done = spawn_blocking(move || {
             f.write_all_at(zt_format::MAGIC, 0)
                 .and_then(|()| f.set_len(blob_end + tail.len() as u64))
                 .and_then(|()| f.write_all_at(&tail, blob_end))
                 .and_then(|()| f.sync_all())
         })
-        .await?
-        .with_context(|| format!("finishing {}", self.label))
+        .await;
+        joined(done).map_err(|e| Error::io(format!("finishing {}", self.label), e))
     }
 }
 

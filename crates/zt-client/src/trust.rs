@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use crate::error::{Error, Result};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::pem::PemObject;
@@ -31,11 +31,14 @@ impl Trust {
         let hex: String = s.chars().filter(|c| *c != ':').collect();
         let mut out = [0u8; 32];
         if hex.len() != 64 {
-            bail!("a SHA-256 fingerprint has 64 hex digits, got {}", hex.len());
+            return Err(Error::Usage(format!(
+                "a SHA-256 fingerprint has 64 hex digits, got {}",
+                hex.len()
+            )));
         }
         for (i, o) in out.iter_mut().enumerate() {
             *o = u8::from_str_radix(hex.get(i * 2..i * 2 + 2).unwrap_or(""), 16)
-                .context("fingerprint is not hex")?;
+                .map_err(|_| Error::Usage(format!("fingerprint {s:?} is not hex")))?;
         }
         Ok(Trust::Fingerprint(out))
     }
@@ -107,15 +110,17 @@ impl ServerCertVerifier for Pinned {
 /// A TLS 1.3 client configuration for `alpn` under this policy.
 pub fn client_config(trust: &Trust, alpn: &[u8]) -> Result<rustls::ClientConfig> {
     let builder = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])?;
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| Error::Usage(format!("TLS 1.3 with ring: {e}")))?;
     let mut config = match trust {
         Trust::System | Trust::Ca(_) => {
             let mut roots = rustls::RootCertStore::empty();
             if let Trust::Ca(path) = trust {
-                for c in CertificateDer::pem_file_iter(path)
-                    .with_context(|| format!("reading CA file {}", path.display()))?
-                {
-                    roots.add(c.with_context(|| format!("parsing CA file {}", path.display()))?)?;
+                let bad = |e: &dyn std::fmt::Display| {
+                    Error::Usage(format!("CA file {}: {e}", path.display()))
+                };
+                for c in CertificateDer::pem_file_iter(path).map_err(|e| bad(&e))? {
+                    roots.add(c.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;
                 }
             } else {
                 let found = rustls_native_certs::load_native_certs();

@@ -6,19 +6,22 @@
 
 use std::net::SocketAddr;
 
-use anyhow::{Context, Result};
 use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
 
 /// The buffer size both ends ask for unless configured otherwise.
 pub const DEFAULT_BUFFER_BYTES: usize = 4 << 20;
 
 /// Binds a UDP socket at `addr` with `want`-byte send and receive buffers,
 /// warning when the kernel grants less (`net.core.rmem_max`/`wmem_max`).
-pub fn bind(addr: SocketAddr, want: usize) -> Result<std::net::UdpSocket> {
+pub fn bind(addr: SocketAddr, want: usize) -> io::Result<std::net::UdpSocket> {
+    fn what(doing: String) -> impl FnOnce(io::Error) -> io::Error {
+        move |e| io::Error::new(e.kind(), format!("{doing}: {e}"))
+    }
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
         s.set_only_v6(false)
-            .context("enabling dual-stack IPv6 for QUIC")?;
+            .map_err(what("enabling dual-stack IPv6 for QUIC".into()))?;
     }
     let _ = s.set_recv_buffer_size(want);
     let _ = s.set_send_buffer_size(want);
@@ -33,6 +36,6 @@ pub fn bind(addr: SocketAddr, want: usize) -> Result<std::net::UdpSocket> {
             "UDP socket buffers are smaller than requested; raise net.core.rmem_max and net.core.wmem_max for full QUIC throughput");
     }
     s.bind(&addr.into())
-        .with_context(|| format!("binding UDP {addr}"))?;
+        .map_err(what(format!("binding UDP {addr}")))?;
     Ok(s.into())
 }

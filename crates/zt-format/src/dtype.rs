@@ -3,8 +3,10 @@
 use std::fmt;
 
 /// A storage dtype: the 13 fixed primitives of v1.2. It alone sets the byte
-/// width of each stored element.
+/// width of each stored element. Open to new dtypes (other sources'
+/// types): match with a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum DType {
     F64,
     F32,

@@ -157,14 +157,25 @@ pub fn element_count(shape: &[u64]) -> Option<u64> {
     shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
 }
 
-/// How a component's bytes are stored.
+/// How a component's bytes are stored. Open to new encodings: match with
+/// a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Encoding {
     Raw,
     Zstd,
 }
 
 impl Encoding {
+    /// The encoding a v1.2 `encoding` string names.
+    pub fn from_name(s: &str) -> Option<Encoding> {
+        match s {
+            "raw" => Some(Encoding::Raw),
+            "zstd" => Some(Encoding::Zstd),
+            _ => None,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Encoding::Raw => "raw",

@@ -11,44 +11,20 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use anyhow::{anyhow, Context, Result};
 use quinn::crypto::rustls::QuicClientConfig;
 use quinn::{Connection, Endpoint};
 use tokio::sync::{mpsc, oneshot};
 use zt_format::{AlignedBuf, Limits};
 use ztp_proto::{frame, Cancel, Code, Get, Message, ALPN};
 
-use super::budget::Budget;
-use super::pool::BufPool;
-use super::trust::{client_config, Trust};
-use super::Fetch;
+use crate::budget::Budget;
+use crate::error::{Error, Result};
+use crate::fetch::Fetch;
+use crate::options::Options;
+use crate::pool::BufPool;
+use crate::trust::client_config;
 use routes::{Route, Routes};
-pub use silence::{Watch, SILENCE};
-
-/// Client settings.
-#[derive(Debug, Clone)]
-pub struct ClientOptions {
-    pub trust: Trust,
-    pub token: Option<String>,
-    /// Accept components whose digest algorithm is unknown.
-    pub allow_unverified: bool,
-    /// Largest manifest accepted, in bytes.
-    pub manifest_cap: u64,
-    /// Largest single component accepted, in bytes.
-    pub component_cap: u64,
-}
-
-impl Default for ClientOptions {
-    fn default() -> Self {
-        ClientOptions {
-            trust: Trust::System,
-            token: None,
-            allow_unverified: false,
-            manifest_cap: zt_format::DEFAULT_MANIFEST_CAP,
-            component_cap: 64 << 30,
-        }
-    }
-}
+pub use silence::Watch;
 
 /// A connection to a ztp/1 server.
 #[derive(Debug)]
@@ -58,26 +34,23 @@ pub struct QuicClient {
     control: tokio::sync::Mutex<quinn::SendStream>,
     next_id: AtomicU64,
     routes: Routes,
-    options: Arc<ClientOptions>,
+    options: Arc<Options>,
     pool: Arc<BufPool>,
 }
-
-/// How long a silent server is given before the connection counts as lost.
-pub const IDLE_TIMEOUT_MS: u32 = 10_000;
 
 /// The client's transport settings: windows as large as the server's
 /// defaults, room for the server's component streams, and keep-alives so
 /// that an idle but healthy connection (lazy loading) stays up while a
-/// server that vanished is noticed within [`IDLE_TIMEOUT_MS`].
-pub fn transport() -> quinn::TransportConfig {
+/// server that vanished is noticed within `idle_timeout`.
+pub fn transport(idle_timeout: std::time::Duration) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
+    let idle = quinn::IdleTimeout::try_from(idle_timeout)
+        .unwrap_or_else(|_| quinn::VarInt::from_u32(u32::MAX).into());
     t.stream_receive_window(quinn::VarInt::from_u32(16 << 20))
         .receive_window(quinn::VarInt::from_u32(64 << 20))
         .max_concurrent_uni_streams(quinn::VarInt::from_u32(256))
-        .max_idle_timeout(Some(quinn::VarInt::from_u32(IDLE_TIMEOUT_MS).into()))
-        .keep_alive_interval(Some(std::time::Duration::from_millis(
-            u64::from(IDLE_TIMEOUT_MS) / 3,
-        )));
+        .max_idle_timeout(Some(idle))
+        .keep_alive_interval(Some(idle_timeout / 3));
     t
 }
 
@@ -95,33 +68,41 @@ impl QuicClient {
     pub async fn connect(
         addr: SocketAddr,
         server_name: &str,
-        options: ClientOptions,
+        options: Arc<Options>,
     ) -> Result<Self> {
         crate::trust::install_provider();
         let tls = client_config(&options.trust, ALPN)?;
-        let mut config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
-        config.transport_config(Arc::new(transport()));
-        let bind: SocketAddr = if addr.is_ipv6() {
-            "[::]:0".parse()?
-        } else {
-            "0.0.0.0:0".parse()?
+        let quic_tls = QuicClientConfig::try_from(tls)
+            .map_err(|e| Error::Usage(format!("TLS for QUIC: {e}")))?;
+        let mut config = quinn::ClientConfig::new(Arc::new(quic_tls));
+        config.transport_config(Arc::new(transport(options.idle_timeout)));
+        let bind = match addr {
+            SocketAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+            SocketAddr::V4(_) => SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)),
         };
-        let sock = crate::udp::bind(bind, crate::udp::DEFAULT_BUFFER_BYTES)?;
+        let transport = |e: &dyn std::fmt::Display| {
+            Error::Transport(format!("connecting to {addr} over QUIC: {e}"))
+        };
+        let sock =
+            crate::udp::bind(bind, crate::udp::DEFAULT_BUFFER_BYTES).map_err(|e| transport(&e))?;
         let mut endpoint = Endpoint::new(
             quinn::EndpointConfig::default(),
             None,
             sock,
             Arc::new(quinn::TokioRuntime),
         )
-        .context("opening a UDP socket")?;
+        .map_err(|e| transport(&e))?;
         endpoint.set_default_client_config(config);
         let conn = endpoint
-            .connect(addr, server_name)?
+            .connect(addr, server_name)
+            .map_err(|e| transport(&e))?
             .await
-            .with_context(|| format!("connecting to {addr} over QUIC"))?;
-        let (send, recv) = conn.open_bi().await.context("opening the control stream")?;
+            .map_err(|e| transport(&e))?;
+        let (send, recv) = conn
+            .open_bi()
+            .await
+            .map_err(|e| Error::Transport(format!("{addr}: opening the control stream: {e}")))?;
         let routes: Routes = Arc::default();
-        let options = Arc::new(options);
         tokio::spawn(routes::read_control(
             recv,
             Arc::clone(&routes),
@@ -147,14 +128,14 @@ impl QuicClient {
     }
 
     async fn send(&self, m: &Message) -> Result<()> {
-        let bytes = frame(m)?;
+        let bytes =
+            frame(m).map_err(|e| Error::Usage(format!("a request too large to send: {e}")))?;
         self.control
             .lock()
             .await
             .write_all(&bytes)
             .await
-            .context("sending on the control stream")?;
-        Ok(())
+            .map_err(|e| Error::Transport(format!("sending on the control stream: {e}")))
     }
 
     /// Asks for `path` with a selection and an optional explicit order.
@@ -202,11 +183,15 @@ impl QuicClient {
             manifest_only,
         };
         self.send(&Message::Get(get)).await?;
-        let watch = Watch::new(self.conn.clone(), path);
+        let watch = Watch::new(self.conn.clone(), path, self.options.silence_timeout);
         let m = watch
             .unless_silent("its manifest", mrx)
             .await?
-            .map_err(|_| anyhow!("connection closed before the manifest arrived"))??;
+            .map_err(|_| {
+                Error::Transport(format!(
+                    "{path}: connection closed before the manifest arrived"
+                ))
+            })??;
         let limits = Limits {
             manifest_cap: self.options.manifest_cap,
             ..Limits::default()

@@ -4,14 +4,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{anyhow, Result};
 use quinn::{Connection, RecvStream};
 use tokio::sync::{mpsc, oneshot};
 use ztp_proto::{Code, Deframer, ManifestMsg, Message};
 
 use crate::budget::Budget;
-use crate::verify::{Refusal, Refused, Transport};
-use crate::{quote, Arrival, DoneMarker};
+use crate::error::{quote, Error, Result, Status};
+use crate::fetch::{Arrival, Event};
 
 pub(super) type Delivery = mpsc::UnboundedSender<Arrival>;
 
@@ -29,26 +28,14 @@ pub(super) struct Route {
 
 pub(super) type Routes = Arc<Mutex<HashMap<u64, Route>>>;
 
-/// Hands `err` to the request `id`, or to every request when the
-/// connection itself failed (no id), each naming its own file.
-pub(super) fn route_error(routes: &Routes, id: Option<u64>, code: Option<Code>, err: &str) {
+/// Hands the error `make` builds (given the request's file) to the
+/// request `id`, or to every request when the connection itself failed
+/// (no id), each naming its own file.
+pub(super) fn route_error(routes: &Routes, id: Option<u64>, make: impl Fn(&str) -> Error) {
     let Ok(mut r) = routes.lock() else { return };
     let ids: Vec<u64> = match id {
         Some(i) => vec![i],
         None => r.keys().copied().collect(),
-    };
-    // Without an id the connection itself failed: a transport error. A
-    // component the server refused as corrupt can never be fetched.
-    let make = |path: &str| -> anyhow::Error {
-        match (id, code) {
-            (Some(_), Some(Code::Corrupt)) => Refused {
-                kind: Refusal::Corrupt,
-                message: err.to_owned(),
-            }
-            .into(),
-            (Some(_), _) => anyhow!("{err}"),
-            (None, _) => Transport(format!("{path}: {err}")).into(),
-        }
     };
     for i in ids {
         if let Some(route) = r.get_mut(&i) {
@@ -58,10 +45,40 @@ pub(super) fn route_error(routes: &Routes, id: Option<u64>, code: Option<Code>, 
                     let _ = tx.send(Err(e));
                 }
                 None => {
-                    let _ = route.deliver.send((Err(e), None));
+                    let _ = route.deliver.send((Event::Component(Err(e)), None));
                 }
             }
         }
+    }
+}
+
+/// Every request on the connection fails with a transport error (resumable).
+fn all_lost(routes: &Routes, why: &str) {
+    route_error(routes, None, |path| {
+        Error::Transport(format!("{path}: {why}"))
+    });
+}
+
+/// The server's `error` for request `id`: a component it refused as
+/// corrupt can never be fetched; anything else is the server's answer.
+fn server_error(routes: &Routes, id: Option<u64>, code: Code, message: &str) {
+    let text = format!("server error {code}: {}", quote(message));
+    match id {
+        Some(id) => route_error(routes, Some(id), |_| match code {
+            Code::Corrupt => Error::Corrupt {
+                at: None,
+                message: text.clone(),
+            },
+            code => Error::Server {
+                status: Status::Ztp(code),
+                message: text.clone(),
+            },
+        }),
+        // Without an id the server is about to close the connection.
+        None => route_error(routes, None, |path| Error::Server {
+            status: Status::Ztp(code),
+            message: format!("{path}: {text}"),
+        }),
     }
 }
 
@@ -72,8 +89,10 @@ pub(super) fn route_error(routes: &Routes, id: Option<u64>, code: Option<Code>, 
 pub(super) fn lost(conn: &Connection, routes: &Routes, why: &quinn::ConnectionError) {
     if *why != quinn::ConnectionError::LocallyClosed {
         let addr = conn.remote_address();
-        let why = format!("the QUIC connection to {addr} was lost: {why}");
-        route_error(routes, None, None, &why);
+        all_lost(
+            routes,
+            &format!("the QUIC connection to {addr} was lost: {why}"),
+        );
     }
 }
 
@@ -87,7 +106,9 @@ pub(super) fn violation(conn: &Connection, routes: &Routes, why: &str) {
     // again as lost (see `lost`).
     let code = quinn::VarInt::from_u32(Code::ProtocolViolation.value());
     conn.close(code, why.as_bytes());
-    route_error(routes, None, None, &why);
+    route_error(routes, None, |path| {
+        Error::Protocol(format!("{path}: {why}"))
+    });
 }
 
 /// Reads the control stream, handing each server message to its request.
@@ -99,13 +120,12 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
             Ok(Some(n)) => d.push(buf.get(..n).unwrap_or_default()),
             Ok(None) => {
                 // The server answers no more requests on this connection.
-                let why = "the server ended its control stream";
-                return route_error(&routes, None, None, why);
+                return all_lost(&routes, "the server ended its control stream");
             }
             Err(quinn::ReadError::ConnectionLost(c)) => return lost(&conn, &routes, &c),
             Err(e) => {
                 let why = format!("the server broke off the control stream: {e}");
-                return route_error(&routes, None, None, &why);
+                return all_lost(&routes, &why);
             }
         }
         loop {
@@ -117,18 +137,13 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
                         }
                     }
                 }
-                Ok(Some(Message::Error(e))) => route_error(
-                    &routes,
-                    e.id,
-                    Some(e.code),
-                    &format!("server error {}: {}", e.code, quote(&e.message)),
-                ),
+                Ok(Some(Message::Error(e))) => server_error(&routes, e.id, e.code, &e.message),
                 Ok(Some(Message::Done(d))) => {
                     // Tell the fetch how many components were sent whole:
                     // streams cancelled before they opened never arrive.
                     if let Ok(r) = routes.lock() {
                         if let Some(route) = r.get(&d.id) {
-                            let _ = route.deliver.send((Err(DoneMarker(d.sent).into()), None));
+                            let _ = route.deliver.send((Event::Done { sent: d.sent }, None));
                         }
                     }
                 }

@@ -1,23 +1,18 @@
 //! A server that keeps its connection alive (it acknowledges the client's
 //! keep-alives) but sends nothing would leave a waiting request hanging
 //! forever: a deadlocked daemon, a hostile one. A request waiting on a
-//! connection that receives no stream data for [`SILENCE`] fails instead,
-//! as an HTTP fetch fails on a silent socket.
+//! connection that receives no stream data for the silence timeout
+//! (`Options::silence_timeout`) fails instead, as an HTTP fetch fails on a
+//! silent socket.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
 use quinn::Connection;
 
-use crate::Transport;
+use crate::error::{Error, Result};
 
-/// How long a waiting request gives a connection that receives no stream
-/// data: twice the idle timeout, so that a server that is gone altogether
-/// is reported as a lost connection first.
-pub const SILENCE: Duration = Duration::from_millis(2 * super::IDLE_TIMEOUT_MS as u64);
-
-/// How often a waiting request looks at its connection's counters.
+/// How often a waiting request looks at its connection's counters, at most.
 const LOOK: Duration = Duration::from_millis(250);
 
 /// A request's connection, watched for silence while the request waits.
@@ -26,13 +21,16 @@ pub struct Watch {
     conn: Connection,
     /// The file asked for, to name in the error.
     path: String,
+    /// How long the connection may receive no stream data.
+    silence: Duration,
 }
 
 impl Watch {
-    pub(crate) fn new(conn: Connection, path: &str) -> Self {
+    pub(crate) fn new(conn: Connection, path: &str, silence: Duration) -> Self {
         Watch {
             conn,
             path: path.to_owned(),
+            silence,
         }
     }
 
@@ -44,8 +42,8 @@ impl Watch {
     }
 
     /// `fut`'s output, or a transport error naming the file and what was
-    /// awaited once the connection has received no stream data for
-    /// [`SILENCE`] meanwhile.
+    /// awaited once the connection has received no stream data for the
+    /// silence timeout meanwhile.
     pub(crate) async fn unless_silent<T>(
         &self,
         awaited: &str,
@@ -61,7 +59,8 @@ impl Watch {
         }
         let mut seen = self.progress();
         let mut since = Instant::now();
-        let mut look = tokio::time::interval_at(tokio::time::Instant::now() + LOOK, LOOK);
+        let every = LOOK.min(self.silence / 4).max(Duration::from_millis(1));
+        let mut look = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
             tokio::select! {
                 out = &mut fut => return Ok(out),
@@ -69,16 +68,24 @@ impl Watch {
                     let now = self.progress();
                     if now != seen {
                         (seen, since) = (now, Instant::now());
-                    } else if since.elapsed() >= SILENCE {
-                        return Err(Transport(format!(
-                            "{}: the server sent no data for {} s while {awaited} was awaited",
+                    } else if since.elapsed() >= self.silence {
+                        return Err(Error::Transport(format!(
+                            "{}: the server sent no data for {} while {awaited} was awaited",
                             self.path,
-                            SILENCE.as_secs()
-                        ))
-                        .into());
+                            span(self.silence)
+                        )));
                     }
                 }
             }
         }
+    }
+}
+
+/// `20 s`, or `1500 ms` when not whole seconds.
+fn span(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
     }
 }

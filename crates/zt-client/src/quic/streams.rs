@@ -3,22 +3,23 @@
 
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail};
 use quinn::{Connection, RecvStream};
-use ztp_proto::{Code, Deframer};
+use zt_format::{DType, Digest, Encoding, LogicalType};
+use ztp_proto::{Code, ComponentHeader, Deframer};
 
 use super::routes::{lost, violation, Delivery, Routes};
-use super::ClientOptions;
+use crate::error::{At, Error, Result};
+use crate::fetch::{Arrival, Event};
+use crate::options::Options;
 use crate::pool::BufPool;
-use crate::verify::{Check, Delivered, Refusal, Refused, Transport};
-use crate::Arrival;
+use crate::verify::{Check, Delivered};
 
 /// Accepts component streams until the connection ends, then fails every
 /// request still waiting with why.
 pub(super) async fn accept_streams(
     conn: Connection,
     routes: Routes,
-    options: Arc<ClientOptions>,
+    options: Arc<Options>,
     pool: Arc<BufPool>,
 ) {
     let why = loop {
@@ -45,27 +46,43 @@ pub(super) async fn accept_streams(
 
 /// Why a component stream broke after `pos` bytes: the server refusing a
 /// corrupt component (never resumable), or the network (resumable).
-fn stream_error(label: &str, pos: usize, e: quinn::ReadError) -> anyhow::Error {
+fn stream_error(at: &At, pos: usize, e: quinn::ReadError) -> Error {
     match e {
         quinn::ReadError::Reset(c) => match Code::from_value(c.into_inner()) {
-            Some(Code::Corrupt) => Refused {
-                kind: Refusal::Corrupt,
-                message: format!(
-                    "{label}: digest mismatch found by the server, which refused to send it"
-                ),
-            }
-            .into(),
-            Some(code) => Transport(format!(
-                "{label}: the server reset the stream after {pos} bytes: {code}"
-            ))
-            .into(),
-            None => Transport(format!(
-                "{label}: the server reset the stream after {pos} bytes with code {c}"
-            ))
-            .into(),
+            Some(Code::Corrupt) => Error::corrupt(
+                at,
+                "digest mismatch found by the server, which refused to send it",
+            ),
+            Some(code) => Error::Transport(format!(
+                "{at}: the server reset the stream after {pos} bytes: {code}"
+            )),
+            None => Error::Transport(format!(
+                "{at}: the server reset the stream after {pos} bytes with code {c}"
+            )),
         },
-        e => Transport(format!("{label}: stream failed after {pos} bytes: {e}")).into(),
+        e => Error::Transport(format!("{at}: stream failed after {pos} bytes: {e}")),
     }
+}
+
+/// The typed fields of a component header; a value outside the format's
+/// sets fails that component, naming it.
+fn typed(
+    h: &ComponentHeader,
+    at: &At,
+) -> Result<(DType, Option<LogicalType>, Encoding, Option<Digest>)> {
+    let bad = |what: &str, v: &str| {
+        Error::Protocol(format!(
+            "{at}: the component header's {what} {v:?} is not a v1.2 value"
+        ))
+    };
+    let dtype = DType::from_name(&h.dtype).ok_or_else(|| bad("dtype", &h.dtype))?;
+    let encoding = Encoding::from_name(&h.encoding).ok_or_else(|| bad("encoding", &h.encoding))?;
+    let digest = match &h.digest {
+        Some(d) => Some(Digest::parse(d).map_err(|r| Error::corrupt(at, r))?),
+        None => None,
+    };
+    let logical = h.logical_type.as_deref().map(LogicalType::parse);
+    Ok((dtype, logical, encoding, digest))
 }
 
 /// What became of one component stream (one per stream, moved once: its
@@ -86,7 +103,7 @@ enum Outcome {
 /// aligned buffer, hashed as they arrive.
 async fn receive(
     mut stream: RecvStream,
-    options: &ClientOptions,
+    options: &Options,
     routes: &Routes,
     pool: &BufPool,
 ) -> Outcome {
@@ -127,28 +144,28 @@ async fn receive(
         Some(b) => b.reserve(header.length).await,
         None => None,
     };
-    let label = format!(
-        "object {:?}, component {:?}",
-        header.object, header.component
-    );
+    let at = At {
+        object: header.object.clone(),
+        component: header.component.clone(),
+    };
     let result = async {
-        if header.length > options.component_cap {
-            bail!(
-                "{label}: {} bytes exceed the cap of {}",
-                header.length,
-                options.component_cap
-            );
+        let cap = options.component_cap;
+        if header.length > cap {
+            let why = format!("{} bytes exceed the cap of {cap}", header.length);
+            return Err(Error::corrupt(&at, why));
         }
-        let mut check = Check::new(header.digest.as_deref(), options.allow_unverified, &label)?;
+        let (dtype, logical_type, encoding, digest) = typed(&header, &at)?;
+        let mut check = Check::new(digest.as_ref(), options.allow_unverified, &at)?;
         // Every byte is overwritten below, or the component fails.
         let mut data = pool
             .take(header.length)
-            .map_err(|r| anyhow!("{label}: {r}"))?;
+            .map_err(|r| Error::corrupt(&at, r))?;
+        let more = || Error::corrupt(&at, "stream carries more bytes than its header announces");
         let rest = d.take_rest();
         let buf = data.as_mut_slice();
         let mut pos = rest.len().min(buf.len());
         if rest.len() > buf.len() {
-            bail!("{label}: stream carries more bytes than its header announces");
+            return Err(more());
         }
         buf.get_mut(..pos)
             .unwrap_or_default()
@@ -162,34 +179,33 @@ async fn receive(
                     pos += n;
                 }
                 Ok(None) => {
-                    return Err(Transport(format!(
-                        "{label}: stream ended after {pos} of {} bytes",
+                    return Err(Error::Transport(format!(
+                        "{at}: stream ended after {pos} of {} bytes",
                         buf.len()
-                    ))
-                    .into())
+                    )))
                 }
-                Err(e) => return Err(stream_error(&label, pos, e)),
+                Err(e) => return Err(stream_error(&at, pos, e)),
             }
         }
         match stream.read(&mut chunk).await {
             Ok(None) => {}
-            Ok(Some(_)) => bail!("{label}: stream carries more bytes than its header announces"),
-            Err(e) => return Err(stream_error(&label, pos, e)),
+            Ok(Some(_)) => return Err(more()),
+            Err(e) => return Err(stream_error(&at, pos, e)),
         }
-        let verification = check.finish(&label)?;
+        let verification = check.finish(&at)?;
         Ok(Delivered {
             object: header.object.clone(),
             component: header.component.clone(),
             seq: header.seq,
-            dtype: header.dtype.clone(),
-            logical_type: header.logical_type.clone(),
-            encoding: header.encoding.clone(),
+            dtype,
+            logical_type,
+            encoding,
             uncompressed_length: header.uncompressed_length,
-            digest: header.digest.clone(),
+            digest,
             data,
             verification,
         })
     }
     .await;
-    Outcome::Arrived(deliver, (result, held))
+    Outcome::Arrived(deliver, (Event::Component(result), held))
 }

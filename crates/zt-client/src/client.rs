@@ -1,56 +1,28 @@
 //! One client for both transports: `quic://host:port/path.zt` speaks
 //! ztp/1; `http(s)://host:port/any/path.zt` uses Range requests on that URL
-//! (ztserve's `/v1/files/...` or any plain server such as nginx).
+//! (ztserve's `/path` or `/v1/files/path`, or any plain server such as
+//! nginx).
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
-use anyhow::{anyhow, bail, Context, Result};
+use zt_format::select::Selection;
 use zt_format::Manifest;
 
-use super::http::HttpSource;
-use super::quic::{ClientOptions, QuicClient};
-use super::trust::Trust;
-use super::Fetch;
-use zt_format::select::Selection;
+use crate::error::{Error, Result};
+use crate::fetch::Fetch;
+use crate::http::HttpSource;
+use crate::options::{Options, Via};
+use crate::quic::QuicClient;
 
-/// Which transport to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Via {
-    Quic,
-    Http,
-}
-
-/// How to connect and what to accept.
+/// A remote file's manifest and identity.
 #[derive(Debug, Clone)]
-pub struct Options {
-    pub trust: Trust,
-    pub token: Option<String>,
-    /// Parallel HTTP requests.
-    pub connections: usize,
-    /// Accept components whose digest algorithm is unknown.
-    pub allow_unverified: bool,
-    /// Refuse components that carry no digest.
-    pub require_digest: bool,
-    /// Override the transport the URL's scheme picks.
-    pub via: Option<Via>,
-    /// Let `fetch_to_file` write large components with direct I/O where
-    /// the filesystem allows it (bypassing the page cache); `false` writes
-    /// everything through the page cache.
-    pub direct_io: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            trust: Trust::System,
-            token: None,
-            connections: 8,
-            allow_unverified: false,
-            require_digest: false,
-            via: None,
-            direct_io: true,
-        }
-    }
+pub struct Remote {
+    pub manifest: Manifest,
+    /// The file's ETag: what `if_match` names to pin a fetch to it.
+    pub etag: String,
+    /// The file's size in bytes.
+    pub size: u64,
 }
 
 #[derive(Debug)]
@@ -62,7 +34,7 @@ enum Transport {
     Http {
         source: HttpSource,
         /// The manifest last read, reused by `fetch` instead of asked for again.
-        cached: std::sync::Mutex<Option<super::http::Remote>>,
+        cached: Mutex<Option<Remote>>,
     },
 }
 
@@ -71,14 +43,15 @@ enum Transport {
 pub struct Client {
     transport: Transport,
     pub url: String,
-    pub options: Options,
+    pub options: Arc<Options>,
 }
 
+/// A URL's scheme, host, port (7070 unless given or implied) and path.
 fn split_url(url: &str) -> Result<(String, String, u16, String)> {
-    let u = url::Url::parse(url).with_context(|| format!("bad URL {url:?}"))?;
+    let u = url::Url::parse(url).map_err(|e| Error::Usage(format!("bad URL {url:?}: {e}")))?;
     let host = u
         .host_str()
-        .ok_or_else(|| anyhow!("{url}: no host"))?
+        .ok_or_else(|| Error::Usage(format!("{url}: no host")))?
         .trim_matches(['[', ']'])
         .to_owned();
     let port = u.port_or_known_default().unwrap_or(7070);
@@ -89,11 +62,17 @@ impl Client {
     /// Connects to `url`.
     pub async fn connect(url: &str, options: Options) -> Result<Client> {
         let (scheme, host, port, path) = split_url(url)?;
-        let via = options.via.unwrap_or(match scheme.as_str() {
-            "quic" => Via::Quic,
-            "http" | "https" => Via::Http,
-            other => bail!("{url}: unsupported scheme {other:?} (quic, http or https)"),
-        });
+        let via = match (options.via, scheme.as_str()) {
+            (Some(via), _) => via,
+            (None, "quic") => Via::Quic,
+            (None, "http" | "https") => Via::Http,
+            (None, other) => {
+                return Err(Error::Usage(format!(
+                    "{url}: unsupported scheme {other:?} (quic, http or https)"
+                )))
+            }
+        };
+        let options = Arc::new(options);
         let transport = match via {
             Via::Quic => {
                 let file = path
@@ -104,17 +83,11 @@ impl Client {
                 // Resolved on tokio's blocking pool, not on this task's thread.
                 let addr: SocketAddr = tokio::net::lookup_host((host.as_str(), port))
                     .await
-                    .with_context(|| format!("resolving {host}"))?
+                    .map_err(|e| Error::Transport(format!("resolving {host}: {e}")))?
                     .next()
-                    .ok_or_else(|| anyhow!("{host}: no address"))?;
-                let opts = ClientOptions {
-                    trust: options.trust.clone(),
-                    token: options.token.clone(),
-                    allow_unverified: options.allow_unverified,
-                    ..ClientOptions::default()
-                };
+                    .ok_or_else(|| Error::Transport(format!("{host}: no address")))?;
                 Transport::Quic {
-                    client: QuicClient::connect(addr, &host, opts).await?,
+                    client: QuicClient::connect(addr, &host, Arc::clone(&options)).await?,
                     path: file,
                 }
             }
@@ -124,18 +97,9 @@ impl Client {
                 } else {
                     url.to_owned()
                 };
-                let source = HttpSource::new(
-                    &http_url,
-                    &options.trust,
-                    options.token.clone(),
-                    options.connections,
-                    options.allow_unverified,
-                    64 << 30,
-                    zt_format::DEFAULT_MANIFEST_CAP,
-                )?;
                 Transport::Http {
-                    source,
-                    cached: std::sync::Mutex::default(),
+                    source: HttpSource::new(&http_url, &options)?,
+                    cached: Mutex::default(),
                 }
             }
         };
@@ -147,18 +111,22 @@ impl Client {
     }
 
     /// The remote manifest, with the file's ETag and size.
-    pub async fn manifest(&self) -> Result<(Manifest, String, u64)> {
+    pub async fn manifest(&self) -> Result<Remote> {
         match &self.transport {
             Transport::Quic { client, path } => {
                 let f = client.get_manifest(path).await?;
-                Ok((f.manifest, f.etag, f.size))
+                Ok(Remote {
+                    manifest: f.manifest,
+                    etag: f.etag,
+                    size: f.size,
+                })
             }
             Transport::Http { source, cached } => {
                 let r = source.manifest().await?;
                 if let Ok(mut c) = cached.lock() {
                     *c = Some(r.clone());
                 }
-                Ok((r.manifest, r.etag, r.size))
+                Ok(r)
             }
         }
     }
@@ -189,11 +157,11 @@ impl Client {
         if_match: Option<&str>,
         max_buffered: Option<u64>,
     ) -> Result<Fetch> {
-        let f = match &self.transport {
+        match &self.transport {
             Transport::Quic { client, path } => {
                 client
                     .request(path, select, &[], if_match, false, max_buffered)
-                    .await?
+                    .await
             }
             Transport::Http { source, cached } => {
                 // Range requests carry If-Range, so a stale cache cannot mix versions.
@@ -203,25 +171,17 @@ impl Client {
                 };
                 if let Some(want) = if_match {
                     if remote.etag != want {
-                        bail!(
-                            "{}: the file changed on the server (ETag {} is now {})",
-                            self.url,
-                            want,
-                            remote.etag
-                        );
+                        return Err(Error::Changed {
+                            url: self.url.clone(),
+                            detail: format!("(ETag {want} is now {})", remote.etag),
+                        });
                     }
                 }
-                let manifest = Selection::new(select)
-                    .and_then(|s| s.filter(&remote.manifest))
-                    .map_err(|e| anyhow!("{}: {e}", self.url))?;
-                source.fetch(
-                    super::http::Remote { manifest, ..remote },
-                    &[],
-                    max_buffered,
-                )?
+                let manifest =
+                    select_from(&remote.manifest, select).map_err(|e| e.within(&self.url))?;
+                source.fetch(Remote { manifest, ..remote }, &[], max_buffered)
             }
-        };
-        Ok(f)
+        }
     }
 
     /// Hands back a delivered component's buffer once its bytes are no
@@ -233,6 +193,22 @@ impl Client {
             Transport::Http { source, .. } => source.recycle(buf),
         }
     }
+}
+
+/// `m` restricted to the objects `select` matches: a pattern that is not
+/// a glob is a usage error, one that matches nothing is what ztp/1 calls
+/// `no_match`.
+pub(crate) fn select_from(m: &Manifest, select: &[String]) -> Result<Manifest> {
+    use zt_format::select::SelectError;
+    Selection::new(select)
+        .and_then(|s| s.filter(m))
+        .map_err(|e| match e {
+            SelectError::NoMatch(_) => Error::Server {
+                status: crate::Status::Ztp(ztp_proto::Code::NoMatch),
+                message: e.to_string(),
+            },
+            other => Error::Usage(other.to_string()),
+        })
 }
 
 fn join_host(host: &str, port: u16) -> String {

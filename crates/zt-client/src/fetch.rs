@@ -1,0 +1,119 @@
+//! One request's results: its manifest, then components as they complete.
+
+use tokio::sync::mpsc;
+use zt_format::Manifest;
+
+use crate::budget::Held;
+use crate::error::{Error, Result};
+use crate::quic::Watch;
+use crate::verify::Delivered;
+
+/// What a transport hands a [`Fetch`]. Moved once per component through a
+/// channel, never stored in bulk: the size difference does not matter.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Event {
+    /// A component, or why it failed.
+    Component(Result<Delivered>),
+    /// The server's `done`: how many components it sent whole (streams
+    /// cancelled before they opened never arrive).
+    Done { sent: u64 },
+}
+
+/// An event, with the budget it holds until the consumer takes it
+/// (bounded fetches only).
+pub(crate) type Arrival = (Event, Option<Held>);
+
+/// One request's results: the manifest, then components as they complete.
+#[derive(Debug)]
+pub struct Fetch {
+    pub id: u64,
+    /// The selected objects, with their offsets in the remote file.
+    pub manifest: Manifest,
+    /// The remote file's ETag and size.
+    pub etag: String,
+    pub size: u64,
+    /// Components that will be delivered.
+    pub streams: u64,
+    received: u64,
+    rx: mpsc::UnboundedReceiver<Arrival>,
+    ok: u64,
+    /// Components sent whole, once the server's `done` has said so.
+    done_sent: Option<u64>,
+    /// A ztp/1 request's connection, failing a wait it stays silent through
+    /// (HTTP has its sockets' read timeout instead).
+    watch: Option<Watch>,
+}
+
+impl Fetch {
+    pub(crate) fn new(
+        id: u64,
+        manifest: Manifest,
+        etag: String,
+        size: u64,
+        streams: u64,
+        rx: mpsc::UnboundedReceiver<Arrival>,
+    ) -> Self {
+        Fetch {
+            id,
+            manifest,
+            etag,
+            size,
+            streams,
+            received: 0,
+            rx,
+            ok: 0,
+            done_sent: None,
+            watch: None,
+        }
+    }
+
+    /// Fails [`Fetch::next`] when `watch`'s connection stays silent.
+    pub(crate) fn watched(mut self, watch: Watch) -> Self {
+        self.watch = Some(watch);
+        self
+    }
+
+    /// The next verified component, in completion order; `None` when all
+    /// announced components are accounted for. Taking a component gives
+    /// its bytes back to a bounded fetch's budget.
+    pub async fn next(&mut self) -> Option<Result<Delivered>> {
+        loop {
+            match self.done_sent {
+                Some(sent) if self.ok >= sent => return None,
+                None if self.received >= self.streams => return None,
+                _ => {}
+            }
+            let arrival = match &self.watch {
+                Some(w) => w.unless_silent("a component", self.rx.recv()).await,
+                None => Ok(self.rx.recv().await),
+            };
+            let item = match arrival.transpose() {
+                Some(Err(silent)) => Err(silent),
+                Some(Ok((Event::Done { sent }, _))) => {
+                    self.done_sent = Some(sent);
+                    continue;
+                }
+                Some(Ok((Event::Component(item), _held))) => item,
+                None => Err(Error::Transport(
+                    "connection lost before every component arrived".into(),
+                )),
+            };
+            self.received += 1;
+            let item = match item {
+                Ok(d) => {
+                    self.ok += 1;
+                    Ok(d)
+                }
+                // Say how much of the request the failure cost.
+                Err(Error::Transport(why)) => Err(Error::Transport(format!(
+                    "{} of {} components undelivered: {why}",
+                    self.streams.saturating_sub(self.ok),
+                    self.streams
+                ))),
+                Err(e) => Err(e),
+            };
+            return Some(item);
+        }
+    }
+}

@@ -25,10 +25,17 @@ pub enum Event<'s, R> {
         request: &'s mut R,
         msg: ManifestMsg,
     },
-    /// A request failed with the server's code and message; nothing else
-    /// comes for it.
+    /// A request failed before its manifest, with the server's code and
+    /// message; nothing else comes for it.
     Failed {
         request: R,
+        code: Code,
+        message: String,
+    },
+    /// After its manifest, one of a request's components failed on the
+    /// server (`corrupt`, `read_failed`); the request goes on to its `done`.
+    Refused {
+        request: &'s mut R,
         code: Code,
         message: String,
     },
@@ -129,12 +136,23 @@ impl<R> ClientSession<R> {
                 id: Some(id),
                 code,
                 message,
-            }) => match self.requests.remove(&id) {
-                Some(r) => Ok(Event::Failed {
-                    request: r.handle,
-                    code,
-                    message,
-                }),
+            }) => match self.requests.get(&id).map(|r| r.streams.is_some()) {
+                Some(true) => match self.requests.get_mut(&id) {
+                    Some(r) => Ok(Event::Refused {
+                        request: &mut r.handle,
+                        code,
+                        message,
+                    }),
+                    None => Ok(Event::Nothing),
+                },
+                Some(false) => match self.requests.remove(&id) {
+                    Some(r) => Ok(Event::Failed {
+                        request: r.handle,
+                        code,
+                        message,
+                    }),
+                    None => Ok(Event::Nothing),
+                },
                 None => self.unknown(id, "error"),
             },
             Message::Done(Done { id, sent, .. }) => match self.requests.remove(&id) {
@@ -339,6 +357,34 @@ mod tests {
         assert!(ClientSession::<()>::on_truncated_header(3)
             .0
             .contains("3 bytes"));
+    }
+
+    #[test]
+    fn an_error_after_the_manifest_fails_a_component_not_the_request() {
+        let (mut s, id) = session();
+        s.on_frame(manifest(id, 2)).unwrap();
+        let corrupt = Ok(Message::Error(ErrorMsg {
+            id: Some(id),
+            code: Code::Corrupt,
+            message: "object \"w\": digest mismatch".into(),
+        }));
+        assert!(matches!(
+            s.on_frame(corrupt),
+            Ok(Event::Refused {
+                code: Code::Corrupt,
+                ..
+            })
+        ));
+        assert!(
+            s.on_header(&header(id, 1)).is_ok(),
+            "its other streams go on"
+        );
+        let done = Ok(Message::Done(Done {
+            id,
+            sent: 1,
+            cancelled: 1,
+        }));
+        assert!(matches!(s.on_frame(done), Ok(Event::Done { sent: 1, .. })));
     }
 
     #[test]

@@ -28,7 +28,7 @@ impl Close {
 
 /// What the server does with what arrived.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Received<'s, R> {
+pub enum Received<R> {
     /// Resolve the request and answer it: an `error` for it, or its
     /// `manifest` and then (unless `manifest_only`) [`ServerSession::start`].
     Serve(Get),
@@ -36,7 +36,7 @@ pub enum Received<'s, R> {
     Answer(ErrorMsg),
     /// Stop sending the named components of a request in flight.
     Cancel {
-        request: &'s R,
+        request: R,
         object: Option<String>,
         component: Option<String>,
     },
@@ -54,7 +54,7 @@ pub struct ServerSession<R> {
     max_requests: usize,
 }
 
-impl<R> ServerSession<R> {
+impl<R: Clone> ServerSession<R> {
     /// A session that serves at most `max_requests` requests at once.
     pub fn new(max_requests: usize) -> Self {
         ServerSession {
@@ -64,7 +64,7 @@ impl<R> ServerSession<R> {
     }
 
     /// One frame of the control stream, or why it could not be read.
-    pub fn on_frame(&mut self, frame: Result<Message, FrameError>) -> Received<'_, R> {
+    pub fn on_frame(&mut self, frame: Result<Message, FrameError>) -> Received<R> {
         let msg = match frame {
             Ok(m) => m,
             Err(e @ FrameError::TooLarge { .. }) => {
@@ -83,7 +83,7 @@ impl<R> ServerSession<R> {
                 component,
             }) => match self.requests.get(&id) {
                 Some(request) => Received::Cancel {
-                    request,
+                    request: request.clone(),
                     object,
                     component,
                 },
@@ -96,7 +96,7 @@ impl<R> ServerSession<R> {
         }
     }
 
-    fn on_get(&mut self, g: Get) -> Received<'_, R> {
+    fn on_get(&mut self, g: Get) -> Received<R> {
         if self.requests.contains_key(&g.id) {
             return Received::Close(Close::violation(format!(
                 "request id {} is already in flight",
@@ -160,7 +160,7 @@ mod tests {
         }))
     }
 
-    fn closes_with(r: Received<'_, &str>, code: Code, says: &str) {
+    fn closes_with(r: Received<&str>, code: Code, says: &str) {
         match r {
             Received::Close(c) => {
                 assert_eq!(c.code, code);
@@ -227,7 +227,7 @@ mod tests {
         match s.on_frame(cancel(5, Some("w"))) {
             Received::Cancel {
                 request, object, ..
-            } => assert_eq!((*request, object.as_deref()), ("five", Some("w"))),
+            } => assert_eq!((request, object.as_deref()), ("five", Some("w"))),
             other => panic!("{other:?}"),
         }
         assert_eq!(s.on_frame(cancel(6, None)), Received::Nothing);

@@ -23,6 +23,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use quinn::VarInt;
@@ -91,6 +92,10 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::from_std(socket.into()).context("registering listener")
 }
 
+/// How long QUIC connections past the shutdown deadline get to announce
+/// their close before the endpoint closes whatever is left.
+const CLOSE_WAIT: Duration = Duration::from_secs(6);
+
 /// Scans the root, starts the watcher, and serves until `shutdown`
 /// resolves; then stops accepting, fails `/readyz`, and gives in-flight
 /// requests `shutdown_timeout_secs` to finish.
@@ -146,7 +151,8 @@ pub async fn run(
         let local = bound.endpoint.local_addr()?;
         tracing::info!(quic = %local, fingerprint = %bound.fingerprint, "listening (ztp/1)");
         let endpoint = bound.endpoint.clone();
-        let serve = tokio::spawn(quic::serve(Arc::clone(&state), bound.endpoint));
+        let (closing_tx, closing) = tokio::sync::watch::channel(false);
+        let serve = tokio::spawn(quic::serve(Arc::clone(&state), bound.endpoint, closing));
         let rx = stop_rx.clone();
         Some(tokio::spawn(async move {
             stopped(rx).await;
@@ -158,6 +164,11 @@ pub async fn run(
                 tracing::warn!(
                     "QUIC connections still open at the shutdown deadline; closing them"
                 );
+                // Each announces `shutting_down` on its control stream
+                // first, so the code reaches clients whose receive buffers
+                // are full (PROTOCOL.md section 8).
+                let _ = closing_tx.send(true);
+                let _ = tokio::time::timeout(CLOSE_WAIT, endpoint.wait_idle()).await;
             }
             endpoint.close(
                 VarInt::from_u32(ztp_proto::Code::ShuttingDown.value()),

@@ -1,161 +1,125 @@
-//! One QUIC connection: the control stream, requests, cancellation.
+//! One QUIC connection: reads the control stream and carries out what the
+//! protocol's server session (`ztp_proto::ServerSession`) decides.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use quinn::{Connection, VarInt};
-use tokio::sync::{mpsc, Semaphore};
+use quinn::Connection;
+use tokio::sync::{watch, Semaphore};
 use ztp_proto::{
-    frame, Cancel, Code, ComponentHeader, Deframer, ErrorMsg, FrameError, Get, ManifestMsg, Message,
+    Close, Code, ComponentHeader, Deframer, Done, ErrorMsg, Get, ManifestMsg, Message, Received,
+    ServerSession,
 };
 
+use super::control::{Control, Session};
 use super::send::{self, Item, RequestCtl};
 use crate::server::catalog::{Entry, Served};
 use crate::server::State;
 use zt_format::select::Selection;
 
-type Requests = Arc<Mutex<HashMap<u64, Arc<RequestCtl>>>>;
+/// What this server supports beyond ztp/1 as first published (the
+/// `features` of every manifest message; PROTOCOL.md section 4).
+const FEATURES: &[&str] = &[];
 
-fn close(conn: &Connection, c: Code, why: &str) {
-    tracing::info!(code = %c, reason = why, "closing QUIC connection");
-    conn.close(VarInt::from_u32(c.value()), why.as_bytes());
-}
-
-/// Serves one connection until it closes.
-pub(super) async fn handle(state: Arc<State>, conn: Connection) {
+/// Serves one connection until it closes. `closing` turns true when the
+/// daemon's shutdown deadline has passed: the connection is then closed
+/// with `shutting_down`.
+pub(super) async fn handle(
+    state: Arc<State>,
+    conn: Connection,
+    mut closing: watch::Receiver<bool>,
+) {
     let _open = state.metrics.quic_connection();
-    let (mut send, mut recv) = match conn.accept_bi().await {
+    let (send, mut recv) = match conn.accept_bi().await {
         Ok(s) => s,
         Err(e) => {
             tracing::debug!(error = %e, "connection closed before its control stream");
             return;
         }
     };
-    let (tx, mut rx) = mpsc::channel::<Message>(64);
-    let writer = tokio::spawn(async move {
-        while let Some(m) = rx.recv().await {
-            let Ok(bytes) = frame(&m) else { continue };
-            if send.write_all(&bytes).await.is_err() {
-                break;
-            }
-        }
-        let _ = send.finish();
-    });
-    let requests: Requests = Arc::default();
+    let session: Session = Arc::new(Mutex::new(ServerSession::new(
+        state.config.quic.max_requests,
+    )));
+    let (control, writer) = Control::spawn(send, conn.clone(), Arc::clone(&session));
     let slots = Arc::new(Semaphore::new(state.config.quic.max_streams));
     let mut deframer = Deframer::new(state.config.quic.max_request_bytes);
     let mut buf = vec![0u8; 16 * 1024];
     'read: loop {
-        match recv.read(&mut buf).await {
+        let read = tokio::select! {
+            r = recv.read(&mut buf) => Some(r),
+            Ok(_) = closing.wait_for(|c| *c) => None,
+        };
+        let Some(read) = read else {
+            let reason = "the server is shutting down".to_owned();
+            control
+                .close(Close {
+                    code: Code::ShuttingDown,
+                    reason,
+                })
+                .await;
+            break;
+        };
+        match read {
             Ok(Some(n)) => deframer.push(buf.get(..n).unwrap_or_default()),
             Ok(None) | Err(_) => break,
         }
         loop {
-            let msg = match deframer.next_message() {
-                Ok(Some(m)) => m,
+            let frame = match deframer.next_message() {
+                Ok(Some(m)) => Ok(m),
                 Ok(None) => break,
-                Err(e @ FrameError::TooLarge { .. }) => {
-                    close(&conn, Code::MessageTooLarge, &e.to_string());
-                    break 'read;
-                }
-                Err(e) => {
-                    close(&conn, Code::ProtocolViolation, &e.to_string());
-                    break 'read;
-                }
+                Err(e) => Err(e),
             };
-            match msg {
-                Message::Get(g) => {
-                    if let Err((c, why)) = get(&state, &conn, &tx, &requests, &slots, g).await {
-                        close(&conn, c, &why);
-                        break 'read;
-                    }
-                }
-                Message::Cancel(Cancel {
-                    id,
+            let received = match session.lock() {
+                Ok(mut s) => s.on_frame(frame),
+                Err(_) => break 'read,
+            };
+            match received {
+                Received::Serve(g) => get(&state, &conn, &control, &session, &slots, g).await,
+                Received::Answer(e) => control.send(Message::Error(e)).await,
+                Received::Cancel {
+                    request,
                     object,
                     component,
-                }) => {
-                    let ctl = requests.lock().ok().and_then(|r| r.get(&id).cloned());
-                    if let Some(ctl) = ctl {
-                        ctl.cancel(object, component);
-                    }
-                }
-                other => {
-                    close(
-                        &conn,
-                        Code::ProtocolViolation,
-                        &format!("{} is a server message", kind(&other)),
-                    );
+                } => request.cancel(object, component),
+                Received::Nothing => {}
+                Received::Close(c) => {
+                    control.close(c).await;
                     break 'read;
                 }
             }
         }
     }
-    drop(tx);
+    drop(control);
     let _ = writer.await;
     // Let streams in flight finish; the connection closes when the client is done.
     let _ = conn.closed().await;
 }
 
-fn kind(m: &Message) -> &'static str {
-    match m {
-        Message::Get(_) => "get",
-        Message::Cancel(_) => "cancel",
-        Message::Manifest(_) => "manifest",
-        Message::Done(_) => "done",
-        Message::Error(_) => "error",
-    }
-}
-
-/// Handles one `get`. Request failures are answered with `error`; an
-/// `Err` is a protocol violation that closes the connection.
+/// Resolves and answers one `get`: an `error`, or the manifest and then
+/// the component streams.
 async fn get(
     state: &Arc<State>,
     conn: &Connection,
-    tx: &mpsc::Sender<Message>,
-    requests: &Requests,
+    control: &Control,
+    session: &Session,
     slots: &Arc<Semaphore>,
     g: Get,
-) -> Result<(), (Code, String)> {
+) {
     let id = g.id;
-    let fail = |code: Code, message: String| {
-        Message::Error(ErrorMsg {
-            id: Some(id),
-            code,
-            message,
-        })
-    };
-    let in_flight = requests
-        .lock()
-        .map(|r| (r.contains_key(&id), r.len()))
-        .unwrap_or((false, 0));
-    if in_flight.0 {
-        return Err((
-            Code::ProtocolViolation,
-            format!("request id {id} is already in flight"),
-        ));
-    }
     let answer =
-        if in_flight.1 >= state.config.quic.max_requests {
-            Err(fail(
-                Code::TooManyRequests,
-                format!(
-                    "at most {} requests in flight",
-                    state.config.quic.max_requests
-                ),
-            ))
-        } else if state.tokens.as_ref().is_some_and(|t| {
+        if state.tokens.as_ref().is_some_and(|t| {
             !t.allows(g.token.as_deref().map(|t| format!("Bearer {t}")).as_deref())
         }) {
-            Err(fail(Code::Unauthorized, "a valid token is required".into()))
+            Err((Code::Unauthorized, "a valid token is required".to_owned()))
         } else {
-            plan(state, &g).map_err(|(c, m)| fail(c, m))
+            plan(state, &g)
         };
     let (served, manifest, items) = match answer {
         Ok(x) => x,
-        Err(m) => {
-            let _ = tx.send(m).await;
-            return Ok(());
+        Err((code, message)) => {
+            let id = Some(id);
+            return control
+                .send(Message::Error(ErrorMsg { id, code, message }))
+                .await;
         }
     };
     let streams = if g.manifest_only {
@@ -169,36 +133,44 @@ async fn get(
         size: served.size,
         manifest,
         streams,
+        features: FEATURES.iter().map(|f| (*f).to_owned()).collect(),
     });
-    let _ = tx.send(msg).await;
+    // The manifest is in the control stream's buffer, which has priority,
+    // before the first component stream opens: it arrives first.
+    control.send_queued(msg).await;
     if g.manifest_only {
-        let _ = tx
-            .send(Message::Done(ztp_proto::Done {
-                id,
-                sent: 0,
-                cancelled: 0,
-            }))
-            .await;
-        return Ok(());
+        let done = Done {
+            id,
+            sent: 0,
+            cancelled: 0,
+        };
+        return control.send(Message::Done(done)).await;
     }
     let ctl = Arc::new(RequestCtl::default());
-    if let Ok(mut r) = requests.lock() {
-        r.insert(id, Arc::clone(&ctl));
+    if let Ok(mut s) = session.lock() {
+        s.start(id, Arc::clone(&ctl));
     }
-    let (state, conn, tx, requests, slots) = (
+    let (state, conn, control, session, slots) = (
         Arc::clone(state),
         conn.clone(),
-        tx.clone(),
-        Arc::clone(requests),
+        control.clone(),
+        Arc::clone(session),
         Arc::clone(slots),
     );
     tokio::spawn(async move {
-        send::run(state, conn, served, id, items, ctl, tx, slots).await;
-        if let Ok(mut r) = requests.lock() {
-            r.remove(&id);
+        let (sent, cancelled) =
+            send::run(&state, &conn, &served, items, &ctl, &control, slots).await;
+        // The id is free before `done` says so: a client may reuse it at once.
+        if let Ok(mut s) = session.lock() {
+            s.finish(id);
         }
+        let done = Done {
+            id,
+            sent,
+            cancelled,
+        };
+        control.send(Message::Done(done)).await;
     });
-    Ok(())
 }
 
 type Plan = (Arc<Served>, Vec<u8>, Vec<Item>);

@@ -4,6 +4,7 @@
 
 pub mod cert;
 mod conn;
+mod control;
 mod send;
 
 use std::net::SocketAddr;
@@ -13,7 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use quinn::crypto::rustls::QuicServerConfig;
 use quinn::{Endpoint, EndpointConfig, IdleTimeout, TokioRuntime, TransportConfig, VarInt};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 use tracing::Instrument;
 
 use super::config::{Congestion, QuicConfig};
@@ -84,8 +85,10 @@ pub fn bind(state: &State, addr: SocketAddr) -> Result<Bound> {
     })
 }
 
-/// Accepts connections until the endpoint is closed.
-pub async fn serve(state: Arc<State>, endpoint: Endpoint) {
+/// Accepts connections until the endpoint is closed. Once `closing` turns
+/// true (the shutdown deadline passed), each open connection announces
+/// `shutting_down` on its control stream and closes.
+pub async fn serve(state: Arc<State>, endpoint: Endpoint, closing: watch::Receiver<bool>) {
     let slots = Arc::new(Semaphore::new(state.config.quic.max_connections));
     while let Some(incoming) = endpoint.accept().await {
         let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
@@ -93,13 +96,13 @@ pub async fn serve(state: Arc<State>, endpoint: Endpoint) {
             tracing::warn!("QUIC connection refused: connection limit reached");
             continue;
         };
-        let state = Arc::clone(&state);
+        let (state, closing) = (Arc::clone(&state), closing.clone());
         tokio::spawn(async move {
             let remote = incoming.remote_address();
             match incoming.await {
                 // Every log line of the connection carries the peer's address.
                 Ok(c) => {
-                    conn::handle(state, c)
+                    conn::handle(state, c, closing)
                         .instrument(tracing::info_span!("quic", %remote))
                         .await;
                 }

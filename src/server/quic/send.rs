@@ -6,10 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use quinn::{Connection, SendStream, VarInt};
-use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
-use ztp_proto::{frame_header, Code, ComponentHeader, Done, ErrorMsg, Message};
+use ztp_proto::{frame_header, Close, Code, ComponentHeader, ErrorMsg, Message, ServerSession};
 
+use super::control::Control;
 use crate::server::catalog::Served;
 use crate::server::checks::Refusal;
 use crate::server::State;
@@ -33,6 +34,7 @@ pub(super) struct RequestCtl {
 }
 
 impl RequestCtl {
+    /// Cancels the request (no object), an object of it, or one component.
     pub(super) fn cancel(&self, object: Option<String>, component: Option<String>) {
         match object {
             None => self.all.store(true, Ordering::SeqCst),
@@ -64,26 +66,24 @@ fn code(c: Code) -> VarInt {
     VarInt::from_u32(c.value())
 }
 
-/// Sends every item, then `done` on the control stream.
-#[allow(clippy::too_many_arguments)]
+/// Sends every item; returns how many went out whole and how many did not
+/// (the caller sends `done`).
 pub(super) async fn run(
-    state: Arc<State>,
-    conn: Connection,
-    served: Arc<Served>,
-    id: u64,
+    state: &Arc<State>,
+    conn: &Connection,
+    served: &Arc<Served>,
     items: Vec<Item>,
-    ctl: Arc<RequestCtl>,
-    control: mpsc::Sender<Message>,
+    ctl: &Arc<RequestCtl>,
+    control: &Control,
     slots: Arc<Semaphore>,
-) {
-    let (mut sent, mut cancelled) = (0u64, 0u64);
+) -> (u64, u64) {
+    let mut sent = 0u64;
     let mut tasks = JoinSet::new();
     let writers = Arc::new(Semaphore::new(WRITERS));
     let n = items.len();
     for item in items {
         let h = &item.header;
         if ctl.is_cancelled(&h.object, &h.component) {
-            cancelled += 1;
             continue;
         }
         let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
@@ -93,19 +93,18 @@ pub(super) async fn run(
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!(error = %e, "connection lost while opening streams");
-                return;
+                break;
             }
         };
         // Earlier in the order, higher priority: layer 0 finishes first.
         let priority = i32::try_from(n.saturating_sub(usize::try_from(h.seq).unwrap_or(0)))
             .unwrap_or(i32::MAX);
         let _ = stream.set_priority(priority);
-        let (state, served, ctl, writers, conn, control) = (
-            Arc::clone(&state),
-            Arc::clone(&served),
-            Arc::clone(&ctl),
+        let (state, served, ctl, writers, control) = (
+            Arc::clone(state),
+            Arc::clone(served),
+            Arc::clone(ctl),
             Arc::clone(&writers),
-            conn.clone(),
             control.clone(),
         );
         let open = state.metrics.quic_stream();
@@ -116,23 +115,25 @@ pub(super) async fn run(
                     let sent =
                         send_one(&state, &served, &ctl, &mut stream, &item.header, writing).await;
                     if let Written::Refused(code, why) = &sent {
-                        let _ = control
-                            .send(Message::Error(ErrorMsg {
-                                id: Some(id),
-                                code: *code,
-                                message: why.clone(),
-                            }))
+                        let id = Some(item.header.id);
+                        let (code, message) = (*code, why.clone());
+                        control
+                            .send(Message::Error(ErrorMsg { id, code, message }))
                             .await;
                     }
                     if sent == Written::Stalled {
-                        let why = format!(
+                        let reason = format!(
                             "object {:?}, component {:?}: the client accepted no bytes for {} s",
                             item.header.object,
                             item.header.component,
                             state.config.quic.stall_timeout_secs
                         );
-                        tracing::info!(reason = %why, "closing a stalled QUIC connection");
-                        conn.close(code(Code::Stalled), why.as_bytes());
+                        control
+                            .close(Close {
+                                code: Code::Stalled,
+                                reason,
+                            })
+                            .await;
                     }
                     sent == Written::Whole
                 }
@@ -143,27 +144,15 @@ pub(super) async fn run(
         });
         // Reap finished streams as we go, so counts stay current.
         while let Some(r) = tasks.try_join_next() {
-            if r.unwrap_or(false) {
-                sent += 1
-            } else {
-                cancelled += 1
-            }
+            sent += u64::from(r.unwrap_or(false));
         }
     }
     while let Some(r) = tasks.join_next().await {
-        if r.unwrap_or(false) {
-            sent += 1
-        } else {
-            cancelled += 1
-        }
+        sent += u64::from(r.unwrap_or(false));
     }
-    let _ = control
-        .send(Message::Done(Done {
-            id,
-            sent,
-            cancelled,
-        }))
-        .await;
+    // Everything not sent whole was cancelled: by the client, refused,
+    // failed, or never opened because the connection went.
+    (sent, (n as u64).saturating_sub(sent))
 }
 
 /// How a write ended.
@@ -307,8 +296,10 @@ async fn send_one(
 /// echo the client's code when the stream is dropped), or a lost connection.
 fn write_failed(stream: &mut SendStream, e: &quinn::WriteError) -> Written {
     match e {
-        quinn::WriteError::Stopped(_) => {
-            let _ = stream.reset(code(Code::Cancelled));
+        quinn::WriteError::Stopped(c) => {
+            let _ = stream.reset(code(ServerSession::<()>::stop_sending_reset(
+                c.into_inner(),
+            )));
             Written::Cancelled
         }
         _ => Written::Gone,

@@ -8,7 +8,6 @@ mod silence;
 mod streams;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use quinn::crypto::rustls::QuicClientConfig;
@@ -32,7 +31,6 @@ pub struct QuicClient {
     conn: Connection,
     _endpoint: Endpoint,
     control: tokio::sync::Mutex<quinn::SendStream>,
-    next_id: AtomicU64,
     routes: Routes,
     options: Arc<Options>,
     pool: Arc<BufPool>,
@@ -120,7 +118,6 @@ impl QuicClient {
             conn,
             _endpoint: endpoint,
             control: tokio::sync::Mutex::new(send),
-            next_id: AtomicU64::new(1),
             routes,
             options,
             pool,
@@ -159,30 +156,36 @@ impl QuicClient {
         manifest_only: bool,
         max_buffered: Option<u64>,
     ) -> Result<Fetch> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (mtx, mrx) = oneshot::channel();
         let (dtx, drx) = mpsc::unbounded_channel();
-        if let Ok(mut r) = self.routes.lock() {
-            r.insert(
-                id,
-                Route {
-                    path: path.to_owned(),
-                    manifest: Some(mtx),
-                    deliver: dtx,
-                    budget: max_buffered.map(Budget::new),
-                },
-            );
-        }
+        let route = Route {
+            path: path.to_owned(),
+            manifest: Some(mtx),
+            deliver: dtx,
+            budget: max_buffered.map(Budget::new),
+        };
         let get = Get {
-            id,
             path: path.to_owned(),
             select: select.to_vec(),
             order: order.to_vec(),
             token: self.options.token.clone(),
             if_match: if_match.map(str::to_owned),
             manifest_only,
+            ..Get::default()
         };
-        self.send(&Message::Get(get)).await?;
+        // The session hands out the id and holds the request until its
+        // `done` or `error`.
+        let get = match self.routes.lock() {
+            Ok(mut session) => session.request(get, route),
+            Err(_) => return Err(Error::Transport(format!("{path}: the connection failed"))),
+        };
+        let id = get.id;
+        if let Err(e) = self.send(&Message::Get(get)).await {
+            if let Ok(mut session) = self.routes.lock() {
+                session.abandon(id);
+            }
+            return Err(e);
+        }
         let watch = Watch::new(self.conn.clone(), path, self.options.silence_timeout);
         let m = watch
             .unless_silent("its manifest", mrx)
@@ -219,6 +222,13 @@ impl QuicClient {
             component: component.map(str::to_owned),
         }))
         .await
+    }
+
+    /// What the server supports beyond ztp/1 as first published, once a
+    /// manifest on this connection has said it (PROTOCOL.md, "Features");
+    /// `None` before the first manifest.
+    pub fn features(&self) -> Option<Vec<String>> {
+        self.routes.lock().ok()?.features().map(<[String]>::to_vec)
     }
 
     pub fn connection(&self) -> &Connection {

@@ -1,12 +1,13 @@
 //! Requests in flight on one connection, and the control stream's
-//! messages (manifests, errors, `done`) handed to them.
+//! messages (manifests, errors, `done`) handed to them. Which message
+//! belongs to which request, and which breaks the protocol, is the
+//! protocol's client session's call (`ztp_proto::ClientSession`).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use quinn::{Connection, RecvStream};
 use tokio::sync::{mpsc, oneshot};
-use ztp_proto::{Code, Deframer, ManifestMsg, Message};
+use ztp_proto::{ClientSession, Code, Deframer, Event as Said, ManifestMsg};
 
 use crate::budget::Budget;
 use crate::error::{quote, Error, Result, Status};
@@ -26,59 +27,53 @@ pub(super) struct Route {
     pub(super) budget: Option<Budget>,
 }
 
-pub(super) type Routes = Arc<Mutex<HashMap<u64, Route>>>;
-
-/// Hands the error `make` builds (given the request's file) to the
-/// request `id`, or to every request when the connection itself failed
-/// (no id), each naming its own file.
-pub(super) fn route_error(routes: &Routes, id: Option<u64>, make: impl Fn(&str) -> Error) {
-    let Ok(mut r) = routes.lock() else { return };
-    let ids: Vec<u64> = match id {
-        Some(i) => vec![i],
-        None => r.keys().copied().collect(),
-    };
-    for i in ids {
-        if let Some(route) = r.get_mut(&i) {
-            let e = make(&route.path);
-            match route.manifest.take() {
-                Some(tx) => {
-                    let _ = tx.send(Err(e));
-                }
-                None => {
-                    let _ = route.deliver.send((Event::Component(Err(e)), None));
-                }
+impl Route {
+    /// Fails the request: its manifest wait, or its fetch.
+    fn fail(mut self, e: Error) {
+        match self.manifest.take() {
+            Some(tx) => {
+                let _ = tx.send(Err(e));
+            }
+            None => {
+                let _ = self.deliver.send((Event::Component(Err(e)), None));
             }
         }
     }
 }
 
-/// Every request on the connection fails with a transport error (resumable).
-fn all_lost(routes: &Routes, why: &str) {
-    route_error(routes, None, |path| {
-        Error::Transport(format!("{path}: {why}"))
-    });
+pub(super) type Routes = Arc<Mutex<ClientSession<Route>>>;
+
+/// Fails every request on the connection with the error `make` builds
+/// from the request's file; the session is empty afterwards.
+fn fail_all(routes: &Routes, make: impl Fn(&str) -> Error) {
+    let Ok(mut session) = routes.lock() else {
+        return;
+    };
+    for route in session.drain() {
+        let e = make(&route.path);
+        route.fail(e);
+    }
 }
 
-/// The server's `error` for request `id`: a component it refused as
-/// corrupt can never be fetched; anything else is the server's answer.
-fn server_error(routes: &Routes, id: Option<u64>, code: Code, message: &str) {
+/// Every request on the connection fails with a transport error (resumable).
+fn all_lost(routes: &Routes, why: &str) {
+    fail_all(routes, |path| Error::Transport(format!("{path}: {why}")));
+}
+
+/// The error for a server's `error` message about one request: a
+/// component it refused as corrupt can never be fetched; anything else is
+/// the server's answer.
+fn server_error(code: Code, message: &str) -> Error {
     let text = format!("server error {code}: {}", quote(message));
-    match id {
-        Some(id) => route_error(routes, Some(id), |_| match code {
-            Code::Corrupt => Error::Corrupt {
-                at: None,
-                message: text.clone(),
-            },
-            code => Error::Server {
-                status: Status::Ztp(code),
-                message: text.clone(),
-            },
-        }),
-        // Without an id the server is about to close the connection.
-        None => route_error(routes, None, |path| Error::Server {
+    match code {
+        Code::Corrupt => Error::Corrupt {
+            at: None,
+            message: text,
+        },
+        code => Error::Server {
             status: Status::Ztp(code),
-            message: format!("{path}: {text}"),
-        }),
+            message: text,
+        },
     }
 }
 
@@ -98,17 +93,15 @@ pub(super) fn lost(conn: &Connection, routes: &Routes, why: &quinn::ConnectionEr
 
 /// The server broke the protocol: every request on the connection fails
 /// with `why`, and the connection is closed with `protocol_violation`.
-pub(super) fn violation(conn: &Connection, routes: &Routes, why: &str) {
-    let why = format!("the server broke ztp/1: {why}");
+pub(super) fn violation(conn: &Connection, routes: &Routes, why: &ztp_proto::Violation) {
+    let why = why.to_string();
     tracing::warn!(server = %conn.remote_address(), reason = %why, "closing the connection");
     // Closed first, so the server learns why even if the caller, failed
     // at once, drops the client; a connection closed here is not reported
     // again as lost (see `lost`).
     let code = quinn::VarInt::from_u32(Code::ProtocolViolation.value());
     conn.close(code, why.as_bytes());
-    route_error(routes, None, |path| {
-        Error::Protocol(format!("{path}: {why}"))
-    });
+    fail_all(routes, |path| Error::Protocol(format!("{path}: {why}")));
 }
 
 /// Reads the control stream, handing each server message to its request.
@@ -129,31 +122,53 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
             }
         }
         loop {
-            match d.next_message() {
-                Ok(Some(Message::Manifest(m))) => {
-                    if let Ok(mut r) = routes.lock() {
-                        if let Some(tx) = r.get_mut(&m.id).and_then(|route| route.manifest.take()) {
-                            let _ = tx.send(Ok(m));
-                        }
-                    }
-                }
-                Ok(Some(Message::Error(e))) => server_error(&routes, e.id, e.code, &e.message),
-                Ok(Some(Message::Done(d))) => {
-                    // Tell the fetch how many components were sent whole:
-                    // streams cancelled before they opened never arrive.
-                    if let Ok(r) = routes.lock() {
-                        if let Some(route) = r.get(&d.id) {
-                            let _ = route.deliver.send((Event::Done { sent: d.sent }, None));
-                        }
-                    }
-                }
-                Ok(Some(Message::Get(_) | Message::Cancel(_))) => {
-                    let why = "a `get` or `cancel` (a client's message) on the control stream";
-                    return violation(&conn, &routes, why);
-                }
+            let frame = match d.next_message() {
+                Ok(Some(m)) => Ok(m),
                 Ok(None) => break,
-                Err(e) => {
-                    return violation(&conn, &routes, &format!("malformed message: {e}"));
+                Err(e) => Err(e),
+            };
+            let Ok(mut session) = routes.lock() else {
+                return;
+            };
+            match session.on_frame(frame) {
+                Ok(Said::Manifest { request, msg }) => {
+                    if let Some(tx) = request.manifest.take() {
+                        let _ = tx.send(Ok(msg));
+                    }
+                }
+                Ok(Said::Failed {
+                    request,
+                    code,
+                    message,
+                }) => request.fail(server_error(code, &message)),
+                Ok(Said::Refused {
+                    request,
+                    code,
+                    message,
+                }) => {
+                    let e = server_error(code, &message);
+                    let _ = request.deliver.send((Event::Component(Err(e)), None));
+                }
+                Ok(Said::Done { request, sent }) => {
+                    // Streams cancelled before they opened never arrive:
+                    // `sent` says how many will.
+                    let _ = request.deliver.send((Event::Done { sent }, None));
+                }
+                Ok(Said::Closing { code, message }) => {
+                    drop(session);
+                    let text = format!(
+                        "the server is closing the connection: {code}: {}",
+                        quote(&message)
+                    );
+                    fail_all(&routes, |path| Error::Server {
+                        status: Status::Ztp(code),
+                        message: format!("{path}: {text}"),
+                    });
+                }
+                Ok(Said::Nothing) => {}
+                Err(v) => {
+                    drop(session);
+                    return violation(&conn, &routes, &v);
                 }
             }
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use quinn::{Connection, RecvStream};
 use zt_format::{DType, Digest, Encoding, LogicalType};
-use ztp_proto::{Code, ComponentHeader, Deframer};
+use ztp_proto::{ClientSession, Code, ComponentHeader, Deframer, Violation};
 
 use super::routes::{lost, violation, Delivery, Routes};
 use crate::error::{At, Error, Result};
@@ -96,7 +96,7 @@ enum Outcome {
     Dropped,
     /// The server broke the protocol; the connection is closed with
     /// `protocol_violation` and every request on it fails.
-    Violation(String),
+    Violation(Violation),
 }
 
 /// Reads one component stream: header, then exactly `length` bytes into an
@@ -113,30 +113,30 @@ async fn receive(
         match d.next_header() {
             Ok(Some(h)) => break h,
             Ok(None) => {}
-            Err(e) => return Outcome::Violation(format!("malformed component header: {e}")),
+            Err(e) => return Outcome::Violation(ClientSession::<()>::on_bad_header(&e)),
         }
         match stream.read(&mut chunk).await {
             Ok(Some(n)) => d.push(chunk.get(..n).unwrap_or_default()),
             Ok(None) => {
-                return Outcome::Violation(format!(
-                    "a component stream ended inside its header ({} bytes)",
-                    d.buffered()
-                ))
+                let n = d.buffered();
+                return Outcome::Violation(ClientSession::<()>::on_truncated_header(n));
             }
             // Reset before its header (a component cancelled as it opened)
             // or cut with the connection, which reports that itself.
             Err(_) => return Outcome::Dropped,
         }
     };
-    let route = routes.lock().ok().and_then(|r| {
-        r.get(&header.id)
-            .map(|route| (route.deliver.clone(), route.budget.clone()))
-    });
-    let Some((deliver, budget)) = route else {
-        return Outcome::Violation(format!(
-            "a component stream for request {}, which was never made (object {:?}, component {:?})",
-            header.id, header.object, header.component
-        ));
+    let route = match routes.lock() {
+        Ok(session) => session
+            .on_header(&header)
+            .map(|r| r.map(|route| (route.deliver.clone(), route.budget.clone()))),
+        Err(_) => return Outcome::Dropped,
+    };
+    let (deliver, budget) = match route {
+        Ok(Some(r)) => r,
+        // A request the client gave up: nobody wants the bytes.
+        Ok(None) => return Outcome::Dropped,
+        Err(v) => return Outcome::Violation(v),
     };
     // Room in a bounded request's budget comes before the buffer (and
     // before reading on: until then quinn's flow control holds the server).

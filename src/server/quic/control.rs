@@ -1,0 +1,115 @@
+//! The control stream's sending half, owned by one task: messages go out
+//! in the order given, and the stream has strict priority over every
+//! component stream, so a manifest is never stuck behind component bytes
+//! (PROTOCOL.md section 2).
+//!
+//! Closing goes through here too. A CONNECTION_CLOSE is sent once, and is
+//! lost when the client's receive buffer is full of component data; the
+//! client would then be left with silence. So the close is announced as an
+//! `error` without an id on this stream, which is retransmitted until
+//! acknowledged, before the connection is closed with the same code.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quinn::{Connection, SendStream, VarInt};
+use tokio::sync::{mpsc, oneshot};
+use ztp_proto::{frame, Close, ErrorMsg, Message, ServerSession};
+
+use super::send::RequestCtl;
+
+/// The connection's requests in flight, shared by its tasks.
+pub(super) type Session = Arc<Mutex<ServerSession<Arc<RequestCtl>>>>;
+
+/// How long a closing connection waits for its `error` to be acknowledged.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Debug)]
+enum Out {
+    /// A message, and who wants to know once its bytes are with quinn.
+    Message(Message, Option<oneshot::Sender<()>>),
+    Close(Close),
+}
+
+/// A handle on the control stream's writer.
+#[derive(Debug, Clone)]
+pub(super) struct Control {
+    tx: mpsc::Sender<Out>,
+    session: Session,
+}
+
+impl Control {
+    /// Starts the writer for `send`, the server's half of `conn`'s control
+    /// stream.
+    pub(super) fn spawn(
+        mut send: SendStream,
+        conn: Connection,
+        session: Session,
+    ) -> (Control, tokio::task::JoinHandle<()>) {
+        let (tx, mut rx) = mpsc::channel::<Out>(64);
+        let writer = tokio::spawn(async move {
+            let _ = send.set_priority(i32::MAX);
+            while let Some(out) = rx.recv().await {
+                match out {
+                    Out::Message(m, queued) => {
+                        let Ok(bytes) = frame(&m) else { continue };
+                        if send.write_all(&bytes).await.is_err() {
+                            break;
+                        }
+                        if let Some(q) = queued {
+                            let _ = q.send(());
+                        }
+                    }
+                    Out::Close(c) => return close(send, &conn, c).await,
+                }
+            }
+            let _ = send.finish();
+        });
+        (Control { tx, session }, writer)
+    }
+
+    /// Queues `m` after the messages before it.
+    pub(super) async fn send(&self, m: Message) {
+        let _ = self.tx.send(Out::Message(m, None)).await;
+    }
+
+    /// Queues `m` and returns once its bytes are in the stream's send
+    /// buffer, ahead of anything a component stream queues after.
+    pub(super) async fn send_queued(&self, m: Message) {
+        let (done, queued) = oneshot::channel();
+        if self.tx.send(Out::Message(m, Some(done))).await.is_ok() {
+            let _ = queued.await;
+        }
+    }
+
+    /// Closes the connection with `c`'s code: every request's streams are
+    /// reset with `cancelled`, the close is announced on this stream, and
+    /// the connection is closed once that is acknowledged (or after
+    /// [`CLOSE_GRACE`]). Messages queued later are dropped.
+    pub(super) async fn close(&self, c: Close) {
+        tracing::info!(code = %c.code, reason = %c.reason, "closing QUIC connection");
+        if let Ok(s) = self.session.lock() {
+            for r in s.requests() {
+                r.cancel(None, None);
+            }
+        }
+        let _ = self.tx.send(Out::Close(c)).await;
+    }
+}
+
+async fn close(mut send: SendStream, conn: &Connection, c: Close) {
+    let said = Message::Error(ErrorMsg {
+        id: None,
+        code: c.code,
+        message: c.reason.clone(),
+    });
+    if let Ok(bytes) = frame(&said) {
+        let announced = async {
+            send.write_all(&bytes).await.ok()?;
+            send.finish().ok()?;
+            send.stopped().await.ok()
+        };
+        let _ = tokio::time::timeout(CLOSE_GRACE, announced).await;
+    }
+    conn.close(VarInt::from_u32(c.code.value()), c.reason.as_bytes());
+}

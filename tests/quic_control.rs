@@ -1,0 +1,237 @@
+//! The control stream against the real daemon, read by a bare quinn
+//! client: the manifest arrives before any component stream however busy
+//! the connection is, and a close during a transfer reaches a client whose
+//! receive buffers were full, with its code.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use quinn::{Connection, RecvStream, SendStream};
+use ztp_proto::{frame, Code, Deframer, Get, Message};
+
+use common::Server;
+
+/// `n` objects of `len` bytes each with crc32c digests, under layer names
+/// (so a request has many streams and a manifest of many frames' worth).
+fn many_objects(path: &std::path::Path, n: u32, len: usize) {
+    let mut w = zt_format::Writer::new(Vec::new(), "many").unwrap();
+    let opts = zt_format::StoreOptions {
+        digest: Some(zt_format::DigestAlgorithm::Crc32c),
+        ..Default::default()
+    };
+    for i in 0..n {
+        let data: Vec<u8> = (0..len).map(|b| (b as u32 ^ i) as u8).collect();
+        let name = format!("model.layers.{}.mlp.experts.{}.weight", i / 8, i % 8);
+        w.add_dense(&name, &[len as u64], zt_format::DType::U8, &data, opts)
+            .unwrap();
+    }
+    std::fs::write(path, w.finish().unwrap()).unwrap();
+}
+
+fn get(id: u64, path: &str) -> Vec<u8> {
+    frame(&Message::Get(Get {
+        id,
+        path: path.into(),
+        ..Get::default()
+    }))
+    .unwrap()
+}
+
+/// Whatever the control stream has already received, without waiting.
+fn take_buffered(recv: &mut RecvStream, d: &mut Deframer) {
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Some(Ok(Some(n))) = recv.read(&mut buf).now_or_never() {
+        d.push(&buf[..n]);
+    }
+}
+
+/// Reads control messages until `done` for `id`, checking each is whole.
+async fn until_done(recv: &mut RecvStream, d: &mut Deframer, id: u64) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        while let Some(m) = d.next_message().unwrap() {
+            if matches!(m, Message::Done(ref done) if done.id == id) {
+                return;
+            }
+        }
+        let n = recv
+            .read(&mut buf)
+            .await
+            .unwrap()
+            .expect("control stream open");
+        d.push(&buf[..n]);
+    }
+}
+
+/// One request on `conn`: when its first component stream is accepted,
+/// the whole manifest must already be on the control stream.
+async fn manifest_came_first(
+    conn: &Connection,
+    send: &mut SendStream,
+    recv: &mut RecvStream,
+    id: u64,
+) -> bool {
+    send.write_all(&get(id, "many.zt")).await.unwrap();
+    let mut d = Deframer::new(1 << 30);
+    let first = conn.accept_uni().await.unwrap();
+    take_buffered(recv, &mut d);
+    let first_message = d.next_message().unwrap();
+    let ok = matches!(first_message, Some(Message::Manifest(ref m)) if m.id == id);
+    let streams = match first_message {
+        Some(Message::Manifest(m)) => m.streams,
+        _ => 0,
+    };
+    // Drain this request's streams (each read as it opens: the server
+    // opens the next as one finishes) before the next request.
+    let drain = |mut s: RecvStream| tokio::spawn(async move { s.read_to_end(usize::MAX).await });
+    let mut readers = vec![drain(first)];
+    for _ in 1..streams {
+        readers.push(drain(conn.accept_uni().await.unwrap()));
+    }
+    for r in readers {
+        r.await.unwrap().unwrap();
+    }
+    if ok {
+        until_done(recv, &mut d, id).await;
+    }
+    ok
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manifest_arrives_before_any_component_stream_under_load() {
+    let root = tempfile::tempdir().unwrap();
+    many_objects(&root.path().join("many.zt"), 600, 8 << 10);
+    let s = Server::start_quic(root.path(), &[]);
+    let (addr, fp) = s.quic.clone().unwrap();
+    // Four clients at once, each asking again and again.
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let (addr, fp) = (addr.clone(), fp.clone());
+        clients.push(tokio::spawn(async move {
+            let conn = common::quic::raw_connect(&addr, &fp, None).await;
+            let (mut send, mut recv) = conn.open_bi().await.unwrap();
+            let mut late = 0;
+            for id in 1..=6 {
+                if !manifest_came_first(&conn, &mut send, &mut recv, id).await {
+                    late += 1;
+                }
+            }
+            late
+        }));
+    }
+    let mut late = 0;
+    for c in clients {
+        late += c.await.unwrap();
+    }
+    assert_eq!(
+        late, 0,
+        "requests whose first component stream beat the manifest"
+    );
+}
+
+/// A bare client on its own single-threaded runtime, with a small UDP
+/// receive buffer: while the test blocks that thread, the kernel drops
+/// what arrives, as it does for a client too slow for its link.
+fn slow_client(addr: &str, fp: &str) -> (tokio::runtime::Runtime, Connection) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let conn = rt.block_on(async {
+        zt_client::trust::install_provider();
+        let trust = zt_client::trust::Trust::fingerprint(fp).unwrap();
+        let tls = zt_client::trust::client_config(&trust, ztp_proto::ALPN).unwrap();
+        let config = quinn::ClientConfig::new(Arc::new(
+            quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),
+        ));
+        let sock = zt_client::udp::bind("127.0.0.1:0".parse().unwrap(), 64 << 10).unwrap();
+        let mut ep = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            None,
+            sock,
+            Arc::new(quinn::TokioRuntime),
+        )
+        .unwrap();
+        ep.set_default_client_config(config);
+        ep.connect(addr.parse().unwrap(), "localhost")
+            .unwrap()
+            .await
+            .unwrap()
+    });
+    (rt, conn)
+}
+
+/// What told the client the connection was closing, and with which code.
+#[derive(Debug, PartialEq, Eq)]
+enum Heard {
+    /// `error` without an id on the control stream.
+    Announced(u64),
+    /// The CONNECTION_CLOSE.
+    Closed(u64),
+    /// Anything else (a stateless reset, a timeout): the code was lost.
+    Lost(String),
+}
+
+#[test]
+fn a_close_during_a_transfer_reaches_a_client_whose_buffers_were_full() {
+    let root = tempfile::tempdir().unwrap();
+    common::fetch::big_model(root.path());
+    let s = Server::start_quic(root.path(), &[]);
+    let (addr, fp) = s.quic.clone().unwrap();
+    let (rt, conn) = slow_client(&addr, &fp);
+    let started = Instant::now();
+    let heard = rt.block_on(async {
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        send.write_all(&get(1, "big.zt")).await.unwrap();
+        let mut d = Deframer::new(1 << 30);
+        let mut buf = vec![0u8; 64 * 1024];
+        while !matches!(d.next_message().unwrap(), Some(Message::Manifest(_))) {
+            let n = recv.read(&mut buf).await.unwrap().unwrap();
+            d.push(&buf[..n]);
+        }
+        // Component bytes are pouring in. Reusing the id in flight is a
+        // protocol violation: the server closes the connection. Meanwhile
+        // this client reads nothing, and its small socket buffer overflows.
+        send.write_all(&get(1, "big.zt")).await.unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        let heard = async {
+            loop {
+                match recv.read(&mut buf).await {
+                    Ok(Some(n)) => d.push(&buf[..n]),
+                    Ok(None) => {}
+                    Err(quinn::ReadError::ConnectionLost(
+                        quinn::ConnectionError::ApplicationClosed(c),
+                    )) => return Heard::Closed(c.error_code.into_inner()),
+                    Err(e) => return Heard::Lost(e.to_string()),
+                }
+                while let Ok(Some(m)) = d.next_message() {
+                    if let Message::Error(e) = m {
+                        if e.id.is_none() {
+                            return Heard::Announced(u64::from(e.code.value()));
+                        }
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(15), heard)
+            .await
+            .unwrap_or(Heard::Lost("nothing within 15 s".into()))
+    });
+    let violation = u64::from(Code::ProtocolViolation.value());
+    assert!(
+        heard == Heard::Announced(violation) || heard == Heard::Closed(violation),
+        "the client heard {heard:?} after {:?}",
+        started.elapsed()
+    );
+    // The close itself follows once the announcement is acknowledged.
+    let closed = rt.block_on(common::quic::close_code_within(
+        &conn,
+        Duration::from_secs(10),
+    ));
+    assert_eq!(closed, Some(violation));
+    // The daemon serves on.
+    assert_eq!(common::curl(&[], &s.url("/healthz")).status, 200);
+}

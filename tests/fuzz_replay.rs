@@ -36,7 +36,7 @@ fn replay_ztp_message_corpus_and_regressions() {
 fn replay_http_request_corpus_and_regressions() {
     let inputs = inputs("http_request", &[]);
     assert!(inputs.len() >= 20, "replayed only {}", inputs.len());
-    let h = ztserve::server::http::fuzz::Harness::new();
+    let h = ztserve::server::http_fuzz::Harness::new();
     let mut seen = std::collections::BTreeSet::new();
     for p in inputs {
         if let Some(status) = h.run(&std::fs::read(&p).unwrap()) {

@@ -6,7 +6,7 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use ztserve::server::http::fuzz::Harness;
+use ztserve::server::http_fuzz::Harness;
 
 static HARNESS: OnceLock<Harness> = OnceLock::new();
 

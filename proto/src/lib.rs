@@ -25,6 +25,8 @@
 mod client_session;
 mod code;
 mod framing;
+/// The fuzz target's body, built only for fuzzing and the corpus replay.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;
 mod message;

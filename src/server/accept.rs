@@ -33,7 +33,7 @@ use super::tls::{current, TlsConfig};
 
 /// The limits one connection is served under.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(super) struct Limits {
     pub max_connections: usize,
     pub header_timeout: Duration,
     pub max_header_bytes: usize,
@@ -41,7 +41,7 @@ pub struct Limits {
 }
 
 impl Limits {
-    pub fn from_config(l: &LimitsConfig) -> Limits {
+    pub(super) fn from_config(l: &LimitsConfig) -> Limits {
         Limits {
             max_connections: l.max_connections.max(1),
             header_timeout: Duration::from_secs(l.header_timeout_secs.max(1)),
@@ -83,7 +83,7 @@ async fn serve_one<I>(
 
 /// Serves `app` on `listener` until `stop` resolves, then gives open
 /// connections `deadline` to finish.
-pub async fn serve(
+pub(super) async fn serve(
     listener: TcpListener,
     app: Router,
     tls: Option<TlsConfig>,

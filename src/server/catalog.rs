@@ -142,7 +142,7 @@ pub struct Catalog {
 
 /// Whether a file name is one the catalog ignores: dotfiles and files
 /// still being written.
-pub fn ignored_name(name: &str) -> bool {
+pub(super) fn ignored_name(name: &str) -> bool {
     name.starts_with('.') || name.ends_with(".part") || name.ends_with(".tmp")
 }
 

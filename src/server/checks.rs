@@ -34,13 +34,13 @@ impl std::fmt::Display for Refusal {
 
 /// The outcome of each component's check, filled in on first use.
 #[derive(Debug, Default)]
-pub struct Checks {
+pub(super) struct Checks {
     cells: HashMap<(String, String), OnceLock<Result<(), String>>>,
 }
 
 impl Checks {
     /// One unfilled cell per component of `m`.
-    pub fn new(m: &Manifest) -> Checks {
+    pub(super) fn new(m: &Manifest) -> Checks {
         let cells = m
             .objects
             .iter()
@@ -57,7 +57,7 @@ impl Checks {
     /// later calls return the first answer. Components without a digest,
     /// or with an algorithm this build does not know, pass: there is
     /// nothing to check them against, and clients decide what to accept.
-    pub fn check(
+    pub(super) fn check(
         &self,
         file: &File,
         path: &str,

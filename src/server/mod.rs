@@ -4,20 +4,25 @@
 //! [`run`] takes a loaded configuration, bound listeners and a shutdown
 //! future; `bin/ztserve.rs` only wires flags, logging and signals to it.
 
-pub mod accept;
-pub mod auth;
-pub mod catalog;
-pub mod checks;
+mod accept;
+mod auth;
+mod catalog;
+mod checks;
 pub mod config;
 mod etag;
 pub mod healthcheck;
-pub mod http;
+mod http;
 mod idle;
-pub mod metrics;
-pub mod pread;
+mod metrics;
+mod pread;
 pub mod quic;
-pub mod tls;
-pub mod watch;
+mod tls;
+mod watch;
+
+/// The HTTP fuzz target's body, for cargo-fuzz and the corpus replay.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use http::fuzz as http_fuzz;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -18,14 +18,14 @@ use bytes::Bytes;
 
 /// Reads exactly `len` bytes of `file` at `pos`; `UnexpectedEof` if the
 /// file ends first (it was truncated under the daemon).
-pub fn read_exact_at(file: &File, len: usize, pos: u64) -> io::Result<Vec<u8>> {
+pub(super) fn read_exact_at(file: &File, len: usize, pos: u64) -> io::Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(len);
     fill(file, &mut buf, len, pos)?;
     Ok(buf)
 }
 
 /// [`read_exact_at`] into a pooled buffer, shared as [`Bytes`].
-pub fn read_shared(file: &File, len: usize, pos: u64) -> io::Result<Bytes> {
+pub(super) fn read_shared(file: &File, len: usize, pos: u64) -> io::Result<Bytes> {
     let mut buf = take(len);
     match fill(file, &mut buf, len, pos) {
         Ok(()) => Ok(Bytes::from_owner(Pooled(buf))),

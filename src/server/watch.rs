@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use super::State;
 
 /// Starts the watcher task.
-pub fn spawn(state: Arc<State>) -> JoinHandle<()> {
+pub(super) fn spawn(state: Arc<State>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let (tx, mut rx) = mpsc::channel::<()>(1);
         let _watcher = if state.config.catalog.watch {

@@ -48,6 +48,8 @@ mod dtype;
 mod element;
 mod encode;
 mod error;
+/// The fuzz target's body, built only for fuzzing and the corpus replay.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;
 mod layer;

@@ -7,14 +7,14 @@ use serde_json::json;
 
 /// An HTTP error response.
 #[derive(Debug)]
-pub struct AppError {
+pub(crate) struct AppError {
     pub status: StatusCode,
     pub error: &'static str,
     pub detail: String,
 }
 
 impl AppError {
-    pub fn new(status: StatusCode, error: &'static str, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, error: &'static str, detail: impl Into<String>) -> Self {
         AppError {
             status,
             error,
@@ -22,15 +22,15 @@ impl AppError {
         }
     }
 
-    pub fn not_found(detail: impl Into<String>) -> Self {
+    pub(crate) fn not_found(detail: impl Into<String>) -> Self {
         AppError::new(StatusCode::NOT_FOUND, "not_found", detail)
     }
 
-    pub fn bad_request(detail: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(detail: impl Into<String>) -> Self {
         AppError::new(StatusCode::BAD_REQUEST, "bad_request", detail)
     }
 
-    pub fn internal(detail: impl std::fmt::Display) -> Self {
+    pub(crate) fn internal(detail: impl std::fmt::Display) -> Self {
         tracing::error!(error = %detail, "internal error");
         AppError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -12,6 +12,8 @@
 
 mod body;
 mod error;
+/// The fuzz target's body, built only for fuzzing and the corpus replay.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;
 mod handlers;
@@ -33,13 +35,13 @@ use tower_http::compression::CompressionLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::timeout::TimeoutLayer;
 
-pub use error::AppError;
+pub(super) use error::AppError;
 
 use super::State;
 
 /// The route template a response was produced for, for metrics labels.
 #[derive(Debug, Clone, Copy)]
-pub struct Template(pub &'static str);
+pub(super) struct Template(pub &'static str);
 
 async fn record(AxState(state): AxState<Arc<State>>, req: Request, next: Next) -> Response {
     let start = Instant::now();
@@ -125,7 +127,7 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
 }
 
 /// Builds the router.
-pub fn router(state: Arc<State>) -> Router {
+pub(super) fn router(state: Arc<State>) -> Router {
     // Compress large JSON (manifests, listings); never tensor bytes.
     let compress = CompressionLayer::new().compress_when(
         SizeAbove::new(8 * 1024)

@@ -74,7 +74,9 @@ fn client_code(e: &zt_client::Error) -> u8 {
     match e {
         Error::Usage(_) => USAGE,
         Error::Unverifiable { .. } => UNVERIFIABLE,
-        Error::Corrupt { .. } | Error::Changed { .. } => INVALID,
+        Error::Corrupt { .. } => INVALID,
+        // Run again: it starts over on the new version.
+        Error::Changed { .. } => IO,
         Error::Format(z) => format_code(z),
         Error::Transport(_) | Error::Protocol(_) | Error::Io { .. } => IO,
         // A server shutting down or busy: try again. A refusal: the request.
@@ -138,5 +140,10 @@ mod tests {
             message: "no file".into(),
         };
         assert_eq!(exit_code(&missing.into()), INVALID);
+        let changed = zt_client::Error::Changed {
+            url: "http://h/m.zt".into(),
+            detail: "during the fetch".into(),
+        };
+        assert_eq!(exit_code(&changed.into()), IO, "a rerun starts over");
     }
 }

@@ -106,11 +106,12 @@ impl Status {
 
 impl Error {
     /// Whether a later attempt may succeed where this one failed (the
-    /// network, a server that was shutting down or busy): what `zt fetch`
-    /// resumes from its journal.
+    /// network, a server that was shutting down or busy, a file replaced
+    /// on the server): what running `zt fetch` again resumes or restarts.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Transport(_) => true,
+            // A rerun starts over on the new version.
+            Error::Transport(_) | Error::Changed { .. } => true,
             Error::Server { status, .. } => matches!(
                 status,
                 Status::Ztp(

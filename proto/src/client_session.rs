@@ -5,7 +5,7 @@
 //! `PROTOCOL.md` about what a server may send are decided here, and
 //! unit-tested here.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use crate::code::Code;
 use crate::framing::FrameError;
@@ -39,8 +39,12 @@ pub enum Event<'s, R> {
         code: Code,
         message: String,
     },
-    /// Every component stream of a request ended; `sent` went out whole.
-    Done { request: R, sent: u64 },
+    /// Every component stream of a request ended on the server; `sent` went
+    /// out whole. The request stays routable: `done` can overtake the
+    /// headers of its last streams (the server counts a stream done once
+    /// the client's transport acknowledged it, before the client has read
+    /// it), so it lives until the caller [`forget`](ClientSession::forget)s it.
+    Done { request: &'s mut R, sent: u64 },
     /// The server is about to close the connection, for this reason.
     Closing { code: Code, message: String },
     /// An answer for a request the client has already given up.
@@ -49,20 +53,38 @@ pub enum Event<'s, R> {
 
 #[derive(Debug)]
 struct Request<R> {
-    handle: R,
+    /// The driver's handle; `None` once the caller forgot the request while
+    /// streams or messages may still come for it.
+    handle: Option<R>,
     /// `streams` from the manifest, once it came.
     streams: Option<u64>,
+    /// Component headers seen.
+    headers: u64,
+    /// Its `done` came: no more control messages for it.
+    done: bool,
 }
 
-/// The requests in flight on one connection, each with the driver's
-/// handle `R` (where its manifest and components go).
+impl<R> Request<R> {
+    /// Nothing more can arrive for it: done, and every announced stream's
+    /// header seen (a stream reset before its header never shows one, so a
+    /// forgotten request with such a stream is kept, handle dropped, until
+    /// [`GHOSTS`] newer ones push it out).
+    fn complete(&self) -> bool {
+        self.done && self.headers >= self.streams.unwrap_or(0)
+    }
+}
+
+/// Forgotten requests remembered at most (so that a late stream of one is
+/// dropped rather than taken for a violation).
+const GHOSTS: usize = 1024;
+
+/// The requests of one connection, each with the driver's handle `R`
+/// (where its manifest and components go), from `get` until the caller
+/// forgets it.
 #[derive(Debug)]
 pub struct ClientSession<R> {
     next_id: u64,
-    requests: HashMap<u64, Request<R>>,
-    /// Ids the client gave up: their answers are dropped, not violations,
-    /// until the `done` or `error` that ends them.
-    abandoned: std::collections::HashSet<u64>,
+    requests: BTreeMap<u64, Request<R>>,
     features: Option<Vec<String>>,
 }
 
@@ -70,16 +92,15 @@ impl<R> Default for ClientSession<R> {
     fn default() -> Self {
         ClientSession {
             next_id: 1,
-            requests: HashMap::new(),
-            abandoned: std::collections::HashSet::new(),
+            requests: BTreeMap::new(),
             features: None,
         }
     }
 }
 
 impl<R> ClientSession<R> {
-    /// A new request: `get` with a fresh id, which is in flight from now
-    /// until its `done` or `error`.
+    /// A new request: `get` with a fresh id. It is routable from now until
+    /// the caller [`forget`](Self::forget)s it, or the server refuses it.
     pub fn request(&mut self, mut get: Get, handle: R) -> Get {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
@@ -87,30 +108,47 @@ impl<R> ClientSession<R> {
         self.requests.insert(
             id,
             Request {
-                handle,
+                handle: Some(handle),
                 streams: None,
+                headers: 0,
+                done: false,
             },
         );
         get
     }
 
-    /// The caller no longer waits for request `id`; what still arrives
-    /// for it is dropped.
-    pub fn abandon(&mut self, id: u64) -> Option<R> {
-        let r = self.requests.remove(&id)?;
-        self.abandoned.insert(id);
-        Some(r.handle)
+    /// The caller is finished with request `id` (it took what it wanted, or
+    /// gave up): its handle is dropped. Until nothing more can arrive for
+    /// it, what does is dropped rather than taken for a violation.
+    pub fn forget(&mut self, id: u64) -> Option<R> {
+        let r = self.requests.get_mut(&id)?;
+        let handle = r.handle.take();
+        if r.complete() {
+            self.requests.remove(&id);
+        }
+        let ghosts: Vec<u64> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| r.handle.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        for old in ghosts.iter().take(ghosts.len().saturating_sub(GHOSTS)) {
+            self.requests.remove(old);
+        }
+        handle
     }
 
-    /// The handle of request `id`, while it is in flight.
+    /// The handle of request `id`, while the caller has not forgotten it.
     pub fn get(&self, id: u64) -> Option<&R> {
-        self.requests.get(&id).map(|r| &r.handle)
+        self.requests.get(&id).and_then(|r| r.handle.as_ref())
     }
 
-    /// Every request in flight, for failing them all when the connection
+    /// Every request's handle, for failing them all when the connection
     /// ends; the session is empty afterwards.
     pub fn drain(&mut self) -> impl Iterator<Item = R> + '_ {
-        self.requests.drain().map(|(_, r)| r.handle)
+        std::mem::take(&mut self.requests)
+            .into_values()
+            .filter_map(|r| r.handle)
     }
 
     /// What the server supports beyond the base protocol, once a manifest
@@ -136,35 +174,8 @@ impl<R> ClientSession<R> {
                 id: Some(id),
                 code,
                 message,
-            }) => match self.requests.get(&id).map(|r| r.streams.is_some()) {
-                Some(true) => match self.requests.get_mut(&id) {
-                    Some(r) => Ok(Event::Refused {
-                        request: &mut r.handle,
-                        code,
-                        message,
-                    }),
-                    None => Ok(Event::Nothing),
-                },
-                Some(false) => match self.requests.remove(&id) {
-                    Some(r) => Ok(Event::Failed {
-                        request: r.handle,
-                        code,
-                        message,
-                    }),
-                    None => Ok(Event::Nothing),
-                },
-                None => self.unknown(id, "error"),
-            },
-            Message::Done(Done { id, sent, .. }) => match self.requests.remove(&id) {
-                Some(r) if r.streams.is_some() => Ok(Event::Done {
-                    request: r.handle,
-                    sent,
-                }),
-                Some(_) => Err(Violation(format!(
-                    "a `done` for request {id} before its manifest"
-                ))),
-                None => self.unknown(id, "done"),
-            },
+            }) => self.on_error(id, code, message),
+            Message::Done(Done { id, sent, .. }) => self.on_done(id, sent),
             other @ (Message::Get(_) | Message::Cancel(_)) => Err(Violation(format!(
                 "a `{}` (a client's message) on the control stream",
                 other.kind()
@@ -174,9 +185,6 @@ impl<R> ClientSession<R> {
 
     fn on_manifest(&mut self, m: ManifestMsg) -> Result<Event<'_, R>, Violation> {
         let id = m.id;
-        if self.abandoned.contains(&id) {
-            return Ok(Event::Nothing);
-        }
         let Some(r) = self.requests.get_mut(&id) else {
             return Err(Violation(format!(
                 "a manifest for request {id}, which was never made"
@@ -189,41 +197,110 @@ impl<R> ClientSession<R> {
         if self.features.is_none() {
             self.features = Some(m.features.clone());
         }
-        Ok(Event::Manifest {
-            request: &mut r.handle,
-            msg: m,
+        match r.handle.as_mut() {
+            Some(request) => Ok(Event::Manifest { request, msg: m }),
+            None => Ok(Event::Nothing),
+        }
+    }
+
+    /// `error` for request `id`: before its manifest the request failed
+    /// (and is gone); after it, one of its components did.
+    fn on_error(
+        &mut self,
+        id: u64,
+        code: Code,
+        message: String,
+    ) -> Result<Event<'_, R>, Violation> {
+        let (done, manifest) = match self.requests.get(&id) {
+            Some(r) => (r.done, r.streams.is_some()),
+            None => {
+                return Err(Violation(format!(
+                    "an `error` for request {id}, which is not in flight"
+                )))
+            }
+        };
+        if done {
+            return Err(Violation(format!(
+                "an `error` for request {id} after its `done`"
+            )));
+        }
+        if manifest {
+            return Ok(
+                match self.requests.get_mut(&id).and_then(|r| r.handle.as_mut()) {
+                    Some(request) => Event::Refused {
+                        request,
+                        code,
+                        message,
+                    },
+                    None => Event::Nothing,
+                },
+            );
+        }
+        Ok(match self.requests.remove(&id).and_then(|r| r.handle) {
+            Some(request) => Event::Failed {
+                request,
+                code,
+                message,
+            },
+            None => Event::Nothing,
         })
     }
 
-    /// A `done` or `error` for an id not in flight: the last word on a
-    /// request the client gave up (forgotten now), or a violation.
-    fn unknown(&mut self, id: u64, what: &str) -> Result<Event<'_, R>, Violation> {
-        if self.abandoned.remove(&id) {
-            Ok(Event::Nothing)
-        } else {
-            Err(Violation(format!(
-                "a `{what}` for request {id}, which is not in flight"
-            )))
+    fn on_done(&mut self, id: u64, sent: u64) -> Result<Event<'_, R>, Violation> {
+        let (forgotten, complete) = match self.requests.get_mut(&id) {
+            None => {
+                return Err(Violation(format!(
+                    "a `done` for request {id}, which is not in flight"
+                )))
+            }
+            Some(r) if r.done => {
+                return Err(Violation(format!("a second `done` for request {id}")))
+            }
+            Some(r) if r.streams.is_none() => {
+                return Err(Violation(format!(
+                    "a `done` for request {id} before its manifest"
+                )))
+            }
+            Some(r) => {
+                r.done = true;
+                (r.handle.is_none(), r.complete())
+            }
+        };
+        if forgotten && complete {
+            self.requests.remove(&id);
         }
+        Ok(
+            match self.requests.get_mut(&id).and_then(|r| r.handle.as_mut()) {
+                Some(request) => Event::Done { request, sent },
+                None => Event::Nothing,
+            },
+        )
     }
 
     /// The header of a component stream: the handle of its request, or the
-    /// violation it is. `None`: the request was abandoned, drop the stream.
-    pub fn on_header(&self, h: &ComponentHeader) -> Result<Option<&R>, Violation> {
-        match self.requests.get(&h.id) {
-            Some(r) => match r.streams {
-                Some(n) if h.seq >= n => Err(Violation(format!(
-                    "component stream {} of request {}, which announced {n} (object {:?}, component {:?})",
-                    h.seq, h.id, h.object, h.component
-                ))),
-                _ => Ok(Some(&r.handle)),
-            },
-            None if self.abandoned.contains(&h.id) => Ok(None),
-            None => Err(Violation(format!(
+    /// violation it is. `None`: the caller forgot the request; drop the
+    /// stream.
+    pub fn on_header(&mut self, h: &ComponentHeader) -> Result<Option<&R>, Violation> {
+        let Some(r) = self.requests.get_mut(&h.id) else {
+            return Err(Violation(format!(
                 "a component stream for request {}, which was never made (object {:?}, component {:?})",
                 h.id, h.object, h.component
-            ))),
+            )));
+        };
+        if let Some(n) = r.streams {
+            if h.seq >= n || r.headers >= n {
+                return Err(Violation(format!(
+                    "component stream {} of request {}, which announced {n} (object {:?}, component {:?})",
+                    h.seq, h.id, h.object, h.component
+                )));
+            }
         }
+        r.headers = r.headers.saturating_add(1);
+        if r.handle.is_none() && r.complete() {
+            self.requests.remove(&h.id);
+            return Ok(None);
+        }
+        Ok(self.requests.get(&h.id).and_then(|r| r.handle.as_ref()))
     }
 
     /// A component stream whose header could not be read.
@@ -291,8 +368,16 @@ mod tests {
         }
     }
 
+    fn done(id: u64, sent: u64) -> Result<Message, FrameError> {
+        Ok(Message::Done(Done {
+            id,
+            sent,
+            cancelled: 0,
+        }))
+    }
+
     #[test]
-    fn ids_are_fresh_and_requests_live_until_done() {
+    fn ids_are_fresh_and_requests_live_until_forgotten() {
         let (mut s, id) = session();
         let second = s.request(Get::default(), "second");
         assert_ne!(id, second.id);
@@ -302,19 +387,28 @@ mod tests {
         ));
         assert_eq!(s.features(), Some(&["rows".to_owned()][..]));
         assert_eq!(s.on_header(&header(id, 1)).unwrap(), Some(&"first"));
-        let done = Ok(Message::Done(Done {
-            id,
-            sent: 2,
-            cancelled: 0,
-        }));
-        assert_eq!(
-            s.on_frame(done).unwrap(),
-            Event::Done {
-                request: "first",
-                sent: 2
-            }
-        );
-        violation(s.on_header(&header(id, 0)), "which was never made");
+        assert!(matches!(
+            s.on_frame(done(id, 2)),
+            Ok(Event::Done { request, sent: 2 }) if *request == "first"
+        ));
+        violation(s.on_frame(done(id, 2)), "a second `done`");
+        assert_eq!(s.forget(id), Some("first"));
+        assert_eq!(s.get(id), None);
+        assert_eq!(s.get(second.id), Some(&"second"));
+    }
+
+    /// The server counts a stream done once the client's transport has
+    /// acknowledged it, so `done` can overtake the header of the last
+    /// stream (a 66-component fetch once failed this way): that stream
+    /// still reaches its request.
+    #[test]
+    fn a_header_read_after_done_still_reaches_its_request() {
+        let (mut s, id) = session();
+        s.on_frame(manifest(id, 2)).unwrap();
+        assert!(s.on_header(&header(id, 0)).unwrap().is_some());
+        assert!(matches!(s.on_frame(done(id, 2)), Ok(Event::Done { .. })));
+        assert_eq!(s.on_header(&header(id, 1)).unwrap(), Some(&"first"));
+        violation(s.on_header(&header(id, 1)), "which announced 2");
     }
 
     #[test]
@@ -416,17 +510,28 @@ mod tests {
     }
 
     #[test]
-    fn answers_for_abandoned_requests_are_dropped() {
+    fn answers_for_forgotten_requests_are_dropped_until_nothing_more_can_come() {
         let (mut s, id) = session();
-        assert_eq!(s.abandon(id), Some("first"));
-        assert_eq!(s.on_frame(manifest(id, 1)).unwrap(), Event::Nothing);
+        assert_eq!(s.forget(id), Some("first"));
+        assert_eq!(s.on_frame(manifest(id, 2)).unwrap(), Event::Nothing);
         assert_eq!(s.on_header(&header(id, 0)).unwrap(), None);
-        let done = Ok(Message::Done(Done {
-            id,
-            sent: 1,
-            cancelled: 0,
-        }));
-        assert_eq!(s.on_frame(done).unwrap(), Event::Nothing);
+        assert_eq!(s.on_frame(done(id, 2)).unwrap(), Event::Nothing);
+        // Its last stream may still come; after it, nothing can.
+        assert_eq!(s.on_header(&header(id, 1)).unwrap(), None);
+        violation(s.on_header(&header(id, 1)), "never made");
         assert_eq!(s.drain().count(), 0);
+    }
+
+    #[test]
+    fn forgotten_requests_are_remembered_within_a_bound() {
+        let mut s = ClientSession::default();
+        for _ in 0..GHOSTS + 10 {
+            let g = s.request(Get::default(), ());
+            s.on_frame(manifest(g.id, 1)).unwrap();
+            // A stream reset before its header never shows one.
+            s.on_frame(done(g.id, 0)).unwrap();
+            s.forget(g.id);
+        }
+        assert_eq!(s.requests.len(), GHOSTS);
     }
 }

@@ -114,10 +114,10 @@ impl Client {
     pub async fn manifest(&self) -> Result<Remote> {
         match &self.transport {
             Transport::Quic { client, path } => {
-                let f = client.get_manifest(path).await?;
+                let mut f = client.get_manifest(path).await?;
                 Ok(Remote {
-                    manifest: f.manifest,
-                    etag: f.etag,
+                    manifest: std::mem::take(&mut f.manifest),
+                    etag: std::mem::take(&mut f.etag),
                     size: f.size,
                 })
             }

@@ -43,6 +43,25 @@ pub struct Fetch {
     /// A ztp/1 request's connection, failing a wait it stays silent through
     /// (HTTP has its sockets' read timeout instead).
     watch: Option<Watch>,
+    /// Run once when the fetch is dropped: the transport forgets the request.
+    release: Option<Release>,
+}
+
+/// What a dropped [`Fetch`] tells its transport.
+struct Release(Box<dyn FnOnce() + Send + Sync>);
+
+impl std::fmt::Debug for Release {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Release")
+    }
+}
+
+impl Drop for Fetch {
+    fn drop(&mut self) {
+        if let Some(Release(r)) = self.release.take() {
+            r();
+        }
+    }
 }
 
 impl Fetch {
@@ -65,7 +84,14 @@ impl Fetch {
             ok: 0,
             done_sent: None,
             watch: None,
+            release: None,
         }
+    }
+
+    /// Runs `release` once this fetch is dropped.
+    pub(crate) fn on_drop(mut self, release: impl FnOnce() + Send + Sync + 'static) -> Self {
+        self.release = Some(Release(Box::new(release)));
+        self
     }
 
     /// Fails [`Fetch::next`] when `watch`'s connection stays silent.

@@ -180,28 +180,47 @@ impl QuicClient {
             Err(_) => return Err(Error::Transport(format!("{path}: the connection failed"))),
         };
         let id = get.id;
-        if let Err(e) = self.send(&Message::Get(get)).await {
-            if let Ok(mut session) = self.routes.lock() {
-                session.abandon(id);
+        let forget = {
+            let routes = Arc::clone(&self.routes);
+            move || {
+                if let Ok(mut session) = routes.lock() {
+                    session.forget(id);
+                }
             }
+        };
+        if let Err(e) = self.send(&Message::Get(get)).await {
+            forget();
             return Err(e);
         }
         let watch = Watch::new(self.conn.clone(), path, self.options.silence_timeout);
-        let m = watch
-            .unless_silent("its manifest", mrx)
-            .await?
-            .map_err(|_| {
-                Error::Transport(format!(
-                    "{path}: connection closed before the manifest arrived"
-                ))
-            })??;
-        let limits = Limits {
-            manifest_cap: self.options.manifest_cap,
-            ..Limits::default()
+        let answer = async {
+            let m = watch
+                .unless_silent("its manifest", mrx)
+                .await?
+                .map_err(|_| {
+                    Error::Transport(format!(
+                        "{path}: connection closed before the manifest arrived"
+                    ))
+                })??;
+            let limits = Limits {
+                manifest_cap: self.options.manifest_cap,
+                ..Limits::default()
+            };
+            let (manifest, _) =
+                zt_format::container::decode_manifest(path, &m.manifest, m.size, &limits)?;
+            Ok((m, manifest))
         };
-        let (manifest, _) =
-            zt_format::container::decode_manifest(path, &m.manifest, m.size, &limits)?;
-        Ok(Fetch::new(id, manifest, m.etag, m.size, m.streams, drx).watched(watch))
+        match answer.await {
+            // The request stays routable until the fetch is dropped: its
+            // last streams may be read after its `done`.
+            Ok((m, manifest)) => Ok(Fetch::new(id, manifest, m.etag, m.size, m.streams, drx)
+                .watched(watch)
+                .on_drop(forget)),
+            Err(e) => {
+                forget();
+                Err(e)
+            }
+        }
     }
 
     /// The manifest of `path` alone (`manifest_only`).

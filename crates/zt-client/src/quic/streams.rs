@@ -127,7 +127,7 @@ async fn receive(
         }
     };
     let route = match routes.lock() {
-        Ok(session) => session
+        Ok(mut session) => session
             .on_header(&header)
             .map(|r| r.map(|route| (route.deliver.clone(), route.budget.clone()))),
         Err(_) => return Outcome::Dropped,

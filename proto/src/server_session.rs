@@ -139,13 +139,6 @@ impl<R: Clone> ServerSession<R> {
     pub fn stop_sending_reset(_client_code: u64) -> Code {
         Code::Cancelled
     }
-
-    /// A stream the client opened besides its control stream: the
-    /// transport's limits forbid it, and a server that sees one anyway
-    /// closes the connection.
-    pub fn client_stream() -> Close {
-        Close::violation("a stream other than the control stream was opened by the client".into())
-    }
 }
 
 #[cfg(test)]
@@ -258,10 +251,6 @@ mod tests {
             s.on_frame(Err(FrameError::Empty)),
             Code::ProtocolViolation,
             "",
-        );
-        assert_eq!(
-            ServerSession::<()>::client_stream().code,
-            Code::ProtocolViolation
         );
     }
 

@@ -119,6 +119,7 @@ impl Error {
                         | Code::ServerBusy
                         | Code::TooManyRequests
                         | Code::ReadFailed
+                        | Code::Stalled
                 ) | Status::Http(429 | 502 | 503 | 504)
             ),
             _ => false,

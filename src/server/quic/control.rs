@@ -36,6 +36,7 @@ enum Out {
 pub(super) struct Control {
     tx: mpsc::Sender<Out>,
     session: Session,
+    conn: Connection,
 }
 
 impl Control {
@@ -47,6 +48,11 @@ impl Control {
         session: Session,
     ) -> (Control, tokio::task::JoinHandle<()>) {
         let (tx, mut rx) = mpsc::channel::<Out>(64);
+        let control = Control {
+            tx,
+            session,
+            conn: conn.clone(),
+        };
         let writer = tokio::spawn(async move {
             let _ = send.set_priority(i32::MAX);
             while let Some(out) = rx.recv().await {
@@ -65,7 +71,7 @@ impl Control {
             }
             let _ = send.finish();
         });
-        (Control { tx, session }, writer)
+        (control, writer)
     }
 
     /// Queues `m` after the messages before it.
@@ -93,7 +99,12 @@ impl Control {
                 r.cancel(None, None);
             }
         }
-        let _ = self.tx.send(Out::Close(c)).await;
+        // A writer already gone (the client stopped the control stream)
+        // cannot announce anything: close at once.
+        if let Err(mpsc::error::SendError(Out::Close(c))) = self.tx.send(Out::Close(c)).await {
+            self.conn
+                .close(VarInt::from_u32(c.code.value()), c.reason.as_bytes());
+        }
     }
 }
 

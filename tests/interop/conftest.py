@@ -1,6 +1,10 @@
+import contextlib
 import os
 import shutil
+import socket
 import subprocess
+import time
+import urllib.request
 
 import pytest
 
@@ -18,3 +22,44 @@ def zt():
         return p
 
     return run
+
+
+def free_port():
+    """A port free on TCP and UDP (ztserve serves QUIC on the HTTP port number)."""
+    for _ in range(50):
+        with socket.socket() as t, socket.socket(type=socket.SOCK_DGRAM) as u:
+            t.bind(("127.0.0.1", 0))
+            port = t.getsockname()[1]
+            try:
+                u.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port")
+
+
+@contextlib.contextmanager
+def daemon(root, base):
+    """ztserve ($ZT_DAEMON_BIN) serving `root`, state and log under `base`;
+    yields its port once /readyz answers, and stops it afterwards."""
+    binary = os.environ.get("ZT_DAEMON_BIN")
+    assert binary and os.path.exists(binary), "set ZT_DAEMON_BIN to the built ztserve binary"
+    port = free_port()
+    log = open(base / "ztserve.log", "wb")
+    proc = subprocess.Popen(
+        [binary, "--root", str(root), "--listen", f"127.0.0.1:{port}", "--state-dir", str(base / "state")],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
+                break
+            except OSError:
+                assert proc.poll() is None and time.time() < deadline, (base / "ztserve.log").read_text()
+                time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)

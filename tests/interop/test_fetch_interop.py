@@ -1,38 +1,18 @@
 """Files written by `zt fetch`, over both transports, read by ztensor 1.2.3."""
-import os
-import socket
-import subprocess
-import time
-import urllib.request
 
 import numpy as np
 import pytest
 import ztensor
 
+from conftest import daemon
 from test_ztensor_interop import reference_objects
 
 RNG = np.random.default_rng(99)
 
 
-def free_port():
-    """A port free on TCP and UDP (ztserve serves QUIC on the HTTP port number)."""
-    for _ in range(50):
-        with socket.socket() as t, socket.socket(type=socket.SOCK_DGRAM) as u:
-            t.bind(("127.0.0.1", 0))
-            port = t.getsockname()[1]
-            try:
-                u.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port")
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """ztserve ($ZT_DAEMON_BIN) serving one reference file; yields (port, objects)."""
-    binary = os.environ.get("ZT_DAEMON_BIN")
-    assert binary and os.path.exists(binary), "set ZT_DAEMON_BIN to the built ztserve binary"
     base = tmp_path_factory.mktemp("served")
     root = base / "root"
     root.mkdir()
@@ -44,25 +24,8 @@ def served(tmp_path_factory):
     with ztensor.Writer(str(root / "ref.zt")) as w:
         for name, (t, _) in objs.items():
             w.write(name, t, checksum="sha256")
-    port = free_port()
-    log = open(base / "ztserve.log", "wb")
-    proc = subprocess.Popen(
-        [binary, "--root", str(root), "--listen", f"127.0.0.1:{port}", "--state-dir", str(base / "state")],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
-                break
-            except OSError:
-                assert proc.poll() is None and time.time() < deadline, (base / "ztserve.log").read_text()
-                time.sleep(0.1)
+    with daemon(root, base) as port:
         yield port, objs
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.mark.parametrize("via", ["quic", "http"])

@@ -11,6 +11,12 @@ use serde_json::{json, Map, Value};
 /// The schema identifier carried in every document.
 pub const SCHEMA: &str = "ztserve.manifest/1";
 
+/// The JSON Schema (draft 2020-12) of every document [`manifest_json`]
+/// renders (`schema/manifest.schema.json`); the daemon serves it at
+/// `/v1/schema/manifest.json`, and the interop tests validate every
+/// manifest against it with an independent validator.
+pub const JSON_SCHEMA: &str = include_str!("../schema/manifest.schema.json");
+
 /// Converts one CBOR value to JSON.
 pub fn cbor_to_json(v: &CborValue) -> Value {
     match v {
@@ -110,4 +116,22 @@ pub fn manifest_json(m: &Manifest) -> Value {
         "attributes": attributes_json(&m.attributes),
         "objects": objects,
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_is_json_and_names_this_rendering() {
+        let v: Value = serde_json::from_str(JSON_SCHEMA).unwrap();
+        assert_eq!(v["$schema"], "https://json-schema.org/draft/2020-12/schema");
+        assert_eq!(v["properties"]["schema"]["const"], SCHEMA);
+        // Every key the renderer writes is one the schema names.
+        let m = manifest_json(&Manifest::default());
+        for key in m.as_object().unwrap().keys() {
+            assert!(v["properties"].get(key).is_some(), "{key}");
+        }
+    }
 }

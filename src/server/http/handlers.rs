@@ -561,6 +561,22 @@ pub(crate) async fn metrics(AxState(state): AxState<Arc<State>>) -> Response {
     )
 }
 
+/// `GET /v1/schema/manifest.json`: the JSON Schema of the manifest JSON.
+pub(crate) async fn manifest_schema() -> Response {
+    let schema = zt_format::manifest_json::JSON_SCHEMA;
+    with_template(
+        (
+            [
+                (header::CONTENT_TYPE, "application/schema+json"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            schema,
+        )
+            .into_response(),
+        "/v1/schema/manifest.json",
+    )
+}
+
 pub(crate) async fn not_found(uri: Uri) -> Response {
     with_template(
         AppError::not_found(format!("no route for {}", uri.path())).into_response(),

@@ -8,6 +8,7 @@
 //! | `GET /v1/files/{path}/manifest` | the manifest: JSON, or CBOR by `Accept`/`?format=cbor`; `?select=` |
 //! | `GET\|HEAD /v1/files/{path}/objects/{name}/{component}` | a component's stored bytes; `?decode=1` |
 //! | `GET\|HEAD /{path}` | the raw file, as `/v1/files/{path}` serves it (not under `/v1/`, `/healthz`, `/readyz`, `/metrics`, `/ui/`) |
+//! | `GET /v1/schema/manifest.json` | the JSON Schema of the manifest JSON |
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
 
 mod body;
@@ -144,6 +145,7 @@ pub(super) fn router(state: Arc<State>) -> Router {
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(handlers::metrics))
+        .route("/v1/schema/manifest.json", get(handlers::manifest_schema))
         .fallback(handlers::fallback)
         .layer(compress)
         .layer(middleware::from_fn_with_state(

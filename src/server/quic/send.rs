@@ -17,9 +17,11 @@ use crate::server::State;
 
 use crate::server::pread::READ_CHUNK as CHUNK;
 
-/// Components of one request being read into quinn at once. Streams wait
-/// for these in send order (the semaphore is first-come, first-served), so
-/// quinn's send buffer holds the earliest components' bytes and its stream
+/// Components of one request being read into quinn at once. They are
+/// handed out in send order by the loop that opens the streams (not by the
+/// streams' tasks, which a multi-threaded runtime may start in any order:
+/// a later layer then took a writer first and arrived first), so quinn's
+/// send buffer holds the earliest components' bytes and its stream
 /// priorities have something to choose from: without this, every open
 /// stream would refill the buffer in turn and layer 0 would get only its
 /// share of it.
@@ -100,47 +102,40 @@ pub(super) async fn run(
         let priority = i32::try_from(n.saturating_sub(usize::try_from(h.seq).unwrap_or(0)))
             .unwrap_or(i32::MAX);
         let _ = stream.set_priority(priority);
-        let (state, served, ctl, writers, control) = (
+        let Ok(writing) = Arc::clone(&writers).acquire_owned().await else {
+            break;
+        };
+        let (state, served, ctl, control) = (
             Arc::clone(state),
             Arc::clone(served),
             Arc::clone(ctl),
-            Arc::clone(&writers),
             control.clone(),
         );
         let open = state.metrics.quic_stream();
         tasks.spawn(async move {
             let _open = open;
-            let ok = match writers.acquire().await {
-                Ok(writing) => {
-                    let sent =
-                        send_one(&state, &served, &ctl, &mut stream, &item.header, writing).await;
-                    if let Written::Refused(code, why) = &sent {
-                        let id = Some(item.header.id);
-                        let (code, message) = (*code, why.clone());
-                        control
-                            .send(Message::Error(ErrorMsg { id, code, message }))
-                            .await;
-                    }
-                    if sent == Written::Stalled {
-                        let reason = format!(
-                            "object {:?}, component {:?}: the client accepted no bytes for {} s",
-                            item.header.object,
-                            item.header.component,
-                            state.config.quic.stall_timeout_secs
-                        );
-                        control
-                            .close(Close {
-                                code: Code::Stalled,
-                                reason,
-                            })
-                            .await;
-                    }
-                    sent == Written::Whole
-                }
-                Err(_) => false,
-            };
+            let sent = send_one(&state, &served, &ctl, &mut stream, &item.header, writing).await;
+            if let Written::Refused(code, why) = &sent {
+                let id = Some(item.header.id);
+                let (code, message) = (*code, why.clone());
+                control
+                    .send(Message::Error(ErrorMsg { id, code, message }))
+                    .await;
+            }
+            if sent == Written::Stalled {
+                let reason = format!(
+                    "object {:?}, component {:?}: the client accepted no bytes for {} s",
+                    item.header.object, item.header.component, state.config.quic.stall_timeout_secs
+                );
+                control
+                    .close(Close {
+                        code: Code::Stalled,
+                        reason,
+                    })
+                    .await;
+            }
             drop(permit);
-            ok
+            sent == Written::Whole
         });
         // Reap finished streams as we go, so counts stay current.
         while let Some(r) = tasks.try_join_next() {
@@ -176,7 +171,7 @@ async fn send_one(
     ctl: &RequestCtl,
     stream: &mut SendStream,
     h: &ComponentHeader,
-    writing: tokio::sync::SemaphorePermit<'_>,
+    writing: tokio::sync::OwnedSemaphorePermit,
 ) -> Written {
     let stall = std::time::Duration::from_secs(state.config.quic.stall_timeout_secs.max(1));
     let Ok(head) = frame_header(h) else {

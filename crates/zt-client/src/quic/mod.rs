@@ -173,8 +173,8 @@ impl QuicClient {
             manifest_only,
             ..Get::default()
         };
-        // The session hands out the id and holds the request until its
-        // `done` or `error`.
+        // The session hands out the id and routes the request's messages
+        // and streams until it is forgotten (the fetch dropped, or a failure).
         let get = match self.routes.lock() {
             Ok(mut session) => session.request(get, route),
             Err(_) => return Err(Error::Transport(format!("{path}: the connection failed"))),

@@ -32,6 +32,20 @@ enum Kind {
     /// `ZTEN1000` without footer magic: a v1.0 file, or a v1.2 file whose footer is damaged.
     V1_0OrBadFooter,
     V0_1,
+    /// Not a `.zt` file: the manifest was derived from another source's header.
+    Header,
+}
+
+impl ManifestLocation {
+    /// Where another source's header lies (`length` bytes at `offset`).
+    pub(crate) fn header(offset: u64, length: u64, file_size: u64) -> Self {
+        ManifestLocation {
+            offset,
+            length,
+            file_size,
+            kind: Kind::Header,
+        }
+    }
 }
 
 /// A decoded, validated manifest and what was noticed on the way.
@@ -102,7 +116,7 @@ pub fn locate(
     // alone, but still hold an 8-byte header before the manifest.
     let trailer = match kind {
         Kind::V1 => FOOTER_LEN,
-        Kind::V1_0OrBadFooter | Kind::V0_1 => 8,
+        Kind::V1_0OrBadFooter | Kind::V0_1 | Kind::Header => 8,
     };
     let max = match kind {
         Kind::V1 => file_size.saturating_sub(FOOTER_LEN),
@@ -136,6 +150,13 @@ pub fn decode(file: &str, loc: &ManifestLocation, bytes: &[u8], limits: &Limits)
     let mut warnings = Vec::new();
     let manifest = match loc.kind {
         Kind::V1 => parse_v1::manifest(bytes, file, limits.max_depth, &mut warnings)?,
+        Kind::Header => {
+            return Err(inv(Rule::Header {
+                rule: "not-zt",
+                detail: "this location is another source's header; read it with zt_format::source"
+                    .to_owned(),
+            }))
+        }
         Kind::V0_1 => {
             legacy::manifest_v0_1(&cbor::decode(bytes, limits.max_depth).map_err(inv)?, &at)?
         }
@@ -216,9 +237,18 @@ pub fn decode_manifest(
     }
     let mut warnings = Vec::new();
     let manifest = parse_v1::manifest(bytes, file, limits.max_depth, &mut warnings)?;
-    let area = BlobArea {
-        start: MAGIC.len() as u64,
-        end: file_size.saturating_sub(FOOTER_LEN),
+    // A `.zt` file keeps its blobs between header and footer; other
+    // sources' headers and tensors may lie anywhere in the file.
+    let area = if manifest.source.is_aligned() {
+        BlobArea {
+            start: MAGIC.len() as u64,
+            end: file_size.saturating_sub(FOOTER_LEN),
+        }
+    } else {
+        BlobArea {
+            start: 0,
+            end: file_size,
+        }
     };
     validate::manifest(&manifest, area, &at, &mut warnings)?;
     Ok((manifest, warnings))

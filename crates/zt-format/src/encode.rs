@@ -2,7 +2,7 @@
 
 use ciborium::Value;
 
-use crate::manifest::{Attributes, Component, Encoding, Manifest, Object};
+use crate::manifest::{Attributes, Component, Encoding, Manifest, Object, Source};
 
 fn text(s: &str) -> Value {
     Value::Text(s.to_owned())
@@ -27,6 +27,9 @@ fn component(c: &Component) -> Value {
     }
     if let Some(d) = &c.digest {
         m.push((text("digest"), text(d.as_str())));
+        if c.digest_computed {
+            m.push((text("digest_by"), text("server")));
+        }
     }
     Value::Map(m)
 }
@@ -52,6 +55,10 @@ fn object(o: &Object) -> Value {
 /// The manifest as a CBOR value, in the v1.2 schema whatever its origin.
 pub fn manifest_value(m: &Manifest, version: &str) -> Value {
     let mut root = vec![(text("version"), text(version))];
+    // A `.zt` manifest stays exactly what v1.2 writers produce.
+    if m.source != Source::Zt {
+        root.push((text("source"), text(m.source.name())));
+    }
     if !m.attributes.is_empty() {
         root.push((text("attributes"), attrs(&m.attributes)));
     }

@@ -168,6 +168,12 @@ pub enum Rule {
     NoSuchComponent { role: String },
     #[error("file has {actual} bytes, but the manifest was read from a {expected}-byte file")]
     FileChanged { actual: u64, expected: u64 },
+    #[error(
+        "unknown source {value:?} (known: zt, safetensors, safetensors-index, gguf, matrix-atom)"
+    )]
+    UnknownSource { value: String },
+    #[error("{detail}")]
+    Header { rule: &'static str, detail: String },
 }
 
 impl Rule {
@@ -211,6 +217,8 @@ impl Rule {
             Rule::NoSuchObject { .. } => "no-such-object",
             Rule::NoSuchComponent { .. } => "no-such-component",
             Rule::FileChanged { .. } => "file-changed",
+            Rule::UnknownSource { .. } => "unknown-source",
+            Rule::Header { rule, .. } => rule,
         }
     }
 

@@ -334,6 +334,7 @@ pub(crate) fn manifest_v1_0(
                     uncompressed_length,
                     encoding,
                     digest: parse_digest(c.text("digest").map_err(cinv)?, &cat)?,
+                    digest_computed: false,
                     legacy: None,
                     slot: 0,
                 },
@@ -352,6 +353,7 @@ pub(crate) fn manifest_v1_0(
     Ok(Manifest {
         version: version.to_owned(),
         origin: Origin::V1_0,
+        source: crate::Source::Zt,
         attributes,
         objects,
     })
@@ -396,6 +398,7 @@ pub(crate) fn manifest_v0_1(root: &Value, at: &Location) -> Result<Manifest> {
     Ok(Manifest {
         version: "0.1.0".to_owned(),
         origin: Origin::V0_1,
+        source: crate::Source::Zt,
         attributes: Attributes::new(),
         objects,
     })
@@ -439,6 +442,7 @@ fn tensor_v0_1(t: &Map<'_>, at: &Location) -> Result<Object> {
         uncompressed_length: uncompressed,
         encoding,
         digest: digest.clone(),
+        digest_computed: false,
         legacy: ((big_endian && dtype.size() > 1) || part != Part::Whole).then_some(Extract {
             big_endian,
             width: dtype.size(),
@@ -479,6 +483,7 @@ fn tensor_v0_1(t: &Map<'_>, at: &Location) -> Result<Object> {
                             uncompressed_length: None,
                             encoding,
                             digest: None,
+                            digest_computed: false,
                             legacy: big_endian.then_some(Extract {
                                 big_endian,
                                 width: 8,

@@ -13,6 +13,9 @@
 //!   `zt pack` and the server's stream priority; [`send_order`] applies it to
 //!   a manifest, and [`select`] holds the glob rule for choosing objects.
 //!   The server, the clients and the tools call these, never copies.
+//! - [`source`] reads every served kind of file (`.zt`, safetensors) into
+//!   the same [`Manifest`] through a plan of byte-range reads, without
+//!   doing I/O itself; [`read_source_at`] runs it with `pread`.
 //! - [`manifest_json`] is the one JSON rendering of a manifest
 //!   (`docs/manifest-json.md`), shared by `zt info --json` and the server.
 //!
@@ -63,6 +66,7 @@ mod parse_v1;
 mod pread;
 mod reader;
 pub mod select;
+pub mod source;
 mod validate;
 mod warning;
 mod writer;
@@ -82,11 +86,12 @@ pub use layer::{layer_index, layer_order};
 pub use legacy::LEGACY_DTYPE_ATTRIBUTE;
 pub use manifest::{
     element_count, Attributes, CborValue, Component, Encoding, Format, Manifest, Object, Origin,
+    Source,
 };
 pub use mmap::MappedFile;
 pub use options::{Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP};
 pub use order::send_order;
-pub use pread::{read_manifest_at, FileManifest};
+pub use pread::{read_manifest_at, read_source_at, FileManifest};
 pub use reader::{ComponentReport, ComponentStatus, ZtFile};
 pub use validate::BlobArea;
 pub use warning::Warning;

@@ -30,6 +30,64 @@ impl Origin {
     }
 }
 
+/// Which kind of file a manifest describes. Offsets in the manifest are
+/// offsets in that file, whatever its kind; only `.zt` files promise
+/// 64-byte-aligned components and a footer after them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Source {
+    /// A zTensor file (v1.2, v1.0 or v0.1).
+    Zt,
+    /// A `.safetensors` file.
+    Safetensors,
+    /// A sharded safetensors checkpoint named by its `*.safetensors.index.json`.
+    SafetensorsIndex,
+    /// A GGUF file (v2 or v3).
+    Gguf,
+    /// A MATRIX-ATOM token-atom file or ingest pack.
+    MatrixAtom,
+}
+
+impl Source {
+    /// Every source, in the order the documentation lists them.
+    pub const ALL: [Source; 5] = [
+        Source::Zt,
+        Source::Safetensors,
+        Source::SafetensorsIndex,
+        Source::Gguf,
+        Source::MatrixAtom,
+    ];
+
+    /// The name on the wire (`source` in the manifest's CBOR and JSON).
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Zt => "zt",
+            Source::Safetensors => "safetensors",
+            Source::SafetensorsIndex => "safetensors-index",
+            Source::Gguf => "gguf",
+            Source::MatrixAtom => "matrix-atom",
+        }
+    }
+
+    /// The source a wire name names.
+    pub fn from_name(s: &str) -> Option<Source> {
+        Source::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// Whether the file's components lie on 64-byte boundaries between a
+    /// header and a footer (the `.zt` layout); other sources' offsets may
+    /// fall anywhere in the file.
+    pub fn is_aligned(self) -> bool {
+        self == Source::Zt
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The root of a manifest.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
@@ -37,6 +95,8 @@ pub struct Manifest {
     pub version: String,
     /// The container revision the manifest came from.
     pub origin: Origin,
+    /// The kind of file the manifest describes.
+    pub source: Source,
     /// File attributes.
     pub attributes: Attributes,
     /// Objects by name; iteration is in name order, as v1.2 writers emit them.
@@ -49,6 +109,7 @@ impl Manifest {
         Manifest {
             version: crate::SPEC_VERSION.to_owned(),
             origin: Origin::V1,
+            source: Source::Zt,
             attributes: Attributes::new(),
             objects: BTreeMap::new(),
         }
@@ -77,6 +138,11 @@ pub enum Format {
     SparseCsr,
     SparseCoo,
     QuantizedGroup,
+    /// Bytes of a source type that has no dtype of ours (a safetensors or
+    /// GGUF type we cannot express): one `u8` `data` component served as
+    /// stored, with the source's type name and the reason in the object's
+    /// attributes (`source_type`, `reason`).
+    Opaque,
     /// A format this reader does not know: kept, and served as opaque components.
     Other(String),
 }
@@ -88,6 +154,7 @@ impl Format {
             "sparse_csr" => Format::SparseCsr,
             "sparse_coo" => Format::SparseCoo,
             "quantized_group" => Format::QuantizedGroup,
+            "opaque" => Format::Opaque,
             other => Format::Other(other.to_owned()),
         }
     }
@@ -98,6 +165,7 @@ impl Format {
             Format::SparseCsr => "sparse_csr",
             Format::SparseCoo => "sparse_coo",
             Format::QuantizedGroup => "quantized_group",
+            Format::Opaque => "opaque",
             Format::Other(s) => s,
         }
     }
@@ -109,6 +177,7 @@ impl Format {
             Format::SparseCsr => &["values", "indices", "indptr"],
             Format::SparseCoo => &["values", "coords"],
             Format::QuantizedGroup => &["packed_weight", "scales"],
+            Format::Opaque => &["data"],
             Format::Other(_) => &[],
         }
     }
@@ -199,6 +268,11 @@ pub struct Component {
     pub encoding: Encoding,
     /// Checksum of the stored bytes.
     pub digest: Option<Digest>,
+    /// Whether `digest` was computed by a server from the file's bytes
+    /// (for a source, or a component, that carries none of its own) rather
+    /// than read from the file. Clients verify both alike; this only says
+    /// who vouches for it.
+    pub digest_computed: bool,
     /// How to turn a legacy blob into this component's bytes; `None` for
     /// v1.2 components and for legacy ones that need no transformation.
     pub(crate) legacy: Option<crate::legacy::Extract>,
@@ -217,6 +291,7 @@ impl PartialEq for Component {
             && self.uncompressed_length == other.uncompressed_length
             && self.encoding == other.encoding
             && self.digest == other.digest
+            && self.digest_computed == other.digest_computed
             && self.legacy == other.legacy
     }
 }

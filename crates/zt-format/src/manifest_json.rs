@@ -74,6 +74,7 @@ pub fn component_json(c: &Component) -> Value {
         "uncompressed_length": c.uncompressed_length,
         "encoding": c.encoding.name(),
         "digest": c.digest.as_ref().map(|d| d.as_str()),
+        "digest_by": c.digest.as_ref().map(|_| if c.digest_computed { "server" } else { "file" }),
     })
 }
 
@@ -113,6 +114,7 @@ pub fn manifest_json(m: &Manifest) -> Value {
         "schema": SCHEMA,
         "version": m.version,
         "origin": origin_name(m.origin),
+        "source": m.source.name(),
         "attributes": attributes_json(&m.attributes),
         "objects": objects,
     })

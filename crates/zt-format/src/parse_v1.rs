@@ -11,7 +11,7 @@ use crate::cbor_reader::{Head, Reader};
 use crate::digest::Digest;
 use crate::dtype::{unknown_dtype_hint, DType, LogicalType};
 use crate::error::{Error, Location, Result, Rule};
-use crate::manifest::{Attributes, Component, Encoding, Format, Manifest, Object, Origin};
+use crate::manifest::{Attributes, Component, Encoding, Format, Manifest, Object, Origin, Source};
 use crate::warning::Warning;
 
 /// The major and minor version this crate implements.
@@ -117,6 +117,7 @@ pub(crate) fn manifest(
     }
     let mut r = Reader::new(bytes, max_depth);
     let mut version: Option<String> = None;
+    let mut source = Source::Zt;
     let mut attributes = Attributes::new();
     let mut objects: Option<BTreeMap<String, Object>> = None;
     let mut deferred: Option<usize> = None;
@@ -124,6 +125,12 @@ pub(crate) fn manifest(
     let root = r.map::<Located>("manifest", "manifest", |r, key| {
         match key.bytes() {
             b"version" => version = Some(r.text("version")?.into_owned()),
+            b"source" => {
+                let t = r.text("source")?;
+                source = Source::from_name(&t).ok_or_else(|| Rule::UnknownSource {
+                    value: t.to_string(),
+                })?;
+            }
             b"attributes" => attributes = attribute_map(r, "attributes")?,
             b"objects" => {
                 if let Some(v) = &version {
@@ -168,6 +175,7 @@ pub(crate) fn manifest(
     Ok(Manifest {
         version,
         origin: Origin::V1,
+        source,
         attributes,
         objects,
     })
@@ -247,6 +255,7 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
     let mut uncompressed_length = None;
     let mut encoding = Encoding::Raw;
     let mut digest = None;
+    let mut digest_computed = false;
     r.map::<Located>("component", "component", |r, key| {
         match key.bytes() {
             b"dtype" => {
@@ -284,6 +293,19 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
                     .map(|d| Digest::parse(&d))
                     .transpose()?
             }
+            b"digest_by" => {
+                digest_computed = match optional_text(r, "digest_by")?.as_deref() {
+                    None | Some("file") => false,
+                    Some("server") => true,
+                    Some(_) => {
+                        return Err(Rule::FieldType {
+                            field: "digest_by".to_owned(),
+                            expected: "\"file\" or \"server\"",
+                        }
+                        .into())
+                    }
+                }
+            }
             _ => {
                 key.text()?;
                 r.skip()?
@@ -299,6 +321,7 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
         uncompressed_length,
         encoding,
         digest,
+        digest_computed,
         legacy: None,
         slot: 0,
     })

@@ -6,7 +6,9 @@ use std::os::unix::fs::FileExt;
 
 use crate::container::{self, Parsed};
 use crate::error::{Error, Location, Result};
+use crate::manifest::Source;
 use crate::options::Limits;
+use crate::source::{self, Probe};
 
 /// The manifest and the raw bytes it was decoded from.
 #[derive(Debug, Clone)]
@@ -56,4 +58,39 @@ pub fn read_manifest_at(file: &File, label: &str, limits: &Limits) -> Result<Fil
         .map_err(|e| Error::io(at(), "reading manifest", e))?;
     let parsed = container::decode(label, &loc, &raw, limits)?;
     Ok(FileManifest { parsed, raw })
+}
+
+/// Reads and validates the header of an open file of any [`Source`] with
+/// `pread`, through that source's read plan.
+pub fn read_source_at(
+    file: &File,
+    source: Source,
+    label: &str,
+    limits: &Limits,
+) -> Result<FileManifest> {
+    let at = || Location::file(label);
+    let size = file
+        .metadata()
+        .map_err(|e| Error::io(at(), "reading file metadata", e))?
+        .len();
+    let probe = Probe::new(source, label, size, *limits);
+    let loaded = source::read_with(probe, |r| {
+        let len = usize::try_from(r.end - r.start).unwrap_or(usize::MAX);
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(len).map_err(|_| {
+            Error::io(
+                at(),
+                "reading the header",
+                std::io::Error::other("out of memory"),
+            )
+        })?;
+        buf.resize(len, 0);
+        file.read_exact_at(&mut buf, r.start)
+            .map_err(|e| Error::io(at(), "reading the header", e))?;
+        Ok(buf)
+    })?;
+    Ok(FileManifest {
+        parsed: loaded.parsed,
+        raw: loaded.raw,
+    })
 }

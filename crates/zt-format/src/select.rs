@@ -208,6 +208,7 @@ impl Selection {
         Ok(Manifest {
             version: m.version.clone(),
             origin: m.origin,
+            source: m.source,
             attributes: m.attributes.clone(),
             objects: names
                 .into_iter()

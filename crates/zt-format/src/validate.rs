@@ -21,13 +21,15 @@ pub(crate) fn manifest(
     warnings: &mut Vec<Warning>,
 ) -> Result<()> {
     let legacy = m.origin.is_legacy();
+    // Other sources place tensors where their format puts them.
+    let aligned = m.source.is_aligned();
     let mut extents: Vec<(u64, u64, &str, &str)> = Vec::new();
     for (name, obj) in &m.objects {
         object(name, obj, at, legacy)?;
         for (role, c) in &obj.components {
             let cat = || at.component(name, role);
             let inv = |rule| Error::invalid(cat(), rule);
-            if c.offset % ALIGNMENT != 0 {
+            if aligned && c.offset % ALIGNMENT != 0 {
                 if legacy {
                     warnings.push(Warning::new(
                         cat(),

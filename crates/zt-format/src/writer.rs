@@ -138,6 +138,7 @@ impl<W: Write> Writer<W> {
                     uncompressed_length: None,
                     encoding: Encoding::Raw,
                     digest: None,
+                    digest_computed: false,
                     legacy: None,
                     slot: 0,
                 },

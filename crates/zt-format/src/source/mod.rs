@@ -1,0 +1,190 @@
+//! Every kind of served file behind one interface: a [`Probe`] says which
+//! byte ranges of a file it needs, is handed them, and produces the same
+//! validated [`Parsed`] manifest whatever the source (`.zt`, safetensors,
+//! ...). It does no I/O: the server reads the ranges with `pread`, the
+//! HTTP client with Range requests, an object store with ranged GETs, and
+//! each sees the same number of reads (the source's read plan).
+//!
+//! A new source is one more module here and one more arm in [`Probe`].
+//!
+//! ```
+//! use zt_format::source::Probe;
+//! use zt_format::{Limits, Source};
+//!
+//! // A safetensors file with one f32 tensor of two elements.
+//! let header = br#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+//! let mut file = (header.len() as u64).to_le_bytes().to_vec();
+//! file.extend_from_slice(header);
+//! file.extend_from_slice(&[0u8; 8]);
+//!
+//! let mut probe = Probe::new(Source::Safetensors, "w.safetensors", file.len() as u64, Limits::default());
+//! while let Some(range) = probe.next_read() {
+//!     let bytes = &file[range.start as usize..range.end as usize];
+//!     probe.feed(bytes)?;
+//! }
+//! let loaded = probe.finish()?;
+//! assert_eq!(loaded.parsed.manifest.objects["w"].components["data"].offset, 8 + header.len() as u64);
+//! # Ok::<(), zt_format::Error>(())
+//! ```
+
+mod safetensors;
+mod zt;
+
+use std::ops::Range;
+
+use crate::container::Parsed;
+use crate::error::{Error, Location, Result, Rule};
+use crate::manifest::Source;
+use crate::options::Limits;
+
+pub use safetensors::DTYPES as SAFETENSORS_DTYPES;
+
+/// A source's manifest and the header bytes it was read from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub parsed: Parsed,
+    /// The header exactly as stored: the CBOR manifest of a `.zt` file,
+    /// the JSON header of a safetensors file.
+    pub raw: Vec<u8>,
+}
+
+/// Which source a file name says it is, by extension; `None` for files
+/// that are not served.
+pub fn by_name(name: &str) -> Option<Source> {
+    let lower = name.to_ascii_lowercase();
+    if lower.ends_with(".zt") {
+        Some(Source::Zt)
+    } else if lower.ends_with(".safetensors") {
+        Some(Source::Safetensors)
+    } else {
+        None
+    }
+}
+
+/// Reads one file's header through a plan of byte-range reads.
+#[derive(Debug)]
+pub struct Probe {
+    label: String,
+    size: u64,
+    limits: Limits,
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    Zt(zt::Plan),
+    Safetensors(safetensors::Plan),
+    /// A source this build cannot read yet.
+    Unsupported(Source),
+}
+
+impl Probe {
+    /// A probe of a `size`-byte file of the given source; `label` names
+    /// the file in every error.
+    pub fn new(source: Source, label: &str, size: u64, limits: Limits) -> Probe {
+        let state = match source {
+            Source::Zt => State::Zt(zt::Plan::new(size)),
+            Source::Safetensors => State::Safetensors(safetensors::Plan::new(size)),
+            other => State::Unsupported(other),
+        };
+        Probe {
+            label: label.to_owned(),
+            size,
+            limits,
+            state,
+        }
+    }
+
+    /// The next byte range to read (never past the file's end), or `None`
+    /// when [`Probe::finish`] can be called.
+    pub fn next_read(&self) -> Option<Range<u64>> {
+        match &self.state {
+            State::Zt(p) => p.next_read(),
+            State::Safetensors(p) => p.next_read(),
+            State::Unsupported(_) => None,
+        }
+    }
+
+    /// Hands over the bytes of the range [`Probe::next_read`] named; fails
+    /// as soon as they break a rule (or are not the length asked for).
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<()> {
+        let asked = self.next_read();
+        if let Some(r) = &asked {
+            if bytes.len() as u64 != r.end - r.start {
+                return Err(Error::io(
+                    Location::file(&self.label),
+                    "reading the header",
+                    std::io::Error::other(format!(
+                        "asked for bytes {}..{}, got {} bytes",
+                        r.start,
+                        r.end,
+                        bytes.len()
+                    )),
+                ));
+            }
+        }
+        match &mut self.state {
+            State::Zt(p) => p.feed(bytes, &self.label, self.size, &self.limits),
+            State::Safetensors(p) => p.feed(bytes, &self.label, &self.limits),
+            State::Unsupported(_) => Ok(()),
+        }
+    }
+
+    /// The validated manifest, once every read is done.
+    pub fn finish(self) -> Result<Loaded> {
+        let at = Location::file(&self.label);
+        if self.next_read().is_some() {
+            return Err(incomplete(&self.label));
+        }
+        match self.state {
+            State::Zt(p) => p.finish(&self.label, &self.limits),
+            State::Safetensors(p) => p.finish(&self.label, self.size, &self.limits),
+            State::Unsupported(source) => Err(Error::invalid(
+                at,
+                Rule::Header {
+                    rule: "unsupported-source",
+                    detail: format!("{source} files cannot be read by this build"),
+                },
+            )),
+        }
+    }
+}
+
+/// `finish` before every read was fed.
+fn incomplete(label: &str) -> Error {
+    Error::invalid(
+        Location::file(label),
+        Rule::Header {
+            rule: "incomplete-read",
+            detail: "the header was not read to its end".to_owned(),
+        },
+    )
+}
+
+/// Runs a probe to its end with `read(range)`, the caller's I/O.
+pub fn read_with(
+    mut probe: Probe,
+    mut read: impl FnMut(Range<u64>) -> Result<Vec<u8>>,
+) -> Result<Loaded> {
+    while let Some(r) = probe.next_read() {
+        let bytes = read(r)?;
+        probe.feed(&bytes)?;
+    }
+    probe.finish()
+}
+
+/// Parses a whole file held in memory.
+pub fn parse(source: Source, label: &str, data: &[u8], limits: &Limits) -> Result<Loaded> {
+    let probe = Probe::new(source, label, data.len() as u64, *limits);
+    read_with(probe, |r| {
+        let start = usize::try_from(r.start).unwrap_or(usize::MAX);
+        let end = usize::try_from(r.end).unwrap_or(usize::MAX);
+        data.get(start..end).map(<[u8]>::to_vec).ok_or_else(|| {
+            Error::io(
+                Location::file(label),
+                "reading the header",
+                std::io::Error::other("range outside the data"),
+            )
+        })
+    })
+}

@@ -11,6 +11,7 @@ mod model;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use common::{curl, repo, Server};
 use zt_format::{DType, StoreOptions, Writer};
@@ -89,8 +90,16 @@ fn hostile_files_are_unavailable_good_ones_served_and_memory_stays_bounded() {
     );
     let s = Server::start(root.path(), &["--config", &cfg]);
 
-    let v: serde_json::Value =
-        serde_json::from_slice(&curl(&[], &s.url("/v1/files")).body).unwrap();
+    // Files without digests are listed apart until the daemon has
+    // computed theirs.
+    let listing = || -> serde_json::Value {
+        serde_json::from_slice(&curl(&[], &s.url("/v1/files")).body).unwrap()
+    };
+    assert!(common::eventually(Duration::from_secs(30), || listing()
+        ["hashing"]
+        .as_array()
+        .is_some_and(Vec::is_empty)));
+    let v = listing();
     let reasons: BTreeMap<String, String> = v["unavailable"]
         .as_array()
         .unwrap()

@@ -1,21 +1,30 @@
-//! The catalog: every `.zt` file under the root, validated, with the open
-//! file handle that serves it.
+//! The catalog: every served file under the root (`.zt` and safetensors,
+//! recognised by extension and read through [`zt_format::source`]),
+//! validated, with the open file handle that serves it.
 //!
 //! Files are read with `pread` through the handle kept here, never mapped:
 //! a file truncated in place makes its requests fail, not the daemon. A
 //! file replaced by rename keeps serving its old bytes to requests that
 //! already hold the old entry, while new requests get the new one.
+//!
+//! A file with components that carry no digest is [`Entry::Pending`] until
+//! the digest store has them (from its records, or by hashing the file in
+//! the background); requests for it wait through [`Catalog::resolve`].
 
 use std::collections::BTreeMap;
 use std::fs::{File, Metadata};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component as PathPart, Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock, Weak};
 use std::time::SystemTime;
 
-use zt_format::{read_manifest_at, Limits, Manifest};
+use serde::{Deserialize, Serialize};
+use zt_format::{read_source_at, Digest, DigestAlgorithm, Limits, Manifest, Origin, Source};
 
 use super::checks::{Checks, Refusal};
+use super::config::{DigestChoice, DigestsConfig};
+use super::digests::{Computed, DigestMetrics, Hasher, Pending, Settle, Store};
 use super::etag;
 
 /// A served file.
@@ -26,12 +35,17 @@ pub struct Served {
     pub file: File,
     pub size: u64,
     pub modified: SystemTime,
-    /// Strong ETag (quoted), from the manifest bytes and the size: the same
-    /// on every replica serving the same file.
+    /// Strong ETag (quoted), from the content: the header bytes, the size
+    /// and every component's digest (the file's own or computed), so the
+    /// same on every replica serving the same bytes.
     pub etag: String,
+    /// With every digest the file lacks filled in by the digest store.
     pub manifest: Manifest,
-    /// The manifest's stored CBOR bytes.
+    /// The source's header bytes as stored (a `.zt` file's CBOR manifest,
+    /// a safetensors file's JSON header).
     pub manifest_raw: Vec<u8>,
+    /// Whether the digest store filled in any digest.
+    pub computed: bool,
     pub warnings: Vec<String>,
     /// Each component's digest check, done on first use.
     checks: Checks,
@@ -58,6 +72,14 @@ impl Served {
         }
         Ok(())
     }
+
+    /// The manifest's CBOR as the file stores it, when nothing was added
+    /// to it (a v1.2 `.zt` file whose components all carry digests).
+    pub fn stored_cbor(&self) -> Option<&[u8]> {
+        let m = &self.manifest;
+        (m.source == Source::Zt && m.origin == Origin::V1 && !self.computed)
+            .then_some(self.manifest_raw.as_slice())
+    }
 }
 
 /// A file that exists but is not served.
@@ -70,23 +92,129 @@ pub struct Unavailable {
     identity: Identity,
 }
 
-/// What tells a changed file from an unchanged one between scans.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Identity {
+/// What tells a changed file from an unchanged one between scans (and
+/// keys the digest store): an in-place rewrite of the same size changes
+/// the change time, a replacement the inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Identity {
     dev: u64,
     ino: u64,
     size: u64,
     mtime_ns: i128,
+    ctime_ns: i128,
 }
 
 impl Identity {
     fn of(m: &Metadata) -> Self {
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
         Identity {
             dev: m.dev(),
             ino: m.ino(),
             size: m.size(),
-            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            mtime_ns: ns(m.mtime(), m.mtime_nsec()),
+            ctime_ns: ns(m.ctime(), m.ctime_nsec()),
         }
+    }
+}
+
+/// A file whose header was read and validated: what a served entry is
+/// made of once its digests are known.
+#[derive(Debug)]
+pub(crate) struct Found {
+    pub(crate) path: String,
+    pub(crate) file: File,
+    size: u64,
+    modified: SystemTime,
+    identity: Identity,
+    pub(crate) manifest: Manifest,
+    raw: Vec<u8>,
+    warnings: Vec<String>,
+}
+
+impl Found {
+    /// Whether a component lacks a digest.
+    fn lacks_digests(&self) -> bool {
+        self.manifest
+            .components()
+            .any(|(_, _, c)| c.digest.is_none())
+    }
+
+    /// The served entry, with `computed` digests filled in.
+    fn serve(self, computed: Option<&Computed>) -> Result<Served, String> {
+        let Found {
+            path,
+            file,
+            size,
+            modified,
+            identity,
+            mut manifest,
+            raw,
+            warnings,
+        } = self;
+        let mut filled = false;
+        if let Some(computed) = computed {
+            for (o, obj) in manifest.objects.iter_mut() {
+                for (r, c) in obj.components.iter_mut() {
+                    if c.digest.is_some() {
+                        continue;
+                    }
+                    let Some(text) = computed.get(o).and_then(|m| m.get(r)) else {
+                        return Err(format!(
+                            "{path}: no computed digest for object {o:?}, component {r:?}"
+                        ));
+                    };
+                    c.digest = Some(Digest::parse(text).map_err(|e| format!("{path}: {e}"))?);
+                    c.digest_computed = true;
+                    filled = true;
+                }
+            }
+        }
+        let tag = manifest.source.name();
+        let etag = if manifest.components().any(|(_, _, c)| c.digest.is_none()) {
+            // Digests are off: nothing speaks for the tensors' bytes but
+            // the file's modification time.
+            let mtime = identity.mtime_ns.to_le_bytes();
+            etag::derived(tag, &[&raw, &size.to_le_bytes(), &mtime])
+        } else if filled {
+            let digests: Vec<u8> = manifest
+                .components()
+                .flat_map(|(o, r, c)| {
+                    let d = c.digest.as_ref().map(Digest::as_str).unwrap_or_default();
+                    [
+                        o.as_bytes(),
+                        b"\0",
+                        r.as_bytes(),
+                        b"\0",
+                        d.as_bytes(),
+                        b"\0",
+                    ]
+                    .concat()
+                })
+                .collect();
+            etag::derived(tag, &[&raw, &size.to_le_bytes(), &digests])
+        } else {
+            // Unchanged for `.zt` files with digests: the manifest names
+            // every component's digest.
+            etag::derived(tag, &[&raw, &size.to_le_bytes()])
+        };
+        tracing::debug!(
+            file = path,
+            objects = manifest.objects.len(),
+            "serving file"
+        );
+        Ok(Served {
+            path,
+            file,
+            size,
+            modified,
+            etag,
+            checks: Checks::new(&manifest),
+            manifest,
+            manifest_raw: raw,
+            computed: filled,
+            warnings,
+            identity,
+        })
     }
 }
 
@@ -94,6 +222,8 @@ impl Identity {
 #[derive(Debug, Clone)]
 pub enum Entry {
     Served(Arc<Served>),
+    /// Listed; its digests are being computed.
+    Pending(Arc<Pending>),
     Unavailable(Arc<Unavailable>),
 }
 
@@ -101,6 +231,7 @@ impl Entry {
     fn identity(&self) -> Identity {
         match self {
             Entry::Served(s) => s.identity,
+            Entry::Pending(p) => p.found.identity,
             Entry::Unavailable(u) => u.identity,
         }
     }
@@ -120,16 +251,41 @@ impl Snapshot {
     pub fn served(&self) -> impl Iterator<Item = &Arc<Served>> {
         self.entries.values().filter_map(|e| match e {
             Entry::Served(s) => Some(s),
-            Entry::Unavailable(_) => None,
+            _ => None,
+        })
+    }
+
+    pub(crate) fn pending(&self) -> impl Iterator<Item = &Arc<Pending>> {
+        self.entries.values().filter_map(|e| match e {
+            Entry::Pending(p) => Some(p),
+            _ => None,
         })
     }
 
     pub fn unavailable(&self) -> impl Iterator<Item = &Arc<Unavailable>> {
         self.entries.values().filter_map(|e| match e {
             Entry::Unavailable(u) => Some(u),
-            Entry::Served(_) => None,
+            _ => None,
         })
     }
+}
+
+type Current = Arc<RwLock<Arc<Snapshot>>>;
+
+fn read(current: &Current) -> Arc<Snapshot> {
+    match current.read() {
+        Ok(g) => Arc::clone(&g),
+        Err(p) => Arc::clone(&p.into_inner()),
+    }
+}
+
+/// Computed digests: the store of records and the hasher thread.
+#[derive(Debug)]
+struct Digests {
+    algorithm: DigestAlgorithm,
+    store: Arc<Store>,
+    hasher: Hasher,
+    metrics: Arc<DigestMetrics>,
 }
 
 /// The catalog of a root directory.
@@ -137,7 +293,10 @@ impl Snapshot {
 pub struct Catalog {
     root: PathBuf,
     limits: Limits,
-    current: RwLock<Arc<Snapshot>>,
+    current: Current,
+    /// `None` when computing digests is off.
+    digests: Option<Digests>,
+    digest_metrics: Arc<DigestMetrics>,
 }
 
 /// Whether a file name is one the catalog ignores: dotfiles and files
@@ -148,11 +307,38 @@ pub(super) fn ignored_name(name: &str) -> bool {
 
 impl Catalog {
     /// A catalog of `root` (canonicalized); empty until [`Catalog::rescan`].
-    pub fn new(root: &Path, limits: Limits) -> std::io::Result<Self> {
+    /// Digests the files lack are computed as `digests` says and kept
+    /// under `state_dir`.
+    pub fn new(
+        root: &Path,
+        limits: Limits,
+        digests: &DigestsConfig,
+        state_dir: &Path,
+    ) -> std::io::Result<Self> {
+        let current: Current = Arc::default();
+        let metrics = Arc::new(DigestMetrics::default());
+        let algorithm = match digests.algorithm {
+            DigestChoice::Sha256 => Some(DigestAlgorithm::Sha256),
+            DigestChoice::Crc32c => Some(DigestAlgorithm::Crc32c),
+            DigestChoice::Off => None,
+        };
+        let digests = algorithm.map(|algorithm| {
+            let store = Arc::new(Store::new(state_dir));
+            let settle = settler(Arc::downgrade(&current), Arc::clone(&store), algorithm);
+            let rate = digests.rate_mib_s.saturating_mul(1 << 20);
+            Digests {
+                algorithm,
+                hasher: Hasher::start(algorithm, rate, Arc::clone(&metrics), settle),
+                store,
+                metrics: Arc::clone(&metrics),
+            }
+        });
         Ok(Catalog {
             root: root.canonicalize()?,
             limits,
-            current: RwLock::new(Arc::new(Snapshot::default())),
+            current,
+            digests,
+            digest_metrics: metrics,
         })
     }
 
@@ -162,10 +348,32 @@ impl Catalog {
 
     /// The current snapshot.
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        match self.current.read() {
-            Ok(g) => Arc::clone(&g),
-            Err(p) => Arc::clone(&p.into_inner()),
+        read(&self.current)
+    }
+
+    /// The entry at `path` once it is served or unavailable: a pending
+    /// entry is hashed first (at full speed), and this waits for it.
+    /// An entry still pending after its wait (the hasher thread is gone)
+    /// is returned as it is.
+    pub async fn resolve(&self, path: &str) -> Option<Entry> {
+        let entry = self.snapshot().get(path).cloned()?;
+        let Entry::Pending(p) = entry else {
+            return Some(entry);
+        };
+        p.wait().await;
+        match self.snapshot().get(path).cloned() {
+            Some(Entry::Pending(now)) if Arc::ptr_eq(&now, &p) => p.settled().cloned(),
+            other => other,
         }
+    }
+
+    /// Whether `path` is listed and waiting for its digests.
+    pub fn is_pending(&self, path: &str) -> bool {
+        matches!(self.snapshot().get(path), Some(Entry::Pending(_)))
+    }
+
+    pub(crate) fn digest_metrics(&self) -> &DigestMetrics {
+        &self.digest_metrics
     }
 
     /// Rescans the tree, reusing entries whose files did not change.
@@ -176,7 +384,7 @@ impl Catalog {
         walk(&self.root, &self.root, &mut found, 0);
         let mut entries = BTreeMap::new();
         let (mut added, mut changed) = (0, 0);
-        for (rel, abs, meta) in found {
+        for (rel, abs, meta, source) in found {
             let id = Identity::of(&meta);
             let entry = match old.get(&rel) {
                 Some(e) if e.identity() == id => e.clone(),
@@ -186,28 +394,44 @@ impl Catalog {
                     } else {
                         added += 1;
                     }
-                    self.load(&rel, &abs, &meta)
+                    self.load(&rel, &abs, &meta, source)
                 }
             };
             entries.insert(rel, entry);
         }
-        let removed = old
-            .entries
-            .keys()
-            .filter(|k| !entries.contains_key(*k))
-            .count();
-        let snapshot = Arc::new(Snapshot { entries });
-        match self.current.write() {
-            Ok(mut g) => *g = snapshot,
-            Err(p) => *p.into_inner() = snapshot,
+        let mut removed = 0;
+        for (k, e) in &old.entries {
+            let kept = entries.get(k).is_some_and(|n| same(n, e));
+            if !kept {
+                if let Entry::Pending(p) = e {
+                    p.retire();
+                }
+            }
+            removed += usize::from(!entries.contains_key(k));
         }
+        // A pending entry the hasher settled while this scan ran stays
+        // settled: the swap happens under the lock the hasher takes.
+        let mut guard = match self.current.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        for e in entries.values_mut() {
+            if let Some(settled) = match &*e {
+                Entry::Pending(mine) => mine.settled().cloned(),
+                _ => None,
+            } {
+                *e = settled;
+            }
+        }
+        *guard = Arc::new(Snapshot { entries });
+        drop(guard);
         (added, removed, changed)
     }
 
-    fn load(&self, rel: &str, abs: &Path, meta: &Metadata) -> Entry {
+    fn load(&self, rel: &str, abs: &Path, meta: &Metadata, source: Source) -> Entry {
         let identity = Identity::of(meta);
         let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-        let unavailable = |reason: String| {
+        let unavailable = |reason: String, identity: Identity| {
             tracing::warn!(file = rel, %reason, "file is not served");
             Entry::Unavailable(Arc::new(Unavailable {
                 path: rel.to_owned(),
@@ -219,43 +443,152 @@ impl Catalog {
         };
         let file = match File::open(abs) {
             Ok(f) => f,
-            Err(e) => return unavailable(format!("{rel}: opening file: {e}")),
+            Err(e) => return unavailable(format!("{rel}: opening file: {e}"), identity),
         };
         // Measure the handle we keep: the path may already name a newer file.
         let (size, identity) = match file.metadata() {
             Ok(m) => (m.len(), Identity::of(&m)),
-            Err(e) => return unavailable(format!("{rel}: reading metadata: {e}")),
+            Err(e) => return unavailable(format!("{rel}: reading metadata: {e}"), identity),
         };
-        match read_manifest_at(&file, rel, &self.limits) {
-            Ok(fm) => {
-                let etag = etag::derived("zt", &[&fm.raw, &size.to_le_bytes()]);
-                tracing::debug!(
-                    file = rel,
-                    objects = fm.parsed.manifest.objects.len(),
-                    "serving file"
-                );
-                Entry::Served(Arc::new(Served {
-                    path: rel.to_owned(),
-                    file,
-                    size,
-                    modified,
-                    etag,
-                    warnings: fm.parsed.warnings.iter().map(ToString::to_string).collect(),
-                    checks: Checks::new(&fm.parsed.manifest),
-                    manifest: fm.parsed.manifest,
-                    manifest_raw: fm.raw,
-                    identity,
-                }))
+        let fm = match read_source_at(&file, source, rel, &self.limits) {
+            Ok(fm) => fm,
+            Err(e) => return unavailable(e.to_string(), identity),
+        };
+        let found = Found {
+            path: rel.to_owned(),
+            file,
+            size,
+            modified,
+            identity,
+            manifest: fm.parsed.manifest,
+            raw: fm.raw,
+            warnings: fm.parsed.warnings.iter().map(ToString::to_string).collect(),
+        };
+        let digests = match &self.digests {
+            Some(d) if found.lacks_digests() => d,
+            _ => return settled(found.serve(None), rel, size, modified, identity),
+        };
+        match digests.store.load(rel, &identity, digests.algorithm) {
+            Some(computed) => {
+                digests.metrics.store_hits.fetch_add(1, Ordering::Relaxed);
+                settled(found.serve(Some(&computed)), rel, size, modified, identity)
             }
-            Err(e) => unavailable(e.to_string()),
+            None => Entry::Pending(digests.hasher.enqueue(found)),
         }
+    }
+}
+
+/// Whether two entries are the same version of a file.
+fn same(a: &Entry, b: &Entry) -> bool {
+    match (a, b) {
+        (Entry::Served(x), Entry::Served(y)) => Arc::ptr_eq(x, y),
+        (Entry::Pending(x), Entry::Pending(y)) => Arc::ptr_eq(x, y),
+        (Entry::Unavailable(x), Entry::Unavailable(y)) => Arc::ptr_eq(x, y),
+        _ => false,
+    }
+}
+
+/// The served entry, or the reason it cannot be.
+fn settled(
+    served: Result<Served, String>,
+    rel: &str,
+    size: u64,
+    modified: SystemTime,
+    identity: Identity,
+) -> Entry {
+    match served {
+        Ok(s) => Entry::Served(Arc::new(s)),
+        Err(reason) => {
+            tracing::warn!(file = rel, %reason, "file is not served");
+            Entry::Unavailable(Arc::new(Unavailable {
+                path: rel.to_owned(),
+                size,
+                modified,
+                reason,
+                identity,
+            }))
+        }
+    }
+}
+
+/// What the hasher does with a finished file: record its digests, and
+/// replace its pending entry (if the catalog still lists that version)
+/// with the served file, or with the reason it is not served.
+fn settler(
+    current: Weak<RwLock<Arc<Snapshot>>>,
+    store: Arc<Store>,
+    algorithm: DigestAlgorithm,
+) -> Settle {
+    Box::new(
+        move |pending: &Arc<Pending>, result: Result<Computed, String>| {
+            let Some(current) = current.upgrade() else {
+                return;
+            };
+            if pending.is_retired() {
+                return;
+            }
+            let f = &pending.found;
+            let (path, size, modified, identity) = (f.path.clone(), f.size, f.modified, f.identity);
+            let entry = match result {
+                Ok(computed) => {
+                    store.save(&path, &identity, algorithm, &computed);
+                    let file = match f.file.try_clone() {
+                        Ok(file) => file,
+                        Err(e) => {
+                            let why = format!("{path}: duplicating the file handle: {e}");
+                            return replace(
+                                &current,
+                                pending,
+                                settled(Err(why), &path, size, modified, identity),
+                            );
+                        }
+                    };
+                    let found = Found {
+                        path: path.clone(),
+                        file,
+                        size,
+                        modified,
+                        identity,
+                        manifest: f.manifest.clone(),
+                        raw: f.raw.clone(),
+                        warnings: f.warnings.clone(),
+                    };
+                    settled(
+                        found.serve(Some(&computed)),
+                        &path,
+                        size,
+                        modified,
+                        identity,
+                    )
+                }
+                Err(why) => settled(Err(why), &path, size, modified, identity),
+            };
+            replace(&current, pending, entry);
+        },
+    )
+}
+
+/// Puts `entry` where `pending` is listed, if it still is (a scan that
+/// lists it later takes the entry from `pending` itself).
+fn replace(current: &Current, pending: &Arc<Pending>, entry: Entry) {
+    pending.settle(entry.clone());
+    let mut guard = match current.write() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    let path = &pending.found.path;
+    let listed = matches!(guard.get(path), Some(Entry::Pending(p)) if Arc::ptr_eq(p, pending));
+    if listed {
+        let mut entries = guard.entries.clone();
+        entries.insert(path.clone(), entry);
+        *guard = Arc::new(Snapshot { entries });
     }
 }
 
 /// Deepest directory nesting followed, against symlink loops and abuse.
 const MAX_DEPTH: usize = 32;
 
-fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf, Metadata)>, depth: usize) {
+fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf, Metadata, Source)>, depth: usize) {
     if depth > MAX_DEPTH {
         tracing::warn!(dir = %dir.display(), "directory nesting too deep; not scanned");
         return;
@@ -295,9 +628,10 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf, Metadata)>, dep
         };
         if meta.is_dir() {
             walk(root, &target, out, depth + 1);
-        } else if meta.is_file() && name.ends_with(".zt") {
-            if let Some(rel) = relative(root, &path) {
-                out.push((rel, target, meta));
+        } else if meta.is_file() {
+            let source = zt_format::source::by_name(name);
+            if let (Some(source), Some(rel)) = (source, relative(root, &path)) {
+                out.push((rel, target, meta, source));
             }
         }
     }

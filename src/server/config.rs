@@ -62,7 +62,10 @@ pub struct Config {
     pub tls: TlsConfig,
     #[serde(default)]
     pub quic: QuicConfig,
-    /// Writable directory for state: the generated QUIC certificate.
+    #[serde(default)]
+    pub digests: DigestsConfig,
+    /// Writable directory for state: the generated QUIC certificate and
+    /// the digest store (a cache).
     #[serde(default = "defaults::state_dir")]
     pub state_dir: PathBuf,
 }
@@ -179,6 +182,41 @@ impl Default for CatalogConfig {
     }
 }
 
+/// The digest a server computes for components that carry none (every
+/// safetensors tensor, `.zt` components written without one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DigestChoice {
+    #[default]
+    Sha256,
+    Crc32c,
+    /// Compute nothing: such components are served without a digest, and
+    /// their file's ETag includes its modification time.
+    Off,
+}
+
+/// The digest store: computed digests, kept in `state_dir/digests`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DigestsConfig {
+    /// `sha256`, `crc32c` or `off`.
+    #[serde(default)]
+    pub algorithm: DigestChoice,
+    /// Background hashing reads at most this many MiB per second (0: no
+    /// limit); a file a request waits for is hashed at full speed.
+    #[serde(default = "defaults::digest_rate_mib_s")]
+    pub rate_mib_s: u64,
+}
+
+impl Default for DigestsConfig {
+    fn default() -> Self {
+        DigestsConfig {
+            algorithm: DigestChoice::default(),
+            rate_mib_s: defaults::digest_rate_mib_s(),
+        }
+    }
+}
+
 /// Resource caps.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -272,6 +310,9 @@ mod defaults {
     pub(super) fn request_timeout_secs() -> u64 {
         3600
     }
+    pub(super) fn digest_rate_mib_s() -> u64 {
+        256
+    }
     pub(super) fn state_dir() -> std::path::PathBuf {
         "state".into()
     }
@@ -359,6 +400,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("quic.udp_buffer_bytes", Kind::Int),
     ("quic.congestion", Kind::Text),
     ("quic.max_request_bytes", Kind::Int),
+    ("digests.algorithm", Kind::Text),
+    ("digests.rate_mib_s", Kind::Int),
 ];
 
 /// The environment variable for a dotted key.

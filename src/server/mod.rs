@@ -9,6 +9,7 @@ mod auth;
 mod catalog;
 mod checks;
 pub mod config;
+mod digests;
 mod etag;
 pub mod healthcheck;
 mod http;
@@ -56,7 +57,7 @@ impl State {
             decompress_cap: config.limits.decompress_cap,
             ..zt_format::Limits::default()
         };
-        let catalog = Catalog::new(&config.root, limits)
+        let catalog = Catalog::new(&config.root, limits, &config.digests, &config.state_dir)
             .with_context(|| format!("opening root {}", config.root.display()))?;
         let tokens = match &config.auth.token_file {
             Some(f) => Some(auth::Tokens::load(f)?),

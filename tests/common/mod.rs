@@ -57,11 +57,15 @@ impl Server {
     }
 
     fn spawn_via(mut cmd: Command, root: &Path, args: &[&str], quic: bool) -> Server {
-        let state = quic.then(|| tempfile::tempdir().unwrap());
-        match &state {
-            Some(d) => cmd.arg("--state-dir").arg(d.path()),
-            None => cmd.arg("--no-quic"),
-        };
+        // A state directory of its own (certificate, digest store), unless
+        // the test names one.
+        let state = (!args.contains(&"--state-dir")).then(|| tempfile::tempdir().unwrap());
+        if let Some(d) = &state {
+            cmd.arg("--state-dir").arg(d.path());
+        }
+        if !quic {
+            cmd.arg("--no-quic");
+        }
         cmd.arg("--root")
             .arg(root)
             .args([

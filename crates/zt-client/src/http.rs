@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use reqwest::header::{CONTENT_RANGE, ETAG, IF_RANGE, RANGE};
+use reqwest::header::{HeaderMap, ACCEPT, CONTENT_RANGE, ETAG, IF_RANGE, LINK, RANGE};
 use reqwest::StatusCode;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
-use zt_format::{AlignedBuf, Limits};
+use zt_format::source::Probe;
+use zt_format::{AlignedBuf, Limits, Origin, Source};
 
 use crate::budget::{Budget, Held};
 use crate::client::Remote;
@@ -290,24 +291,99 @@ impl HttpSource {
         Ok(())
     }
 
-    /// Fetches the footer and the manifest.
+    /// Reads the file's header through its source's read plan (the
+    /// source is named by the URL's extension; `.zt` when it names none),
+    /// starting from the footer, which also gives the size and ETag. A
+    /// ztserve names the file's manifest in a `Link: rel="describedby"`
+    /// header: for a source that carries no digests (safetensors, a `.zt`
+    /// file written without them) the manifest comes from there instead,
+    /// with the digests the server computed, so every byte is verified.
     pub async fn manifest(&self) -> Result<Remote> {
-        let (tail, etag, size) = self.get_range(Want::Last(16), None).await?;
+        let want = Want::Last(16);
+        let (resp, etag, span) = self.send_range(&want, None).await?;
+        let described = describedby(&self.url, resp.headers());
+        let tail_len = usize::try_from(span.end() - span.first).unwrap_or(0);
+        let mut tail = vec![0u8; tail_len];
+        self.read_body(resp, &want, &mut tail).await?;
+        let size = span.total;
         let etag = etag.ok_or_else(|| {
             Error::Protocol(format!(
                 "{}: the server sends no ETag; a consistent fetch needs one",
                 self.url
             ))
         })?;
-        let (head, _, _) = self
-            .get_range(Want::Exact(0..8.min(size)), Some(&etag))
-            .await?;
-        let loc = zt_format::container::locate(&self.url, size, &head, &tail, &self.limits)?;
-        let want = Want::Exact(loc.offset..loc.offset + loc.length);
-        let (raw, _, _) = self.get_range(want, Some(&etag)).await?;
-        let parsed = zt_format::container::decode(&self.url, &loc, &raw, &self.limits)?;
+        let source = file_name(&self.url)
+            .and_then(|n| zt_format::source::by_name(&n))
+            .unwrap_or(Source::Zt);
+        if let (false, Some(url)) = (source == Source::Zt, &described) {
+            return self.server_manifest(url, size, etag).await;
+        }
+        let tail_range = size - tail.len() as u64..size;
+        let mut probe = Probe::new(source, &self.url, size, self.limits);
+        while let Some(r) = probe.next_read() {
+            let bytes = if r == tail_range {
+                tail.clone()
+            } else {
+                self.get_range(Want::Exact(r), Some(&etag))
+                    .await?
+                    .0
+                    .to_vec()
+            };
+            probe.feed(&bytes)?;
+        }
+        let manifest = probe.finish()?.parsed.manifest;
+        let undigested = manifest.components().any(|(_, _, c)| c.digest.is_none());
+        match described {
+            Some(url) if undigested && manifest.origin == Origin::V1 => {
+                self.server_manifest(&url, size, etag).await
+            }
+            _ => Ok(Remote {
+                manifest,
+                etag,
+                size,
+            }),
+        }
+    }
+
+    /// The manifest a ztserve renders for the file (CBOR), checked to be
+    /// of the version whose ETag the footer came with.
+    async fn server_manifest(&self, url: &str, size: u64, etag: String) -> Result<Remote> {
+        let mut req = self.client.get(url).header(ACCEPT, "application/cbor");
+        if let Some(t) = &self.options.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| Error::Transport(format!("GET {url}: {e}")))?;
+        let status = resp.status();
+        if status != StatusCode::OK {
+            let body = error_text(resp).await;
+            return Err(Error::Server {
+                status: Status::Http(status.as_u16()),
+                message: format!("{url}: HTTP {status}: {}", quote(body.trim())),
+            });
+        }
+        let of = resp
+            .headers()
+            .get("x-zt-etag")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        if of.as_deref() != Some(etag.as_str()) {
+            return Err(Error::Changed {
+                url: self.url.clone(),
+                detail: format!(
+                    "while its manifest was read (ETag {etag}, the manifest is of {})",
+                    of.as_deref().unwrap_or("an unnamed version")
+                ),
+            });
+        }
+        let cap = usize::try_from(self.limits.manifest_cap).unwrap_or(usize::MAX);
+        let body = read_capped(resp, cap, url).await?;
+        let (manifest, _) =
+            zt_format::container::decode_manifest(&self.url, &body, size, &self.limits)?;
         Ok(Remote {
-            manifest: parsed.manifest,
+            manifest,
             etag,
             size,
         })
@@ -460,6 +536,48 @@ impl HttpSource {
             verification,
         })
     }
+}
+
+/// The last path segment of a URL (its extension names the source).
+fn file_name(url: &str) -> Option<String> {
+    let u = reqwest::Url::parse(url).ok()?;
+    u.path_segments()?.next_back().map(str::to_owned)
+}
+
+/// The absolute URL of a `Link: <...>; rel="describedby"` header.
+fn describedby(base: &str, headers: &HeaderMap) -> Option<String> {
+    let base = reqwest::Url::parse(base).ok()?;
+    headers
+        .get_all(LINK)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|link| {
+            let (target, params) = link.trim().split_once(';')?;
+            let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
+            let described = params
+                .split(';')
+                .any(|p| p.trim().trim_start_matches("rel=").trim_matches('"') == "describedby");
+            described.then(|| base.join(target).ok().map(String::from))?
+        })
+}
+
+/// A whole response body of at most `cap` bytes.
+async fn read_capped(mut resp: reqwest::Response, cap: usize, url: &str) -> Result<Vec<u8>> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| Error::Transport(format!("GET {url}: {e}")))?
+    {
+        if body.len() + chunk.len() > cap {
+            return Err(Error::Protocol(format!(
+                "{url}: the manifest runs past the cap of {cap} bytes"
+            )));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// A response body that broke off: a transport error (resumable) that

@@ -79,10 +79,14 @@ fn layout(m: &Manifest) -> (Manifest, u64) {
             pos = pos.next_multiple_of(zt_format::alignment_for(c.length));
             c.offset = pos;
             pos += c.length;
+            // Verified on arrival, the digest is now the file's own.
+            c.digest_computed = false;
         }
     }
     out.version = zt_format::SPEC_VERSION.to_owned();
     out.origin = zt_format::Origin::V1;
+    // Whatever the source, the output is a `.zt` file.
+    out.source = zt_format::Source::Zt;
     (out, pos)
 }
 

@@ -117,7 +117,15 @@ impl ZtFile {
     }
 
     fn with_backing(label: String, backing: Backing, options: ReadOptions) -> Result<Self> {
-        let mut parsed = container::parse(&label, backing.bytes(), &options.limits)?;
+        // The file's name says its source, as it does for the server.
+        let mut parsed = match crate::source::by_name(&label) {
+            Some(crate::Source::Zt) | None => {
+                container::parse(&label, backing.bytes(), &options.limits)?
+            }
+            Some(other) => {
+                crate::source::parse(other, &label, backing.bytes(), &options.limits)?.parsed
+            }
+        };
         let mut n = 0usize;
         for obj in parsed.manifest.objects.values_mut() {
             for (_, c) in obj.components.iter_mut() {

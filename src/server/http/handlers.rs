@@ -9,7 +9,7 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode,
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde_json::json;
-use zt_format::{Component, Encoding, Origin};
+use zt_format::{Component, Encoding};
 
 use super::error::AppError;
 use super::route::{split, Target};
@@ -68,6 +68,7 @@ pub(crate) async fn list(AxState(state): AxState<Arc<State>>) -> Response {
         .map(|s| {
             json!({
                 "path": s.path,
+                "source": s.manifest.source.name(),
                 "size": s.size,
                 "etag": s.etag,
                 "version": s.manifest.version,
@@ -80,7 +81,15 @@ pub(crate) async fn list(AxState(state): AxState<Arc<State>>) -> Response {
         .unavailable()
         .map(|u| json!({ "path": u.path, "size": u.size, "modified": rfc3339(u.modified), "reason": u.reason }))
         .collect();
-    let body = json!({ "files": files, "unavailable": unavailable });
+    // Listed, but not served until their digests are computed.
+    let hashing: Vec<_> = snap
+        .pending()
+        .map(|p| {
+            let f = &p.found;
+            json!({ "path": f.path, "source": f.manifest.source.name(), "objects": f.manifest.objects.len() })
+        })
+        .collect();
+    let body = json!({ "files": files, "hashing": hashing, "unavailable": unavailable });
     with_template(
         ([(header::CACHE_CONTROL, REVALIDATE)], axum::Json(body)).into_response(),
         "/v1/files",
@@ -186,8 +195,17 @@ async fn serve(
         (Api::V1, Target::Manifest) => "/v1/files/{path}/manifest",
         (Api::V1, Target::Component { .. }) => "/v1/files/{path}/objects/{name}/{component}",
     };
-    let served = match snap.get(&path) {
-        Some(Entry::Served(s)) => Arc::clone(s),
+    drop(snap);
+    let served = match state.catalog.resolve(&path).await {
+        Some(Entry::Served(s)) => s,
+        Some(Entry::Pending(_)) => {
+            let e = AppError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "hashing",
+                format!("{path}: its digests are still being computed"),
+            );
+            return with_template(e.into_response(), template);
+        }
         Some(Entry::Unavailable(u)) => {
             let e = AppError::new(StatusCode::CONFLICT, "unavailable", u.reason.clone());
             return with_template(e.into_response(), template);
@@ -199,7 +217,6 @@ async fn serve(
             )
         }
     };
-    drop(snap);
     let query = query_pairs(query.as_deref());
     let cache_control = match cache_policy(&query, &served) {
         Ok(c) => c,
@@ -324,8 +341,8 @@ fn manifest(
     let selected = selection(query, served)?;
     let cbor = wants_cbor(headers, query);
     let (body, content_type, source): (Vec<u8>, &str, &str) = if cbor {
-        if selected.is_none() && served.manifest.origin == Origin::V1 {
-            (served.manifest_raw.clone(), "application/cbor", "file")
+        if let Some(raw) = served.stored_cbor().filter(|_| selected.is_none()) {
+            (raw.to_vec(), "application/cbor", "file")
         } else {
             (
                 zt_format::manifest_cbor(selected.as_ref().unwrap_or(&served.manifest)),
@@ -353,6 +370,9 @@ fn manifest(
         .header(header::ETAG, &etag)
         .header(header::VARY, "Accept")
         .header(header::CACHE_CONTROL, cache_control)
+        // The version of the file this manifest describes, for clients
+        // that go on to read its bytes with If-Range.
+        .header("x-zt-etag", &served.etag)
         .header("x-zt-manifest-source", source);
     if headers
         .get(header::IF_NONE_MATCH)
@@ -552,9 +572,10 @@ pub(crate) async fn readyz(AxState(state): AxState<Arc<State>>) -> Response {
 
 pub(crate) async fn metrics(AxState(state): AxState<Arc<State>>) -> Response {
     let snap = state.catalog.snapshot();
-    let text = state
+    let mut text = state
         .metrics
         .render(snap.served().count(), snap.unavailable().count());
+    state.catalog.digest_metrics().render(&mut text);
     with_template(
         ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         "/metrics",

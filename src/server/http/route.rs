@@ -40,7 +40,10 @@ pub(crate) fn split(rest: &str, snapshot: &Snapshot) -> Result<(String, Target),
             return Err(not_found());
         }
         file.push(d);
-        if !file.last().is_some_and(|s| s.ends_with(".zt")) {
+        if !file
+            .last()
+            .is_some_and(|s| zt_format::source::by_name(s).is_some())
+        {
             continue;
         }
         let path = file.join("/");

@@ -73,6 +73,17 @@ pub(super) async fn handle(
                 Err(_) => break 'read,
             };
             match received {
+                Received::Serve(g) if state.catalog.is_pending(&g.path) => {
+                    // Its digests are being computed: wait beside the
+                    // control loop, which keeps reading.
+                    let (state, conn, control) =
+                        (Arc::clone(&state), conn.clone(), control.clone());
+                    let (session, slots) = (Arc::clone(&session), Arc::clone(&slots));
+                    tokio::spawn(async move {
+                        state.catalog.resolve(&g.path).await;
+                        get(&state, &conn, &control, &session, &slots, g).await;
+                    });
+                }
                 Received::Serve(g) => get(&state, &conn, &control, &session, &slots, g).await,
                 Received::Answer(e) => control.send(Message::Error(e)).await,
                 Received::Cancel {
@@ -181,6 +192,12 @@ fn plan(state: &State, g: &Get) -> Result<Plan, (Code, String)> {
     let served = match snap.get(&g.path) {
         Some(Entry::Served(s)) => Arc::clone(s),
         Some(Entry::Unavailable(u)) => return Err((Code::Unavailable, u.reason.clone())),
+        Some(Entry::Pending(_)) => {
+            return Err((
+                Code::Unavailable,
+                format!("{}: its digests are still being computed", g.path),
+            ))
+        }
         None => return Err((Code::NotFound, format!("no file {:?}", g.path))),
     };
     if let Some(want) = &g.if_match {

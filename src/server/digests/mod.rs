@@ -1,0 +1,72 @@
+//! The digest store: digests the daemon computes for components that
+//! carry none of their own (every safetensors tensor, `.zt` components
+//! written without one), so that clients verify every byte of every
+//! source alike. One store, one configuration section (`[digests]`) and
+//! one metric family (`ztserve_digest_*`).
+//!
+//! A file whose digests are not known yet is listed as soon as its header
+//! is read and hashed in the background at a limited rate; a request for
+//! it waits until its digests are in, and moves it to the front at full
+//! speed. Digests are kept in `state_dir/digests`, keyed by the file's
+//! identity, so a restart does not hash again and a changed file is
+//! hashed anew. It is a cache: replicas never depend on it.
+
+mod store;
+mod worker;
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub(crate) use store::{Computed, Store};
+pub(crate) use worker::{Hasher, Pending, Settle};
+
+/// The `ztserve_digest_*` counters.
+#[derive(Debug, Default)]
+pub(crate) struct DigestMetrics {
+    files: AtomicU64,
+    bytes: AtomicU64,
+    failures: AtomicU64,
+    pending: AtomicU64,
+    pub(crate) store_hits: AtomicU64,
+}
+
+impl DigestMetrics {
+    /// Appends the family in Prometheus text format.
+    pub(crate) fn render(&self, out: &mut String) {
+        let rows = [
+            (
+                "files_total",
+                "counter",
+                "Files whose missing digests were computed.",
+                &self.files,
+            ),
+            (
+                "bytes_total",
+                "counter",
+                "Bytes read to compute digests.",
+                &self.bytes,
+            ),
+            (
+                "failures_total",
+                "counter",
+                "Files that could not be hashed.",
+                &self.failures,
+            ),
+            (
+                "pending",
+                "gauge",
+                "Files waiting to be hashed.",
+                &self.pending,
+            ),
+            (
+                "store_hits_total",
+                "counter",
+                "Files whose computed digests came from the store instead of hashing.",
+                &self.store_hits,
+            ),
+        ];
+        for (name, kind, help, v) in rows {
+            let _ = writeln!(out, "# HELP ztserve_digest_{name} {help}\n# TYPE ztserve_digest_{name} {kind}\nztserve_digest_{name} {}", v.load(Ordering::Relaxed));
+        }
+    }
+}

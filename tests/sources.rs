@@ -1,0 +1,204 @@
+//! safetensors files served as they are: listed with their source, their
+//! tensors' digests computed by the daemon (and kept in its state
+//! directory across restarts), fetched over both transports and verified,
+//! and a hostile header refused by name while the rest is served.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::fetch::zt;
+use common::{curl, Server};
+use safetensors::tensor::{Dtype, TensorView};
+use zt_format::{ReadOptions, ZtFile};
+
+/// Tensors of several dtypes, each with its own bytes, layered by name.
+fn tensors() -> BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)> {
+    let specs = [
+        ("model.layers.0.w", Dtype::F32, vec![64, 64]),
+        ("model.layers.1.w", Dtype::BF16, vec![32, 48]),
+        ("model.layers.1.bias", Dtype::F16, vec![48]),
+        ("embed.ids", Dtype::I64, vec![10]),
+        ("mask", Dtype::BOOL, vec![7]),
+        ("scale", Dtype::F8_E4M3, vec![5]),
+    ];
+    specs
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, dtype, shape))| {
+            let n: usize = shape.iter().product::<usize>() * dtype.bitsize() / 8;
+            let bytes = (0..n)
+                .map(|j| match dtype {
+                    Dtype::BOOL => (j % 2) as u8,
+                    _ => ((i * 131 + j * 7) % 251) as u8,
+                })
+                .collect();
+            (name.to_owned(), (dtype, shape, bytes))
+        })
+        .collect()
+}
+
+fn write_safetensors(path: &Path) -> BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)> {
+    let t = tensors();
+    let views: Vec<(String, TensorView<'_>)> = t
+        .iter()
+        .map(|(n, (d, s, b))| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
+    let meta = Some(std::collections::HashMap::from([(
+        "format".to_owned(),
+        "pt".to_owned(),
+    )]));
+    safetensors::serialize_to_file(views, meta, path).unwrap();
+    t
+}
+
+fn json(url: &str) -> serde_json::Value {
+    let r = curl(&[], url);
+    assert_eq!(r.status, 200, "{url}: {}", String::from_utf8_lossy(&r.body));
+    serde_json::from_slice(&r.body).unwrap()
+}
+
+fn metric(s: &Server, name: &str) -> u64 {
+    let r = curl(&[], &s.url("/metrics"));
+    let text = String::from_utf8(r.body).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn safetensors_are_served_with_computed_digests_over_both_transports() {
+    let root = tempfile::tempdir().unwrap();
+    let original = root.path().join("model.safetensors");
+    let t = write_safetensors(&original);
+    let file = std::fs::read(&original).unwrap();
+    // A header whose tensor runs past the end of the file.
+    let header = br#"{"evil":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#;
+    let mut bad = (header.len() as u64).to_le_bytes().to_vec();
+    bad.extend_from_slice(header);
+    bad.extend_from_slice(&[0u8; 8]);
+    std::fs::write(root.path().join("broken.safetensors"), &bad).unwrap();
+
+    let s = Server::start_quic(root.path(), &[]);
+    // The manifest waits for the digests; each is the sha256 of the bytes.
+    let m = json(&s.url("/v1/files/model.safetensors/manifest"));
+    assert_eq!(m["source"], "safetensors");
+    assert_eq!(m["attributes"]["format"], "pt");
+    assert_eq!(m["objects"].as_object().unwrap().len(), t.len());
+    for (name, (_, shape, bytes)) in &t {
+        let o = &m["objects"][name];
+        assert_eq!(o["format"], "dense", "{name}");
+        let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+        assert_eq!(o["shape"], serde_json::json!(shape), "{name}");
+        let c = &o["components"]["data"];
+        assert_eq!(c["digest_by"], "server", "{name}");
+        let want = zt_format::DigestAlgorithm::Sha256.digest(bytes);
+        assert_eq!(c["digest"], want.as_str(), "{name}");
+        // The offsets are the file's: curl -r gets the tensor's bytes.
+        let (off, len) = (c["offset"].as_u64().unwrap(), c["length"].as_u64().unwrap());
+        let got = &file[off as usize..(off + len) as usize];
+        assert_eq!(got, &bytes[..], "{name}");
+        let r = curl(
+            &["-r", &format!("{off}-{}", off + len - 1)],
+            &s.url("/model.safetensors"),
+        );
+        assert_eq!(r.status, 206);
+        assert_eq!(r.body, *bytes, "{name} by Range");
+    }
+    assert_eq!(
+        m["objects"]["scale"]["components"]["data"]["type"],
+        "f8_e4m3fn"
+    );
+
+    // The broken file is listed as unavailable, naming the file, the
+    // tensor and the rule.
+    let list = json(&s.url("/v1/files"));
+    let files = list["files"].as_array().unwrap();
+    assert!(files
+        .iter()
+        .any(|f| f["path"] == "model.safetensors" && f["source"] == "safetensors"));
+    let why = list["unavailable"][0]["reason"].as_str().unwrap();
+    assert!(
+        why.contains("broken.safetensors") && why.contains("\"evil\"") && why.contains("outside"),
+        "{why}"
+    );
+
+    // Fetched over ztp/1 and both HTTP URL forms, every byte verified
+    // against the computed digests; the output is a .zt file.
+    let (q, fp) = s.quic.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let urls = [
+        (
+            format!("quic://{q}/model.safetensors"),
+            vec!["--cert-fingerprint", fp.as_str()],
+        ),
+        (s.url("/v1/files/model.safetensors"), vec![]),
+        (s.url("/model.safetensors"), vec![]),
+    ];
+    for (i, (url, extra)) in urls.iter().enumerate() {
+        let out = dir.path().join(format!("out{i}.zt"));
+        let mut args = vec![
+            "fetch",
+            url.as_str(),
+            "-o",
+            out.to_str().unwrap(),
+            "--require-digest",
+        ];
+        args.extend(extra);
+        let r = zt(&args);
+        assert!(
+            r.status.success(),
+            "{url}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let f = ZtFile::open_with(&out, ReadOptions::default()).unwrap();
+        assert_eq!(f.manifest().source, zt_format::Source::Zt);
+        for (name, (_, _, bytes)) in &t {
+            assert_eq!(f.stored(name, "data").unwrap(), &bytes[..], "{url}: {name}");
+        }
+    }
+    drop(s);
+}
+
+#[test]
+fn computed_digests_survive_a_restart_and_a_changed_file_is_hashed_anew() {
+    let root = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let path = root.path().join("m.safetensors");
+    write_safetensors(&path);
+    let state_arg = state.path().to_str().unwrap();
+    let etag = |s: &Server| {
+        let r = curl(&["-I"], &s.url("/v1/files/m.safetensors/manifest"));
+        assert_eq!(r.status, 200);
+        r.header("x-zt-etag").unwrap().to_owned()
+    };
+
+    let s = Server::start(root.path(), &["--state-dir", state_arg]);
+    let first = etag(&s);
+    assert_eq!(metric(&s, "ztserve_digest_files_total"), 1);
+    drop(s);
+
+    // Same file, new daemon: the digests come from the store.
+    let s = Server::start(root.path(), &["--state-dir", state_arg]);
+    assert_eq!(
+        etag(&s),
+        first,
+        "the ETag is the content's, not the process's"
+    );
+    assert_eq!(metric(&s, "ztserve_digest_store_hits_total"), 1);
+    assert_eq!(metric(&s, "ztserve_digest_files_total"), 0);
+    drop(s);
+
+    // One byte of one tensor changed in place, same size: hashed anew,
+    // and a different ETag.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let s = Server::start(root.path(), &["--state-dir", state_arg]);
+    assert_ne!(etag(&s), first);
+    assert_eq!(metric(&s, "ztserve_digest_files_total"), 1);
+}

@@ -58,3 +58,12 @@ fn replay_read_file_corpus_and_regressions() {
         zt_format::fuzz::read_everything(&std::fs::read(&p).unwrap());
     }
 }
+
+#[test]
+fn replay_read_safetensors_corpus_and_regressions() {
+    let inputs = inputs("read_safetensors", &["tests/reject/safetensors"]);
+    assert!(inputs.len() >= 15, "replayed only {}", inputs.len());
+    for p in inputs {
+        zt_format::fuzz::read_safetensors(&std::fs::read(&p).unwrap());
+    }
+}

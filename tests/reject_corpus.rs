@@ -58,3 +58,29 @@ fn a_lower_manifest_cap_is_honoured() {
     let err = ZtFile::open_with(&path, opts).unwrap_err();
     assert_eq!(err.rule().unwrap().name(), "manifest-over-cap");
 }
+
+/// Every file in `tests/reject/safetensors/` breaks the header rule in its
+/// name (docs/sources.md); the error names the file, and the tensor where
+/// the rule concerns one.
+#[test]
+fn every_safetensors_reject_file_fails_with_its_rule() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reject/safetensors");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "safetensors") {
+            continue;
+        }
+        seen += 1;
+        let rule = path.file_stem().unwrap().to_str().unwrap().to_owned();
+        let label = path.display().to_string();
+        let err = ZtFile::open_with(&path, ReadOptions::default()).expect_err(&rule);
+        assert_eq!(err.rule().map(|r| r.name()), Some(rule.as_str()), "{err}");
+        let msg = err.to_string();
+        assert!(msg.starts_with(&label), "error must name the file: {msg}");
+        if let Some(o) = &err.location().object {
+            assert!(msg.contains(&format!("object {o:?}")), "{msg}");
+        }
+    }
+    assert!(seen >= 16, "corpus has only {seen} files");
+}

@@ -139,8 +139,11 @@ impl Found {
             .any(|(_, _, c)| c.digest.is_none())
     }
 
-    /// The served entry, with `computed` digests filled in.
-    fn serve(self, computed: Option<&Computed>) -> Result<Served, String> {
+    /// The served entry, with `computed` digests filled in; `fresh` when
+    /// they were just computed from this file handle's bytes (rather than
+    /// read from the store, which the first request for a component then
+    /// checks against the file).
+    fn serve(self, computed: Option<&Computed>, fresh: bool) -> Result<Served, String> {
         let Found {
             path,
             file,
@@ -202,13 +205,17 @@ impl Found {
             objects = manifest.objects.len(),
             "serving file"
         );
+        let checks = Checks::new(&manifest);
+        if fresh {
+            checks.computed_pass(&manifest);
+        }
         Ok(Served {
             path,
             file,
             size,
             modified,
             etag,
-            checks: Checks::new(&manifest),
+            checks,
             manifest,
             manifest_raw: raw,
             computed: filled,
@@ -466,12 +473,18 @@ impl Catalog {
         };
         let digests = match &self.digests {
             Some(d) if found.lacks_digests() => d,
-            _ => return settled(found.serve(None), rel, size, modified, identity),
+            _ => return settled(found.serve(None, false), rel, size, modified, identity),
         };
         match digests.store.load(rel, &identity, digests.algorithm) {
             Some(computed) => {
                 digests.metrics.store_hits.fetch_add(1, Ordering::Relaxed);
-                settled(found.serve(Some(&computed)), rel, size, modified, identity)
+                settled(
+                    found.serve(Some(&computed), false),
+                    rel,
+                    size,
+                    modified,
+                    identity,
+                )
             }
             None => Entry::Pending(digests.hasher.enqueue(found)),
         }
@@ -554,7 +567,7 @@ fn settler(
                         warnings: f.warnings.clone(),
                     };
                     settled(
-                        found.serve(Some(&computed)),
+                        found.serve(Some(&computed), true),
                         &path,
                         size,
                         modified,

@@ -53,6 +53,19 @@ impl Checks {
         Checks { cells }
     }
 
+    /// Records every component whose digest was just computed from the
+    /// file as checked: hashing it again on its first request would read
+    /// the same bytes twice for nothing.
+    pub(super) fn computed_pass(&self, m: &Manifest) {
+        for (o, r, c) in m.components() {
+            if c.digest_computed {
+                if let Some(cell) = self.cells.get(&(o.to_owned(), r.to_owned())) {
+                    let _ = cell.set(Ok(()));
+                }
+            }
+        }
+    }
+
     /// Checks the component once (blocking: it reads the component);
     /// later calls return the first answer. Components without a digest,
     /// or with an algorithm this build does not know, pass: there is

@@ -9,7 +9,6 @@ import shutil
 import urllib.request
 
 import jsonschema
-import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy
@@ -19,24 +18,31 @@ from conftest import daemon
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "crates/zt-format/schema/manifest.schema.json").read_text())
 
-# Every dtype safetensors.numpy writes, bf16 and fp8 through ml_dtypes.
-DTYPES = [
-    np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8,
-    np.uint64, np.uint32, np.uint16, np.uint8, np.bool_,
-    ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
-]
+# Every dtype the safetensors package writes (its TensorSpec names), with
+# bits per element; F4 packs two elements per byte.
+DTYPES = {
+    "bool": 8, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32,
+    "uint32": 32, "int64": 64, "uint64": 64, "float16": 16, "float32": 32,
+    "float64": 64, "bfloat16": 16, "float8_e4m3fn": 8, "float8_e4m3fnuz": 8,
+    "float8_e5m2": 8, "float8_e5m2fnuz": 8, "float8_e8m0fnu": 8,
+    "float4_e2m1fn_x2": 8, "complex64": 64,
+}
+# The ones we have no dtype for: listed as opaque objects, served as stored.
+OPAQUE = {"F8_E8M0", "F4"}
 
 
-def zoo():
+def write_zoo(path):
+    """One tensor of each dtype, written by the safetensors package itself."""
     rng = np.random.default_rng(7)
-    out = {}
-    for i, dt in enumerate(DTYPES):
-        name = f"model.layers.{i}.{np.dtype(dt).name}"
-        if np.dtype(dt) == np.bool_:
-            out[name] = rng.integers(0, 2, size=(3, 5)).astype(np.bool_)
-        else:
-            out[name] = (rng.standard_normal((3, 5)) * 4).astype(dt)
-    return out
+    keep, specs = [], {}
+    for i, (name, bits) in enumerate(DTYPES.items()):
+        n = 3 * 5 * bits // 8
+        data = rng.integers(0, 2, n) if name == "bool" else rng.integers(0, 256, n)
+        buf = np.ascontiguousarray(data.astype(np.uint8))
+        keep.append(buf)
+        specs[f"model.layers.{i}.{name}"] = safetensors.TensorSpec(
+            dtype=name, shape=[3, 5], data_ptr=buf.ctypes.data, data_len=n)
+    safetensors.serialize_file(specs, str(path), {"source": "test"})
 
 
 def get_json(url):
@@ -49,11 +55,10 @@ def served(tmp_path_factory, real_model):
     base = tmp_path_factory.mktemp("sources")
     root = base / "root"
     root.mkdir()
-    tensors = zoo()
-    safetensors.numpy.save_file(tensors, str(root / "zoo.safetensors"), metadata={"source": "test"})
+    write_zoo(root / "zoo.safetensors")
     shutil.copy(real_model, root / "minilm.safetensors")
     with daemon(root, base) as port:
-        yield port, root, tensors
+        yield port, root
 
 
 def fetch_all(zt, port, name, out_dir):
@@ -67,26 +72,32 @@ def fetch_all(zt, port, name, out_dir):
 
 
 def test_every_safetensors_dtype_is_served_and_fetched_byte_for_byte(served, zt, tmp_path):
-    port, root, tensors = served
+    port, root = served
     m = get_json(f"http://127.0.0.1:{port}/v1/files/zoo.safetensors/manifest")
     jsonschema.Draft202012Validator(SCHEMA).validate(m)
     assert m["source"] == "safetensors"
     assert m["attributes"] == {"source": "test"}
-    reread = safetensors.numpy.load_file(str(root / "zoo.safetensors"))
-    assert sorted(m["objects"]) == sorted(reread)
-    for name, arr in reread.items():
+    # What the package itself reads from the file: name, dtype, shape, bytes.
+    reread = dict(safetensors.deserialize((root / "zoo.safetensors").read_bytes()))
+    assert len(reread) == len(DTYPES) and sorted(m["objects"]) == sorted(reread)
+    for name, t in reread.items():
         o = m["objects"][name]
-        assert o["shape"] == list(arr.shape), name
+        assert o["shape"] == t["shape"], name
+        if t["dtype"] in OPAQUE:
+            assert o["format"] == "opaque" and o["attributes"]["source_type"] == t["dtype"], name
+        else:
+            assert o["format"] == "dense", name
         c = o["components"]["data"]
+        assert c["length"] == len(t["data"]), name
         assert c["digest_by"] == "server" and c["digest"].startswith("sha256:"), name
     for out in fetch_all(zt, port, "zoo.safetensors", tmp_path):
-        for name, arr in reread.items():
+        for name, t in reread.items():
             got = zt("cat", out, name, "--stored").stdout
-            assert got == arr.tobytes(), f"{out}: {name}"
+            assert got == bytes(t["data"]), f"{out}: {name}"
 
 
 def test_the_real_model_is_served_as_is(served, zt, tmp_path):
-    port, root, _ = served
+    port, root = served
     m = get_json(f"http://127.0.0.1:{port}/v1/files/minilm.safetensors/manifest")
     jsonschema.Draft202012Validator(SCHEMA).validate(m)
     original = safetensors.numpy.load_file(str(root / "minilm.safetensors"))

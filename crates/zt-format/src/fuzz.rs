@@ -1,11 +1,25 @@
-//! The body of the `read_file` fuzz target, shared with the corpus replay test.
+//! The bodies of the `read_file` and `read_safetensors` fuzz targets,
+//! shared with the corpus replay test.
 
 use crate::{Limits, ReadOptions, Verify, ZtFile};
 
-/// Opens `data` as a file and reads everything in it, under small caps.
-/// Any panic, or an allocation past the caps, is a bug.
+/// Opens `data` as a `.zt` file and reads everything in it, under small
+/// caps. Any panic, or an allocation past the caps, is a bug.
 #[doc(hidden)]
 pub fn read_everything(data: &[u8]) {
+    read_everything_as("fuzz.zt", data);
+}
+
+/// The same for `data` as a safetensors file, read through its source's
+/// read plan.
+#[doc(hidden)]
+pub fn read_safetensors(data: &[u8]) {
+    read_everything_as("fuzz.safetensors", data);
+}
+
+/// Opens `data` as the file `label` names (its extension picks the
+/// source) and reads everything in it.
+fn read_everything_as(label: &str, data: &[u8]) {
     for verify in [Verify::Digests, Verify::Skip] {
         let options = ReadOptions {
             limits: Limits {
@@ -15,7 +29,7 @@ pub fn read_everything(data: &[u8]) {
             },
             verify,
         };
-        let Ok(file) = ZtFile::from_bytes("fuzz.zt", data, options) else {
+        let Ok(file) = ZtFile::from_bytes(label, data, options) else {
             return;
         };
         let _ = file.verify();

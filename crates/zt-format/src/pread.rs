@@ -75,7 +75,7 @@ pub fn read_source_at(
         .len();
     let probe = Probe::new(source, label, size, *limits);
     let loaded = source::read_with(probe, |r| {
-        let len = usize::try_from(r.end - r.start).unwrap_or(usize::MAX);
+        let len = usize::try_from(r.end.saturating_sub(r.start)).unwrap_or(usize::MAX);
         let mut buf = Vec::new();
         buf.try_reserve_exact(len).map_err(|_| {
             Error::io(

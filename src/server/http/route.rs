@@ -40,9 +40,9 @@ pub(crate) fn split(rest: &str, snapshot: &Snapshot) -> Result<(String, Target),
             return Err(not_found());
         }
         file.push(d);
-        if !file
+        if file
             .last()
-            .is_some_and(|s| zt_format::source::by_name(s).is_some())
+            .is_none_or(|s| zt_format::source::by_name(s).is_none())
         {
             continue;
         }

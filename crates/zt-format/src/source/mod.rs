@@ -110,7 +110,7 @@ impl Probe {
     pub fn feed(&mut self, bytes: &[u8]) -> Result<()> {
         let asked = self.next_read();
         if let Some(r) = &asked {
-            if bytes.len() as u64 != r.end - r.start {
+            if bytes.len() as u64 != r.end.saturating_sub(r.start) {
                 return Err(Error::io(
                     Location::file(&self.label),
                     "reading the header",

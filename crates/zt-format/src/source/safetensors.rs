@@ -35,7 +35,7 @@ const PREFIX: u64 = 64 * 1024;
 
 /// The safetensors dtypes that map to a dtype of ours, with that dtype
 /// and logical type.
-pub const DTYPES: [(&str, DType, Option<&str>); 16] = [
+pub const DTYPES: [(&str, DType, Option<&str>); 18] = [
     ("F64", DType::F64, None),
     ("F32", DType::F32, None),
     ("F16", DType::F16, None),
@@ -51,6 +51,8 @@ pub const DTYPES: [(&str, DType, Option<&str>); 16] = [
     ("BOOL", DType::Bool, None),
     ("F8_E4M3", DType::U8, Some("f8_e4m3fn")),
     ("F8_E5M2", DType::U8, Some("f8_e5m2")),
+    ("F8_E4M3FNUZ", DType::U8, Some("f8_e4m3fnuz")),
+    ("F8_E5M2FNUZ", DType::U8, Some("f8_e5m2fnuz")),
     ("C64", DType::F32, Some("complex64")),
 ];
 
@@ -312,7 +314,7 @@ fn object(info: &Info, data_start: u64, at: &Location) -> Result<Object> {
             },
         )
     })?;
-    let length = end - begin;
+    let length = end.saturating_sub(begin);
     let mut attributes = Attributes::new();
     let known = DTYPES.iter().find(|(n, _, _)| *n == info.dtype);
     let (format, dtype, logical_type) = match known {

@@ -67,3 +67,19 @@ fn replay_read_safetensors_corpus_and_regressions() {
         zt_format::fuzz::read_safetensors(&std::fs::read(&p).unwrap());
     }
 }
+
+#[test]
+fn replay_read_gguf_corpus_and_regressions() {
+    let mut inputs: Vec<Vec<u8>> = inputs("read_gguf", &[])
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    // The sample file and every prefix of it: each a header cut short.
+    let sample = zt_format::fuzz::gguf_sample();
+    inputs.extend((0..sample.len()).step_by(7).map(|n| sample[..n].to_vec()));
+    inputs.push(sample);
+    assert!(inputs.len() >= 20, "replayed only {}", inputs.len());
+    for data in inputs {
+        zt_format::fuzz::read_gguf(&data);
+    }
+}

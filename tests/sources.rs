@@ -50,6 +50,10 @@ fn write_safetensors(path: &Path) -> BTreeMap<String, (Dtype, Vec<usize>, Vec<u8
         "pt".to_owned(),
     )]));
     safetensors::serialize_to_file(views, meta, path).unwrap();
+    // The crate writes through a private (0600) temporary; a file people
+    // serve is readable (nginx's workers run as another user).
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
     t
 }
 
@@ -201,4 +205,64 @@ fn computed_digests_survive_a_restart_and_a_changed_file_is_hashed_anew() {
     let s = Server::start(root.path(), &["--state-dir", state_arg]);
     assert_ne!(etag(&s), first);
     assert_eq!(metric(&s, "ztserve_digest_files_total"), 1);
+}
+
+/// A plain Range server knows nothing of sources: the HTTP client reads a
+/// safetensors or GGUF header itself through the source's read plan, and
+/// builds a GGUF string array's rows from the header it read. Nothing
+/// carries a digest there, so the output holds the bytes unverified, as
+/// `--require-digest` says.
+#[test]
+fn the_client_reads_safetensors_and_gguf_headers_from_nginx_itself() {
+    let root = tempfile::tempdir().unwrap();
+    let t = write_safetensors(&root.path().join("m.safetensors"));
+    let gguf = zt_format::fuzz::gguf_sample();
+    std::fs::write(root.path().join("m.gguf"), &gguf).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nginx = common::nginx::Nginx::start(root.path(), port, dir.path()).unwrap();
+    let url = |f: &str| format!("http://127.0.0.1:{}/{f}", nginx.port);
+
+    let out = dir.path().join("st.zt");
+    let r = zt(&["fetch", &url("m.safetensors"), "-o", out.to_str().unwrap()]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let f = ZtFile::open(&out).unwrap();
+    for (name, (_, _, bytes)) in &t {
+        assert_eq!(f.stored(name, "data").unwrap(), &bytes[..], "{name}");
+    }
+    let r = zt(&[
+        "fetch",
+        &url("m.safetensors"),
+        "-o",
+        out.to_str().unwrap(),
+        "--require-digest",
+    ]);
+    assert_eq!(
+        r.status.code(),
+        Some(3),
+        "undigested bytes are not verified bytes"
+    );
+
+    let out = dir.path().join("gguf.zt");
+    let r = zt(&["fetch", &url("m.gguf"), "-o", out.to_str().unwrap()]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let got = ZtFile::open(&out).unwrap();
+    let want = ZtFile::from_bytes("m.gguf", &gguf, ReadOptions::default()).unwrap();
+    assert_eq!(
+        got.manifest().objects.keys().collect::<Vec<_>>(),
+        want.manifest().objects.keys().collect::<Vec<_>>()
+    );
+    for (o, r, _) in want.manifest().components() {
+        assert_eq!(
+            got.stored(o, r).unwrap(),
+            want.stored(o, r).unwrap(),
+            "{o}/{r}"
+        );
+    }
+    let tokens = got.stored("@tokenizer.ggml.tokens", "values").unwrap();
+    assert!(tokens.starts_with("tok0▁tok1▁".as_bytes()));
 }

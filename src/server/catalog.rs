@@ -19,7 +19,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::SystemTime;
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use zt_format::container::Synthesized;
 use zt_format::{read_source_at, Digest, DigestAlgorithm, Limits, Manifest, Origin, Source};
 
 use super::checks::{Checks, Refusal};
@@ -46,6 +48,9 @@ pub struct Served {
     pub manifest_raw: Vec<u8>,
     /// Whether the digest store filled in any digest.
     pub computed: bool,
+    /// The bytes of synthesized components (GGUF string arrays), by
+    /// object and role; they are served from here, never read from the file.
+    synthesized: BTreeMap<(String, String), Bytes>,
     pub warnings: Vec<String>,
     /// Each component's digest check, done on first use.
     checks: Checks,
@@ -60,10 +65,18 @@ impl Served {
             .check(&self.file, &self.path, &self.manifest, object, role)
     }
 
+    /// A synthesized component's bytes; `None` for one that is a range of
+    /// the file.
+    pub fn synthesized(&self, object: &str, role: &str) -> Option<Bytes> {
+        self.synthesized
+            .get(&(object.to_owned(), role.to_owned()))
+            .cloned()
+    }
+
     /// Checks every component whose stored bytes overlap one of `spans`.
     pub fn check_spans(&self, spans: &[std::ops::Range<u64>]) -> Result<(), Refusal> {
         for (o, obj) in &self.manifest.objects {
-            for (r, c) in obj.components.iter() {
+            for (r, c) in obj.components.iter().filter(|(_, c)| !c.synthesized) {
                 let end = c.offset.saturating_add(c.length);
                 if spans.iter().any(|s| s.start < end && c.offset < s.end) {
                     self.check(o, r)?;
@@ -129,6 +142,7 @@ pub(crate) struct Found {
     pub(crate) manifest: Manifest,
     raw: Vec<u8>,
     warnings: Vec<String>,
+    pub(crate) synthesized: Synthesized,
 }
 
 impl Found {
@@ -153,6 +167,7 @@ impl Found {
             mut manifest,
             raw,
             warnings,
+            synthesized,
         } = self;
         let mut filled = false;
         if let Some(computed) = computed {
@@ -221,6 +236,10 @@ impl Found {
             computed: filled,
             warnings,
             identity,
+            synthesized: synthesized
+                .into_iter()
+                .map(|(k, v)| (k, Bytes::from(v)))
+                .collect(),
         })
     }
 }
@@ -470,6 +489,7 @@ impl Catalog {
             manifest: fm.parsed.manifest,
             raw: fm.raw,
             warnings: fm.parsed.warnings.iter().map(ToString::to_string).collect(),
+            synthesized: fm.parsed.synthesized,
         };
         let digests = match &self.digests {
             Some(d) if found.lacks_digests() => d,
@@ -565,6 +585,7 @@ fn settler(
                         manifest: f.manifest.clone(),
                         raw: f.raw.clone(),
                         warnings: f.warnings.clone(),
+                        synthesized: f.synthesized.clone(),
                     };
                     settled(
                         found.serve(Some(&computed), true),

@@ -27,7 +27,13 @@ pub fn print(out: &mut impl Write, m: &Manifest, warnings: &[Warning], json: boo
         writeln!(out)?;
         return Ok(());
     }
-    writeln!(out, "version: {} ({})", m.version, origin_name(m.origin))?;
+    match m.source {
+        zt_format::Source::Zt => {
+            writeln!(out, "version: {} ({})", m.version, origin_name(m.origin))?
+        }
+        // Another source's manifest is our rendering of its header.
+        other => writeln!(out, "source: {other}")?,
+    }
     for w in warnings {
         writeln!(out, "warning: {w}")?;
     }

@@ -23,6 +23,21 @@ pub struct Remote {
     pub etag: String,
     /// The file's size in bytes.
     pub size: u64,
+    /// Where the HTTP transport finds synthesized components, which are
+    /// no byte range of the file.
+    pub(crate) synthesized: SynthesizedAt,
+}
+
+/// Where synthesized components (GGUF string arrays) come from over HTTP.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum SynthesizedAt {
+    /// The client read the header itself and holds their bytes.
+    Here(zt_format::container::Synthesized),
+    /// A ztserve's component route: `{base}/objects/{object}/{component}`.
+    Route(String),
+    /// Nowhere (ztp/1 streams them like any other component).
+    #[default]
+    None,
 }
 
 #[derive(Debug)]
@@ -119,6 +134,7 @@ impl Client {
                     manifest: std::mem::take(&mut f.manifest),
                     etag: std::mem::take(&mut f.etag),
                     size: f.size,
+                    synthesized: SynthesizedAt::None,
                 })
             }
             Transport::Http { source, cached } => {

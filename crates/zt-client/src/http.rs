@@ -16,7 +16,7 @@ use zt_format::source::Probe;
 use zt_format::{AlignedBuf, Limits, Origin, Source};
 
 use crate::budget::{Budget, Held};
-use crate::client::Remote;
+use crate::client::{Remote, SynthesizedAt};
 use crate::error::{quote, At, Error, Result, Status};
 use crate::fetch::{Event, Fetch};
 use crate::options::Options;
@@ -331,7 +331,8 @@ impl HttpSource {
             };
             probe.feed(&bytes)?;
         }
-        let manifest = probe.finish()?.parsed.manifest;
+        let parsed = probe.finish()?.parsed;
+        let manifest = parsed.manifest;
         let undigested = manifest.components().any(|(_, _, c)| c.digest.is_none());
         match described {
             Some(url) if undigested && manifest.origin == Origin::V1 => {
@@ -341,6 +342,7 @@ impl HttpSource {
                 manifest,
                 etag,
                 size,
+                synthesized: SynthesizedAt::Here(parsed.synthesized),
             }),
         }
     }
@@ -382,10 +384,13 @@ impl HttpSource {
         let body = read_capped(resp, cap, url).await?;
         let (manifest, _) =
             zt_format::container::decode_manifest(&self.url, &body, size, &self.limits)?;
+        let base = url.split('?').next().unwrap_or(url);
+        let base = base.strip_suffix("/manifest").unwrap_or(base).to_owned();
         Ok(Remote {
             manifest,
             etag,
             size,
+            synthesized: SynthesizedAt::Route(base),
         })
     }
 
@@ -418,6 +423,7 @@ impl HttpSource {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let n = items.len() as u64;
+        let synthesized = Arc::new(remote.synthesized);
         // Every part of every component waits for a turn that one driver
         // hands out strictly in send order, so the first layer's requests
         // go out first whatever order the tasks happen to run in.
@@ -433,10 +439,11 @@ impl HttpSource {
                     .map(|(i, g)| (g, (i == 0).then_some(length))),
             );
             let (src, tx, etag) = (self.clone(), tx.clone(), remote.etag.clone());
+            let synthesized = Arc::clone(&synthesized);
             tokio::spawn(async move {
                 let mut held = None;
                 let r = src
-                    .component(&item, seq as u64, &etag, take, &mut held)
+                    .component(&item, seq as u64, &etag, take, &mut held, &synthesized)
                     .await;
                 let _ = tx.send((Event::Component(r), held));
             });
@@ -467,6 +474,7 @@ impl HttpSource {
         etag: &str,
         turns: Vec<oneshot::Receiver<Turn>>,
         held: &mut Option<Held>,
+        synthesized: &SynthesizedAt,
     ) -> Result<Delivered> {
         let cap = self.options.component_cap;
         if c.length > cap {
@@ -485,6 +493,16 @@ impl HttpSource {
             .pool
             .take(c.length)
             .map_err(|r| Error::corrupt(at, r))?;
+        if c.synthesized {
+            // No byte range of the file holds it: its bytes are here, or
+            // at the server's component route. One part, one turn.
+            drop(turns);
+            self.synthesized_bytes(at, synthesized, data.as_mut_slice())
+                .await?;
+            check.update(data.as_slice());
+            let verification = check.finish(at)?;
+            return Ok(delivered(at, seq, c, data, verification));
+        }
         // Parts are fetched at once, each streamed straight to its place in
         // the aligned buffer; the digest takes each part as soon as every
         // part before it is in, so hashing overlaps the transfer.
@@ -523,18 +541,78 @@ impl HttpSource {
         }
         drop((parts, arrived));
         let verification = check.finish(at)?;
-        Ok(Delivered {
-            object: at.object.clone(),
-            component: at.component.clone(),
-            seq,
-            dtype: c.dtype,
-            logical_type: c.logical_type.clone(),
-            encoding: c.encoding,
-            uncompressed_length: c.uncompressed_length,
-            digest: c.digest.clone(),
-            data,
-            verification,
-        })
+        Ok(delivered(at, seq, c, data, verification))
+    }
+
+    /// A synthesized component's bytes into `into` (exactly its length).
+    async fn synthesized_bytes(
+        &self,
+        at: &At,
+        from: &SynthesizedAt,
+        into: &mut [u8],
+    ) -> Result<()> {
+        let key = (at.object.clone(), at.component.clone());
+        match from {
+            SynthesizedAt::Here(map) => {
+                let b = map.get(&key).filter(|b| b.len() == into.len());
+                let b = b.ok_or_else(|| {
+                    Error::Protocol(format!("{}: {at} has no bytes of its length", self.url))
+                })?;
+                into.copy_from_slice(b);
+                Ok(())
+            }
+            SynthesizedAt::Route(base) => {
+                let mut url = reqwest::Url::parse(base)
+                    .map_err(|e| Error::Protocol(format!("{base}: {e}")))?;
+                url.path_segments_mut()
+                    .map_err(|()| Error::Protocol(format!("{base}: not a base URL")))?
+                    .extend(["objects", &at.object, &at.component]);
+                let mut req = self.client.get(url.as_str());
+                if let Some(t) = &self.options.token {
+                    req = req.bearer_auth(t);
+                }
+                let resp = req
+                    .send()
+                    .await
+                    .map_err(|e| Error::Transport(format!("GET {url}: {e}")))?;
+                if resp.status() != StatusCode::OK {
+                    let status = resp.status();
+                    let body = error_text(resp).await;
+                    return Err(Error::Server {
+                        status: Status::Http(status.as_u16()),
+                        message: format!("{url}: HTTP {status}: {}", quote(body.trim())),
+                    });
+                }
+                let want = Want::Exact(0..into.len() as u64);
+                self.read_body(resp, &want, into).await
+            }
+            SynthesizedAt::None => Err(Error::Protocol(format!(
+                "{}: {at} is synthesized by the server, and this transport cannot reach it",
+                self.url
+            ))),
+        }
+    }
+}
+
+/// A verified component, ready for the consumer.
+fn delivered(
+    at: &At,
+    seq: u64,
+    c: &zt_format::Component,
+    data: AlignedBuf,
+    verification: crate::verify::Verification,
+) -> Delivered {
+    Delivered {
+        object: at.object.clone(),
+        component: at.component.clone(),
+        seq,
+        dtype: c.dtype,
+        logical_type: c.logical_type.clone(),
+        encoding: c.encoding,
+        uncompressed_length: c.uncompressed_length,
+        digest: c.digest.clone(),
+        data,
+        verification,
     }
 }
 

@@ -79,8 +79,10 @@ fn layout(m: &Manifest) -> (Manifest, u64) {
             pos = pos.next_multiple_of(zt_format::alignment_for(c.length));
             c.offset = pos;
             pos += c.length;
-            // Verified on arrival, the digest is now the file's own.
+            // Verified on arrival, the digest is now the file's own, and
+            // a synthesized component a range of the output like any other.
             c.digest_computed = false;
+            c.synthesized = false;
         }
     }
     out.version = zt_format::SPEC_VERSION.to_owned();

@@ -55,7 +55,12 @@ pub struct Parsed {
     pub location: ManifestLocation,
     pub blob_area: BlobArea,
     pub warnings: Vec<Warning>,
+    /// The bytes of every synthesized component, by object and role.
+    pub synthesized: Synthesized,
 }
+
+/// Synthesized components' bytes by (object, role).
+pub type Synthesized = std::collections::BTreeMap<(String, String), Vec<u8>>;
 
 fn u64_le(b: &[u8]) -> u64 {
     let mut a = [0u8; 8];
@@ -187,6 +192,7 @@ pub fn decode(file: &str, loc: &ManifestLocation, bytes: &[u8], limits: &Limits)
         location: *loc,
         blob_area,
         warnings,
+        synthesized: Synthesized::new(),
     })
 }
 

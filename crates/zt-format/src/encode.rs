@@ -22,6 +22,9 @@ fn component(c: &Component) -> Value {
     if let Some(u) = c.uncompressed_length {
         m.push((text("uncompressed_length"), Value::Integer(u.into())));
     }
+    if c.synthesized {
+        m.push((text("placement"), text("synthesized")));
+    }
     if c.encoding == Encoding::Zstd {
         m.push((text("encoding"), text(Encoding::Zstd.name())));
     }

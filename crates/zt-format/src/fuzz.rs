@@ -1,5 +1,5 @@
-//! The bodies of the `read_file` and `read_safetensors` fuzz targets,
-//! shared with the corpus replay test.
+//! The bodies of the `read_file`, `read_safetensors` and `read_gguf` fuzz
+//! targets, shared with the corpus replay test.
 
 use crate::{Limits, ReadOptions, Verify, ZtFile};
 
@@ -15,6 +15,19 @@ pub fn read_everything(data: &[u8]) {
 #[doc(hidden)]
 pub fn read_safetensors(data: &[u8]) {
     read_everything_as("fuzz.safetensors", data);
+}
+
+/// The same for `data` as a GGUF file.
+#[doc(hidden)]
+pub fn read_gguf(data: &[u8]) {
+    read_everything_as("fuzz.gguf", data);
+}
+
+/// A small valid GGUF file (three tensors, metadata, a long string array
+/// and a long number array): a fuzz seed and a test fixture.
+#[doc(hidden)]
+pub fn gguf_sample() -> Vec<u8> {
+    crate::source::gguf::sample::sample()
 }
 
 /// Opens `data` as the file `label` names (its extension picks the

@@ -335,6 +335,7 @@ pub(crate) fn manifest_v1_0(
                     encoding,
                     digest: parse_digest(c.text("digest").map_err(cinv)?, &cat)?,
                     digest_computed: false,
+                    synthesized: false,
                     legacy: None,
                     slot: 0,
                 },
@@ -443,6 +444,7 @@ fn tensor_v0_1(t: &Map<'_>, at: &Location) -> Result<Object> {
         encoding,
         digest: digest.clone(),
         digest_computed: false,
+        synthesized: false,
         legacy: ((big_endian && dtype.size() > 1) || part != Part::Whole).then_some(Extract {
             big_endian,
             width: dtype.size(),
@@ -484,6 +486,7 @@ fn tensor_v0_1(t: &Map<'_>, at: &Location) -> Result<Object> {
                             encoding,
                             digest: None,
                             digest_computed: false,
+                            synthesized: false,
                             legacy: big_endian.then_some(Extract {
                                 big_endian,
                                 width: 8,

@@ -138,6 +138,16 @@ pub enum Format {
     SparseCsr,
     SparseCoo,
     QuantizedGroup,
+    /// A GGUF block-quantized tensor (Q4_0, Q8_0, Q4_K, ...): one `u8`
+    /// `data` component served as stored, whose `type` is the ggml type
+    /// name in lower case; `shape` is the logical shape.
+    GgufBlock,
+    /// A blob (ragged) tensor: `shape` is `[rows]`, `offsets` holds
+    /// `rows + 1` `u64` positions into `values` (starting at 0, never
+    /// decreasing, the last equal to the number of values); row `i` is
+    /// `values[offsets[i]..offsets[i + 1]]`. A list of strings is a ragged
+    /// `u8` object.
+    Ragged,
     /// Bytes of a source type that has no dtype of ours (a safetensors or
     /// GGUF type we cannot express): one `u8` `data` component served as
     /// stored, with the source's type name and the reason in the object's
@@ -155,6 +165,8 @@ impl Format {
             "sparse_coo" => Format::SparseCoo,
             "quantized_group" => Format::QuantizedGroup,
             "opaque" => Format::Opaque,
+            "gguf_block" => Format::GgufBlock,
+            "ragged" => Format::Ragged,
             other => Format::Other(other.to_owned()),
         }
     }
@@ -166,6 +178,8 @@ impl Format {
             Format::SparseCoo => "sparse_coo",
             Format::QuantizedGroup => "quantized_group",
             Format::Opaque => "opaque",
+            Format::GgufBlock => "gguf_block",
+            Format::Ragged => "ragged",
             Format::Other(s) => s,
         }
     }
@@ -177,7 +191,8 @@ impl Format {
             Format::SparseCsr => &["values", "indices", "indptr"],
             Format::SparseCoo => &["values", "coords"],
             Format::QuantizedGroup => &["packed_weight", "scales"],
-            Format::Opaque => &["data"],
+            Format::Opaque | Format::GgufBlock => &["data"],
+            Format::Ragged => &["offsets", "values"],
             Format::Other(_) => &[],
         }
     }
@@ -187,6 +202,7 @@ impl Format {
         match self {
             Format::SparseCsr => &["indices", "indptr"],
             Format::SparseCoo => &["coords"],
+            Format::Ragged => &["offsets"],
             _ => &[],
         }
     }
@@ -273,6 +289,12 @@ pub struct Component {
     /// than read from the file. Clients verify both alike; this only says
     /// who vouches for it.
     pub digest_computed: bool,
+    /// Whether the bytes are built by the server from the file's header
+    /// rather than being a range of the file (a GGUF string array's
+    /// `offsets` and `values`): `offset` is then 0 and means nothing, and
+    /// the bytes come from the component route or stream, never from a
+    /// byte range of the file.
+    pub synthesized: bool,
     /// How to turn a legacy blob into this component's bytes; `None` for
     /// v1.2 components and for legacy ones that need no transformation.
     pub(crate) legacy: Option<crate::legacy::Extract>,
@@ -292,6 +314,7 @@ impl PartialEq for Component {
             && self.encoding == other.encoding
             && self.digest == other.digest
             && self.digest_computed == other.digest_computed
+            && self.synthesized == other.synthesized
             && self.legacy == other.legacy
     }
 }

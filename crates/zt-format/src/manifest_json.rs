@@ -70,6 +70,7 @@ pub fn component_json(c: &Component) -> Value {
         "dtype": c.dtype.name(),
         "type": c.logical_type.as_ref().map(|t| t.name()),
         "offset": c.offset,
+        "placement": if c.synthesized { "synthesized" } else { "file" },
         "length": c.length,
         "uncompressed_length": c.uncompressed_length,
         "encoding": c.encoding.name(),

@@ -256,6 +256,7 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
     let mut encoding = Encoding::Raw;
     let mut digest = None;
     let mut digest_computed = false;
+    let mut synthesized = false;
     r.map::<Located>("component", "component", |r, key| {
         match key.bytes() {
             b"dtype" => {
@@ -293,6 +294,19 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
                     .map(|d| Digest::parse(&d))
                     .transpose()?
             }
+            b"placement" => {
+                synthesized = match optional_text(r, "placement")?.as_deref() {
+                    None | Some("file") => false,
+                    Some("synthesized") => true,
+                    Some(_) => {
+                        return Err(Rule::FieldType {
+                            field: "placement".to_owned(),
+                            expected: "\"file\" or \"synthesized\"",
+                        }
+                        .into())
+                    }
+                }
+            }
             b"digest_by" => {
                 digest_computed = match optional_text(r, "digest_by")?.as_deref() {
                     None | Some("file") => false,
@@ -322,6 +336,7 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
         encoding,
         digest,
         digest_computed,
+        synthesized,
         legacy: None,
         slot: 0,
     })

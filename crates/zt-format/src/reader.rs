@@ -224,7 +224,16 @@ impl ZtFile {
     }
 
     fn stored_of(&self, object: &str, role: &str, c: &Component, slot: usize) -> Result<&[u8]> {
-        let stored = self.raw_slice(c);
+        let stored = if c.synthesized {
+            // Built from the header (a GGUF string array), not in the file.
+            let key = (object.to_owned(), role.to_owned());
+            self.parsed
+                .synthesized
+                .get(&key)
+                .map_or(&[][..], Vec::as_slice)
+        } else {
+            self.raw_slice(c)
+        };
         self.check_digest(c, slot, stored)
             .map_err(|r| Error::invalid(self.at(object, role), r))?;
         Ok(stored)

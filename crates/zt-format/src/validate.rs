@@ -29,6 +29,16 @@ pub(crate) fn manifest(
         for (role, c) in &obj.components {
             let cat = || at.component(name, role);
             let inv = |rule| Error::invalid(cat(), rule);
+            if c.synthesized {
+                // Not in the file: no place in it to check.
+                if m.source.is_aligned() {
+                    return Err(inv(Rule::FieldType {
+                        field: "placement".to_owned(),
+                        expected: "\"file\" (a .zt file holds every component)",
+                    }));
+                }
+                continue;
+            }
             if aligned && c.offset % ALIGNMENT != 0 {
                 if legacy {
                     warnings.push(Warning::new(

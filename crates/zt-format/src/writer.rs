@@ -139,6 +139,7 @@ impl<W: Write> Writer<W> {
                     encoding: Encoding::Raw,
                     digest: None,
                     digest_computed: false,
+                    synthesized: false,
                     legacy: None,
                     slot: 0,
                 },

@@ -202,6 +202,14 @@ fn hash(
             continue;
         }
         let mut h = DigestHasher::new(algorithm);
+        if c.synthesized {
+            let key = (object.to_owned(), role.to_owned());
+            h.update(f.synthesized.get(&key).map_or(&[][..], Vec::as_slice));
+            out.entry(object.to_owned())
+                .or_default()
+                .insert(role.to_owned(), h.finish().as_str().to_owned());
+            continue;
+        }
         let end = c.offset.saturating_add(c.length);
         let mut pos = c.offset;
         while pos < end {

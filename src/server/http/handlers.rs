@@ -239,6 +239,7 @@ async fn serve(
                     .map(|v| vec![(header::LINK, v)])
                     .unwrap_or_default(),
                 served: Arc::clone(&served),
+                memory: None,
             };
             // The Range header is resolved once: the spans verified are
             // the spans sent.
@@ -494,14 +495,20 @@ async fn component_response(
         HeaderName::from_static("x-zt-object"),
         hv(object).unwrap_or(HeaderValue::from_static("")),
     ));
+    let memory = served.synthesized(object, role);
+    let span = match &memory {
+        Some(b) => 0..b.len() as u64,
+        None => c.offset..c.offset + c.length,
+    };
     let entity = Entity {
-        span: c.offset..c.offset + c.length,
+        span,
         etag,
         modified: served.modified,
         content_type: "application/octet-stream",
         cache_control,
         headers: extra,
         served,
+        memory,
     };
     let ranges = ranges(state, headers, &entity);
     Ok(respond(state, method, headers, entity, ranges))

@@ -29,6 +29,9 @@ pub(crate) struct Entity {
     pub(crate) content_type: &'static str,
     pub(crate) cache_control: &'static str,
     pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
+    /// The bytes themselves, for an entity that is not in the file (a
+    /// synthesized component); `span` is then `0..len`.
+    pub(crate) memory: Option<Bytes>,
 }
 
 fn http_date(t: SystemTime) -> String {
@@ -202,6 +205,16 @@ pub(crate) fn respond(
     let body = if head {
         Body::empty()
     } else {
+        let parts = match &entity.memory {
+            Some(bytes) => parts
+                .into_iter()
+                .map(|p| match p {
+                    Part::File(r) => Part::Bytes(bytes.slice(r.start as usize..r.end as usize)),
+                    other => other,
+                })
+                .collect(),
+            None => parts,
+        };
         body(Arc::clone(&entity.served), Arc::clone(state), parts)
     };
     builder.body(body).unwrap_or_default()

@@ -202,6 +202,7 @@ async fn send_one(
             return Written::Gone;
         }
     }
+    let memory = served.synthesized(&h.object, &h.component);
     let mut pos = h.offset;
     let end = h.offset.saturating_add(h.length);
     while pos < end {
@@ -210,26 +211,21 @@ async fn send_one(
             return Written::Cancelled;
         }
         let n = CHUNK.min(end - pos);
-        let s = Arc::clone(served);
-        let read = tokio::task::spawn_blocking(move || {
-            crate::server::pread::read_shared(&s.file, usize::try_from(n).unwrap_or(0), pos)
-        })
-        .await;
-        let buf = match read {
-            Ok(Ok(b)) => b,
-            Ok(Err(e)) => {
-                let why = format!(
-                    "{}: object {:?}, component {:?}: reading {n} bytes at {pos}: {e}",
-                    served.path, h.object, h.component
-                );
-                tracing::warn!(file = %served.path, reason = %why, "read failed mid-stream (file changed?)");
-                let _ = stream.reset(code(Code::ReadFailed));
-                return Written::Refused(Code::ReadFailed, why);
+        let buf = match &memory {
+            // A synthesized component: its offset is 0, its bytes are here.
+            Some(b) => {
+                b.slice(usize::try_from(pos).unwrap_or(0)..usize::try_from(pos + n).unwrap_or(0))
             }
-            Err(_) => {
-                let _ = stream.reset(code(Code::Internal));
-                return Written::Gone;
-            }
+            None => match read_chunk(served, h, pos, n).await {
+                Ok(b) => b,
+                Err((c, why)) => {
+                    let _ = stream.reset(code(c));
+                    return match why {
+                        Some(why) => Written::Refused(c, why),
+                        None => Written::Gone,
+                    };
+                }
+            },
         };
         // The write stays pinned across cancellation checks: dropping a
         // half-done write and starting it again would send bytes twice.
@@ -289,6 +285,33 @@ async fn send_one(
 /// A failed write: the client's STOP_SENDING, which the stream answers with
 /// a reset carrying `cancelled` whatever code the client sent (quinn would
 /// echo the client's code when the stream is dropped), or a lost connection.
+/// `n` bytes of the file at `pos`, read on a blocking thread; on failure
+/// the reset code and, for a read that failed, why.
+async fn read_chunk(
+    served: &Arc<Served>,
+    h: &ComponentHeader,
+    pos: u64,
+    n: u64,
+) -> Result<bytes::Bytes, (Code, Option<String>)> {
+    let s = Arc::clone(served);
+    let read = tokio::task::spawn_blocking(move || {
+        crate::server::pread::read_shared(&s.file, usize::try_from(n).unwrap_or(0), pos)
+    })
+    .await;
+    match read {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(e)) => {
+            let why = format!(
+                "{}: object {:?}, component {:?}: reading {n} bytes at {pos}: {e}",
+                served.path, h.object, h.component
+            );
+            tracing::warn!(file = %served.path, reason = %why, "read failed mid-stream (file changed?)");
+            Err((Code::ReadFailed, Some(why)))
+        }
+        Err(_) => Err((Code::Internal, None)),
+    }
+}
+
 fn write_failed(stream: &mut SendStream, e: &quinn::WriteError) -> Written {
     match e {
         quinn::WriteError::Stopped(c) => {

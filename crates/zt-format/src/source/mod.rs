@@ -6,6 +6,7 @@
 //! each sees the same number of reads (the source's read plan).
 //!
 //! A new source is one more module here and one more arm in [`Probe`].
+//! Sources: `.zt` ([`crate::container`]), safetensors and GGUF.
 //!
 //! ```
 //! use zt_format::source::Probe;
@@ -27,6 +28,7 @@
 //! # Ok::<(), zt_format::Error>(())
 //! ```
 
+pub(crate) mod gguf;
 mod safetensors;
 mod zt;
 
@@ -37,6 +39,7 @@ use crate::error::{Error, Location, Result, Rule};
 use crate::manifest::Source;
 use crate::options::Limits;
 
+pub use gguf::{INLINE_ARRAY as GGUF_INLINE_ARRAY, METADATA_PREFIX as GGUF_METADATA_PREFIX};
 pub use safetensors::DTYPES as SAFETENSORS_DTYPES;
 
 /// A source's manifest and the header bytes it was read from.
@@ -56,6 +59,8 @@ pub fn by_name(name: &str) -> Option<Source> {
         Some(Source::Zt)
     } else if lower.ends_with(".safetensors") {
         Some(Source::Safetensors)
+    } else if lower.ends_with(".gguf") {
+        Some(Source::Gguf)
     } else {
         None
     }
@@ -74,6 +79,7 @@ pub struct Probe {
 enum State {
     Zt(zt::Plan),
     Safetensors(safetensors::Plan),
+    Gguf(gguf::Plan),
     /// A source this build cannot read yet.
     Unsupported(Source),
 }
@@ -85,6 +91,7 @@ impl Probe {
         let state = match source {
             Source::Zt => State::Zt(zt::Plan::new(size)),
             Source::Safetensors => State::Safetensors(safetensors::Plan::new(size)),
+            Source::Gguf => State::Gguf(gguf::Plan::new(size)),
             other => State::Unsupported(other),
         };
         Probe {
@@ -101,6 +108,7 @@ impl Probe {
         match &self.state {
             State::Zt(p) => p.next_read(),
             State::Safetensors(p) => p.next_read(),
+            State::Gguf(p) => p.next_read(),
             State::Unsupported(_) => None,
         }
     }
@@ -126,6 +134,7 @@ impl Probe {
         match &mut self.state {
             State::Zt(p) => p.feed(bytes, &self.label, self.size, &self.limits),
             State::Safetensors(p) => p.feed(bytes, &self.label, &self.limits),
+            State::Gguf(p) => p.feed(bytes, &self.label, &self.limits),
             State::Unsupported(_) => Ok(()),
         }
     }
@@ -139,6 +148,7 @@ impl Probe {
         match self.state {
             State::Zt(p) => p.finish(&self.label, &self.limits),
             State::Safetensors(p) => p.finish(&self.label, self.size, &self.limits),
+            State::Gguf(p) => p.finish(&self.label),
             State::Unsupported(source) => Err(Error::invalid(
                 at,
                 Rule::Header {

@@ -275,6 +275,7 @@ pub(super) fn parse_header(label: &str, raw: &[u8], size: u64, _limits: &Limits)
         location: ManifestLocation::header(8, raw.len() as u64, size),
         blob_area,
         warnings,
+        synthesized: Default::default(),
     })
 }
 
@@ -352,6 +353,7 @@ fn object(info: &Info, data_start: u64, at: &Location) -> Result<Object> {
         encoding: Encoding::Raw,
         digest: None,
         digest_computed: false,
+        synthesized: false,
         legacy: None,
         slot: 0,
     };

@@ -11,7 +11,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
-use zt_format::{Component, Hasher, Manifest};
+use zt_format::{Component, Encoding, Format, Hasher, Manifest, Object};
 
 use crate::server::pread::READ_CHUNK as CHUNK;
 
@@ -56,9 +56,14 @@ impl Checks {
     /// Records every component whose digest was just computed from the
     /// file as checked: hashing it again on its first request would read
     /// the same bytes twice for nothing.
+    /// Ragged offsets still get their own check on first use.
     pub(super) fn computed_pass(&self, m: &Manifest) {
         for (o, r, c) in m.components() {
-            if c.digest_computed {
+            let ragged = r == "offsets"
+                && m.objects
+                    .get(o)
+                    .is_some_and(|obj| obj.format == Format::Ragged);
+            if c.digest_computed && !ragged {
                 if let Some(cell) = self.cells.get(&(o.to_owned(), r.to_owned())) {
                     let _ = cell.set(Ok(()));
                 }
@@ -93,7 +98,15 @@ impl Checks {
             return done.clone().map_err(Refusal::Corrupt);
         }
         let named = |e: String| format!("{path}: object {object:?}, component {role:?}: {e}");
-        match hash(file, c) {
+        let ragged = m
+            .objects
+            .get(object)
+            .filter(|o| o.format == Format::Ragged && role == "offsets");
+        let checked = hash(file, c).and_then(|verdict| match (verdict, ragged) {
+            (Ok(()), Some(obj)) => ragged_offsets(file, obj, c),
+            (verdict, _) => Ok(verdict),
+        });
+        match checked {
             Ok(verdict) => cell
                 .get_or_init(|| verdict.map_err(named))
                 .clone()
@@ -101,6 +114,30 @@ impl Checks {
             Err(unreadable) => Err(Refusal::Unreadable(named(unreadable))),
         }
     }
+}
+
+/// A ragged object's offsets, read and checked against its values
+/// (`Err` when they could not be read; otherwise the verdict).
+fn ragged_offsets(file: &File, obj: &Object, c: &Component) -> Result<Result<(), String>, String> {
+    let len = usize::try_from(c.length).map_err(|e| e.to_string())?;
+    let stored = crate::server::pread::read_exact_at(file, len, c.offset)
+        .map_err(|e| format!("reading {len} bytes at {}: {e}", c.offset))?;
+    let decoded = match (c.encoding, c.uncompressed_length) {
+        (Encoding::Zstd, Some(n)) => {
+            match zstd::bulk::decompress(&stored, usize::try_from(n).unwrap_or(0)) {
+                Ok(d) => d,
+                Err(e) => return Ok(Err(format!("zstd-corrupt: {e}"))),
+            }
+        }
+        _ => stored.to_vec(),
+    };
+    let count = obj
+        .components
+        .get("values")
+        .and_then(|v| v.decoded_length()?.checked_div(v.dtype.size()))
+        .unwrap_or(0);
+    Ok(zt_format::ragged::check_offsets(&decoded, count)
+        .map_err(|rule| format!("{}: {rule}", rule.name())))
 }
 
 /// `Err` when the bytes could not be read; otherwise the verdict.

@@ -215,3 +215,30 @@ def test_the_real_llama_vocab(served, zt, tmp_path, llama_vocab):
     sel = tmp_path / "sel.zt"
     zt("fetch", f"http://127.0.0.1:{port}/vocab.gguf", "-o", sel, "--select", "@tokenizer.ggml.*")
     assert strings(zt, sel, "@tokenizer.ggml.tokens") == tokens
+
+
+def test_a_packed_gguf_for_ztensor(served, zt, tmp_path):
+    """`zt pack` keeps GGUF blocks as gguf_block objects and the token list
+    as a ragged object. ztensor 1.2.3 lists both, returns their components
+    from read(), and refuses read_numpy on them by name (docs/sources.md)."""
+    import ztensor
+    port, root = served
+    packed = tmp_path / "zoo.zt"
+    zt("pack", root / "zoo.gguf", "-o", packed, "--digest", "sha256")
+    zt("verify", "--require-digest", packed)
+    r = ztensor.Reader(str(packed))
+    tokens = r.read("@tokenizer.ggml.tokens")
+    assert tokens.format == "ragged"
+    offs, vals = tokens.components["offsets"], tokens.components["values"]
+    rows = [bytes(vals[a:b]).decode() for a, b in zip(offs[:-1], offs[1:])]
+    assert rows == strings(zt, packed, "@tokenizer.ggml.tokens")
+    assert r.metadata("blk.1.q8_0").format == "gguf_block"
+    for name in ["@tokenizer.ggml.tokens", "blk.1.q8_0"]:
+        with pytest.raises(TypeError, match="requires dense"):
+            r.read_numpy(name)
+    # Exporting them to safetensors is refused by name, and nothing is written.
+    out = tmp_path / "zoo.safetensors"
+    p = zt("export", packed, "-o", out, check=False)
+    assert p.returncode == 1, p
+    assert b'object "@tokenizer.ggml.tokens": format "ragged" cannot be expressed in safetensors' in p.stderr
+    assert not out.exists()

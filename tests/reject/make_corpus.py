@@ -75,6 +75,10 @@ def nested(depth):
 
 GOOD = {"w": obj({"data": comp()})}
 
+# A ragged object's blobs: offsets [0, 2, 1] (decreasing: wrong) at 64,
+# three values at 128.
+RAGGED_BLOBS = b"\0" * 56 + struct.pack("<3Q", 0, 2, 1) + b"\0" * 40 + b"abc"
+
 CORPUS = {
     "too-short": b"ZTEN1000" + b"\0" * 8,
     "header-magic": v12(manifest(GOOD), header=b"ZTEN9999"),
@@ -101,7 +105,10 @@ CORPUS = {
     "malformed-digest": v12(manifest({"w": obj({"data": comp(digest="sha256:1234")})})),
     "sparse-index-dtype": v12(manifest({"s": obj({"values": comp(offset=64, length=8), "indices": comp(offset=128, length=8, dtype="i32"), "indptr": comp(offset=192, length=8, dtype="u64")}, shape=(1, 4), fmt="sparse_csr")}), blobs=b"\0" * 184 + b"\1" * 8),
     "missing-component": v12(manifest({"s": obj({"values": comp()}, shape=(2, 2), fmt="sparse_csr")})),
+    "ragged-shape": v12(manifest({"w": obj({"offsets": comp(length=24, dtype="u64"), "values": comp(offset=128, length=3, dtype="u8")}, shape=(2, 1), fmt="ragged")}), blobs=RAGGED_BLOBS),
+    "ragged-offsets-length": v12(manifest({"w": obj({"offsets": comp(length=16, dtype="u64"), "values": comp(offset=128, length=3, dtype="u8")}, shape=(2,), fmt="ragged")}), blobs=RAGGED_BLOBS),
     # Valid structure; fails on read and in `zt verify`.
+    "ragged-offsets": v12(manifest({"w": obj({"offsets": comp(length=24, dtype="u64"), "values": comp(offset=128, length=3, dtype="u8")}, shape=(2,), fmt="ragged")}), blobs=RAGGED_BLOBS),
     "digest-mismatch": v12(manifest({"w": obj({"data": comp(digest="crc32c:0x00000000")})})),
     "decompress-over-cap": v12(manifest({"w": obj({"data": comp(dtype="u8", encoding="zstd", uncompressed_length=40 << 30)}, shape=(40 << 30,))})),
     "zstd-without-length": v12(manifest({"w": obj({"data": comp(encoding="zstd")})})),

@@ -174,6 +174,12 @@ pub enum Rule {
     UnknownSource { value: String },
     #[error("{detail}")]
     Header { rule: &'static str, detail: String },
+    #[error("a ragged object's shape must be [rows], found {shape:?}")]
+    RaggedShape { shape: Vec<u64> },
+    #[error("ragged offsets hold {actual} bytes, expected (rows + 1) x 8 = {expected}")]
+    RaggedOffsetsLength { actual: u64, expected: u64 },
+    #[error("ragged offsets {detail}")]
+    RaggedOffsets { detail: String },
 }
 
 impl Rule {
@@ -219,6 +225,9 @@ impl Rule {
             Rule::FileChanged { .. } => "file-changed",
             Rule::UnknownSource { .. } => "unknown-source",
             Rule::Header { rule, .. } => rule,
+            Rule::RaggedShape { .. } => "ragged-shape",
+            Rule::RaggedOffsetsLength { .. } => "ragged-offsets-length",
+            Rule::RaggedOffsets { .. } => "ragged-offsets",
         }
     }
 

@@ -64,6 +64,7 @@ mod options;
 mod order;
 mod parse_v1;
 mod pread;
+pub mod ragged;
 mod reader;
 pub mod select;
 pub mod source;

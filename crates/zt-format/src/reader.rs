@@ -14,7 +14,7 @@ use crate::container::{self, Parsed};
 use crate::digest::DigestAlgorithm;
 use crate::element::{Data, Tensor};
 use crate::error::{Error, Location, Result, Rule};
-use crate::manifest::{Component, Encoding, Manifest, Object};
+use crate::manifest::{Component, Encoding, Format, Manifest, Object};
 use crate::options::{ReadOptions, Verify};
 use crate::warning::Warning;
 
@@ -223,9 +223,11 @@ impl ZtFile {
         self.stored_of(object, role, c, slot)
     }
 
-    fn stored_of(&self, object: &str, role: &str, c: &Component, slot: usize) -> Result<&[u8]> {
-        let stored = if c.synthesized {
-            // Built from the header (a GGUF string array), not in the file.
+    /// The stored bytes, before any check: a range of the file, or for a
+    /// synthesized component (a GGUF string array) the bytes built from
+    /// the header.
+    fn stored_unchecked(&self, object: &str, role: &str, c: &Component) -> &[u8] {
+        if c.synthesized {
             let key = (object.to_owned(), role.to_owned());
             self.parsed
                 .synthesized
@@ -233,7 +235,11 @@ impl ZtFile {
                 .map_or(&[][..], Vec::as_slice)
         } else {
             self.raw_slice(c)
-        };
+        }
+    }
+
+    fn stored_of(&self, object: &str, role: &str, c: &Component, slot: usize) -> Result<&[u8]> {
+        let stored = self.stored_unchecked(object, role, c);
         self.check_digest(c, slot, stored)
             .map_err(|r| Error::invalid(self.at(object, role), r))?;
         Ok(stored)
@@ -255,6 +261,34 @@ impl ZtFile {
         slot: usize,
     ) -> Result<Data<'_>> {
         let stored = self.stored_of(object, role, c, slot)?;
+        if obj.format == Format::Ragged && role == "offsets" {
+            let decoded = self.decode(object, role, obj, c, stored)?;
+            self.ragged_offsets(object, obj, &decoded)
+                .map_err(|r| Error::invalid(self.at(object, role), r))?;
+            return Ok(decoded);
+        }
+        self.decode(object, role, obj, c, stored)
+    }
+
+    /// The positions in a ragged object's decoded `offsets`, against the
+    /// number of elements its `values` holds.
+    fn ragged_offsets(&self, _object: &str, obj: &Object, offsets: &[u8]) -> Result<(), Rule> {
+        let count = obj
+            .components
+            .get("values")
+            .and_then(|v| v.decoded_length()?.checked_div(v.dtype.size()))
+            .unwrap_or(0);
+        crate::ragged::check_offsets(offsets, count)
+    }
+
+    fn decode<'s>(
+        &'s self,
+        object: &str,
+        role: &str,
+        obj: &Object,
+        c: &Component,
+        stored: &'s [u8],
+    ) -> Result<Data<'s>> {
         if c.encoding == Encoding::Raw
             && c.legacy.is_none()
             && stored.as_ptr() as u64 % ALIGNMENT == 0
@@ -329,7 +363,7 @@ impl ZtFile {
 
     fn verify_one(&self, object: &str, role: &str, c: &Component) -> ComponentStatus {
         let at = self.at(object, role);
-        let stored = self.raw_slice(c);
+        let stored = self.stored_unchecked(object, role, c);
         let result = match &c.digest {
             Some(d) => d.check(stored),
             None => Ok(()),
@@ -356,6 +390,21 @@ impl ZtFile {
             };
             if let Err(rule) = checked {
                 return ComponentStatus::Failed(Error::invalid(at, rule));
+            }
+        }
+        let ragged = self
+            .parsed
+            .manifest
+            .objects
+            .get(object)
+            .filter(|o| o.format == Format::Ragged && role == "offsets");
+        if let Some(obj) = ragged {
+            let checked = self.decode(object, role, obj, c, stored).and_then(|d| {
+                self.ragged_offsets(object, obj, &d)
+                    .map_err(|r| Error::invalid(self.at(object, role), r))
+            });
+            if let Err(e) = checked {
+                return ComponentStatus::Failed(e);
             }
         }
         match c.digest.as_ref().and_then(|d| d.algorithm()) {

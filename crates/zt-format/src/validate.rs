@@ -108,6 +108,10 @@ pub(crate) fn object(name: &str, obj: &Object, at: &Location, legacy: bool) -> R
             ));
         }
     }
+    if obj.format == Format::Ragged {
+        crate::ragged::check_object(obj)
+            .map_err(|(role, rule)| Error::invalid(at.component(name, role), rule))?;
+    }
     let count = element_count(&obj.shape);
     for (role, c) in &obj.components {
         let inv = |rule| Error::invalid(at.component(name, role), rule);

@@ -90,8 +90,43 @@ impl<W: Write> Writer<W> {
         self.add_object(name, shape, &Format::Dense, Attributes::new(), &[c], store)
     }
 
+    /// Adds a ragged (blob) `u8` object: one row per item of `rows`, for
+    /// example a list of strings.
+    pub fn add_ragged(&mut self, name: &str, rows: &[&[u8]], store: StoreOptions) -> Result<()> {
+        let mut offsets = Vec::with_capacity(rows.len().saturating_add(1).saturating_mul(8));
+        let mut values = Vec::new();
+        offsets.extend_from_slice(&0u64.to_le_bytes());
+        for r in rows {
+            values.extend_from_slice(r);
+            offsets.extend_from_slice(&(values.len() as u64).to_le_bytes());
+        }
+        let comps = [
+            ComponentData {
+                role: "offsets",
+                dtype: DType::U64,
+                logical_type: None,
+                data: &offsets,
+            },
+            ComponentData {
+                role: "values",
+                dtype: DType::U8,
+                logical_type: None,
+                data: &values,
+            },
+        ];
+        let shape = [rows.len() as u64];
+        self.add_object(
+            name,
+            &shape,
+            &Format::Ragged,
+            Attributes::new(),
+            &comps,
+            store,
+        )
+    }
+
     /// Adds an object of any format. The object is validated before any of
-    /// its bytes are written.
+    /// its bytes are written (a ragged object's offsets included).
     pub fn add_object(
         &mut self,
         name: &str,
@@ -110,6 +145,17 @@ impl<W: Write> Writer<W> {
                     context: "objects".to_owned(),
                 },
             ));
+        }
+        if *format == Format::Ragged {
+            let offsets = components.iter().find(|c| c.role == "offsets");
+            let values = components.iter().find(|c| c.role == "values");
+            if let (Some(o), Some(v)) = (offsets, values) {
+                let count = (v.data.len() as u64)
+                    .checked_div(v.dtype.size())
+                    .unwrap_or(0);
+                crate::ragged::check_offsets(o.data, count)
+                    .map_err(|rule| Error::invalid(at.component(name, "offsets"), rule))?;
+            }
         }
         // Build the object with provisional offsets to validate it first.
         let mut obj = Object {

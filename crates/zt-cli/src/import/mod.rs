@@ -1,5 +1,5 @@
 //! Reading tensors from other files for `zt pack`: safetensors, `.npy`,
-//! `.npz` and `.zt` of any version.
+//! `.npz`, GGUF and `.zt` of any version.
 
 mod npy;
 mod safetensors;
@@ -66,8 +66,14 @@ impl<'a> Item<'a> {
 #[derive(Debug)]
 pub enum Source {
     Safetensors(MappedFile),
-    Npy { stem: String, bytes: MappedFile },
+    Npy {
+        stem: String,
+        bytes: MappedFile,
+    },
     Npz(Vec<(String, Vec<u8>)>),
+    /// A file the format core reads: `.zt` of any version, or GGUF
+    /// (quantized tensors kept as `gguf_block` objects, tokenizer string
+    /// arrays as ragged objects).
     Zt(Box<ZtFile>),
 }
 
@@ -86,9 +92,9 @@ impl Source {
                 bytes: read()?,
             },
             "npz" => Source::Npz(read_zip(path)?),
-            "zt" => Source::Zt(Box::new(ZtFile::open_with(path, options)?)),
+            "zt" | "gguf" => Source::Zt(Box::new(ZtFile::open_with(path, options)?)),
             other => bail!(
-                "{}: unsupported input extension {other:?} (expected .safetensors, .npy, .npz or .zt)",
+                "{}: unsupported input extension {other:?} (expected .safetensors, .npy, .npz, .gguf or .zt)",
                 path.display()
             ),
         })

@@ -266,3 +266,86 @@ fn the_client_reads_safetensors_and_gguf_headers_from_nginx_itself() {
     let tokens = got.stored("@tokenizer.ggml.tokens", "values").unwrap();
     assert!(tokens.starts_with("tok0▁tok1▁".as_bytes()));
 }
+
+/// `-o NAME.safetensors` of a safetensors file (`.gguf` of a GGUF file)
+/// writes the served file byte for byte, over HTTP from the daemon and
+/// from nginx; ztp/1, a selection, or another source's name are refused
+/// before anything is written.
+#[test]
+fn byte_identical_copies_named_after_their_source() {
+    let root = tempfile::tempdir().unwrap();
+    write_safetensors(&root.path().join("m.safetensors"));
+    std::fs::write(root.path().join("m.gguf"), zt_format::fuzz::gguf_sample()).unwrap();
+    let s = Server::start_quic(root.path(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let nport = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nginx = common::nginx::Nginx::start(root.path(), nport, dir.path()).unwrap();
+    for name in ["m.safetensors", "m.gguf"] {
+        let original = std::fs::read(root.path().join(name)).unwrap();
+        let urls = [
+            s.url(&format!("/{name}")),
+            format!("http://127.0.0.1:{nport}/{name}"),
+        ];
+        for (i, url) in urls.iter().enumerate() {
+            let out = dir.path().join(format!("{i}.{name}"));
+            let r = zt(&["fetch", url, "-o", out.to_str().unwrap()]);
+            assert!(
+                r.status.success(),
+                "{url}: {}",
+                String::from_utf8_lossy(&r.stderr)
+            );
+            assert!(
+                std::fs::read(&out).unwrap() == original,
+                "{url}: not byte-identical"
+            );
+        }
+        let out = dir.path().join(format!("q.{name}"));
+        let (q, fp) = s.quic.clone().unwrap();
+        let quic = format!("quic://{q}/{name}");
+        let refused = [
+            vec![
+                "fetch",
+                quic.as_str(),
+                "-o",
+                out.to_str().unwrap(),
+                "--cert-fingerprint",
+                fp.as_str(),
+            ],
+            vec![
+                "fetch",
+                urls[0].as_str(),
+                "-o",
+                out.to_str().unwrap(),
+                "--select",
+                "*",
+            ],
+        ];
+        for args in refused {
+            let r = zt(&args);
+            assert_eq!(
+                r.status.code(),
+                Some(2),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&r.stderr)
+            );
+            assert!(!out.exists() && !dir.path().join(format!("q.{name}.part")).exists());
+        }
+    }
+    let r = zt(&[
+        "fetch",
+        &s.url("/m.gguf"),
+        "-o",
+        dir.path().join("x.safetensors").to_str().unwrap(),
+    ]);
+    assert_eq!(r.status.code(), Some(2));
+    let msg = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        msg.contains("names a safetensors file") && msg.contains("is a gguf file"),
+        "{msg}"
+    );
+    drop(nginx);
+}

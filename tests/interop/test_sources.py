@@ -109,3 +109,15 @@ def test_the_real_model_is_served_as_is(served, zt, tmp_path):
             back = r.read_numpy(name)
             assert back.dtype == arr.dtype and back.shape == arr.shape, name
             assert np.array_equal(back, arr), name
+
+
+def test_a_byte_identical_copy_of_the_real_model(served, zt, tmp_path):
+    """`zt fetch URL -o OUT.safetensors` writes the served file itself:
+    the same sha256 as the original, and the safetensors package reads it."""
+    import hashlib
+    port, root = served
+    out = tmp_path / "copy.safetensors"
+    zt("fetch", f"http://127.0.0.1:{port}/minilm.safetensors", "-o", out, "--require-digest")
+    digest = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()
+    assert digest(out) == digest(root / "minilm.safetensors")
+    assert sorted(safetensors.numpy.load_file(str(out))) == sorted(safetensors.numpy.load_file(str(root / "minilm.safetensors")))

@@ -200,6 +200,23 @@ impl Client {
         }
     }
 
+    /// Bytes `range` of the file, as it was when its ETag was `etag`: over
+    /// HTTP only (ztp/1 carries components, not the bytes between them).
+    pub async fn read_range(&self, range: std::ops::Range<u64>, etag: &str) -> Result<Vec<u8>> {
+        match &self.transport {
+            Transport::Quic { .. } => Err(Error::Usage(format!(
+                "{}: ztp/1 carries a file's components, not the bytes between them; fetch a byte-identical copy over http(s), or write a .zt file (-o NAME.zt)",
+                self.url
+            ))),
+            Transport::Http { source, .. } => source.read_range(range, etag).await,
+        }
+    }
+
+    /// Whether this client speaks ztp/1.
+    pub fn is_quic(&self) -> bool {
+        matches!(self.transport, Transport::Quic { .. })
+    }
+
     /// Hands back a delivered component's buffer once its bytes are no
     /// longer needed, so a later component of this client can reuse it
     /// instead of faulting in fresh memory. Optional: dropping it is fine.

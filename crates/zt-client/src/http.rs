@@ -250,6 +250,22 @@ impl HttpSource {
         Ok((body.into(), tag, span.total))
     }
 
+    /// Bytes `range` of the file, which must still have `etag`.
+    pub(crate) async fn read_range(
+        &self,
+        range: std::ops::Range<u64>,
+        etag: &str,
+    ) -> Result<Vec<u8>> {
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .get_range(Want::Exact(range), Some(etag))
+            .await?
+            .0
+            .to_vec())
+    }
+
     /// Reads bytes `start..start + into.len()` of the file straight into
     /// `into`, as the body arrives.
     async fn fill(&self, start: u64, into: &mut [u8], etag: &str) -> Result<()> {

@@ -1,4 +1,15 @@
-//! Writing a fetched selection as a valid v1.2 file.
+//! Writing a fetched selection as a valid v1.2 file, or a whole file of
+//! another source (safetensors, GGUF) as a byte-identical copy.
+//!
+//! The output's name decides: `-o NAME.zt` (or any name that is not a
+//! source's) writes a `.zt` file of the selected objects, whatever the
+//! source; `-o NAME.safetensors` of a safetensors file (`.gguf` of a GGUF
+//! file) writes the served file itself, byte for byte: every component
+//! verified on arrival and written at its own offset, the bytes between
+//! them (headers, padding) read by Range, and the header of the result
+//! read back and checked against the manifest before the rename. A copy
+//! is of the whole file (no `--select`) and needs HTTP: ztp/1 carries
+//! components, not the bytes between them.
 //!
 //! The output is laid out before the first byte arrives (components in
 //! send order, 64-byte aligned; those of 1 MiB or more on 4096-byte
@@ -18,7 +29,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use zt_format::{Component, Manifest, ReadOptions, ZtFile};
+use zt_format::{Component, Manifest, ReadOptions, Source, ZtFile};
 
 use crate::client::{select_from, Client};
 use crate::error::{Error, Result};
@@ -97,8 +108,10 @@ fn layout(m: &Manifest) -> (Manifest, u64) {
 /// now padding.
 const LAYOUT: u32 = 2;
 
-fn header_line(etag: &str, select: &[String]) -> String {
-    serde_json::json!({ "etag": etag, "select": select, "layout": LAYOUT }).to_string()
+fn header_line(etag: &str, select: &[String], kind: Output) -> String {
+    let copy = matches!(kind, Output::Copy(_));
+    serde_json::json!({ "etag": etag, "select": select, "layout": LAYOUT, "copy": copy })
+        .to_string()
 }
 
 /// Reads the journal: the components done, if it belongs to this fetch.
@@ -170,7 +183,112 @@ fn component<'m>(m: &'m Manifest, o: &str, r: &str) -> Option<&'m Component> {
     m.objects.get(o).and_then(|obj| obj.components.get(r))
 }
 
-/// Fetches `select` from `client` into `out`.
+/// What [`fetch_to_file`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
+    /// A v1.2 `.zt` file of the selected objects.
+    Zt,
+    /// The served file itself, byte for byte.
+    Copy(Source),
+}
+
+/// The output `out`'s name asks for, given the served file's `source`.
+fn output_kind(out: &Path, source: Source, select: &[String], url: &str) -> Result<Output> {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match zt_format::source::by_name(&name) {
+        Some(s) if s == source && s != Source::Zt => {
+            if select.is_empty() {
+                Ok(Output::Copy(s))
+            } else {
+                Err(Error::Usage(format!("{}: a copy of a {s} file is the whole file; write a selection as a .zt file (-o NAME.zt)", out.display())))
+            }
+        }
+        Some(Source::Zt) | None => Ok(Output::Zt),
+        Some(other) => Err(Error::Usage(format!(
+            "{}: names a {other} file, but {url} is a {source} file: name the output after its source for a byte-identical copy, or .zt for a .zt file",
+            out.display()
+        ))),
+    }
+}
+
+/// A copy's layout: every component in place, the synthesized ones (no
+/// byte range of the file; their bytes are in the header) left out.
+fn in_place(m: &Manifest) -> Manifest {
+    let mut out = m.clone();
+    out.objects
+        .retain(|_, o| o.components.values().all(|c| !c.synthesized));
+    out
+}
+
+/// The byte ranges of `0..size` no component of `m` covers.
+fn gaps(m: &Manifest, size: u64) -> Vec<std::ops::Range<u64>> {
+    let mut spans: Vec<(u64, u64)> = m
+        .components()
+        .map(|(_, _, c)| (c.offset, c.offset.saturating_add(c.length)))
+        .collect();
+    spans.sort_unstable();
+    let mut out = Vec::new();
+    let mut pos = 0;
+    for (s, e) in spans {
+        if s > pos {
+            out.push(pos..s);
+        }
+        pos = pos.max(e);
+    }
+    if pos < size {
+        out.push(pos..size);
+    }
+    out
+}
+
+/// Reads the copy's header back and checks it describes every component
+/// where the manifest does.
+fn check_copy(part: &Path, source: Source, local: &Manifest, client: &Client) -> Result<()> {
+    let label = part.display().to_string();
+    let f = File::open(part).map_err(|e| Error::io(format!("reading {label}"), e))?;
+    let limits = zt_format::Limits {
+        manifest_cap: client.options.manifest_cap,
+        ..zt_format::Limits::default()
+    };
+    let got = zt_format::read_source_at(&f, source, &label, &limits)?
+        .parsed
+        .manifest;
+    for (o, r, want) in local.components() {
+        let have = component(&got, o, r);
+        let same = have.is_some_and(|h| {
+            (h.offset, h.length, h.dtype, &h.logical_type)
+                == (want.offset, want.length, want.dtype, &want.logical_type)
+        });
+        if !same {
+            return Err(Error::Protocol(format!(
+                "{}: the header received does not place object {o:?}, component {r:?} where the manifest does",
+                client.url
+            )));
+        }
+    }
+    let extra = got
+        .objects
+        .iter()
+        .filter(|(n, obj)| {
+            obj.components.values().all(|c| !c.synthesized) && !local.objects.contains_key(*n)
+        })
+        .map(|(n, _)| n.as_str())
+        .next();
+    if let Some(n) = extra {
+        return Err(Error::Protocol(format!(
+            "{}: the header received holds object {n:?}, which the manifest does not",
+            client.url
+        )));
+    }
+    Ok(())
+}
+
+/// Fetches `select` from `client` into `out`: a `.zt` file, or a
+/// byte-identical copy when `out` is named after the served file's source
+/// (see the module docs).
 pub async fn fetch_to_file(
     client: &Client,
     select: &[String],
@@ -180,9 +298,22 @@ pub async fn fetch_to_file(
     let (part, journal) = part_paths(out);
     let remote = client.manifest().await?;
     let etag = remote.etag;
-    let selected = select_from(&remote.manifest, select).map_err(|e| e.within(&client.url))?;
-    let (local, blob_end) = layout(&selected);
-    let header = header_line(&etag, select);
+    let kind = output_kind(out, remote.manifest.source, select, &client.url)?;
+    let (local, blob_end) = match kind {
+        Output::Zt => {
+            let selected =
+                select_from(&remote.manifest, select).map_err(|e| e.within(&client.url))?;
+            layout(&selected)
+        }
+        Output::Copy(_) => {
+            if client.is_quic() {
+                // Fail before a byte moves.
+                client.read_range(0..0, &etag).await?;
+            }
+            (in_place(&remote.manifest), remote.size)
+        }
+    };
+    let header = header_line(&etag, select, kind);
 
     // Resume what the journal vouches for, after checking it again.
     let mut done: HashSet<(String, String)> = HashSet::new();
@@ -275,6 +406,22 @@ pub async fn fetch_to_file(
                 client.url,
                 undelivered.len()
             )));
+        }
+        if let Output::Copy(source) = kind {
+            // The bytes between components (headers, padding), then the
+            // header read back and checked before the rename.
+            for gap in gaps(&local, blob_end) {
+                let bytes = client.read_range(gap.clone(), &etag).await?;
+                let buf = zt_format::AlignedBuf::copy_from(&bytes).map_err(|r| {
+                    Error::io(
+                        format!("buffering bytes {gap:?}"),
+                        std::io::Error::other(r.to_string()),
+                    )
+                })?;
+                writer.write(buf, gap.start).await?;
+            }
+            writer.finish_copy(blob_end).await?;
+            return check_copy(&part, source, &local, client);
         }
         // Manifest and footer, then a full check before the rename.
         let cbor = zt_format::manifest_cbor(&local);

@@ -123,6 +123,17 @@ impl PartWriter {
     }
 }
 
+impl PartWriter {
+    /// Sizes a byte-identical copy to `size` and makes it durable (its
+    /// every byte was written in place).
+    pub(super) async fn finish_copy(mut self, size: u64) -> Result<()> {
+        self.settle().await?;
+        let f = Arc::clone(&self.file);
+        let done = spawn_blocking(move || f.set_len(size).and_then(|()| f.sync_all())).await;
+        joined(done).map_err(|e| Error::io(format!("finishing {}", self.label), e))
+    }
+}
+
 /// What one write put through the page cache.
 struct Cached {
     bytes: u64,

@@ -14,19 +14,11 @@ fn zt(args: &[&str]) -> Output {
     Command::new(common::zt_bin()).args(args).output().unwrap()
 }
 
-fn port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 fn fetch_and_info_work_against_nginx_serving_raw_files() {
     let root = sample_root();
     let dir = tempfile::tempdir().unwrap();
-    let nginx = Nginx::start(root.path(), port(), dir.path()).unwrap();
+    let nginx = Nginx::start(root.path(), common::free_port(), dir.path()).unwrap();
     let url = format!("http://127.0.0.1:{}/sample.zt", nginx.port);
     let sample = root.path().join("sample.zt");
     let want = ZtFile::open(&sample).unwrap();

@@ -219,12 +219,7 @@ fn the_client_reads_safetensors_and_gguf_headers_from_nginx_itself() {
     let gguf = zt_format::fuzz::gguf_sample();
     std::fs::write(root.path().join("m.gguf"), &gguf).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let nginx = common::nginx::Nginx::start(root.path(), port, dir.path()).unwrap();
+    let nginx = common::nginx::Nginx::start(root.path(), common::free_port(), dir.path()).unwrap();
     let url = |f: &str| format!("http://127.0.0.1:{}/{f}", nginx.port);
 
     let out = dir.path().join("st.zt");
@@ -278,11 +273,7 @@ fn byte_identical_copies_named_after_their_source() {
     std::fs::write(root.path().join("m.gguf"), zt_format::fuzz::gguf_sample()).unwrap();
     let s = Server::start_quic(root.path(), &[]);
     let dir = tempfile::tempdir().unwrap();
-    let nport = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let nport = common::free_port();
     let nginx = common::nginx::Nginx::start(root.path(), nport, dir.path()).unwrap();
     for name in ["m.safetensors", "m.gguf"] {
         let original = std::fs::read(root.path().join(name)).unwrap();

@@ -258,6 +258,15 @@ pub fn skip_unprivileged(why: &str) {
     eprintln!("SKIPPED: {why}");
 }
 
+/// A TCP port free on 127.0.0.1 right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }

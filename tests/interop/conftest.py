@@ -89,3 +89,14 @@ def real_model(tmp_path_factory):
                     dst.write(chunk)
         os.rename(out + ".part", out)
     return out
+
+
+def fetch_both(zt, port, name, out_dir):
+    """`name` fetched whole from the daemon on `port`, over ztp/1 and over
+    HTTP, into .zt files (every digest required); the paths written."""
+    outs = []
+    for i, url in enumerate([f"quic://127.0.0.1:{port}/{name}", f"http://127.0.0.1:{port}/{name}"]):
+        out = out_dir / f"{name}.{i}.zt"
+        zt("fetch", url, "-o", out, "--insecure", "--require-digest")
+        outs.append(out)
+    return outs

@@ -24,7 +24,7 @@ import pytest
 import safetensors.numpy
 from gguf import GGMLQuantizationType as Q
 
-from conftest import daemon
+from conftest import daemon, fetch_both
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "crates/zt-format/schema/manifest.schema.json").read_text())
@@ -139,16 +139,6 @@ def get_json(url):
         return json.load(r)
 
 
-def fetched(zt, port, name, out_dir):
-    """The file fetched whole over ztp/1 and over HTTP, as .zt files."""
-    outs = []
-    for i, url in enumerate([f"quic://127.0.0.1:{port}/{name}", f"http://127.0.0.1:{port}/{name}"]):
-        out = out_dir / f"{name}.{i}.zt"
-        zt("fetch", url, "-o", out, "--insecure", "--require-digest")
-        outs.append(out)
-    return outs
-
-
 def strings(zt, path, name):
     """A ragged u8 object's rows as text, read with `zt cat`."""
     offs = np.frombuffer(zt("cat", path, name, "offsets").stdout, dtype="<u8")
@@ -177,7 +167,7 @@ def test_tensors_and_metadata_of_every_type(served, zt, tmp_path):
             assert o["format"] == "dense", t.name
     tokens = [bytes(f.parts[f.data[i]]).decode() for f in [r.fields["tokenizer.ggml.tokens"]] for i in range(len(f.data))]
     assert m["objects"]["@tokenizer.ggml.tokens"]["format"] == "ragged"
-    for out in fetched(zt, port, "zoo.gguf", tmp_path):
+    for out in fetch_both(zt, port, "zoo.gguf", tmp_path):
         for t in r.tensors:
             assert zt("cat", out, t.name, "--stored").stdout == t.data.tobytes(), f"{out}: {t.name}"
         assert strings(zt, out, "@tokenizer.ggml.tokens") == tokens
@@ -189,7 +179,7 @@ def test_minilm_as_gguf(served, zt, tmp_path, real_model):
     port, _ = served
     original = safetensors.numpy.load_file(real_model)
     import ztensor
-    for out in fetched(zt, port, "minilm.gguf", tmp_path):
+    for out in fetch_both(zt, port, "minilm.gguf", tmp_path):
         r = ztensor.Reader(str(out))
         for name, arr in original.items():
             back = r.read_numpy(name)
@@ -207,7 +197,7 @@ def test_the_real_llama_vocab(served, zt, tmp_path, llama_vocab):
     m = get_json(f"http://127.0.0.1:{port}/v1/files/vocab.gguf/manifest")
     jsonschema.Draft202012Validator(SCHEMA).validate(m)
     assert m["objects"]["@tokenizer.ggml.tokens"]["shape"] == [32000]
-    for out in fetched(zt, port, "vocab.gguf", tmp_path):
+    for out in fetch_both(zt, port, "vocab.gguf", tmp_path):
         assert strings(zt, out, "@tokenizer.ggml.tokens") == tokens
     # A byte-identical copy, read back by gguf's own reader.
     copy = tmp_path / "copy.gguf"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from conftest import daemon
+from conftest import daemon, fetch_both
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "crates/zt-format/schema/manifest.schema.json").read_text())
@@ -61,16 +61,6 @@ def served(tmp_path_factory, real_model):
         yield port, root
 
 
-def fetch_all(zt, port, name, out_dir):
-    """The file fetched over ztp/1 and over HTTP; the paths written."""
-    outs = []
-    for i, url in enumerate([f"quic://127.0.0.1:{port}/{name}", f"http://127.0.0.1:{port}/{name}"]):
-        out = out_dir / f"{i}.zt"
-        zt("fetch", url, "-o", out, "--insecure", "--require-digest")
-        outs.append(out)
-    return outs
-
-
 def test_every_safetensors_dtype_is_served_and_fetched_byte_for_byte(served, zt, tmp_path):
     port, root = served
     m = get_json(f"http://127.0.0.1:{port}/v1/files/zoo.safetensors/manifest")
@@ -90,7 +80,7 @@ def test_every_safetensors_dtype_is_served_and_fetched_byte_for_byte(served, zt,
         c = o["components"]["data"]
         assert c["length"] == len(t["data"]), name
         assert c["digest_by"] == "server" and c["digest"].startswith("sha256:"), name
-    for out in fetch_all(zt, port, "zoo.safetensors", tmp_path):
+    for out in fetch_both(zt, port, "zoo.safetensors", tmp_path):
         for name, t in reread.items():
             got = zt("cat", out, name, "--stored").stdout
             assert got == bytes(t["data"]), f"{out}: {name}"
@@ -103,7 +93,7 @@ def test_the_real_model_is_served_as_is(served, zt, tmp_path):
     original = safetensors.numpy.load_file(str(root / "minilm.safetensors"))
     assert sorted(m["objects"]) == sorted(original) and len(original) > 100
     import ztensor
-    for out in fetch_all(zt, port, "minilm.safetensors", tmp_path):
+    for out in fetch_both(zt, port, "minilm.safetensors", tmp_path):
         r = ztensor.Reader(str(out))
         for name, arr in original.items():
             back = r.read_numpy(name)

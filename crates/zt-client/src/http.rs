@@ -366,22 +366,9 @@ impl HttpSource {
     /// The manifest a ztserve renders for the file (CBOR), checked to be
     /// of the version whose ETag the footer came with.
     async fn server_manifest(&self, url: &str, size: u64, etag: String) -> Result<Remote> {
-        let mut req = self.client.get(url).header(ACCEPT, "application/cbor");
-        if let Some(t) = &self.options.token {
-            req = req.bearer_auth(t);
-        }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| Error::Transport(format!("GET {url}: {e}")))?;
-        let status = resp.status();
-        if status != StatusCode::OK {
-            let body = error_text(resp).await;
-            return Err(Error::Server {
-                status: Status::Http(status.as_u16()),
-                message: format!("{url}: HTTP {status}: {}", quote(body.trim())),
-            });
-        }
+        let resp = self
+            .get_ok(self.client.get(url).header(ACCEPT, "application/cbor"), url)
+            .await?;
         let of = resp
             .headers()
             .get("x-zt-etag")
@@ -560,6 +547,30 @@ impl HttpSource {
         Ok(delivered(at, seq, c, data, verification))
     }
 
+    /// Sends a GET (with the bearer token) that must answer 200.
+    async fn get_ok(
+        &self,
+        mut req: reqwest::RequestBuilder,
+        url: &str,
+    ) -> Result<reqwest::Response> {
+        if let Some(t) = &self.options.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| Error::Transport(format!("GET {url}: {e}")))?;
+        let status = resp.status();
+        if status != StatusCode::OK {
+            let body = error_text(resp).await;
+            return Err(Error::Server {
+                status: Status::Http(status.as_u16()),
+                message: format!("{url}: HTTP {status}: {}", quote(body.trim())),
+            });
+        }
+        Ok(resp)
+    }
+
     /// A synthesized component's bytes into `into` (exactly its length).
     async fn synthesized_bytes(
         &self,
@@ -583,22 +594,9 @@ impl HttpSource {
                 url.path_segments_mut()
                     .map_err(|()| Error::Protocol(format!("{base}: not a base URL")))?
                     .extend(["objects", &at.object, &at.component]);
-                let mut req = self.client.get(url.as_str());
-                if let Some(t) = &self.options.token {
-                    req = req.bearer_auth(t);
-                }
-                let resp = req
-                    .send()
-                    .await
-                    .map_err(|e| Error::Transport(format!("GET {url}: {e}")))?;
-                if resp.status() != StatusCode::OK {
-                    let status = resp.status();
-                    let body = error_text(resp).await;
-                    return Err(Error::Server {
-                        status: Status::Http(status.as_u16()),
-                        message: format!("{url}: HTTP {status}: {}", quote(body.trim())),
-                    });
-                }
+                let resp = self
+                    .get_ok(self.client.get(url.as_str()), url.as_str())
+                    .await?;
                 let want = Want::Exact(0..into.len() as u64);
                 self.read_body(resp, &want, into).await
             }

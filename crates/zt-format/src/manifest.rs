@@ -320,6 +320,29 @@ impl PartialEq for Component {
 }
 
 impl Component {
+    /// A raw component of the file's bytes `offset..offset + length`,
+    /// without a digest.
+    pub(crate) fn raw(
+        dtype: DType,
+        logical_type: Option<LogicalType>,
+        offset: u64,
+        length: u64,
+    ) -> Component {
+        Component {
+            dtype,
+            logical_type,
+            offset,
+            length,
+            uncompressed_length: None,
+            encoding: Encoding::Raw,
+            digest: None,
+            digest_computed: false,
+            synthesized: false,
+            legacy: None,
+            slot: 0,
+        }
+    }
+
     /// The logical type name: `type` when given, else the dtype.
     pub fn type_name(&self) -> &str {
         match &self.logical_type {

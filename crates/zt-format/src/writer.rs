@@ -176,19 +176,12 @@ impl<W: Write> Writer<W> {
             }
             obj.components.insert(
                 c.role.to_owned(),
-                Component {
-                    dtype: c.dtype,
-                    logical_type: c.logical_type.map(LogicalType::parse),
-                    offset: 0,
-                    length: c.data.len() as u64,
-                    uncompressed_length: None,
-                    encoding: Encoding::Raw,
-                    digest: None,
-                    digest_computed: false,
-                    synthesized: false,
-                    legacy: None,
-                    slot: 0,
-                },
+                Component::raw(
+                    c.dtype,
+                    c.logical_type.map(LogicalType::parse),
+                    0,
+                    c.data.len() as u64,
+                ),
             );
         }
         validate::object(name, &obj, &at, false)?;

@@ -24,7 +24,7 @@ use crate::container::{ManifestLocation, Parsed, Synthesized};
 use crate::dtype::{DType, LogicalType};
 use crate::error::{Error, Location, Result, Rule};
 use crate::manifest::{
-    element_count, Attributes, CborValue, Component, Encoding, Format, Manifest, Object, Source,
+    element_count, Attributes, CborValue, Component, Format, Manifest, Object, Source,
 };
 use crate::options::Limits;
 use crate::validate::{self, BlobArea};
@@ -296,27 +296,6 @@ fn text(b: &[u8], at: &Location, what: &str) -> std::result::Result<String, Faul
     })
 }
 
-fn component(
-    dtype: DType,
-    logical_type: Option<LogicalType>,
-    offset: u64,
-    length: u64,
-) -> Component {
-    Component {
-        dtype,
-        logical_type,
-        offset,
-        length,
-        uncompressed_length: None,
-        encoding: Encoding::Raw,
-        digest: None,
-        digest_computed: false,
-        synthesized: false,
-        legacy: None,
-        slot: 0,
-    }
-}
-
 fn one(role: &str, c: Component) -> Components {
     let mut cs = Components::new();
     cs.insert(role.to_owned(), c);
@@ -373,7 +352,7 @@ fn value(
                         ("offsets", DType::U64, offsets),
                         ("values", DType::U8, values),
                     ] {
-                        let mut comp = component(dtype, None, 0, bytes.len() as u64);
+                        let mut comp = Component::raw(dtype, None, 0, bytes.len() as u64);
                         comp.synthesized = true;
                         comps.insert(role.to_owned(), comp);
                         synthesized.insert((name.clone(), role.to_owned()), bytes);
@@ -414,7 +393,7 @@ fn value(
                         shape: vec![count],
                         format: Format::Dense,
                         attributes: a,
-                        components: one("data", component(dtype, None, start, len)),
+                        components: one("data", Component::raw(dtype, None, start, len)),
                     },
                 ));
             }
@@ -612,7 +591,7 @@ fn parse_inner(label: &str, buf: &[u8], size: u64) -> std::result::Result<Parsed
                         shape,
                         format: Format::Dense,
                         attributes: a,
-                        components: one("data", component(d, None, offset, length)),
+                        components: one("data", Component::raw(d, None, offset, length)),
                     },
                     None => {
                         a.insert("block_size".to_owned(), CborValue::Integer(block.into()));
@@ -623,7 +602,7 @@ fn parse_inner(label: &str, buf: &[u8], size: u64) -> std::result::Result<Parsed
                             attributes: a,
                             components: one(
                                 "data",
-                                component(
+                                Component::raw(
                                     DType::U8,
                                     Some(LogicalType::parse(tname)),
                                     offset,
@@ -649,7 +628,7 @@ fn parse_inner(label: &str, buf: &[u8], size: u64) -> std::result::Result<Parsed
                     attributes: a,
                     components: one(
                         "data",
-                        component(DType::U8, None, offset, end.saturating_sub(offset)),
+                        Component::raw(DType::U8, None, offset, end.saturating_sub(offset)),
                     ),
                 }
             }

@@ -22,8 +22,7 @@ use crate::container::{ManifestLocation, Parsed};
 use crate::dtype::{DType, LogicalType};
 use crate::error::{Error, Location, Result, Rule};
 use crate::manifest::{
-    element_count, Attributes, CborValue, Component, Encoding, Format, Manifest, Object, Origin,
-    Source,
+    element_count, Attributes, CborValue, Component, Format, Manifest, Object, Origin, Source,
 };
 use crate::options::Limits;
 use crate::validate::{self, BlobArea};
@@ -344,19 +343,7 @@ fn object(info: &Info, data_start: u64, at: &Location) -> Result<Object> {
             (Format::Opaque, DType::U8, None)
         }
     };
-    let data = Component {
-        dtype,
-        logical_type,
-        offset,
-        length,
-        uncompressed_length: None,
-        encoding: Encoding::Raw,
-        digest: None,
-        digest_computed: false,
-        synthesized: false,
-        legacy: None,
-        slot: 0,
-    };
+    let data = Component::raw(dtype, logical_type, offset, length);
     let mut components = Components::new();
     components.insert("data".to_owned(), data);
     Ok(Object {

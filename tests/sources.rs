@@ -340,3 +340,144 @@ fn byte_identical_copies_named_after_their_source() {
     );
     drop(nginx);
 }
+
+/// A sharded checkpoint (two safetensors shards and their index) is one
+/// model at the index's path, each shard still a file of its own: its
+/// manifest names the shard of every component and each shard's ETag; the
+/// index is served raw; fetches over both transports take each tensor
+/// from its shard, whole or by selection. A bad index is refused by name.
+#[test]
+fn a_sharded_checkpoint_is_one_model() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("m");
+    std::fs::create_dir(&dir).unwrap();
+    let all = tensors();
+    let (first, second): (Vec<_>, Vec<_>) = all.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    let mut weight_map = serde_json::Map::new();
+    for (n, part) in [(1, first), (2, second)] {
+        let shard = format!("model-0000{n}-of-00002.safetensors");
+        let views: Vec<(String, TensorView<'_>)> = part
+            .iter()
+            .map(|(_, (name, (d, s, b)))| {
+                weight_map.insert((*name).clone(), serde_json::json!(shard));
+                ((*name).clone(), TensorView::new(*d, s.clone(), b).unwrap())
+            })
+            .collect();
+        let path = dir.join(&shard);
+        safetensors::serialize_to_file(views, None, &path).unwrap();
+    }
+    let index = serde_json::json!({ "metadata": { "total_size": 1 }, "weight_map": weight_map });
+    let index_bytes = serde_json::to_vec_pretty(&index).unwrap();
+    std::fs::write(dir.join("model.safetensors.index.json"), &index_bytes).unwrap();
+    std::fs::write(
+        dir.join("bad.safetensors.index.json"),
+        br#"{"weight_map":{"x":"../../etc/passwd"}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("lost.safetensors.index.json"),
+        br#"{"weight_map":{"x":"gone.safetensors"}}"#,
+    )
+    .unwrap();
+
+    let s = Server::start_quic(root.path(), &[]);
+    let m = json(&s.url("/v1/files/m/model.safetensors.index.json/manifest"));
+    assert_eq!(m["source"], "safetensors-index");
+    let list = json(&s.url("/v1/files"));
+    let etag_of = |p: &str| {
+        list["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == p)
+            .unwrap()["etag"]
+            .clone()
+    };
+    for n in [1, 2] {
+        let shard = format!("model-0000{n}-of-00002.safetensors");
+        assert_eq!(
+            m["files"][&shard]["etag"],
+            etag_of(&format!("m/{shard}")),
+            "{shard}"
+        );
+    }
+    assert_eq!(m["objects"].as_object().unwrap().len(), all.len());
+    for (name, shard) in &weight_map {
+        assert_eq!(
+            m["objects"][name]["components"]["data"]["file"], *shard,
+            "{name}"
+        );
+    }
+    // The index itself, raw.
+    let r = curl(&[], &s.url("/m/model.safetensors.index.json"));
+    assert_eq!((r.status, r.body), (200, index_bytes));
+    // Refused by name.
+    let why = list["unavailable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["path"] == "m/bad.safetensors.index.json")
+        .unwrap()["reason"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        why.contains("index-shard-path") || why.contains("not a plain relative path"),
+        "{why}"
+    );
+    let r = curl(
+        &[],
+        &s.url("/v1/files/m/lost.safetensors.index.json/manifest"),
+    );
+    assert_eq!(r.status, 409);
+    assert!(String::from_utf8_lossy(&r.body).contains("gone.safetensors"));
+
+    let (q, fp) = s.quic.clone().unwrap();
+    let out_dir = tempfile::tempdir().unwrap();
+    let urls = [
+        (
+            format!("quic://{q}/m/model.safetensors.index.json"),
+            vec!["--cert-fingerprint", fp.as_str()],
+        ),
+        (s.url("/m/model.safetensors.index.json"), vec![]),
+    ];
+    for (i, (url, extra)) in urls.iter().enumerate() {
+        for select in [None, Some("model.layers.1.*")] {
+            let out = out_dir.path().join(format!("{i}-{}.zt", select.is_some()));
+            let mut args = vec![
+                "fetch",
+                url.as_str(),
+                "-o",
+                out.to_str().unwrap(),
+                "--require-digest",
+            ];
+            args.extend(extra);
+            if let Some(sel) = select {
+                args.extend(["--select", sel]);
+            }
+            let r = zt(&args);
+            assert!(
+                r.status.success(),
+                "{url}: {}",
+                String::from_utf8_lossy(&r.stderr)
+            );
+            let f = ZtFile::open(&out).unwrap();
+            let want: Vec<&String> = all
+                .keys()
+                .filter(|n| select.is_none() || n.starts_with("model.layers.1."))
+                .collect();
+            assert_eq!(
+                f.manifest().objects.keys().collect::<Vec<_>>(),
+                want,
+                "{url}"
+            );
+            for name in want {
+                assert_eq!(
+                    f.stored(name, "data").unwrap(),
+                    &all[name].2[..],
+                    "{url}: {name}"
+                );
+            }
+        }
+    }
+}

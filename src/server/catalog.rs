@@ -51,6 +51,9 @@ pub struct Served {
     /// The bytes of synthesized components (GGUF string arrays), by
     /// object and role; they are served from here, never read from the file.
     synthesized: BTreeMap<(String, String), Bytes>,
+    /// A multi-file entry's files (a sharded checkpoint's shards), by the
+    /// name its components give in `file`: each served as an entry of its own.
+    shards: BTreeMap<String, Arc<Served>>,
     pub warnings: Vec<String>,
     /// Each component's digest check, done on first use.
     checks: Checks,
@@ -59,10 +62,22 @@ pub struct Served {
 
 impl Served {
     /// Checks one component's bytes against its digest, once (blocking:
-    /// the first call reads the component).
+    /// the first call reads the component). A component of another file
+    /// is checked by that file's entry.
     pub fn check(&self, object: &str, role: &str) -> Result<(), Refusal> {
+        if let Some(owner) = self.owner(object, role) {
+            return owner.check(object, role);
+        }
         self.checks
             .check(&self.file, &self.path, &self.manifest, object, role)
+    }
+
+    /// The entry that holds a component living in another file (a shard
+    /// of a sharded checkpoint); `None` for one of this file. The shard
+    /// knows the object by the same name.
+    pub fn owner(&self, object: &str, role: &str) -> Option<Arc<Served>> {
+        let c = self.manifest.objects.get(object)?.components.get(role)?;
+        self.shards.get(c.file.as_ref()?).cloned()
     }
 
     /// A synthesized component's bytes; `None` for one that is a range of
@@ -76,7 +91,8 @@ impl Served {
     /// Checks every component whose stored bytes overlap one of `spans`.
     pub fn check_spans(&self, spans: &[std::ops::Range<u64>]) -> Result<(), Refusal> {
         for (o, obj) in &self.manifest.objects {
-            for (r, c) in obj.components.iter().filter(|(_, c)| !c.synthesized) {
+            let here = |c: &zt_format::Component| !c.synthesized && c.file.is_none();
+            for (r, c) in obj.components.iter().filter(|(_, c)| here(c)) {
                 let end = c.offset.saturating_add(c.length);
                 if spans.iter().any(|s| s.start < end && c.offset < s.end) {
                     self.check(o, r)?;
@@ -240,6 +256,7 @@ impl Found {
                 .into_iter()
                 .map(|(k, v)| (k, Bytes::from(v)))
                 .collect(),
+            shards: BTreeMap::new(),
         })
     }
 }
@@ -250,7 +267,40 @@ pub enum Entry {
     Served(Arc<Served>),
     /// Listed; its digests are being computed.
     Pending(Arc<Pending>),
+    /// A sharded checkpoint's index, linked to its shards on request.
+    Index(Arc<IndexFile>),
     Unavailable(Arc<Unavailable>),
+}
+
+/// A `*.safetensors.index.json` file: served raw as itself, and as one
+/// model once linked to its shards ([`Catalog::resolve`]).
+#[derive(Debug)]
+pub struct IndexFile {
+    pub(crate) path: String,
+    file: File,
+    size: u64,
+    modified: SystemTime,
+    identity: Identity,
+    raw: Vec<u8>,
+    pub(crate) index: zt_format::source::safetensors_index::Index,
+    /// The last linking, with the shard ETags it was made from.
+    linked: std::sync::Mutex<Option<(Vec<String>, Arc<Served>)>>,
+}
+
+impl IndexFile {
+    /// The ETag of the last linking, if any.
+    pub(crate) fn etag(&self) -> Option<String> {
+        let g = self.linked.lock().ok()?;
+        g.as_ref().map(|(_, s)| s.etag.clone())
+    }
+
+    /// The shards' catalog paths: the index's directory joined with each name.
+    fn shard_path(&self, name: &str) -> String {
+        match self.path.rsplit_once('/') {
+            Some((dir, _)) => format!("{dir}/{name}"),
+            None => name.to_owned(),
+        }
+    }
 }
 
 impl Entry {
@@ -258,6 +308,7 @@ impl Entry {
         match self {
             Entry::Served(s) => s.identity,
             Entry::Pending(p) => p.found.identity,
+            Entry::Index(i) => i.identity,
             Entry::Unavailable(u) => u.identity,
         }
     }
@@ -277,6 +328,13 @@ impl Snapshot {
     pub fn served(&self) -> impl Iterator<Item = &Arc<Served>> {
         self.entries.values().filter_map(|e| match e {
             Entry::Served(s) => Some(s),
+            _ => None,
+        })
+    }
+
+    pub(crate) fn indexes(&self) -> impl Iterator<Item = &Arc<IndexFile>> {
+        self.entries.values().filter_map(|e| match e {
+            Entry::Index(i) => Some(i),
             _ => None,
         })
     }
@@ -383,6 +441,9 @@ impl Catalog {
     /// is returned as it is.
     pub async fn resolve(&self, path: &str) -> Option<Entry> {
         let entry = self.snapshot().get(path).cloned()?;
+        if let Entry::Index(ix) = &entry {
+            return Some(self.link(ix).await);
+        }
         let Entry::Pending(p) = entry else {
             return Some(entry);
         };
@@ -393,9 +454,70 @@ impl Catalog {
         }
     }
 
-    /// Whether `path` is listed and waiting for its digests.
+    /// Whether `path` needs [`Catalog::resolve`] before it is served: it
+    /// waits for its digests, or is an index to link to its shards.
     pub fn is_pending(&self, path: &str) -> bool {
-        matches!(self.snapshot().get(path), Some(Entry::Pending(_)))
+        matches!(
+            self.snapshot().get(path),
+            Some(Entry::Pending(_) | Entry::Index(_))
+        )
+    }
+
+    /// An index linked to its shards as they are served now (each shard
+    /// resolved first): the served model, or why it is not served.
+    async fn link(&self, ix: &Arc<IndexFile>) -> Entry {
+        let unavailable = |reason: String| {
+            Entry::Unavailable(Arc::new(Unavailable {
+                path: ix.path.clone(),
+                size: ix.size,
+                modified: ix.modified,
+                reason,
+                identity: ix.identity,
+            }))
+        };
+        let mut shards = BTreeMap::new();
+        for name in ix.index.shards() {
+            let path = ix.shard_path(name);
+            let mut entry = self.snapshot().get(&path).cloned();
+            if let Some(Entry::Pending(p)) = &entry {
+                p.wait().await;
+                entry = self.snapshot().get(&path).cloned();
+            }
+            match entry {
+                Some(Entry::Served(s)) => {
+                    shards.insert(name.to_owned(), s);
+                }
+                Some(Entry::Unavailable(u)) => {
+                    return unavailable(format!(
+                        "{}: shard {name:?} is not served: {}",
+                        ix.path, u.reason
+                    ))
+                }
+                _ => {
+                    return unavailable(format!(
+                        "{}: shard {name:?} ({path}) is not served",
+                        ix.path
+                    ))
+                }
+            }
+        }
+        let etags: Vec<String> = shards.values().map(|s| s.etag.clone()).collect();
+        if let Ok(g) = ix.linked.lock() {
+            if let Some((was, served)) = g.as_ref().filter(|(was, _)| *was == etags) {
+                let _ = was;
+                return Entry::Served(Arc::clone(served));
+            }
+        }
+        match build_index(ix, shards, &etags) {
+            Ok(served) => {
+                let served = Arc::new(served);
+                if let Ok(mut g) = ix.linked.lock() {
+                    *g = Some((etags, Arc::clone(&served)));
+                }
+                Entry::Served(served)
+            }
+            Err(reason) => unavailable(reason),
+        }
     }
 
     pub(crate) fn digest_metrics(&self) -> &DigestMetrics {
@@ -476,6 +598,9 @@ impl Catalog {
             Ok(m) => (m.len(), Identity::of(&m)),
             Err(e) => return unavailable(format!("{rel}: reading metadata: {e}"), identity),
         };
+        if source == Source::SafetensorsIndex {
+            return self.load_index(rel, file, size, modified, identity);
+        }
         let fm = match read_source_at(&file, source, rel, &self.limits) {
             Ok(fm) => fm,
             Err(e) => return unavailable(e.to_string(), identity),
@@ -511,11 +636,107 @@ impl Catalog {
     }
 }
 
+impl Catalog {
+    /// Reads and parses an index file; it is linked to its shards when a
+    /// request asks for it.
+    fn load_index(
+        &self,
+        rel: &str,
+        file: File,
+        size: u64,
+        modified: SystemTime,
+        identity: Identity,
+    ) -> Entry {
+        let read = || -> Result<(Vec<u8>, zt_format::source::safetensors_index::Index), String> {
+            if size > self.limits.manifest_cap {
+                return Err(format!(
+                    "{rel}: the index is {size} bytes, over the cap of {}",
+                    self.limits.manifest_cap
+                ));
+            }
+            let mut raw = vec![0u8; usize::try_from(size).map_err(|e| e.to_string())?];
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut raw, 0)
+                .map_err(|e| format!("{rel}: reading the index: {e}"))?;
+            let index = zt_format::source::safetensors_index::parse(rel, &raw, &self.limits)
+                .map_err(|e| e.to_string())?;
+            Ok((raw, index))
+        };
+        match read() {
+            Ok((raw, index)) => Entry::Index(Arc::new(IndexFile {
+                path: rel.to_owned(),
+                file,
+                size,
+                modified,
+                identity,
+                raw,
+                index,
+                linked: std::sync::Mutex::new(None),
+            })),
+            Err(reason) => settled(Err(reason), rel, size, modified, identity),
+        }
+    }
+}
+
+/// The served model of an index and its shards.
+fn build_index(
+    ix: &IndexFile,
+    shards: BTreeMap<String, Arc<Served>>,
+    etags: &[String],
+) -> Result<Served, String> {
+    use zt_format::source::safetensors_index::{merge, Shard};
+    let parts: BTreeMap<String, zt_format::FilePart> = shards
+        .iter()
+        .map(|(n, s)| {
+            let part = zt_format::FilePart {
+                size: s.size,
+                etag: Some(s.etag.clone()),
+            };
+            (n.clone(), part)
+        })
+        .collect();
+    let views: BTreeMap<String, Shard<'_>> = shards
+        .iter()
+        .filter_map(|(n, s)| {
+            let part = parts.get(n)?;
+            Some((
+                n.clone(),
+                Shard {
+                    manifest: &s.manifest,
+                    part,
+                },
+            ))
+        })
+        .collect();
+    let manifest = merge(&ix.path, &ix.index, &views).map_err(|e| e.to_string())?;
+    let mut parts_for_tag: Vec<&[u8]> = vec![&ix.raw];
+    parts_for_tag.extend(etags.iter().map(|e| e.as_bytes()));
+    let file = ix
+        .file
+        .try_clone()
+        .map_err(|e| format!("{}: duplicating the file handle: {e}", ix.path))?;
+    Ok(Served {
+        path: ix.path.clone(),
+        file,
+        size: ix.size,
+        modified: ix.modified,
+        etag: etag::derived("safetensors-index", &parts_for_tag),
+        checks: Checks::new(&Manifest::default()),
+        manifest,
+        manifest_raw: ix.raw.clone(),
+        computed: true,
+        warnings: Vec::new(),
+        identity: ix.identity,
+        synthesized: BTreeMap::new(),
+        shards,
+    })
+}
+
 /// Whether two entries are the same version of a file.
 fn same(a: &Entry, b: &Entry) -> bool {
     match (a, b) {
         (Entry::Served(x), Entry::Served(y)) => Arc::ptr_eq(x, y),
         (Entry::Pending(x), Entry::Pending(y)) => Arc::ptr_eq(x, y),
+        (Entry::Index(x), Entry::Index(y)) => Arc::ptr_eq(x, y),
         (Entry::Unavailable(x), Entry::Unavailable(y)) => Arc::ptr_eq(x, y),
         _ => false,
     }

@@ -96,7 +96,7 @@ def fetch_both(zt, port, name, out_dir):
     HTTP, into .zt files (every digest required); the paths written."""
     outs = []
     for i, url in enumerate([f"quic://127.0.0.1:{port}/{name}", f"http://127.0.0.1:{port}/{name}"]):
-        out = out_dir / f"{name}.{i}.zt"
+        out = out_dir / f"{name.replace('/', '_')}.{i}.zt"
         zt("fetch", url, "-o", out, "--insecure", "--require-digest")
         outs.append(out)
     return outs

@@ -111,3 +111,41 @@ def test_a_byte_identical_copy_of_the_real_model(served, zt, tmp_path):
     digest = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()
     assert digest(out) == digest(root / "minilm.safetensors")
     assert sorted(safetensors.numpy.load_file(str(out))) == sorted(safetensors.numpy.load_file(str(root / "minilm.safetensors")))
+
+
+def test_a_sharded_checkpoint_whole_and_by_selection(tmp_path, zt, real_model):
+    """The real model split into three shards by the safetensors package,
+    with a Hugging Face style index: one model at the index's path,
+    fetched whole and by selection over both transports."""
+    base = tmp_path / "srv"
+    root = base / "root" / "minilm"
+    root.mkdir(parents=True)
+    original = safetensors.numpy.load_file(real_model)
+    names = sorted(original)
+    weight_map = {}
+    for k in range(3):
+        shard = f"model-0000{k + 1}-of-00003.safetensors"
+        part = {n: original[n] for n in names[k::3]}
+        safetensors.numpy.save_file(part, str(root / shard))
+        weight_map.update({n: shard for n in part})
+    index = {"metadata": {"total_size": sum(a.nbytes for a in original.values())}, "weight_map": weight_map}
+    (root / "model.safetensors.index.json").write_text(json.dumps(index))
+    import ztensor
+    with daemon(base / "root", base) as port:
+        m = get_json(f"http://127.0.0.1:{port}/v1/files/minilm/model.safetensors.index.json/manifest")
+        jsonschema.Draft202012Validator(SCHEMA).validate(m)
+        assert m["source"] == "safetensors-index" and len(m["files"]) == 3
+        for out in fetch_both(zt, port, "minilm/model.safetensors.index.json", tmp_path):
+            r = ztensor.Reader(str(out))
+            assert sorted(r.keys()) == names
+            for n in names:
+                assert np.array_equal(r.read_numpy(n), original[n]), n
+        for i, url in enumerate([f"quic://127.0.0.1:{port}/minilm/model.safetensors.index.json",
+                                 f"http://127.0.0.1:{port}/minilm/model.safetensors.index.json"]):
+            out = tmp_path / f"sel{i}.zt"
+            zt("fetch", url, "-o", out, "--insecure", "--select", "*.layer.0.*")
+            r = ztensor.Reader(str(out))
+            want = [n for n in names if ".layer.0." in n]
+            assert sorted(r.keys()) == want and want
+            for n in want:
+                assert np.array_equal(r.read_numpy(n), original[n]), n

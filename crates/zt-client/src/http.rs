@@ -427,6 +427,7 @@ impl HttpSource {
         let (tx, rx) = mpsc::unbounded_channel();
         let n = items.len() as u64;
         let synthesized = Arc::new(remote.synthesized);
+        let files = manifest.files.clone();
         // Every part of every component waits for a turn that one driver
         // hands out strictly in send order, so the first layer's requests
         // go out first whatever order the tasks happen to run in.
@@ -441,7 +442,21 @@ impl HttpSource {
                     .enumerate()
                     .map(|(i, g)| (g, (i == 0).then_some(length))),
             );
-            let (src, tx, etag) = (self.clone(), tx.clone(), remote.etag.clone());
+            // A component of a sharded checkpoint is read from its shard,
+            // under the shard's own ETag.
+            let (src, etag) = match &item.1.file {
+                None => (self.clone(), remote.etag.clone()),
+                Some(f) => {
+                    let part = files.get(f).and_then(|p| p.etag.clone()).ok_or_else(|| {
+                        Error::Protocol(format!(
+                            "{}: the manifest gives no ETag for file {f:?}",
+                            self.url
+                        ))
+                    })?;
+                    (self.for_file(f)?, part)
+                }
+            };
+            let tx = tx.clone();
             let synthesized = Arc::clone(&synthesized);
             tokio::spawn(async move {
                 let mut held = None;
@@ -545,6 +560,22 @@ impl HttpSource {
         drop((parts, arrived));
         let verification = check.finish(at)?;
         Ok(delivered(at, seq, c, data, verification))
+    }
+
+    /// The same source for `name`, a file of a multi-file entry, beside
+    /// this one (a shard next to its index).
+    fn for_file(&self, name: &str) -> Result<HttpSource> {
+        let bad = || Error::Protocol(format!("{}: no URL for file {name:?} beside it", self.url));
+        let mut url = reqwest::Url::parse(&self.url).map_err(|_| bad())?;
+        {
+            let mut segs = url.path_segments_mut().map_err(|()| bad())?;
+            segs.pop();
+            segs.extend(name.split('/'));
+        }
+        Ok(HttpSource {
+            url: url.to_string(),
+            ..self.clone()
+        })
     }
 
     /// Sends a GET (with the bearer token) that must answer 200.

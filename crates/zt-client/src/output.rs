@@ -94,12 +94,14 @@ fn layout(m: &Manifest) -> (Manifest, u64) {
             // a synthesized component a range of the output like any other.
             c.digest_computed = false;
             c.synthesized = false;
+            c.file = None;
         }
     }
     out.version = zt_format::SPEC_VERSION.to_owned();
     out.origin = zt_format::Origin::V1;
-    // Whatever the source, the output is a `.zt` file.
+    // Whatever the source, the output is a `.zt` file, of one file.
     out.source = zt_format::Source::Zt;
+    out.files.clear();
     (out, pos)
 }
 
@@ -199,6 +201,10 @@ fn output_kind(out: &Path, source: Source, select: &[String], url: &str) -> Resu
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     match zt_format::source::by_name(&name) {
+        Some(Source::SafetensorsIndex) if source == Source::SafetensorsIndex => Err(Error::Usage(format!(
+            "{}: a copy of a sharded checkpoint (its index and shards) is not written yet; fetch it as one .zt file (-o NAME.zt), or fetch each shard's URL as a copy",
+            out.display()
+        ))),
         Some(s) if s == source && s != Source::Zt => {
             if select.is_empty() {
                 Ok(Output::Copy(s))

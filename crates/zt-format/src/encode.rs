@@ -25,6 +25,9 @@ fn component(c: &Component) -> Value {
     if c.synthesized {
         m.push((text("placement"), text("synthesized")));
     }
+    if let Some(f) = &c.file {
+        m.push((text("file"), text(f)));
+    }
     if c.encoding == Encoding::Zstd {
         m.push((text("encoding"), text(Encoding::Zstd.name())));
     }
@@ -61,6 +64,20 @@ pub fn manifest_value(m: &Manifest, version: &str) -> Value {
     // A `.zt` manifest stays exactly what v1.2 writers produce.
     if m.source != Source::Zt {
         root.push((text("source"), text(m.source.name())));
+    }
+    if !m.files.is_empty() {
+        let files = m
+            .files
+            .iter()
+            .map(|(name, f)| {
+                let mut e = vec![(text("size"), Value::Integer(f.size.into()))];
+                if let Some(t) = &f.etag {
+                    e.push((text("etag"), text(t)));
+                }
+                (text(name), Value::Map(e))
+            })
+            .collect();
+        root.push((text("files"), Value::Map(files)));
     }
     if !m.attributes.is_empty() {
         root.push((text("attributes"), attrs(&m.attributes)));

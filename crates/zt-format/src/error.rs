@@ -180,6 +180,8 @@ pub enum Rule {
     RaggedOffsetsLength { actual: u64, expected: u64 },
     #[error("ragged offsets {detail}")]
     RaggedOffsets { detail: String },
+    #[error("component lives in file {file:?}, which the manifest's files do not list")]
+    UnknownFile { file: String },
 }
 
 impl Rule {
@@ -228,6 +230,7 @@ impl Rule {
             Rule::RaggedShape { .. } => "ragged-shape",
             Rule::RaggedOffsetsLength { .. } => "ragged-offsets-length",
             Rule::RaggedOffsets { .. } => "ragged-offsets",
+            Rule::UnknownFile { .. } => "unknown-file",
         }
     }
 

@@ -336,6 +336,7 @@ pub(crate) fn manifest_v1_0(
                     digest: parse_digest(c.text("digest").map_err(cinv)?, &cat)?,
                     digest_computed: false,
                     synthesized: false,
+                    file: None,
                     legacy: None,
                     slot: 0,
                 },
@@ -355,6 +356,7 @@ pub(crate) fn manifest_v1_0(
         version: version.to_owned(),
         origin: Origin::V1_0,
         source: crate::Source::Zt,
+        files: Default::default(),
         attributes,
         objects,
     })
@@ -400,6 +402,7 @@ pub(crate) fn manifest_v0_1(root: &Value, at: &Location) -> Result<Manifest> {
         version: "0.1.0".to_owned(),
         origin: Origin::V0_1,
         source: crate::Source::Zt,
+        files: Default::default(),
         attributes: Attributes::new(),
         objects,
     })
@@ -445,6 +448,7 @@ fn tensor_v0_1(t: &Map<'_>, at: &Location) -> Result<Object> {
         digest: digest.clone(),
         digest_computed: false,
         synthesized: false,
+        file: None,
         legacy: ((big_endian && dtype.size() > 1) || part != Part::Whole).then_some(Extract {
             big_endian,
             width: dtype.size(),
@@ -487,6 +491,7 @@ fn tensor_v0_1(t: &Map<'_>, at: &Location) -> Result<Object> {
                             digest: None,
                             digest_computed: false,
                             synthesized: false,
+                            file: None,
                             legacy: big_endian.then_some(Extract {
                                 big_endian,
                                 width: 8,

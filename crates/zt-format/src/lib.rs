@@ -86,8 +86,8 @@ pub use error::{Error, Location, Result, Rule};
 pub use layer::{layer_index, layer_order};
 pub use legacy::LEGACY_DTYPE_ATTRIBUTE;
 pub use manifest::{
-    element_count, Attributes, CborValue, Component, Encoding, Format, Manifest, Object, Origin,
-    Source,
+    element_count, Attributes, CborValue, Component, Encoding, FilePart, Format, Manifest, Object,
+    Origin, Source,
 };
 pub use mmap::MappedFile;
 pub use options::{Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP};

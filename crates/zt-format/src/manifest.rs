@@ -97,6 +97,10 @@ pub struct Manifest {
     pub origin: Origin,
     /// The kind of file the manifest describes.
     pub source: Source,
+    /// The other files a multi-file entry's components live in (a sharded
+    /// checkpoint's shards), by name relative to the entry's directory:
+    /// each with its size and its own ETag. Empty for a single file.
+    pub files: BTreeMap<String, FilePart>,
     /// File attributes.
     pub attributes: Attributes,
     /// Objects by name; iteration is in name order, as v1.2 writers emit them.
@@ -110,6 +114,7 @@ impl Manifest {
             version: crate::SPEC_VERSION.to_owned(),
             origin: Origin::V1,
             source: Source::Zt,
+            files: BTreeMap::new(),
             attributes: Attributes::new(),
             objects: BTreeMap::new(),
         }
@@ -129,6 +134,14 @@ impl Default for Manifest {
     fn default() -> Self {
         Manifest::new()
     }
+}
+
+/// One file of a multi-file entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilePart {
+    pub size: u64,
+    /// The file's strong ETag, as its own entry serves it.
+    pub etag: Option<String>,
 }
 
 /// How an object's components are laid out.
@@ -295,6 +308,10 @@ pub struct Component {
     /// the bytes come from the component route or stream, never from a
     /// byte range of the file.
     pub synthesized: bool,
+    /// The file the bytes are in, for a multi-file entry (a name in
+    /// [`Manifest::files`]); `None` for the served file itself. `offset`
+    /// is an offset in that file.
+    pub file: Option<String>,
     /// How to turn a legacy blob into this component's bytes; `None` for
     /// v1.2 components and for legacy ones that need no transformation.
     pub(crate) legacy: Option<crate::legacy::Extract>,
@@ -315,6 +332,7 @@ impl PartialEq for Component {
             && self.digest == other.digest
             && self.digest_computed == other.digest_computed
             && self.synthesized == other.synthesized
+            && self.file == other.file
             && self.legacy == other.legacy
     }
 }
@@ -338,6 +356,7 @@ impl Component {
             digest: None,
             digest_computed: false,
             synthesized: false,
+            file: None,
             legacy: None,
             slot: 0,
         }

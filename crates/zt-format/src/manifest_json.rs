@@ -71,6 +71,7 @@ pub fn component_json(c: &Component) -> Value {
         "type": c.logical_type.as_ref().map(|t| t.name()),
         "offset": c.offset,
         "placement": if c.synthesized { "synthesized" } else { "file" },
+        "file": c.file,
         "length": c.length,
         "uncompressed_length": c.uncompressed_length,
         "encoding": c.encoding.name(),
@@ -116,6 +117,7 @@ pub fn manifest_json(m: &Manifest) -> Value {
         "version": m.version,
         "origin": origin_name(m.origin),
         "source": m.source.name(),
+        "files": m.files.iter().map(|(k, f)| (k.clone(), json!({ "size": f.size, "etag": f.etag }))).collect::<Map<String, Value>>(),
         "attributes": attributes_json(&m.attributes),
         "objects": objects,
     })

@@ -11,7 +11,9 @@ use crate::cbor_reader::{Head, Reader};
 use crate::digest::Digest;
 use crate::dtype::{unknown_dtype_hint, DType, LogicalType};
 use crate::error::{Error, Location, Result, Rule};
-use crate::manifest::{Attributes, Component, Encoding, Format, Manifest, Object, Origin, Source};
+use crate::manifest::{
+    Attributes, Component, Encoding, FilePart, Format, Manifest, Object, Origin, Source,
+};
 use crate::warning::Warning;
 
 /// The major and minor version this crate implements.
@@ -118,6 +120,7 @@ pub(crate) fn manifest(
     let mut r = Reader::new(bytes, max_depth);
     let mut version: Option<String> = None;
     let mut source = Source::Zt;
+    let mut files = BTreeMap::new();
     let mut attributes = Attributes::new();
     let mut objects: Option<BTreeMap<String, Object>> = None;
     let mut deferred: Option<usize> = None;
@@ -132,6 +135,7 @@ pub(crate) fn manifest(
                 })?;
             }
             b"attributes" => attributes = attribute_map(r, "attributes")?,
+            b"files" => files = file_map(r)?,
             b"objects" => {
                 if let Some(v) = &version {
                     // Check the version before reading a schema it may not share.
@@ -176,6 +180,7 @@ pub(crate) fn manifest(
         version,
         origin: Origin::V1,
         source,
+        files,
         attributes,
         objects,
     })
@@ -257,6 +262,7 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
     let mut digest = None;
     let mut digest_computed = false;
     let mut synthesized = false;
+    let mut file = None;
     r.map::<Located>("component", "component", |r, key| {
         match key.bytes() {
             b"dtype" => {
@@ -294,6 +300,7 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
                     .map(|d| Digest::parse(&d))
                     .transpose()?
             }
+            b"file" => file = optional_text(r, "file")?.map(|f| f.into_owned()),
             b"placement" => {
                 synthesized = match optional_text(r, "placement")?.as_deref() {
                     None | Some("file") => false,
@@ -337,9 +344,35 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
         digest,
         digest_computed,
         synthesized,
+        file,
         legacy: None,
         slot: 0,
     })
+}
+
+/// `files`: name => {size, etag?}, the files of a multi-file entry.
+fn file_map(r: &mut Reader<'_>) -> Parse<BTreeMap<String, FilePart>> {
+    let mut out = BTreeMap::new();
+    r.map::<Located>("files", "files", |r, name| {
+        let name = name.text()?.to_owned();
+        let mut size = None;
+        let mut etag = None;
+        r.map::<Located>("file", "file", |r, key| {
+            match key.bytes() {
+                b"size" => size = Some(r.u64("size")?),
+                b"etag" => etag = optional_text(r, "etag")?.map(|e| e.into_owned()),
+                _ => {
+                    key.text()?;
+                    r.skip()?
+                }
+            }
+            Ok(())
+        })?;
+        let size = size.ok_or(Rule::MissingField { field: "size" })?;
+        out.insert(name, FilePart { size, etag });
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// Attributes are rare and free-form: skip them strictly, then decode the

@@ -209,6 +209,7 @@ impl Selection {
             version: m.version.clone(),
             origin: m.origin,
             source: m.source,
+            files: m.files.clone(),
             attributes: m.attributes.clone(),
             objects: names
                 .into_iter()

@@ -23,7 +23,8 @@ pub(crate) fn manifest(
     let legacy = m.origin.is_legacy();
     // Other sources place tensors where their format puts them.
     let aligned = m.source.is_aligned();
-    let mut extents: Vec<(u64, u64, &str, &str)> = Vec::new();
+    // Extents by the file they lie in (`None`: the served file).
+    let mut extents: Vec<(Option<&str>, u64, u64, &str, &str)> = Vec::new();
     for (name, obj) in &m.objects {
         object(name, obj, at, legacy)?;
         for (role, c) in &obj.components {
@@ -58,6 +59,17 @@ pub(crate) fn manifest(
                     length: c.length,
                 })
             })?;
+            // A component of another file lies anywhere in that file.
+            let area = match &c.file {
+                None => area,
+                Some(f) => match m.files.get(f) {
+                    Some(part) => BlobArea {
+                        start: 0,
+                        end: part.size,
+                    },
+                    None => return Err(inv(Rule::UnknownFile { file: f.clone() })),
+                },
+            };
             if c.offset < area.start || end > area.end {
                 return Err(inv(Rule::OutOfBounds {
                     start: c.offset,
@@ -67,20 +79,20 @@ pub(crate) fn manifest(
                 }));
             }
             if c.length > 0 {
-                extents.push((c.offset, end, name, role));
+                extents.push((c.file.as_deref(), c.offset, end, name, role));
             }
         }
     }
     // Legacy sparse blobs are shared by the components cut from them.
     // Usually already in offset order; sorting by the start alone suffices,
     // since equal starts with non-zero lengths overlap anyway.
-    if !extents.is_sorted_by_key(|e| e.0) {
-        extents.sort_unstable_by_key(|e| (e.0, e.1));
+    if !extents.is_sorted_by_key(|e| (e.0, e.1)) {
+        extents.sort_unstable_by_key(|e| (e.0, e.1, e.2));
     }
-    extents.dedup_by(|b, a| legacy && a.0 == b.0 && a.1 == b.1);
+    extents.dedup_by(|b, a| legacy && a.0 == b.0 && a.1 == b.1 && a.2 == b.2);
     for pair in extents.windows(2) {
-        if let [(_, a_end, a_obj, a_role), (b_start, b_end, b_obj, b_role)] = pair {
-            if b_start < a_end {
+        if let [(a_file, _, a_end, a_obj, a_role), (b_file, b_start, b_end, b_obj, b_role)] = pair {
+            if a_file == b_file && b_start < a_end {
                 return Err(Error::invalid(
                     at.component(b_obj, b_role),
                     Rule::Overlap {

@@ -89,6 +89,13 @@ pub(crate) async fn list(AxState(state): AxState<Arc<State>>) -> Response {
             json!({ "path": f.path, "source": f.manifest.source.name(), "objects": f.manifest.objects.len() })
         })
         .collect();
+    // Sharded checkpoints, linked to their shards on first request.
+    let files: Vec<_> = files
+        .into_iter()
+        .chain(snap.indexes().map(|i| {
+            json!({ "path": i.path, "source": "safetensors-index", "etag": i.etag(), "objects": i.index.weight_map.len(), "shards": i.index.shards() })
+        }))
+        .collect();
     let body = json!({ "files": files, "hashing": hashing, "unavailable": unavailable });
     with_template(
         ([(header::CACHE_CONTROL, REVALIDATE)], axum::Json(body)).into_response(),
@@ -198,7 +205,7 @@ async fn serve(
     drop(snap);
     let served = match state.catalog.resolve(&path).await {
         Some(Entry::Served(s)) => s,
-        Some(Entry::Pending(_)) => {
+        Some(Entry::Pending(_) | Entry::Index(_)) => {
             let e = AppError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "hashing",
@@ -251,6 +258,8 @@ async fn serve(
         }
         Target::Manifest => manifest(&served, &headers, &query, cache_control),
         Target::Component { object, component } => {
+            // A shard's component is served by the shard's entry.
+            let served = served.owner(&object, &component).unwrap_or(served);
             let (o, r) = (object.clone(), component.clone());
             match verify(&served, move |s| s.check(&o, &r)).await {
                 Ok(()) => {

@@ -80,11 +80,11 @@ pub(super) async fn handle(
                         (Arc::clone(&state), conn.clone(), control.clone());
                     let (session, slots) = (Arc::clone(&session), Arc::clone(&slots));
                     tokio::spawn(async move {
-                        state.catalog.resolve(&g.path).await;
-                        get(&state, &conn, &control, &session, &slots, g).await;
+                        let resolved = state.catalog.resolve(&g.path).await;
+                        get(&state, &conn, &control, &session, &slots, g, resolved).await;
                     });
                 }
-                Received::Serve(g) => get(&state, &conn, &control, &session, &slots, g).await,
+                Received::Serve(g) => get(&state, &conn, &control, &session, &slots, g, None).await,
                 Received::Answer(e) => control.send(Message::Error(e)).await,
                 Received::Cancel {
                     request,
@@ -114,6 +114,7 @@ async fn get(
     session: &Session,
     slots: &Arc<Semaphore>,
     g: Get,
+    resolved: Option<Entry>,
 ) {
     let id = g.id;
     let answer =
@@ -122,7 +123,7 @@ async fn get(
         }) {
             Err((Code::Unauthorized, "a valid token is required".to_owned()))
         } else {
-            plan(state, &g)
+            plan(state, &g, resolved)
         };
     let (served, manifest, items) = match answer {
         Ok(x) => x,
@@ -187,12 +188,14 @@ async fn get(
 type Plan = (Arc<Served>, Vec<u8>, Vec<Item>);
 
 /// Resolves the file, the selection and the send order.
-fn plan(state: &State, g: &Get) -> Result<Plan, (Code, String)> {
-    let snap = state.catalog.snapshot();
-    let served = match snap.get(&g.path) {
+/// `resolved` is the entry [`crate::server::Catalog::resolve`] gave, for a
+/// file that needed it; others are looked up now.
+fn plan(state: &State, g: &Get, resolved: Option<Entry>) -> Result<Plan, (Code, String)> {
+    let entry = resolved.or_else(|| state.catalog.snapshot().get(&g.path).cloned());
+    let served = match &entry {
         Some(Entry::Served(s)) => Arc::clone(s),
         Some(Entry::Unavailable(u)) => return Err((Code::Unavailable, u.reason.clone())),
-        Some(Entry::Pending(_)) => {
+        Some(Entry::Pending(_) | Entry::Index(_)) => {
             return Err((
                 Code::Unavailable,
                 format!("{}: its digests are still being computed", g.path),

@@ -182,6 +182,9 @@ async fn send_one(
         Ok(Err(e)) => return write_failed(stream, &e),
         Err(_) => return Written::Stalled,
     }
+    // A shard's component is read from the shard's entry.
+    let owner = served.owner(&h.object, &h.component);
+    let served = owner.as_ref().unwrap_or(served);
     // The digest is checked once per component, before any of its bytes
     // go out; the header tells the client which component was refused.
     let (s, o, r) = (Arc::clone(served), h.object.clone(), h.component.clone());

@@ -30,6 +30,7 @@
 
 pub(crate) mod gguf;
 mod safetensors;
+pub mod safetensors_index;
 mod zt;
 
 use std::ops::Range;
@@ -55,7 +56,9 @@ pub struct Loaded {
 /// that are not served.
 pub fn by_name(name: &str) -> Option<Source> {
     let lower = name.to_ascii_lowercase();
-    if lower.ends_with(".zt") {
+    if lower.ends_with(".safetensors.index.json") {
+        Some(Source::SafetensorsIndex)
+    } else if lower.ends_with(".zt") {
         Some(Source::Zt)
     } else if lower.ends_with(".safetensors") {
         Some(Source::Safetensors)
@@ -149,6 +152,13 @@ impl Probe {
             State::Zt(p) => p.finish(&self.label, &self.limits),
             State::Safetensors(p) => p.finish(&self.label, self.size, &self.limits),
             State::Gguf(p) => p.finish(&self.label),
+            State::Unsupported(Source::SafetensorsIndex) => Err(Error::invalid(
+                at,
+                Rule::Header {
+                    rule: "unsupported-source",
+                    detail: "a sharded checkpoint's index says nothing of offsets: a ztserve links it to its shards (fetch the index from one), or fetch each shard's URL".to_owned(),
+                },
+            )),
             State::Unsupported(source) => Err(Error::invalid(
                 at,
                 Rule::Header {

@@ -153,7 +153,7 @@ impl Plan {
     }
 }
 
-fn header_error(at: Location, rule: &'static str, detail: String) -> Error {
+pub(super) fn header_error(at: Location, rule: &'static str, detail: String) -> Error {
     Error::invalid(at, Rule::Header { rule, detail })
 }
 
@@ -201,7 +201,11 @@ struct Info {
 }
 
 /// An object map parsed strictly: valid JSON, an object, no repeated key.
-fn entries(text: &str, at: &Location, what: &str) -> Result<Vec<(String, Box<RawValue>)>> {
+pub(super) fn entries(
+    text: &str,
+    at: &Location,
+    what: &str,
+) -> Result<Vec<(String, Box<RawValue>)>> {
     if !text.trim_start().starts_with('{') {
         return Err(Error::invalid(
             at.clone(),

@@ -70,7 +70,7 @@ fn replay_read_safetensors_corpus_and_regressions() {
 
 #[test]
 fn replay_read_gguf_corpus_and_regressions() {
-    let mut inputs: Vec<Vec<u8>> = inputs("read_gguf", &[])
+    let mut inputs: Vec<Vec<u8>> = inputs("read_gguf", &["tests/reject/gguf"])
         .iter()
         .map(|p| std::fs::read(p).unwrap())
         .collect();

@@ -67,16 +67,17 @@ fn a_lower_manifest_cap_is_honoured() {
     assert_eq!(err.rule().unwrap().name(), "manifest-over-cap");
 }
 
-/// Every file in `tests/reject/safetensors/` breaks the header rule in its
-/// name (docs/sources.md); the error names the file, and the tensor where
-/// the rule concerns one.
-#[test]
-fn every_safetensors_reject_file_fails_with_its_rule() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reject/safetensors");
+/// Every file in `tests/reject/{dir}/` with extension `ext` breaks the
+/// header rule in its name (docs/sources.md); the error names the file,
+/// and the tensor where the rule concerns one.
+fn source_corpus(dir: &str, ext: &str, at_least: usize) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/reject")
+        .join(dir);
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "safetensors") {
+        if path.extension().is_none_or(|e| e != ext) {
             continue;
         }
         seen += 1;
@@ -90,5 +91,15 @@ fn every_safetensors_reject_file_fails_with_its_rule() {
             assert!(msg.contains(&format!("object {o:?}")), "{msg}");
         }
     }
-    assert!(seen >= 16, "corpus has only {seen} files");
+    assert!(seen >= at_least, "corpus has only {seen} files");
+}
+
+#[test]
+fn every_safetensors_reject_file_fails_with_its_rule() {
+    source_corpus("safetensors", "safetensors", 16);
+}
+
+#[test]
+fn every_gguf_reject_file_fails_with_its_rule() {
+    source_corpus("gguf", "gguf", 15);
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use zt_client::output::fetch_to_file;
+use zt_client::output::{copy_sharded, fetch_to_file};
 use zt_client::trust::Trust;
 use zt_client::{Client, Options, Via};
 
@@ -111,7 +111,16 @@ pub async fn run(
             None => bar.set_message(object.to_owned()),
         }
     };
-    let written = fetch_to_file(&client, select, out, &mut progress).await;
+    // A directory receives a sharded checkpoint: its shards and index.
+    let into_dir = out.as_os_str().to_string_lossy().ends_with('/') || out.is_dir();
+    let written = if into_dir {
+        if !select.is_empty() {
+            bail!("{}: a directory receives a whole sharded checkpoint; write a selection as a .zt file (-o NAME.zt)", out.display());
+        }
+        copy_sharded(&client, out, &mut progress).await
+    } else {
+        fetch_to_file(&client, select, out, &mut progress).await
+    };
     bar.finish_and_clear();
     let w = written?;
     if w.resumed > 0 {

@@ -565,15 +565,8 @@ impl HttpSource {
     /// The same source for `name`, a file of a multi-file entry, beside
     /// this one (a shard next to its index).
     fn for_file(&self, name: &str) -> Result<HttpSource> {
-        let bad = || Error::Protocol(format!("{}: no URL for file {name:?} beside it", self.url));
-        let mut url = reqwest::Url::parse(&self.url).map_err(|_| bad())?;
-        {
-            let mut segs = url.path_segments_mut().map_err(|()| bad())?;
-            segs.pop();
-            segs.extend(name.split('/'));
-        }
         Ok(HttpSource {
-            url: url.to_string(),
+            url: beside(&self.url, name)?,
             ..self.clone()
         })
     }
@@ -661,8 +654,20 @@ fn delivered(
     }
 }
 
+/// The URL of `name` (a `/`-separated relative path) beside `url`'s file.
+pub(crate) fn beside(url: &str, name: &str) -> Result<String> {
+    let bad = || Error::Protocol(format!("{url}: no URL for file {name:?} beside it"));
+    let mut u = reqwest::Url::parse(url).map_err(|_| bad())?;
+    {
+        let mut segs = u.path_segments_mut().map_err(|()| bad())?;
+        segs.pop();
+        segs.extend(name.split('/'));
+    }
+    Ok(u.to_string())
+}
+
 /// The last path segment of a URL (its extension names the source).
-fn file_name(url: &str) -> Option<String> {
+pub(crate) fn file_name(url: &str) -> Option<String> {
     let u = reqwest::Url::parse(url).ok()?;
     u.path_segments()?.next_back().map(str::to_owned)
 }

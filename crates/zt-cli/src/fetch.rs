@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use zt_client::output::{copy_sharded, fetch_to_file};
+use zt_client::copy::copy_sharded;
+use zt_client::output::fetch_to_file;
 use zt_client::trust::Trust;
 use zt_client::{Client, Options, Via};
 

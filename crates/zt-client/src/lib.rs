@@ -50,6 +50,7 @@
 
 mod budget;
 mod client;
+pub mod copy;
 mod error;
 mod fetch;
 pub mod http;

@@ -181,7 +181,7 @@ fn still_intact(
 /// The most bytes [`still_intact`] reads at once.
 const RECHECK_CHUNK: usize = 4 << 20;
 
-fn component<'m>(m: &'m Manifest, o: &str, r: &str) -> Option<&'m Component> {
+pub(crate) fn component<'m>(m: &'m Manifest, o: &str, r: &str) -> Option<&'m Component> {
     m.objects.get(o).and_then(|obj| obj.components.get(r))
 }
 
@@ -220,78 +220,6 @@ fn output_kind(out: &Path, source: Source, select: &[String], url: &str) -> Resu
     }
 }
 
-/// A copy's layout: every component in place, the synthesized ones (no
-/// byte range of the file; their bytes are in the header) left out.
-fn in_place(m: &Manifest) -> Manifest {
-    let mut out = m.clone();
-    out.objects
-        .retain(|_, o| o.components.values().all(|c| !c.synthesized));
-    out
-}
-
-/// The byte ranges of `0..size` no component of `m` covers.
-fn gaps(m: &Manifest, size: u64) -> Vec<std::ops::Range<u64>> {
-    let mut spans: Vec<(u64, u64)> = m
-        .components()
-        .map(|(_, _, c)| (c.offset, c.offset.saturating_add(c.length)))
-        .collect();
-    spans.sort_unstable();
-    let mut out = Vec::new();
-    let mut pos = 0;
-    for (s, e) in spans {
-        if s > pos {
-            out.push(pos..s);
-        }
-        pos = pos.max(e);
-    }
-    if pos < size {
-        out.push(pos..size);
-    }
-    out
-}
-
-/// Reads the copy's header back and checks it describes every component
-/// where the manifest does.
-fn check_copy(part: &Path, source: Source, local: &Manifest, client: &Client) -> Result<()> {
-    let label = part.display().to_string();
-    let f = File::open(part).map_err(|e| Error::io(format!("reading {label}"), e))?;
-    let limits = zt_format::Limits {
-        manifest_cap: client.options.manifest_cap,
-        ..zt_format::Limits::default()
-    };
-    let got = zt_format::read_source_at(&f, source, &label, &limits)?
-        .parsed
-        .manifest;
-    for (o, r, want) in local.components() {
-        let have = component(&got, o, r);
-        let same = have.is_some_and(|h| {
-            (h.offset, h.length, h.dtype, &h.logical_type)
-                == (want.offset, want.length, want.dtype, &want.logical_type)
-        });
-        if !same {
-            return Err(Error::Protocol(format!(
-                "{}: the header received does not place object {o:?}, component {r:?} where the manifest does",
-                client.url
-            )));
-        }
-    }
-    let extra = got
-        .objects
-        .iter()
-        .filter(|(n, obj)| {
-            obj.components.values().all(|c| !c.synthesized) && !local.objects.contains_key(*n)
-        })
-        .map(|(n, _)| n.as_str())
-        .next();
-    if let Some(n) = extra {
-        return Err(Error::Protocol(format!(
-            "{}: the header received holds object {n:?}, which the manifest does not",
-            client.url
-        )));
-    }
-    Ok(())
-}
-
 /// Fetches `select` from `client` into `out`: a `.zt` file, or a
 /// byte-identical copy when `out` is named after the served file's source
 /// (see the module docs).
@@ -316,7 +244,7 @@ pub async fn fetch_to_file(
                 // Fail before a byte moves.
                 client.read_range(0..0, &etag).await?;
             }
-            (in_place(&remote.manifest), remote.size)
+            (crate::copy::in_place(&remote.manifest), remote.size)
         }
     };
     let header = header_line(&etag, select, kind);
@@ -416,7 +344,7 @@ pub async fn fetch_to_file(
         if let Output::Copy(source) = kind {
             // The bytes between components (headers, padding), then the
             // header read back and checked before the rename.
-            for gap in gaps(&local, blob_end) {
+            for gap in crate::copy::gaps(&local, blob_end) {
                 let bytes = client.read_range(gap.clone(), &etag).await?;
                 let buf = zt_format::AlignedBuf::copy_from(&bytes).map_err(|r| {
                     Error::io(
@@ -427,7 +355,7 @@ pub async fn fetch_to_file(
                 writer.write(buf, gap.start).await?;
             }
             writer.finish_copy(blob_end).await?;
-            return check_copy(&part, source, &local, client);
+            return crate::copy::check_copy(&part, source, &local, client);
         }
         // Manifest and footer, then a full check before the rename.
         let cbor = zt_format::manifest_cbor(&local);
@@ -505,92 +433,4 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert!(still_intact(&path, &m, journal).is_empty(), "no part file");
     }
-}
-
-/// Fetches a sharded checkpoint into the directory `dir`: every shard as a
-/// byte-identical copy (each verified and checked as [`fetch_to_file`]
-/// checks one, and each the version the index's manifest names), then
-/// the index itself, written last and atomically, so a directory that
-/// holds the index holds every shard it names. Over HTTP only (copies
-/// are), like the copies it is made of.
-pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -> Result<Written> {
-    let remote = client.manifest().await?;
-    let source = remote.manifest.source;
-    if source != Source::SafetensorsIndex {
-        return Err(Error::Usage(format!(
-            "{}: a {source} file, not a sharded checkpoint's index: -o DIR/ writes an index and its shards",
-            client.url
-        )));
-    }
-    // Refused over ztp/1 before a byte moves.
-    client.read_range(0..0, &remote.etag).await?;
-    let index_name = crate::http::file_name(&client.url)
-        .map(|n| {
-            percent_encoding::percent_decode_str(&n)
-                .decode_utf8_lossy()
-                .into_owned()
-        })
-        .filter(|n| zt_format::source::by_name(n) == Some(Source::SafetensorsIndex))
-        .ok_or_else(|| {
-            Error::Usage(format!(
-                "{}: the URL does not end in the index's name",
-                client.url
-            ))
-        })?;
-    let io = |what: String| move |e| Error::io(what, e);
-    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
-    let (mut objects, mut bytes, mut resumed) = (0, 0, 0);
-    for (name, part) in &remote.manifest.files {
-        let shard = Client::connect(
-            &crate::http::beside(&client.url, name)?,
-            (*client.options).clone(),
-        )
-        .await?;
-        let now = shard.manifest().await?.etag;
-        if part.etag.as_deref() != Some(now.as_str()) {
-            return Err(Error::Changed {
-                url: shard.url.clone(),
-                detail: format!(
-                    "since its index was read (ETag {now}, the index names {:?})",
-                    part.etag
-                ),
-            });
-        }
-        let out = dir.join(name);
-        if let Some(parent) = out.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(io(format!("creating {}", parent.display())))?;
-        }
-        let w = fetch_to_file(&shard, &[], &out, progress).await?;
-        (objects, bytes, resumed) = (objects + w.objects, bytes + w.bytes, resumed + w.resumed);
-    }
-    let raw = client.read_range(0..remote.size, &remote.etag).await?;
-    let limits = zt_format::Limits {
-        manifest_cap: client.options.manifest_cap,
-        ..zt_format::Limits::default()
-    };
-    let index = zt_format::source::safetensors_index::parse(&client.url, &raw, &limits)?;
-    let named: Vec<&str> = remote.manifest.files.keys().map(String::as_str).collect();
-    if index.shards().into_iter().collect::<Vec<_>>() != named {
-        return Err(Error::Protocol(format!(
-            "{}: the index received names other shards than its manifest",
-            client.url
-        )));
-    }
-    // Beside its place, synced, then renamed: never a partial index.
-    let path = dir.join(&index_name);
-    let tmp = zt_format::temp_path(&path);
-    let written = File::create(&tmp)
-        .and_then(|mut f| f.write_all(&raw).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, &path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(format!("writing {}", path.display()), e));
-    }
-    Ok(Written {
-        path,
-        objects,
-        bytes,
-        resumed,
-    })
 }

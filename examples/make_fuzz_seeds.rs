@@ -25,6 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             token: Some("t".into()),
             if_match: Some("\"zt-1\"".into()),
             manifest_only: false,
+            ranges: vec![(0, 8), (64, 4096)],
         }),
         Message::Get(Get {
             id: 2,

@@ -263,9 +263,10 @@ fn the_client_reads_safetensors_and_gguf_headers_from_nginx_itself() {
 }
 
 /// `-o NAME.safetensors` of a safetensors file (`.gguf` of a GGUF file)
-/// writes the served file byte for byte, over HTTP from the daemon and
-/// from nginx; ztp/1, a selection, or another source's name are refused
-/// before anything is written.
+/// writes the served file byte for byte, over ztp/1 (the bytes between
+/// components as a `get` with `ranges`) and over HTTP, from the daemon and
+/// from nginx; a selection, or another source's name, is refused before
+/// anything is written.
 #[test]
 fn byte_identical_copies_named_after_their_source() {
     let root = tempfile::tempdir().unwrap();
@@ -294,37 +295,42 @@ fn byte_identical_copies_named_after_their_source() {
                 "{url}: not byte-identical"
             );
         }
-        let out = dir.path().join(format!("q.{name}"));
         let (q, fp) = s.quic.clone().unwrap();
+        let out = dir.path().join(format!("q.{name}"));
         let quic = format!("quic://{q}/{name}");
-        let refused = [
-            vec![
-                "fetch",
-                quic.as_str(),
-                "-o",
-                out.to_str().unwrap(),
-                "--cert-fingerprint",
-                fp.as_str(),
-            ],
-            vec![
-                "fetch",
-                urls[0].as_str(),
-                "-o",
-                out.to_str().unwrap(),
-                "--select",
-                "*",
-            ],
-        ];
-        for args in refused {
-            let r = zt(&args);
-            assert_eq!(
-                r.status.code(),
-                Some(2),
-                "{args:?}: {}",
-                String::from_utf8_lossy(&r.stderr)
-            );
-            assert!(!out.exists() && !dir.path().join(format!("q.{name}.part")).exists());
-        }
+        let r = zt(&[
+            "fetch",
+            &quic,
+            "-o",
+            out.to_str().unwrap(),
+            "--cert-fingerprint",
+            &fp,
+        ]);
+        assert!(
+            r.status.success(),
+            "{quic}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        assert!(
+            std::fs::read(&out).unwrap() == original,
+            "{quic}: not byte-identical"
+        );
+        let out = dir.path().join(format!("sel.{name}"));
+        let r = zt(&[
+            "fetch",
+            urls[0].as_str(),
+            "-o",
+            out.to_str().unwrap(),
+            "--select",
+            "*",
+        ]);
+        assert_eq!(
+            r.status.code(),
+            Some(2),
+            "{}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        assert!(!out.exists() && !dir.path().join(format!("sel.{name}.part")).exists());
     }
     let r = zt(&[
         "fetch",
@@ -432,7 +438,41 @@ fn a_sharded_checkpoint_is_one_model() {
     assert_eq!(r.status, 409);
     assert!(String::from_utf8_lossy(&r.body).contains("gone.safetensors"));
 
+    // -o DIR/: the index and its shards, each byte-identical; the index
+    // is written last. Over HTTP and over ztp/1.
+    let copy = tempfile::tempdir().unwrap();
     let (q, fp) = s.quic.clone().unwrap();
+    let quic = format!("quic://{q}/m/model.safetensors.index.json");
+    let sources = [
+        (
+            s.url("/m/model.safetensors.index.json"),
+            vec!["--require-digest"],
+        ),
+        (quic.clone(), vec!["--cert-fingerprint", fp.as_str()]),
+    ];
+    for (i, (url, extra)) in sources.iter().enumerate() {
+        let into = format!("{}/ckpt{i}/", copy.path().display());
+        let mut args = vec!["fetch", url.as_str(), "-o", &into];
+        args.extend(extra);
+        let r = zt(&args);
+        assert!(
+            r.status.success(),
+            "{url}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        for name in [
+            "model.safetensors.index.json",
+            "model-00001-of-00002.safetensors",
+            "model-00002-of-00002.safetensors",
+        ] {
+            let got = std::fs::read(copy.path().join(format!("ckpt{i}")).join(name)).unwrap();
+            assert!(
+                got == std::fs::read(dir.join(name)).unwrap(),
+                "{url}: {name} differs"
+            );
+        }
+    }
+
     let out_dir = tempfile::tempdir().unwrap();
     let urls = [
         (

@@ -151,6 +151,7 @@ mod tests {
                 token: Some("t".into()),
                 if_match: Some("\"e\"".into()),
                 manifest_only: true,
+                ranges: vec![(0, 8), (16, 16)],
             }),
             Message::Get(Get {
                 id: 1,

@@ -41,3 +41,13 @@ pub use server_session::{Close, Received, ServerSession};
 
 /// The ALPN protocol identifier.
 pub const ALPN: &[u8] = b"ztp/1";
+
+/// The feature a server names in `manifest.features` when it answers a
+/// `get` with `ranges`: raw byte ranges of the file, a stream each.
+pub const FEATURE_RANGES: &str = "ranges";
+
+/// The object a `ranges` request's manifest names for bytes
+/// `start..end` of the file (its one component is `data`).
+pub fn range_object(start: u64, end: u64) -> String {
+    format!("@bytes/{start}-{end}")
+}

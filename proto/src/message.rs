@@ -3,7 +3,7 @@
 use ciborium::Value;
 
 use crate::code::Code;
-use crate::value::{map, text, texts, uint, FieldError, Fields};
+use crate::value::{map, ranges, text, texts, uint, FieldError, Fields};
 
 /// `get`: ask for a file's manifest and components (client to server).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -22,6 +22,11 @@ pub struct Get {
     pub if_match: Option<String>,
     /// Send only the manifest, no component streams.
     pub manifest_only: bool,
+    /// Half-open byte ranges `[start, end)` of the file to send instead of
+    /// components, one stream each, in this order (feature
+    /// [`crate::FEATURE_RANGES`]); empty: components. What a byte-identical
+    /// copy needs of the bytes between components (a header, padding).
+    pub ranges: Vec<(u64, u64)>,
 }
 
 /// `cancel`: stop sending a request's components, or one of them.
@@ -121,6 +126,7 @@ impl Message {
                     "manifest_only",
                     g.manifest_only.then_some(Value::Bool(true)),
                 ),
+                ("ranges", ranges(&g.ranges)),
             ]),
             Message::Cancel(c) => map(vec![
                 ("t", text("cancel")),
@@ -174,6 +180,7 @@ impl Message {
                     }
                     None => false,
                 },
+                ranges: f.ranges("ranges")?,
             }),
             "cancel" => Message::Cancel(Cancel {
                 id: f.uint("id")?,
@@ -255,5 +262,40 @@ impl ComponentHeader {
             digest: f.opt_text("digest")?,
             offset: f.uint("offset")?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get_with(ranges: Value) -> Result<Message, FieldError> {
+        let v = Value::Map(vec![
+            (Value::Text("t".into()), Value::Text("get".into())),
+            (Value::Text("id".into()), Value::Integer(1.into())),
+            (Value::Text("path".into()), Value::Text("m.gguf".into())),
+            (Value::Text("ranges".into()), ranges),
+        ]);
+        Message::from_value(&v)
+    }
+
+    fn pair(a: u64, b: u64) -> Value {
+        Value::Array(vec![Value::Integer(a.into()), Value::Integer(b.into())])
+    }
+
+    #[test]
+    fn ranges_are_pairs_that_do_not_run_backwards() {
+        match get_with(Value::Array(vec![pair(0, 8), pair(8, 8)])) {
+            Ok(Message::Get(g)) => assert_eq!(g.ranges, vec![(0, 8), (8, 8)]),
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            Value::Array(vec![pair(9, 8)]),
+            Value::Array(vec![Value::Array(vec![Value::Integer(1.into())])]),
+            Value::Array(vec![Value::Text("0-8".into())]),
+            Value::Integer(3.into()),
+        ] {
+            assert!(get_with(bad).is_err());
+        }
     }
 }

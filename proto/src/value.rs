@@ -93,6 +93,35 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// An array of `[start, end]` pairs of unsigned integers, start <= end.
+    pub(crate) fn ranges(&self, k: &'static str) -> Result<Vec<(u64, u64)>, FieldError> {
+        let bad = || FieldError::Type {
+            field: k,
+            expected: "an array of [start, end] pairs, start <= end",
+        };
+        let uint = |v: &Value| match v {
+            Value::Integer(i) => u64::try_from(*i).ok(),
+            _ => None,
+        };
+        match self.get(k) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::Array(pair) => match pair.as_slice() {
+                        [a, b] => match (uint(a), uint(b)) {
+                            (Some(a), Some(b)) if a <= b => Ok((a, b)),
+                            _ => Err(bad()),
+                        },
+                        _ => Err(bad()),
+                    },
+                    _ => Err(bad()),
+                })
+                .collect(),
+            Some(_) => Err(bad()),
+        }
+    }
+
     pub(crate) fn texts(&self, k: &'static str) -> Result<Vec<String>, FieldError> {
         match self.get(k) {
             None => Ok(Vec::new()),
@@ -130,6 +159,18 @@ pub(crate) fn text(s: &str) -> Option<Value> {
 
 pub(crate) fn uint(n: u64) -> Option<Value> {
     Some(Value::Integer(n.into()))
+}
+
+pub(crate) fn ranges(v: &[(u64, u64)]) -> Option<Value> {
+    (!v.is_empty()).then(|| {
+        Value::Array(
+            v.iter()
+                .map(|&(a, b)| {
+                    Value::Array(vec![Value::Integer(a.into()), Value::Integer(b.into())])
+                })
+                .collect(),
+        )
+    })
 }
 
 pub(crate) fn texts(v: &[String]) -> Option<Value> {

@@ -199,12 +199,13 @@ def test_the_real_llama_vocab(served, zt, tmp_path, llama_vocab):
     assert m["objects"]["@tokenizer.ggml.tokens"]["shape"] == [32000]
     for out in fetch_both(zt, port, "vocab.gguf", tmp_path):
         assert strings(zt, out, "@tokenizer.ggml.tokens") == tokens
-    # A byte-identical copy, read back by gguf's own reader.
-    copy = tmp_path / "copy.gguf"
-    zt("fetch", f"http://127.0.0.1:{port}/vocab.gguf", "-o", copy, "--require-digest")
-    assert copy.read_bytes() == llama_vocab.read_bytes()
-    f2 = gguf.GGUFReader(str(copy)).fields["tokenizer.ggml.tokens"]
-    assert [bytes(f2.parts[i]).decode() for i in f2.data] == tokens
+    # A byte-identical copy over each transport, read back by gguf's reader.
+    for i, url in enumerate([f"http://127.0.0.1:{port}/vocab.gguf", f"quic://127.0.0.1:{port}/vocab.gguf"]):
+        copy = tmp_path / f"copy{i}.gguf"
+        zt("fetch", url, "-o", copy, "--insecure")
+        assert copy.read_bytes() == llama_vocab.read_bytes(), url
+        f2 = gguf.GGUFReader(str(copy)).fields["tokenizer.ggml.tokens"]
+        assert [bytes(f2.parts[i]).decode() for i in f2.data] == tokens
     # A selection over HTTP: the daemon's manifest, the rows from its
     # component route (tests/sources.rs covers nginx, where the client
     # parses the header itself).

@@ -200,21 +200,66 @@ impl Client {
         }
     }
 
-    /// Bytes `range` of the file, as it was when its ETag was `etag`: over
-    /// HTTP only (ztp/1 carries components, not the bytes between them).
-    pub async fn read_range(&self, range: std::ops::Range<u64>, etag: &str) -> Result<Vec<u8>> {
+    /// Byte ranges of the file, as it was when its ETag was `etag`: over
+    /// HTTP by Range requests, over ztp/1 as a `get` with `ranges` (the
+    /// server must name the feature `ranges`; a server that does not is a
+    /// usage error, before anything moves). Empty `ranges` only checks that
+    /// the transport can carry them.
+    pub async fn read_ranges(
+        &self,
+        ranges: &[std::ops::Range<u64>],
+        etag: &str,
+    ) -> Result<Vec<Vec<u8>>> {
         match &self.transport {
-            Transport::Quic { .. } => Err(Error::Usage(format!(
-                "{}: ztp/1 carries a file's components, not the bytes between them; fetch a byte-identical copy over http(s), or write a .zt file (-o NAME.zt)",
-                self.url
-            ))),
-            Transport::Http { source, .. } => source.read_range(range, etag).await,
+            Transport::Quic { client, path } => {
+                let offered = client
+                    .features()
+                    .is_some_and(|f| f.iter().any(|x| x == ztp_proto::FEATURE_RANGES));
+                if !offered {
+                    return Err(Error::Usage(format!(
+                        "{}: the server does not offer byte ranges over ztp/1 (feature {:?}); fetch a byte-identical copy over http(s), or write a .zt file (-o NAME.zt)",
+                        self.url,
+                        ztp_proto::FEATURE_RANGES
+                    )));
+                }
+                if ranges.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let pairs: Vec<(u64, u64)> = ranges.iter().map(|r| (r.start, r.end)).collect();
+                let mut fetch = client.request_ranges(path, &pairs, etag).await?;
+                let mut out: Vec<Option<Vec<u8>>> = vec![None; ranges.len()];
+                while let Some(d) = fetch.next().await {
+                    let d = d?;
+                    let i = pairs
+                        .iter()
+                        .position(|(a, b)| d.object == ztp_proto::range_object(*a, *b))
+                        .ok_or_else(|| {
+                            Error::Protocol(format!(
+                                "{}: bytes {} were not asked for",
+                                self.url, d.object
+                            ))
+                        })?;
+                    if let Some(slot) = out.get_mut(i) {
+                        *slot = Some(d.data.as_slice().to_vec());
+                    }
+                }
+                out.into_iter()
+                    .zip(&pairs)
+                    .map(|(b, (s, e))| {
+                        b.ok_or_else(|| {
+                            Error::Transport(format!("{}: bytes {s}..{e} did not arrive", self.url))
+                        })
+                    })
+                    .collect()
+            }
+            Transport::Http { source, .. } => {
+                let mut out = Vec::with_capacity(ranges.len());
+                for r in ranges {
+                    out.push(source.read_range(r.clone(), etag).await?);
+                }
+                Ok(out)
+            }
         }
-    }
-
-    /// Whether this client speaks ztp/1.
-    pub fn is_quic(&self) -> bool {
-        matches!(self.transport, Transport::Quic { .. })
     }
 
     /// Hands back a delivered component's buffer once its bytes are no

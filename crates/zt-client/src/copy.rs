@@ -94,8 +94,8 @@ pub(crate) fn check_copy(
 /// byte-identical copy (each verified and checked as [`fetch_to_file`]
 /// checks one, and each the version the index's manifest names), then
 /// the index itself, written last and atomically, so a directory that
-/// holds the index holds every shard it names. Over HTTP only (copies
-/// are), like the copies it is made of.
+/// holds the index holds every shard it names. Over HTTP or ztp/1, like
+/// the copies it is made of.
 pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -> Result<Written> {
     let remote = client.manifest().await?;
     let source = remote.manifest.source;
@@ -105,8 +105,8 @@ pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -
             client.url
         )));
     }
-    // Refused over ztp/1 before a byte moves.
-    client.read_range(0..0, &remote.etag).await?;
+    // A transport that cannot carry raw bytes fails before a byte moves.
+    client.read_ranges(&[], &remote.etag).await?;
     let index_name = crate::http::file_name(&client.url)
         .map(|n| {
             percent_encoding::percent_decode_str(&n)
@@ -147,7 +147,11 @@ pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -
         let w = fetch_to_file(&shard, &[], &out, progress).await?;
         (objects, bytes, resumed) = (objects + w.objects, bytes + w.bytes, resumed + w.resumed);
     }
-    let raw = client.read_range(0..remote.size, &remote.etag).await?;
+    let raw = client
+        .read_ranges(std::slice::from_ref(&(0..remote.size)), &remote.etag)
+        .await?
+        .pop()
+        .unwrap_or_default();
     let limits = zt_format::Limits {
         manifest_cap: client.options.manifest_cap,
         ..zt_format::Limits::default()

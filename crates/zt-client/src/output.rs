@@ -8,8 +8,8 @@
 //! verified on arrival and written at its own offset, the bytes between
 //! them (headers, padding) read by Range, and the header of the result
 //! read back and checked against the manifest before the rename. A copy
-//! is of the whole file (no `--select`) and needs HTTP: ztp/1 carries
-//! components, not the bytes between them.
+//! is of the whole file (no `--select`); over ztp/1 the bytes between
+//! components come as a `get` with `ranges` (the server's feature).
 //!
 //! The output is laid out before the first byte arrives (components in
 //! send order, 64-byte aligned; those of 1 MiB or more on 4096-byte
@@ -240,10 +240,9 @@ pub async fn fetch_to_file(
             layout(&selected)
         }
         Output::Copy(_) => {
-            if client.is_quic() {
-                // Fail before a byte moves.
-                client.read_range(0..0, &etag).await?;
-            }
+            // A transport that cannot carry the bytes between components
+            // fails here, before a byte moves.
+            client.read_ranges(&[], &etag).await?;
             (crate::copy::in_place(&remote.manifest), remote.size)
         }
     };
@@ -344,8 +343,9 @@ pub async fn fetch_to_file(
         if let Output::Copy(source) = kind {
             // The bytes between components (headers, padding), then the
             // header read back and checked before the rename.
-            for gap in crate::copy::gaps(&local, blob_end) {
-                let bytes = client.read_range(gap.clone(), &etag).await?;
+            let gaps = crate::copy::gaps(&local, blob_end);
+            let bytes = client.read_ranges(&gaps, &etag).await?;
+            for (gap, bytes) in gaps.iter().zip(bytes) {
                 let buf = zt_format::AlignedBuf::copy_from(&bytes).map_err(|r| {
                     Error::io(
                         format!("buffering bytes {gap:?}"),

@@ -362,6 +362,12 @@ impl Component {
         }
     }
 
+    /// A raw, undigested component of bytes `offset..offset + length` of
+    /// the file, for readers outside this crate that describe ranges.
+    pub fn of_file(dtype: DType, offset: u64, length: u64) -> Component {
+        Component::raw(dtype, None, offset, length)
+    }
+
     /// The logical type name: `type` when given, else the dtype.
     pub fn type_name(&self) -> &str {
         match &self.logical_type {

@@ -18,7 +18,7 @@ use zt_format::select::Selection;
 
 /// What this server supports beyond ztp/1 as first published (the
 /// `features` of every manifest message; PROTOCOL.md section 4).
-const FEATURES: &[&str] = &[];
+const FEATURES: &[&str] = &[ztp_proto::FEATURE_RANGES];
 
 /// Serves one connection until it closes. `closing` turns true when the
 /// daemon's shutdown deadline has passed: the connection is then closed
@@ -188,6 +188,61 @@ async fn get(
 type Plan = (Arc<Served>, Vec<u8>, Vec<Item>);
 
 /// Resolves the file, the selection and the send order.
+/// A `get` with `ranges`: one stream per byte range of the file, in the
+/// order asked for, announced by a manifest of one `u8` object per range
+/// (`@bytes/START-END`, its `data` at START) so the client checks bounds
+/// and lengths as for components. A range past the file's end is
+/// `no_match`. No digests: the client checks what the bytes mean (a
+/// copy's header is read back against the manifest).
+fn ranges_plan(served: Arc<Served>, g: &Get) -> Result<Plan, (Code, String)> {
+    let mut m = zt_format::Manifest {
+        source: served.manifest.source,
+        ..zt_format::Manifest::default()
+    };
+    let mut items = Vec::with_capacity(g.ranges.len());
+    for &(start, end) in &g.ranges {
+        if end > served.size {
+            return Err((
+                Code::NoMatch,
+                format!(
+                    "{}: bytes {start}..{end} run past its {} bytes",
+                    served.path, served.size
+                ),
+            ));
+        }
+        let name = ztp_proto::range_object(start, end);
+        let len = end - start;
+        let mut components = zt_format::Components::new();
+        let c = zt_format::Component::of_file(zt_format::DType::U8, start, len);
+        components.insert("data".to_owned(), c);
+        m.objects.insert(
+            name.clone(),
+            zt_format::Object {
+                shape: vec![len],
+                format: zt_format::Format::Dense,
+                attributes: zt_format::Attributes::new(),
+                components,
+            },
+        );
+        items.push(Item {
+            header: ComponentHeader {
+                id: g.id,
+                object: name,
+                component: "data".to_owned(),
+                seq: items.len() as u64,
+                dtype: "u8".to_owned(),
+                logical_type: None,
+                encoding: "raw".to_owned(),
+                length: len,
+                uncompressed_length: None,
+                digest: None,
+                offset: start,
+            },
+        });
+    }
+    Ok((served, zt_format::manifest_cbor(&m), items))
+}
+
 /// `resolved` is the entry [`crate::server::Catalog::resolve`] gave, for a
 /// file that needed it; others are looked up now.
 fn plan(state: &State, g: &Get, resolved: Option<Entry>) -> Result<Plan, (Code, String)> {
@@ -210,6 +265,9 @@ fn plan(state: &State, g: &Get, resolved: Option<Entry>) -> Result<Plan, (Code, 
                 format!("{} has ETag {}, not {want}", served.path, served.etag),
             ));
         }
+    }
+    if !g.ranges.is_empty() {
+        return ranges_plan(served, g);
     }
     let sel = Selection::new(&g.select).map_err(|e| (Code::NoMatch, e.to_string()))?;
     let filtered = sel

@@ -156,14 +156,6 @@ impl QuicClient {
         manifest_only: bool,
         max_buffered: Option<u64>,
     ) -> Result<Fetch> {
-        let (mtx, mrx) = oneshot::channel();
-        let (dtx, drx) = mpsc::unbounded_channel();
-        let route = Route {
-            path: path.to_owned(),
-            manifest: Some(mtx),
-            deliver: dtx,
-            budget: max_buffered.map(Budget::new),
-        };
         let get = Get {
             path: path.to_owned(),
             select: select.to_vec(),
@@ -172,6 +164,39 @@ impl QuicClient {
             if_match: if_match.map(str::to_owned),
             manifest_only,
             ..Get::default()
+        };
+        self.ask(get, max_buffered).await
+    }
+
+    /// Raw byte ranges of `path` (the server must name the feature
+    /// [`ztp_proto::FEATURE_RANGES`]), a stream each, delivered as
+    /// components of objects `@bytes/START-END` without digests.
+    pub(crate) async fn request_ranges(
+        &self,
+        path: &str,
+        ranges: &[(u64, u64)],
+        if_match: &str,
+    ) -> Result<Fetch> {
+        let get = Get {
+            path: path.to_owned(),
+            token: self.options.token.clone(),
+            if_match: Some(if_match.to_owned()),
+            ranges: ranges.to_vec(),
+            ..Get::default()
+        };
+        self.ask(get, None).await
+    }
+
+    async fn ask(&self, get: Get, max_buffered: Option<u64>) -> Result<Fetch> {
+        let path = get.path.clone();
+        let path = path.as_str();
+        let (mtx, mrx) = oneshot::channel();
+        let (dtx, drx) = mpsc::unbounded_channel();
+        let route = Route {
+            path: path.to_owned(),
+            manifest: Some(mtx),
+            deliver: dtx,
+            budget: max_buffered.map(Budget::new),
         };
         // The session hands out the id and routes the request's messages
         // and streams until it is forgotten (the fetch dropped, or a failure).

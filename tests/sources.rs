@@ -63,6 +63,24 @@ fn json(url: &str) -> serde_json::Value {
     serde_json::from_slice(&r.body).unwrap()
 }
 
+/// `zt fetch URL -o OUT --require-digest EXTRA...`, which must succeed.
+fn fetch_ok(url: &str, out: &Path, extra: &[&str]) {
+    let mut args = vec![
+        "fetch",
+        url,
+        "-o",
+        out.to_str().unwrap(),
+        "--require-digest",
+    ];
+    args.extend(extra);
+    let r = zt(&args);
+    assert!(
+        r.status.success(),
+        "{url}: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+}
+
 fn metric(s: &Server, name: &str) -> u64 {
     let r = curl(&[], &s.url("/metrics"));
     let text = String::from_utf8(r.body).unwrap();
@@ -144,20 +162,7 @@ fn safetensors_are_served_with_computed_digests_over_both_transports() {
     ];
     for (i, (url, extra)) in urls.iter().enumerate() {
         let out = dir.path().join(format!("out{i}.zt"));
-        let mut args = vec![
-            "fetch",
-            url.as_str(),
-            "-o",
-            out.to_str().unwrap(),
-            "--require-digest",
-        ];
-        args.extend(extra);
-        let r = zt(&args);
-        assert!(
-            r.status.success(),
-            "{url}: {}",
-            String::from_utf8_lossy(&r.stderr)
-        );
+        fetch_ok(url, &out, extra);
         let f = ZtFile::open_with(&out, ReadOptions::default()).unwrap();
         assert_eq!(f.manifest().source, zt_format::Source::Zt);
         for (name, (_, _, bytes)) in &t {
@@ -484,23 +489,11 @@ fn a_sharded_checkpoint_is_one_model() {
     for (i, (url, extra)) in urls.iter().enumerate() {
         for select in [None, Some("model.layers.1.*")] {
             let out = out_dir.path().join(format!("{i}-{}.zt", select.is_some()));
-            let mut args = vec![
-                "fetch",
-                url.as_str(),
-                "-o",
-                out.to_str().unwrap(),
-                "--require-digest",
-            ];
-            args.extend(extra);
+            let mut args = extra.clone();
             if let Some(sel) = select {
                 args.extend(["--select", sel]);
             }
-            let r = zt(&args);
-            assert!(
-                r.status.success(),
-                "{url}: {}",
-                String::from_utf8_lossy(&r.stderr)
-            );
+            fetch_ok(url, &out, &args);
             let f = ZtFile::open(&out).unwrap();
             let want: Vec<&String> = all
                 .keys()

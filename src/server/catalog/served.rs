@@ -1,0 +1,250 @@
+//! What a catalog entry is made of: a served file, one that is not
+//! served and why, the identity that tells versions apart, and a file
+//! found by a scan before its digests are known.
+
+use std::collections::BTreeMap;
+use std::fs::{File, Metadata};
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use zt_format::container::Synthesized;
+use zt_format::{Digest, Manifest, Origin, Source};
+
+use crate::server::checks::{Checks, Refusal};
+use crate::server::digests::Computed;
+use crate::server::etag;
+
+/// A served file.
+#[derive(Debug)]
+pub struct Served {
+    /// Path under the root, with `/` separators.
+    pub path: String,
+    pub file: File,
+    pub size: u64,
+    pub modified: SystemTime,
+    /// Strong ETag (quoted), from the content: the header bytes, the size
+    /// and every component's digest (the file's own or computed), so the
+    /// same on every replica serving the same bytes.
+    pub etag: String,
+    /// With every digest the file lacks filled in by the digest store.
+    pub manifest: Manifest,
+    /// The source's header bytes as stored (a `.zt` file's CBOR manifest,
+    /// a safetensors file's JSON header).
+    pub manifest_raw: Vec<u8>,
+    /// Whether the digest store filled in any digest.
+    pub computed: bool,
+    /// The bytes of synthesized components (GGUF string arrays), by
+    /// object and role; they are served from here, never read from the file.
+    pub(super) synthesized: BTreeMap<(String, String), Bytes>,
+    /// A multi-file entry's files (a sharded checkpoint's shards), by the
+    /// name its components give in `file`: each served as an entry of its own.
+    pub(super) shards: BTreeMap<String, Arc<Served>>,
+    pub warnings: Vec<String>,
+    /// Each component's digest check, done on first use.
+    pub(super) checks: Checks,
+    pub(super) identity: Identity,
+}
+
+impl Served {
+    /// Checks one component's bytes against its digest, once (blocking:
+    /// the first call reads the component). A component of another file
+    /// is checked by that file's entry.
+    pub fn check(&self, object: &str, role: &str) -> Result<(), Refusal> {
+        if let Some(owner) = self.owner(object, role) {
+            return owner.check(object, role);
+        }
+        self.checks
+            .check(&self.file, &self.path, &self.manifest, object, role)
+    }
+
+    /// The entry that holds a component living in another file (a shard
+    /// of a sharded checkpoint); `None` for one of this file. The shard
+    /// knows the object by the same name.
+    pub fn owner(&self, object: &str, role: &str) -> Option<Arc<Served>> {
+        let c = self.manifest.objects.get(object)?.components.get(role)?;
+        self.shards.get(c.file.as_ref()?).cloned()
+    }
+
+    /// A synthesized component's bytes; `None` for one that is a range of
+    /// the file.
+    pub fn synthesized(&self, object: &str, role: &str) -> Option<Bytes> {
+        self.synthesized
+            .get(&(object.to_owned(), role.to_owned()))
+            .cloned()
+    }
+
+    /// Checks every component whose stored bytes overlap one of `spans`.
+    pub fn check_spans(&self, spans: &[std::ops::Range<u64>]) -> Result<(), Refusal> {
+        for (o, obj) in &self.manifest.objects {
+            let here = |c: &zt_format::Component| !c.synthesized && c.file.is_none();
+            for (r, c) in obj.components.iter().filter(|(_, c)| here(c)) {
+                let end = c.offset.saturating_add(c.length);
+                if spans.iter().any(|s| s.start < end && c.offset < s.end) {
+                    self.check(o, r)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The manifest's CBOR as the file stores it, when nothing was added
+    /// to it (a v1.2 `.zt` file whose components all carry digests).
+    pub fn stored_cbor(&self) -> Option<&[u8]> {
+        let m = &self.manifest;
+        (m.source == Source::Zt && m.origin == Origin::V1 && !self.computed)
+            .then_some(self.manifest_raw.as_slice())
+    }
+}
+
+/// A file that exists but is not served.
+#[derive(Debug, Clone)]
+pub struct Unavailable {
+    pub path: String,
+    pub size: u64,
+    pub modified: SystemTime,
+    pub reason: String,
+    pub(super) identity: Identity,
+}
+
+/// What tells a changed file from an unchanged one between scans (and
+/// keys the digest store): an in-place rewrite of the same size changes
+/// the change time, a replacement the inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Identity {
+    pub(super) dev: u64,
+    pub(super) ino: u64,
+    pub(super) size: u64,
+    pub(super) mtime_ns: i128,
+    pub(super) ctime_ns: i128,
+}
+
+impl Identity {
+    pub(super) fn of(m: &Metadata) -> Self {
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Identity {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: ns(m.mtime(), m.mtime_nsec()),
+            ctime_ns: ns(m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+/// A file whose header was read and validated: what a served entry is
+/// made of once its digests are known.
+#[derive(Debug)]
+pub(crate) struct Found {
+    pub(crate) path: String,
+    pub(crate) file: File,
+    pub(super) size: u64,
+    pub(super) modified: SystemTime,
+    pub(super) identity: Identity,
+    pub(crate) manifest: Manifest,
+    pub(super) raw: Vec<u8>,
+    pub(super) warnings: Vec<String>,
+    pub(crate) synthesized: Synthesized,
+}
+
+impl Found {
+    /// Whether a component lacks a digest.
+    pub(super) fn lacks_digests(&self) -> bool {
+        self.manifest
+            .components()
+            .any(|(_, _, c)| c.digest.is_none())
+    }
+
+    /// The served entry, with `computed` digests filled in; `fresh` when
+    /// they were just computed from this file handle's bytes (rather than
+    /// read from the store, which the first request for a component then
+    /// checks against the file).
+    pub(super) fn serve(self, computed: Option<&Computed>, fresh: bool) -> Result<Served, String> {
+        let Found {
+            path,
+            file,
+            size,
+            modified,
+            identity,
+            mut manifest,
+            raw,
+            warnings,
+            synthesized,
+        } = self;
+        let mut filled = false;
+        if let Some(computed) = computed {
+            for (o, obj) in manifest.objects.iter_mut() {
+                for (r, c) in obj.components.iter_mut() {
+                    if c.digest.is_some() {
+                        continue;
+                    }
+                    let Some(text) = computed.get(o).and_then(|m| m.get(r)) else {
+                        return Err(format!(
+                            "{path}: no computed digest for object {o:?}, component {r:?}"
+                        ));
+                    };
+                    c.digest = Some(Digest::parse(text).map_err(|e| format!("{path}: {e}"))?);
+                    c.digest_computed = true;
+                    filled = true;
+                }
+            }
+        }
+        let tag = manifest.source.name();
+        let etag = if manifest.components().any(|(_, _, c)| c.digest.is_none()) {
+            // Digests are off: nothing speaks for the tensors' bytes but
+            // the file's modification time.
+            let mtime = identity.mtime_ns.to_le_bytes();
+            etag::derived(tag, &[&raw, &size.to_le_bytes(), &mtime])
+        } else if filled {
+            let digests: Vec<u8> = manifest
+                .components()
+                .flat_map(|(o, r, c)| {
+                    let d = c.digest.as_ref().map(Digest::as_str).unwrap_or_default();
+                    [
+                        o.as_bytes(),
+                        b"\0",
+                        r.as_bytes(),
+                        b"\0",
+                        d.as_bytes(),
+                        b"\0",
+                    ]
+                    .concat()
+                })
+                .collect();
+            etag::derived(tag, &[&raw, &size.to_le_bytes(), &digests])
+        } else {
+            // Unchanged for `.zt` files with digests: the manifest names
+            // every component's digest.
+            etag::derived(tag, &[&raw, &size.to_le_bytes()])
+        };
+        tracing::debug!(
+            file = path,
+            objects = manifest.objects.len(),
+            "serving file"
+        );
+        let checks = Checks::new(&manifest);
+        if fresh {
+            checks.computed_pass(&manifest);
+        }
+        Ok(Served {
+            path,
+            file,
+            size,
+            modified,
+            etag,
+            checks,
+            manifest,
+            manifest_raw: raw,
+            computed: filled,
+            warnings,
+            identity,
+            synthesized: synthesized
+                .into_iter()
+                .map(|(k, v)| (k, Bytes::from(v)))
+                .collect(),
+            shards: BTreeMap::new(),
+        })
+    }
+}

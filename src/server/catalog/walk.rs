@@ -1,0 +1,78 @@
+//! Finding the served files under the root.
+
+use std::fs::Metadata;
+use std::path::{Component as PathPart, Path, PathBuf};
+
+use zt_format::Source;
+
+use super::ignored_name;
+
+/// Deepest directory nesting followed, against symlink loops and abuse.
+const MAX_DEPTH: usize = 32;
+
+pub(super) fn walk(
+    root: &Path,
+    dir: &Path,
+    out: &mut Vec<(String, PathBuf, Metadata, Source)>,
+    depth: usize,
+) {
+    if depth > MAX_DEPTH {
+        tracing::warn!(dir = %dir.display(), "directory nesting too deep; not scanned");
+        return;
+    }
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot read directory");
+            return;
+        }
+    };
+    for entry in rd.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if ignored_name(name) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(lmeta) = entry.metadata() else {
+            continue;
+        };
+        let (target, meta) = if lmeta.file_type().is_symlink() {
+            // Follow a symlink only if it resolves inside the root.
+            match path.canonicalize() {
+                Ok(t) if t.starts_with(root) => match t.metadata() {
+                    Ok(m) => (t, m),
+                    Err(_) => continue,
+                },
+                Ok(t) => {
+                    tracing::warn!(link = %path.display(), target = %t.display(), "symlink points outside the root; ignored");
+                    continue;
+                }
+                Err(_) => continue,
+            }
+        } else {
+            (path.clone(), lmeta)
+        };
+        if meta.is_dir() {
+            walk(root, &target, out, depth + 1);
+        } else if meta.is_file() {
+            let source = zt_format::source::by_name(name);
+            if let (Some(source), Some(rel)) = (source, relative(root, &path)) {
+                out.push((rel, target, meta, source));
+            }
+        }
+    }
+}
+
+/// The `/`-separated path of `path` under `root`.
+fn relative(root: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(root).ok()?;
+    let parts: Option<Vec<&str>> = rel
+        .components()
+        .map(|c| match c {
+            PathPart::Normal(s) => s.to_str(),
+            _ => None,
+        })
+        .collect();
+    Some(parts?.join("/"))
+}

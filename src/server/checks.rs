@@ -36,11 +36,16 @@ impl std::fmt::Display for Refusal {
 #[derive(Debug, Default)]
 pub(super) struct Checks {
     cells: HashMap<(String, String), OnceLock<Result<(), String>>>,
+    /// Digests just computed from this very file handle's bytes: hashing
+    /// them again on first use would read the same bytes twice for
+    /// nothing. Their other rules still run.
+    fresh: bool,
 }
 
 impl Checks {
-    /// One unfilled cell per component of `m`.
-    pub(super) fn new(m: &Manifest) -> Checks {
+    /// One unfilled cell per component of `m`; `fresh` when its computed
+    /// digests were just hashed from the file being served.
+    pub(super) fn new(m: &Manifest, fresh: bool) -> Checks {
         let cells = m
             .objects
             .iter()
@@ -50,25 +55,7 @@ impl Checks {
                     .map(move |r| ((o.clone(), r.clone()), OnceLock::new()))
             })
             .collect();
-        Checks { cells }
-    }
-
-    /// Records every component whose digest was just computed from the
-    /// file as checked: hashing it again on its first request would read
-    /// the same bytes twice for nothing.
-    /// Ragged offsets still get their own check on first use.
-    pub(super) fn computed_pass(&self, m: &Manifest) {
-        for (o, r, c) in m.components() {
-            let ragged = r == "offsets"
-                && m.objects
-                    .get(o)
-                    .is_some_and(|obj| obj.format == Format::Ragged);
-            if c.digest_computed && !ragged {
-                if let Some(cell) = self.cells.get(&(o.to_owned(), r.to_owned())) {
-                    let _ = cell.set(Ok(()));
-                }
-            }
-        }
+        Checks { cells, fresh }
     }
 
     /// Checks the component once (blocking: it reads the component);
@@ -102,7 +89,12 @@ impl Checks {
             .objects
             .get(object)
             .filter(|o| o.format == Format::Ragged && role == "offsets");
-        let checked = hash(file, c).and_then(|verdict| match (verdict, ragged) {
+        let hashed = if self.fresh && c.digest_computed {
+            Ok(Ok(()))
+        } else {
+            hash(file, c)
+        };
+        let checked = hashed.and_then(|verdict| match (verdict, ragged) {
             (Ok(()), Some(obj)) => ragged_offsets(file, obj, c),
             (verdict, _) => Ok(verdict),
         });

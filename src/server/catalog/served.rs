@@ -224,10 +224,7 @@ impl Found {
             objects = manifest.objects.len(),
             "serving file"
         );
-        let checks = Checks::new(&manifest);
-        if fresh {
-            checks.computed_pass(&manifest);
-        }
+        let checks = Checks::new(&manifest, fresh);
         Ok(Served {
             path,
             file,

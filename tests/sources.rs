@@ -63,15 +63,9 @@ fn json(url: &str) -> serde_json::Value {
     serde_json::from_slice(&r.body).unwrap()
 }
 
-/// `zt fetch URL -o OUT --require-digest EXTRA...`, which must succeed.
+/// `zt fetch URL -o OUT EXTRA...`, which must succeed.
 fn fetch_ok(url: &str, out: &Path, extra: &[&str]) {
-    let mut args = vec![
-        "fetch",
-        url,
-        "-o",
-        out.to_str().unwrap(),
-        "--require-digest",
-    ];
+    let mut args = vec!["fetch", url, "-o", out.to_str().unwrap()];
     args.extend(extra);
     let r = zt(&args);
     assert!(
@@ -162,7 +156,9 @@ fn safetensors_are_served_with_computed_digests_over_both_transports() {
     ];
     for (i, (url, extra)) in urls.iter().enumerate() {
         let out = dir.path().join(format!("out{i}.zt"));
-        fetch_ok(url, &out, extra);
+        let mut args = vec!["--require-digest"];
+        args.extend(extra);
+        fetch_ok(url, &out, &args);
         let f = ZtFile::open_with(&out, ReadOptions::default()).unwrap();
         assert_eq!(f.manifest().source, zt_format::Source::Zt);
         for (name, (_, _, bytes)) in &t {
@@ -283,47 +279,27 @@ fn byte_identical_copies_named_after_their_source() {
     let nginx = common::nginx::Nginx::start(root.path(), nport, dir.path()).unwrap();
     for name in ["m.safetensors", "m.gguf"] {
         let original = std::fs::read(root.path().join(name)).unwrap();
+        let (q, fp) = s.quic.clone().unwrap();
         let urls = [
-            s.url(&format!("/{name}")),
-            format!("http://127.0.0.1:{nport}/{name}"),
+            (s.url(&format!("/{name}")), vec![]),
+            (format!("http://127.0.0.1:{nport}/{name}"), vec![]),
+            (
+                format!("quic://{q}/{name}"),
+                vec!["--cert-fingerprint", fp.as_str()],
+            ),
         ];
-        for (i, url) in urls.iter().enumerate() {
+        for (i, (url, extra)) in urls.iter().enumerate() {
             let out = dir.path().join(format!("{i}.{name}"));
-            let r = zt(&["fetch", url, "-o", out.to_str().unwrap()]);
-            assert!(
-                r.status.success(),
-                "{url}: {}",
-                String::from_utf8_lossy(&r.stderr)
-            );
+            fetch_ok(url, &out, extra);
             assert!(
                 std::fs::read(&out).unwrap() == original,
                 "{url}: not byte-identical"
             );
         }
-        let (q, fp) = s.quic.clone().unwrap();
-        let out = dir.path().join(format!("q.{name}"));
-        let quic = format!("quic://{q}/{name}");
-        let r = zt(&[
-            "fetch",
-            &quic,
-            "-o",
-            out.to_str().unwrap(),
-            "--cert-fingerprint",
-            &fp,
-        ]);
-        assert!(
-            r.status.success(),
-            "{quic}: {}",
-            String::from_utf8_lossy(&r.stderr)
-        );
-        assert!(
-            std::fs::read(&out).unwrap() == original,
-            "{quic}: not byte-identical"
-        );
         let out = dir.path().join(format!("sel.{name}"));
         let r = zt(&[
             "fetch",
-            urls[0].as_str(),
+            urls[0].0.as_str(),
             "-o",
             out.to_str().unwrap(),
             "--select",
@@ -457,14 +433,8 @@ fn a_sharded_checkpoint_is_one_model() {
     ];
     for (i, (url, extra)) in sources.iter().enumerate() {
         let into = format!("{}/ckpt{i}/", copy.path().display());
-        let mut args = vec!["fetch", url.as_str(), "-o", &into];
-        args.extend(extra);
-        let r = zt(&args);
-        assert!(
-            r.status.success(),
-            "{url}: {}",
-            String::from_utf8_lossy(&r.stderr)
-        );
+        // The trailing `/` asks for a directory.
+        fetch_ok(url, Path::new(&into), extra);
         for name in [
             "model.safetensors.index.json",
             "model-00001-of-00002.safetensors",
@@ -489,7 +459,8 @@ fn a_sharded_checkpoint_is_one_model() {
     for (i, (url, extra)) in urls.iter().enumerate() {
         for select in [None, Some("model.layers.1.*")] {
             let out = out_dir.path().join(format!("{i}-{}.zt", select.is_some()));
-            let mut args = extra.clone();
+            let mut args = vec!["--require-digest"];
+            args.extend(extra);
             if let Some(sel) = select {
                 args.extend(["--select", sel]);
             }

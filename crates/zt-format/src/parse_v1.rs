@@ -302,30 +302,10 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
             }
             b"file" => file = optional_text(r, "file")?.map(|f| f.into_owned()),
             b"placement" => {
-                synthesized = match optional_text(r, "placement")?.as_deref() {
-                    None | Some("file") => false,
-                    Some("synthesized") => true,
-                    Some(_) => {
-                        return Err(Rule::FieldType {
-                            field: "placement".to_owned(),
-                            expected: "\"file\" or \"synthesized\"",
-                        }
-                        .into())
-                    }
-                }
+                synthesized = flag(r, "placement", "synthesized", "\"file\" or \"synthesized\"")?
             }
             b"digest_by" => {
-                digest_computed = match optional_text(r, "digest_by")?.as_deref() {
-                    None | Some("file") => false,
-                    Some("server") => true,
-                    Some(_) => {
-                        return Err(Rule::FieldType {
-                            field: "digest_by".to_owned(),
-                            expected: "\"file\" or \"server\"",
-                        }
-                        .into())
-                    }
-                }
+                digest_computed = flag(r, "digest_by", "server", "\"file\" or \"server\"")?
             }
             _ => {
                 key.text()?;
@@ -373,6 +353,23 @@ fn file_map(r: &mut Reader<'_>) -> Parse<BTreeMap<String, FilePart>> {
         Ok(())
     })?;
     Ok(out)
+}
+
+/// A text field that is absent, `"file"`, or `yes`: whether it is `yes`.
+fn flag(
+    r: &mut Reader<'_>,
+    field: &'static str,
+    yes: &str,
+    expected: &'static str,
+) -> Result<bool, Rule> {
+    match optional_text(r, field)?.as_deref() {
+        None | Some("file") => Ok(false),
+        Some(v) if v == yes => Ok(true),
+        Some(_) => Err(Rule::FieldType {
+            field: field.to_owned(),
+            expected,
+        }),
+    }
 }
 
 /// Attributes are rare and free-form: skip them strictly, then decode the

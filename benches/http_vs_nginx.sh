@@ -4,6 +4,7 @@
 # Not part of .ci/run. Usage: benches/http_vs_nginx.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/support/nginx.sh
 rounds="${1:-5}"
 need() { command -v "$1" >/dev/null || { apt-get update -q && apt-get install -y -q nginx-light wrk curl; }; }
 need nginx; need wrk; need curl
@@ -16,29 +17,8 @@ mkdir -p "$data/root"
 zport=17071; nport=17072
 target/release/ztserve --root "$data/root" --listen 127.0.0.1:$zport --log-level warn &
 zpid=$!
-cat > "$data/nginx.conf" <<NGINX
-worker_processes 2;
-pid $data/nginx.pid;
-error_log $data/nginx-error.log;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    client_body_temp_path $data/tmp;
-    proxy_temp_path $data/tmp;
-    fastcgi_temp_path $data/tmp;
-    uwsgi_temp_path $data/tmp;
-    scgi_temp_path $data/tmp;
-    server {
-        listen 127.0.0.1:$nport;
-        location /v1/files/ { alias $data/root/; }
-    }
-}
-NGINX
-mkdir -p "$data/tmp"
-nginx -c "$data/nginx.conf"
-cleanup() { kill $zpid 2>/dev/null || true; nginx -c "$data/nginx.conf" -s stop 2>/dev/null || true; }
+nginx_start "$data" $nport "location /v1/files/ { alias $data/root/; }"
+cleanup() { kill $zpid 2>/dev/null || true; nginx_stop "$data"; }
 trap cleanup EXIT
 sleep 1
 

@@ -14,6 +14,7 @@
 # Usage: benches/sources.sh [ROUNDS]   (needs nginx, curl, .venv with gguf)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/support/nginx.sh
 rounds="${1:-5}"
 command -v nginx >/dev/null || { apt-get update -q && apt-get install -y -q nginx-light curl; }
 [ -x .venv/bin/python ] || { python3 -m venv .venv; }
@@ -22,20 +23,11 @@ cargo build -q --release --bin ztserve --bin zt
 data="$PWD/target/bench-data/sources"
 mkdir -p "$data/root" "$data/many" "$data/tmp"
 big="$data/root/one-gib.safetensors"
-.venv/bin/python - "$big" "$data/many" <<'PY'
-import json, os, struct, sys
+.venv/bin/python benches/support/one_gib_safetensors.py "$big"
+.venv/bin/python - "$data/many" <<'PY'
+import os, sys
 import numpy as np
-big, many = sys.argv[1], sys.argv[2]
-if not os.path.exists(big):
-    # 32 layers of one 32 MiB f16 tensor: 1 GiB of random bytes.
-    n, size = 32, 32 << 20
-    header = {f"model.layers.{i}.w": {"dtype": "F16", "shape": [size // 2], "data_offsets": [i * size, (i + 1) * size]} for i in range(n)}
-    h = json.dumps(header).encode()
-    with open(big + ".part", "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h)
-        for _ in range(n):
-            f.write(os.urandom(size))
-    os.rename(big + ".part", big)
+many = sys.argv[1]
 st = os.path.join(many, "many.safetensors")
 if not os.path.exists(st):
     # 10,000 small f32 tensors (250 layers x 40), the same in GGUF.
@@ -62,18 +54,8 @@ printf 'root = "/unused"\n[digests]\nrate_mib_s = 0\n' > "$state/c.toml"
 target/release/ztserve --config "$state/c.toml" --root "$data/root" --listen 127.0.0.1:$zport --no-quic \
     --state-dir "$state" --log-level warn &
 zpid=$!
-cat > "$data/nginx.conf" <<NGINX
-worker_processes 2;
-pid $data/nginx.pid;
-error_log $data/nginx-error.log;
-events { worker_connections 1024; }
-http { access_log off; sendfile on; tcp_nopush on;
-  client_body_temp_path $data/tmp; proxy_temp_path $data/tmp; fastcgi_temp_path $data/tmp;
-  uwsgi_temp_path $data/tmp; scgi_temp_path $data/tmp;
-  server { listen 127.0.0.1:$nport; location / { root $data/root; } } }
-NGINX
-nginx -c "$data/nginx.conf"
-cleanup() { kill $zpid 2>/dev/null || true; nginx -c "$data/nginx.conf" -s stop 2>/dev/null || true; rm -rf "$state"; }
+nginx_start "$data" $nport "location / { root $data/root; }"
+cleanup() { kill $zpid 2>/dev/null || true; nginx_stop "$data"; rm -rf "$state"; }
 trap cleanup EXIT
 zurl="http://127.0.0.1:$zport/one-gib.safetensors"
 nurl="http://127.0.0.1:$nport/one-gib.safetensors"
@@ -135,3 +117,17 @@ for i in $(seq "$rounds"); do
 done
 mo=$(printf '%s\n' "${ours[@]}" | median); mp=$(printf '%s\n' "${peer[@]}" | median)
 echo "ztserve ${mo} s, sha256sum ${mp} s: throughput ratio ztserve/sha256sum $(ratio "$mp" "$mo")"
+
+echo "# 4. one tensor of a cold 1 GiB file: its manifest by ?select= against the whole manifest, seconds (median of $rounds; a fresh daemon and state each, background hashing at 1 MiB/s)"
+cold() {
+    local st; st=$(mktemp -d)
+    printf 'root = "/unused"\n[digests]\nrate_mib_s = 1\n' > "$st/c.toml"
+    target/release/ztserve --config "$st/c.toml" --root "$data/root" --listen 127.0.0.1:$zport --no-quic --state-dir "$st" --log-level warn &
+    local pid=$!
+    until curl -sf -o /dev/null "http://127.0.0.1:$zport/readyz"; do sleep 0.05; done
+    curl -s -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$zport/v1/files/one-gib.safetensors/manifest$1"
+    kill $pid; wait $pid 2>/dev/null || true; rm -rf "$st"
+}
+sel=$(for i in $(seq "$rounds"); do cold '?select=model.layers.7.w'; done | median)
+whole=$(for i in $(seq "$rounds"); do cold ''; done | median)
+echo "select ${sel} s, whole manifest ${whole} s: the selected tensor's wait is $(ratio "$sel" "$whole") of the whole file's"

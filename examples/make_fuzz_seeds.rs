@@ -26,6 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if_match: Some("\"zt-1\"".into()),
             manifest_only: false,
             ranges: vec![(0, 8), (64, 4096)],
+            rows: Some((2, 5)),
         }),
         Message::Get(Get {
             id: 2,

@@ -27,11 +27,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -r tests/interop/requirements.txt
 
-step "cargo fmt --check"
+step "cargo fmt --check (the workspace, and the Python extension crate outside it)"
 cargo fmt --all -- --check
+cargo fmt --manifest-path python/Cargo.toml -- --check
 
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --manifest-path python/Cargo.toml --all-targets --locked -- -D warnings
 
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q
@@ -47,7 +49,10 @@ if [ "$(id -u)" = 0 ]; then
 fi
 ZT_TEST_RELEASE_BIN="$PWD/target/release/ztserve" cargo test --workspace --locked
 
-step "interop tests (ztensor 1.2.3, safetensors, numpy, a real model)"
+step "the Python package (pip install ./python: maturin, sharing target/)"
+.venv/bin/python -m pip install -q --disable-pip-version-check ./python
+
+step "interop tests (ztensor 1.2.3, safetensors, numpy, a real model, the Python package)"
 cargo build --locked --bin zt --bin ztserve
 ZT_BIN="$PWD/target/debug/zt" ZT_DAEMON_BIN="$PWD/target/debug/ztserve" \
     ZT_MODEL_CACHE="$PWD/target/model-cache" \

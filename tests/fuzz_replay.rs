@@ -83,3 +83,12 @@ fn replay_read_gguf_corpus_and_regressions() {
         zt_format::fuzz::read_gguf(&data);
     }
 }
+
+#[test]
+fn replay_read_atoms_corpus_and_regressions() {
+    let inputs = inputs("read_atoms", &["tests/reject/atoms"]);
+    assert!(inputs.len() >= 29, "replayed only {}", inputs.len());
+    for p in inputs {
+        zt_format::fuzz::read_atoms(&std::fs::read(&p).unwrap());
+    }
+}

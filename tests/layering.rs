@@ -94,4 +94,8 @@ fn the_format_and_protocol_crates_have_no_runtime_or_sockets() {
     ];
     assert_free_of("zt-format", &io);
     assert_free_of("ztp-proto", &io);
+    // Ingest is offline work on files: no runtime, no network, no server.
+    let mut ingest: Vec<&str> = io.to_vec();
+    ingest.extend(COMMAND_LINE);
+    assert_free_of("zt-ingest", &ingest);
 }

@@ -103,3 +103,39 @@ fn every_safetensors_reject_file_fails_with_its_rule() {
 fn every_gguf_reject_file_fails_with_its_rule() {
     source_corpus("gguf", "gguf", 15);
 }
+
+/// Every MATRIX-ATOM reject file (`tests/reject/atoms/`, written by its
+/// `make_corpus.py` with struct and zlib only) fails `zt ingest verify`'s
+/// checks with the rule in its name, naming the file; SVG-Tensor files
+/// are checked against `good.atoms`, which passes.
+#[test]
+fn every_matrix_atom_reject_file_fails_with_its_rule() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reject/atoms");
+    let good_path = dir.join("good.atoms");
+    let good = std::fs::read(&good_path).unwrap();
+    let header = zt_ingest::verify::atom_file("good.atoms", &good)
+        .unwrap()
+        .header;
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if path == good_path || !matches!(ext, "atoms" | "svgt") {
+            continue;
+        }
+        seen += 1;
+        let rule = path.file_stem().unwrap().to_str().unwrap().to_owned();
+        let label = path.display().to_string();
+        let bytes = std::fs::read(&path).unwrap();
+        let err = if ext == "atoms" {
+            zt_ingest::verify::atom_file(&label, &bytes).map(|_| ())
+        } else {
+            zt_ingest::verify::svg_file(&label, &bytes, &good, &header)
+        }
+        .expect_err(&rule)
+        .to_string();
+        assert!(err.starts_with(&label), "error must name the file: {err}");
+        assert!(err.ends_with(&format!("[{rule}]")), "{rule}: {err}");
+    }
+    assert!(seen >= 28, "corpus has only {seen} files");
+}

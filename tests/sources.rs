@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::fetch::zt;
+use common::quic::metric;
 use common::{curl, Server};
 use safetensors::tensor::{Dtype, TensorView};
 use zt_format::{ReadOptions, ZtFile};
@@ -73,16 +74,6 @@ fn fetch_ok(url: &str, out: &Path, extra: &[&str]) {
         "{url}: {}",
         String::from_utf8_lossy(&r.stderr)
     );
-}
-
-fn metric(s: &Server, name: &str) -> u64 {
-    let r = curl(&[], &s.url("/metrics"));
-    let text = String::from_utf8(r.body).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
-        .parse()
-        .unwrap()
 }
 
 #[test]

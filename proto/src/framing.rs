@@ -152,6 +152,7 @@ mod tests {
                 if_match: Some("\"e\"".into()),
                 manifest_only: true,
                 ranges: vec![(0, 8), (16, 16)],
+                rows: Some((3, 9)),
             }),
             Message::Get(Get {
                 id: 1,

@@ -46,8 +46,21 @@ pub const ALPN: &[u8] = b"ztp/1";
 /// `get` with `ranges`: raw byte ranges of the file, a stream each.
 pub const FEATURE_RANGES: &str = "ranges";
 
+/// The feature a server names in `manifest.features` when it answers a
+/// `get` with `rows`: rows of a raw dense object, under a digest of the
+/// bytes sent.
+pub const FEATURE_ROWS: &str = "rows";
+
 /// The object a `ranges` request's manifest names for bytes
 /// `start..end` of the file (its one component is `data`).
 pub fn range_object(start: u64, end: u64) -> String {
-    format!("@bytes/{start}-{end}")
+    format!("{RANGE_PREFIX}{start}-{end}")
+}
+
+const RANGE_PREFIX: &str = "@bytes/";
+
+/// Whether `name` is one [`range_object`] makes: raw bytes of a `ranges`
+/// request, which carry no digest.
+pub fn is_range_object(name: &str) -> bool {
+    name.starts_with(RANGE_PREFIX)
 }

@@ -3,7 +3,7 @@
 use ciborium::Value;
 
 use crate::code::Code;
-use crate::value::{map, ranges, text, texts, uint, FieldError, Fields};
+use crate::value::{map, pair, ranges, text, texts, uint, FieldError, Fields};
 
 /// `get`: ask for a file's manifest and components (client to server).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -27,6 +27,10 @@ pub struct Get {
     /// [`crate::FEATURE_RANGES`]); empty: components. What a byte-identical
     /// copy needs of the bytes between components (a header, padding).
     pub ranges: Vec<(u64, u64)>,
+    /// Rows `[start, end)` along dimension 0 of the one raw dense object
+    /// `select` names, sent instead of its whole `data` (feature
+    /// [`crate::FEATURE_ROWS`]), under a digest of exactly those bytes.
+    pub rows: Option<(u64, u64)>,
 }
 
 /// `cancel`: stop sending a request's components, or one of them.
@@ -127,6 +131,7 @@ impl Message {
                     g.manifest_only.then_some(Value::Bool(true)),
                 ),
                 ("ranges", ranges(&g.ranges)),
+                ("rows", g.rows.map(|(a, b)| pair(a, b))),
             ]),
             Message::Cancel(c) => map(vec![
                 ("t", text("cancel")),
@@ -181,6 +186,7 @@ impl Message {
                     None => false,
                 },
                 ranges: f.ranges("ranges")?,
+                rows: f.pair("rows")?,
             }),
             "cancel" => Message::Cancel(Cancel {
                 id: f.uint("id")?,

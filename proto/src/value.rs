@@ -93,30 +93,29 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// An optional `[a, b]` of two unsigned integers.
+    pub(crate) fn pair(&self, k: &'static str) -> Result<Option<(u64, u64)>, FieldError> {
+        let bad = || FieldError::Type {
+            field: k,
+            expected: "an array [start, end] of two unsigned integers",
+        };
+        match self.get(k) {
+            None => Ok(None),
+            Some(v) => two_uints(v).map(Some).ok_or_else(bad),
+        }
+    }
+
     /// An array of `[start, end]` pairs of unsigned integers, start <= end.
     pub(crate) fn ranges(&self, k: &'static str) -> Result<Vec<(u64, u64)>, FieldError> {
         let bad = || FieldError::Type {
             field: k,
             expected: "an array of [start, end] pairs, start <= end",
         };
-        let uint = |v: &Value| match v {
-            Value::Integer(i) => u64::try_from(*i).ok(),
-            _ => None,
-        };
         match self.get(k) {
             None => Ok(Vec::new()),
             Some(Value::Array(items)) => items
                 .iter()
-                .map(|v| match v {
-                    Value::Array(pair) => match pair.as_slice() {
-                        [a, b] => match (uint(a), uint(b)) {
-                            (Some(a), Some(b)) if a <= b => Ok((a, b)),
-                            _ => Err(bad()),
-                        },
-                        _ => Err(bad()),
-                    },
-                    _ => Err(bad()),
-                })
+                .map(|v| two_uints(v).filter(|(a, b)| a <= b).ok_or_else(bad))
                 .collect(),
             Some(_) => Err(bad()),
         }
@@ -161,6 +160,10 @@ pub(crate) fn uint(n: u64) -> Option<Value> {
     Some(Value::Integer(n.into()))
 }
 
+pub(crate) fn pair(a: u64, b: u64) -> Value {
+    Value::Array(vec![Value::Integer(a.into()), Value::Integer(b.into())])
+}
+
 pub(crate) fn ranges(v: &[(u64, u64)]) -> Option<Value> {
     (!v.is_empty()).then(|| {
         Value::Array(
@@ -175,4 +178,19 @@ pub(crate) fn ranges(v: &[(u64, u64)]) -> Option<Value> {
 
 pub(crate) fn texts(v: &[String]) -> Option<Value> {
     (!v.is_empty()).then(|| Value::Array(v.iter().map(|s| Value::Text(s.clone())).collect()))
+}
+
+/// `[a, b]`: an array of exactly two unsigned integers.
+fn two_uints(v: &Value) -> Option<(u64, u64)> {
+    let uint = |v: &Value| match v {
+        Value::Integer(i) => u64::try_from(*i).ok(),
+        _ => None,
+    };
+    match v {
+        Value::Array(p) => match p.as_slice() {
+            [a, b] => Some((uint(a)?, uint(b)?)),
+            _ => None,
+        },
+        _ => None,
+    }
 }

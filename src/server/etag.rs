@@ -4,7 +4,9 @@
 //!
 //! - A derived tag is `"KIND-HEX"`: the first 16 bytes of SHA-256 over
 //!   what identifies the content (`zt-` a file, `m-` a manifest rendering,
-//!   `c-` a component without a sha256 digest). A component with a sha256
+//!   `c-` a component without a sha256 digest, `p-` a file whose digests
+//!   are still being computed: from its header and identity, see
+//!   `catalog::Found::provisional`). A component with a sha256
 //!   digest is tagged `"sha256-HEX"` with the whole digest. All are strong.
 //! - `If-None-Match` uses the weak comparison (RFC 9110 13.1.2): `W/` is
 //!   ignored on either side, and `*` matches anything.

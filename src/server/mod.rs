@@ -17,6 +17,7 @@ mod idle;
 mod metrics;
 mod pread;
 pub mod quic;
+mod rows;
 mod tls;
 mod watch;
 

@@ -41,15 +41,16 @@ def free_port():
 
 
 @contextlib.contextmanager
-def daemon(root, base):
-    """ztserve ($ZT_DAEMON_BIN) serving `root`, state and log under `base`;
-    yields its port once /readyz answers, and stops it afterwards."""
+def daemon(root, base, args=()):
+    """ztserve ($ZT_DAEMON_BIN) serving `root`, state and log under `base`,
+    with extra command-line `args`; yields its port once /readyz answers,
+    and stops it afterwards."""
     binary = os.environ.get("ZT_DAEMON_BIN")
     assert binary and os.path.exists(binary), "set ZT_DAEMON_BIN to the built ztserve binary"
     port = free_port()
     log = open(base / "ztserve.log", "wb")
     proc = subprocess.Popen(
-        [binary, "--root", str(root), "--listen", f"127.0.0.1:{port}", "--state-dir", str(base / "state")],
+        [binary, "--root", str(root), "--listen", f"127.0.0.1:{port}", "--state-dir", str(base / "state"), *args],
         stdout=log, stderr=subprocess.STDOUT,
     )
     try:
@@ -100,3 +101,64 @@ def fetch_both(zt, port, name, out_dir):
         zt("fetch", url, "-o", out, "--insecure", "--require-digest")
         outs.append(out)
     return outs
+
+
+@contextlib.contextmanager
+def nginx(root, base):
+    """nginx serving `root` as plain files (a Range server that knows
+    nothing of digests), config and logs under `base`; yields its port."""
+    port = free_port()
+    tmp = base / "nginx-tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    conf = base / "nginx.conf"
+    conf.write_text(
+        f"daemon off;\nworker_processes 1;\npid {base}/nginx.pid;\nerror_log {base}/nginx-error.log;\n"
+        "events { worker_connections 256; }\n"
+        f"http {{ access_log off; client_body_temp_path {tmp}; proxy_temp_path {tmp};\n"
+        f"  fastcgi_temp_path {tmp}; uwsgi_temp_path {tmp}; scgi_temp_path {tmp};\n"
+        f"  server {{ listen 127.0.0.1:{port}; location / {{ root {root}; }} }} }}\n"
+    )
+    proc = subprocess.Popen(["nginx", "-e", str(base / "nginx-error.log"), "-c", str(conf)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.time() < deadline, "nginx did not start"
+                time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def metric(port, name):
+    """A metric without labels from the daemon on `port`."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} missing from /metrics")
+
+
+def write_shards(original, root, count):
+    """`original` (name -> array) split by the safetensors package into
+    `count` shards under `root`, with a Hugging Face style
+    `model.safetensors.index.json`."""
+    import json
+
+    import safetensors.numpy
+
+    names = sorted(original)
+    weight_map = {}
+    for k in range(count):
+        shard = f"model-{k + 1:05}-of-{count:05}.safetensors"
+        part = {n: original[n] for n in names[k::count]}
+        safetensors.numpy.save_file(part, str(root / shard))
+        weight_map.update({n: shard for n in part})
+    total = sum(a.nbytes for a in original.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (root / "model.safetensors.index.json").write_text(json.dumps(index))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from conftest import daemon, fetch_both
+from conftest import daemon, fetch_both, write_shards
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "crates/zt-format/schema/manifest.schema.json").read_text())
@@ -123,14 +123,7 @@ def test_a_sharded_checkpoint_whole_and_by_selection(tmp_path, zt, real_model):
     root.mkdir(parents=True)
     original = safetensors.numpy.load_file(real_model)
     names = sorted(original)
-    weight_map = {}
-    for k in range(3):
-        shard = f"model-0000{k + 1}-of-00003.safetensors"
-        part = {n: original[n] for n in names[k::3]}
-        safetensors.numpy.save_file(part, str(root / shard))
-        weight_map.update({n: shard for n in part})
-    index = {"metadata": {"total_size": sum(a.nbytes for a in original.values())}, "weight_map": weight_map}
-    (root / "model.safetensors.index.json").write_text(json.dumps(index))
+    write_shards(original, root, 3)
     import ztensor
     with daemon(base / "root", base) as port:
         m = get_json(f"http://127.0.0.1:{port}/v1/files/minilm/model.safetensors.index.json/manifest")

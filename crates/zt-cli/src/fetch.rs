@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use zt_client::copy::copy_sharded;
-use zt_client::output::fetch_to_file;
+use zt_client::output::fetch_to_path;
 use zt_client::trust::Trust;
 use zt_client::{Client, Options, Via};
 
@@ -112,16 +111,7 @@ pub async fn run(
             None => bar.set_message(object.to_owned()),
         }
     };
-    // A directory receives a sharded checkpoint: its shards and index.
-    let into_dir = out.as_os_str().to_string_lossy().ends_with('/') || out.is_dir();
-    let written = if into_dir {
-        if !select.is_empty() {
-            bail!("{}: a directory receives a whole sharded checkpoint; write a selection as a .zt file (-o NAME.zt)", out.display());
-        }
-        copy_sharded(&client, out, &mut progress).await
-    } else {
-        fetch_to_file(&client, select, out, &mut progress).await
-    };
+    let written = fetch_to_path(&client, select, out, &mut progress).await;
     bar.finish_and_clear();
     let w = written?;
     if w.resumed > 0 {
@@ -132,5 +122,71 @@ pub async fn run(
             w.resumed
         );
     }
+    Ok(())
+}
+
+/// `zt fetch URL --atoms I..J -o OUT`: atoms `[I, J)` of a MATRIX-ATOM
+/// file (a row range of its `atoms`, verified), with the file's document
+/// index rebased, written atomically as a MATRIX-ATOM file of their own.
+pub async fn atoms(
+    url: &str,
+    out: &Path,
+    range: &str,
+    args: &RemoteArgs,
+    accept: AcceptArgs,
+) -> Result<()> {
+    use crate::exit::{Failure, USAGE};
+    let bad = || {
+        Failure::new(
+            USAGE,
+            format!("--atoms {range:?}: give I..J (half-open), e.g. 0..128"),
+        )
+    };
+    let (i, j) = range.split_once("..").ok_or_else(bad)?;
+    let (start, end): (u64, u64) = (i.parse().map_err(|_| bad())?, j.parse().map_err(|_| bad())?);
+    let client = Client::connect(url, args.options(accept)?).await?;
+    let remote = client.manifest().await?;
+    let header = zt_format::source::atom_header(&remote.manifest).ok_or_else(|| {
+        Failure::new(
+            USAGE,
+            format!("{url}: not a MATRIX-ATOM file (its manifest has no atom header)"),
+        )
+    })?;
+    let rows = zt_format::rows::Rows { start, end };
+    let atoms = client.read_rows(&remote, "atoms", rows).await?;
+    let docs = if remote.manifest.objects.contains_key("documents") {
+        let mut f = client
+            .fetch(&["documents".to_owned()], Some(&remote.etag))
+            .await?;
+        let d = f
+            .next()
+            .await
+            .ok_or_else(|| anyhow::anyhow!("{url}: the document index did not arrive"))??;
+        let v: Vec<u64> = d
+            .data
+            .as_slice()
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect();
+        Some(
+            v.chunks_exact(3)
+                .map(|t| zt_format::atoms::index::DocEntry {
+                    first_atom: t[0],
+                    atom_count: t[1],
+                    token_count: t[2],
+                })
+                .collect::<Vec<_>>(),
+        )
+    } else {
+        None
+    };
+    let bytes =
+        zt_format::atoms::slice::cut(&header, docs.as_deref(), start, end, atoms.data.as_slice());
+    crate::ingest::write_file(out, &bytes, "writing the atoms")?;
+    eprintln!(
+        "{}: atoms {start}..{end} ({} bytes)",
+        out.display(),
+        bytes.len()
+    );
     Ok(())
 }

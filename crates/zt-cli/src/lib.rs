@@ -18,6 +18,7 @@ pub mod export;
 pub mod fetch;
 pub mod import;
 pub mod info;
+pub mod ingest;
 pub mod pack;
 pub mod verify;
 

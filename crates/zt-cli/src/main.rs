@@ -125,6 +125,11 @@ enum Command {
         /// 1 MiB or more go to disk with direct I/O where the filesystem allows it)
         #[arg(long)]
         no_direct_io: bool,
+        /// Of a MATRIX-ATOM file, only atoms I..J (half-open), written as a
+        /// MATRIX-ATOM file of their own (new header and CRCs, the document
+        /// index rebased)
+        #[arg(long, value_name = "I..J", conflicts_with = "select")]
+        atoms: Option<String>,
     },
     /// Export dense objects to a .safetensors file.
     #[command(after_help = exit::HELP)]
@@ -135,6 +140,9 @@ enum Command {
         #[command(flatten)]
         read: ReadArgs,
     },
+    /// MATRIX-ATOM ingest (seed 002): tokenizer, clean, pack, verify.
+    #[command(subcommand, after_help = exit::HELP)]
+    Ingest(tool::ingest::IngestCommand),
     /// Write one component's bytes (decoded unless --stored) to standard output.
     #[command(after_help = exit::HELP)]
     Cat {
@@ -227,8 +235,13 @@ fn run(cli: Cli) -> Result<()> {
             remote,
             accept,
             no_direct_io,
+            atoms,
         } => {
             let out_path = output.unwrap_or_else(|| tool::fetch::default_output(&url));
+            if let Some(range) = atoms {
+                return runtime()?
+                    .block_on(tool::fetch::atoms(&url, &out_path, &range, &remote, accept));
+            }
             runtime()?.block_on(tool::fetch::run(
                 &url,
                 &out_path,
@@ -243,6 +256,7 @@ fn run(cli: Cli) -> Result<()> {
             tool::export::run(&f, &output)?;
             Ok(())
         }
+        Command::Ingest(cmd) => tool::ingest::run(&mut out, cmd),
         Command::Cat {
             file,
             object,

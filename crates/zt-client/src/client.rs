@@ -26,6 +26,9 @@ pub struct Remote {
     /// Where the HTTP transport finds synthesized components, which are
     /// no byte range of the file.
     pub(crate) synthesized: SynthesizedAt,
+    /// A ztserve's API base for the file (`.../v1/files/{path}`), where
+    /// its components and their rows can be asked for by name.
+    pub(crate) api: Option<String>,
 }
 
 /// Where synthesized components (GGUF string arrays) come from over HTTP.
@@ -41,7 +44,7 @@ pub(crate) enum SynthesizedAt {
 }
 
 #[derive(Debug)]
-enum Transport {
+pub(crate) enum Transport {
     Quic {
         client: QuicClient,
         path: String,
@@ -56,7 +59,7 @@ enum Transport {
 /// A remote `.zt` file.
 #[derive(Debug)]
 pub struct Client {
-    transport: Transport,
+    pub(crate) transport: Transport,
     pub url: String,
     pub options: Arc<Options>,
 }
@@ -127,18 +130,28 @@ impl Client {
 
     /// The remote manifest, with the file's ETag and size.
     pub async fn manifest(&self) -> Result<Remote> {
+        self.manifest_of(&[]).await
+    }
+
+    /// The remote manifest of the objects `select` names (every object
+    /// when empty). A ztserve still computing the file's digests hashes
+    /// only those first, so one tensor of a cold file is not kept waiting
+    /// for the rest; the ETag may then be the file's provisional one,
+    /// which the server keeps accepting while the file is unchanged.
+    pub async fn manifest_of(&self, select: &[String]) -> Result<Remote> {
         match &self.transport {
             Transport::Quic { client, path } => {
-                let mut f = client.get_manifest(path).await?;
+                let mut f = client.get_manifest(path, select).await?;
                 Ok(Remote {
                     manifest: std::mem::take(&mut f.manifest),
                     etag: std::mem::take(&mut f.etag),
                     size: f.size,
                     synthesized: SynthesizedAt::None,
+                    api: None,
                 })
             }
             Transport::Http { source, cached } => {
-                let r = source.manifest().await?;
+                let r = source.manifest(select).await?;
                 if let Ok(mut c) = cached.lock() {
                     *c = Some(r.clone());
                 }
@@ -183,7 +196,7 @@ impl Client {
                 // Range requests carry If-Range, so a stale cache cannot mix versions.
                 let remote = match cached.lock().ok().and_then(|mut c| c.take()) {
                     Some(r) => r,
-                    None => source.manifest().await?,
+                    None => source.manifest(select).await?,
                 };
                 if let Some(want) = if_match {
                     if remote.etag != want {

@@ -313,8 +313,20 @@ impl HttpSource {
     /// ztserve names the file's manifest in a `Link: rel="describedby"`
     /// header: for a source that carries no digests (safetensors, a `.zt`
     /// file written without them) the manifest comes from there instead,
-    /// with the digests the server computed, so every byte is verified.
-    pub async fn manifest(&self) -> Result<Remote> {
+    /// with the digests the server computed, so every byte is verified,
+    /// restricted to the objects `select` names (every object when empty),
+    /// so that the server hashes only those if it has not yet. A server
+    /// that was still hashing the file can finish between the footer and
+    /// the manifest, which then names the file's final ETag: the header
+    /// is read again once, under that ETag.
+    pub async fn manifest(&self, select: &[String]) -> Result<Remote> {
+        match self.manifest_once(select).await {
+            Err(Error::Changed { .. }) => self.manifest_once(select).await,
+            other => other,
+        }
+    }
+
+    async fn manifest_once(&self, select: &[String]) -> Result<Remote> {
         let want = Want::Last(16);
         let (resp, etag, span) = self.send_range(&want, None).await?;
         let described = describedby(&self.url, resp.headers());
@@ -332,7 +344,7 @@ impl HttpSource {
             .and_then(|n| zt_format::source::by_name(&n))
             .unwrap_or(Source::Zt);
         if let (false, Some(url)) = (source == Source::Zt, &described) {
-            return self.server_manifest(url, size, etag).await;
+            return self.server_manifest(url, select, size, etag).await;
         }
         let tail_range = size - tail.len() as u64..size;
         let mut probe = Probe::new(source, &self.url, size, self.limits);
@@ -352,23 +364,41 @@ impl HttpSource {
         let undigested = manifest.components().any(|(_, _, c)| c.digest.is_none());
         match described {
             Some(url) if undigested && manifest.origin == Origin::V1 => {
-                self.server_manifest(&url, size, etag).await
+                self.server_manifest(&url, select, size, etag).await
             }
             _ => Ok(Remote {
                 manifest,
                 etag,
                 size,
                 synthesized: SynthesizedAt::Here(parsed.synthesized),
+                api: described.as_deref().map(api_base),
             }),
         }
     }
 
     /// The manifest a ztserve renders for the file (CBOR), checked to be
     /// of the version whose ETag the footer came with.
-    async fn server_manifest(&self, url: &str, size: u64, etag: String) -> Result<Remote> {
-        let resp = self
-            .get_ok(self.client.get(url).header(ACCEPT, "application/cbor"), url)
-            .await?;
+    async fn server_manifest(
+        &self,
+        url: &str,
+        select: &[String],
+        size: u64,
+        etag: String,
+    ) -> Result<Remote> {
+        let mut target = reqwest::Url::parse(url).map_err(|e| {
+            Error::Protocol(format!("{}: its manifest link {url:?}: {e}", self.url))
+        })?;
+        if !select.is_empty() {
+            let mut q = target.query_pairs_mut();
+            for g in select {
+                q.append_pair("select", g);
+            }
+        }
+        let req = self
+            .client
+            .get(target.as_str())
+            .header(ACCEPT, "application/cbor");
+        let resp = self.get_ok(req, url).await?;
         let of = resp
             .headers()
             .get("x-zt-etag")
@@ -387,13 +417,13 @@ impl HttpSource {
         let body = read_capped(resp, cap, url).await?;
         let (manifest, _) =
             zt_format::container::decode_manifest(&self.url, &body, size, &self.limits)?;
-        let base = url.split('?').next().unwrap_or(url);
-        let base = base.strip_suffix("/manifest").unwrap_or(base).to_owned();
+        let base = api_base(url);
         Ok(Remote {
             manifest,
             etag,
             size,
-            synthesized: SynthesizedAt::Route(base),
+            synthesized: SynthesizedAt::Route(base.clone()),
+            api: Some(base),
         })
     }
 
@@ -499,7 +529,12 @@ impl HttpSource {
             let why = format!("{} bytes exceed the cap of {cap}", c.length);
             return Err(Error::corrupt(at, why));
         }
-        let mut check = Check::new(c.digest.as_ref(), self.options.allow_unverified, at)?;
+        let mut check = Check::new(
+            c.digest.as_ref(),
+            self.options.allow_unverified,
+            self.options.require_digest,
+            at,
+        )?;
         let gone = || Error::Transport(format!("{at}: the fetch was dropped"));
         let mut turns = turns.into_iter();
         // The first part's turn comes before the buffer is allocated, so
@@ -572,10 +607,16 @@ impl HttpSource {
     }
 
     /// Sends a GET (with the bearer token) that must answer 200.
-    async fn get_ok(
+    async fn get_ok(&self, req: reqwest::RequestBuilder, url: &str) -> Result<reqwest::Response> {
+        self.get_expecting(req, url, StatusCode::OK).await
+    }
+
+    /// Sends a GET (with the bearer token) that must answer `want`.
+    async fn get_expecting(
         &self,
         mut req: reqwest::RequestBuilder,
         url: &str,
+        want: StatusCode,
     ) -> Result<reqwest::Response> {
         if let Some(t) = &self.options.token {
             req = req.bearer_auth(t);
@@ -585,7 +626,7 @@ impl HttpSource {
             .await
             .map_err(|e| Error::Transport(format!("GET {url}: {e}")))?;
         let status = resp.status();
-        if status != StatusCode::OK {
+        if status != want {
             let body = error_text(resp).await;
             return Err(Error::Server {
                 status: Status::Http(status.as_u16()),
@@ -593,6 +634,63 @@ impl HttpSource {
             });
         }
         Ok(resp)
+    }
+
+    /// Rows `rows` (`len` bytes) of `object`'s `data` from a ztserve's
+    /// component route under `base`, pinned to version `etag`: a `206`
+    /// whose `Content-Digest` (sha-256 of exactly these bytes, attested by
+    /// the server) they must match. Returns the bytes and that digest.
+    pub(crate) async fn read_rows(
+        &self,
+        base: &str,
+        etag: &str,
+        object: &str,
+        rows: zt_format::rows::Rows,
+        len: u64,
+    ) -> Result<(AlignedBuf, zt_format::Digest)> {
+        let at = At {
+            object: object.to_owned(),
+            component: "data".to_owned(),
+        };
+        let mut url =
+            reqwest::Url::parse(base).map_err(|e| Error::Protocol(format!("{base}: {e}")))?;
+        url.path_segments_mut()
+            .map_err(|()| Error::Protocol(format!("{base}: not a base URL")))?
+            .extend(["objects", object, "data"]);
+        url.query_pairs_mut()
+            .append_pair("rows", &format!("{}:{}", rows.start, rows.end))
+            .append_pair("v", etag.trim_matches('"'));
+        let req = self.client.get(url.as_str());
+        let resp = self
+            .get_expecting(req, url.as_str(), StatusCode::PARTIAL_CONTENT)
+            .await?;
+        let claimed = resp
+            .headers()
+            .get("content-digest")
+            .and_then(|v| v.to_str().ok())
+            .and_then(content_digest_sha256)
+            .ok_or_else(|| Error::Unverifiable {
+                at: Some(at.clone()),
+                message: format!("{url}: {at}: rows came without a sha-256 Content-Digest"),
+            })?;
+        let mut buf = AlignedBuf::zeroed(len).map_err(|r| Error::corrupt(&at, r))?;
+        let want = Want::Exact(0..len);
+        self.read_body(resp, &want, buf.as_mut_slice()).await?;
+        let mut h = zt_format::Hasher::new(zt_format::DigestAlgorithm::Sha256);
+        h.update(buf.as_slice());
+        let got = h.finish();
+        if got.sha256() != Some(&claimed) {
+            return Err(Error::corrupt(
+                &at,
+                format!(
+                    "rows {}:{} do not match their Content-Digest (got {})",
+                    rows.start,
+                    rows.end,
+                    got.as_str()
+                ),
+            ));
+        }
+        Ok((buf, got))
     }
 
     /// A synthesized component's bytes into `into` (exactly its length).
@@ -724,6 +822,26 @@ fn broke_off(url: &str, spec: &str, after: Option<usize>, e: &reqwest::Error) ->
     Error::Transport(format!(
         "reading {url} ({spec}): the response broke off{at}: {why}"
     ))
+}
+
+/// The sha-256 value of a `Content-Digest` field (RFC 9530), if it has one.
+fn content_digest_sha256(field: &str) -> Option<[u8; 32]> {
+    use base64::Engine as _;
+    field.split(',').find_map(|member| {
+        let (alg, value) = member.trim().split_once('=')?;
+        if !alg.trim().eq_ignore_ascii_case("sha-256") {
+            return None;
+        }
+        let b64 = value.trim().strip_prefix(':')?.strip_suffix(':')?;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+        bytes.try_into().ok()
+    })
+}
+
+/// The file's API base from its manifest link: `.../v1/files/{path}`.
+fn api_base(manifest_url: &str) -> String {
+    let base = manifest_url.split('?').next().unwrap_or(manifest_url);
+    base.strip_suffix("/manifest").unwrap_or(base).to_owned()
 }
 
 #[cfg(test)]

@@ -59,6 +59,7 @@ pub mod output;
 mod part;
 mod pool;
 pub mod quic;
+mod rows;
 pub mod trust;
 pub mod udp;
 mod verify;

@@ -26,7 +26,7 @@ pub struct Options {
     pub connections: usize,
     /// Accept components whose digest algorithm is unknown.
     pub allow_unverified: bool,
-    /// Refuse components that carry no digest.
+    /// Refuse components that carry no digest (before their bytes are read).
     pub require_digest: bool,
     /// Override the transport the URL's scheme picks.
     pub via: Option<Via>,

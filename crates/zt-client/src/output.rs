@@ -34,7 +34,6 @@ use zt_format::{Component, Manifest, ReadOptions, Source, ZtFile};
 use crate::client::{select_from, Client};
 use crate::error::{Error, Result};
 use crate::part::PartWriter;
-use crate::verify::Verification;
 
 /// What a finished fetch wrote.
 #[derive(Debug, Clone)]
@@ -59,18 +58,6 @@ fn part_paths(out: &Path) -> (PathBuf, PathBuf) {
         out.with_file_name(format!("{name}.part")),
         out.with_file_name(format!("{name}.part.journal")),
     )
-}
-
-/// Escapes glob characters so a name selects exactly itself.
-fn exact(name: &str) -> String {
-    let mut s = String::with_capacity(name.len());
-    for c in name.chars() {
-        if matches!(c, '*' | '?' | '\\') {
-            s.push('\\');
-        }
-        s.push(c);
-    }
-    s
 }
 
 /// The output layout: each component's new offset, and the blob end.
@@ -220,6 +207,29 @@ fn output_kind(out: &Path, source: Source, select: &[String], url: &str) -> Resu
     }
 }
 
+/// Fetches `select` from `client` into `out`, whatever `out` names: a
+/// directory (an existing one, or a path ending in `/`) receives a whole
+/// sharded checkpoint, byte-identical ([`crate::copy::copy_sharded`]);
+/// anything else is [`fetch_to_file`].
+pub async fn fetch_to_path(
+    client: &Client,
+    select: &[String],
+    out: &Path,
+    progress: Progress<'_>,
+) -> Result<Written> {
+    let into_dir = out.as_os_str().to_string_lossy().ends_with('/') || out.is_dir();
+    if !into_dir {
+        return fetch_to_file(client, select, out, progress).await;
+    }
+    if !select.is_empty() {
+        return Err(Error::Usage(format!(
+            "{}: a directory receives a whole sharded checkpoint; write a selection as a .zt file (-o NAME.zt)",
+            out.display()
+        )));
+    }
+    crate::copy::copy_sharded(client, out, progress).await
+}
+
 /// Fetches `select` from `client` into `out`: a `.zt` file, or a
 /// byte-identical copy when `out` is named after the served file's source
 /// (see the module docs).
@@ -230,7 +240,7 @@ pub async fn fetch_to_file(
     progress: Progress<'_>,
 ) -> Result<Written> {
     let (part, journal) = part_paths(out);
-    let remote = client.manifest().await?;
+    let remote = client.manifest_of(select).await?;
     let etag = remote.etag;
     let kind = output_kind(out, remote.manifest.source, select, &client.url)?;
     let (local, blob_end) = match kind {
@@ -283,7 +293,7 @@ pub async fn fetch_to_file(
                 .keys()
                 .any(|r| !done.contains(&((*o).clone(), r.clone())))
         })
-        .map(|(o, _)| exact(o))
+        .map(|(o, _)| zt_format::select::escape(o))
         .collect();
     let total: u64 = local.objects.values().map(|o| o.stored_bytes()).sum();
     let mut got: u64 = done
@@ -298,13 +308,6 @@ pub async fn fetch_to_file(
             let mut fetch = client.fetch_bounded(&missing, Some(&etag), ahead).await?;
             while let Some(item) = fetch.next().await {
                 let d = item?;
-                if d.verification == Verification::Unverified && client.options.require_digest {
-                    let at = d.at();
-                    return Err(Error::Unverifiable {
-                        message: format!("{at}: no digest, and --require-digest is set"),
-                        at: Some(at),
-                    });
-                }
                 let key = (d.object.clone(), d.component.clone());
                 if done.contains(&key) {
                     continue;

@@ -93,7 +93,23 @@ pub(crate) struct Check {
 }
 
 impl Check {
-    pub(crate) fn new(digest: Option<&Digest>, allow_unknown: bool, at: &At) -> Result<Self> {
+    /// A check of one component's bytes against `digest`; refused before
+    /// a byte is read when the algorithm is unknown (unless
+    /// `allow_unknown`) or there is no digest while `require` holds.
+    pub(crate) fn new(
+        digest: Option<&Digest>,
+        allow_unknown: bool,
+        require: bool,
+        at: &At,
+    ) -> Result<Self> {
+        if digest.is_none() && require {
+            return Err(Error::Unverifiable {
+                at: Some(at.clone()),
+                message: format!(
+                    "{at}: carries no digest, so its bytes cannot be verified, and a digest is required (--require-digest)"
+                ),
+            });
+        }
         if let Some(DigestValue::Unknown { algorithm }) = digest.map(Digest::value) {
             if !allow_unknown {
                 return Err(Error::Unverifiable {

@@ -231,6 +231,27 @@ pub fn decode_manifest(
     file_size: u64,
     limits: &Limits,
 ) -> Result<(Manifest, Vec<Warning>)> {
+    decode_manifest_as(file, bytes, file_size, limits, View::File)
+}
+
+/// What a received manifest describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    /// The file's objects as stored.
+    File,
+    /// Parts of components (row ranges): offsets lie where the parts
+    /// start, so they need not be 64-byte aligned.
+    Parts,
+}
+
+/// [`decode_manifest`] of a manifest that describes `view`.
+pub fn decode_manifest_as(
+    file: &str,
+    bytes: &[u8],
+    file_size: u64,
+    limits: &Limits,
+    view: View,
+) -> Result<(Manifest, Vec<Warning>)> {
     let at = Location::file(file);
     if bytes.len() as u64 > limits.manifest_cap {
         return Err(Error::invalid(
@@ -256,6 +277,7 @@ pub fn decode_manifest(
             end: file_size,
         }
     };
-    validate::manifest(&manifest, area, &at, &mut warnings)?;
+    let aligned = manifest.source.is_aligned() && view == View::File;
+    validate::manifest_with(&manifest, area, aligned, &at, &mut warnings)?;
     Ok((manifest, warnings))
 }

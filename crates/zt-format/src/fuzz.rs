@@ -1,5 +1,5 @@
-//! The bodies of the `read_file`, `read_safetensors` and `read_gguf` fuzz
-//! targets, shared with the corpus replay test.
+//! The bodies of the `read_file`, `read_safetensors`, `read_gguf` and
+//! `read_atoms` fuzz targets, shared with the corpus replay test.
 
 use crate::{Limits, ReadOptions, Verify, ZtFile};
 
@@ -21,6 +21,33 @@ pub fn read_safetensors(data: &[u8]) {
 #[doc(hidden)]
 pub fn read_gguf(data: &[u8]) {
     read_everything_as("fuzz.gguf", data);
+}
+
+/// `data` as a MATRIX-ATOM file (read through its source and whole: the
+/// header, the payload's CRC and ids, the document index) and as an
+/// SVG-Tensor file checked against it.
+#[doc(hidden)]
+pub fn read_atoms(data: &[u8]) {
+    use crate::atoms::{index, svg_tensor::SvgHeader, AtomHeader, FLAG_INDEX};
+    read_everything_as("fuzz.atoms", data);
+    let size = data.len() as u64;
+    if let Ok(h) = AtomHeader::parse(data, size) {
+        let start = usize::try_from(h.data_offset).unwrap_or(usize::MAX);
+        let len = usize::try_from(h.payload_len().unwrap_or(0)).unwrap_or(usize::MAX);
+        if let Some(payload) = data.get(start..).and_then(|p| p.get(..len)) {
+            let _ = h.check_payload(payload);
+            if h.flags & FLAG_INDEX != 0 {
+                let rest = data.get(start.saturating_add(len)..).unwrap_or(&[]);
+                let _ = index::parse(rest, h.atom_count, h.atom_size);
+            }
+        }
+        if let Ok(s) = SvgHeader::parse(data, size) {
+            let _ = s.check_against(&h);
+        }
+    }
+    if let Ok(s) = SvgHeader::parse(data, size) {
+        let _ = s.payload_len();
+    }
 }
 
 /// A small valid GGUF file (three tensors, metadata, a long string array

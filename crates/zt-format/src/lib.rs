@@ -41,6 +41,7 @@
 
 mod aligned;
 mod atomic;
+pub mod atoms;
 mod cbor;
 mod cbor_reader;
 mod codec;
@@ -66,6 +67,7 @@ mod parse_v1;
 mod pread;
 pub mod ragged;
 mod reader;
+pub mod rows;
 pub mod select;
 pub mod source;
 mod validate;

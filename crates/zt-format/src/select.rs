@@ -128,6 +128,19 @@ impl fmt::Display for SelectError {
 
 impl std::error::Error for SelectError {}
 
+/// `name` with its glob characters escaped: a pattern that selects exactly
+/// that name.
+pub fn escape(name: &str) -> String {
+    let mut s = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '*' | '?' | '\\') {
+            s.push('\\');
+        }
+        s.push(c);
+    }
+    s
+}
+
 /// A union of patterns; empty selects everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Selection {
@@ -251,6 +264,16 @@ mod tests {
         assert_eq!(Pattern::new(r"a\?").unwrap().exact(), Some("a?".into()));
         assert_eq!(Pattern::new("a*").unwrap().exact(), None);
         assert!(Pattern::new("a\\").is_err());
+    }
+
+    #[test]
+    fn an_escaped_name_selects_exactly_itself() {
+        for name in ["a*b?", "back\\slash", "plain.name"] {
+            let p = Pattern::new(&escape(name)).unwrap();
+            assert_eq!(p.exact().as_deref(), Some(name));
+            assert!(p.matches(name));
+        }
+        assert!(!Pattern::new(&escape("a*")).unwrap().matches("ab"));
     }
 
     #[test]

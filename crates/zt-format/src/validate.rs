@@ -20,9 +20,21 @@ pub(crate) fn manifest(
     at: &Location,
     warnings: &mut Vec<Warning>,
 ) -> Result<()> {
-    let legacy = m.origin.is_legacy();
     // Other sources place tensors where their format puts them.
-    let aligned = m.source.is_aligned();
+    manifest_with(m, area, m.source.is_aligned(), at, warnings)
+}
+
+/// [`manifest`], with the 64-byte alignment of offsets checked only when
+/// `aligned` (a view of part of a component, such as rows, starts where
+/// the rows do).
+pub(crate) fn manifest_with(
+    m: &Manifest,
+    area: BlobArea,
+    aligned: bool,
+    at: &Location,
+    warnings: &mut Vec<Warning>,
+) -> Result<()> {
+    let legacy = m.origin.is_legacy();
     // Extents by the file they lie in (`None`: the served file).
     let mut extents: Vec<(Option<&str>, u64, u64, &str, &str)> = Vec::new();
     for (name, obj) in &m.objects {

@@ -188,6 +188,7 @@ fn build_index(
         size: ix.size,
         modified: ix.modified,
         etag: etag::derived("safetensors-index", &parts_for_tag),
+        provisional: None,
         checks: Checks::new(&Manifest::default(), false),
         manifest,
         manifest_raw: ix.raw.clone(),

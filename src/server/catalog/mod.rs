@@ -10,12 +10,15 @@
 //!
 //! A file with components that carry no digest is [`Entry::Pending`] until
 //! the digest store has them (from its records, or by hashing the file in
-//! the background); requests for it wait through [`Catalog::resolve`].
+//! the background); a request gets what it needs through
+//! [`Catalog::resolve`].
 //!
-//! `served` holds what an entry is made of, `index` links a sharded
+//! `served` holds what an entry is made of, `resolve` what a request is
+//! served while digests are computed, `index` links a sharded
 //! checkpoint's index to its shards, and `walk` finds the files.
 
 mod index;
+mod resolve;
 mod served;
 mod walk;
 
@@ -32,6 +35,7 @@ use super::config::{DigestChoice, DigestsConfig};
 use super::digests::{Computed, DigestMetrics, Hasher, Pending, Settle, Store};
 
 pub(crate) use index::IndexFile;
+pub(crate) use resolve::Need;
 pub(crate) use served::{Found, Identity};
 pub(crate) use served::{Served, Unavailable};
 use walk::walk;
@@ -125,6 +129,10 @@ pub struct Catalog {
     /// `None` when computing digests is off.
     digests: Option<Digests>,
     digest_metrics: Arc<DigestMetrics>,
+    /// Files whose extension named a source that their first bytes did
+    /// not confirm (a `.bin` that is no MATRIX-ATOM file), by identity:
+    /// not read again until they change.
+    passed_over: std::sync::Mutex<std::collections::HashMap<String, Identity>>,
 }
 
 /// Whether a file name is one the catalog ignores: dotfiles and files
@@ -167,6 +175,7 @@ impl Catalog {
             current,
             digests,
             digest_metrics: metrics,
+            passed_over: Default::default(),
         })
     }
 
@@ -177,34 +186,6 @@ impl Catalog {
     /// The current snapshot.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         read(&self.current)
-    }
-
-    /// The entry at `path` once it is served or unavailable: a pending
-    /// entry is hashed first (at full speed), and this waits for it.
-    /// An entry still pending after its wait (the hasher thread is gone)
-    /// is returned as it is.
-    pub async fn resolve(&self, path: &str) -> Option<Entry> {
-        let entry = self.snapshot().get(path).cloned()?;
-        if let Entry::Index(ix) = &entry {
-            return Some(self.link(ix).await);
-        }
-        let Entry::Pending(p) = entry else {
-            return Some(entry);
-        };
-        p.wait().await;
-        match self.snapshot().get(path).cloned() {
-            Some(Entry::Pending(now)) if Arc::ptr_eq(&now, &p) => p.settled().cloned(),
-            other => other,
-        }
-    }
-
-    /// Whether `path` needs [`Catalog::resolve`] before it is served: it
-    /// waits for its digests, or is an index to link to its shards.
-    pub fn is_pending(&self, path: &str) -> bool {
-        matches!(
-            self.snapshot().get(path),
-            Some(Entry::Pending(_) | Entry::Index(_))
-        )
     }
 
     pub(crate) fn digest_metrics(&self) -> &DigestMetrics {
@@ -221,6 +202,9 @@ impl Catalog {
         let (mut added, mut changed) = (0, 0);
         for (rel, abs, meta, source) in found {
             let id = Identity::of(&meta);
+            if old.get(&rel).is_none() && !self.confirmed(&rel, &abs, id, source) {
+                continue;
+            }
             let entry = match old.get(&rel) {
                 Some(e) if e.identity() == id => e.clone(),
                 prev => {
@@ -261,6 +245,32 @@ impl Catalog {
         *guard = Arc::new(Snapshot { entries });
         drop(guard);
         (added, removed, changed)
+    }
+
+    /// Whether a file whose extension names `source` starts as that source
+    /// must ([`zt_format::source::magic`]); the answer for a file that
+    /// does not is kept until the file changes.
+    fn confirmed(&self, rel: &str, abs: &Path, id: Identity, source: Source) -> bool {
+        let Some(magics) = zt_format::source::magic(source) else {
+            return true;
+        };
+        let Ok(mut passed) = self.passed_over.lock() else {
+            return true;
+        };
+        if passed.get(rel) == Some(&id) {
+            return false;
+        }
+        let mut head = [0u8; 8];
+        let starts = File::open(abs)
+            .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut head, 0))
+            .is_ok_and(|()| magics.iter().any(|m| **m == head));
+        if starts {
+            passed.remove(rel);
+        } else {
+            tracing::debug!(file = rel, %source, "not a {source} file by its first bytes; not served");
+            passed.insert(rel.to_owned(), id);
+        }
+        starts
     }
 
     fn load(&self, rel: &str, abs: &Path, meta: &Metadata, source: Source) -> Entry {

@@ -2,7 +2,7 @@
 //! served and why, the identity that tells versions apart, and a file
 //! found by a scan before its digests are known.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, Metadata};
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
@@ -27,8 +27,13 @@ pub struct Served {
     pub modified: SystemTime,
     /// Strong ETag (quoted), from the content: the header bytes, the size
     /// and every component's digest (the file's own or computed), so the
-    /// same on every replica serving the same bytes.
+    /// same on every replica serving the same bytes. While the file's
+    /// digests are being computed, its provisional tag.
     pub etag: String,
+    /// For a file whose digests the server computed: the provisional ETag
+    /// it was served under before they were all known (see
+    /// [`Found::provisional`]), still accepted as naming this version.
+    pub(super) provisional: Option<String>,
     /// With every digest the file lacks filled in by the digest store.
     pub manifest: Manifest,
     /// The source's header bytes as stored (a `.zt` file's CBOR manifest,
@@ -49,6 +54,16 @@ pub struct Served {
 }
 
 impl Served {
+    /// Whether an entity tag names this version of the file: its ETag, or
+    /// the provisional one it had while its digests were computed.
+    pub fn is_version(&self, tag: &str) -> bool {
+        etag::strong_match(tag, &self.etag)
+            || self
+                .provisional
+                .as_deref()
+                .is_some_and(|p| etag::strong_match(tag, p))
+    }
+
     /// Checks one component's bytes against its digest, once (blocking:
     /// the first call reads the component). A component of another file
     /// is checked by that file's entry.
@@ -122,6 +137,17 @@ pub(crate) struct Identity {
 }
 
 impl Identity {
+    fn bytes(&self) -> Vec<u8> {
+        [
+            &self.dev.to_le_bytes()[..],
+            &self.ino.to_le_bytes(),
+            &self.size.to_le_bytes(),
+            &self.mtime_ns.to_le_bytes(),
+            &self.ctime_ns.to_le_bytes(),
+        ]
+        .concat()
+    }
+
     pub(super) fn of(m: &Metadata) -> Self {
         let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
         Identity {
@@ -173,25 +199,12 @@ impl Found {
             warnings,
             synthesized,
         } = self;
-        let mut filled = false;
-        if let Some(computed) = computed {
-            for (o, obj) in manifest.objects.iter_mut() {
-                for (r, c) in obj.components.iter_mut() {
-                    if c.digest.is_some() {
-                        continue;
-                    }
-                    let Some(text) = computed.get(o).and_then(|m| m.get(r)) else {
-                        return Err(format!(
-                            "{path}: no computed digest for object {o:?}, component {r:?}"
-                        ));
-                    };
-                    c.digest = Some(Digest::parse(text).map_err(|e| format!("{path}: {e}"))?);
-                    c.digest_computed = true;
-                    filled = true;
-                }
-            }
-        }
+        let filled = match computed {
+            Some(computed) => fill(&path, &mut manifest, computed, true)?,
+            None => false,
+        };
         let tag = manifest.source.name();
+        let provisional = filled.then(|| provisional_tag(&manifest, &raw, &identity));
         let etag = if manifest.components().any(|(_, _, c)| c.digest.is_none()) {
             // Digests are off: nothing speaks for the tensors' bytes but
             // the file's modification time.
@@ -231,6 +244,7 @@ impl Found {
             size,
             modified,
             etag,
+            provisional,
             checks,
             manifest,
             manifest_raw: raw,
@@ -244,4 +258,85 @@ impl Found {
             shards: BTreeMap::new(),
         })
     }
+}
+
+impl Found {
+    /// The file served before all its digests are known, for a request
+    /// that needs only `objects` (every object when `None`; the raw bytes
+    /// need no computed digest): the digests in `computed` filled in, the
+    /// others left out, under the provisional ETag. That tag is made from
+    /// the header and the file's identity, so it changes with every change
+    /// to the file, but it is this daemon's own: another replica, or this
+    /// one once the digests are in, gives the file its content-derived
+    /// ETag, and keeps accepting the provisional one while the file is
+    /// unchanged ([`Served::is_version`]).
+    pub(crate) fn provisional(
+        &self,
+        objects: Option<&BTreeSet<String>>,
+        computed: &Computed,
+    ) -> Result<Served, String> {
+        let wanted = |o: &str| objects.is_none_or(|set| set.contains(o));
+        let mut manifest = self.manifest.clone();
+        manifest.objects.retain(|o, _| wanted(o));
+        fill(&self.path, &mut manifest, computed, false)?;
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|e| format!("{}: duplicating the file handle: {e}", self.path))?;
+        let etag = provisional_tag(&self.manifest, &self.raw, &self.identity);
+        Ok(Served {
+            path: self.path.clone(),
+            file,
+            size: self.size,
+            modified: self.modified,
+            provisional: Some(etag.clone()),
+            etag,
+            // Computed digests were hashed from this file handle's bytes.
+            checks: Checks::new(&manifest, true),
+            manifest,
+            manifest_raw: Vec::new(),
+            computed: true,
+            warnings: self.warnings.clone(),
+            identity: self.identity,
+            synthesized: self
+                .synthesized
+                .iter()
+                .filter(|((o, _), _)| wanted(o))
+                .map(|(k, v)| (k.clone(), Bytes::from(v.clone())))
+                .collect(),
+            shards: BTreeMap::new(),
+        })
+    }
+}
+
+/// Fills in the digests `computed` has for components that lack one;
+/// `strict`: every such component must have one. Whether any was filled.
+fn fill(path: &str, m: &mut Manifest, computed: &Computed, strict: bool) -> Result<bool, String> {
+    let mut filled = false;
+    for (o, obj) in m.objects.iter_mut() {
+        for (r, c) in obj.components.iter_mut() {
+            if c.digest.is_some() {
+                continue;
+            }
+            let Some(text) = computed.get(o).and_then(|m| m.get(r)) else {
+                if strict {
+                    return Err(format!(
+                        "{path}: no computed digest for object {o:?}, component {r:?}"
+                    ));
+                }
+                continue;
+            };
+            c.digest = Some(Digest::parse(text).map_err(|e| format!("{path}: {e}"))?);
+            c.digest_computed = true;
+            filled = true;
+        }
+    }
+    Ok(filled)
+}
+
+/// The provisional ETag of a file whose digests are being computed: from
+/// its source, header and identity.
+fn provisional_tag(m: &Manifest, raw: &[u8], identity: &Identity) -> String {
+    let source = m.source.name().as_bytes();
+    etag::derived("p", &[source, b"\0", raw, &identity.bytes()])
 }

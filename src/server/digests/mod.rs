@@ -2,23 +2,32 @@
 //! carry none of their own (every safetensors tensor, `.zt` components
 //! written without one), so that clients verify every byte of every
 //! source alike. One store, one configuration section (`[digests]`) and
-//! one metric family (`ztserve_digest_*`).
+//! one metric family (`ztserve_digest_*`). Row ranges (`?rows=`, ztp/1
+//! `rows`) are hashed as they are sent, never stored: the rows are read
+//! for sending anyway, and a digest per range asked for would grow
+//! without bound; they are counted in the same family.
 //!
 //! A file whose digests are not known yet is listed as soon as its header
-//! is read and hashed in the background at a limited rate; a request for
-//! it waits until its digests are in, and moves it to the front at full
+//! is read and hashed in the background at a limited rate. A request that
+//! names what it needs (a component, a manifest `?select=`, a ztp/1 get
+//! with a selection) hashes only that, at full speed, and is served at
+//! once under the file's provisional ETag; its raw bytes need no digest
+//! and are served at once too. A request for the whole manifest waits
+//! until every digest is in, and moves the file to the front at full
 //! speed. Digests are kept in `state_dir/digests`, keyed by the file's
 //! identity, so a restart does not hash again and a changed file is
 //! hashed anew. It is a cache: replicas never depend on it.
 
+mod pending;
 mod store;
 mod worker;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub(crate) use pending::Pending;
 pub(crate) use store::{Computed, Store};
-pub(crate) use worker::{Hasher, Pending, Settle};
+pub(crate) use worker::{Hasher, Settle};
 
 /// The `ztserve_digest_*` counters.
 #[derive(Debug, Default)]
@@ -28,6 +37,9 @@ pub(crate) struct DigestMetrics {
     failures: AtomicU64,
     pending: AtomicU64,
     pub(crate) store_hits: AtomicU64,
+    /// Row ranges sent under a digest of their own, and their bytes.
+    pub(crate) rows: AtomicU64,
+    pub(crate) row_bytes: AtomicU64,
 }
 
 impl DigestMetrics {
@@ -63,6 +75,18 @@ impl DigestMetrics {
                 "counter",
                 "Files whose computed digests came from the store instead of hashing.",
                 &self.store_hits,
+            ),
+            (
+                "rows_total",
+                "counter",
+                "Row ranges hashed to be sent under a digest of their own.",
+                &self.rows,
+            ),
+            (
+                "rows_bytes_total",
+                "counter",
+                "Bytes of row ranges hashed.",
+                &self.row_bytes,
             ),
         ];
         for (name, kind, help, v) in rows {

@@ -1,86 +1,29 @@
 //! The background hasher: one thread that computes the digests of files
 //! waiting for them, one file at a time, reading at most the configured
-//! rate, except while a request waits for a file (then it reads at full
-//! speed, and that file goes first).
+//! rate, except while a request waits for a whole file (then it reads at
+//! full speed, and that file goes first). Components a request hashed
+//! itself are not read again.
 
 use std::collections::VecDeque;
-use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use zt_format::{DigestAlgorithm, Hasher as DigestHasher};
+use zt_format::DigestAlgorithm;
 
+use super::pending::Pending;
 use super::{Computed, DigestMetrics};
-use crate::server::catalog::{Entry, Found};
-use crate::server::pread::READ_CHUNK;
+use crate::server::catalog::Found;
 
-/// A served file whose digests are being computed. Requests for it wait
-/// (see [`Pending::wait`]); the catalog replaces it with the served file,
-/// or with an unavailable one, when the hasher is done.
+/// The files waiting for the hasher, and what hashing shares.
 #[derive(Debug)]
-pub struct Pending {
-    pub(crate) found: Found,
-    /// A request is waiting: hash at full speed, before anything else.
-    wanted: AtomicBool,
-    /// The catalog no longer lists this version of the file.
-    retired: AtomicBool,
-    done: tokio::sync::watch::Sender<bool>,
-    /// What the file became, once hashed: kept here too, for a scan that
-    /// lists this entry only after the hasher finished with it.
-    settled: OnceLock<Entry>,
-    queue: Weak<Queue>,
-}
-
-impl Pending {
-    /// Marks the file wanted and waits until its digests are in (or it
-    /// failed, or was replaced); then look it up again.
-    pub(crate) async fn wait(&self) {
-        let mut rx = self.done.subscribe();
-        if !self.wanted.swap(true, Ordering::SeqCst) {
-            if let Some(q) = self.queue.upgrade() {
-                q.urgent.fetch_add(1, Ordering::SeqCst);
-                q.ready.notify_all();
-            }
-        }
-        let _ = rx.wait_for(|done| *done).await;
-    }
-
-    /// Stops work on a version the catalog no longer lists.
-    pub(crate) fn retire(&self) {
-        self.retired.store(true, Ordering::SeqCst);
-    }
-
-    /// The served (or unavailable) entry it became, once hashed.
-    pub(crate) fn settled(&self) -> Option<&Entry> {
-        self.settled.get()
-    }
-
-    /// Records what the file became; before the catalog is told.
-    pub(crate) fn settle(&self, entry: Entry) {
-        let _ = self.settled.set(entry);
-    }
-
-    pub(crate) fn is_retired(&self) -> bool {
-        self.retired.load(Ordering::SeqCst)
-    }
-
-    fn finish(&self) {
-        if self.wanted.load(Ordering::SeqCst) {
-            if let Some(q) = self.queue.upgrade() {
-                q.urgent.fetch_sub(1, Ordering::SeqCst);
-            }
-        }
-        self.done.send_replace(true);
-    }
-}
-
-#[derive(Debug, Default)]
-struct Queue {
+pub(super) struct Queue {
     jobs: Mutex<VecDeque<Arc<Pending>>>,
-    ready: Condvar,
+    pub(super) ready: Condvar,
     /// Files a request is waiting for, queued or in progress.
-    urgent: AtomicUsize,
+    pub(super) urgent: AtomicUsize,
+    pub(super) algorithm: DigestAlgorithm,
+    pub(super) metrics: Arc<DigestMetrics>,
 }
 
 /// What the catalog does with a finished job: `Ok` holds the computed
@@ -103,11 +46,17 @@ impl Hasher {
         metrics: Arc<DigestMetrics>,
         settle: Settle,
     ) -> Hasher {
-        let queue = Arc::new(Queue::default());
+        let queue = Arc::new(Queue {
+            jobs: Mutex::default(),
+            ready: Condvar::new(),
+            urgent: AtomicUsize::new(0),
+            algorithm,
+            metrics,
+        });
         let weak = Arc::downgrade(&queue);
         let spawned = std::thread::Builder::new()
             .name("ztserve-hasher".to_owned())
-            .spawn(move || run(&weak, algorithm, rate, &metrics, &settle));
+            .spawn(move || run(&weak, rate, &settle));
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot start the hashing thread; files without digests wait forever");
         }
@@ -116,15 +65,7 @@ impl Hasher {
 
     /// A pending entry for `found`, queued for hashing.
     pub(crate) fn enqueue(&self, found: Found) -> Arc<Pending> {
-        let (done, _) = tokio::sync::watch::channel(false);
-        let p = Arc::new(Pending {
-            found,
-            wanted: AtomicBool::new(false),
-            retired: AtomicBool::new(false),
-            done,
-            settled: OnceLock::new(),
-            queue: Arc::downgrade(&self.queue),
-        });
+        let p = Arc::new(Pending::new(found, Arc::downgrade(&self.queue)));
         if let Ok(mut jobs) = self.queue.jobs.lock() {
             jobs.push_back(Arc::clone(&p));
         }
@@ -133,13 +74,7 @@ impl Hasher {
     }
 }
 
-fn run(
-    queue: &Weak<Queue>,
-    algorithm: DigestAlgorithm,
-    rate: u64,
-    metrics: &DigestMetrics,
-    settle: &Settle,
-) {
+fn run(queue: &Weak<Queue>, rate: u64, settle: &Settle) {
     loop {
         let Some(q) = queue.upgrade() else { return };
         let Some(job) = next_job(&q) else { continue };
@@ -147,13 +82,14 @@ fn run(
             job.finish();
             continue;
         }
+        let metrics = &q.metrics;
         metrics.pending.store(pending_count(&q), Ordering::Relaxed);
         let started = Instant::now();
-        let result = hash(&job, algorithm, rate, &q, metrics);
+        let result = hash(&job, rate, &q);
         match &result {
             Ok(_) => {
                 metrics.files.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(file = %job.found.path, secs = started.elapsed().as_secs_f64(), algorithm = algorithm.name(), "digests computed");
+                tracing::info!(file = %job.found.path, secs = started.elapsed().as_secs_f64(), algorithm = q.algorithm.name(), "digests computed");
             }
             Err(why) => {
                 metrics.failures.fetch_add(1, Ordering::Relaxed);
@@ -184,62 +120,42 @@ fn next_job(q: &Queue) -> Option<Arc<Pending>> {
     jobs.remove(at)
 }
 
-/// Every component without a digest, hashed from the file.
-fn hash(
-    job: &Pending,
-    algorithm: DigestAlgorithm,
-    rate: u64,
-    q: &Queue,
-    metrics: &DigestMetrics,
-) -> Result<Computed, String> {
-    let f = &job.found;
-    let mut out = Computed::new();
-    let mut buf = vec![0u8; usize::try_from(READ_CHUNK).unwrap_or(1 << 22)];
+/// Every component without a digest, hashed from the file at `rate`
+/// (unless a request waits for a whole file), skipping those a request
+/// already hashed.
+fn hash(job: &Pending, rate: u64, q: &Queue) -> Result<Computed, String> {
     let started = Instant::now();
     let mut read = 0u64;
-    for (object, role, c) in f.manifest.components() {
-        if c.digest.is_some() {
-            continue;
+    let mut pace = |n: u64| {
+        job.running()?;
+        read += n;
+        q.metrics.bytes.fetch_add(n, Ordering::Relaxed);
+        // Sleep until the bytes read so far fit the rate, in short naps
+        // so that a request waiting for a whole file, or a change to this
+        // one, is noticed.
+        if rate == 0 {
+            return Ok(());
         }
-        let mut h = DigestHasher::new(algorithm);
-        if c.synthesized {
-            let key = (object.to_owned(), role.to_owned());
-            h.update(f.synthesized.get(&key).map_or(&[][..], Vec::as_slice));
-            out.entry(object.to_owned())
-                .or_default()
-                .insert(role.to_owned(), h.finish().as_str().to_owned());
-            continue;
-        }
-        let end = c.offset.saturating_add(c.length);
-        let mut pos = c.offset;
-        while pos < end {
-            if job.is_retired() {
-                return Err("the file changed while it was hashed".to_owned());
-            }
-            let n = usize::try_from(READ_CHUNK.min(end - pos)).unwrap_or(0);
-            let part = buf.get_mut(..n).unwrap_or_default();
-            f.file.read_exact_at(part, pos).map_err(|e| {
-                format!(
-                    "{}: object {object:?}, component {role:?}: reading {n} bytes at {pos}: {e}",
-                    f.path
-                )
-            })?;
-            h.update(part);
-            pos += n as u64;
-            read += n as u64;
-            metrics.bytes.fetch_add(n as u64, Ordering::Relaxed);
-            let hurried = job.wanted.load(Ordering::SeqCst) || q.urgent.load(Ordering::SeqCst) > 0;
-            if rate > 0 && !hurried {
-                // Sleep until the bytes read so far fit the rate.
-                let due = Duration::from_secs_f64(read as f64 / rate as f64);
-                if let Some(ahead) = due.checked_sub(started.elapsed()) {
+        let due = Duration::from_secs_f64(read as f64 / rate as f64);
+        loop {
+            let hurried = job.wanted.load(Ordering::SeqCst)
+                || job.hurry.load(Ordering::SeqCst) > 0
+                || q.urgent.load(Ordering::SeqCst) > 0;
+            match due.checked_sub(started.elapsed()) {
+                Some(ahead) if !hurried && !ahead.is_zero() => {
+                    job.running()?;
                     std::thread::sleep(ahead.min(Duration::from_millis(250)));
                 }
+                _ => break,
             }
         }
-        out.entry(object.to_owned())
-            .or_default()
-            .insert(role.to_owned(), h.finish().as_str().to_owned());
+        Ok(())
+    };
+    let mut out = Computed::new();
+    for (o, r) in job.missing() {
+        job.running()?;
+        let d = job.digest_of(o, r, q.algorithm, &mut pace)?;
+        out.entry(o.clone()).or_default().insert(r.clone(), d);
     }
     Ok(out)
 }

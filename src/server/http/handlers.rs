@@ -15,7 +15,7 @@ use super::error::AppError;
 use super::route::{split, Target};
 use super::serve::{ranges, respond, spans, Entity};
 use super::Template;
-use crate::server::catalog::{Entry, Served};
+use crate::server::catalog::{Entry, Need, Served};
 use crate::server::checks::Refusal;
 use crate::server::etag;
 use crate::server::State;
@@ -36,8 +36,7 @@ fn cache_policy(query: &[(String, String)], served: &Served) -> Result<&'static 
     let Some((_, v)) = query.iter().find(|(k, _)| k == "v") else {
         return Ok(REVALIDATE);
     };
-    let current = served.etag.trim_matches('"');
-    if v.trim_matches('"') == current {
+    if served.is_version(&format!("\"{}\"", v.trim_matches('"'))) {
         Ok(IMMUTABLE)
     } else {
         Err(AppError::new(
@@ -203,7 +202,19 @@ async fn serve(
         (Api::V1, Target::Component { .. }) => "/v1/files/{path}/objects/{name}/{component}",
     };
     drop(snap);
-    let served = match state.catalog.resolve(&path).await {
+    let query = query_pairs(query.as_deref());
+    let globs: Vec<String> = query
+        .iter()
+        .filter(|(k, _)| k == "select")
+        .map(|(_, v)| v.clone())
+        .collect();
+    let need = match &target {
+        Target::File => Need::Bytes,
+        Target::Manifest if globs.is_empty() => Need::Everything,
+        Target::Manifest => Need::Select(&globs),
+        Target::Component { object, .. } => Need::Object(object),
+    };
+    let served = match state.catalog.resolve(&path, need).await {
         Some(Entry::Served(s)) => s,
         Some(Entry::Pending(_) | Entry::Index(_)) => {
             let e = AppError::new(
@@ -224,7 +235,6 @@ async fn serve(
             )
         }
     };
-    let query = query_pairs(query.as_deref());
     let cache_control = match cache_policy(&query, &served) {
         Ok(c) => c,
         Err(e) => return with_template(e.into_response(), template),
@@ -509,7 +519,7 @@ async fn component_response(
         Some(b) => 0..b.len() as u64,
         None => c.offset..c.offset + c.length,
     };
-    let entity = Entity {
+    let mut entity = Entity {
         span,
         etag,
         modified: served.modified,
@@ -519,7 +529,10 @@ async fn component_response(
         served,
         memory,
     };
-    let ranges = ranges(state, headers, &entity);
+    let ranges = match query.iter().find(|(k, _)| k == "rows") {
+        Some((_, text)) => super::rows::ranges(state, &mut entity, object, text).await?,
+        None => ranges(state, headers, &entity),
+    };
     Ok(respond(state, method, headers, entity, ranges))
 }
 

@@ -20,6 +20,7 @@ pub mod fuzz;
 mod handlers;
 mod range;
 mod route;
+mod rows;
 mod serve;
 
 use std::sync::Arc;

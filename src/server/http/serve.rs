@@ -55,14 +55,18 @@ fn not_modified_since(headers: &HeaderMap, modified: SystemTime) -> bool {
     secs(modified) <= secs(since)
 }
 
-/// Whether `If-Range` (if present) allows the Range header to apply.
-fn if_range_allows(headers: &HeaderMap, etag: &str, modified: SystemTime) -> bool {
+/// Whether `If-Range` (if present) allows the Range header to apply:
+/// its tag names `entity` (the file's tag names every tag the file has
+/// had while unchanged: see [`Served::is_version`]), or its date is the
+/// entity's.
+fn if_range_allows(headers: &HeaderMap, entity: &Entity) -> bool {
     let Some(v) = headers.get(header::IF_RANGE).and_then(|v| v.to_str().ok()) else {
         return true;
     };
     let v = v.trim();
     if v.starts_with('"') || v.starts_with("W/") {
-        etag::strong_match(v, etag)
+        let file = entity.etag == entity.served.etag;
+        etag::strong_match(v, &entity.etag) || (file && entity.served.is_version(v))
     } else {
         httpdate::parse_http_date(v).is_ok_and(|d| {
             let secs = |t: SystemTime| {
@@ -70,7 +74,7 @@ fn if_range_allows(headers: &HeaderMap, etag: &str, modified: SystemTime) -> boo
                     .map(|d| d.as_secs())
                     .unwrap_or(0)
             };
-            secs(modified) == secs(d)
+            secs(entity.modified) == secs(d)
         })
     }
 }
@@ -80,7 +84,7 @@ fn if_range_allows(headers: &HeaderMap, etag: &str, modified: SystemTime) -> boo
 pub(crate) fn ranges(state: &State, headers: &HeaderMap, entity: &Entity) -> Ranges {
     let len = entity.span.end - entity.span.start;
     match headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
-        Some(r) if if_range_allows(headers, &entity.etag, entity.modified) => {
+        Some(r) if if_range_allows(headers, entity) => {
             resolve(r, len, state.config.limits.max_ranges)
         }
         _ => Ranges::Full,

@@ -12,13 +12,13 @@ use ztp_proto::{
 
 use super::control::{Control, Session};
 use super::send::{self, Item, RequestCtl};
-use crate::server::catalog::{Entry, Served};
+use crate::server::catalog::{Entry, Need, Served};
 use crate::server::State;
 use zt_format::select::Selection;
 
 /// What this server supports beyond ztp/1 as first published (the
 /// `features` of every manifest message; PROTOCOL.md section 4).
-const FEATURES: &[&str] = &[ztp_proto::FEATURE_RANGES];
+const FEATURES: &[&str] = &[ztp_proto::FEATURE_RANGES, ztp_proto::FEATURE_ROWS];
 
 /// Serves one connection until it closes. `closing` turns true when the
 /// daemon's shutdown deadline has passed: the connection is then closed
@@ -80,7 +80,14 @@ pub(super) async fn handle(
                         (Arc::clone(&state), conn.clone(), control.clone());
                     let (session, slots) = (Arc::clone(&session), Arc::clone(&slots));
                     tokio::spawn(async move {
-                        let resolved = state.catalog.resolve(&g.path).await;
+                        let need = if !g.ranges.is_empty() {
+                            Need::Bytes
+                        } else if g.select.is_empty() {
+                            Need::Everything
+                        } else {
+                            Need::Select(&g.select)
+                        };
+                        let resolved = state.catalog.resolve(&g.path, need).await;
                         get(&state, &conn, &control, &session, &slots, g, resolved).await;
                     });
                 }
@@ -123,7 +130,11 @@ async fn get(
         }) {
             Err((Code::Unauthorized, "a valid token is required".to_owned()))
         } else {
-            plan(state, &g, resolved)
+            match served_for(state, &g, resolved) {
+                Err(e) => Err(e),
+                Ok(served) if g.rows.is_some() => super::rows::plan(state, served, &g).await,
+                Ok(served) => plan(served, &g),
+            }
         };
     let (served, manifest, items) = match answer {
         Ok(x) => x,
@@ -185,9 +196,8 @@ async fn get(
     });
 }
 
-type Plan = (Arc<Served>, Vec<u8>, Vec<Item>);
+pub(super) type Plan = (Arc<Served>, Vec<u8>, Vec<Item>);
 
-/// Resolves the file, the selection and the send order.
 /// A `get` with `ranges`: one stream per byte range of the file, in the
 /// order asked for, announced by a manifest of one `u8` object per range
 /// (`@bytes/START-END`, its `data` at START) so the client checks bounds
@@ -243,9 +253,14 @@ fn ranges_plan(served: Arc<Served>, g: &Get) -> Result<Plan, (Code, String)> {
     Ok((served, zt_format::manifest_cbor(&m), items))
 }
 
-/// `resolved` is the entry [`crate::server::Catalog::resolve`] gave, for a
-/// file that needed it; others are looked up now.
-fn plan(state: &State, g: &Get, resolved: Option<Entry>) -> Result<Plan, (Code, String)> {
+/// The served file a `get` names, at the version it asks for:
+/// `resolved` is the entry [`crate::server::Catalog::resolve`] gave, for
+/// a file that needed it; others are looked up now.
+fn served_for(
+    state: &State,
+    g: &Get,
+    resolved: Option<Entry>,
+) -> Result<Arc<Served>, (Code, String)> {
     let entry = resolved.or_else(|| state.catalog.snapshot().get(&g.path).cloned());
     let served = match &entry {
         Some(Entry::Served(s)) => Arc::clone(s),
@@ -259,13 +274,18 @@ fn plan(state: &State, g: &Get, resolved: Option<Entry>) -> Result<Plan, (Code, 
         None => return Err((Code::NotFound, format!("no file {:?}", g.path))),
     };
     if let Some(want) = &g.if_match {
-        if *want != served.etag {
+        if !served.is_version(want) {
             return Err((
                 Code::PreconditionFailed,
                 format!("{} has ETag {}, not {want}", served.path, served.etag),
             ));
         }
     }
+    Ok(served)
+}
+
+/// Resolves the selection and the send order.
+fn plan(served: Arc<Served>, g: &Get) -> Result<Plan, (Code, String)> {
     if !g.ranges.is_empty() {
         return ranges_plan(served, g);
     }

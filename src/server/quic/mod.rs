@@ -5,6 +5,7 @@
 pub mod cert;
 mod conn;
 mod control;
+mod rows;
 mod send;
 
 use std::net::SocketAddr;

@@ -187,7 +187,35 @@ impl QuicClient {
         self.ask(get, None).await
     }
 
+    /// Rows `rows` of `object` (the server must name the feature
+    /// [`ztp_proto::FEATURE_ROWS`]): one stream, delivered as the object's
+    /// `data` cut to those rows, checked against the digest of exactly
+    /// those bytes that the server computed.
+    pub(crate) async fn request_rows(
+        &self,
+        path: &str,
+        object: &str,
+        rows: (u64, u64),
+        if_match: &str,
+    ) -> Result<Fetch> {
+        let get = Get {
+            path: path.to_owned(),
+            select: vec![zt_format::select::escape(object)],
+            token: self.options.token.clone(),
+            if_match: Some(if_match.to_owned()),
+            rows: Some(rows),
+            ..Get::default()
+        };
+        self.ask(get, None).await
+    }
+
     async fn ask(&self, get: Get, max_buffered: Option<u64>) -> Result<Fetch> {
+        // Rows start where they start: not on 64-byte boundaries.
+        let view = if get.rows.is_some() {
+            zt_format::container::View::Parts
+        } else {
+            zt_format::container::View::File
+        };
         let path = get.path.clone();
         let path = path.as_str();
         let (mtx, mrx) = oneshot::channel();
@@ -232,7 +260,7 @@ impl QuicClient {
                 ..Limits::default()
             };
             let (manifest, _) =
-                zt_format::container::decode_manifest(path, &m.manifest, m.size, &limits)?;
+                zt_format::container::decode_manifest_as(path, &m.manifest, m.size, &limits, view)?;
             Ok((m, manifest))
         };
         match answer.await {
@@ -248,9 +276,10 @@ impl QuicClient {
         }
     }
 
-    /// The manifest of `path` alone (`manifest_only`).
-    pub async fn get_manifest(&self, path: &str) -> Result<Fetch> {
-        self.request(path, &[], &[], None, true, None).await
+    /// The manifest of `path` alone (`manifest_only`), restricted to the
+    /// objects `select` names (every object when empty).
+    pub async fn get_manifest(&self, path: &str, select: &[String]) -> Result<Fetch> {
+        self.request(path, select, &[], None, true, None).await
     }
 
     /// Cancels a request, an object of it, or one component.

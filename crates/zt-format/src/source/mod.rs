@@ -6,7 +6,8 @@
 //! each sees the same number of reads (the source's read plan).
 //!
 //! A new source is one more module here and one more arm in [`Probe`].
-//! Sources: `.zt` ([`crate::container`]), safetensors and GGUF.
+//! Sources: `.zt` ([`crate::container`]), safetensors, GGUF and
+//! MATRIX-ATOM ([`crate::atoms`]).
 //!
 //! ```
 //! use zt_format::source::Probe;
@@ -29,6 +30,7 @@
 //! ```
 
 pub(crate) mod gguf;
+mod matrix_atom;
 mod safetensors;
 pub mod safetensors_index;
 mod zt;
@@ -41,6 +43,7 @@ use crate::manifest::Source;
 use crate::options::Limits;
 
 pub use gguf::{INLINE_ARRAY as GGUF_INLINE_ARRAY, METADATA_PREFIX as GGUF_METADATA_PREFIX};
+pub use matrix_atom::header_of as atom_header;
 pub use safetensors::DTYPES as SAFETENSORS_DTYPES;
 
 /// A source's manifest and the header bytes it was read from.
@@ -64,8 +67,47 @@ pub fn by_name(name: &str) -> Option<Source> {
         Some(Source::Safetensors)
     } else if lower.ends_with(".gguf") {
         Some(Source::Gguf)
+    } else if lower.ends_with(".atoms") || lower.ends_with(".bin") || lower.ends_with(".svgt") {
+        // `.bin` names many things: confirmed by magic ([`magic`]).
+        Some(Source::MatrixAtom)
     } else {
         None
+    }
+}
+
+/// The 8 bytes one of which a file of `source` must start with when its
+/// extension alone does not say it is one (a MATRIX-ATOM file named
+/// `.bin`; an SVG-Tensor projection): a catalog reads them before listing
+/// the file, and passes over a file without them as one that is not served.
+pub fn magic(source: Source) -> Option<[&'static [u8; 8]; 2]> {
+    match source {
+        Source::MatrixAtom => Some([crate::atoms::MAGIC, crate::atoms::svg_tensor::MAGIC]),
+        _ => None,
+    }
+}
+
+/// A check the source format stores for a component's bytes beside any
+/// digest (MATRIX-ATOM's `payload_crc32` over the `atoms` payload), for
+/// whoever reads those bytes whole to verify them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredCrc {
+    /// CRC-32 (zlib's) the bytes must have.
+    pub crc32: u32,
+    /// The rule a mismatch breaks.
+    pub rule: &'static str,
+}
+
+/// The [`StoredCrc`] of `object`'s `role` in `m`, if its source keeps one.
+pub fn stored_crc(m: &crate::Manifest, object: &str, role: &str) -> Option<StoredCrc> {
+    if m.source != Source::MatrixAtom || object != "atoms" || role != "data" {
+        return None;
+    }
+    match m.attributes.get("matrix_atom.payload_crc32")? {
+        crate::manifest::CborValue::Integer(i) => Some(StoredCrc {
+            crc32: u32::try_from(u64::try_from(*i).ok()?).ok()?,
+            rule: "atom-payload-crc",
+        }),
+        _ => None,
     }
 }
 
@@ -83,6 +125,7 @@ enum State {
     Zt(zt::Plan),
     Safetensors(safetensors::Plan),
     Gguf(gguf::Plan),
+    MatrixAtom(matrix_atom::Plan),
     /// A source this build cannot read yet.
     Unsupported(Source),
 }
@@ -95,6 +138,7 @@ impl Probe {
             Source::Zt => State::Zt(zt::Plan::new(size)),
             Source::Safetensors => State::Safetensors(safetensors::Plan::new(size)),
             Source::Gguf => State::Gguf(gguf::Plan::new(size)),
+            Source::MatrixAtom => State::MatrixAtom(matrix_atom::Plan::new(size)),
             other => State::Unsupported(other),
         };
         Probe {
@@ -112,6 +156,7 @@ impl Probe {
             State::Zt(p) => p.next_read(),
             State::Safetensors(p) => p.next_read(),
             State::Gguf(p) => p.next_read(),
+            State::MatrixAtom(p) => p.next_read(),
             State::Unsupported(_) => None,
         }
     }
@@ -138,6 +183,7 @@ impl Probe {
             State::Zt(p) => p.feed(bytes, &self.label, self.size, &self.limits),
             State::Safetensors(p) => p.feed(bytes, &self.label, &self.limits),
             State::Gguf(p) => p.feed(bytes, &self.label, &self.limits),
+            State::MatrixAtom(p) => p.feed(bytes, &self.label, &self.limits),
             State::Unsupported(_) => Ok(()),
         }
     }
@@ -152,6 +198,7 @@ impl Probe {
             State::Zt(p) => p.finish(&self.label, &self.limits),
             State::Safetensors(p) => p.finish(&self.label, self.size, &self.limits),
             State::Gguf(p) => p.finish(&self.label),
+            State::MatrixAtom(p) => p.finish(&self.label),
             State::Unsupported(Source::SafetensorsIndex) => Err(Error::invalid(
                 at,
                 Rule::Header {

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The Python package against what users do today, measured in one run
+# (docs/benchmarks.md); prints medians and ratios. Not part of .ci/run.
+# On the 1 GiB bench model (benches/support/one_gib_safetensors.py),
+# ztserve and nginx on 127.0.0.1, page cache warm, each load in a fresh
+# Python process:
+#   1. everything into memory: ztserve.load (HTTP and QUIC) against
+#      `curl -o` from nginx followed by safetensors.numpy.load_file, and
+#      against a `requests` download (streamed to a file) plus the same load;
+#   2. time to the first tensor with tensors(), as a fraction of the whole;
+#   3. peak RSS of the Python process against the model's size.
+# Usage: benches/python.sh [ROUNDS]   (needs nginx, curl, a Rust toolchain)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. benches/support/nginx.sh
+rounds="${1:-5}"
+command -v nginx >/dev/null || { apt-get update -q && apt-get install -y -q nginx-light curl; }
+command -v jq >/dev/null || { apt-get update -q && apt-get install -y -q jq; }
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q -r tests/interop/requirements.txt requests==2.32.5
+.venv/bin/python -m pip install -q ./python
+cargo build -q --release --bin ztserve
+data="$PWD/target/bench-data/python"
+mkdir -p "$data/root" "$data/tmp"
+model="$data/root/one-gib.safetensors"
+.venv/bin/python benches/support/one_gib_safetensors.py "$model"
+chmod -R a+rX "$data"
+size=$(stat -c %s "$model")
+
+zport=17093; nport=17094
+state=$(mktemp -d)
+printf 'root = "/unused"\n[digests]\nrate_mib_s = 0\n' > "$state/c.toml"
+target/release/ztserve --config "$state/c.toml" --root "$data/root" --listen 127.0.0.1:$zport \
+    --state-dir "$state" --log-level warn &
+zpid=$!
+nginx_start "$data" $nport "location / { root $data/root; }"
+out="$data/tmp/download.safetensors"
+cleanup() { kill $zpid 2>/dev/null || true; nginx_stop "$data"; rm -rf "$state" "$out"; }
+trap cleanup EXIT
+for _ in $(seq 50); do curl -sf "http://127.0.0.1:$zport/readyz" >/dev/null && break; sleep 0.1; done
+# The manifest waits for the digests: later rounds start from a warm cache.
+curl -sf "http://127.0.0.1:$zport/v1/files/one-gib.safetensors/manifest" >/dev/null
+cat "$model" >/dev/null
+
+zhttp="http://127.0.0.1:$zport/one-gib.safetensors"
+zquic="quic://127.0.0.1:$zport/one-gib.safetensors"
+nurl="http://127.0.0.1:$nport/one-gib.safetensors"
+insecure='{"insecure": true}'
+run() { .venv/bin/python benches/python_load.py "$@"; }
+declare -A secs rss first
+for i in $(seq "$rounds"); do
+    for how in ztserve-http ztserve-quic curl requests first-http first-quic; do
+        case $how in
+            ztserve-http) j=$(run ztserve "$zhttp") ;;
+            ztserve-quic) j=$(run ztserve "$zquic" "$insecure") ;;
+            curl) j=$(run curl "$nurl" "$out"); rm -f "$out" ;;
+            requests) j=$(run requests "$nurl" "$out"); rm -f "$out" ;;
+            first-http) j=$(run first "$zhttp") ;;
+            first-quic) j=$(run first "$zquic" "$insecure") ;;
+        esac
+        secs[$how]+="$(jq -r .secs <<<"$j") "
+        rss[$how]+="$(jq -r .rss <<<"$j") "
+        f=$(jq -r .first <<<"$j")
+        [ "$f" = null ] || first[$how]+="$(python3 -c "print($f / $(jq -r .secs <<<"$j"))") "
+    done
+done
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+m() { median <<<"$1"; }
+ratio() { python3 -c "print(f'{$1/$2:.3f}')"; }
+echo "# 1 GiB safetensors into memory, median of $rounds rounds (seconds; ratio = ztserve / peer, below 1 is faster)"
+for peer in curl requests; do
+    for z in ztserve-http ztserve-quic; do
+        a=$(m "${secs[$z]}"); b=$(m "${secs[$peer]}")
+        printf '%-14s %8.3f s   %-9s %8.3f s   ratio %s\n' "$z" "$a" "$peer" "$b" "$(ratio "$a" "$b")"
+    done
+done
+echo "# time to the first tensor with tensors(), as a fraction of the whole load (median)"
+for z in first-http first-quic; do
+    printf '%-14s first tensor at %.3f of the load\n' "$z" "$(m "${first[$z]}")"
+done
+echo "# peak RSS of the Python process against the model's size ($size bytes), median"
+for how in ztserve-http ztserve-quic first-quic curl requests; do
+    r=$(m "${rss[$how]}")
+    printf '%-14s %6.0f MiB   %s x the model\n' "$how" "$(python3 -c "print($r / 1048576)")" "$(ratio "$r" "$size")"
+done

@@ -1,0 +1,14 @@
+//! MATRIX-ATOM (seed 002): fixed-width token atoms in a `MTRXATOM` file
+//! (`header`, the document `index`, `pack`ing token ids) and their
+//! SVG-Tensor projection (`svg_tensor`): the format's side of the ingest pipeline that `zt ingest`
+//! builds and the server serves as a source.
+
+pub mod header;
+pub mod index;
+pub mod pack;
+pub mod slice;
+pub mod svg_tensor;
+
+pub use header::{
+    crc32, AtomDtype, AtomHeader, AtomRule, Crc32, FLAG_INDEX, FLAG_SVG_TENSOR, HEADER_LEN, MAGIC,
+};

@@ -1,0 +1,102 @@
+//! What every remote call shares: the client options built from the
+//! Python keyword arguments, and the one I/O runtime of the process.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tokio::runtime::Runtime;
+use zt_client::trust::Trust;
+use zt_client::Options;
+
+/// The keyword options `safe_open`, `load` and `fetch` share, passed
+/// down as a dict.
+#[derive(Debug)]
+pub(crate) struct ClientArgs {
+    /// Refuse bytes without a digest (`True`), or accept them unverified.
+    pub(crate) verify: bool,
+    pub(crate) token: Option<String>,
+    pub(crate) insecure: bool,
+    pub(crate) cert_fingerprint: Option<String>,
+    pub(crate) ca: Option<String>,
+    pub(crate) connections: Option<usize>,
+    /// Seconds a server may stay silent before the connection counts as lost.
+    pub(crate) timeout: Option<f64>,
+}
+
+impl ClientArgs {
+    /// The options in `dict` (absent ones default; `verify` to `True`);
+    /// an unknown key is a `TypeError` naming it.
+    pub(crate) fn from_dict(dict: Option<&Bound<'_, PyDict>>) -> PyResult<ClientArgs> {
+        let mut a = ClientArgs {
+            verify: true,
+            token: None,
+            insecure: false,
+            cert_fingerprint: None,
+            ca: None,
+            connections: None,
+            timeout: None,
+        };
+        let Some(dict) = dict else { return Ok(a) };
+        for (k, v) in dict.iter() {
+            let key: String = k.extract()?;
+            if v.is_none() {
+                continue;
+            }
+            match key.as_str() {
+                "verify" => a.verify = v.extract()?,
+                "token" => a.token = Some(v.extract()?),
+                "insecure" => a.insecure = v.extract()?,
+                "cert_fingerprint" => a.cert_fingerprint = Some(v.extract()?),
+                "ca" => a.ca = Some(v.extract()?),
+                "connections" => a.connections = Some(v.extract()?),
+                "timeout" => a.timeout = Some(v.extract()?),
+                other => return Err(PyTypeError::new_err(format!("unknown option {other:?}"))),
+            }
+        }
+        Ok(a)
+    }
+}
+
+pub(crate) fn client_options(a: &ClientArgs) -> PyResult<Options> {
+    let mut options = Options {
+        token: a.token.clone(),
+        require_digest: a.verify,
+        allow_unverified: !a.verify,
+        ..Options::default()
+    };
+    options.trust = match (a.insecure, &a.cert_fingerprint, &a.ca) {
+        (true, _, _) => Trust::Insecure,
+        (false, Some(fp), _) => {
+            Trust::fingerprint(fp).map_err(|e| PyValueError::new_err(e.to_string()))?
+        }
+        (false, None, Some(ca)) => Trust::Ca(ca.into()),
+        (false, None, None) => Trust::System,
+    };
+    if let Some(n) = a.connections {
+        options.connections = n.max(1);
+    }
+    if let Some(secs) = a.timeout {
+        let t = Duration::try_from_secs_f64(secs)
+            .map_err(|e| PyValueError::new_err(format!("timeout={secs}: {e}")))?;
+        options.idle_timeout = t;
+        options.silence_timeout = 2 * t;
+    }
+    Ok(options)
+}
+
+/// One runtime for every handle in the process.
+pub(crate) fn runtime() -> PyResult<&'static Runtime> {
+    static RT: OnceLock<Result<Runtime, String>> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .thread_name("ztserve-io")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| crate::error::Error::new_err(format!("starting the I/O runtime: {e}")))
+}

@@ -1,0 +1,100 @@
+//! `?rows=START:END` on a component URL: rows `[START, END)` along
+//! dimension 0 of a raw dense object's `data`, answered as `206 Partial
+//! Content` of the component (`Content-Range: bytes ...` relative to it,
+//! with the component's own `Repr-Digest`), plus `Content-Digest`, the
+//! sha256 of exactly the bytes sent (RFC 9530), and `X-Zt-Rows:
+//! START:END/ROWS`. A `Range` header is ignored with `rows`.
+//!
+//! Errors: `rows` that is not `START:END` is 400 `rows_malformed`; empty,
+//! backwards or past the first dimension is 416 `rows_out_of_bounds`; an
+//! object that is not raw dense (zstd, sparse, quantized, GGUF blocks,
+//! ragged, a scalar) is 409 `rows_not_raw_dense`.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use base64::Engine as _;
+use zt_format::rows::{Rows, RowsError};
+
+use super::error::AppError;
+use super::range::Ranges;
+use super::serve::Entity;
+use crate::server::checks::Refusal;
+use crate::server::rows::{slice, RowsFailure};
+use crate::server::State;
+
+/// The range of `entity` (a component) that rows `text` of `object`
+/// cover, with their digest headers added to `entity`.
+pub(super) async fn ranges(
+    state: &Arc<State>,
+    entity: &mut Entity,
+    object: &str,
+    text: &str,
+) -> Result<Ranges, AppError> {
+    let rows = Rows::parse(text).map_err(|e| {
+        let at = format!("{}: object {object:?}: {e}", entity.served.path);
+        AppError::new(StatusCode::BAD_REQUEST, "rows_malformed", at)
+    })?;
+    if entity.memory.is_some() {
+        let e = RowsError::NotRawDense("a component built by the server has no rows".into());
+        let at = format!("{}: object {object:?}: {e}", entity.served.path);
+        return Err(AppError::new(
+            StatusCode::CONFLICT,
+            "rows_not_raw_dense",
+            at,
+        ));
+    }
+    let (served, name, state) = (
+        Arc::clone(&entity.served),
+        object.to_owned(),
+        Arc::clone(state),
+    );
+    let got = tokio::task::spawn_blocking(move || {
+        slice(&served, &name, rows, state.catalog.digest_metrics())
+    })
+    .await
+    .map_err(AppError::internal)?;
+    let s = match got {
+        Ok(s) => s,
+        Err(RowsFailure::NoObject(why)) => return Err(AppError::not_found(why)),
+        Err(RowsFailure::Rows(why, e)) => {
+            let (status, code) = match e {
+                RowsError::Malformed(_) => (StatusCode::BAD_REQUEST, "rows_malformed"),
+                RowsError::OutOfBounds { .. } => {
+                    (StatusCode::RANGE_NOT_SATISFIABLE, "rows_out_of_bounds")
+                }
+                RowsError::NotRawDense(_) => (StatusCode::CONFLICT, "rows_not_raw_dense"),
+            };
+            return Err(AppError::new(status, code, why));
+        }
+        Err(RowsFailure::Refused(Refusal::Corrupt(why))) => {
+            tracing::warn!(file = %entity.served.path, reason = %why, "refusing a corrupt component");
+            return Err(AppError::new(StatusCode::CONFLICT, "corrupt", why));
+        }
+        Err(RowsFailure::Refused(Refusal::Unreadable(why))) => {
+            return Err(AppError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unreadable",
+                why,
+            ))
+        }
+    };
+    let count = entity
+        .served
+        .manifest
+        .objects
+        .get(object)
+        .and_then(|o| o.shape.first().copied())
+        .unwrap_or(0);
+    let b64 = base64::engine::general_purpose::STANDARD
+        .encode(s.digest.sha256().map(|d| &d[..]).unwrap_or_default());
+    let mut push = |k: &'static str, v: String| {
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            entity.headers.push((HeaderName::from_static(k), v));
+        }
+    };
+    push("content-digest", format!("sha-256=:{b64}:"));
+    push("x-zt-rows", format!("{}:{}/{count}", rows.start, rows.end));
+    let span = s.start..s.start + s.len;
+    Ok(Ranges::Some(Vec::from([span])))
+}

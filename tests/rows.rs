@@ -1,0 +1,221 @@
+//! Row ranges, end to end: `?rows=` on the component route (206 of the
+//! component, `Content-Digest` of exactly the bytes sent, every error
+//! rule), ztp/1's `rows`, and the client's `read_rows` over both
+//! transports and from nginx (which has no row digests: the whole
+//! component is verified, then cut).
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use base64::Engine as _;
+use common::fetch::zt;
+use common::quic::metric;
+use common::{curl, Server};
+use safetensors::tensor::{Dtype, TensorView};
+use zt_client::trust::Trust;
+use zt_client::{Client, Options, Status};
+use zt_format::rows::Rows;
+use zt_format::DigestAlgorithm;
+
+/// `w`: f32 [10, 6] (24-byte rows, so rows start off 64-byte boundaries);
+/// `b`: f32 [6]. Returns w's bytes.
+fn write(path: &Path) -> Vec<u8> {
+    let w: Vec<u8> = (0..240u32).map(|i| (i * 7 % 251) as u8).collect();
+    let b: Vec<u8> = vec![1; 24];
+    let views = vec![
+        ("w", TensorView::new(Dtype::F32, vec![10, 6], &w).unwrap()),
+        ("b", TensorView::new(Dtype::F32, vec![6], &b).unwrap()),
+    ];
+    safetensors::serialize_to_file(views, None::<HashMap<String, String>>, path).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    w
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn rows_over_http_carry_a_digest_of_exactly_their_bytes() {
+    let root = tempfile::tempdir().unwrap();
+    let w = write(&root.path().join("m.safetensors"));
+    // The same tensors as a .zt file, one of them zstd-compressed.
+    let packed = root.path().join("z.zt");
+    let o = zt(&[
+        "pack",
+        root.path().join("m.safetensors").to_str().unwrap(),
+        "-o",
+        packed.to_str().unwrap(),
+        "--compress",
+        "zstd:3",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = Server::start(root.path(), &[]);
+
+    let r = curl(
+        &[],
+        &s.url("/v1/files/m.safetensors/objects/w/data?rows=2:5"),
+    );
+    assert_eq!(r.status, 206, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.body, &w[48..120]);
+    assert_eq!(r.header("content-range"), Some("bytes 48-119/240"));
+    assert_eq!(r.header("x-zt-rows"), Some("2:5/10"));
+    let sha = DigestAlgorithm::Sha256.digest(&r.body);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(sha.sha256().unwrap());
+    assert_eq!(
+        r.header("content-digest"),
+        Some(format!("sha-256=:{b64}:").as_str())
+    );
+    // The component's own digest stays the representation's.
+    let whole = DigestAlgorithm::Sha256.digest(&w);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(whole.sha256().unwrap());
+    assert_eq!(
+        r.header("repr-digest"),
+        Some(format!("sha-256=:{b64}:").as_str())
+    );
+    assert_eq!(metric(&s, "ztserve_digest_rows_total"), 1);
+    assert_eq!(metric(&s, "ztserve_digest_rows_bytes_total"), 72);
+
+    // Each rule, named, and the daemon still serving.
+    let err = |path: &str, status: u16, code: &str| {
+        let r = curl(&[], &s.url(path));
+        assert_eq!(
+            r.status,
+            status,
+            "{path}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(body["error"], code, "{path}");
+        body["detail"].as_str().unwrap().to_owned()
+    };
+    let why = err(
+        "/v1/files/m.safetensors/objects/w/data?rows=5:2",
+        416,
+        "rows_out_of_bounds",
+    );
+    assert!(why.contains("\"w\"") && why.contains("0:10"), "{why}");
+    err(
+        "/v1/files/m.safetensors/objects/w/data?rows=0:11",
+        416,
+        "rows_out_of_bounds",
+    );
+    err(
+        "/v1/files/m.safetensors/objects/w/data?rows=3:3",
+        416,
+        "rows_out_of_bounds",
+    );
+    err(
+        "/v1/files/m.safetensors/objects/w/data?rows=a:b",
+        400,
+        "rows_malformed",
+    );
+    let why = err(
+        "/v1/files/z.zt/objects/w/data?rows=0:2",
+        409,
+        "rows_not_raw_dense",
+    );
+    assert!(why.contains("zstd"), "{why}");
+    let r = curl(
+        &[],
+        &s.url("/v1/files/m.safetensors/objects/b/data?rows=0:6"),
+    );
+    assert_eq!(r.status, 206);
+}
+
+#[test]
+fn the_client_reads_rows_over_both_transports_and_from_nginx() {
+    let root = tempfile::tempdir().unwrap();
+    let w = write(&root.path().join("m.safetensors"));
+    // A .zt file with every digest: its rows' offsets are not 64-aligned.
+    let packed = root.path().join("m.zt");
+    let o = zt(&[
+        "pack",
+        root.path().join("m.safetensors").to_str().unwrap(),
+        "-o",
+        packed.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&packed, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let s = Server::start_quic(root.path(), &[]);
+    let (q, fp) = s.quic.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let nginx = common::nginx::Nginx::start(root.path(), common::free_port(), dir.path()).unwrap();
+
+    let rt = rt();
+    let read = |url: String, rows: Rows| {
+        rt.block_on(async {
+            let options = Options {
+                trust: Trust::fingerprint(&fp).unwrap(),
+                require_digest: true,
+                ..Options::default()
+            };
+            let client = Client::connect(&url, options).await?;
+            let remote = client.manifest().await?;
+            client.read_rows(&remote, "w", rows).await
+        })
+    };
+    let rows = Rows { start: 3, end: 7 };
+    for name in ["m.safetensors", "m.zt"] {
+        let urls = [
+            format!("quic://{q}/{name}"),
+            s.url(&format!("/{name}")),
+            s.url(&format!("/v1/files/{name}")),
+        ];
+        for url in urls {
+            let d = read(url.clone(), rows).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(d.data.as_slice(), &w[72..168], "{url}");
+            assert_eq!(d.data.as_slice().as_ptr() as usize % 64, 0);
+            assert!(d.digest.is_some(), "{url}: rows come with their own digest");
+        }
+    }
+    // nginx: the whole component, checked against the file's digest, then cut.
+    let d = read(format!("http://127.0.0.1:{}/m.zt", nginx.port), rows).unwrap();
+    assert_eq!(d.data.as_slice(), &w[72..168]);
+
+    // Out of bounds: refused by the client before asking, by the rule.
+    let e = read(format!("quic://{q}/m.zt"), Rows { start: 9, end: 11 }).unwrap_err();
+    assert!(e.to_string().contains("rows-out-of-bounds"), "{e}");
+    // A server asked directly names the rule too (ztp/1 no_match).
+    let e = rt
+        .block_on(async {
+            let options = Options {
+                trust: Trust::fingerprint(&fp).unwrap(),
+                ..Options::default()
+            };
+            let client = Client::connect(&format!("quic://{q}/m.zt"), options).await?;
+            let mut remote = client.manifest().await?;
+            // A stale manifest that claims more rows than the file has.
+            remote.manifest.objects.get_mut("w").unwrap().shape[0] = 20;
+            let c = remote
+                .manifest
+                .objects
+                .get_mut("w")
+                .unwrap()
+                .components
+                .get_mut("data")
+                .unwrap();
+            c.length = 480;
+            client
+                .read_rows(&remote, "w", Rows { start: 12, end: 14 })
+                .await
+        })
+        .unwrap_err();
+    match &e {
+        zt_client::Error::Server {
+            status: Status::Ztp(code),
+            message,
+        } => {
+            assert_eq!(*code, ztp_proto::Code::NoMatch);
+            assert!(message.contains("rows-out-of-bounds"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -1,0 +1,302 @@
+//! What has arrived, shared between the runtime's fetch tasks (which put
+//! verified components in) and the caller's threads (which wait for and
+//! take whole objects). An object is handed out once: taking it removes
+//! it, so the library holds no reference to memory a caller owns.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use zt_format::{AlignedBuf, DType, LogicalType};
+
+use crate::error::{Failure, Kind};
+
+/// One verified, decoded component.
+#[derive(Debug)]
+pub(crate) struct Part {
+    pub(crate) role: String,
+    pub(crate) data: AlignedBuf,
+    pub(crate) dtype: DType,
+    pub(crate) logical: Option<LogicalType>,
+}
+
+#[derive(Debug)]
+enum Slot {
+    /// Requested by fetch `by`; `parts` so far, of `expected`. Only that
+    /// fetch fills or fails it: an earlier fetch of the same object, still
+    /// winding down after its copy was taken, must not touch this one.
+    Waiting {
+        by: u64,
+        parts: Vec<Part>,
+        expected: usize,
+    },
+    Ready(Vec<Part>),
+    Failed(Failure),
+}
+
+/// A group of objects asked for together, yielded in arrival order.
+#[derive(Debug, Default)]
+struct Batch {
+    /// Arrived (or failed), not yet yielded.
+    arrived: VecDeque<String>,
+    /// Not arrived yet.
+    outstanding: HashSet<String>,
+}
+
+/// Objects one request must fetch, and the fetch's id, which every
+/// delivery and failure from it carries.
+#[derive(Debug)]
+pub(crate) struct Fetch {
+    pub(crate) id: u64,
+    pub(crate) names: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    slots: HashMap<String, Slot>,
+    batches: HashMap<u64, Batch>,
+    next_batch: u64,
+    next_fetch: u64,
+    /// Why nothing more will arrive (the handle was closed).
+    closed: Option<String>,
+}
+
+/// An object taken: its components, or why it will not arrive.
+pub(crate) type Taken = Result<Vec<Part>, Failure>;
+
+/// What a wait ended with.
+#[derive(Debug)]
+pub(crate) enum Waited<T> {
+    Got(T),
+    /// The deadline passed first.
+    TimedOut,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Table {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Table {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Asks for `names` (each with its number of components): returns the
+    /// batch that yields them, and the fetch the caller must start for
+    /// those not already arrived or on their way.
+    pub(crate) fn request(&self, names: &[(String, usize)]) -> (u64, Fetch) {
+        let mut st = self.lock();
+        let id = st.next_batch;
+        st.next_batch += 1;
+        let by = st.next_fetch;
+        st.next_fetch += 1;
+        let mut batch = Batch::default();
+        let mut fetch = Vec::new();
+        for (name, expected) in names {
+            match st.slots.get(name) {
+                Some(Slot::Ready(_)) => batch.arrived.push_back(name.clone()),
+                Some(Slot::Waiting { .. }) => {
+                    batch.outstanding.insert(name.clone());
+                }
+                Some(Slot::Failed(_)) | None => {
+                    st.slots.insert(
+                        name.clone(),
+                        Slot::Waiting {
+                            by,
+                            parts: Vec::new(),
+                            expected: *expected,
+                        },
+                    );
+                    batch.outstanding.insert(name.clone());
+                    fetch.push(name.clone());
+                }
+            }
+        }
+        st.batches.insert(id, batch);
+        (
+            id,
+            Fetch {
+                id: by,
+                names: fetch,
+            },
+        )
+    }
+
+    /// A component arrived, verified, through fetch `by`.
+    pub(crate) fn deliver(&self, by: u64, object: &str, part: Part) {
+        let mut st = self.lock();
+        let Some(Slot::Waiting {
+            by: owner,
+            parts,
+            expected,
+        }) = st.slots.get_mut(object)
+        else {
+            return;
+        };
+        if *owner != by {
+            return;
+        }
+        parts.push(part);
+        if parts.len() < *expected {
+            return;
+        }
+        let parts = std::mem::take(parts);
+        st.slots.insert(object.to_owned(), Slot::Ready(parts));
+        arrived(&mut st, object);
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// `object`, asked of fetch `by`, will not arrive: why. `None` fails
+    /// it whichever fetch it waits on.
+    pub(crate) fn fail(&self, by: Option<u64>, object: &str, why: Failure) {
+        let mut st = self.lock();
+        match st.slots.get(object) {
+            Some(Slot::Waiting { by: owner, .. }) if by.is_none_or(|b| b == *owner) => {}
+            _ => return,
+        }
+        st.slots.insert(object.to_owned(), Slot::Failed(why));
+        arrived(&mut st, object);
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// After fetch `by` ended: every one of `names` still waiting on it
+    /// failed.
+    pub(crate) fn ended(&self, by: u64, names: &[String], why: &Failure) {
+        for n in names {
+            self.fail(Some(by), n, why.clone().about(n, None));
+        }
+    }
+
+    /// Nothing more will arrive: every waiting object fails with `why`.
+    pub(crate) fn close(&self, why: &str) {
+        let waiting: Vec<String> = {
+            let mut st = self.lock();
+            st.closed = Some(why.to_owned());
+            st.slots
+                .iter()
+                .filter(|(_, s)| matches!(s, Slot::Waiting { .. }))
+                .map(|(n, _)| n.clone())
+                .collect()
+        };
+        let why = Failure::new(Kind::Other, why);
+        for n in waiting {
+            self.fail(None, &n, why.clone().about(&n, None));
+        }
+    }
+
+    /// Waits until `object` arrived or failed and takes it; `check` runs
+    /// between waits (to let the caller notice an interrupt) and stops
+    /// the wait with its error.
+    pub(crate) fn take<E>(
+        &self,
+        object: &str,
+        deadline: Option<Instant>,
+        mut check: impl FnMut() -> Result<(), E>,
+    ) -> Result<Waited<Taken>, E> {
+        let mut st = self.lock();
+        loop {
+            match st.slots.get(object) {
+                Some(Slot::Waiting { .. }) => {}
+                Some(_) => {
+                    let got = match st.slots.remove(object) {
+                        Some(Slot::Ready(parts)) => Ok(parts),
+                        Some(Slot::Failed(f)) => Err(f),
+                        _ => Err(Failure::new(Kind::Other, "lost track of the object")),
+                    };
+                    return Ok(Waited::Got(got));
+                }
+                None => {
+                    let why = st.closed.clone().unwrap_or_else(|| {
+                        format!("object {object:?} was not asked for, or was already taken")
+                    });
+                    return Ok(Waited::Got(Err(Failure::new(Kind::Other, why))));
+                }
+            }
+            st = match self.wait(st, deadline, &mut check)? {
+                Some(st) => st,
+                None => return Ok(Waited::TimedOut),
+            };
+        }
+    }
+
+    /// The next object of `batch` to arrive, taken, or `None` once every
+    /// one was yielded. An object someone else took meanwhile is skipped.
+    pub(crate) fn next<E>(
+        &self,
+        batch: u64,
+        deadline: Option<Instant>,
+        mut check: impl FnMut() -> Result<(), E>,
+    ) -> Result<Waited<Option<(String, Taken)>>, E> {
+        let mut st = self.lock();
+        loop {
+            let Some(b) = st.batches.get_mut(&batch) else {
+                return Ok(Waited::Got(None));
+            };
+            if let Some(name) = b.arrived.pop_front() {
+                let got = match st.slots.remove(&name) {
+                    Some(Slot::Ready(parts)) => Ok(parts),
+                    Some(Slot::Failed(f)) => Err(f),
+                    Some(waiting) => {
+                        st.slots.insert(name, waiting);
+                        continue;
+                    }
+                    None => continue,
+                };
+                return Ok(Waited::Got(Some((name, got))));
+            }
+            if b.outstanding.is_empty() {
+                st.batches.remove(&batch);
+                return Ok(Waited::Got(None));
+            }
+            st = match self.wait(st, deadline, &mut check)? {
+                Some(st) => st,
+                None => return Ok(Waited::TimedOut),
+            };
+        }
+    }
+
+    /// Forgets a batch nobody will read from again.
+    pub(crate) fn drop_batch(&self, batch: u64) {
+        self.lock().batches.remove(&batch);
+    }
+
+    /// One wait for a change, at most 100 ms so that `check` runs often;
+    /// `None` once the deadline passed.
+    fn wait<'a, E>(
+        &'a self,
+        st: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+        check: &mut impl FnMut() -> Result<(), E>,
+    ) -> Result<Option<MutexGuard<'a, State>>, E> {
+        let mut slice = Duration::from_millis(100);
+        if let Some(d) = deadline {
+            match d.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => slice = slice.min(left),
+                _ => return Ok(None),
+            }
+        }
+        let st = match self.changed.wait_timeout(st, slice) {
+            Ok((g, _)) => g,
+            Err(p) => p.into_inner().0,
+        };
+        drop(st);
+        check()?;
+        Ok(Some(self.lock()))
+    }
+}
+
+/// Moves `object` from outstanding to arrived in every batch waiting for it.
+fn arrived(st: &mut State, object: &str) {
+    for b in st.batches.values_mut() {
+        if b.outstanding.remove(object) {
+            b.arrived.push_back(object.to_owned());
+        }
+    }
+}

@@ -167,3 +167,222 @@ fn atoms_are_rows_of_a_served_object() {
     );
     assert_eq!(json(&s, "/v1/files/corpus.bin/manifest").0, 200);
 }
+
+/// A symbol map of 300 ids: specials, a few words, and byte fallback
+/// from id 40.
+fn symbol_map() -> String {
+    let words = [
+        "<pad>",
+        "<unk>",
+        "hello",
+        " world",
+        "the",
+        " atoms",
+        "\"quoted\"",
+    ];
+    let symbols: Vec<serde_json::Value> = words
+        .iter()
+        .enumerate()
+        .map(|(id, text)| serde_json::json!({ "id": id, "text": text }))
+        .collect();
+    serde_json::json!({
+        "version": 1, "vocab_size": 300, "unk_id": 1, "pad_id": 0,
+        "byte_fallback": true, "byte_base_id": 40, "symbols": symbols,
+    })
+    .to_string()
+}
+
+/// `zt ingest pack` of two documents into `out`, with a 2x2 projection.
+fn ingest_pack(work: &std::path::Path, out: &std::path::Path) {
+    std::fs::write(work.join("map.json"), symbol_map()).unwrap();
+    std::fs::write(work.join("a.txt"), "hello world, the atoms\n").unwrap();
+    std::fs::write(work.join("b.json"), r#"{"k": ["the", "hello world"]}"#).unwrap();
+    let (a, b, map) = (
+        work.join("a.txt"),
+        work.join("b.json"),
+        work.join("map.json"),
+    );
+    let o = common::fetch::zt(&[
+        "ingest",
+        "pack",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--tokenizer",
+        map.to_str().unwrap(),
+        "--atom-size",
+        "4",
+        "--svg",
+        "2x2",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// An ingest pack is served as one entry at its `ingest_manifest.json`:
+/// the atom file's and the projection's objects (their bytes those
+/// files'), the symbol map as `symbols` (row = id) and `symbol_map` (its
+/// JSON); atoms read from the pack over both transports; a pack whose map
+/// is not the one its manifest hashed, whose atom file is missing, or
+/// whose manifest miscounts the atoms, is refused naming the file and the
+/// rule.
+#[test]
+fn an_ingest_pack_is_one_entry() {
+    let (root, work) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let pack = root.path().join("corpus");
+    ingest_pack(work.path(), &pack);
+    let atom_file = std::fs::read(pack.join("matrix_atoms.bin")).unwrap();
+    // A second pack, its map edited after packing.
+    let edited = root.path().join("edited");
+    ingest_pack(work.path(), &edited);
+    let map = std::fs::read_to_string(edited.join("pi_symbol_map.json")).unwrap();
+    std::fs::write(
+        edited.join("pi_symbol_map.json"),
+        map.replace("hello", "HELLO"),
+    )
+    .unwrap();
+    // A third, its atom file gone.
+    let gone = root.path().join("gone");
+    ingest_pack(work.path(), &gone);
+    std::fs::remove_file(gone.join("matrix_atoms.bin")).unwrap();
+    // A fourth, its manifest counting one atom more than the atom file holds.
+    let miscount = root.path().join("miscount");
+    ingest_pack(work.path(), &miscount);
+    let path = miscount.join("ingest_manifest.json");
+    let mut im: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    im["atoms"] = (im["atoms"].as_u64().unwrap() + 1).into();
+    std::fs::write(&path, im.to_string()).unwrap();
+    let s = Server::start_quic(root.path(), &[]);
+
+    let (_, list) = json(&s, "/v1/files");
+    let entry = list["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "corpus/ingest_manifest.json")
+        .unwrap_or_else(|| panic!("the pack is listed: {list}"));
+    assert_eq!(entry["source"], "matrix-atom-pack");
+    assert_eq!(
+        entry["files"],
+        serde_json::json!(["matrix_atoms.bin", "atoms.svgt"])
+    );
+    let unavailable = list["unavailable"].to_string();
+    assert!(
+        unavailable.contains("edited/pi_symbol_map.json") && unavailable.contains("pack-hash"),
+        "{unavailable}"
+    );
+
+    let base = "/v1/files/corpus/ingest_manifest.json";
+    let (status, m) = json(&s, &format!("{base}/manifest"));
+    assert_eq!(status, 200, "{m}");
+    assert_eq!(m["source"], "matrix-atom-pack");
+    for (object, file) in [
+        ("atoms", "matrix_atoms.bin"),
+        ("documents", "matrix_atoms.bin"),
+        ("grids", "atoms.svgt"),
+    ] {
+        assert_eq!(
+            m["objects"][object]["components"]["data"]["file"], file,
+            "{object}"
+        );
+    }
+    assert_eq!(m["attributes"]["matrix_atom.vocab_size"], 300);
+    assert_eq!(m["attributes"]["svg_tensor.rows"], 2);
+    assert_eq!(m["attributes"]["ingest.documents"], 2);
+    assert_eq!(
+        m["attributes"]["ingest.inputs"],
+        serde_json::json!(["a.txt", "b.json"])
+    );
+    assert_eq!(m["objects"]["symbols"]["shape"], serde_json::json!([300]));
+    assert_eq!(m["objects"]["symbols"]["format"], "ragged");
+
+    // The symbols, row = id, and the map as stored.
+    let part = |object: &str, role: &str| {
+        let r = curl(&[], &s.url(&format!("{base}/objects/{object}/{role}")));
+        assert_eq!(r.status, 200, "{object}/{role}");
+        r.body
+    };
+    let offsets: Vec<usize> = part("symbols", "offsets")
+        .chunks(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()) as usize)
+        .collect();
+    let values = part("symbols", "values");
+    let text = |id: usize| std::str::from_utf8(&values[offsets[id]..offsets[id + 1]]).unwrap();
+    assert_eq!(offsets.len(), 301);
+    assert_eq!(
+        (text(2), text(3), text(6), text(299)),
+        ("hello", " world", "\"quoted\"", "")
+    );
+    assert_eq!(
+        part("symbol_map", "data"),
+        std::fs::read(pack.join("pi_symbol_map.json")).unwrap()
+    );
+
+    // Atoms 1..3 through the pack: by HTTP rows, then zt fetch --atoms over both transports.
+    let r = curl(&[], &s.url(&format!("{base}/objects/atoms/data?rows=1:3")));
+    assert_eq!(r.status, 206);
+    assert_eq!(r.body, &atom_file[64 + 8..64 + 24]);
+    let (q, fp) = s.quic.clone().unwrap();
+    let urls = [
+        (
+            format!("quic://{q}/corpus/ingest_manifest.json"),
+            vec!["--cert-fingerprint", fp.as_str()],
+        ),
+        (s.url("/corpus/ingest_manifest.json"), vec![]),
+    ];
+    for (n, (url, extra)) in urls.iter().enumerate() {
+        let out = work.path().join(format!("cut{n}.bin"));
+        let mut args = vec!["fetch", url, "--atoms", "1..3", "-o", out.to_str().unwrap()];
+        args.extend(extra);
+        let o = common::fetch::zt(&args);
+        assert!(
+            o.status.success(),
+            "{url}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let bytes = std::fs::read(&out).unwrap();
+        let v = zt_ingest::verify::atom_file("cut", &bytes).unwrap();
+        assert_eq!(v.header.atom_count, 2);
+        assert_eq!(&bytes[64..64 + 16], &atom_file[64 + 8..64 + 24], "{url}");
+        // The whole pack as one .zt file: every object, digests checked.
+        let whole = work.path().join(format!("pack{n}.zt"));
+        let mut args = vec!["fetch", url, "-o", whole.to_str().unwrap()];
+        args.extend(extra);
+        let o = common::fetch::zt(&args);
+        assert!(
+            o.status.success(),
+            "{url}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let f = zt_format::ZtFile::open(&whole).unwrap();
+        assert_eq!(
+            &f.read("symbol_map", "data").unwrap()[..],
+            &part("symbol_map", "data")[..]
+        );
+        let payload = 64
+            + m["objects"]["atoms"]["components"]["data"]["length"]
+                .as_u64()
+                .unwrap() as usize;
+        assert_eq!(
+            &f.read("atoms", "data").unwrap()[..],
+            &atom_file[64..payload]
+        );
+    }
+
+    // Refused by name; the daemon still serving.
+    let (status, e) = json(&s, "/v1/files/gone/ingest_manifest.json/manifest");
+    assert_eq!(status, 409, "{e}");
+    let why = e["detail"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("matrix_atoms.bin") && why.contains("pack-member"),
+        "{e}"
+    );
+    let (status, e) = json(&s, "/v1/files/miscount/ingest_manifest.json/manifest");
+    assert_eq!(status, 409, "{e}");
+    let why = e["detail"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("miscount/matrix_atoms.bin") && why.contains("pack-counts"),
+        "{e}"
+    );
+    assert_eq!(json(&s, &format!("{base}/manifest")).0, 200);
+}

@@ -267,7 +267,8 @@ impl Session {
         self.size
     }
 
-    /// The source format: zt, safetensors, safetensors-index, gguf.
+    /// The source format: zt, safetensors, safetensors-index, gguf,
+    /// matrix-atom, matrix-atom-pack.
     #[getter]
     fn source(&self) -> &'static str {
         self.manifest.source.name()

@@ -118,7 +118,8 @@ class safe_open:
 
     @property
     def source(self) -> str:
-        """The file's source format: zt, safetensors, safetensors-index, gguf."""
+        """The file's source format: zt, safetensors, safetensors-index, gguf,
+        matrix-atom, matrix-atom-pack."""
         return self._session.source
 
     # Loading.

@@ -206,6 +206,43 @@ def test_an_svg_tensor_projection_and_the_narrow_dtype_rule(zt, symbol_map, tmp_
     assert p.returncode == 1 and b"atom-dtype-narrow" in p.stderr, p.stderr
 
 
+@pytest.mark.parametrize("transport", ["quic", "http"])
+def test_a_served_pack_loads_with_the_python_package(zt, symbol_map, tmp_path, licence, llama_vocab, transport):  # noqa: F811
+    """An ingest pack served by the daemon, read with the Python package:
+    the atoms (a row range of them, and all) equal the independent
+    re-derivation's, the grids are the atoms, and the symbols (row = id)
+    are the GGUF vocabulary's tokens as the `gguf` package reads them."""
+    import numpy as np
+
+    import ztserve
+    from conftest import daemon
+
+    root = tmp_path / "root"
+    root.mkdir()
+    inputs = [licence, real_json()]
+    zt("ingest", "pack", *inputs, "--tokenizer", symbol_map, "--atom-size", "64", "--svg", "8x8", "-o", root / "corpus")
+    m = json.loads(symbol_map.read_text())
+    want = pack(m, [tokenize(m, clean(p)) for p in inputs], 64)
+    count = struct.unpack("<Q", want[0x18:0x20])[0]
+    atoms = np.frombuffer(want[64:64 + count * 128], dtype="<u2").reshape(count, 64)
+    r = gguf.GGUFReader(str(llama_vocab))
+    f = r.fields["tokenizer.ggml.tokens"]
+    tokens = [bytes(f.parts[i]).decode("utf-8", "replace") for i in f.data]
+    with daemon(root, tmp_path) as port:
+        scheme = "quic" if transport == "quic" else "http"
+        url = f"{scheme}://127.0.0.1:{port}/corpus/ingest_manifest.json"
+        with ztserve.safe_open(url, insecure=True) as h:
+            assert h.source == "matrix-atom-pack"
+            assert np.array_equal(h.get_slice("atoms")[2:5], atoms[2:5])
+            assert np.array_equal(h.get_tensor("atoms"), atoms)
+            assert np.array_equal(h.get_tensor("grids"), atoms.reshape(count, 8, 8))
+            sym = h.get_object("symbols")
+            offsets, values = sym["offsets"], bytes(sym["values"])
+            texts = [values[offsets[i]:offsets[i + 1]].decode() for i in range(len(offsets) - 1)]
+            assert texts == tokens
+            assert bytes(h.get_tensor("symbol_map")) == symbol_map.read_bytes()
+
+
 NGINX_PAGE = pathlib.Path("/usr/share/nginx/html/index.html")
 
 

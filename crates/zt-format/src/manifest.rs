@@ -44,18 +44,22 @@ pub enum Source {
     SafetensorsIndex,
     /// A GGUF file (v2 or v3).
     Gguf,
-    /// A MATRIX-ATOM token-atom file or ingest pack.
+    /// A MATRIX-ATOM token-atom file, or its SVG-Tensor projection.
     MatrixAtom,
+    /// A MATRIX-ATOM ingest pack named by its `ingest_manifest.json`: the
+    /// atom file, its projection and its symbol map as one entry.
+    MatrixAtomPack,
 }
 
 impl Source {
     /// Every source, in the order the documentation lists them.
-    pub const ALL: [Source; 5] = [
+    pub const ALL: [Source; 6] = [
         Source::Zt,
         Source::Safetensors,
         Source::SafetensorsIndex,
         Source::Gguf,
         Source::MatrixAtom,
+        Source::MatrixAtomPack,
     ];
 
     /// The name on the wire (`source` in the manifest's CBOR and JSON).
@@ -66,6 +70,7 @@ impl Source {
             Source::SafetensorsIndex => "safetensors-index",
             Source::Gguf => "gguf",
             Source::MatrixAtom => "matrix-atom",
+            Source::MatrixAtomPack => "matrix-atom-pack",
         }
     }
 
@@ -338,6 +343,17 @@ impl PartialEq for Component {
 }
 
 impl Component {
+    /// A raw component whose bytes a server builds rather than reads from
+    /// a range of a file (see [`Component::synthesized`]), with the
+    /// `sha256` of `bytes` as its digest, computed by the server.
+    pub fn built(dtype: DType, bytes: &[u8]) -> Component {
+        let mut c = Component::raw(dtype, None, 0, bytes.len() as u64);
+        c.digest = Some(crate::DigestAlgorithm::Sha256.digest(bytes));
+        c.digest_computed = true;
+        c.synthesized = true;
+        c
+    }
+
     /// A raw component of the file's bytes `offset..offset + length`,
     /// without a digest.
     pub(crate) fn raw(

@@ -31,7 +31,7 @@ use crate::tokenize::Tokenizer;
 pub const ATOM_FILE: &str = "matrix_atoms.bin";
 pub const MAP_FILE: &str = "pi_symbol_map.json";
 pub const SVG_FILE: &str = "atoms.svgt";
-pub const MANIFEST_FILE: &str = "ingest_manifest.json";
+pub const MANIFEST_FILE: &str = zt_format::atoms::PACK_MANIFEST;
 
 /// `ingest_manifest.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

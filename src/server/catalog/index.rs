@@ -1,21 +1,37 @@
-//! A sharded checkpoint's index (`*.safetensors.index.json`): read and
-//! parsed at scan time, served raw as itself, and linked to its shards
-//! (each an entry of its own) when a request asks for the model.
+//! A file that names other served files and is served as one entry with
+//! them (a multi-file entry): a sharded checkpoint's index
+//! (`*.safetensors.index.json`, with its shards) or an ingest pack's
+//! `ingest_manifest.json` (with its atom file, its SVG-Tensor projection
+//! and its symbol map, [`zt_ingest::served`]). Read and parsed at scan
+//! time, served raw as itself, and linked to its member files (each an
+//! entry of its own) when a request asks for it.
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use zt_format::Manifest;
+use zt_format::container::Synthesized;
+use zt_format::source::safetensors_index::Index;
+use zt_format::{Manifest, Source};
+use zt_ingest::served::ServedPack;
 
 use super::served::{Identity, Served, Unavailable};
 use super::{settled, Catalog, Entry};
 use crate::server::checks::Checks;
 use crate::server::etag;
 
-/// A `*.safetensors.index.json` file: served raw as itself, and as one
-/// model once linked to its shards ([`Catalog::resolve`]).
+/// What a multi-file entry's file says.
+#[derive(Debug)]
+pub(crate) enum Names {
+    /// A sharded checkpoint's index.
+    Shards(Index),
+    /// An ingest pack's manifest, with its symbol map.
+    Pack(Box<ServedPack>),
+}
+
+/// A multi-file entry's file: served raw as itself, and as one entry once
+/// linked to its member files ([`Catalog::resolve`]).
 #[derive(Debug)]
 pub struct IndexFile {
     pub(crate) path: String,
@@ -24,8 +40,8 @@ pub struct IndexFile {
     pub(super) modified: SystemTime,
     pub(super) identity: Identity,
     pub(super) raw: Vec<u8>,
-    pub(crate) index: zt_format::source::safetensors_index::Index,
-    /// The last linking, with the shard ETags it was made from.
+    pub(crate) names: Names,
+    /// The last linking, with the member ETags it was made from.
     pub(super) linked: std::sync::Mutex<Option<(Vec<String>, Arc<Served>)>>,
 }
 
@@ -36,18 +52,43 @@ impl IndexFile {
         g.as_ref().map(|(_, s)| s.etag.clone())
     }
 
-    /// The shards' catalog paths: the index's directory joined with each name.
-    pub(super) fn shard_path(&self, name: &str) -> String {
-        match self.path.rsplit_once('/') {
-            Some((dir, _)) => format!("{dir}/{name}"),
-            None => name.to_owned(),
+    /// The member files' catalog paths: this file's directory joined with each name.
+    pub(super) fn member_path(&self, name: &str) -> String {
+        zt_ingest::served::beside(&self.path, name)
+    }
+
+    /// The member files, by the names this file gives them.
+    pub(crate) fn members(&self) -> Vec<&str> {
+        match &self.names {
+            Names::Shards(ix) => ix.shards().into_iter().collect(),
+            Names::Pack(p) => p.members(),
+        }
+    }
+
+    pub(crate) fn source(&self) -> Source {
+        match &self.names {
+            Names::Shards(_) => Source::SafetensorsIndex,
+            Names::Pack(_) => Source::MatrixAtomPack,
+        }
+    }
+
+    /// How many objects the entry serves, when known before linking (a
+    /// pack's depend on its members).
+    pub(crate) fn objects(&self) -> Option<usize> {
+        match &self.names {
+            Names::Shards(ix) => Some(ix.weight_map.len()),
+            Names::Pack(_) => {
+                let g = self.linked.lock().ok()?;
+                g.as_ref().map(|(_, s)| s.manifest.objects.len())
+            }
         }
     }
 }
 
 impl Catalog {
-    /// An index linked to its shards as they are served now (each shard
-    /// resolved first): the served model, or why it is not served.
+    /// A multi-file entry linked to its members as they are served now
+    /// (each member resolved first): the served entry, or why it is not
+    /// served.
     pub(super) async fn link(&self, ix: &Arc<IndexFile>) -> Entry {
         let unavailable = |reason: String| {
             Entry::Unavailable(Arc::new(Unavailable {
@@ -59,8 +100,12 @@ impl Catalog {
             }))
         };
         let mut shards = BTreeMap::new();
-        for name in ix.index.shards() {
-            let path = ix.shard_path(name);
+        let (what, rule) = match ix.names {
+            Names::Shards(_) => ("shard", "index-missing-shard"),
+            Names::Pack(_) => ("file of the pack", "pack-member"),
+        };
+        for name in ix.members() {
+            let path = ix.member_path(name);
             let mut entry = self.snapshot().get(&path).cloned();
             if let Some(Entry::Pending(p)) = &entry {
                 p.wait().await;
@@ -72,13 +117,13 @@ impl Catalog {
                 }
                 Some(Entry::Unavailable(u)) => {
                     return unavailable(format!(
-                        "{}: shard {name:?} is not served: {}",
+                        "{}: {what} {name:?} is not served: {}",
                         ix.path, u.reason
                     ))
                 }
                 _ => {
                     return unavailable(format!(
-                        "{}: shard {name:?} ({path}) is not served",
+                        "{}: {what} {name:?} ({path}) is not served [{rule}]",
                         ix.path
                     ))
                 }
@@ -105,8 +150,8 @@ impl Catalog {
 }
 
 impl Catalog {
-    /// Reads and parses an index file; it is linked to its shards when a
-    /// request asks for it.
+    /// Reads and parses a multi-file entry's file (and a pack's symbol
+    /// map); it is linked to its members when a request asks for it.
     pub(super) fn load_index(
         &self,
         rel: &str,
@@ -114,38 +159,77 @@ impl Catalog {
         size: u64,
         modified: SystemTime,
         identity: Identity,
+        source: Source,
     ) -> Entry {
-        let read = || -> Result<(Vec<u8>, zt_format::source::safetensors_index::Index), String> {
-            if size > self.limits.manifest_cap {
-                return Err(format!(
-                    "{rel}: the index is {size} bytes, over the cap of {}",
-                    self.limits.manifest_cap
-                ));
-            }
-            let mut raw = vec![0u8; usize::try_from(size).map_err(|e| e.to_string())?];
-            std::os::unix::fs::FileExt::read_exact_at(&file, &mut raw, 0)
-                .map_err(|e| format!("{rel}: reading the index: {e}"))?;
-            let index = zt_format::source::safetensors_index::parse(rel, &raw, &self.limits)
-                .map_err(|e| e.to_string())?;
-            Ok((raw, index))
+        let cap = self.limits.manifest_cap;
+        let read = || -> Result<(Vec<u8>, Names), String> {
+            let raw = read_capped(rel, &file, size, cap)?;
+            let names = if source == Source::MatrixAtomPack {
+                let ingest = ServedPack::read_manifest(rel, &raw).map_err(|e| e.to_string())?;
+                let map_rel = zt_ingest::served::beside(rel, &ingest.tokenizer);
+                let map_json = self.read_beside(&map_rel, cap)?;
+                let pack =
+                    ServedPack::new(rel, ingest, map_json, cap).map_err(|e| e.to_string())?;
+                Names::Pack(Box::new(pack))
+            } else {
+                let index = zt_format::source::safetensors_index::parse(rel, &raw, &self.limits)
+                    .map_err(|e| e.to_string())?;
+                Names::Shards(index)
+            };
+            Ok((raw, names))
         };
         match read() {
-            Ok((raw, index)) => Entry::Index(Arc::new(IndexFile {
+            Ok((raw, names)) => Entry::Index(Arc::new(IndexFile {
                 path: rel.to_owned(),
                 file,
                 size,
                 modified,
                 identity,
                 raw,
-                index,
+                names,
                 linked: std::sync::Mutex::new(None),
             })),
             Err(reason) => settled(Err(reason), rel, size, modified, identity),
         }
     }
+
+    /// A file of the tree that is not an entry (a pack's symbol map), at
+    /// most `cap` bytes, read only if it lies inside the root.
+    fn read_beside(&self, rel: &str, cap: u64) -> Result<Vec<u8>, String> {
+        let path = self
+            .root()
+            .join(rel)
+            .canonicalize()
+            .map_err(|e| format!("{rel}: {e} [pack-member]"))?;
+        if !path.starts_with(self.root()) {
+            return Err(format!(
+                "{rel}: lies outside the root (a symlink to {}) [pack-member]",
+                path.display()
+            ));
+        }
+        let file = File::open(&path).map_err(|e| format!("{rel}: opening: {e}"))?;
+        let size = file
+            .metadata()
+            .map_err(|e| format!("{rel}: reading metadata: {e}"))?
+            .len();
+        read_capped(rel, &file, size, cap)
+    }
 }
 
-/// The served model of an index and its shards.
+/// The whole of a small file that names others: at most `cap` bytes.
+fn read_capped(rel: &str, file: &File, size: u64, cap: u64) -> Result<Vec<u8>, String> {
+    if size > cap {
+        return Err(format!(
+            "{rel}: {size} bytes, over the manifest cap of {cap} [header-over-cap]"
+        ));
+    }
+    let mut raw = vec![0u8; usize::try_from(size).map_err(|e| e.to_string())?];
+    std::os::unix::fs::FileExt::read_exact_at(file, &mut raw, 0)
+        .map_err(|e| format!("{rel}: reading: {e}"))?;
+    Ok(raw)
+}
+
+/// The served entry of a multi-file entry's file and its members.
 fn build_index(
     ix: &IndexFile,
     shards: BTreeMap<String, Arc<Served>>,
@@ -175,7 +259,25 @@ fn build_index(
             ))
         })
         .collect();
-    let manifest = merge(&ix.path, &ix.index, &views).map_err(|e| e.to_string())?;
+    let (manifest, synthesized): (Manifest, Synthesized) = match &ix.names {
+        Names::Shards(index) => (
+            merge(&ix.path, index, &views).map_err(|e| e.to_string())?,
+            Synthesized::new(),
+        ),
+        Names::Pack(pack) => {
+            let members = views
+                .iter()
+                .map(|(n, v)| {
+                    let m = zt_ingest::served::Member {
+                        manifest: v.manifest,
+                        part: v.part,
+                    };
+                    (n.clone(), m)
+                })
+                .collect();
+            pack.merge(&ix.path, &members).map_err(|e| e.to_string())?
+        }
+    };
     let mut parts_for_tag: Vec<&[u8]> = vec![&ix.raw];
     parts_for_tag.extend(etags.iter().map(|e| e.as_bytes()));
     let file = ix
@@ -187,7 +289,7 @@ fn build_index(
         file,
         size: ix.size,
         modified: ix.modified,
-        etag: etag::derived("safetensors-index", &parts_for_tag),
+        etag: etag::derived(ix.source().name(), &parts_for_tag),
         provisional: None,
         checks: Checks::new(&Manifest::default(), false),
         manifest,
@@ -195,7 +297,10 @@ fn build_index(
         computed: true,
         warnings: Vec::new(),
         identity: ix.identity,
-        synthesized: BTreeMap::new(),
+        synthesized: synthesized
+            .into_iter()
+            .map(|(k, v)| (k, bytes::Bytes::from(v)))
+            .collect(),
         shards,
     })
 }

@@ -1,7 +1,8 @@
 //! The catalog: every served file under the root (`.zt`, safetensors,
-//! GGUF and sharded checkpoints' indexes, recognised by extension and read
-//! through [`zt_format::source`]), validated, with the open file handle
-//! that serves it.
+//! GGUF, MATRIX-ATOM, and the files that name others: sharded
+//! checkpoints' indexes and ingest packs' manifests; recognised by name
+//! and read through [`zt_format::source`]), validated, with the open file
+//! handle that serves it.
 //!
 //! Files are read with `pread` through the handle kept here, never mapped:
 //! a file truncated in place makes its requests fail, not the daemon. A
@@ -14,8 +15,9 @@
 //! [`Catalog::resolve`].
 //!
 //! `served` holds what an entry is made of, `resolve` what a request is
-//! served while digests are computed, `index` links a sharded
-//! checkpoint's index to its shards, and `walk` finds the files.
+//! served while digests are computed, `index` links a multi-file entry
+//! (a sharded checkpoint's index, an ingest pack) to its member files,
+//! and `walk` finds the files.
 
 mod index;
 mod resolve;
@@ -46,7 +48,8 @@ pub enum Entry {
     Served(Arc<Served>),
     /// Listed; its digests are being computed.
     Pending(Arc<Pending>),
-    /// A sharded checkpoint's index, linked to its shards on request.
+    /// A file that names others (a sharded checkpoint's index, an ingest
+    /// pack's manifest), linked to them on request.
     Index(Arc<IndexFile>),
     Unavailable(Arc<Unavailable>),
 }
@@ -295,8 +298,8 @@ impl Catalog {
             Ok(m) => (m.len(), Identity::of(&m)),
             Err(e) => return unavailable(format!("{rel}: reading metadata: {e}"), identity),
         };
-        if source == Source::SafetensorsIndex {
-            return self.load_index(rel, file, size, modified, identity);
+        if matches!(source, Source::SafetensorsIndex | Source::MatrixAtomPack) {
+            return self.load_index(rel, file, size, modified, identity, source);
         }
         let fm = match read_source_at(&file, source, rel, &self.limits) {
             Ok(fm) => fm,

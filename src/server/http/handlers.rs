@@ -88,11 +88,11 @@ pub(crate) async fn list(AxState(state): AxState<Arc<State>>) -> Response {
             json!({ "path": f.path, "source": f.manifest.source.name(), "objects": f.manifest.objects.len() })
         })
         .collect();
-    // Sharded checkpoints, linked to their shards on first request.
+    // Multi-file entries, linked to their files on first request.
     let files: Vec<_> = files
         .into_iter()
         .chain(snap.indexes().map(|i| {
-            json!({ "path": i.path, "source": "safetensors-index", "etag": i.etag(), "objects": i.index.weight_map.len(), "shards": i.index.shards() })
+            json!({ "path": i.path, "source": i.source().name(), "etag": i.etag(), "objects": i.objects(), "files": i.members() })
         }))
         .collect();
     let body = json!({ "files": files, "hashing": hashing, "unavailable": unavailable });

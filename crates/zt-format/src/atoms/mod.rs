@@ -9,6 +9,10 @@ pub mod pack;
 pub mod slice;
 pub mod svg_tensor;
 
+/// The file that names an ingest pack (seed 002 section 6); the daemon
+/// serves a pack as one entry at its path.
+pub const PACK_MANIFEST: &str = "ingest_manifest.json";
+
 pub use header::{
     crc32, AtomDtype, AtomHeader, AtomRule, Crc32, FLAG_INDEX, FLAG_SVG_TENSOR, HEADER_LEN, MAGIC,
 };

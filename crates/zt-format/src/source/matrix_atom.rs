@@ -258,10 +258,10 @@ fn attributes(h: &AtomHeader) -> Attributes {
 }
 
 /// The atom file's header as its manifest's attributes give it (what a
-/// client that fetched only the manifest knows of it); `None` when the
-/// manifest is not an atom file's.
+/// client that fetched only the manifest knows of it), for an atom file
+/// or an ingest pack; `None` for any other manifest.
 pub fn header_of(m: &Manifest) -> Option<AtomHeader> {
-    if m.source != Source::MatrixAtom {
+    if !matches!(m.source, Source::MatrixAtom | Source::MatrixAtomPack) {
         return None;
     }
     let int = |k: &str| match m.attributes.get(k)? {

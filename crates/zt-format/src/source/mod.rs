@@ -55,12 +55,18 @@ pub struct Loaded {
     pub raw: Vec<u8>,
 }
 
-/// Which source a file name says it is, by extension; `None` for files
-/// that are not served.
+/// `dir/ingest_manifest.json`, lower-cased, ends with this.
+const PACK_SUFFIX: &str = "/ingest_manifest.json";
+
+/// Which source a file name says it is, by extension (an ingest pack by
+/// its manifest's name, `ingest_manifest.json`); `None` for files that
+/// are not served.
 pub fn by_name(name: &str) -> Option<Source> {
     let lower = name.to_ascii_lowercase();
     if lower.ends_with(".safetensors.index.json") {
         Some(Source::SafetensorsIndex)
+    } else if lower == crate::atoms::PACK_MANIFEST || lower.ends_with(PACK_SUFFIX) {
+        Some(Source::MatrixAtomPack)
     } else if lower.ends_with(".zt") {
         Some(Source::Zt)
     } else if lower.ends_with(".safetensors") {
@@ -204,6 +210,13 @@ impl Probe {
                 Rule::Header {
                     rule: "unsupported-source",
                     detail: "a sharded checkpoint's index says nothing of offsets: a ztserve links it to its shards (fetch the index from one), or fetch each shard's URL".to_owned(),
+                },
+            )),
+            State::Unsupported(Source::MatrixAtomPack) => Err(Error::invalid(
+                at,
+                Rule::Header {
+                    rule: "unsupported-source",
+                    detail: "an ingest pack's manifest says nothing of offsets: a ztserve serves it with the files of its pack (fetch it from one), or read the pack with zt ingest verify".to_owned(),
                 },
             )),
             State::Unsupported(source) => Err(Error::invalid(

@@ -227,6 +227,14 @@ pub struct LimitsConfig {
     /// Largest manifest accepted when scanning, in bytes.
     #[serde(default = "defaults::manifest_cap")]
     pub manifest_cap: u64,
+    /// Most bytes one manifest rendering may take (JSON or CBOR, whole or
+    /// selected, and the ztp/1 manifest); past it a request is refused
+    /// (`413 manifest_too_large`) and asked to select.
+    #[serde(default = "defaults::render_cap")]
+    pub render_cap: u64,
+    /// Most bytes of manifest renderings kept for later requests.
+    #[serde(default = "defaults::render_cache_bytes")]
+    pub render_cache_bytes: u64,
     /// Largest decoded component for `?decode=1`, in bytes.
     #[serde(default = "defaults::decompress_cap")]
     pub decompress_cap: u64,
@@ -252,6 +260,8 @@ impl Default for LimitsConfig {
         LimitsConfig {
             max_ranges: defaults::max_ranges(),
             manifest_cap: defaults::manifest_cap(),
+            render_cap: defaults::render_cap(),
+            render_cache_bytes: defaults::render_cache_bytes(),
             decompress_cap: defaults::decompress_cap(),
             max_connections: defaults::max_connections(),
             request_timeout_secs: defaults::request_timeout_secs(),
@@ -300,6 +310,12 @@ mod defaults {
     }
     pub(super) fn manifest_cap() -> u64 {
         zt_format::DEFAULT_MANIFEST_CAP
+    }
+    pub(super) fn render_cap() -> u64 {
+        128 << 20
+    }
+    pub(super) fn render_cache_bytes() -> u64 {
+        64 << 20
     }
     pub(super) fn decompress_cap() -> u64 {
         1 << 30
@@ -376,6 +392,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("catalog.watch", Kind::Bool),
     ("limits.max_ranges", Kind::Int),
     ("limits.manifest_cap", Kind::Int),
+    ("limits.render_cap", Kind::Int),
+    ("limits.render_cache_bytes", Kind::Int),
     ("limits.decompress_cap", Kind::Int),
     ("limits.max_connections", Kind::Int),
     ("limits.request_timeout_secs", Kind::Int),

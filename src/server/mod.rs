@@ -17,6 +17,8 @@ mod idle;
 mod metrics;
 mod pread;
 pub mod quic;
+mod render;
+mod renderings;
 mod rows;
 mod tls;
 mod watch;
@@ -47,6 +49,8 @@ pub struct State {
     pub metrics: metrics::Metrics,
     /// Valid bearer tokens, when authentication is on.
     pub tokens: Option<auth::Tokens>,
+    /// Manifest renderings, made once per file version and shared.
+    pub renderings: renderings::Renderings,
     /// Set once the first scan is done; cleared when shutdown begins.
     pub ready: AtomicBool,
 }
@@ -64,8 +68,11 @@ impl State {
             Some(f) => Some(auth::Tokens::load(f)?),
             None => None,
         };
+        let renderings =
+            renderings::Renderings::new(config.limits.render_cache_bytes, config.limits.render_cap);
         Ok(Arc::new(State {
             tokens,
+            renderings,
             config,
             catalog,
             metrics: metrics::Metrics::default(),

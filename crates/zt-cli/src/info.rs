@@ -5,7 +5,7 @@ use std::io::Write;
 use anyhow::Result;
 use zt_format::{Manifest, Warning};
 
-use zt_format::manifest_json::{cbor_to_json, manifest_json, origin_name};
+use zt_format::manifest_json::{cbor_to_json, origin_name, ManifestDoc};
 use zt_format::select::Selection;
 
 use crate::exit::{Failure, USAGE};
@@ -21,10 +21,22 @@ pub fn selected(m: &Manifest, patterns: &[String]) -> Result<Manifest> {
 /// Prints a manifest as JSON (the shared schema) or as a table.
 pub fn print(out: &mut impl Write, m: &Manifest, warnings: &[Warning], json: bool) -> Result<()> {
     if json {
-        let mut doc = manifest_json(m);
-        doc["warnings"] = warnings.iter().map(|w| w.to_string()).collect();
-        serde_json::to_writer_pretty(&mut *out, &doc)?;
-        writeln!(out)?;
+        /// The manifest's document with the reader's warnings, streamed
+        /// through a buffer (no JSON tree is built).
+        #[derive(serde::Serialize)]
+        struct Doc<'a> {
+            #[serde(flatten)]
+            manifest: ManifestDoc<'a>,
+            warnings: Vec<String>,
+        }
+        let doc = Doc {
+            manifest: ManifestDoc(m),
+            warnings: warnings.iter().map(|w| w.to_string()).collect(),
+        };
+        let mut buf = std::io::BufWriter::with_capacity(1 << 16, &mut *out);
+        serde_json::to_writer_pretty(&mut buf, &doc)?;
+        writeln!(buf)?;
+        buf.flush()?;
         return Ok(());
     }
     match m.source {

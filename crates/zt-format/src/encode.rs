@@ -95,6 +95,102 @@ pub fn manifest_value(m: &Manifest, version: &str) -> Value {
 pub fn manifest_cbor(m: &Manifest) -> Vec<u8> {
     let mut out = Vec::new();
     // Writing into a Vec cannot fail.
-    let _ = ciborium::ser::into_writer(&manifest_value(m, crate::SPEC_VERSION), &mut out);
+    let _ = write_manifest_cbor(m, &mut out);
     out
+}
+
+/// Writes a manifest as v1.2 CBOR, the same bytes as [`manifest_cbor`],
+/// one object at a time: no value tree of the whole manifest is built, and
+/// a writer that refuses more bytes stops it early.
+pub fn write_manifest_cbor(m: &Manifest, mut w: impl std::io::Write) -> std::io::Result<()> {
+    let head = Manifest {
+        version: m.version.clone(),
+        origin: m.origin,
+        source: m.source,
+        files: m.files.clone(),
+        attributes: m.attributes.clone(),
+        objects: std::collections::BTreeMap::new(),
+    };
+    let Value::Map(mut root) = manifest_value(&head, crate::SPEC_VERSION) else {
+        return Ok(());
+    };
+    // `objects` is the last entry: written by hand below.
+    root.pop();
+    let enc = |v: &Value, w: &mut dyn std::io::Write| {
+        ciborium::ser::into_writer(v, w).map_err(|e| std::io::Error::other(e.to_string()))
+    };
+    map_header(&mut w, (root.len() as u64).saturating_add(1))?;
+    for (k, v) in &root {
+        enc(k, &mut w)?;
+        enc(v, &mut w)?;
+    }
+    enc(&text("objects"), &mut w)?;
+    map_header(&mut w, m.objects.len() as u64)?;
+    for (k, o) in &m.objects {
+        enc(&text(k), &mut w)?;
+        enc(&object(o), &mut w)?;
+    }
+    Ok(())
+}
+
+/// A definite-length map's head (major type 5), in its shortest form.
+fn map_header(w: &mut impl std::io::Write, len: u64) -> std::io::Result<()> {
+    const MAP: u8 = 5 << 5;
+    match len {
+        0..=23 => w.write_all(&[MAP | len as u8]),
+        24..=0xff => w.write_all(&[MAP | 24, len as u8]),
+        0x100..=0xffff => {
+            w.write_all(&[MAP | 25])?;
+            w.write_all(&(len as u16).to_be_bytes())
+        }
+        0x1_0000..=0xffff_ffff => {
+            w.write_all(&[MAP | 26])?;
+            w.write_all(&(len as u32).to_be_bytes())
+        }
+        _ => {
+            w.write_all(&[MAP | 27])?;
+            w.write_all(&len.to_be_bytes())
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+    use crate::{FilePart, Limits, Source};
+
+    #[test]
+    fn written_one_object_at_a_time_is_the_whole_value_encoded() {
+        let mut header = String::from(r#"{"__metadata__":{"k":"v"}"#);
+        let mut offset = 0;
+        for i in 0..300 {
+            header.push_str(&format!(
+                r#","t{i}":{{"dtype":"F32","shape":[2],"data_offsets":[{offset},{}]}}"#,
+                offset + 8
+            ));
+            offset += 8;
+        }
+        header.push('}');
+        let mut file = (header.len() as u64).to_le_bytes().to_vec();
+        file.extend_from_slice(header.as_bytes());
+        file.resize(file.len() + offset, 0);
+        let loaded = crate::source::parse(Source::Safetensors, "m", &file, &Limits::default());
+        let mut m = loaded.unwrap().parsed.manifest;
+        m.files.insert(
+            "other".into(),
+            FilePart {
+                size: 9,
+                etag: Some("\"e\"".into()),
+            },
+        );
+        let mut whole = Vec::new();
+        ciborium::ser::into_writer(&manifest_value(&m, crate::SPEC_VERSION), &mut whole).unwrap();
+        assert_eq!(manifest_cbor(&m), whole);
+        let empty = Manifest::new();
+        let mut whole = Vec::new();
+        ciborium::ser::into_writer(&manifest_value(&empty, crate::SPEC_VERSION), &mut whole)
+            .unwrap();
+        assert_eq!(manifest_cbor(&empty), whole);
+    }
 }

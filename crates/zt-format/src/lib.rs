@@ -83,7 +83,7 @@ pub use container::{ManifestLocation, Parsed, FOOTER_LEN, MAGIC, MAGIC_V0_1};
 pub use digest::{Digest, DigestAlgorithm, DigestValue, Hasher};
 pub use dtype::{DType, LogicalType};
 pub use element::{Data, Element, Tensor};
-pub use encode::{manifest_cbor, manifest_value};
+pub use encode::{manifest_cbor, manifest_value, write_manifest_cbor};
 pub use error::{Error, Location, Result, Rule};
 pub use layer::{layer_index, layer_order};
 pub use legacy::LEGACY_DTYPE_ATTRIBUTE;

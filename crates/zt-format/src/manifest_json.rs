@@ -1,12 +1,22 @@
 //! The one JSON schema for manifests, shared by `zt info --json`, the HTTP
 //! manifest endpoint and the client. It is documented in `docs/manifest-json.md`.
 //!
+//! [`ManifestDoc`] writes the document straight to a serializer, with no
+//! `serde_json::Value` tree in between (a 100,000-object manifest is tens
+//! of megabytes of JSON; a tree of it costs ten times that); keys come in
+//! sorted order, as a `Value` would give them. [`manifest_json`] is the
+//! same document as a `Value`, for callers that edit it.
+//!
 //! Attribute values are CBOR; they map to JSON as numbers, strings, bools,
 //! null, arrays and objects. Byte strings become `{"$bytes": "<hex>"}`, tags
 //! are dropped in favour of their content, and non-finite floats become null.
 
+use std::collections::BTreeMap;
+
 use crate::{layer_index, Attributes, CborValue, Component, Manifest, Object, Origin};
-use serde_json::{json, Map, Value};
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::Serialize;
+use serde_json::Value;
 
 /// The schema identifier carried in every document.
 pub const SCHEMA: &str = "ztserve.manifest/1";
@@ -19,81 +29,22 @@ pub const JSON_SCHEMA: &str = include_str!("../schema/manifest.schema.json");
 
 /// Converts one CBOR value to JSON.
 pub fn cbor_to_json(v: &CborValue) -> Value {
-    match v {
-        CborValue::Integer(i) => {
-            let i = i128::from(*i);
-            if let Ok(u) = u64::try_from(i) {
-                json!(u)
-            } else if let Ok(s) = i64::try_from(i) {
-                json!(s)
-            } else {
-                json!(i.to_string())
-            }
-        }
-        CborValue::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
-        CborValue::Text(t) => json!(t),
-        CborValue::Bool(b) => json!(b),
-        CborValue::Bytes(b) => json!({ "$bytes": hex_string(b) }),
-        CborValue::Array(items) => Value::Array(items.iter().map(cbor_to_json).collect()),
-        CborValue::Map(entries) => {
-            let mut m = Map::new();
-            for (k, v) in entries {
-                let key = match k {
-                    CborValue::Text(t) => t.clone(),
-                    other => cbor_to_json(other).to_string(),
-                };
-                m.insert(key, cbor_to_json(v));
-            }
-            Value::Object(m)
-        }
-        CborValue::Tag(_, inner) => cbor_to_json(inner),
-        _ => Value::Null,
-    }
-}
-
-fn hex_string(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    serde_json::to_value(Cbor(v)).unwrap_or(Value::Null)
 }
 
 /// JSON for an attribute map.
 pub fn attributes_json(a: &Attributes) -> Value {
-    Value::Object(
-        a.iter()
-            .map(|(k, v)| (k.clone(), cbor_to_json(v)))
-            .collect(),
-    )
+    serde_json::to_value(Attrs(a)).unwrap_or(Value::Null)
 }
 
 /// JSON for one component.
 pub fn component_json(c: &Component) -> Value {
-    json!({
-        "dtype": c.dtype.name(),
-        "type": c.logical_type.as_ref().map(|t| t.name()),
-        "offset": c.offset,
-        "placement": if c.synthesized { "synthesized" } else { "file" },
-        "file": c.file,
-        "length": c.length,
-        "uncompressed_length": c.uncompressed_length,
-        "encoding": c.encoding.name(),
-        "digest": c.digest.as_ref().map(|d| d.as_str()),
-        "digest_by": c.digest.as_ref().map(|_| if c.digest_computed { "server" } else { "file" }),
-    })
+    serde_json::to_value(ComponentDoc(c)).unwrap_or(Value::Null)
 }
 
 /// JSON for one object.
 pub fn object_json(name: &str, o: &Object) -> Value {
-    let comps: Map<String, Value> = o
-        .components
-        .iter()
-        .map(|(k, c)| (k.clone(), component_json(c)))
-        .collect();
-    json!({
-        "shape": o.shape,
-        "format": o.format.name(),
-        "layer": layer_index(name),
-        "attributes": attributes_json(&o.attributes),
-        "components": comps,
-    })
+    serde_json::to_value(ObjectDoc(name, o)).unwrap_or(Value::Null)
 }
 
 /// The name of a manifest's origin in JSON.
@@ -107,20 +58,170 @@ pub fn origin_name(o: Origin) -> &'static str {
 
 /// JSON for a manifest (filter it first to list only some objects).
 pub fn manifest_json(m: &Manifest) -> Value {
-    let objects: Map<String, Value> = m
-        .objects
-        .iter()
-        .map(|(k, o)| (k.clone(), object_json(k, o)))
-        .collect();
-    json!({
-        "schema": SCHEMA,
-        "version": m.version,
-        "origin": origin_name(m.origin),
-        "source": m.source.name(),
-        "files": m.files.iter().map(|(k, f)| (k.clone(), json!({ "size": f.size, "etag": f.etag }))).collect::<Map<String, Value>>(),
-        "attributes": attributes_json(&m.attributes),
-        "objects": objects,
-    })
+    serde_json::to_value(ManifestDoc(m)).unwrap_or(Value::Null)
+}
+
+/// A manifest as its JSON document, serialized directly:
+/// `serde_json::to_writer(w, &ManifestDoc(&m))`.
+#[derive(Debug, Clone, Copy)]
+pub struct ManifestDoc<'a>(pub &'a Manifest);
+
+impl Serialize for ManifestDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let m = self.0;
+        let mut map = s.serialize_map(Some(7))?;
+        map.serialize_entry("attributes", &Attrs(&m.attributes))?;
+        map.serialize_entry("files", &Files(m))?;
+        map.serialize_entry("objects", &Objects(m))?;
+        map.serialize_entry("origin", origin_name(m.origin))?;
+        map.serialize_entry("schema", SCHEMA)?;
+        map.serialize_entry("source", m.source.name())?;
+        map.serialize_entry("version", &m.version)?;
+        map.end()
+    }
+}
+
+struct Files<'a>(&'a Manifest);
+
+impl Serialize for Files<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Part<'a> {
+            etag: &'a Option<String>,
+            size: u64,
+        }
+        s.collect_map(self.0.files.iter().map(|(k, f)| {
+            (
+                k,
+                Part {
+                    etag: &f.etag,
+                    size: f.size,
+                },
+            )
+        }))
+    }
+}
+
+struct Objects<'a>(&'a Manifest);
+
+impl Serialize for Objects<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.objects.iter().map(|(k, o)| (k, ObjectDoc(k, o))))
+    }
+}
+
+struct ObjectDoc<'a>(&'a str, &'a Object);
+
+impl Serialize for ObjectDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (name, o) = (self.0, self.1);
+        let mut map = s.serialize_map(Some(5))?;
+        map.serialize_entry("attributes", &Attrs(&o.attributes))?;
+        map.serialize_entry("components", &Comps(o))?;
+        map.serialize_entry("format", o.format.name())?;
+        map.serialize_entry("layer", &layer_index(name))?;
+        map.serialize_entry("shape", &o.shape)?;
+        map.end()
+    }
+}
+
+struct Comps<'a>(&'a Object);
+
+impl Serialize for Comps<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut sorted: Vec<(&String, &Component)> = self.0.components.iter().collect();
+        sorted.sort_by_key(|(k, _)| *k);
+        s.collect_map(sorted.into_iter().map(|(k, c)| (k, ComponentDoc(c))))
+    }
+}
+
+struct ComponentDoc<'a>(&'a Component);
+
+impl Serialize for ComponentDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let c = self.0;
+        let by = |_: &crate::Digest| if c.digest_computed { "server" } else { "file" };
+        let mut map = s.serialize_map(Some(10))?;
+        map.serialize_entry("digest", &c.digest.as_ref().map(|d| d.as_str()))?;
+        map.serialize_entry("digest_by", &c.digest.as_ref().map(by))?;
+        map.serialize_entry("dtype", c.dtype.name())?;
+        map.serialize_entry("encoding", c.encoding.name())?;
+        map.serialize_entry("file", &c.file)?;
+        map.serialize_entry("length", &c.length)?;
+        map.serialize_entry("offset", &c.offset)?;
+        let placement = if c.synthesized { "synthesized" } else { "file" };
+        map.serialize_entry("placement", placement)?;
+        map.serialize_entry("type", &c.logical_type.as_ref().map(|t| t.name()))?;
+        map.serialize_entry("uncompressed_length", &c.uncompressed_length)?;
+        map.end()
+    }
+}
+
+/// Attributes: keys are already unique and sorted.
+struct Attrs<'a>(&'a Attributes);
+
+impl Serialize for Attrs<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, Cbor(v))))
+    }
+}
+
+/// One CBOR value as JSON: numbers, strings, bools, null, arrays and
+/// objects (keys sorted, the last of a repeated key kept; a key that is
+/// not text becomes its JSON text). Byte strings become
+/// `{"$bytes": "<hex>"}`, tags give way to their content, and non-finite
+/// floats become null.
+struct Cbor<'a>(&'a CborValue);
+
+impl Serialize for Cbor<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            CborValue::Integer(i) => {
+                let i = i128::from(*i);
+                if let Ok(u) = u64::try_from(i) {
+                    s.serialize_u64(u)
+                } else if let Ok(n) = i64::try_from(i) {
+                    s.serialize_i64(n)
+                } else {
+                    s.serialize_str(&i.to_string())
+                }
+            }
+            CborValue::Float(f) if f.is_finite() => s.serialize_f64(*f),
+            CborValue::Text(t) => s.serialize_str(t),
+            CborValue::Bool(b) => s.serialize_bool(*b),
+            CborValue::Bytes(b) => {
+                let mut map = s.serialize_map(Some(1))?;
+                map.serialize_entry("$bytes", &hex_string(b))?;
+                map.end()
+            }
+            CborValue::Array(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for v in items {
+                    seq.serialize_element(&Cbor(v))?;
+                }
+                seq.end()
+            }
+            CborValue::Map(entries) => {
+                let sorted: BTreeMap<String, &CborValue> = entries
+                    .iter()
+                    .map(|(k, v)| {
+                        let key = match k {
+                            CborValue::Text(t) => t.clone(),
+                            other => serde_json::to_string(&Cbor(other)).unwrap_or_default(),
+                        };
+                        (key, v)
+                    })
+                    .collect();
+                s.collect_map(sorted.iter().map(|(k, v)| (k, Cbor(v))))
+            }
+            CborValue::Tag(_, inner) => Cbor(inner).serialize(s),
+            _ => s.serialize_unit(),
+        }
+    }
+}
+
+fn hex_string(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -19,8 +19,6 @@ use crate::server::catalog::{Entry, Need, Served};
 use crate::server::checks::Refusal;
 use crate::server::etag;
 use crate::server::State;
-use zt_format::manifest_json::manifest_json;
-use zt_format::select::Selection;
 
 /// Path URLs can be replaced in place, so caches must revalidate.
 const REVALIDATE: &str = "no-cache";
@@ -266,7 +264,7 @@ async fn serve(
                 .await
                 .map(|()| respond(&state, &method, &headers, entity, ranges))
         }
-        Target::Manifest => manifest(&served, &headers, &query, cache_control),
+        Target::Manifest => manifest(&state, &served, &headers, &query, cache_control).await,
         Target::Component { object, component } => {
             // A shard's component is served by the shard's entry.
             let served = served.owner(&object, &component).unwrap_or(served);
@@ -320,25 +318,6 @@ async fn verify(
     }
 }
 
-/// The manifest restricted to the request's `select` patterns, if any.
-fn selection(
-    query: &[(String, String)],
-    served: &Served,
-) -> Result<Option<zt_format::Manifest>, AppError> {
-    let patterns: Vec<&str> = query
-        .iter()
-        .filter(|(k, _)| k == "select")
-        .map(|(_, v)| v.as_str())
-        .collect();
-    if patterns.is_empty() {
-        return Ok(None);
-    }
-    let sel = Selection::new(&patterns).map_err(|e| AppError::bad_request(e.to_string()))?;
-    sel.filter(&served.manifest)
-        .map(Some)
-        .map_err(|e| AppError::not_found(e.to_string()))
-}
-
 fn wants_cbor(headers: &HeaderMap, query: &[(String, String)]) -> bool {
     if let Some((_, f)) = query.iter().find(|(k, _)| k == "format") {
         return f == "cbor";
@@ -352,42 +331,60 @@ fn wants_cbor(headers: &HeaderMap, query: &[(String, String)]) -> bool {
         })
 }
 
-fn manifest(
+/// The manifest (`?select=`ed, JSON or CBOR), from the renderings cache.
+async fn manifest(
+    state: &Arc<State>,
     served: &Arc<Served>,
     headers: &HeaderMap,
     query: &[(String, String)],
     cache_control: &'static str,
 ) -> Result<Response, AppError> {
-    let selected = selection(query, served)?;
-    let cbor = wants_cbor(headers, query);
-    let (body, content_type, source): (Vec<u8>, &str, &str) = if cbor {
-        if let Some(raw) = served.stored_cbor().filter(|_| selected.is_none()) {
-            (raw.to_vec(), "application/cbor", "file")
-        } else {
-            (
-                zt_format::manifest_cbor(selected.as_ref().unwrap_or(&served.manifest)),
-                "application/cbor",
-                "re-encoded",
-            )
-        }
+    use crate::server::renderings::{Key, Kind, Refused, Rendered};
+    let select: Vec<String> = query
+        .iter()
+        .filter(|(k, _)| k == "select")
+        .map(|(_, v)| v.clone())
+        .collect();
+    let kind = if wants_cbor(headers, query) {
+        Kind::Cbor
     } else {
-        let doc = manifest_json(selected.as_ref().unwrap_or(&served.manifest));
-        (
-            serde_json::to_vec(&doc).map_err(AppError::internal)?,
-            "application/json",
-            "json",
-        )
+        Kind::Json
     };
-    // A representation's ETag: the file's, the format and the selection.
-    let mut parts: Vec<&[u8]> = vec![served.etag.as_bytes(), content_type.as_bytes()];
-    if let Some(m) = &selected {
-        for n in m.objects.keys() {
-            parts.extend([n.as_bytes(), b"\0"]);
+    let key = Key {
+        etag: served.etag.clone(),
+        kind,
+        select: select.clone(),
+    };
+    let of = Arc::clone(served);
+    let rendered = state
+        .renderings
+        .get(key, move |w| {
+            crate::server::render::http(&of, kind, &select, w)
+        })
+        .await;
+    let (body, etag) = match &*rendered {
+        Rendered::Body { bytes, etag } => (bytes.clone(), etag),
+        Rendered::Refused(Refused::BadSelect(m)) => return Err(AppError::bad_request(m.clone())),
+        Rendered::Refused(Refused::NoMatch(m)) => return Err(AppError::not_found(m.clone())),
+        Rendered::Refused(Refused::TooLarge(m)) => {
+            return Err(AppError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "manifest_too_large",
+                m.clone(),
+            ))
         }
-    }
-    let etag = etag::derived("m", &parts);
+    };
+    let (content_type, source) = match kind {
+        Kind::Json => ("application/json", "json"),
+        Kind::Cbor
+            if served.stored_cbor().is_some() && query.iter().all(|(k, _)| k != "select") =>
+        {
+            ("application/cbor", "file")
+        }
+        Kind::Cbor | Kind::Ztp => ("application/cbor", "re-encoded"),
+    };
     let mut builder = Response::builder()
-        .header(header::ETAG, &etag)
+        .header(header::ETAG, etag)
         .header(header::VARY, "Accept")
         .header(header::CACHE_CONTROL, cache_control)
         // The version of the file this manifest describes, for clients
@@ -397,7 +394,7 @@ fn manifest(
     if headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|l| etag::none_match(l, &etag))
+        .is_some_and(|l| etag::none_match(l, etag))
     {
         return builder
             .status(StatusCode::NOT_MODIFIED)
@@ -605,6 +602,7 @@ pub(crate) async fn metrics(AxState(state): AxState<Arc<State>>) -> Response {
         .metrics
         .render(snap.served().count(), snap.unavailable().count());
     state.catalog.digest_metrics().render(&mut text);
+    state.renderings.render_metrics(&mut text);
     with_template(
         ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         "/metrics",

@@ -133,7 +133,7 @@ async fn get(
             match served_for(state, &g, resolved) {
                 Err(e) => Err(e),
                 Ok(served) if g.rows.is_some() => super::rows::plan(state, served, &g).await,
-                Ok(served) => plan(served, &g),
+                Ok(served) => plan(state, served, &g).await,
             }
         };
     let (served, manifest, items) = match answer {
@@ -284,16 +284,37 @@ fn served_for(
     Ok(served)
 }
 
-/// Resolves the selection and the send order.
-fn plan(served: Arc<Served>, g: &Get) -> Result<Plan, (Code, String)> {
+/// Resolves the selection and the send order; the manifest's CBOR comes
+/// from the renderings cache, and a `manifest_only` get plans no streams.
+async fn plan(state: &State, served: Arc<Served>, g: &Get) -> Result<Plan, (Code, String)> {
+    use crate::server::renderings::{Key, Kind, Refused, Rendered};
     if !g.ranges.is_empty() {
         return ranges_plan(served, g);
+    }
+    let key = Key {
+        etag: served.etag.clone(),
+        kind: Kind::Ztp,
+        select: g.select.clone(),
+    };
+    let (of, select) = (Arc::clone(&served), g.select.clone());
+    let rendered = state
+        .renderings
+        .get(key, move |w| crate::server::render::ztp(&of, &select, w))
+        .await;
+    let manifest = match &*rendered {
+        Rendered::Body { bytes, .. } => bytes.to_vec(),
+        Rendered::Refused(Refused::BadSelect(m) | Refused::NoMatch(m)) => {
+            return Err((Code::NoMatch, m.clone()))
+        }
+        Rendered::Refused(Refused::TooLarge(m)) => return Err((Code::MessageTooLarge, m.clone())),
+    };
+    if g.manifest_only {
+        return Ok((served, manifest, Vec::new()));
     }
     let sel = Selection::new(&g.select).map_err(|e| (Code::NoMatch, e.to_string()))?;
     let filtered = sel
         .filter(&served.manifest)
         .map_err(|e| (Code::NoMatch, format!("{}: {e}", served.path)))?;
-    let manifest = zt_format::manifest_cbor(&filtered);
     let mut items = Vec::new();
     for (name, role, c) in zt_format::send_order(&filtered, &g.order) {
         if c.is_transformed() {

@@ -4,7 +4,6 @@
 
 use std::io::Write;
 
-use bytes::Bytes;
 use zt_format::manifest_json::ManifestDoc;
 use zt_format::select::Selection;
 use zt_format::Manifest;
@@ -64,7 +63,7 @@ pub(crate) fn http(served: &Served, kind: Kind, select: &[String], w: &mut Cappe
         }
     }
     Rendered::Body {
-        bytes: Bytes::from(w.take()),
+        bytes: w.take(),
         etag: etag::derived("m", &parts),
     }
 }
@@ -80,7 +79,7 @@ pub(crate) fn ztp(served: &Served, select: &[String], w: &mut Capped) -> Rendere
         return too_large(served, w);
     }
     Rendered::Body {
-        bytes: Bytes::from(w.take()),
+        bytes: w.take(),
         etag: String::new(),
     }
 }

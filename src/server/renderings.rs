@@ -2,7 +2,9 @@
 //! ztp/1 manifest), made once per file version and shared: concurrent
 //! requests for the same rendering wait for the one being made, and later
 //! ones take it from a cache bounded in bytes (least recently used out
-//! first). A rendering is made off the async runtime, written straight to
+//! first). A rendering larger than a quarter of the cache is shared by
+//! the requests that wait for it, then dropped: the next request makes it
+//! again. A rendering is made off the async runtime, written straight to
 //! its buffer (no JSON tree), and stops, refused, once it passes the
 //! per-request cap (`limits.render_cap`): no request holds more than that
 //! for a manifest, however many objects the file has.
@@ -177,14 +179,14 @@ impl Renderings {
 
     /// Counts a finished rendering against the capacity, evicting the
     /// least recently used ones (never one being made) until it fits; one
-    /// larger than the whole capacity is served but not kept.
+    /// larger than a quarter of the capacity is served but not kept.
     fn admit(&self, key: &Key, slot: &Slot, bytes: u64) {
         let mut st = self.lock();
         let still_mine = st.slots.get(key).is_some_and(|(s, _)| Arc::ptr_eq(s, slot));
         if !still_mine {
             return;
         }
-        if bytes > self.capacity {
+        if bytes > self.capacity / 4 {
             st.slots.remove(key);
             return;
         }
@@ -229,9 +231,9 @@ impl Capped {
         }
     }
 
-    /// The bytes written.
-    pub(crate) fn take(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.buf)
+    /// The bytes written, in an allocation of exactly their size.
+    pub(crate) fn take(&mut self) -> Bytes {
+        Bytes::from(std::mem::take(&mut self.buf).into_boxed_slice())
     }
 
     pub(crate) fn cap(&self) -> u64 {
@@ -273,7 +275,7 @@ mod tests {
                 return Rendered::Refused(Refused::TooLarge("over".into()));
             }
             Rendered::Body {
-                bytes: Bytes::from(w.take()),
+                bytes: w.take(),
                 etag: String::new(),
             }
         }
@@ -281,7 +283,7 @@ mod tests {
 
     #[tokio::test]
     async fn renders_once_keeps_within_capacity_and_refuses_past_the_cap() {
-        let r = Renderings::new(100, 60);
+        let r = Renderings::new(160, 60);
         let a = r.get(key("a"), body(40)).await;
         let again = r.get(key("a"), body(999)).await;
         assert!(
@@ -295,18 +297,25 @@ mod tests {
             ),
             (1, 1)
         );
-        r.get(key("b"), body(40)).await;
-        assert_eq!(r.held(), 80);
-        // A third evicts the least recently used (a).
-        r.get(key("c"), body(40)).await;
-        assert_eq!(r.held(), 80);
+        for k in ["b", "c", "d"] {
+            r.get(key(k), body(40)).await;
+        }
+        assert_eq!(r.held(), 160);
+        // A fifth evicts the least recently used (a).
+        r.get(key("e"), body(40)).await;
+        assert_eq!(r.held(), 160);
         r.get(key("a"), body(40)).await;
-        assert_eq!(r.misses.load(Ordering::Relaxed), 4);
+        assert_eq!(r.misses.load(Ordering::Relaxed), 6);
+        // Over a quarter of the capacity: served, not kept.
+        r.get(key("f"), body(41)).await;
+        assert_eq!(r.held(), 160);
+        r.get(key("f"), body(41)).await;
+        assert_eq!(r.misses.load(Ordering::Relaxed), 8);
         // Past the per-request cap: refused, nothing held for it.
-        let big = r.get(key("d"), body(61)).await;
+        let big = r.get(key("g"), body(61)).await;
         assert!(matches!(&*big, Rendered::Refused(Refused::TooLarge(_))));
         assert_eq!(r.refused.load(Ordering::Relaxed), 1);
-        assert!(r.held() <= 100);
+        assert!(r.held() <= 160);
     }
 
     #[tokio::test]

@@ -1,0 +1,190 @@
+//! Bounded memory per manifest request (issue 17, item 1): a valid file of
+//! 100,000 small objects, whose JSON manifest is tens of megabytes, asked
+//! for by 64 clients at once. Each gets the whole, correct manifest; the
+//! daemon renders it once, its peak RSS stays under 256 MiB, and 5 s
+//! later its RSS is within 32 MiB of what it was before. A rendering past
+//! `limits.render_cap` is refused by name (HTTP 413, ztp/1
+//! `message_too_large`), the daemon still serving.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::{curl, Server};
+
+const OBJECTS: usize = 100_000;
+
+/// `field` of /proc/PID/status, in KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+fn many_objects(path: &std::path::Path) {
+    let mut w = zt_format::Writer::new(Vec::new(), "moe").unwrap();
+    for i in 0..OBJECTS {
+        let name = format!("model.layers.{}.experts.{}.w", i / 1000, i % 1000);
+        let data = (i as u32).to_le_bytes();
+        w.add_dense(
+            &name,
+            &[1],
+            zt_format::DType::U32,
+            &data,
+            Default::default(),
+        )
+        .unwrap();
+    }
+    std::fs::write(path, w.finish().unwrap()).unwrap();
+}
+
+/// One HTTP/1.1 GET on its own connection: status and body.
+fn get(addr: &str, path: &str) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..end]).to_string();
+    let status = head[9..12].parse().unwrap();
+    let mut body = raw[end + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body);
+    }
+    (status, body)
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..line]).unwrap().trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[line + 2..line + 2 + n]);
+        b = &b[line + 2 + n + 2..];
+    }
+}
+
+fn metric(s: &Server, line: &str) -> u64 {
+    let text = String::from_utf8(curl(&[], &s.url("/metrics")).body).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(line))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn sixty_four_manifest_requests_share_one_bounded_rendering() {
+    let root = tempfile::tempdir().unwrap();
+    many_objects(&root.path().join("moe.zt"));
+    let s = Server::start(root.path(), &[]);
+    let pid = s.child.id();
+    assert_eq!(
+        curl(
+            &[],
+            &s.url("/v1/files/moe.zt/manifest?select=model.layers.0.experts.0.w")
+        )
+        .status,
+        200
+    );
+    let before = status_kib(pid, "VmRSS:");
+
+    let threads: Vec<_> = (0..64)
+        .map(|_| {
+            let addr = s.addr.clone();
+            std::thread::spawn(move || get(&addr, "/v1/files/moe.zt/manifest"))
+        })
+        .collect();
+    let mut first: Option<Vec<u8>> = None;
+    for t in threads {
+        let (status, body) = t.join().unwrap();
+        assert_eq!(status, 200);
+        match &first {
+            Some(f) => assert!(f == &body, "every client gets the same manifest"),
+            None => first = Some(body),
+        }
+    }
+    let body = first.unwrap();
+    let m: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let objects = m["objects"].as_object().unwrap();
+    assert_eq!(objects.len(), OBJECTS);
+    let one = &objects["model.layers.42.experts.7.w"];
+    assert_eq!(one["shape"], serde_json::json!([1]));
+    assert_eq!(one["layer"], 42);
+    assert_eq!(one["components"]["data"]["dtype"], "u32");
+    let peak = status_kib(pid, "VmHWM:");
+    eprintln!(
+        "manifest {} bytes; RSS before {before} KiB, peak {peak} KiB",
+        body.len()
+    );
+    assert!(peak < 256 * 1024, "peak RSS {peak} KiB, over 256 MiB");
+    assert_eq!(
+        metric(&s, "ztserve_manifest_renderings_total{result=\"miss\"}"),
+        2,
+        "one rendering for the 64 (and one for the selection)"
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    let after = status_kib(pid, "VmRSS:");
+    eprintln!("RSS 5 s later: {after} KiB");
+    assert!(
+        after < before + 32 * 1024,
+        "RSS {after} KiB, more than 32 MiB over {before} KiB"
+    );
+}
+
+#[test]
+fn a_rendering_past_the_cap_is_refused_by_name() {
+    let root = tempfile::tempdir().unwrap();
+    many_objects(&root.path().join("moe.zt"));
+    let cfg = common::config_file(root.path(), "[limits]\nrender_cap = 1048576\n");
+    let s = Server::start_quic(root.path(), &["--config", &cfg]);
+    let r = curl(&[], &s.url("/v1/files/moe.zt/manifest"));
+    assert_eq!(r.status, 413);
+    let e: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(e["error"], "manifest_too_large");
+    let why = e["detail"].as_str().unwrap();
+    assert!(
+        why.contains("moe.zt") && why.contains("limits.render_cap"),
+        "{why}"
+    );
+    // The same over ztp/1.
+    let (q, fp) = s.quic.clone().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let err = rt
+        .block_on(async {
+            let options = zt_client::Options {
+                trust: zt_client::trust::Trust::fingerprint(&fp).unwrap(),
+                ..zt_client::Options::default()
+            };
+            let client = zt_client::Client::connect(&format!("quic://{q}/moe.zt"), options).await?;
+            client.manifest().await
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("limits.render_cap"), "{err}");
+    // A selection fits, and the daemon still serves.
+    let r = curl(
+        &[],
+        &s.url("/v1/files/moe.zt/manifest?select=model.layers.3.*"),
+    );
+    assert_eq!(r.status, 200);
+    let m: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(m["objects"].as_object().unwrap().len(), 1000);
+    assert_eq!(
+        metric(&s, "ztserve_manifest_renderings_total{result=\"refused\"}"),
+        2
+    );
+}

@@ -84,4 +84,14 @@ async fn a_slow_consumer_holds_a_bounded_fetch_back() {
             "{url}: bounded to 8 MiB ahead, {bounded} bytes were sent during the pause"
         );
     }
+    // What zt fetch holds by default: 128 MiB ahead (HTTP shows it; over
+    // QUIC the windows above add up to more than this file).
+    let default = Options::default().write_ahead;
+    assert_eq!(default, 128 * MIB);
+    let url = s.url(&format!("/v1/files/{FILE}"));
+    let during = pause_after_one(&s, &url, &fp, Some(default)).await;
+    assert!(
+        during <= default + 16 * MIB && during < COMPONENTS * MIB,
+        "{url}: the default bound let {during} bytes through during the pause"
+    );
 }

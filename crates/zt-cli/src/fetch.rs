@@ -31,6 +31,9 @@ pub struct RemoteArgs {
     /// Parallel HTTP requests
     #[arg(long, default_value_t = 8)]
     pub connections: usize,
+    /// Most MiB a fetch holds received ahead of its file writer
+    #[arg(long, value_name = "MIB", default_value_t = zt_client::Options::default().write_ahead >> 20)]
+    pub write_ahead_mib: u64,
 }
 
 /// What `zt fetch` accepts besides verified components.
@@ -57,6 +60,7 @@ impl RemoteArgs {
             trust,
             token: self.token.clone(),
             connections: self.connections.max(1),
+            write_ahead: self.write_ahead_mib.max(1) << 20,
             allow_unverified: accept.allow_unverified,
             require_digest: accept.require_digest,
             via: self

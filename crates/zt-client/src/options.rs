@@ -68,7 +68,7 @@ impl Default for Options {
             component_cap: 64 << 30,
             idle_timeout: IDLE_TIMEOUT,
             silence_timeout: 2 * IDLE_TIMEOUT,
-            write_ahead: 512 << 20,
+            write_ahead: 128 << 20,
         }
     }
 }

@@ -1,6 +1,7 @@
-//! Each served component's digest, checked against the file once, the first
-//! time the component is asked for (over HTTP or QUIC), and remembered for
-//! as long as the file is unchanged. A component whose bytes do not match
+//! Each served component's digest, checked against the file once (the
+//! first time the component is asked for, over HTTP or QUIC, or by the
+//! background verifier, whichever comes first), and remembered for as
+//! long as the file is unchanged. A component whose bytes do not match
 //! its digest is never sent; it is refused naming the file, object,
 //! component and rule. A component that cannot be read (the file was
 //! truncated under the daemon, or the disk failed) is refused too, but not
@@ -36,6 +37,10 @@ impl std::fmt::Display for Refusal {
 #[derive(Debug, Default)]
 pub(super) struct Checks {
     cells: HashMap<(String, String), OnceLock<Result<(), String>>>,
+    /// The components that are byte ranges of this file, by offset
+    /// (start, end, object, role): components never overlap, so the ones
+    /// a span touches are found by binary search.
+    by_offset: Vec<(u64, u64, String, String)>,
     /// Digests just computed from this very file handle's bytes: hashing
     /// them again on first use would read the same bytes twice for
     /// nothing. Their other rules still run.
@@ -55,7 +60,50 @@ impl Checks {
                     .map(move |r| ((o.clone(), r.clone()), OnceLock::new()))
             })
             .collect();
-        Checks { cells, fresh }
+        let mut by_offset: Vec<(u64, u64, String, String)> = m
+            .components()
+            .filter(|(_, _, c)| !c.synthesized && c.file.is_none() && c.length > 0)
+            .map(|(o, r, c)| {
+                let end = c.offset.saturating_add(c.length);
+                (c.offset, end, o.to_owned(), r.to_owned())
+            })
+            .collect();
+        by_offset.sort_unstable();
+        Checks {
+            cells,
+            by_offset,
+            fresh,
+        }
+    }
+
+    /// The components whose stored bytes overlap `span`, by (object, role).
+    pub(super) fn overlapping(
+        &self,
+        span: &std::ops::Range<u64>,
+    ) -> impl Iterator<Item = (&str, &str)> {
+        let (start, stop) = (span.start, span.end);
+        let first = self
+            .by_offset
+            .partition_point(|(_, end, _, _)| *end <= start);
+        self.by_offset
+            .get(first..)
+            .unwrap_or_default()
+            .iter()
+            .take_while(move |(at, _, _, _)| *at < stop)
+            .map(|(_, _, o, r)| (o.as_str(), r.as_str()))
+    }
+
+    /// The components not checked yet, with their stored lengths.
+    pub(super) fn unchecked(&self) -> Vec<(String, String, u64)> {
+        self.by_offset
+            .iter()
+            .filter(|(_, _, o, r)| {
+                self.cells
+                    .get(&(o.clone(), r.clone()))
+                    .is_some_and(|c| c.get().is_none())
+            })
+            .map(|(start, end, o, r)| (o.clone(), r.clone(), end - start))
+            .collect()
     }
 
     /// Checks the component once (blocking: it reads the component);

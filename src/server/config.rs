@@ -206,6 +206,11 @@ pub struct DigestsConfig {
     /// limit); a file a request waits for is hashed at full speed.
     #[serde(default = "defaults::digest_rate_mib_s")]
     pub rate_mib_s: u64,
+    /// Check every served component's digest in the background, at
+    /// `rate_mib_s`, soon after its file is catalogued; `false`: on each
+    /// component's first request only.
+    #[serde(default = "defaults::yes")]
+    pub verify_background: bool,
 }
 
 impl Default for DigestsConfig {
@@ -213,6 +218,7 @@ impl Default for DigestsConfig {
         DigestsConfig {
             algorithm: DigestChoice::default(),
             rate_mib_s: defaults::digest_rate_mib_s(),
+            verify_background: true,
         }
     }
 }
@@ -420,6 +426,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("quic.max_request_bytes", Kind::Int),
     ("digests.algorithm", Kind::Text),
     ("digests.rate_mib_s", Kind::Int),
+    ("digests.verify_background", Kind::Bool),
 ];
 
 /// The environment variable for a dotted key.

@@ -129,6 +129,9 @@ pub async fn run(
     })
     .await?;
     let watcher = watch::spawn(Arc::clone(&state));
+    if state.config.digests.verify_background {
+        digests::start_verifier(&state, state.config.digests.rate_mib_s << 20);
+    }
     let token_reloader = state.tokens.is_some().then(|| {
         let state = Arc::clone(&state);
         tokio::spawn(async move {

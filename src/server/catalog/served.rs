@@ -93,16 +93,21 @@ impl Served {
 
     /// Checks every component whose stored bytes overlap one of `spans`.
     pub fn check_spans(&self, spans: &[std::ops::Range<u64>]) -> Result<(), Refusal> {
-        for (o, obj) in &self.manifest.objects {
-            let here = |c: &zt_format::Component| !c.synthesized && c.file.is_none();
-            for (r, c) in obj.components.iter().filter(|(_, c)| here(c)) {
-                let end = c.offset.saturating_add(c.length);
-                if spans.iter().any(|s| s.start < end && c.offset < s.end) {
-                    self.check(o, r)?;
-                }
-            }
+        spans.iter().try_for_each(|s| self.check_span(s))
+    }
+
+    /// Checks every component whose stored bytes overlap `span`.
+    pub fn check_span(&self, span: &std::ops::Range<u64>) -> Result<(), Refusal> {
+        for (o, r) in self.checks.overlapping(span) {
+            self.check(o, r)?;
         }
         Ok(())
+    }
+
+    /// The components of this file not checked yet, with their stored
+    /// lengths (for the background verifier).
+    pub(crate) fn unchecked(&self) -> Vec<(String, String, u64)> {
+        self.checks.unchecked()
     }
 
     /// The manifest's CBOR as the file stores it, when nothing was added

@@ -20,6 +20,7 @@
 
 mod pending;
 mod store;
+mod verifier;
 mod worker;
 
 use std::fmt::Write as _;
@@ -27,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub(crate) use pending::Pending;
 pub(crate) use store::{Computed, Store};
+pub(crate) use verifier::start as start_verifier;
 pub(crate) use worker::{Hasher, Settle};
 
 /// The `ztserve_digest_*` counters.
@@ -40,9 +42,30 @@ pub(crate) struct DigestMetrics {
     /// Row ranges sent under a digest of their own, and their bytes.
     pub(crate) rows: AtomicU64,
     pub(crate) row_bytes: AtomicU64,
+    /// Responses cut off because a component failed its digest after
+    /// their headers went out.
+    aborts: AtomicU64,
+    /// The background verifier's components checked, their bytes, and
+    /// the components left as of its last pass.
+    verified: AtomicU64,
+    verified_bytes: AtomicU64,
+    unverified: AtomicU64,
 }
 
 impl DigestMetrics {
+    pub(crate) fn count_abort(&self) {
+        self.aborts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_verified(&self, bytes: u64) {
+        self.verified.fetch_add(1, Ordering::Relaxed);
+        self.verified_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_unverified(&self, n: u64) {
+        self.unverified.store(n, Ordering::Relaxed);
+    }
+
     /// Appends the family in Prometheus text format.
     pub(crate) fn render(&self, out: &mut String) {
         let rows = [
@@ -87,6 +110,30 @@ impl DigestMetrics {
                 "counter",
                 "Bytes of row ranges hashed.",
                 &self.row_bytes,
+            ),
+            (
+                "verified_total",
+                "counter",
+                "Components whose digest the background verifier checked against the file.",
+                &self.verified,
+            ),
+            (
+                "verified_bytes_total",
+                "counter",
+                "Bytes the background verifier read.",
+                &self.verified_bytes,
+            ),
+            (
+                "unverified",
+                "gauge",
+                "Served components not checked against their digest yet (background verifier's count).",
+                &self.unverified,
+            ),
+            (
+                "aborts_total",
+                "counter",
+                "Responses cut off because a component failed its digest after their headers went out.",
+                &self.aborts,
             ),
         ];
         for (name, kind, help, v) in rows {

@@ -1,9 +1,14 @@
 //! Response bodies read from a file with `pread`, in bounded chunks.
 //!
-//! Memory per response is one chunk at a time. A file truncated under a
-//! transfer yields a short read, which ends the body with an error: the
-//! client sees the connection cut before `Content-Length` bytes, and the
-//! daemon carries on.
+//! Memory per response is one chunk at a time. Before a chunk is read,
+//! every component it touches is checked against its digest (once per
+//! component, remembered; see `checks.rs`), so a response spanning many
+//! components (a whole-file GET) starts after its first component is
+//! checked, not the whole file, and never carries a byte that failed its
+//! digest. A component that fails after the headers went out, or a file
+//! truncated under a transfer, ends the body with an error: the client
+//! sees the connection cut before `Content-Length` bytes (never wrong
+//! bytes), the daemon logs and counts it, and carries on.
 
 use std::io;
 use std::ops::Range;
@@ -40,7 +45,13 @@ fn file_stream(
                 return None;
             }
             let n = CHUNK.min(end - pos);
+            let check_state = Arc::clone(&state);
             let read = tokio::task::spawn_blocking(move || {
+                if let Err(refusal) = served.check_span(&(pos..pos + n)) {
+                    check_state.catalog.digest_metrics().count_abort();
+                    tracing::error!(file = %served.path, offset = pos, %refusal, "component failed its digest mid-response; connection cut");
+                    return Err(io::Error::other(refusal.to_string()));
+                }
                 crate::server::pread::read_shared(&served.file, n as usize, pos)
             })
             .await;

@@ -18,6 +18,7 @@ use super::Template;
 use crate::server::catalog::{Entry, Need, Served};
 use crate::server::checks::Refusal;
 use crate::server::etag;
+use crate::server::pread::READ_CHUNK;
 use crate::server::State;
 
 /// Path URLs can be replaced in place, so caches must revalidate.
@@ -256,11 +257,16 @@ async fn serve(
                 served: Arc::clone(&served),
                 memory: None,
             };
-            // The Range header is resolved once: the spans verified are
-            // the spans sent.
+            // The Range header is resolved once. The components under
+            // each range's first chunk are checked before the headers (a
+            // range inside one corrupt component is a clean 409); the
+            // rest as the body reaches them (body.rs).
             let ranges = ranges(&state, &headers, &entity);
-            let spans = spans(&entity, &ranges);
-            verify(&served, move |s| s.check_spans(&spans))
+            let first: Vec<_> = spans(&entity, &ranges)
+                .into_iter()
+                .map(|s| s.start..s.end.min(s.start.saturating_add(READ_CHUNK)))
+                .collect();
+            verify(&served, move |s| s.check_spans(&first))
                 .await
                 .map(|()| respond(&state, &method, &headers, entity, ranges))
         }

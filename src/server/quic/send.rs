@@ -187,8 +187,15 @@ async fn send_one(
     let served = owner.as_ref().unwrap_or(served);
     // The digest is checked once per component, before any of its bytes
     // go out; the header tells the client which component was refused.
+    // A raw byte range (`@bytes/START-END`, not an object of the file)
+    // checks every component it overlaps.
     let (s, o, r) = (Arc::clone(served), h.object.clone(), h.component.clone());
-    match tokio::task::spawn_blocking(move || s.check(&o, &r)).await {
+    let span = h.offset..h.offset.saturating_add(h.length);
+    let check = move || match s.manifest.objects.contains_key(&o) {
+        true => s.check(&o, &r),
+        false => s.check_span(&span),
+    };
+    match tokio::task::spawn_blocking(check).await {
         Ok(Ok(())) => {}
         Ok(Err(Refusal::Corrupt(why))) => {
             tracing::warn!(file = %served.path, reason = %why, "refusing a corrupt component");

@@ -116,3 +116,42 @@ pub(crate) async fn bare_quinn(payload: &Bytes, source: Source, state_dir: &Path
     ep.wait_idle().await;
     Ok(secs)
 }
+
+/// Seconds for a fresh client to connect (handshake included), ask on a
+/// bidirectional stream, and read `payload` to its end: the bare quinn
+/// peer of ztp/1's connect-and-manifest. The server is up before the
+/// clock starts, as the daemon is.
+pub(crate) async fn bare_connect_and_read(payload: &Bytes, state_dir: &Path) -> Result<f64> {
+    let server = server(state_dir)?;
+    let addr: SocketAddr = server.local_addr()?;
+    let payload = payload.clone();
+    let bytes = payload.len();
+    let sender = tokio::spawn(async move {
+        let conn = server.accept().await.context("no connection")?.await?;
+        let (mut tx, mut rx) = conn.accept_bi().await?;
+        let mut ask = [0u8; 1];
+        rx.read_exact(&mut ask).await?;
+        tx.write_chunk(payload).await?;
+        tx.finish()?;
+        let _ = tx.stopped().await;
+        conn.closed().await;
+        server.wait_idle().await;
+        anyhow::Ok(())
+    });
+    let ep = client()?;
+    let start = Instant::now();
+    let conn = ep.connect(addr, "localhost")?.await?;
+    let (mut tx, mut rx) = conn.open_bi().await?;
+    tx.write_all(b"?").await?;
+    let got = rx.read_to_end(usize::MAX).await?;
+    let secs = start.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        got.len() == bytes,
+        "bare quinn moved {} of {bytes} bytes",
+        got.len()
+    );
+    conn.close(0u32.into(), b"");
+    sender.await??;
+    ep.wait_idle().await;
+    Ok(secs)
+}

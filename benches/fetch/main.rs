@@ -361,6 +361,7 @@ impl Bench {
     fn manifests(&self) -> Result<()> {
         let n = self.n;
         println!("# 4. connect and read the manifest of a {MANY}-object file");
+        let mut ztp = f64::NAN;
         let json = format!("{}/manifest", self.zhttp("many.zt"));
         let curl = rounds(n, || {
             peers::timed(&mut peers::curl(&json, Path::new("/dev/null")))
@@ -385,7 +386,27 @@ impl Bench {
         ] {
             let t = rounds(n, || self.rt.block_on(manifest_latency(&url, via)))?;
             println!("{what:<44} {:>8.2} ms   {:.3}x curl", t * 1e3, curl / t);
+            if via == Via::Quic {
+                ztp = t;
+            }
         }
+        // The bare quinn peer: connect, ask, and read the same manifest's
+        // CBOR (what the ztp/1 manifest message carries) on one stream.
+        let file = zt_format::ZtFile::open(self.data.join("root/many.zt"))?;
+        let cbor = bytes::Bytes::from(zt_format::manifest_cbor(file.manifest()));
+        let state = self.data.join("bare-state");
+        std::fs::create_dir_all(&state)?;
+        let bare = rounds(n, || {
+            self.rt
+                .block_on(ceiling::bare_connect_and_read(&cbor, &state))
+        })?;
+        println!(
+            "{:<44} {:>8.2} ms   ztp/1 takes {:.3}x bare quinn ({} bytes)",
+            "bare quinn connect + the manifest's CBOR",
+            bare * 1e3,
+            ztp / bare,
+            cbor.len()
+        );
         Ok(())
     }
 }

@@ -205,8 +205,17 @@ impl Bench {
                 peers::timed(&mut peers::curl(&url, out))
             })
         };
+        // zt fetch's peak RSS, by variant, kept beside its times.
+        let rss: std::cell::RefCell<std::collections::BTreeMap<String, Vec<f64>>> =
+            Default::default();
         let fetch = |url: String, extra: &'static [&'static str]| -> Run<'_> {
-            Box::new(move || peers::timed(peers::zt_fetch(&url, out).args(extra)))
+            let rss = &rss;
+            Box::new(move || {
+                let (t, kib) = peers::timed_rss(peers::zt_fetch(&url, out).args(extra))?;
+                let key = format!("{url} {extra:?}");
+                rss.borrow_mut().entry(key).or_default().push(kib as f64);
+                Ok(t)
+            })
         };
         let mut variants: Vec<(String, Run<'_>)> = vec![
             ("curl <- nginx (raw file)".into(), curl_from(peer.clone())),
@@ -234,6 +243,16 @@ impl Bench {
                 ));
             }
         }
+        // The write-ahead bound before it was 128 MiB, for comparison.
+        for (via, url) in [
+            ("http", own.clone()),
+            ("quic", self.zquic("layers-crc32c.zt")),
+        ] {
+            variants.push((
+                format!("zt fetch {via} <- ztserve, crc32c, --write-ahead-mib 512"),
+                fetch(url, &["--write-ahead-mib", "512"]),
+            ));
+        }
         variants.push((
             "zt fetch http <- ztserve, crc32c, --no-direct-io".into(),
             fetch(own.clone(), &["--no-direct-io"]),
@@ -252,6 +271,10 @@ impl Bench {
         let curl = medians.first().copied().unwrap_or(f64::NAN);
         for ((what, _), t) in variants.iter().zip(medians) {
             row(what, t, size, curl, "curl+nginx");
+        }
+        println!("# 1b. zt fetch peak RSS (median of the rounds), MiB");
+        for (key, kib) in rss.borrow().iter() {
+            println!("{:>8.1} MiB  {key}", median(kib.clone()) / 1024.0);
         }
         peers::remove_output(out);
         Ok(())

@@ -88,6 +88,43 @@ pub(crate) fn timed(cmd: &mut Command) -> Result<f64> {
     Ok(secs)
 }
 
+/// Runs `cmd` like [`timed`], and also returns its peak resident set in
+/// KiB (`VmHWM`, read every 5 ms while it runs: growth in its last 5 ms
+/// may be missed).
+pub(crate) fn timed_rss(cmd: &mut Command) -> Result<(f64, u64)> {
+    let start = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {cmd:?}"))?;
+    let status_path = format!("/proc/{}/status", child.id());
+    let mut peak = 0u64;
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if let Ok(text) = std::fs::read_to_string(&status_path) {
+            let hwm = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok());
+            peak = peak.max(hwm.unwrap_or(0));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let secs = start.elapsed().as_secs_f64();
+    if !status.success() {
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut e, &mut err);
+        }
+        bail!("{cmd:?} failed: {}", err.trim());
+    }
+    Ok((secs, peak))
+}
+
 /// `curl -o out url`.
 pub(crate) fn curl(url: &str, out: &Path) -> Command {
     let mut c = Command::new("curl");

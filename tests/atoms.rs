@@ -31,6 +31,27 @@ fn pack() -> Packed {
     p.finish()
 }
 
+/// `zt fetch URL --atoms RANGE -o OUT` (with `extra` arguments), which
+/// must succeed: the file written, verified whole.
+fn fetch_atoms(
+    url: &str,
+    extra: &[&str],
+    range: &str,
+    out: &std::path::Path,
+) -> (Vec<u8>, zt_ingest::verify::Verified) {
+    let mut args = vec!["fetch", url, "--atoms", range, "-o", out.to_str().unwrap()];
+    args.extend(extra);
+    let o = common::fetch::zt(&args);
+    assert!(
+        o.status.success(),
+        "{url}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let bytes = std::fs::read(out).unwrap();
+    let v = zt_ingest::verify::atom_file("cut", &bytes).unwrap();
+    (bytes, v)
+}
+
 fn json(s: &Server, path: &str) -> (u16, serde_json::Value) {
     let r = curl(&[], &s.url(path));
     (
@@ -129,16 +150,7 @@ fn atoms_are_rows_of_a_served_object() {
     ];
     for (n, (url, extra)) in urls.iter().enumerate() {
         let out = dir.path().join(format!("cut{n}.bin"));
-        let mut args = vec!["fetch", url, "--atoms", "1..4", "-o", out.to_str().unwrap()];
-        args.extend(extra);
-        let o = common::fetch::zt(&args);
-        assert!(
-            o.status.success(),
-            "{url}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let bytes = std::fs::read(&out).unwrap();
-        let v = zt_ingest::verify::atom_file("cut", &bytes).unwrap();
+        let (bytes, v) = fetch_atoms(url, extra, "1..4", &out);
         assert_eq!(v.header.atom_count, 3);
         assert_eq!(
             &bytes[64..64 + 48],
@@ -332,16 +344,7 @@ fn an_ingest_pack_is_one_entry() {
     ];
     for (n, (url, extra)) in urls.iter().enumerate() {
         let out = work.path().join(format!("cut{n}.bin"));
-        let mut args = vec!["fetch", url, "--atoms", "1..3", "-o", out.to_str().unwrap()];
-        args.extend(extra);
-        let o = common::fetch::zt(&args);
-        assert!(
-            o.status.success(),
-            "{url}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let bytes = std::fs::read(&out).unwrap();
-        let v = zt_ingest::verify::atom_file("cut", &bytes).unwrap();
+        let (bytes, v) = fetch_atoms(url, extra, "1..3", &out);
         assert_eq!(v.header.atom_count, 2);
         assert_eq!(&bytes[64..64 + 16], &atom_file[64 + 8..64 + 24], "{url}");
         // The whole pack as one .zt file: every object, digests checked.

@@ -12,6 +12,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use common::quic::metric;
 use common::{curl, Server};
 
 const OBJECTS: usize = 100_000;
@@ -76,14 +77,6 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
         out.extend_from_slice(&b[line + 2..line + 2 + n]);
         b = &b[line + 2 + n + 2..];
     }
-}
-
-fn metric(s: &Server, line: &str) -> u64 {
-    let text = String::from_utf8(curl(&[], &s.url("/metrics")).body).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(line))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 #[test]

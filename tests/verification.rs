@@ -11,6 +11,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use common::quic::metric;
 use common::{curl, eventually, layered_model, Server};
 
 const MIB: usize = 1 << 20;
@@ -32,12 +33,13 @@ fn corrupt_last(root: &std::path::Path) -> (Vec<u8>, usize) {
     (good, at)
 }
 
-fn metric(s: &Server, name: &str) -> u64 {
-    let text = String::from_utf8(curl(&[], &s.url("/metrics")).body).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+/// The corrupt component, asked for by its URL.
+fn last_component(s: &Server) -> common::Reply {
+    let name = format!("model.layers.{}.w", LAYERS - 1);
+    curl(
+        &[],
+        &s.url(&format!("/v1/files/model.zt/objects/{name}/data")),
+    )
 }
 
 #[test]
@@ -74,13 +76,7 @@ fn a_whole_file_get_streams_and_is_cut_at_a_corrupt_component() {
     assert_eq!(body, &good[..body.len()], "every byte sent is the file's");
     assert_eq!(metric(&s, "ztserve_digest_aborts_total"), 1);
     // The component itself is refused by name; the daemon still serves.
-    let r = curl(
-        &[],
-        &s.url(&format!(
-            "/v1/files/model.zt/objects/model.layers.{}.w/data",
-            LAYERS - 1
-        )),
-    );
+    let r = last_component(&s);
     assert_eq!(r.status, 409);
     assert!(String::from_utf8_lossy(&r.body).contains("model.zt"));
     let r = curl(&["-r", "0-1023"], &s.url("/v1/files/model.zt"));
@@ -102,13 +98,7 @@ fn the_background_verifier_finds_what_no_request_asked_for() {
     assert!(metric(&s, "ztserve_digest_verified_bytes_total") >= u64::from(LAYERS) * MIB as u64);
     // The first request for the corrupt component finds the verdict: no
     // byte of it goes out, even in a whole-file GET (cut before it).
-    let r = curl(
-        &[],
-        &s.url(&format!(
-            "/v1/files/model.zt/objects/model.layers.{}.w/data",
-            LAYERS - 1
-        )),
-    );
+    let r = last_component(&s);
     assert_eq!(r.status, 409);
     let why = String::from_utf8_lossy(&r.body);
     assert!(why.contains("model.zt") && why.contains("digest"), "{why}");

@@ -31,16 +31,29 @@ fn pack() -> Packed {
     p.finish()
 }
 
+/// `path`'s URL over ztp/1 and over HTTP, each with the `zt fetch`
+/// arguments it needs.
+fn both_transports(s: &Server, path: &str) -> [(String, Vec<String>); 2] {
+    let (q, fp) = s.quic.clone().unwrap();
+    [
+        (
+            format!("quic://{q}/{path}"),
+            vec!["--cert-fingerprint".to_owned(), fp],
+        ),
+        (s.url(&format!("/{path}")), Vec::new()),
+    ]
+}
+
 /// `zt fetch URL --atoms RANGE -o OUT` (with `extra` arguments), which
 /// must succeed: the file written, verified whole.
 fn fetch_atoms(
     url: &str,
-    extra: &[&str],
+    extra: &[String],
     range: &str,
     out: &std::path::Path,
 ) -> (Vec<u8>, zt_ingest::verify::Verified) {
     let mut args = vec!["fetch", url, "--atoms", range, "-o", out.to_str().unwrap()];
-    args.extend(extra);
+    args.extend(extra.iter().map(String::as_str));
     let o = common::fetch::zt(&args);
     assert!(
         o.status.success(),
@@ -141,13 +154,7 @@ fn atoms_are_rows_of_a_served_object() {
 
     // zt fetch --atoms: a MATRIX-ATOM file of its own, over both transports.
     let dir = tempfile::tempdir().unwrap();
-    let urls = [
-        (
-            format!("quic://{q}/corpus.bin"),
-            vec!["--cert-fingerprint", fp.as_str()],
-        ),
-        (s.url("/corpus.bin"), vec![]),
-    ];
+    let urls = both_transports(&s, "corpus.bin");
     for (n, (url, extra)) in urls.iter().enumerate() {
         let out = dir.path().join(format!("cut{n}.bin"));
         let (bytes, v) = fetch_atoms(url, extra, "1..4", &out);
@@ -334,14 +341,7 @@ fn an_ingest_pack_is_one_entry() {
     let r = curl(&[], &s.url(&format!("{base}/objects/atoms/data?rows=1:3")));
     assert_eq!(r.status, 206);
     assert_eq!(r.body, &atom_file[64 + 8..64 + 24]);
-    let (q, fp) = s.quic.clone().unwrap();
-    let urls = [
-        (
-            format!("quic://{q}/corpus/ingest_manifest.json"),
-            vec!["--cert-fingerprint", fp.as_str()],
-        ),
-        (s.url("/corpus/ingest_manifest.json"), vec![]),
-    ];
+    let urls = both_transports(&s, "corpus/ingest_manifest.json");
     for (n, (url, extra)) in urls.iter().enumerate() {
         let out = work.path().join(format!("cut{n}.bin"));
         let (bytes, v) = fetch_atoms(url, extra, "1..3", &out);
@@ -350,7 +350,7 @@ fn an_ingest_pack_is_one_entry() {
         // The whole pack as one .zt file: every object, digests checked.
         let whole = work.path().join(format!("pack{n}.zt"));
         let mut args = vec!["fetch", url, "-o", whole.to_str().unwrap()];
-        args.extend(extra);
+        args.extend(extra.iter().map(String::as_str));
         let o = common::fetch::zt(&args);
         assert!(
             o.status.success(),

@@ -93,6 +93,14 @@ impl Checks {
             .map(|(_, _, o, r)| (o.as_str(), r.as_str()))
     }
 
+    /// Whether the component was checked and passed.
+    pub(super) fn passed(&self, object: &str, role: &str) -> bool {
+        self.cells
+            .get(&(object.to_owned(), role.to_owned()))
+            .and_then(|c| c.get())
+            .is_some_and(Result::is_ok)
+    }
+
     /// The components not checked yet, with their stored lengths.
     pub(super) fn unchecked(&self) -> Vec<(String, String, u64)> {
         self.by_offset

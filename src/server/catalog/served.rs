@@ -104,6 +104,14 @@ impl Served {
         Ok(())
     }
 
+    /// Whether every component overlapping `span` was checked and passed
+    /// (no check would block).
+    pub(crate) fn is_checked_span(&self, span: &std::ops::Range<u64>) -> bool {
+        self.checks
+            .overlapping(span)
+            .all(|(o, r)| self.checks.passed(o, r))
+    }
+
     /// The components of this file not checked yet, with their stored
     /// lengths (for the background verifier).
     pub(crate) fn unchecked(&self) -> Vec<(String, String, u64)> {

@@ -21,7 +21,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 use crate::server::catalog::Served;
 use crate::server::State;
 
-use crate::server::pread::READ_CHUNK as CHUNK;
+use crate::server::pread::{read_cached, CACHED_READ_MAX, READ_CHUNK as CHUNK};
 
 /// A piece of a response body: literal bytes, or a range of the file.
 #[derive(Debug, Clone)]
@@ -45,6 +45,18 @@ fn file_stream(
                 return None;
             }
             let n = CHUNK.min(end - pos);
+            // Bytes already checked and in the page cache are read here,
+            // without a hop to the blocking pool.
+            let fast = (n <= CACHED_READ_MAX && served.is_checked_span(&(pos..pos + n)))
+                .then(|| read_cached(&served.file, n as usize, pos))
+                .flatten();
+            if let Some(item) = fast {
+                if item.is_ok() {
+                    state.metrics.add_bytes(n);
+                }
+                let next = if item.is_ok() { pos + n } else { end };
+                return Some((item, next));
+            }
             let check_state = Arc::clone(&state);
             let read = tokio::task::spawn_blocking(move || {
                 if let Err(refusal) = served.check_span(&(pos..pos + n)) {

@@ -229,6 +229,18 @@ def test_a_served_pack_loads_with_the_python_package(zt, symbol_map, tmp_path, l
     f = r.fields["tokenizer.ggml.tokens"]
     tokens = [bytes(f.parts[i]).decode("utf-8", "replace") for i in f.data]
     with daemon(root, tmp_path) as port:
+        # The pack's JSON manifest validates against the served schema.
+        import urllib.request
+
+        import jsonschema
+
+        base = f"http://127.0.0.1:{port}/v1"
+        with urllib.request.urlopen(f"{base}/schema/manifest.json") as r:
+            schema = json.load(r)
+        with urllib.request.urlopen(f"{base}/files/corpus/ingest_manifest.json/manifest") as r:
+            doc = json.load(r)
+        jsonschema.Draft202012Validator(schema).validate(doc)
+        assert doc["source"] == "matrix-atom-pack"
         scheme = "quic" if transport == "quic" else "http"
         url = f"{scheme}://127.0.0.1:{port}/corpus/ingest_manifest.json"
         with ztserve.safe_open(url, insecure=True) as h:

@@ -239,5 +239,8 @@ mod tests {
         for key in m.as_object().unwrap().keys() {
             assert!(v["properties"].get(key).is_some(), "{key}");
         }
+        // It names every source this crate renders, and no other.
+        let names: Vec<&str> = crate::Source::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(v["properties"]["source"]["enum"], serde_json::json!(names));
     }
 }

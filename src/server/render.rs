@@ -40,18 +40,20 @@ pub(crate) fn http(served: &Served, kind: Kind, select: &[String], w: &mut Cappe
         Err(r) => return Rendered::Refused(r),
     };
     let m = selected.as_ref().unwrap_or(&served.manifest);
-    let (written, content_type) = match kind {
+    let (written, content_type, source) = match kind {
         Kind::Json => (
             serde_json::to_writer(&mut *w, &ManifestDoc(m)).is_ok(),
             "application/json",
+            "json",
         ),
-        Kind::Cbor | Kind::Ztp => {
-            let ok = match served.stored_cbor().filter(|_| selected.is_none()) {
-                Some(raw) => w.write_all(raw).is_ok(),
-                None => zt_format::write_manifest_cbor(m, &mut *w).is_ok(),
-            };
-            (ok, "application/cbor")
-        }
+        Kind::Cbor | Kind::Ztp => match served.stored_cbor().filter(|_| selected.is_none()) {
+            Some(raw) => (w.write_all(raw).is_ok(), "application/cbor", "file"),
+            None => (
+                zt_format::write_manifest_cbor(m, &mut *w).is_ok(),
+                "application/cbor",
+                "re-encoded",
+            ),
+        },
     };
     if !written || w.over {
         return too_large(served, w);
@@ -65,6 +67,7 @@ pub(crate) fn http(served: &Served, kind: Kind, select: &[String], w: &mut Cappe
     Rendered::Body {
         bytes: w.take(),
         etag: etag::derived("m", &parts),
+        source,
     }
 }
 
@@ -81,5 +84,6 @@ pub(crate) fn ztp(served: &Served, select: &[String], w: &mut Capped) -> Rendere
     Rendered::Body {
         bytes: w.take(),
         etag: String::new(),
+        source: "re-encoded",
     }
 }

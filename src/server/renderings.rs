@@ -48,6 +48,9 @@ pub(crate) enum Rendered {
         /// The representation's ETag (the file's, the encoding and the
         /// objects selected).
         etag: String,
+        /// Where the bytes came from: `json`, `file` (the CBOR the file
+        /// stores) or `re-encoded` (`X-Zt-Manifest-Source`).
+        source: &'static str,
     },
     Refused(Refused),
 }
@@ -60,6 +63,8 @@ pub(crate) enum Refused {
     NoMatch(String),
     /// The rendering passed the per-request cap.
     TooLarge(String),
+    /// The rendering task failed (a bug: details in the log).
+    Failed(String),
 }
 
 type Slot = Arc<OnceCell<Arc<Rendered>>>;
@@ -159,7 +164,8 @@ impl Renderings {
                     render(&mut w)
                 });
                 let rendered = job.await.unwrap_or_else(|e| {
-                    Rendered::Refused(Refused::TooLarge(format!("rendering failed: {e}")))
+                    tracing::error!(error = %e, "manifest rendering failed");
+                    Rendered::Refused(Refused::Failed(format!("rendering failed: {e}")))
                 });
                 Arc::new(rendered)
             })
@@ -208,7 +214,7 @@ impl Renderings {
 
 fn size(r: &Rendered) -> u64 {
     match r {
-        Rendered::Body { bytes, etag } => (bytes.len() + etag.len()) as u64,
+        Rendered::Body { bytes, etag, .. } => (bytes.len() + etag.len()) as u64,
         Rendered::Refused(_) => 0,
     }
 }
@@ -277,6 +283,7 @@ mod tests {
             Rendered::Body {
                 bytes: w.take(),
                 etag: String::new(),
+                source: "test",
             }
         }
     }

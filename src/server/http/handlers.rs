@@ -368,8 +368,12 @@ async fn manifest(
             crate::server::render::http(&of, kind, &select, w)
         })
         .await;
-    let (body, etag) = match &*rendered {
-        Rendered::Body { bytes, etag } => (bytes.clone(), etag),
+    let (body, etag, source) = match &*rendered {
+        Rendered::Body {
+            bytes,
+            etag,
+            source,
+        } => (bytes.clone(), etag, *source),
         Rendered::Refused(Refused::BadSelect(m)) => return Err(AppError::bad_request(m.clone())),
         Rendered::Refused(Refused::NoMatch(m)) => return Err(AppError::not_found(m.clone())),
         Rendered::Refused(Refused::TooLarge(m)) => {
@@ -379,15 +383,11 @@ async fn manifest(
                 m.clone(),
             ))
         }
+        Rendered::Refused(Refused::Failed(m)) => return Err(AppError::internal(m)),
     };
-    let (content_type, source) = match kind {
-        Kind::Json => ("application/json", "json"),
-        Kind::Cbor
-            if served.stored_cbor().is_some() && query.iter().all(|(k, _)| k != "select") =>
-        {
-            ("application/cbor", "file")
-        }
-        Kind::Cbor | Kind::Ztp => ("application/cbor", "re-encoded"),
+    let content_type = match kind {
+        Kind::Json => "application/json",
+        Kind::Cbor | Kind::Ztp => "application/cbor",
     };
     let mut builder = Response::builder()
         .header(header::ETAG, etag)

@@ -307,6 +307,7 @@ async fn plan(state: &State, served: Arc<Served>, g: &Get) -> Result<Plan, (Code
             return Err((Code::NoMatch, m.clone()))
         }
         Rendered::Refused(Refused::TooLarge(m)) => return Err((Code::MessageTooLarge, m.clone())),
+        Rendered::Refused(Refused::Failed(m)) => return Err((Code::Internal, m.clone())),
     };
     if g.manifest_only {
         return Ok((served, manifest, Vec::new()));

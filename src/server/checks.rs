@@ -36,11 +36,13 @@ impl std::fmt::Display for Refusal {
 /// The outcome of each component's check, filled in on first use.
 #[derive(Debug, Default)]
 pub(super) struct Checks {
-    cells: HashMap<(String, String), OnceLock<Result<(), String>>>,
+    cells: Vec<OnceLock<Result<(), String>>>,
+    /// Each component's cell, by object, then role (looked up by `&str`).
+    index: HashMap<String, HashMap<String, usize>>,
     /// The components that are byte ranges of this file, by offset
-    /// (start, end, object, role): components never overlap, so the ones
-    /// a span touches are found by binary search.
-    by_offset: Vec<(u64, u64, String, String)>,
+    /// (start, end, object, role, cell): components never overlap, so the
+    /// ones a span touches are found by binary search.
+    by_offset: Vec<(u64, u64, String, String, usize)>,
     /// Digests just computed from this very file handle's bytes: hashing
     /// them again on first use would read the same bytes twice for
     /// nothing. Their other rules still run.
@@ -51,29 +53,32 @@ impl Checks {
     /// One unfilled cell per component of `m`; `fresh` when its computed
     /// digests were just hashed from the file being served.
     pub(super) fn new(m: &Manifest, fresh: bool) -> Checks {
-        let cells = m
-            .objects
-            .iter()
-            .flat_map(|(o, obj)| {
-                obj.components
-                    .keys()
-                    .map(move |r| ((o.clone(), r.clone()), OnceLock::new()))
-            })
-            .collect();
-        let mut by_offset: Vec<(u64, u64, String, String)> = m
-            .components()
-            .filter(|(_, _, c)| !c.synthesized && c.file.is_none() && c.length > 0)
-            .map(|(o, r, c)| {
+        let mut index: HashMap<String, HashMap<String, usize>> = HashMap::new();
+        let mut by_offset = Vec::new();
+        for (cell, (o, r, c)) in m.components().enumerate() {
+            index
+                .entry(o.to_owned())
+                .or_default()
+                .insert(r.to_owned(), cell);
+            if !c.synthesized && c.file.is_none() && c.length > 0 {
                 let end = c.offset.saturating_add(c.length);
-                (c.offset, end, o.to_owned(), r.to_owned())
-            })
-            .collect();
+                by_offset.push((c.offset, end, o.to_owned(), r.to_owned(), cell));
+            }
+        }
         by_offset.sort_unstable();
         Checks {
-            cells,
+            cells: (0..m.components().count())
+                .map(|_| OnceLock::new())
+                .collect(),
+            index,
             by_offset,
             fresh,
         }
+    }
+
+    fn cell(&self, object: &str, role: &str) -> Option<&OnceLock<Result<(), String>>> {
+        let i = *self.index.get(object)?.get(role)?;
+        self.cells.get(i)
     }
 
     /// The components whose stored bytes overlap `span`, by (object, role).
@@ -84,19 +89,18 @@ impl Checks {
         let (start, stop) = (span.start, span.end);
         let first = self
             .by_offset
-            .partition_point(|(_, end, _, _)| *end <= start);
+            .partition_point(|(_, end, _, _, _)| *end <= start);
         self.by_offset
             .get(first..)
             .unwrap_or_default()
             .iter()
-            .take_while(move |(at, _, _, _)| *at < stop)
-            .map(|(_, _, o, r)| (o.as_str(), r.as_str()))
+            .take_while(move |(at, _, _, _, _)| *at < stop)
+            .map(|(_, _, o, r, _)| (o.as_str(), r.as_str()))
     }
 
     /// Whether the component was checked and passed.
     pub(super) fn passed(&self, object: &str, role: &str) -> bool {
-        self.cells
-            .get(&(object.to_owned(), role.to_owned()))
+        self.cell(object, role)
             .and_then(|c| c.get())
             .is_some_and(Result::is_ok)
     }
@@ -105,12 +109,8 @@ impl Checks {
     pub(super) fn unchecked(&self) -> Vec<(String, String, u64)> {
         self.by_offset
             .iter()
-            .filter(|(_, _, o, r)| {
-                self.cells
-                    .get(&(o.clone(), r.clone()))
-                    .is_some_and(|c| c.get().is_none())
-            })
-            .map(|(start, end, o, r)| (o.clone(), r.clone(), end - start))
+            .filter(|(_, _, _, _, cell)| self.cells.get(*cell).is_some_and(|c| c.get().is_none()))
+            .map(|(start, end, o, r, _)| (o.clone(), r.clone(), end - start))
             .collect()
     }
 
@@ -126,7 +126,7 @@ impl Checks {
         object: &str,
         role: &str,
     ) -> Result<(), Refusal> {
-        let Some(cell) = self.cells.get(&(object.to_owned(), role.to_owned())) else {
+        let Some(cell) = self.cell(object, role) else {
             return Ok(());
         };
         let Some(c) = m.objects.get(object).and_then(|o| o.components.get(role)) else {

@@ -26,7 +26,7 @@ use ztserve::server::quic::{cert, transport as server_transport};
 
 const ALPN: &[u8] = b"bench";
 
-fn server(state_dir: &Path) -> Result<Endpoint> {
+pub(crate) fn server(state_dir: &Path) -> Result<Endpoint> {
     zt_client::trust::install_provider();
     let id = cert::identity(None, state_dir)?;
     let mut crypto = rustls::ServerConfig::builder_with_provider(Arc::new(
@@ -48,7 +48,7 @@ fn server(state_dir: &Path) -> Result<Endpoint> {
     )?)
 }
 
-fn client() -> Result<Endpoint> {
+pub(crate) fn client() -> Result<Endpoint> {
     let tls = client_config(&Trust::Insecure, ALPN)?;
     let mut config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
     config.transport_config(Arc::new(client_transport(zt_client::IDLE_TIMEOUT)));

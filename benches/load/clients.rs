@@ -20,15 +20,15 @@ pub(crate) struct Report {
 
 /// One client's tally.
 #[derive(Default)]
-struct Tally {
-    latencies: Vec<f64>,
-    bytes: u64,
+pub(crate) struct Tally {
+    pub(crate) latencies: Vec<f64>,
+    pub(crate) bytes: u64,
     errors: u64,
     first_error: Option<String>,
 }
 
 impl Tally {
-    fn failed(&mut self, e: &dyn std::fmt::Display) {
+    pub(crate) fn failed(&mut self, e: &dyn std::fmt::Display) {
         self.errors += 1;
         self.first_error.get_or_insert_with(|| e.to_string());
     }
@@ -89,6 +89,11 @@ pub(crate) async fn run(url: &str, via: Via, clients: u64, layers: u64, secs: u6
     let tasks: Vec<_> = (0..clients)
         .map(|c| tokio::spawn(one(url.to_owned(), via, c + 1, layers, until)))
         .collect();
+    gather(tasks, start).await
+}
+
+/// Every client's tally, added up, since `start`.
+pub(crate) async fn gather(tasks: Vec<tokio::task::JoinHandle<Tally>>, start: Instant) -> Report {
     let mut all = Tally::default();
     for task in tasks {
         match task.await {

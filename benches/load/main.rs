@@ -18,6 +18,10 @@ use anyhow::{Context, Result};
 use zt_client::Via;
 use zt_format::{DigestAlgorithm, ZtFile};
 
+mod bare;
+#[allow(dead_code)]
+#[path = "../fetch/ceiling.rs"]
+mod ceiling;
 mod clients;
 #[allow(dead_code)]
 #[path = "../support/model.rs"]
@@ -152,6 +156,7 @@ fn main() -> Result<()> {
 
     println!("# 2. {QUIC_CLIENTS} library clients, one connection each, fetching one random layer (2 components, crc32c checked) repeatedly; ratio = fetches/s against the same clients over HTTP from nginx");
     let rt = tokio::runtime::Runtime::new()?;
+    let mut ztp = f64::NAN;
     let peer = rt.block_on(clients::run(
         &format!("http://127.0.0.1:{np}/{FILE}"),
         Via::Http,
@@ -176,6 +181,40 @@ fn main() -> Result<()> {
         reset_peak(z.id());
         let r = rt.block_on(clients::run(&url, via, QUIC_CLIENTS, LAYERS, secs));
         client_row(name, &r, Some(peer_rate), Some(peak_rss_mib(z.id())));
+        if via == Via::Quic {
+            ztp = r.fetches as f64 / r.secs;
+        }
     }
+    // The bare quinn peer: the same layers' bytes from memory.
+    let f = ZtFile::open(&path)?;
+    let bytes = std::fs::read(&path)?;
+    let layers: Vec<bytes::Bytes> = (0..LAYERS)
+        .map(|l| {
+            let prefix = format!("model.layers.{l}.");
+            let mut layer = Vec::new();
+            for (name, _, c) in f.manifest().components() {
+                if name.starts_with(&prefix) {
+                    layer.extend_from_slice(
+                        &bytes[c.offset as usize..(c.offset + c.length) as usize],
+                    );
+                }
+            }
+            bytes::Bytes::from(layer)
+        })
+        .collect();
+    let state = data.join("bare-state");
+    std::fs::create_dir_all(&state)?;
+    let r = rt.block_on(bare::run(layers, &state, QUIC_CLIENTS, secs))?;
+    let bare_rate = r.fetches as f64 / r.secs;
+    client_row(
+        "64 x bare quinn (same bytes, memory)",
+        &r,
+        Some(peer_rate),
+        None,
+    );
+    println!(
+        "ztp/1 against bare quinn, the same 64 clients: {:.3}x",
+        ztp / bare_rate
+    );
     Ok(())
 }

@@ -89,6 +89,11 @@ pub struct QuicConfig {
     /// Most component streams open at once per connection.
     #[serde(default = "defaults::quic_max_streams")]
     pub max_streams: usize,
+    /// Most bytes of component data the daemon holds for all ztp/1
+    /// connections together: read and not yet acknowledged by the
+    /// clients (at least one read chunk, 4 MiB).
+    #[serde(default = "defaults::quic_send_budget_bytes")]
+    pub send_budget_bytes: u64,
     /// Seconds without traffic before a connection is closed.
     #[serde(default = "defaults::quic_idle_timeout_secs")]
     pub idle_timeout_secs: u64,
@@ -122,6 +127,7 @@ impl Default for QuicConfig {
             max_connections: defaults::quic_max_connections(),
             max_requests: defaults::quic_max_requests(),
             max_streams: defaults::quic_max_streams(),
+            send_budget_bytes: defaults::quic_send_budget_bytes(),
             idle_timeout_secs: defaults::quic_idle_timeout_secs(),
             stall_timeout_secs: defaults::quic_stall_timeout_secs(),
             stream_window: defaults::quic_stream_window(),
@@ -347,6 +353,9 @@ mod defaults {
     pub(super) fn quic_max_streams() -> usize {
         32
     }
+    pub(super) fn quic_send_budget_bytes() -> u64 {
+        64 << 20
+    }
     pub(super) fn header_timeout_secs() -> u64 {
         10
     }
@@ -417,6 +426,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("quic.max_connections", Kind::Int),
     ("quic.max_requests", Kind::Int),
     ("quic.max_streams", Kind::Int),
+    ("quic.send_budget_bytes", Kind::Int),
     ("quic.idle_timeout_secs", Kind::Int),
     ("quic.stall_timeout_secs", Kind::Int),
     ("quic.stream_window", Kind::Int),

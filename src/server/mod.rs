@@ -51,6 +51,8 @@ pub struct State {
     pub tokens: Option<auth::Tokens>,
     /// Manifest renderings, made once per file version and shared.
     pub renderings: renderings::Renderings,
+    /// The ztp/1 send budget (`quic.send_budget_bytes`), in KiB permits.
+    pub(crate) send_budget: Arc<tokio::sync::Semaphore>,
     /// Set once the first scan is done; cleared when shutdown begins.
     pub ready: AtomicBool,
 }
@@ -70,9 +72,14 @@ impl State {
         };
         let renderings =
             renderings::Renderings::new(config.limits.render_cache_bytes, config.limits.render_cap);
+        let budget_kib = config.quic.send_budget_bytes.max(pread::READ_CHUNK) >> 10;
+        let send_budget = Arc::new(tokio::sync::Semaphore::new(
+            usize::try_from(budget_kib).unwrap_or(usize::MAX >> 4),
+        ));
         Ok(Arc::new(State {
             tokens,
             renderings,
+            send_budget,
             config,
             catalog,
             metrics: metrics::Metrics::default(),

@@ -26,9 +26,21 @@ pub(super) fn read_exact_at(file: &File, len: usize, pos: u64) -> io::Result<Vec
 
 /// [`read_exact_at`] into a pooled buffer, shared as [`Bytes`].
 pub(super) fn read_shared(file: &File, len: usize, pos: u64) -> io::Result<Bytes> {
+    read_held(file, len, pos, None)
+}
+
+/// [`read_shared`], the buffer holding `permit` until the last [`Bytes`]
+/// of it is dropped (for ztp/1: once the client acknowledged the bytes
+/// and quinn let go of them), so a budget counts memory, not calls.
+pub(super) fn read_held(
+    file: &File,
+    len: usize,
+    pos: u64,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+) -> io::Result<Bytes> {
     let mut buf = take(len);
     match fill(file, &mut buf, len, pos) {
-        Ok(()) => Ok(Bytes::from_owner(Pooled(buf))),
+        Ok(()) => Ok(Bytes::from_owner(Pooled { buf, _held: permit })),
         Err(e) => {
             give(buf);
             Err(e)
@@ -77,18 +89,23 @@ fn give(mut buf: Vec<u8>) {
     }
 }
 
-/// A pooled buffer owned by [`Bytes`]; dropping it returns the buffer.
-struct Pooled(Vec<u8>);
+/// A pooled buffer owned by [`Bytes`]; dropping it returns the buffer
+/// (and then the budget it held, if any).
+struct Pooled {
+    buf: Vec<u8>,
+    /// Released after the buffer goes back to the pool.
+    _held: Option<tokio::sync::OwnedSemaphorePermit>,
+}
 
 impl AsRef<[u8]> for Pooled {
     fn as_ref(&self) -> &[u8] {
-        &self.0
+        &self.buf
     }
 }
 
 impl Drop for Pooled {
     fn drop(&mut self) {
-        give(std::mem::take(&mut self.0));
+        give(std::mem::take(&mut self.buf));
     }
 }
 

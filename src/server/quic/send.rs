@@ -226,7 +226,7 @@ async fn send_one(
             Some(b) => {
                 b.slice(usize::try_from(pos).unwrap_or(0)..usize::try_from(pos + n).unwrap_or(0))
             }
-            None => match read_chunk(served, h, pos, n).await {
+            None => match read_chunk(state, served, h, pos, n).await {
                 Ok(b) => b,
                 Err((c, why)) => {
                     let _ = stream.reset(code(c));
@@ -298,14 +298,23 @@ async fn send_one(
 /// `n` bytes of the file at `pos`, read on a blocking thread; on failure
 /// the reset code and, for a read that failed, why.
 async fn read_chunk(
+    state: &State,
     served: &Arc<Served>,
     h: &ComponentHeader,
     pos: u64,
     n: u64,
 ) -> Result<bytes::Bytes, (Code, Option<String>)> {
+    // The chunk holds its share of the daemon's send budget until quinn
+    // drops the last of it, after the client acknowledged it.
+    let kib = u32::try_from(n.div_ceil(1024)).unwrap_or(u32::MAX);
+    let permit = Arc::clone(&state.send_budget)
+        .acquire_many_owned(kib)
+        .await
+        .map_err(|_| (Code::Internal, None))?;
     let s = Arc::clone(served);
     let read = tokio::task::spawn_blocking(move || {
-        crate::server::pread::read_shared(&s.file, usize::try_from(n).unwrap_or(0), pos)
+        let len = usize::try_from(n).unwrap_or(0);
+        crate::server::pread::read_held(&s.file, len, pos, Some(permit))
     })
     .await;
     match read {

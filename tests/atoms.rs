@@ -44,6 +44,19 @@ fn both_transports(s: &Server, path: &str) -> [(String, Vec<String>); 2] {
     ]
 }
 
+/// `zt fetch URL ARGS EXTRA`, which must succeed.
+fn zt_fetch_ok(url: &str, args: &[&str], extra: &[String]) {
+    let mut all = vec!["fetch", url];
+    all.extend(args);
+    all.extend(extra.iter().map(String::as_str));
+    let o = common::fetch::zt(&all);
+    assert!(
+        o.status.success(),
+        "{url}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 /// `zt fetch URL --atoms RANGE -o OUT` (with `extra` arguments), which
 /// must succeed: the file written, verified whole.
 fn fetch_atoms(
@@ -52,14 +65,7 @@ fn fetch_atoms(
     range: &str,
     out: &std::path::Path,
 ) -> (Vec<u8>, zt_ingest::verify::Verified) {
-    let mut args = vec!["fetch", url, "--atoms", range, "-o", out.to_str().unwrap()];
-    args.extend(extra.iter().map(String::as_str));
-    let o = common::fetch::zt(&args);
-    assert!(
-        o.status.success(),
-        "{url}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    zt_fetch_ok(url, &["--atoms", range, "-o", out.to_str().unwrap()], extra);
     let bytes = std::fs::read(out).unwrap();
     let v = zt_ingest::verify::atom_file("cut", &bytes).unwrap();
     (bytes, v)
@@ -349,14 +355,7 @@ fn an_ingest_pack_is_one_entry() {
         assert_eq!(&bytes[64..64 + 16], &atom_file[64 + 8..64 + 24], "{url}");
         // The whole pack as one .zt file: every object, digests checked.
         let whole = work.path().join(format!("pack{n}.zt"));
-        let mut args = vec!["fetch", url, "-o", whole.to_str().unwrap()];
-        args.extend(extra.iter().map(String::as_str));
-        let o = common::fetch::zt(&args);
-        assert!(
-            o.status.success(),
-            "{url}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        zt_fetch_ok(url, &["-o", whole.to_str().unwrap()], extra);
         let f = zt_format::ZtFile::open(&whole).unwrap();
         assert_eq!(
             &f.read("symbol_map", "data").unwrap()[..],

@@ -59,27 +59,16 @@ async fn one(addr: SocketAddr, seed: u64, layers: u64, until: Instant) -> Tally 
             return t;
         }
     };
-    let mut k = seed;
-    while Instant::now() < until {
-        k = k
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let start = Instant::now();
-        let got = async {
+    let t = crate::clients::drive(t, seed, layers, until, |layer| {
+        let conn = &conn;
+        async move {
             let (mut tx, mut rx) = conn.open_bi().await?;
-            tx.write_all(&((k >> 33) % layers).to_le_bytes()).await?;
+            tx.write_all(&layer.to_le_bytes()).await?;
             tx.finish()?;
             anyhow::Ok(rx.read_to_end(usize::MAX).await?.len() as u64)
         }
-        .await;
-        match got {
-            Ok(n) => {
-                t.bytes += n;
-                t.latencies.push(start.elapsed().as_secs_f64() * 1e3);
-            }
-            Err(e) => t.failed(&e),
-        }
-    }
+    })
+    .await;
     conn.close(0u32.into(), b"");
     t
 }

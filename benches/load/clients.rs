@@ -59,14 +59,34 @@ async fn one(url: String, via: Via, seed: u64, layers: u64, until: Instant) -> T
             return t;
         }
     };
+    drive(t, seed, layers, until, |layer| {
+        let select = vec![format!("model.layers.{layer}.*")];
+        let client = &client;
+        async move { fetch(client, &select).await }
+    })
+    .await
+}
+
+/// Asks `fetch_layer` for one random layer after another (the same
+/// seeded sequence for every kind of client) until `until`, timing each.
+pub(crate) async fn drive<F, Fut>(
+    mut t: Tally,
+    seed: u64,
+    layers: u64,
+    until: Instant,
+    mut fetch_layer: F,
+) -> Tally
+where
+    F: FnMut(u64) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<u64>>,
+{
     let mut k = seed;
     while Instant::now() < until {
         k = k
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        let select = vec![format!("model.layers.{}.*", (k >> 33) % layers)];
         let start = Instant::now();
-        match fetch(&client, &select).await {
+        match fetch_layer((k >> 33) % layers).await {
             Ok(n) => {
                 t.bytes += n;
                 t.latencies.push(start.elapsed().as_secs_f64() * 1e3);

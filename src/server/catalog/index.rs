@@ -131,8 +131,7 @@ impl Catalog {
         }
         let etags: Vec<String> = shards.values().map(|s| s.etag.clone()).collect();
         if let Ok(g) = ix.linked.lock() {
-            if let Some((was, served)) = g.as_ref().filter(|(was, _)| *was == etags) {
-                let _ = was;
+            if let Some((_, served)) = g.as_ref().filter(|(was, _)| *was == etags) {
                 return Entry::Served(Arc::clone(served));
             }
         }

@@ -42,7 +42,7 @@ fn model() -> Model {
     let first = ComponentHeader {
         id: 1,
         object: name.clone(),
-        component: role.clone(),
+        component: role.to_owned(),
         seq: 0,
         dtype: c.dtype.name().to_owned(),
         logical_type: None,

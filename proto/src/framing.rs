@@ -26,22 +26,31 @@ pub enum FrameError {
     Field(#[from] FieldError),
 }
 
+/// The length prefix and the CBOR body in one buffer: the body is
+/// written after a placeholder that its length then replaces.
 fn encode(v: &Value) -> Result<Vec<u8>, FrameError> {
-    let mut body = Vec::new();
-    ciborium::ser::into_writer(v, &mut body).map_err(|e| FrameError::Cbor(e.to_string()))?;
-    let len = u32::try_from(body.len()).map_err(|_| FrameError::TooLarge {
-        size: body.len() as u64,
+    let mut out = vec![0u8; 4];
+    ciborium::ser::into_writer(v, &mut out).map_err(|e| FrameError::Cbor(e.to_string()))?;
+    let body = out.len().saturating_sub(4);
+    let len = u32::try_from(body).map_err(|_| FrameError::TooLarge {
+        size: body as u64,
         limit: u32::MAX as usize,
     })?;
-    let mut out = Vec::with_capacity(body.len().saturating_add(4));
-    out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(&body);
+    if let Some(prefix) = out.get_mut(..4) {
+        prefix.copy_from_slice(&len.to_be_bytes());
+    }
     Ok(out)
 }
 
 /// A message, framed.
 pub fn frame(m: &Message) -> Result<Vec<u8>, FrameError> {
     encode(&m.to_value())
+}
+
+/// A message, framed, taking it: a manifest's bytes move into the frame's
+/// CBOR value instead of being copied.
+pub fn frame_owned(m: Message) -> Result<Vec<u8>, FrameError> {
+    encode(&m.into_value())
 }
 
 /// A component header, framed.

@@ -103,6 +103,19 @@ pub struct ComponentHeader {
     pub offset: u64,
 }
 
+/// A `manifest` message as a CBOR value, with `bytes` as its manifest.
+fn manifest_value(m: &ManifestMsg, bytes: Vec<u8>) -> Value {
+    map(vec![
+        ("t", text("manifest")),
+        ("id", uint(m.id)),
+        ("etag", text(&m.etag)),
+        ("size", uint(m.size)),
+        ("manifest", Some(Value::Bytes(bytes))),
+        ("streams", uint(m.streams)),
+        ("features", texts(&m.features)),
+    ])
+}
+
 impl Message {
     /// The message's type, as `t` spells it.
     pub fn kind(&self) -> &'static str {
@@ -112,6 +125,17 @@ impl Message {
             Message::Manifest(_) => "manifest",
             Message::Done(_) => "done",
             Message::Error(_) => "error",
+        }
+    }
+
+    /// The message as a CBOR value, moving a manifest's bytes into it.
+    pub fn into_value(self) -> Value {
+        match self {
+            Message::Manifest(mut m) => {
+                let bytes = std::mem::take(&mut m.manifest);
+                manifest_value(&m, bytes)
+            }
+            other => other.to_value(),
         }
     }
 
@@ -139,15 +163,7 @@ impl Message {
                 ("object", c.object.as_deref().and_then(text)),
                 ("component", c.component.as_deref().and_then(text)),
             ]),
-            Message::Manifest(m) => map(vec![
-                ("t", text("manifest")),
-                ("id", uint(m.id)),
-                ("etag", text(&m.etag)),
-                ("size", uint(m.size)),
-                ("manifest", Some(Value::Bytes(m.manifest.clone()))),
-                ("streams", uint(m.streams)),
-                ("features", texts(&m.features)),
-            ]),
+            Message::Manifest(m) => manifest_value(m, m.manifest.clone()),
             Message::Done(d) => map(vec![
                 ("t", text("done")),
                 ("id", uint(d.id)),

@@ -55,7 +55,7 @@ impl Source {
                         let roles = m
                             .objects
                             .get(n)
-                            .map(|o| o.components.keys().cloned().collect())
+                            .map(|o| o.components.keys().map(str::to_owned).collect())
                             .unwrap_or_default();
                         (n.clone(), roles)
                     })

@@ -50,6 +50,19 @@ fn syntax(detail: impl Into<String>) -> Rule {
     }
 }
 
+/// Equal keys, compared inline: schema keys are short, and most
+/// candidates differ in length or first byte.
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+fn duplicate(key: &[u8], context: &str) -> Rule {
+    Rule::DuplicateKey {
+        key: String::from_utf8_lossy(key).into_owned(),
+        context: context.to_owned(),
+    }
+}
+
 /// A text map key, kept as bytes: keys the schema knows are matched before
 /// any UTF-8 check, and every other key is checked with [`Key::text`].
 #[derive(Debug, Clone)]
@@ -133,16 +146,19 @@ impl<'a> Reader<'a> {
     }
 
     fn byte(&mut self) -> Result<u8, Rule> {
-        self.take(1)?
-            .first()
+        let b = self
+            .buf
+            .get(self.pos)
             .copied()
-            .ok_or_else(|| syntax("unexpected end"))
+            .ok_or_else(|| syntax("unexpected end"))?;
+        self.pos = self.pos.saturating_add(1);
+        Ok(b)
     }
 
     fn argument(&mut self, info: u8) -> Result<Option<u64>, Rule> {
         let n = match info {
             0..=23 => return Ok(Some(u64::from(info))),
-            24 => 1,
+            24 => return self.byte().map(|b| Some(u64::from(b))),
             25 => 2,
             26 => 4,
             27 => 8,
@@ -319,6 +335,87 @@ impl<'a> Reader<'a> {
         context: &str,
         mut f: impl FnMut(&mut Self, &Key<'a>) -> Result<(), E>,
     ) -> Result<(), E> {
+        // Duplicate detection without a per-map allocation in the common
+        // cases: the first keys are compared with each other, and the rest
+        // need collecting only once they turn out not to be ascending.
+        let mut small: [&'a [u8]; SMALL_MAP] = [&[]; SMALL_MAP];
+        let mut seen = 0usize;
+        let mut last: &'a [u8] = &[];
+        let mut sorted = true;
+        let (start, count) = self.entries(field, context, |r, key| {
+            match &key.0 {
+                Cow::Borrowed(k) => {
+                    if let Some(firsts) = small.get(..seen) {
+                        if firsts.contains(k) {
+                            return Err(duplicate(k, context).into());
+                        }
+                    }
+                    if let Some(slot) = small.get_mut(seen) {
+                        *slot = k;
+                        seen = seen.saturating_add(1);
+                    }
+                    sorted &= last < *k;
+                    last = k;
+                }
+                // An indefinite-length key: compared at the end.
+                Cow::Owned(_) => sorted = false,
+            }
+            f(r, key)
+        })?;
+        if !sorted && count > seen as u64 {
+            self.check_large_map_keys(start, context)?;
+        }
+        Ok(())
+    }
+
+    /// Iterates a map whose keys the schema names in `known`: `f` gets the
+    /// index in `known` of each known key (`None` for any other text key)
+    /// and must consume its value. Known keys are checked for duplicates
+    /// with a bit each; other keys, rare, by comparison.
+    pub(crate) fn fields<E: From<Rule>>(
+        &mut self,
+        field: &str,
+        context: &str,
+        known: &[&[u8]],
+        mut f: impl FnMut(&mut Self, Option<usize>, &Key<'a>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut bits = 0u64;
+        let mut others: Vec<Cow<'a, [u8]>> = Vec::new();
+        self.entries(field, context, |r, key| {
+            let index = known.iter().position(|k| same_key(k, key.bytes()));
+            match index
+                .and_then(|i| u32::try_from(i).ok())
+                .filter(|&i| i < 64)
+            {
+                Some(i) => {
+                    let bit = 1u64 << i;
+                    if bits & bit != 0 {
+                        return Err(duplicate(key.bytes(), context).into());
+                    }
+                    bits |= bit;
+                }
+                None => {
+                    if others.iter().any(|k| k.as_ref() == key.bytes()) {
+                        return Err(duplicate(key.bytes(), context).into());
+                    }
+                    others.push(key.0.clone());
+                }
+            }
+            f(r, index, key)
+        })
+        .map(drop)
+    }
+
+    /// The loop under [`Reader::map`] and [`Reader::fields`]: calls `f`
+    /// with each text key, skips other keys with their values
+    /// (checking those for duplicates), and returns where the map started
+    /// and how many entries it had.
+    fn entries<E: From<Rule>>(
+        &mut self,
+        field: &str,
+        context: &str,
+        mut f: impl FnMut(&mut Self, &Key<'a>) -> Result<(), E>,
+    ) -> Result<(usize, u64), E> {
         let map_start = self.pos;
         let len = match self.head()? {
             Head::Map(len) => len,
@@ -331,18 +428,8 @@ impl<'a> Reader<'a> {
             }
         };
         self.enter()?;
-        // Duplicate detection without a per-map allocation in the common
-        // cases: small maps compare against a stack array, larger ones only
-        // need keys collected once they turn out not to be sorted.
-        let mut small: [Option<Key<'a>>; SMALL_MAP] = Default::default();
-        let mut last: Option<Key<'a>> = None;
-        let mut sorted = true;
         let mut other_keys: Vec<&'a [u8]> = Vec::new();
         let mut i = 0u64;
-        let duplicate = |key: &str| Rule::DuplicateKey {
-            key: key.to_owned(),
-            context: context.to_owned(),
-        };
         loop {
             if len.is_some_and(|n| i >= n) || (len.is_none() && self.peek_is_break()) {
                 break;
@@ -351,19 +438,7 @@ impl<'a> Reader<'a> {
             match self.head()? {
                 Head::Text(l) => {
                     let key = Key(self.string_body(l, true)?);
-                    if let Some(idx) = usize::try_from(i).ok().filter(|&i| i < SMALL_MAP) {
-                        if small.iter().flatten().any(|k| k.0 == key.0) {
-                            return Err(duplicate(&String::from_utf8_lossy(&key.0)).into());
-                        }
-                        if let Some(s) = small.get_mut(idx) {
-                            *s = Some(key.clone());
-                        }
-                    }
-                    if let Some(prev) = &last {
-                        sorted &= prev.0 < key.0;
-                    }
                     f(self, &key)?;
-                    last = Some(key);
                 }
                 _ => {
                     self.pos = key_start;
@@ -378,14 +453,15 @@ impl<'a> Reader<'a> {
             self.raw_head()?;
         }
         self.leave();
-        if !sorted && i > SMALL_MAP as u64 {
-            self.check_large_map_keys(map_start, context)?;
-        }
         other_keys.sort_unstable();
         if other_keys.windows(2).any(|w| matches!(w, [a, b] if a == b)) {
-            return Err(duplicate("(a non-text key)").into());
+            return Err(Rule::DuplicateKey {
+                key: "(a non-text key)".to_owned(),
+                context: context.to_owned(),
+            }
+            .into());
         }
-        Ok(())
+        Ok((map_start, i))
     }
 
     /// Re-reads a large, unsorted map's keys and looks for a duplicate.
@@ -503,6 +579,51 @@ mod tests {
             (V::Text("b".into()), V::Null),
         ]);
         let bytes = enc(&dup);
+        let err = Reader::new(&bytes, 8).skip().unwrap_err();
+        assert!(matches!(err, Rule::DuplicateKey { .. }));
+    }
+
+    #[test]
+    fn schema_maps_find_duplicates_known_unknown_and_indefinite() {
+        use ciborium::Value as V;
+        const KNOWN: &[&[u8]] = &[b"dtype", b"offset"];
+        let read = |bytes: &[u8]| {
+            let mut seen = Vec::new();
+            Reader::new(bytes, 8)
+                .fields::<Rule>("c", "component", KNOWN, |r, i, k| {
+                    seen.push((i, k.text()?.to_owned()));
+                    r.skip()
+                })
+                .map(|()| seen)
+        };
+        let map = |keys: &[&str]| {
+            enc(&V::Map(
+                keys.iter()
+                    .map(|k| (V::Text((*k).into()), V::Null))
+                    .collect(),
+            ))
+        };
+        let seen = read(&map(&["offset", "x", "dtype"])).unwrap();
+        assert_eq!(
+            seen,
+            [
+                (Some(1), "offset".to_owned()),
+                (None, "x".to_owned()),
+                (Some(0), "dtype".to_owned())
+            ]
+        );
+        for keys in [&["dtype", "x", "dtype"][..], &["x", "offset", "x"]] {
+            let err = read(&map(keys)).unwrap_err();
+            assert!(matches!(err, Rule::DuplicateKey { .. }), "{keys:?}");
+        }
+        // "dtype" again as an indefinite-length string: still a duplicate,
+        // in a schema map and in a plain one.
+        let mut bytes = vec![0xa2, 0x65];
+        bytes.extend_from_slice(b"dtype");
+        bytes.push(0xf6);
+        bytes.extend_from_slice(&[0x7f, 0x62, b'd', b't', 0x63, b'y', b'p', b'e', 0xff, 0xf6]);
+        let err = read(&bytes).unwrap_err();
+        assert!(matches!(err, Rule::DuplicateKey { .. }));
         let err = Reader::new(&bytes, 8).skip().unwrap_err();
         assert!(matches!(err, Rule::DuplicateKey { .. }));
     }

@@ -2,6 +2,7 @@
 //! as a sorted vector. Objects have one to a few components, and a vector
 //! costs one allocation where a B-tree node would cost a couple of kilobytes.
 
+use std::borrow::Cow;
 use std::ops::Index;
 
 use crate::manifest::Component;
@@ -9,7 +10,35 @@ use crate::manifest::Component;
 /// Components by role, iterated in role order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Components {
-    entries: Vec<(String, Component)>,
+    entries: Vec<(Role, Component)>,
+}
+
+/// A role's name; the roles the formats name are static and cost no
+/// allocation (most objects have one component, `data`).
+pub(crate) type Role = Cow<'static, str>;
+
+/// The static name for `name` when a format names it.
+fn named(name: &str) -> Option<&'static str> {
+    const NAMED: &[&str] = &[
+        "data",
+        "indices",
+        "indptr",
+        "coords",
+        "offsets",
+        "values",
+        "packed_weight",
+        "scales",
+    ];
+    NAMED.iter().find(|r| **r == name).copied()
+}
+
+fn role(name: String) -> Role {
+    named(&name).map_or(Cow::Owned(name), Cow::Borrowed)
+}
+
+/// A role read from a manifest: copied only if no format names it.
+pub(crate) fn parsed_role(name: &str) -> Role {
+    named(name).map_or_else(|| Cow::Owned(name.to_owned()), Cow::Borrowed)
 }
 
 impl Components {
@@ -18,7 +47,7 @@ impl Components {
     }
 
     fn find(&self, role: &str) -> Result<usize, usize> {
-        self.entries.binary_search_by(|(r, _)| r.as_str().cmp(role))
+        self.entries.binary_search_by(|(r, _)| r.as_ref().cmp(role))
     }
 
     pub fn get(&self, role: &str) -> Option<&Component> {
@@ -40,14 +69,14 @@ impl Components {
     }
 
     /// Inserts or replaces; returns the replaced component.
-    pub fn insert(&mut self, role: String, c: Component) -> Option<Component> {
-        match self.find(&role) {
+    pub fn insert(&mut self, name: String, c: Component) -> Option<Component> {
+        match self.find(&name) {
             Ok(i) => self
                 .entries
                 .get_mut(i)
                 .map(|e| std::mem::replace(&mut e.1, c)),
             Err(i) => {
-                self.entries.insert(i, (role, c));
+                self.entries.insert(i, (role(name), c));
                 None
             }
         }
@@ -61,16 +90,16 @@ impl Components {
         self.entries.is_empty()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &Component)> {
-        self.entries.iter().map(|(r, c)| (r, c))
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Component)> {
+        self.entries.iter().map(|(r, c)| (r.as_ref(), c))
     }
 
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut Component)> {
-        self.entries.iter_mut().map(|(r, c)| (&*r, c))
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&str, &mut Component)> {
+        self.entries.iter_mut().map(|(r, c)| (&**r, c))
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &String> {
-        self.entries.iter().map(|(r, _)| r)
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|(r, _)| r.as_ref())
     }
 
     pub fn values(&self) -> impl Iterator<Item = &Component> {
@@ -78,9 +107,9 @@ impl Components {
     }
 }
 
-impl FromIterator<(String, Component)> for Components {
-    fn from_iter<I: IntoIterator<Item = (String, Component)>>(iter: I) -> Self {
-        let mut entries: Vec<(String, Component)> = iter.into_iter().collect();
+impl FromIterator<(Role, Component)> for Components {
+    fn from_iter<I: IntoIterator<Item = (Role, Component)>>(iter: I) -> Self {
+        let mut entries: Vec<(Role, Component)> = iter.into_iter().collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         // Later duplicates win, as with a map.
         entries.dedup_by(|later, earlier| {
@@ -95,14 +124,20 @@ impl FromIterator<(String, Component)> for Components {
     }
 }
 
+impl FromIterator<(String, Component)> for Components {
+    fn from_iter<I: IntoIterator<Item = (String, Component)>>(iter: I) -> Self {
+        iter.into_iter().map(|(r, c)| (role(r), c)).collect()
+    }
+}
+
 impl<'a> IntoIterator for &'a Components {
-    type Item = (&'a String, &'a Component);
+    type Item = (&'a str, &'a Component);
     type IntoIter = std::iter::Map<
-        std::slice::Iter<'a, (String, Component)>,
-        fn(&'a (String, Component)) -> (&'a String, &'a Component),
+        std::slice::Iter<'a, (Role, Component)>,
+        fn(&'a (Role, Component)) -> (&'a str, &'a Component),
     >;
     fn into_iter(self) -> Self::IntoIter {
-        self.entries.iter().map(|(r, c)| (r, c))
+        self.entries.iter().map(|(r, c)| (r.as_ref(), c))
     }
 }
 

@@ -68,7 +68,8 @@ pub struct Tensor<'a> {
     pub data: Data<'a>,
     pub dtype: DType,
     pub logical_type: Option<LogicalType>,
-    pub shape: Vec<u64>,
+    /// Borrowed from the manifest for a dense object's `data`.
+    pub shape: std::borrow::Cow<'a, [u64]>,
 }
 
 impl Tensor<'_> {

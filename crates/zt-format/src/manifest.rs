@@ -130,7 +130,7 @@ impl Manifest {
         self.objects.iter().flat_map(|(o, obj)| {
             obj.components
                 .iter()
-                .map(move |(c, comp)| (o.as_str(), c.as_str(), comp))
+                .map(move |(c, comp)| (o.as_str(), c, comp))
         })
     }
 }

@@ -129,7 +129,7 @@ struct Comps<'a>(&'a Object);
 
 impl Serialize for Comps<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut sorted: Vec<(&String, &Component)> = self.0.components.iter().collect();
+        let mut sorted: Vec<(&str, &Component)> = self.0.components.iter().collect();
         sorted.sort_by_key(|(k, _)| *k);
         s.collect_map(sorted.into_iter().map(|(k, c)| (k, ComponentDoc(c))))
     }

@@ -37,11 +37,7 @@ pub fn send_order<'m>(
         let Some(obj) = m.objects.get(name) else {
             continue;
         };
-        let mut comps: Vec<(&'m str, &'m Component)> = obj
-            .components
-            .iter()
-            .map(|(r, c)| (r.as_str(), c))
-            .collect();
+        let mut comps: Vec<(&'m str, &'m Component)> = obj.components.iter().collect();
         comps.sort_by_key(|(_, c)| c.offset);
         out.extend(comps.into_iter().map(|(r, c)| (name, r, c)));
     }

@@ -8,6 +8,7 @@ use ciborium::Value;
 
 use crate::cbor;
 use crate::cbor_reader::{Head, Reader};
+use crate::components::{parsed_role, Role};
 use crate::digest::Digest;
 use crate::dtype::{unknown_dtype_hint, DType, LogicalType};
 use crate::error::{Error, Location, Result, Rule};
@@ -213,17 +214,18 @@ fn object(r: &mut Reader<'_>) -> Parse<Object> {
     let mut format: Option<Cow<'_, str>> = None;
     let mut attributes = Attributes::new();
     let mut components = None;
-    r.map::<Located>("object", "object", |r, key| {
-        match key.bytes() {
-            b"shape" => shape = Some(r.u64_array("shape")?),
-            b"format" => format = Some(r.text("format")?),
-            b"attributes" => attributes = attribute_map(r, "attributes")?,
-            b"components" => {
-                let mut list: Vec<(String, Component)> = Vec::with_capacity(1);
+    const FIELDS: &[&[u8]] = &[b"shape", b"format", b"attributes", b"components"];
+    r.fields::<Located>("object", "object", FIELDS, |r, field, key| {
+        match field {
+            Some(0) => shape = Some(r.u64_array("shape")?),
+            Some(1) => format = Some(r.text("format")?),
+            Some(2) => attributes = attribute_map(r, "attributes")?,
+            Some(3) => {
+                let mut list: Vec<(Role, Component)> = Vec::with_capacity(1);
                 r.map::<Located>("components", "components", |r, role| {
                     let role = role.text()?;
                     let c = component(r).map_err(|e| e.in_component(role))?;
-                    list.push((role.to_owned(), c));
+                    list.push((parsed_role(role), c));
                     Ok(())
                 })?;
                 components = Some(list.into_iter().collect());
@@ -236,13 +238,20 @@ fn object(r: &mut Reader<'_>) -> Parse<Object> {
         Ok(())
     })?;
     Ok(Object {
-        shape: shape.ok_or(Rule::MissingField { field: "shape" })?,
-        format: Format::parse(&format.ok_or(Rule::MissingField { field: "format" })?),
+        shape: required(shape, "shape")?,
+        format: Format::parse(&required(format, "format")?),
         attributes,
-        components: components.ok_or(Rule::MissingField {
-            field: "components",
-        })?,
+        components: required(components, "components")?,
     })
+}
+
+/// `v`, or the error that `field` is missing. (A function, not `ok_or`:
+/// the error is built only when it is needed, on the parser's hot path.)
+fn required<T>(v: Option<T>, field: &'static str) -> Result<T, Rule> {
+    match v {
+        Some(v) => Ok(v),
+        None => Err(Rule::MissingField { field }),
+    }
 }
 
 fn optional_text<'a>(r: &mut Reader<'a>, field: &str) -> Result<Option<Cow<'a, str>>, Rule> {
@@ -263,9 +272,21 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
     let mut digest_computed = false;
     let mut synthesized = false;
     let mut file = None;
-    r.map::<Located>("component", "component", |r, key| {
-        match key.bytes() {
-            b"dtype" => {
+    const FIELDS: &[&[u8]] = &[
+        b"dtype",
+        b"type",
+        b"offset",
+        b"length",
+        b"uncompressed_length",
+        b"encoding",
+        b"digest",
+        b"file",
+        b"placement",
+        b"digest_by",
+    ];
+    r.fields::<Located>("component", "component", FIELDS, |r, field, key| {
+        match field {
+            Some(0) => {
                 let t = r.text("dtype")?;
                 let d = DType::from_name(&t).ok_or_else(|| Rule::UnknownDtype {
                     value: t.to_string(),
@@ -273,17 +294,17 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
                 })?;
                 dtype = Some(d);
             }
-            b"type" => logical_type = optional_text(r, "type")?.map(|t| LogicalType::parse(&t)),
-            b"offset" => offset = Some(r.u64("offset")?),
-            b"length" => length = Some(r.u64("length")?),
-            b"uncompressed_length" => {
+            Some(1) => logical_type = optional_text(r, "type")?.map(|t| LogicalType::parse(&t)),
+            Some(2) => offset = Some(r.u64("offset")?),
+            Some(3) => length = Some(r.u64("length")?),
+            Some(4) => {
                 uncompressed_length = if r.null() {
                     None
                 } else {
                     Some(r.u64("uncompressed_length")?)
                 }
             }
-            b"encoding" => {
+            Some(5) => {
                 encoding = match optional_text(r, "encoding")?.as_deref() {
                     None | Some("raw") => Encoding::Raw,
                     Some("zstd") => Encoding::Zstd,
@@ -295,18 +316,16 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
                     }
                 }
             }
-            b"digest" => {
+            Some(6) => {
                 digest = optional_text(r, "digest")?
                     .map(|d| Digest::parse(&d))
                     .transpose()?
             }
-            b"file" => file = optional_text(r, "file")?.map(|f| f.into_owned()),
-            b"placement" => {
+            Some(7) => file = optional_text(r, "file")?.map(|f| f.into_owned()),
+            Some(8) => {
                 synthesized = flag(r, "placement", "synthesized", "\"file\" or \"synthesized\"")?
             }
-            b"digest_by" => {
-                digest_computed = flag(r, "digest_by", "server", "\"file\" or \"server\"")?
-            }
+            Some(9) => digest_computed = flag(r, "digest_by", "server", "\"file\" or \"server\"")?,
             _ => {
                 key.text()?;
                 r.skip()?
@@ -315,10 +334,10 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
         Ok(())
     })?;
     Ok(Component {
-        dtype: dtype.ok_or(Rule::MissingField { field: "dtype" })?,
+        dtype: required(dtype, "dtype")?,
         logical_type,
-        offset: offset.ok_or(Rule::MissingField { field: "offset" })?,
-        length: length.ok_or(Rule::MissingField { field: "length" })?,
+        offset: required(offset, "offset")?,
+        length: required(length, "length")?,
         uncompressed_length,
         encoding,
         digest,
@@ -348,7 +367,7 @@ fn file_map(r: &mut Reader<'_>) -> Parse<BTreeMap<String, FilePart>> {
             }
             Ok(())
         })?;
-        let size = size.ok_or(Rule::MissingField { field: "size" })?;
+        let size = required(size, "size")?;
         out.insert(name, FilePart { size, etag });
         Ok(())
     })?;

@@ -1,6 +1,7 @@
 //! Opening files and reading components: zero-copy where the bytes can be
 //! used in place, verified on first access unless the caller opts out.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
@@ -329,9 +330,11 @@ impl ZtFile {
         let (obj, c, slot) = self.lookup(object, role)?;
         let data = self.read_of(object, role, obj, c, slot)?;
         let shape = if role == "data" {
-            obj.shape.clone()
+            Cow::Borrowed(obj.shape.as_slice())
         } else {
-            vec![(data.len() as u64).checked_div(c.dtype.size()).unwrap_or(0)]
+            Cow::Owned(vec![(data.len() as u64)
+                .checked_div(c.dtype.size())
+                .unwrap_or(0)])
         };
         Ok(Tensor {
             data,

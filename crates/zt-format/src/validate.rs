@@ -139,7 +139,7 @@ pub(crate) fn object(name: &str, obj: &Object, at: &Location, legacy: bool) -> R
     let count = element_count(&obj.shape);
     for (role, c) in &obj.components {
         let inv = |rule| Error::invalid(at.component(name, role), rule);
-        if obj.format.index_components().contains(&role.as_str()) && c.dtype != DType::U64 {
+        if obj.format.index_components().contains(&role) && c.dtype != DType::U64 {
             return Err(inv(Rule::SparseIndexDtype {
                 found: c.dtype.name().to_owned(),
             }));

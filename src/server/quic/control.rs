@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use quinn::{Connection, SendStream, VarInt};
 use tokio::sync::{mpsc, oneshot};
-use ztp_proto::{frame, Close, ErrorMsg, Message, ServerSession};
+use ztp_proto::{frame, frame_owned, Close, ErrorMsg, Message, ServerSession};
 
 use super::send::RequestCtl;
 
@@ -58,7 +58,7 @@ impl Control {
             while let Some(out) = rx.recv().await {
                 match out {
                     Out::Message(m, queued) => {
-                        let Ok(bytes) = frame(&m) else { continue };
+                        let Ok(bytes) = frame_owned(m) else { continue };
                         if send.write_all(&bytes).await.is_err() {
                             break;
                         }

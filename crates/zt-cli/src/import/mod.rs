@@ -152,7 +152,7 @@ fn zt_items(file: &ZtFile) -> Result<(Vec<Item<'_>>, Attributes)> {
                 Data::Owned(buf) => Cow::Owned(buf.as_slice().to_vec()),
             };
             components.push(ItemComponent {
-                role: role.clone(),
+                role: role.to_owned(),
                 dtype: c.dtype,
                 logical_type: c.logical_type.as_ref().map(|t| t.name().to_owned()),
                 data,

@@ -3,8 +3,8 @@
 //! for by 64 clients at once. Each gets the whole, correct manifest; the
 //! daemon renders it once, its peak RSS stays under 256 MiB, and 5 s
 //! later its RSS is within 32 MiB of what it was before. A rendering past
-//! `limits.render_cap` is refused by name (HTTP 413, ztp/1
-//! `message_too_large`), the daemon still serving.
+//! `limits.render_cap` is streamed over HTTP and refused by name over
+//! ztp/1 (`message_too_large`), the daemon still serving.
 
 mod common;
 
@@ -138,22 +138,83 @@ fn sixty_four_manifest_requests_share_one_bounded_rendering() {
     );
 }
 
+/// A rendering past `limits.render_cap`: over HTTP it is streamed (the
+/// whole manifest, JSON and CBOR, chunked, with the same ETag as when it
+/// fits, several requests at once within a bounded RSS); over ztp/1, whose
+/// message states its length first, it is refused by name.
 #[test]
-fn a_rendering_past_the_cap_is_refused_by_name() {
+fn a_rendering_past_the_cap_is_streamed_over_http_and_refused_over_ztp() {
     let root = tempfile::tempdir().unwrap();
     many_objects(&root.path().join("moe.zt"));
+    // The same file under no cap, for the ETags and bytes to compare with.
+    let whole = Server::start(root.path(), &[]);
+    let plain = curl(&["-i"], &whole.url("/v1/files/moe.zt/manifest"));
+    let plain_head = String::from_utf8_lossy(&plain.body).to_ascii_lowercase();
+    let etag_line = |head: &str| {
+        head.lines()
+            .find(|l| l.starts_with("etag:"))
+            .map(str::to_owned)
+            .unwrap()
+    };
+    let expected_etag = etag_line(&plain_head);
+    let expected_json = curl(&[], &whole.url("/v1/files/moe.zt/manifest")).body;
+    drop(whole);
+
     let cfg = common::config_file(root.path(), "[limits]\nrender_cap = 1048576\n");
     let s = Server::start_quic(root.path(), &["--config", &cfg]);
-    let r = curl(&[], &s.url("/v1/files/moe.zt/manifest"));
-    assert_eq!(r.status, 413);
-    let e: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-    assert_eq!(e["error"], "manifest_too_large");
-    let why = e["detail"].as_str().unwrap();
-    assert!(
-        why.contains("moe.zt") && why.contains("limits.render_cap"),
-        "{why}"
+    let addr = s.addr.clone();
+    let pid = s.child.id();
+    let before = status_kib(pid, "VmRSS:");
+    // Eight at once, each read whole: every one the full manifest.
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || get(&addr, "/v1/files/moe.zt/manifest"))
+        })
+        .collect();
+    for h in handles {
+        let (status, body) = h.join().unwrap();
+        assert_eq!(status, 200);
+        assert!(
+            body == expected_json,
+            "a streamed manifest differs from the whole one"
+        );
+    }
+    let peak = status_kib(pid, "VmHWM:");
+    eprintln!("RSS before {before} KiB, peak {peak} KiB with eight streamed");
+    assert!(peak < before + 64 * 1024, "peak {peak} KiB");
+    let r = curl(&["-i"], &s.url("/v1/files/moe.zt/manifest"));
+    let head = String::from_utf8_lossy(&r.body).to_ascii_lowercase();
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    assert!(head.contains("x-zt-manifest-source: json"), "{head}");
+    assert_eq!(
+        etag_line(&head),
+        expected_etag,
+        "the same representation, the same ETag"
     );
-    // The same over ztp/1.
+    // CBOR: the file's own manifest bytes, streamed.
+    let cbor = curl(&[], &s.url("/v1/files/moe.zt/manifest?format=cbor")).body;
+    let file = zt_format::ZtFile::open(root.path().join("moe.zt")).unwrap();
+    let (m, _) = zt_format::container::decode_manifest(
+        "moe.zt",
+        &cbor,
+        std::fs::metadata(root.path().join("moe.zt")).unwrap().len(),
+        &zt_format::Limits::default(),
+    )
+    .unwrap();
+    assert_eq!(m.objects.len(), OBJECTS);
+    assert_eq!(&m.objects, &file.manifest().objects);
+    // A client that stops reading halfway holds the daemon to nothing.
+    let mut stalled = TcpStream::connect(&addr).unwrap();
+    write!(
+        stalled,
+        "GET /v1/files/moe.zt/manifest HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    .unwrap();
+    let mut first = [0u8; 4096];
+    let _ = stalled.read(&mut first).unwrap();
+    drop(stalled);
+    // Over ztp/1: refused by name.
     let (q, fp) = s.quic.clone().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let err = rt
@@ -167,7 +228,10 @@ fn a_rendering_past_the_cap_is_refused_by_name() {
         })
         .unwrap_err()
         .to_string();
-    assert!(err.contains("limits.render_cap"), "{err}");
+    assert!(
+        err.contains("limits.render_cap") && err.contains("moe.zt"),
+        "{err}"
+    );
     // A selection fits, and the daemon still serves.
     let r = curl(
         &[],
@@ -176,8 +240,10 @@ fn a_rendering_past_the_cap_is_refused_by_name() {
     assert_eq!(r.status, 200);
     let m: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(m["objects"].as_object().unwrap().len(), 1000);
+    assert!(metric(&s, "ztserve_manifest_renderings_total{result=\"streamed\"}") >= 10);
     assert_eq!(
         metric(&s, "ztserve_manifest_renderings_total{result=\"refused\"}"),
-        2
+        3,
+        "JSON and CBOR once each, and the ztp/1 message"
     );
 }

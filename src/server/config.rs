@@ -239,9 +239,10 @@ pub struct LimitsConfig {
     /// Largest manifest accepted when scanning, in bytes.
     #[serde(default = "defaults::manifest_cap")]
     pub manifest_cap: u64,
-    /// Most bytes one manifest rendering may take (JSON or CBOR, whole or
-    /// selected, and the ztp/1 manifest); past it a request is refused
-    /// (`413 manifest_too_large`) and asked to select.
+    /// Most bytes one manifest rendering may hold in memory (JSON or CBOR,
+    /// whole or selected, and the ztp/1 manifest); past it an HTTP request
+    /// gets the rendering streamed and a ztp/1 request is refused
+    /// (`message_too_large`) and asked to select.
     #[serde(default = "defaults::render_cap")]
     pub render_cap: u64,
     /// Most bytes of manifest renderings kept for later requests.

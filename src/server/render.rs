@@ -1,6 +1,8 @@
 //! A served file's manifest rendered for a request: the selection
 //! applied, then JSON or CBOR written into a capped buffer
-//! ([`crate::server::renderings`] shares and keeps the result).
+//! ([`crate::server::renderings`] shares and keeps the result), or, for
+//! an HTTP rendering past the cap, written out as it is made
+//! ([`crate::server::http`]'s streamed manifest).
 
 use std::io::Write;
 
@@ -31,44 +33,88 @@ fn too_large(served: &Served, w: &Capped) -> Rendered {
     )))
 }
 
+/// Where an HTTP rendering's bytes come from (`json`, `file`: the CBOR
+/// the file stores, or `re-encoded`), and its content type.
+fn form(served: &Served, kind: Kind, selected: Option<&Manifest>) -> (&'static str, &'static str) {
+    match (kind, selected.is_none() && served.stored_cbor().is_some()) {
+        (Kind::Json, _) => ("json", "application/json"),
+        (Kind::Cbor | Kind::Ztp, true) => ("file", "application/cbor"),
+        (Kind::Cbor | Kind::Ztp, false) => ("re-encoded", "application/cbor"),
+    }
+}
+
+/// Writes the HTTP rendering of the file's manifest, or of `selected`
+/// from it, to `w`.
+fn write_http(
+    served: &Served,
+    kind: Kind,
+    selected: Option<&Manifest>,
+    w: &mut impl Write,
+) -> std::io::Result<()> {
+    let m = selected.unwrap_or(&served.manifest);
+    match (kind, served.stored_cbor().filter(|_| selected.is_none())) {
+        (Kind::Json, _) => Ok(serde_json::to_writer(&mut *w, &ManifestDoc(m))?),
+        (Kind::Cbor | Kind::Ztp, Some(raw)) => w.write_all(raw),
+        (Kind::Cbor | Kind::Ztp, None) => zt_format::write_manifest_cbor(m, &mut *w),
+    }
+}
+
+/// The representation's ETag: the file's, the content type, the objects.
+fn representation_etag(served: &Served, content_type: &str, selected: Option<&Manifest>) -> String {
+    let mut parts: Vec<&[u8]> = vec![served.etag.as_bytes(), content_type.as_bytes()];
+    if let Some(m) = selected {
+        for n in m.objects.keys() {
+            parts.extend([n.as_bytes(), b"\0"]);
+        }
+    }
+    etag::derived("m", &parts)
+}
+
 /// The HTTP rendering: JSON (`ztserve.manifest/1`) or CBOR (the file's
 /// own bytes when it stores exactly this manifest), with the
-/// representation's ETag (the file's, the content type, the objects).
+/// representation's ETag.
 pub(crate) fn http(served: &Served, kind: Kind, select: &[String], w: &mut Capped) -> Rendered {
     let selected = match selected(served, select) {
         Ok(s) => s,
         Err(r) => return Rendered::Refused(r),
     };
-    let m = selected.as_ref().unwrap_or(&served.manifest);
-    let (written, content_type, source) = match kind {
-        Kind::Json => (
-            serde_json::to_writer(&mut *w, &ManifestDoc(m)).is_ok(),
-            "application/json",
-            "json",
-        ),
-        Kind::Cbor | Kind::Ztp => match served.stored_cbor().filter(|_| selected.is_none()) {
-            Some(raw) => (w.write_all(raw).is_ok(), "application/cbor", "file"),
-            None => (
-                zt_format::write_manifest_cbor(m, &mut *w).is_ok(),
-                "application/cbor",
-                "re-encoded",
-            ),
-        },
-    };
-    if !written || w.over {
+    if write_http(served, kind, selected.as_ref(), w).is_err() || w.over {
         return too_large(served, w);
     }
-    let mut parts: Vec<&[u8]> = vec![served.etag.as_bytes(), content_type.as_bytes()];
-    if let Some(m) = &selected {
-        for n in m.objects.keys() {
-            parts.extend([n.as_bytes(), b"\0"]);
-        }
-    }
+    let (source, content_type) = form(served, kind, selected.as_ref());
     Rendered::Body {
         bytes: w.take(),
-        etag: etag::derived("m", &parts),
+        etag: representation_etag(served, content_type, selected.as_ref()),
         source,
     }
+}
+
+/// What a streamed rendering says before its bytes.
+#[derive(Debug)]
+pub(crate) struct Heading {
+    pub(crate) etag: String,
+    pub(crate) source: &'static str,
+}
+
+/// The HTTP rendering written to `w` as it is made, for one past the cap
+/// (`w` holds a chunk at a time). `heading` gets the ETag and source
+/// before the first byte; a selection that fails sends nothing (it did
+/// not fail for the capped rendering that came first).
+pub(crate) fn http_streamed(
+    served: &Served,
+    kind: Kind,
+    select: &[String],
+    heading: impl FnOnce(Heading) -> bool,
+    w: &mut impl Write,
+) -> std::io::Result<()> {
+    let selected = selected(served, select)
+        .map_err(|r| std::io::Error::other(format!("{}: {r:?}", served.path)))?;
+    let (source, content_type) = form(served, kind, selected.as_ref());
+    let etag = representation_etag(served, content_type, selected.as_ref());
+    if !heading(Heading { etag, source }) {
+        return Ok(());
+    }
+    write_http(served, kind, selected.as_ref(), w)
 }
 
 /// The ztp/1 manifest message's CBOR for `select` (v1.2, re-encoded).

@@ -7,7 +7,9 @@
 //! again. A rendering is made off the async runtime, written straight to
 //! its buffer (no JSON tree), and stops, refused, once it passes the
 //! per-request cap (`limits.render_cap`): no request holds more than that
-//! for a manifest, however many objects the file has.
+//! for a manifest, however many objects the file has. (HTTP then streams
+//! the rendering instead, `crate::server::http`'s streamed manifest; ztp/1
+//! refuses the request.)
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -88,6 +90,8 @@ pub struct Renderings {
     pub(crate) hits: AtomicU64,
     pub(crate) misses: AtomicU64,
     pub(crate) refused: AtomicU64,
+    /// HTTP requests whose rendering, past the cap, was streamed.
+    pub(crate) streamed: AtomicU64,
 }
 
 impl Renderings {
@@ -99,7 +103,13 @@ impl Renderings {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            streamed: AtomicU64::new(0),
         }
+    }
+
+    /// Counts an HTTP rendering streamed because it passed the cap.
+    pub(crate) fn count_streamed(&self) {
+        self.streamed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Bytes of renderings held now.
@@ -113,10 +123,11 @@ impl Renderings {
         let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let _ = writeln!(
             out,
-            "# HELP ztserve_manifest_renderings_total Manifest requests by where their rendering came from: made (miss), or shared or cached (hit); refused counts renderings that passed limits.render_cap.\n# TYPE ztserve_manifest_renderings_total counter\nztserve_manifest_renderings_total{{result=\"miss\"}} {}\nztserve_manifest_renderings_total{{result=\"hit\"}} {}\nztserve_manifest_renderings_total{{result=\"refused\"}} {}",
+            "# HELP ztserve_manifest_renderings_total Manifest requests by where their rendering came from: made (miss), or shared or cached (hit); refused counts renderings that passed limits.render_cap, streamed the HTTP requests then served one written out as it was made.\n# TYPE ztserve_manifest_renderings_total counter\nztserve_manifest_renderings_total{{result=\"miss\"}} {}\nztserve_manifest_renderings_total{{result=\"hit\"}} {}\nztserve_manifest_renderings_total{{result=\"refused\"}} {}\nztserve_manifest_renderings_total{{result=\"streamed\"}} {}",
             n(&self.misses),
             n(&self.hits),
-            n(&self.refused)
+            n(&self.refused),
+            n(&self.streamed)
         );
         let _ = writeln!(
             out,

@@ -362,10 +362,11 @@ async fn manifest(
         select: select.clone(),
     };
     let of = Arc::clone(served);
+    let wanted = select.clone();
     let rendered = state
         .renderings
         .get(key, move |w| {
-            crate::server::render::http(&of, kind, &select, w)
+            crate::server::render::http(&of, kind, &wanted, w)
         })
         .await;
     let (body, etag, source) = match &*rendered {
@@ -373,15 +374,14 @@ async fn manifest(
             bytes,
             etag,
             source,
-        } => (bytes.clone(), etag, *source),
+        } => (Body::from(bytes.clone()), etag.clone(), *source),
         Rendered::Refused(Refused::BadSelect(m)) => return Err(AppError::bad_request(m.clone())),
         Rendered::Refused(Refused::NoMatch(m)) => return Err(AppError::not_found(m.clone())),
-        Rendered::Refused(Refused::TooLarge(m)) => {
-            return Err(AppError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "manifest_too_large",
-                m.clone(),
-            ))
+        Rendered::Refused(Refused::TooLarge(_)) => {
+            // Past the cap for one request to hold: written out as made.
+            state.renderings.count_streamed();
+            let (h, body) = super::streamed::manifest(Arc::clone(served), kind, select).await?;
+            (body, h.etag, h.source)
         }
         Rendered::Refused(Refused::Failed(m)) => return Err(AppError::internal(m)),
     };
@@ -390,7 +390,7 @@ async fn manifest(
         Kind::Cbor | Kind::Ztp => "application/cbor",
     };
     let mut builder = Response::builder()
-        .header(header::ETAG, etag)
+        .header(header::ETAG, &etag)
         .header(header::VARY, "Accept")
         .header(header::CACHE_CONTROL, cache_control)
         // The version of the file this manifest describes, for clients
@@ -400,7 +400,7 @@ async fn manifest(
     if headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|l| etag::none_match(l, etag))
+        .is_some_and(|l| etag::none_match(l, &etag))
     {
         return builder
             .status(StatusCode::NOT_MODIFIED)
@@ -408,7 +408,7 @@ async fn manifest(
             .map_err(AppError::internal);
     }
     builder = builder.header(header::CONTENT_TYPE, content_type);
-    builder.body(Body::from(body)).map_err(AppError::internal)
+    builder.body(body).map_err(AppError::internal)
 }
 
 /// A catalog path as a URL path: each segment percent-encoded.

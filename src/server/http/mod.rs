@@ -22,6 +22,7 @@ mod range;
 mod route;
 mod rows;
 mod serve;
+mod streamed;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -49,7 +49,11 @@ pub(crate) fn server(state_dir: &Path) -> Result<Endpoint> {
 }
 
 pub(crate) fn client() -> Result<Endpoint> {
-    let tls = client_config(&Trust::Insecure, ALPN)?;
+    client_for(ALPN)
+}
+
+fn client_for(alpn: &[u8]) -> Result<Endpoint> {
+    let tls = client_config(&Trust::Insecure, alpn)?;
     let mut config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
     config.transport_config(Arc::new(client_transport(zt_client::IDLE_TIMEOUT)));
     let sock = udp::bind("127.0.0.1:0".parse()?, udp::DEFAULT_BUFFER_BYTES)?;
@@ -152,6 +156,45 @@ pub(crate) async fn bare_connect_and_read(payload: &Bytes, state_dir: &Path) -> 
     );
     conn.close(0u32.into(), b"");
     sender.await??;
+    ep.wait_idle().await;
+    Ok(secs)
+}
+
+/// Seconds to connect to a ztserve at `addr` over ztp/1, ask for `path`'s
+/// manifest (`manifest_only`) and read the `manifest` message, decoding
+/// the message but not the manifest it carries: what `zt-client` does
+/// before its manifest decoder runs, done by hand.
+pub(crate) async fn ztp_manifest_message(addr: SocketAddr, path: &str) -> Result<f64> {
+    use ztp_proto::{frame, Deframer, Get, Message};
+    let ep = client_for(ztp_proto::ALPN)?;
+    let start = Instant::now();
+    let conn = ep.connect(addr, "localhost")?.await?;
+    let (mut tx, mut rx) = conn.open_bi().await?;
+    let get = Message::Get(Get {
+        id: 1,
+        path: path.to_owned(),
+        manifest_only: true,
+        ..Get::default()
+    });
+    tx.write_all(&frame(&get)?).await?;
+    let mut d = Deframer::new(usize::MAX);
+    let mut buf = vec![0u8; 1 << 16];
+    let bytes = loop {
+        if let Some(m) = d.next_message()? {
+            match m {
+                Message::Manifest(m) => break m.manifest.len(),
+                other => anyhow::bail!("{path}: {} before the manifest", other.kind()),
+            }
+        }
+        let n = rx
+            .read(&mut buf)
+            .await?
+            .context("the control stream ended before the manifest")?;
+        d.push(buf.get(..n).unwrap_or_default());
+    };
+    let secs = start.elapsed().as_secs_f64();
+    anyhow::ensure!(bytes > 0, "{path}: an empty manifest");
+    conn.close(0u32.into(), b"");
     ep.wait_idle().await;
     Ok(secs)
 }

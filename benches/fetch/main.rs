@@ -430,6 +430,32 @@ impl Bench {
             ztp / bare,
             cbor.len()
         );
+        // Where ztp/1's time goes: the same request by hand, its manifest
+        // message read but the manifest not decoded, and the decoder alone.
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.zp));
+        let message = rounds(n, || {
+            self.rt
+                .block_on(ceiling::ztp_manifest_message(addr, "many.zt"))
+        })?;
+        println!(
+            "{:<44} {:>8.2} ms   {:.3}x bare quinn",
+            "ztp/1 connect + manifest message, no decode",
+            message * 1e3,
+            message / bare
+        );
+        let limits = zt_format::Limits::default();
+        let size = std::fs::metadata(self.data.join("root/many.zt"))?.len();
+        let decode = rounds(n, || {
+            let start = Instant::now();
+            zt_format::container::decode_manifest("many.zt", &cbor, size, &limits)?;
+            Ok(start.elapsed().as_secs_f64())
+        })?;
+        println!(
+            "{:<44} {:>8.2} ms   {:.3}x bare quinn",
+            "decoding and validating that manifest",
+            decode * 1e3,
+            decode / bare
+        );
         Ok(())
     }
 }

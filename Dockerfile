@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # ztserve: serve the .zt files under /models over HTTP (TCP 7070) and
 # ztp/1 over QUIC (UDP 7070).
 #
@@ -11,24 +9,40 @@
 # into the container and named with --config (or ZTSERVE_CONFIG). Flags win
 # over the environment, which wins over the file. deploy/README.md has the
 # compose, Kubernetes and systemd variants.
+#
+# The base images are build arguments, and the file builds with BuildKit
+# and with the classic builder alike (no syntax line, no cache mounts):
+#   BUILD_IMAGE    the build stage (a Rust toolchain). An image that already
+#                  holds /out/ztserve and /out/zt skips the build: the test
+#                  suite feeds the binaries it built this way
+#                  (tests/container.rs).
+#   RUNTIME_IMAGE  the image that ships. If it has no CA certificates they
+#                  are installed with apt.
+ARG BUILD_IMAGE=rust:1.95-slim-bookworm
+ARG RUNTIME_IMAGE=debian:bookworm-slim
 
-FROM rust:1.95-slim-bookworm AS build
+FROM ${BUILD_IMAGE} AS build
+# Marks the build stage's image, left behind by the classic builder, as
+# disposable: docker image prune --filter label=org.ztserve.stage=build
+LABEL org.ztserve.stage=build
 WORKDIR /src
 COPY . .
-# The registry and target directory are BuildKit caches, so a rebuild after
-# a source edit recompiles only this workspace.
-RUN --mount=type=cache,target=/usr/local/cargo/registry \
-    --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin ztserve --bin zt \
-    && mkdir -p /out \
-    && cp target/release/ztserve target/release/zt /out/ \
-    && strip /out/ztserve /out/zt
+RUN if [ -x /out/ztserve ] && [ -x /out/zt ]; then \
+        echo "using the ztserve and zt binaries of the build image"; \
+    else \
+        cargo build --release --locked --bin ztserve --bin zt \
+        && mkdir -p /out \
+        && cp target/release/ztserve target/release/zt /out/ \
+        && strip /out/ztserve /out/zt; \
+    fi
 
-FROM debian:bookworm-slim
+FROM ${RUNTIME_IMAGE}
 # ca-certificates: `zt fetch` in the image verifies servers by the system roots.
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates \
-    && rm -rf /var/lib/apt/lists/* \
+RUN if [ ! -e /etc/ssl/certs/ca-certificates.crt ]; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends ca-certificates \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi \
     && useradd --system --uid 10001 --user-group --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin ztserve \
     && mkdir -p /models /var/lib/ztserve /etc/ztserve \

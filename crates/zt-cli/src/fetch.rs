@@ -116,6 +116,7 @@ pub async fn run(
         }
     };
     let written = fetch_to_path(&client, select, out, &mut progress).await;
+    client.close().await;
     bar.finish_and_clear();
     let w = written?;
     if w.resumed > 0 {
@@ -184,6 +185,7 @@ pub async fn atoms(
     } else {
         None
     };
+    client.close().await;
     let bytes =
         zt_format::atoms::slice::cut(&header, docs.as_deref(), start, end, atoms.data.as_slice());
     crate::ingest::write_file(out, &bytes, "writing the atoms")?;

@@ -183,8 +183,9 @@ fn run(cli: Cli) -> Result<()> {
                         allow_unverified: read.allow_unverified,
                     };
                     let client = zt_client::Client::connect(&name, remote.options(accept)?).await?;
-                    let remote = client.manifest().await?;
-                    anyhow::Ok((remote.manifest, Vec::new()))
+                    let remote = client.manifest().await;
+                    client.close().await;
+                    anyhow::Ok((remote?.manifest, Vec::new()))
                 })?;
                 let manifest = tool::info::selected(&manifest, &select)?;
                 return tool::info::print(&mut out, &manifest, &warnings, json);

@@ -128,6 +128,15 @@ impl Client {
         })
     }
 
+    /// Ends the session: over QUIC, closes the connection and waits
+    /// briefly for the server to hear it (dropping a client closes it too,
+    /// but a process that exits at once may not get the close out).
+    pub async fn close(&self) {
+        if let Transport::Quic { client, .. } = &self.transport {
+            client.close().await;
+        }
+    }
+
     /// The remote manifest, with the file's ETag and size.
     pub async fn manifest(&self) -> Result<Remote> {
         self.manifest_of(&[]).await

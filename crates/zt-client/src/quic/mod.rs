@@ -29,7 +29,7 @@ pub use silence::Watch;
 #[derive(Debug)]
 pub struct QuicClient {
     conn: Connection,
-    _endpoint: Endpoint,
+    endpoint: Endpoint,
     control: tokio::sync::Mutex<quinn::SendStream>,
     routes: Routes,
     options: Arc<Options>,
@@ -61,7 +61,20 @@ impl Drop for QuicClient {
     }
 }
 
+/// How long [`QuicClient::close`] waits for the server to acknowledge.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 impl QuicClient {
+    /// Closes the connection with `ok` and waits (at most half a second)
+    /// until the close has reached the server, so a process that exits
+    /// next does not leave the server holding the connection until its
+    /// idle timeout.
+    pub async fn close(&self) {
+        self.conn
+            .close(quinn::VarInt::from_u32(Code::Ok.value()), b"client done");
+        let _ = tokio::time::timeout(CLOSE_WAIT, self.endpoint.wait_idle()).await;
+    }
+
     /// Connects to `addr`, verifying the server as `server_name` under the trust policy.
     pub async fn connect(
         addr: SocketAddr,
@@ -116,7 +129,7 @@ impl QuicClient {
         ));
         Ok(QuicClient {
             conn,
-            _endpoint: endpoint,
+            endpoint,
             control: tokio::sync::Mutex::new(send),
             routes,
             options,

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use zt_client::output::fetch_to_path;
 use zt_client::trust::Trust;
 use zt_client::{Client, Options, Via};
 
@@ -82,9 +81,10 @@ pub fn default_output(url: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Runs `zt fetch`.
+/// Runs `zt fetch`: from `urls[0]`, going on from the next URL (a
+/// mirror) when a server fails.
 pub async fn run(
-    url: &str,
+    urls: &[String],
     out: &Path,
     select: &[String],
     args: &RemoteArgs,
@@ -95,7 +95,6 @@ pub async fn run(
         direct_io,
         ..args.options(accept)?
     };
-    let client = Client::connect(url, options).await?;
     let bar = if std::io::stderr().is_terminal() {
         let b = ProgressBar::new(0);
         if let Ok(s) = ProgressStyle::with_template(
@@ -115,8 +114,18 @@ pub async fn run(
             None => bar.set_message(object.to_owned()),
         }
     };
-    let written = fetch_to_path(&client, select, out, &mut progress).await;
-    client.close().await;
+    let mut failed = |url: &str, e: &zt_client::Error, next: &str| {
+        bar.suspend(|| eprintln!("{url}: {e}; going on from {next}"));
+    };
+    let written = zt_client::mirrors::fetch_to_path_from(
+        urls,
+        &options,
+        select,
+        out,
+        &mut progress,
+        &mut failed,
+    )
+    .await;
     bar.finish_and_clear();
     let w = written?;
     if w.resumed > 0 {

@@ -130,6 +130,10 @@ enum Command {
         /// index rebased)
         #[arg(long, value_name = "I..J", conflicts_with = "select")]
         atoms: Option<String>,
+        /// Another server of the same file (repeatable): when a server fails
+        /// mid-fetch, the fetch resumes from the next, keeping what it verified
+        #[arg(long = "mirror", value_name = "URL", conflicts_with = "atoms")]
+        mirrors: Vec<String>,
     },
     /// Export dense objects to a .safetensors file.
     #[command(after_help = exit::HELP)]
@@ -237,14 +241,16 @@ fn run(cli: Cli) -> Result<()> {
             accept,
             no_direct_io,
             atoms,
+            mirrors,
         } => {
             let out_path = output.unwrap_or_else(|| tool::fetch::default_output(&url));
             if let Some(range) = atoms {
                 return runtime()?
                     .block_on(tool::fetch::atoms(&url, &out_path, &range, &remote, accept));
             }
+            let urls: Vec<String> = std::iter::once(url).chain(mirrors).collect();
             runtime()?.block_on(tool::fetch::run(
-                &url,
+                &urls,
                 &out_path,
                 &select,
                 &remote,

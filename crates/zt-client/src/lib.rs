@@ -54,6 +54,7 @@ pub mod copy;
 mod error;
 mod fetch;
 pub mod http;
+pub mod mirrors;
 mod options;
 pub mod output;
 mod part;

@@ -1,0 +1,91 @@
+//! `zt fetch URL --mirror URL`: two servers of the same file (replicas with
+//! one certificate, as replicas share theirs); the first is killed in the
+//! middle of a fetch, and the fetch goes on from the second, keeping what
+//! it had verified, and ends verified and whole. Over HTTP and ztp/1.
+
+mod common;
+
+use std::path::Path;
+
+use common::fetch::{big_model, fault_mid_fetch, same_objects, zt};
+use common::Server;
+
+/// A state directory holding one certificate and key, for both replicas.
+fn shared_state() -> tempfile::TempDir {
+    let state = tempfile::tempdir().unwrap();
+    let first = Server::start_quic(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("models")
+            .as_path(),
+        &["--state-dir", state.path().to_str().unwrap()],
+    );
+    drop(first);
+    assert!(state.path().join("quic-cert.pem").exists());
+    state
+}
+
+/// A replica with the certificate in `cert_from` (copied: replicas share
+/// no state directory, only the certificate).
+fn replica(root: &Path, cert_from: &Path) -> (Server, tempfile::TempDir) {
+    let state = tempfile::tempdir().unwrap();
+    for f in ["quic-cert.pem", "quic-key.pem"] {
+        std::fs::copy(cert_from.join(f), state.path().join(f)).unwrap();
+    }
+    let s = Server::start_quic(root, &["--state-dir", state.path().to_str().unwrap()]);
+    (s, state)
+}
+
+fn assert_went_on(r: &std::process::Output, big: &Path, out: &Path, first: &str, second: &str) {
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{err}");
+    assert!(
+        err.contains(first) && err.contains(&format!("going on from {second}")),
+        "{err}"
+    );
+    assert!(err.contains("resumed from the journal"), "{err}");
+    assert!(zt(&["verify", out.to_str().unwrap()]).status.success());
+    same_objects(big, out, None);
+    assert!(!out.with_file_name("big.zt.part").exists());
+    assert!(!out.with_file_name("big.zt.part.journal").exists());
+}
+
+#[test]
+fn a_server_killed_mid_http_fetch_hands_it_to_the_mirror() {
+    let root = tempfile::tempdir().unwrap();
+    let big = big_model(root.path());
+    let cert = shared_state();
+    let (a, _sa) = replica(root.path(), cert.path());
+    let (b, _sb) = replica(root.path(), cert.path());
+    // 20 MB/s through the relay: the kill lands mid-transfer.
+    let relay = common::relay::Relay::tcp(a.addr.parse().unwrap(), 20_000_000);
+    let first = format!("http://{}/v1/files/big.zt", relay.addr);
+    let second = b.url("/v1/files/big.zt");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("big.zt");
+    let r = fault_mid_fetch(&first, &out, &["--mirror", &second], || drop(a));
+    assert_went_on(&r, &big, &out, &first, &second);
+}
+
+#[test]
+fn a_server_killed_mid_quic_fetch_hands_it_to_the_mirror() {
+    let root = tempfile::tempdir().unwrap();
+    let big = big_model(root.path());
+    let cert = shared_state();
+    let (a, _sa) = replica(root.path(), cert.path());
+    let (b, _sb) = replica(root.path(), cert.path());
+    let (qa, fp) = a.quic.clone().unwrap();
+    let (qb, fp_b) = b.quic.clone().unwrap();
+    assert_eq!(fp, fp_b, "the replicas share a certificate");
+    let relay = common::relay::Relay::udp(qa.parse().unwrap(), 20_000_000);
+    let first = format!("quic://{}/big.zt", relay.addr);
+    let second = format!("quic://{qb}/big.zt");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("big.zt");
+    let r = fault_mid_fetch(
+        &first,
+        &out,
+        &["--mirror", &second, "--cert-fingerprint", &fp],
+        || drop(a),
+    );
+    assert_went_on(&r, &big, &out, &first, &second);
+}

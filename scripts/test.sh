@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR=never
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "system tools the tests drive (curl, nginx as a plain Range server; ip and iptables for the lossy and dying network tests)"
+step "system tools the tests drive (curl, nginx as a plain Range server; ip and iptables for the lossy and dying network tests; debootstrap and docker-compose for the container tests)"
 missing=()
 command -v curl >/dev/null || missing+=(curl)
 command -v nginx >/dev/null || missing+=(nginx-light)
@@ -15,6 +15,12 @@ if [ "$(id -u)" = 0 ]; then
     # Network namespaces need root; without it that test says SKIPPED.
     command -v ip >/dev/null || missing+=(iproute2)
     command -v iptables >/dev/null || missing+=(iptables)
+    if command -v docker >/dev/null; then
+        # The container tests: a base image made with debootstrap, and
+        # the compose files checked with Compose v1.
+        command -v debootstrap >/dev/null || missing+=(debootstrap)
+        command -v docker-compose >/dev/null || missing+=(docker-compose)
+    fi
 fi
 if [ ${#missing[@]} -gt 0 ]; then
     sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo

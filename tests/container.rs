@@ -13,99 +13,17 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::docker::{
+    build_image, docker, docker_ok, engine, fingerprint, published, wait_ready, Cleanup,
+};
 use common::{curl, repo, zt_bin};
-
-const BASE: &str = "zt-test/debian:bookworm";
-
-fn docker(args: &[&str]) -> Output {
-    Command::new("docker")
-        .args(args)
-        .output()
-        .expect("running docker")
-}
-
-/// `docker ARGS`, which must succeed; its stdout, trimmed.
-fn docker_ok(args: &[&str]) -> String {
-    let out = docker(args);
-    assert!(
-        out.status.success(),
-        "docker {}: {}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// Whether the tests can use an engine; panics where they must and cannot.
-fn engine() -> bool {
-    let required = std::env::var("ZT_REQUIRE_DOCKER").is_ok_and(|v| v == "1");
-    let answered = Command::new("docker")
-        .args(["version", "--format", "{{.Server.Version}}"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !answered {
-        assert!(
-            !required,
-            "ZT_REQUIRE_DOCKER=1 but the Docker engine does not answer"
-        );
-        eprintln!("SKIPPED: no Docker engine answers");
-    }
-    answered
-}
-
-/// The host's release builds of `ztserve` and `zt`, which the image runs.
-fn release_binaries() -> (PathBuf, PathBuf) {
-    let ztserve = std::env::var_os("ZT_TEST_RELEASE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/release/ztserve"));
-    let zt = ztserve.with_file_name("zt");
-    assert!(
-        ztserve.is_file() && zt.is_file(),
-        "{} and {} are needed: cargo build --release --bin ztserve --bin zt",
-        ztserve.display(),
-        zt.display()
-    );
-    (ztserve, zt)
-}
-
-/// Removes the container (and the images this test tagged) however the
-/// test ends.
-struct Cleanup {
-    container: String,
-    images: Vec<String>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = docker(&["rm", "-f", &self.container]);
-        for i in &self.images {
-            let _ = docker(&["rmi", "-f", i]);
-        }
-        // The build stage's image, which the classic builder leaves behind.
-        let _ = docker(&[
-            "image",
-            "prune",
-            "-f",
-            "--filter",
-            "label=org.ztserve.stage=build",
-        ]);
-    }
-}
 
 fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-/// The host port Docker published for the container's `port`.
-fn published(container: &str, port: &str) -> String {
-    let line = docker_ok(&["port", container, port]);
-    let first = line.lines().next().unwrap_or_default();
-    first.rsplit(':').next().unwrap_or_default().to_owned()
 }
 
 #[test]
@@ -113,50 +31,11 @@ fn the_image_builds_and_serves_both_transports_read_only_as_non_root() {
     if !engine() {
         return;
     }
-    let status = Command::new(repo().join("scripts/docker-base.sh"))
-        .arg(BASE)
-        .status()
-        .unwrap();
-    assert!(status.success(), "scripts/docker-base.sh failed");
     let tag = format!("zt-test/ztserve:{}", std::process::id());
-    let prebuilt = format!("zt-test/prebuilt:{}", std::process::id());
     let container = format!("zt-test-{}", std::process::id());
-    let _cleanup = Cleanup {
-        container: container.clone(),
-        images: vec![tag.clone(), prebuilt.clone()],
-    };
-
-    // The build stage's image: the base with the host's binaries in /out.
-    let (ztserve, zt) = release_binaries();
-    let ctx = tempfile::tempdir().unwrap();
-    std::fs::copy(&ztserve, ctx.path().join("ztserve")).unwrap();
-    std::fs::copy(&zt, ctx.path().join("zt")).unwrap();
-    std::fs::write(
-        ctx.path().join("Dockerfile"),
-        format!("FROM {BASE}\nCOPY ztserve zt /out/\n"),
-    )
-    .unwrap();
-    docker_ok(&[
-        "build",
-        "-q",
-        "-t",
-        &prebuilt,
-        &ctx.path().to_string_lossy(),
-    ]);
-    // The repository's Dockerfile, as shipped, with the base images named.
-    let started = Instant::now();
-    docker_ok(&[
-        "build",
-        "-q",
-        "--build-arg",
-        &format!("BUILD_IMAGE={prebuilt}"),
-        "--build-arg",
-        &format!("RUNTIME_IMAGE={BASE}"),
-        "-t",
-        &tag,
-        &repo().to_string_lossy(),
-    ]);
-    eprintln!("docker build: {:.1} s", started.elapsed().as_secs_f64());
+    let mut cleanup = Cleanup::default();
+    cleanup.containers.push(container.clone());
+    build_image(&tag, &mut cleanup);
 
     let models = tempfile::tempdir().unwrap();
     chmod(models.path(), 0o755);
@@ -178,15 +57,7 @@ fn the_image_builds_and_serves_both_transports_read_only_as_non_root() {
         &tag,
     ]);
     let http = format!("http://127.0.0.1:{}", published(&container, "7070/tcp"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while curl(&[], &format!("{http}/readyz")).status != 200 {
-        assert!(
-            Instant::now() < deadline,
-            "not ready: {}",
-            docker_ok(&["logs", &container])
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_ready(&http, &container);
 
     // Its user, and its root filesystem.
     assert_eq!(docker_ok(&["exec", &container, "id", "-u"]), "10001");
@@ -197,14 +68,7 @@ fn the_image_builds_and_serves_both_transports_read_only_as_non_root() {
     let r = curl(&["-r", "0-7"], &format!("{http}/v1/files/sample.zt"));
     assert_eq!(r.status, 206);
     assert_eq!(r.body, b"ZTEN1000");
-    let logs = String::from_utf8_lossy(&docker(&["logs", &container]).stderr).into_owned()
-        + &docker_ok(&["logs", &container]);
-    let fingerprint = logs
-        .split("\"fingerprint\":\"")
-        .nth(1)
-        .and_then(|s| s.split('"').next())
-        .expect("the log names the QUIC certificate's fingerprint")
-        .to_owned();
+    let fingerprint = fingerprint(&container);
     let quic = format!("quic://127.0.0.1:{}", published(&container, "7070/udp"));
     let out = tempfile::tempdir().unwrap();
     for (url, extra) in [
@@ -242,4 +106,35 @@ fn the_image_builds_and_serves_both_transports_read_only_as_non_root() {
         "0"
     );
     assert!(took < Duration::from_secs(8), "docker stop took {took:?}");
+}
+
+/// The compose files in `deploy/` are valid for Compose v1 (the only one
+/// installable here): `docker-compose config` parses and checks them.
+#[test]
+fn the_compose_files_validate() {
+    if Command::new("docker-compose")
+        .arg("version")
+        .output()
+        .is_err()
+    {
+        let required = std::env::var("ZT_REQUIRE_DOCKER").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "ZT_REQUIRE_DOCKER=1 but docker-compose is missing"
+        );
+        eprintln!("SKIPPED: no docker-compose");
+        return;
+    }
+    for file in ["deploy/docker-compose.yml"] {
+        let out = Command::new("docker-compose")
+            .args(["-f", file, "config", "-q"])
+            .current_dir(repo())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -37,7 +37,16 @@ async fn client(url: &str, fp: &str) -> Client {
 
 /// Takes one component, sleeps, and returns the bytes the daemon sent by
 /// then; then takes the rest and checks every component arrived verified.
-async fn pause_after_one(s: &Server, url: &str, fp: &str, bound: Option<u64>) -> u64 {
+/// Bytes the daemon sent while the consumer held its first component: a
+/// bounded fetch (`bound`) is watched for 3 s, an unbounded one until it
+/// has sent more than `past`.
+async fn pause_after_one(
+    s: &Server,
+    url: &str,
+    fp: &str,
+    bound: Option<u64>,
+    past: Option<u64>,
+) -> u64 {
     let c = client(url, fp).await;
     let before = sent(s);
     let mut f = match bound {
@@ -45,7 +54,21 @@ async fn pause_after_one(s: &Server, url: &str, fp: &str, bound: Option<u64>) ->
         None => c.fetch(&[], None).await.unwrap(),
     };
     f.next().await.unwrap().unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A bounded fetch is given 3 s to overrun its bound. An unbounded one
+    // is given until it passes `past` (up to 60 s): how soon depends on the
+    // machine's speed, not on the code under test.
+    let started = std::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let waited = started.elapsed();
+        let enough = match past {
+            None => waited >= Duration::from_secs(3),
+            Some(p) => sent(s) - before > p || waited >= Duration::from_secs(60),
+        };
+        if enough {
+            break;
+        }
+    }
     let during = sent(s) - before;
     let mut n = 1;
     while let Some(d) = f.next().await {
@@ -72,12 +95,12 @@ async fn a_slow_consumer_holds_a_bounded_fetch_back() {
         (s.url(&format!("/v1/files/{FILE}")), 8 * MIB + 8 * MIB),
         (format!("quic://{q}/{FILE}"), 8 * MIB + 128 * MIB + 4 * MIB),
     ] {
-        let unbounded = pause_after_one(&s, &url, &fp, None).await;
+        let unbounded = pause_after_one(&s, &url, &fp, None, Some(most)).await;
         assert!(
             unbounded > most,
             "{url}: unbounded, more than a bounded fetch may was sent during the pause ({unbounded})"
         );
-        let bounded = pause_after_one(&s, &url, &fp, Some(8 * MIB)).await;
+        let bounded = pause_after_one(&s, &url, &fp, Some(8 * MIB), None).await;
         eprintln!("{url}: sent during the pause: {unbounded} unbounded, {bounded} bounded");
         assert!(
             bounded <= most,
@@ -89,7 +112,7 @@ async fn a_slow_consumer_holds_a_bounded_fetch_back() {
     let default = Options::default().write_ahead;
     assert_eq!(default, 128 * MIB);
     let url = s.url(&format!("/v1/files/{FILE}"));
-    let during = pause_after_one(&s, &url, &fp, Some(default)).await;
+    let during = pause_after_one(&s, &url, &fp, Some(default), None).await;
     assert!(
         during <= default + 16 * MIB && during < COMPONENTS * MIB,
         "{url}: the default bound let {during} bytes through during the pause"

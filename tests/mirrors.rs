@@ -89,3 +89,53 @@ fn a_server_killed_mid_quic_fetch_hands_it_to_the_mirror() {
     );
     assert_went_on(&r, &big, &out, &first, &second);
 }
+
+/// A name with two addresses (`--resolve`, as a resolver with two A
+/// records would give): nothing answers at the first, the file is at the
+/// second; the fetch reports the first and completes from the second, over
+/// HTTP and over ztp/1 (whose certificate names no host: trusted by
+/// fingerprint).
+#[test]
+fn a_name_with_several_addresses_is_tried_address_by_address() {
+    let port = common::free_port();
+    let state = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ztserve"));
+    cmd.arg("--root")
+        .arg(common::repo().join("models"))
+        .args(["--listen", &format!("127.0.0.3:{port}")])
+        .args(["--log-format", "json", "--log-level", "info", "--state-dir"])
+        .arg(state.path());
+    let s = Server::from_command(cmd, None);
+    let (_, fp) = s.quic.clone().unwrap();
+    let resolve = format!("replicas.test:{port}:127.0.0.2,127.0.0.3");
+    let dir = tempfile::tempdir().unwrap();
+    for url in [
+        format!("http://replicas.test:{port}/v1/files/sample.zt"),
+        format!("quic://replicas.test:{port}/sample.zt"),
+    ] {
+        let out = dir.path().join("sample.zt");
+        let _ = std::fs::remove_file(&out);
+        let r = zt(&[
+            "fetch",
+            &url,
+            "-o",
+            out.to_str().unwrap(),
+            "--resolve",
+            &resolve,
+            "--cert-fingerprint",
+            &fp,
+        ]);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(r.status.success(), "{url}: {err}");
+        assert!(
+            err.contains(&format!("{url} (at 127.0.0.2:{port})"))
+                && err.contains(&format!("going on from {url} (at 127.0.0.3:{port})")),
+            "{url}: {err}"
+        );
+        assert!(
+            std::fs::read(&out).unwrap()
+                == std::fs::read(common::repo().join("models/sample.zt")).unwrap(),
+            "{url}: not the served file"
+        );
+    }
+}

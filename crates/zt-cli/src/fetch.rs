@@ -33,6 +33,10 @@ pub struct RemoteArgs {
     /// Most MiB a fetch holds received ahead of its file writer
     #[arg(long, value_name = "MIB", default_value_t = zt_client::Options::default().write_ahead >> 20)]
     pub write_ahead_mib: u64,
+    /// Addresses of a host name instead of resolving it, as curl's
+    /// (repeatable); `zt fetch` tries each address of a name as a mirror
+    #[arg(long = "resolve", value_name = "HOST:PORT:ADDR[,ADDR...]", value_parser = zt_client::Resolve::parse)]
+    pub resolve: Vec<zt_client::Resolve>,
 }
 
 /// What `zt fetch` accepts besides verified components.
@@ -60,6 +64,7 @@ impl RemoteArgs {
             token: self.token.clone(),
             connections: self.connections.max(1),
             write_ahead: self.write_ahead_mib.max(1) << 20,
+            resolve: self.resolve.clone(),
             allow_unverified: accept.allow_unverified,
             require_digest: accept.require_digest,
             via: self

@@ -65,7 +65,7 @@ pub struct Client {
 }
 
 /// A URL's scheme, host, port (7070 unless given or implied) and path.
-fn split_url(url: &str) -> Result<(String, String, u16, String)> {
+pub(crate) fn split_url(url: &str) -> Result<(String, String, u16, String)> {
     let u = url::Url::parse(url).map_err(|e| Error::Usage(format!("bad URL {url:?}: {e}")))?;
     let host = u
         .host_str()
@@ -98,12 +98,15 @@ impl Client {
                     .unwrap_or(&path)
                     .trim_start_matches('/')
                     .to_owned();
-                // Resolved on tokio's blocking pool, not on this task's thread.
-                let addr: SocketAddr = tokio::net::lookup_host((host.as_str(), port))
-                    .await
-                    .map_err(|e| Error::Transport(format!("resolving {host}: {e}")))?
-                    .next()
-                    .ok_or_else(|| Error::Transport(format!("{host}: no address")))?;
+                let addr: SocketAddr = match options.pinned(&host, port) {
+                    Some(addr) => addr,
+                    // Resolved on tokio's blocking pool, not on this task's thread.
+                    None => tokio::net::lookup_host((host.as_str(), port))
+                        .await
+                        .map_err(|e| Error::Transport(format!("resolving {host}: {e}")))?
+                        .next()
+                        .ok_or_else(|| Error::Transport(format!("{host}: no address")))?,
+                };
                 Transport::Quic {
                     client: QuicClient::connect(addr, &host, Arc::clone(&options)).await?,
                     path: file,

@@ -125,7 +125,15 @@ impl HttpSource {
         // A silent server counts as lost after the same time over both
         // transports (the error is a resumable transport error).
         let silent = options.idle_timeout.max(Duration::from_millis(1));
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if let Ok(u) = reqwest::Url::parse(url) {
+            if let (Some(host), Some(port)) = (u.host_str(), u.port_or_known_default()) {
+                if let Some(addr) = options.pinned(host, port) {
+                    builder = builder.resolve(host, addr);
+                }
+            }
+        }
+        let client = builder
             .use_preconfigured_tls(tls)
             .pool_max_idle_per_host(options.connections.max(1))
             .tcp_nodelay(true)

@@ -68,5 +68,5 @@ mod verify;
 pub use client::{Client, Remote};
 pub use error::{At, Error, Result, Status};
 pub use fetch::Fetch;
-pub use options::{Options, Via, IDLE_TIMEOUT};
+pub use options::{Options, Resolve, Via, IDLE_TIMEOUT};
 pub use verify::{Delivered, Verification};

@@ -1,11 +1,12 @@
 //! One file from several servers that serve it (replicas behind different
-//! addresses, mirrors): the fetch starts on the first, and when a server
-//! fails it resumes from the next, keeping every component already
+//! addresses, mirrors, or every address a name resolves to): the fetch
+//! starts on the first, and when a server fails it resumes from the next, keeping every component already
 //! written and verified (the part file's journal, checked again on
 //! resume). Servers serving the same bytes give the same ETag (ztserve's
 //! ETags come from content), so the journal carries over; a server with
 //! another version restarts the fetch, never mixing versions.
 
+use std::net::SocketAddr;
 use std::path::Path;
 
 use crate::client::Client;
@@ -27,11 +28,74 @@ impl Error {
     }
 }
 
+/// The servers to try for `url`: each address its host has (listed in
+/// [`Options::resolve`], or resolved), pinned, when there are several;
+/// the URL as it is otherwise (an IP address, a name with one address, or
+/// one that does not resolve now: connecting reports why).
+async fn servers(url: &str, options: &Options) -> Vec<Server> {
+    let whole = vec![Server {
+        url: url.to_owned(),
+        addr: None,
+    }];
+    if options.connect_to.is_some() {
+        return whole;
+    }
+    let Ok((_, host, port, _)) = crate::client::split_url(url) else {
+        return whole;
+    };
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return whole;
+    }
+    let addrs: Vec<SocketAddr> = match options.listed(&host, port) {
+        Some(listed) => listed.to_vec(),
+        None => match tokio::net::lookup_host((host.as_str(), port)).await {
+            Ok(found) => {
+                let mut v: Vec<SocketAddr> = Vec::new();
+                for a in found {
+                    if !v.contains(&a) {
+                        v.push(a);
+                    }
+                }
+                v
+            }
+            Err(_) => return whole,
+        },
+    };
+    if addrs.len() < 2 {
+        return whole;
+    }
+    addrs
+        .into_iter()
+        .map(|a| Server {
+            url: url.to_owned(),
+            addr: Some(a),
+        })
+        .collect()
+}
+
+/// One server to try: a URL, pinned to one of its host's addresses or not.
+struct Server {
+    url: String,
+    addr: Option<SocketAddr>,
+}
+
+impl Server {
+    fn label(&self) -> String {
+        match self.addr {
+            Some(a) => format!("{} (at {a})", self.url),
+            None => self.url.clone(),
+        }
+    }
+}
+
 /// [`fetch_to_path`] from the first of `urls` that completes: on a failure
 /// that another server might not have ([`Error::is_server_specific`]) the
-/// fetch goes on from the next URL, resuming from what is verified. Each
-/// URL is tried once, in order; the last failure is returned if none
-/// completes. `failed` hears of each failure that moved the fetch on.
+/// fetch goes on from the next server, resuming from what is verified. A
+/// URL whose host has several addresses is one server per address. Each
+/// server is tried once, in order; the last failure is returned if none
+/// completes. `failed` hears of each failure that moved the fetch on: the
+/// server that failed (its URL, and its address when pinned), the error,
+/// and the server next.
 pub async fn fetch_to_path_from(
     urls: &[String],
     options: &Options,
@@ -40,19 +104,27 @@ pub async fn fetch_to_path_from(
     progress: Progress<'_>,
     failed: &mut dyn FnMut(&str, &Error, &str),
 ) -> Result<Written> {
+    let mut all = Vec::new();
+    for url in urls {
+        all.extend(servers(url, options).await);
+    }
     let mut last = Error::Usage("no URL to fetch from".to_owned());
-    for (i, url) in urls.iter().enumerate() {
+    for (i, server) in all.iter().enumerate() {
         let attempt = async {
-            let client = Client::connect(url, options.clone()).await?;
+            let pinned = Options {
+                connect_to: server.addr.or(options.connect_to),
+                ..options.clone()
+            };
+            let client = Client::connect(&server.url, pinned).await?;
             let written = fetch_to_path(&client, select, out, &mut *progress).await;
             client.close().await;
             written
         }
         .await;
-        match (attempt, urls.get(i + 1)) {
+        match (attempt, all.get(i + 1)) {
             (Ok(w), _) => return Ok(w),
             (Err(e), Some(next)) if e.is_server_specific() => {
-                failed(url, &e, next);
+                failed(&server.label(), &e, &next.label());
                 last = e;
             }
             (Err(e), _) => return Err(e),

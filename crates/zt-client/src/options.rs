@@ -1,6 +1,7 @@
 //! How a client connects, what it accepts, and how long it waits: one
 //! struct for both transports and for `fetch_to_file`.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::trust::Trust;
@@ -49,6 +50,68 @@ pub struct Options {
     pub silence_timeout: Duration,
     /// The most bytes `fetch_to_file` holds received ahead of its writer.
     pub write_ahead: u64,
+    /// Addresses for host names, used instead of resolving them (as
+    /// curl's `--resolve`): a URL whose host and port are listed connects
+    /// to the first address; the name still identifies the server to TLS.
+    /// [`crate::mirrors`] tries every address of a name, listed or
+    /// resolved, as a mirror of its own.
+    pub resolve: Vec<Resolve>,
+    /// The one address to connect to, whatever the URL's host resolves to
+    /// (set by [`crate::mirrors`] for each address it tries).
+    pub connect_to: Option<SocketAddr>,
+}
+
+/// The addresses of `host` for URLs with `port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolve {
+    pub host: String,
+    pub port: u16,
+    pub addrs: Vec<SocketAddr>,
+}
+
+impl Resolve {
+    /// Parses `HOST:PORT:ADDR[,ADDR...]` (IPv6 addresses in brackets);
+    /// each address takes `PORT`.
+    pub fn parse(spec: &str) -> Result<Resolve, String> {
+        let bad = |why: &str| format!("--resolve {spec:?}: {why} (HOST:PORT:ADDR[,ADDR...])");
+        let (host, rest) = spec.split_once(':').ok_or_else(|| bad("no port"))?;
+        let (port, addrs) = rest.split_once(':').ok_or_else(|| bad("no address"))?;
+        let port: u16 = port.parse().map_err(|_| bad("not a port"))?;
+        let addrs = addrs
+            .split(',')
+            .map(|a| {
+                a.trim_matches(['[', ']'])
+                    .parse::<std::net::IpAddr>()
+                    .map(|ip| SocketAddr::new(ip, port))
+                    .map_err(|_| bad(&format!("{a:?} is not an IP address")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        Ok(Resolve {
+            host: host.to_ascii_lowercase(),
+            port,
+            addrs,
+        })
+    }
+}
+
+impl Options {
+    /// The addresses listed in [`Options::resolve`] for `host` and `port`.
+    pub(crate) fn listed(&self, host: &str, port: u16) -> Option<&[SocketAddr]> {
+        self.resolve
+            .iter()
+            .find(|r| r.port == port && r.host.eq_ignore_ascii_case(host))
+            .map(|r| r.addrs.as_slice())
+    }
+
+    /// Where a URL of `host` and `port` connects: [`Options::connect_to`],
+    /// else the first listed address, else `None` (resolve the name).
+    pub(crate) fn pinned(&self, host: &str, port: u16) -> Option<SocketAddr> {
+        self.connect_to
+            .or_else(|| self.listed(host, port).and_then(|a| a.first().copied()))
+    }
 }
 
 /// The idle timeout by default.
@@ -69,6 +132,8 @@ impl Default for Options {
             idle_timeout: IDLE_TIMEOUT,
             silence_timeout: 2 * IDLE_TIMEOUT,
             write_ahead: 128 << 20,
+            resolve: Vec::new(),
+            connect_to: None,
         }
     }
 }

@@ -33,6 +33,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -r tests/interop/requirements.txt
 
+step "an S3 server for the object-storage tests (s3s-fs 0.14.1, built once into target/tools)"
+if [ ! -x target/tools/bin/s3s-fs ]; then
+    cargo install -q s3s-fs --version 0.14.1 --features binary --root target/tools
+fi
+export ZT_S3S_FS="$PWD/target/tools/bin/s3s-fs" ZT_REQUIRE_S3=1
+
 step "cargo fmt --check (the workspace, and the Python extension crate outside it)"
 cargo fmt --all -- --check
 cargo fmt --manifest-path python/Cargo.toml -- --check

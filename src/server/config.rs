@@ -64,6 +64,8 @@ pub struct Config {
     pub quic: QuicConfig,
     #[serde(default)]
     pub digests: DigestsConfig,
+    #[serde(default)]
+    pub storage: StorageConfig,
     /// Writable directory for state: the generated QUIC certificate and
     /// the digest store (a cache).
     #[serde(default = "defaults::state_dir")]
@@ -199,6 +201,52 @@ pub enum DigestChoice {
     /// Compute nothing: such components are served without a digest, and
     /// their file's ETag includes its modification time.
     Off,
+}
+
+/// Object storage, for a root such as `s3://bucket/prefix`. Credentials
+/// and the region otherwise come from the standard environment variables
+/// (`AWS_*`, `GOOGLE_*`, `AZURE_*`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    /// The endpoint of an S3-compatible store (MinIO, Ceph, R2...);
+    /// unset: AWS's, for the region.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// The region (S3); unset: `AWS_REGION` / `AWS_DEFAULT_REGION`.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Allow an `http://` endpoint (a store on a private network).
+    #[serde(default)]
+    pub allow_http: bool,
+    /// Address buckets as `bucket.endpoint` instead of `endpoint/bucket`
+    /// (path style, what most S3-compatible stores need).
+    #[serde(default)]
+    pub virtual_hosted_style: bool,
+    /// Most ranged GETs in flight to the store, the whole daemon together.
+    #[serde(default = "defaults::storage_max_gets")]
+    pub max_concurrent_gets: usize,
+    /// Retries of a request the store throttled (503 SlowDown) or whose
+    /// connection dropped, with exponential backoff.
+    #[serde(default = "defaults::storage_max_retries")]
+    pub max_retries: usize,
+    /// No retry starts after a request has taken this long.
+    #[serde(default = "defaults::storage_retry_timeout_secs")]
+    pub retry_timeout_secs: u64,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            endpoint: None,
+            region: None,
+            allow_http: false,
+            virtual_hosted_style: false,
+            max_concurrent_gets: defaults::storage_max_gets(),
+            max_retries: defaults::storage_max_retries(),
+            retry_timeout_secs: defaults::storage_retry_timeout_secs(),
+        }
+    }
 }
 
 /// The digest store: computed digests, kept in `state_dir/digests`.
@@ -342,6 +390,15 @@ mod defaults {
     pub(super) fn digest_rate_mib_s() -> u64 {
         256
     }
+    pub(super) fn storage_max_gets() -> usize {
+        64
+    }
+    pub(super) fn storage_max_retries() -> usize {
+        5
+    }
+    pub(super) fn storage_retry_timeout_secs() -> u64 {
+        30
+    }
     pub(super) fn state_dir() -> std::path::PathBuf {
         "state".into()
     }
@@ -438,6 +495,13 @@ const KEYS: &[(&str, Kind)] = &[
     ("digests.algorithm", Kind::Text),
     ("digests.rate_mib_s", Kind::Int),
     ("digests.verify_background", Kind::Bool),
+    ("storage.endpoint", Kind::Text),
+    ("storage.region", Kind::Text),
+    ("storage.allow_http", Kind::Bool),
+    ("storage.virtual_hosted_style", Kind::Bool),
+    ("storage.max_concurrent_gets", Kind::Int),
+    ("storage.max_retries", Kind::Int),
+    ("storage.retry_timeout_secs", Kind::Int),
 ];
 
 /// The environment variable for a dotted key.
@@ -540,6 +604,12 @@ impl Config {
     fn validate(&self) -> Result<()> {
         if self.root.as_os_str().is_empty() {
             bail!("configuration key `root` is empty");
+        }
+        let root = self.root.to_string_lossy();
+        if super::object_root::is_object_url(&root) {
+            bail!(
+                "configuration key `root`: {root:?} names object storage, which this release does not serve yet (a directory only)"
+            );
         }
         if self.limits.max_ranges == 0 {
             bail!("configuration key `limits.max_ranges` must be at least 1");

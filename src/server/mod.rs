@@ -15,6 +15,7 @@ pub mod healthcheck;
 mod http;
 mod idle;
 mod metrics;
+pub mod object_root;
 mod pread;
 pub mod quic;
 mod render;

@@ -1,0 +1,352 @@
+//! A root in object storage (`s3://bucket/prefix`; `gs://` and `az://`
+//! through the same crate, untested here), through the `object_store`
+//! crate: listing its files (paged by the crate), and reading their bytes
+//! with ranged GETs pinned to the version listed, so that an object
+//! replaced between two reads fails the read as "changed" instead of
+//! mixing versions.
+//!
+//! Credentials and the region come from the standard environment
+//! variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`); `[storage]` adds an
+//! endpoint for S3-compatible stores, plain HTTP and path-style
+//! addressing (the default: what most such stores need). Throttling (503
+//! SlowDown) and dropped connections are retried with backoff by the
+//! crate (`storage.max_retries` times within `storage.retry_timeout_secs`). Every request is counted for
+//! `/metrics`, and ranged GETs are bounded per daemon
+//! (`storage.max_concurrent_gets`).
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use object_store::path::Path as KeyPath;
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+use tokio::sync::Semaphore;
+
+use super::config::StorageConfig;
+
+/// The URL schemes of object storage roots.
+const SCHEMES: [&str; 5] = ["s3://", "s3a://", "gs://", "az://", "abfss://"];
+
+/// Whether `root` names object storage rather than a directory.
+pub fn is_object_url(root: &str) -> bool {
+    SCHEMES.iter().any(|s| root.starts_with(s))
+}
+
+/// Why the store could not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The root's URL or settings cannot be used.
+    #[error("{0}")]
+    Config(String),
+    /// The object is not (or no longer) there.
+    #[error("{url}: {key} is not in the store")]
+    NotFound { url: String, key: String },
+    /// The object is no longer the version that was listed.
+    #[error("{url}: {key} changed on the server (its ETag is no longer {etag})")]
+    Changed {
+        url: String,
+        key: String,
+        etag: String,
+    },
+    /// The store did not answer, or refused (after the crate's retries).
+    #[error("{url}: {detail}")]
+    Unreachable { url: String, detail: String },
+}
+
+/// A file found by listing the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Its path under the root, `/`-separated.
+    pub key: String,
+    pub size: u64,
+    /// The store's ETag for this version, when it gives one.
+    pub etag: Option<String>,
+    pub modified: SystemTime,
+}
+
+/// Request counters, by operation and outcome, for `/metrics`.
+#[derive(Debug, Default)]
+struct Counters {
+    lists: AtomicU64,
+    heads: AtomicU64,
+    gets: AtomicU64,
+    failures: AtomicU64,
+    bytes: AtomicU64,
+    /// Total seconds of GETs, in microseconds.
+    get_micros: AtomicU64,
+}
+
+/// An object-storage root.
+#[derive(Debug)]
+pub struct ObjectRoot {
+    url: String,
+    store: Arc<dyn ObjectStore>,
+    prefix: KeyPath,
+    gets: Semaphore,
+    counters: Counters,
+}
+
+impl ObjectRoot {
+    /// The root at `url`, configured from the environment and `config`.
+    pub fn open(url: &str, config: &StorageConfig) -> Result<ObjectRoot, StoreError> {
+        ObjectRoot::open_with(url, config, std::env::vars())
+    }
+
+    /// [`ObjectRoot::open`] with `env` in place of the process's
+    /// environment (only its `AWS_*`, `GOOGLE_*` and `AZURE_*` are read).
+    pub fn open_with(
+        url: &str,
+        config: &StorageConfig,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<ObjectRoot, StoreError> {
+        // The store's HTTP client uses the process's rustls provider (ring).
+        zt_client::trust::install_provider();
+        let bad = |e: &dyn std::fmt::Display| StoreError::Config(format!("root {url:?}: {e}"));
+        let parsed = url::Url::parse(url).map_err(|e| bad(&e))?;
+        let mut options: Vec<(String, String)> = env
+            .into_iter()
+            .filter(|(k, _)| {
+                ["AWS_", "GOOGLE_", "AZURE_"]
+                    .iter()
+                    .any(|p| k.starts_with(p))
+            })
+            .map(|(k, v)| (k.to_ascii_lowercase(), v))
+            .collect();
+        if let Some(e) = &config.endpoint {
+            options.push(("aws_endpoint".to_owned(), e.clone()));
+        }
+        if let Some(r) = &config.region {
+            options.push(("aws_region".to_owned(), r.clone()));
+        }
+        options.push(("aws_allow_http".to_owned(), config.allow_http.to_string()));
+        options.push((
+            "aws_virtual_hosted_style_request".to_owned(),
+            config.virtual_hosted_style.to_string(),
+        ));
+        let retry = object_store::RetryConfig {
+            max_retries: config.max_retries,
+            retry_timeout: std::time::Duration::from_secs(config.retry_timeout_secs),
+            ..object_store::RetryConfig::default()
+        };
+        let store: Arc<dyn ObjectStore> = match parsed.scheme() {
+            "s3" | "s3a" => {
+                let mut b = object_store::aws::AmazonS3Builder::new().with_url(url);
+                for (k, v) in &options {
+                    if let Ok(key) = k.parse() {
+                        b = b.with_config(key, v.clone());
+                    }
+                }
+                Arc::new(b.with_retry(retry).build().map_err(|e| bad(&e))?)
+            }
+            "gs" => {
+                let mut b = object_store::gcp::GoogleCloudStorageBuilder::new().with_url(url);
+                for (k, v) in &options {
+                    if let Ok(key) = k.parse() {
+                        b = b.with_config(key, v.clone());
+                    }
+                }
+                Arc::new(b.with_retry(retry).build().map_err(|e| bad(&e))?)
+            }
+            "az" | "abfss" => {
+                let mut b = object_store::azure::MicrosoftAzureBuilder::new().with_url(url);
+                for (k, v) in &options {
+                    if let Ok(key) = k.parse() {
+                        b = b.with_config(key, v.clone());
+                    }
+                }
+                Arc::new(b.with_retry(retry).build().map_err(|e| bad(&e))?)
+            }
+            other => return Err(bad(&format!("no object store for the scheme {other:?}"))),
+        };
+        let (_, prefix) = object_store::ObjectStoreScheme::parse(&parsed).map_err(|e| bad(&e))?;
+        Ok(ObjectRoot {
+            url: url.trim_end_matches('/').to_owned(),
+            store,
+            prefix,
+            gets: Semaphore::new(config.max_concurrent_gets.max(1)),
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn key_path(&self, key: &str) -> KeyPath {
+        self.prefix
+            .parts()
+            .chain(KeyPath::from(key).parts())
+            .collect()
+    }
+
+    fn unreachable(&self, e: &object_store::Error) -> StoreError {
+        StoreError::Unreachable {
+            url: self.url.clone(),
+            detail: e.to_string(),
+        }
+    }
+
+    /// Every object under the root, with its size, ETag and time. A store
+    /// whose listing leaves ETags out (some S3-compatible ones do) is
+    /// asked for each missing one with a HEAD request.
+    pub async fn list(&self) -> Result<Vec<Listed>, StoreError> {
+        self.counters.lists.fetch_add(1, Ordering::Relaxed);
+        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
+        let mut stream = self.store.list(prefix);
+        let mut out = Vec::new();
+        let skip = self.prefix.parts().count();
+        while let Some(meta) = stream.next().await {
+            let meta = meta.map_err(|e| {
+                self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                self.unreachable(&e)
+            })?;
+            let parts: Vec<String> = meta
+                .location
+                .parts()
+                .skip(skip)
+                .map(|p| p.as_ref().to_owned())
+                .collect();
+            out.push(Listed {
+                key: parts.join("/"),
+                size: meta.size,
+                etag: meta.e_tag,
+                modified: SystemTime::from(meta.last_modified),
+            });
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        for l in out.iter_mut().filter(|l| l.etag.is_none()) {
+            *l = self.head(&l.key).await?;
+        }
+        Ok(out)
+    }
+
+    /// One object's size, ETag and time.
+    pub async fn head(&self, key: &str) -> Result<Listed, StoreError> {
+        self.counters.heads.fetch_add(1, Ordering::Relaxed);
+        let meta = self.store.head(&self.key_path(key)).await.map_err(|e| {
+            self.counters.failures.fetch_add(1, Ordering::Relaxed);
+            match e {
+                object_store::Error::NotFound { .. } => StoreError::NotFound {
+                    url: self.url.clone(),
+                    key: key.to_owned(),
+                },
+                e => self.unreachable(&e),
+            }
+        })?;
+        Ok(Listed {
+            key: key.to_owned(),
+            size: meta.size,
+            etag: meta.e_tag,
+            modified: SystemTime::from(meta.last_modified),
+        })
+    }
+
+    /// Whether the store answers: one listing of at most one page.
+    pub async fn check(&self) -> Result<(), StoreError> {
+        self.counters.lists.fetch_add(1, Ordering::Relaxed);
+        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
+        self.store
+            .list_with_delimiter(prefix)
+            .await
+            .map(drop)
+            .map_err(|e| {
+                self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                self.unreachable(&e)
+            })
+    }
+
+    /// Bytes `range` of `key`, which must still be version `etag` when
+    /// one is given.
+    pub async fn read(
+        &self,
+        key: &str,
+        etag: Option<&str>,
+        range: Range<u64>,
+    ) -> Result<Bytes, StoreError> {
+        let _slot = self
+            .gets
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Unreachable {
+                url: self.url.clone(),
+                detail: "the daemon is stopping".to_owned(),
+            })?;
+        let started = Instant::now();
+        self.counters.gets.fetch_add(1, Ordering::Relaxed);
+        let options = GetOptions {
+            if_match: etag.map(str::to_owned),
+            range: Some(GetRange::Bounded(range.clone())),
+            ..GetOptions::default()
+        };
+        let changed = |etag: &str| StoreError::Changed {
+            url: self.url.clone(),
+            key: key.to_owned(),
+            etag: etag.to_owned(),
+        };
+        let result = async {
+            let got = self.store.get_opts(&self.key_path(key), options).await?;
+            let now = got.meta.e_tag.clone();
+            let bytes = got.bytes().await?;
+            Ok::<_, object_store::Error>((now, bytes))
+        }
+        .await;
+        let elapsed = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.counters
+            .get_micros
+            .fetch_add(elapsed, Ordering::Relaxed);
+        let (now, bytes) = result.map_err(|e| {
+            self.counters.failures.fetch_add(1, Ordering::Relaxed);
+            match (&e, etag) {
+                (object_store::Error::Precondition { .. }, Some(t)) => changed(t),
+                (object_store::Error::NotFound { .. }, _) => StoreError::NotFound {
+                    url: self.url.clone(),
+                    key: key.to_owned(),
+                },
+                _ => self.unreachable(&e),
+            }
+        })?;
+        // A store that ignores If-Match still names the version it sent.
+        if let (Some(want), Some(now)) = (etag, now.as_deref()) {
+            if want != now {
+                self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                return Err(changed(want));
+            }
+        }
+        let want = range.end.saturating_sub(range.start);
+        if bytes.len() as u64 != want {
+            self.counters.failures.fetch_add(1, Ordering::Relaxed);
+            return Err(StoreError::Unreachable {
+                url: self.url.clone(),
+                detail: format!(
+                    "{key}: asked for {want} bytes at {}, got {}",
+                    range.start,
+                    bytes.len()
+                ),
+            });
+        }
+        self.counters
+            .bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(bytes)
+    }
+
+    /// Appends the `ztserve_store_*` family in Prometheus text format.
+    pub fn render_metrics(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let c = &self.counters;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP ztserve_store_requests_total Requests to the object store, by operation.\n# TYPE ztserve_store_requests_total counter\nztserve_store_requests_total{{op=\"list\"}} {}\nztserve_store_requests_total{{op=\"head\"}} {}\nztserve_store_requests_total{{op=\"get\"}} {}\n# HELP ztserve_store_failures_total Object store requests that failed after the client's retries.\n# TYPE ztserve_store_failures_total counter\nztserve_store_failures_total {}\n# HELP ztserve_store_bytes_total Bytes read from the object store.\n# TYPE ztserve_store_bytes_total counter\nztserve_store_bytes_total {}\n# HELP ztserve_store_get_seconds_total Time spent in ranged GETs to the object store.\n# TYPE ztserve_store_get_seconds_total counter\nztserve_store_get_seconds_total {:.6}",
+            n(&c.lists),
+            n(&c.heads),
+            n(&c.gets),
+            n(&c.failures),
+            n(&c.bytes),
+            n(&c.get_micros) as f64 / 1e6
+        );
+    }
+}

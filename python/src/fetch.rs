@@ -41,7 +41,9 @@ pub(crate) fn fetch<'py>(
                         });
                     }
                 };
-                output::fetch_to_path(&client, &select, &output, &mut report).await
+                let written = output::fetch_to_path(&client, &select, &output, &mut report).await;
+                client.close().await;
+                written
             })
         })
         .map_err(|e| Failure::from(e).into_py())?;

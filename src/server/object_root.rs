@@ -131,34 +131,23 @@ impl ObjectRoot {
             retry_timeout: std::time::Duration::from_secs(config.retry_timeout_secs),
             ..object_store::RetryConfig::default()
         };
+        // Each scheme's builder takes the options its keys name (the rest
+        // are another store's) and the retry policy.
+        macro_rules! build {
+            ($builder:expr) => {{
+                let mut b = $builder.with_url(url);
+                for (k, v) in &options {
+                    if let Ok(key) = k.parse() {
+                        b = b.with_config(key, v.clone());
+                    }
+                }
+                Arc::new(b.with_retry(retry).build().map_err(|e| bad(&e))?)
+            }};
+        }
         let store: Arc<dyn ObjectStore> = match parsed.scheme() {
-            "s3" | "s3a" => {
-                let mut b = object_store::aws::AmazonS3Builder::new().with_url(url);
-                for (k, v) in &options {
-                    if let Ok(key) = k.parse() {
-                        b = b.with_config(key, v.clone());
-                    }
-                }
-                Arc::new(b.with_retry(retry).build().map_err(|e| bad(&e))?)
-            }
-            "gs" => {
-                let mut b = object_store::gcp::GoogleCloudStorageBuilder::new().with_url(url);
-                for (k, v) in &options {
-                    if let Ok(key) = k.parse() {
-                        b = b.with_config(key, v.clone());
-                    }
-                }
-                Arc::new(b.with_retry(retry).build().map_err(|e| bad(&e))?)
-            }
-            "az" | "abfss" => {
-                let mut b = object_store::azure::MicrosoftAzureBuilder::new().with_url(url);
-                for (k, v) in &options {
-                    if let Ok(key) = k.parse() {
-                        b = b.with_config(key, v.clone());
-                    }
-                }
-                Arc::new(b.with_retry(retry).build().map_err(|e| bad(&e))?)
-            }
+            "s3" | "s3a" => build!(object_store::aws::AmazonS3Builder::new()),
+            "gs" => build!(object_store::gcp::GoogleCloudStorageBuilder::new()),
+            "az" | "abfss" => build!(object_store::azure::MicrosoftAzureBuilder::new()),
             other => return Err(bad(&format!("no object store for the scheme {other:?}"))),
         };
         let (_, prefix) = object_store::ObjectStoreScheme::parse(&parsed).map_err(|e| bad(&e))?;

@@ -9,105 +9,13 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as KeyPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use ztserve::server::config::StorageConfig;
+use object_store::{ObjectStoreExt, PutPayload};
 use ztserve::server::object_root::{ObjectRoot, StoreError};
 
-const KEY: &str = "zt-test-key";
-const SECRET: &str = "zt-test-secret-0123456789";
-
-fn s3s_fs() -> Option<PathBuf> {
-    let path = std::env::var_os("ZT_S3S_FS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| common::repo().join("target/tools/bin/s3s-fs"));
-    if path.is_file() {
-        return Some(path);
-    }
-    let required = std::env::var("ZT_REQUIRE_S3").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "ZT_REQUIRE_S3=1 but {} is missing",
-        path.display()
-    );
-    eprintln!("SKIPPED: no s3s-fs at {}", path.display());
-    None
-}
-
-/// A running S3 server over a temporary directory; killed on drop.
-struct S3 {
-    child: Child,
-    endpoint: String,
-    _data: tempfile::TempDir,
-}
-
-impl Drop for S3 {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl S3 {
-    fn start(bin: &PathBuf, bucket: &str) -> S3 {
-        let data = tempfile::tempdir().unwrap();
-        std::fs::create_dir(data.path().join(bucket)).unwrap();
-        let port = common::free_port();
-        let child = Command::new(bin)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--access-key", KEY, "--secret-key", SECRET])
-            .arg(data.path())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "s3s-fs did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        S3 {
-            child,
-            endpoint: format!("http://127.0.0.1:{port}"),
-            _data: data,
-        }
-    }
-
-    fn config(&self) -> StorageConfig {
-        StorageConfig {
-            endpoint: Some(self.endpoint.clone()),
-            region: Some("us-east-1".to_owned()),
-            allow_http: true,
-            max_retries: 2,
-            retry_timeout_secs: 5,
-            ..StorageConfig::default()
-        }
-    }
-
-    /// A client of the store's own, for uploading through the S3 API.
-    fn uploader(&self, bucket: &str) -> impl ObjectStore {
-        zt_client::trust::install_provider();
-        AmazonS3Builder::new()
-            .with_bucket_name(bucket)
-            .with_endpoint(&self.endpoint)
-            .with_region("us-east-1")
-            .with_allow_http(true)
-            .with_access_key_id(KEY)
-            .with_secret_access_key(SECRET)
-            .build()
-            .unwrap()
-    }
-}
-
-fn credentials() -> Vec<(String, String)> {
-    vec![
-        ("AWS_ACCESS_KEY_ID".to_owned(), KEY.to_owned()),
-        ("AWS_SECRET_ACCESS_KEY".to_owned(), SECRET.to_owned()),
-    ]
-}
+use common::s3::{credentials, s3s_fs, S3};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_reads_ranges_and_names_what_changed_or_is_missing() {

@@ -8,12 +8,11 @@
 //! remembered: the next request tries again.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
 use zt_format::{Component, Encoding, Format, Hasher, Manifest, Object};
 
+use crate::server::blob::Blob;
 use crate::server::pread::READ_CHUNK as CHUNK;
 
 /// Why a component is not sent. Each names the file, object and component.
@@ -120,7 +119,7 @@ impl Checks {
     /// nothing to check them against, and clients decide what to accept.
     pub(super) fn check(
         &self,
-        file: &File,
+        file: &Blob,
         path: &str,
         m: &Manifest,
         object: &str,
@@ -166,7 +165,7 @@ impl Checks {
 
 /// A ragged object's offsets, read and checked against its values
 /// (`Err` when they could not be read; otherwise the verdict).
-fn ragged_offsets(file: &File, obj: &Object, c: &Component) -> Result<Result<(), String>, String> {
+fn ragged_offsets(file: &Blob, obj: &Object, c: &Component) -> Result<Result<(), String>, String> {
     let len = usize::try_from(c.length).map_err(|e| e.to_string())?;
     let stored = crate::server::pread::read_exact_at(file, len, c.offset)
         .map_err(|e| format!("reading {len} bytes at {}: {e}", c.offset))?;
@@ -189,7 +188,7 @@ fn ragged_offsets(file: &File, obj: &Object, c: &Component) -> Result<Result<(),
 }
 
 /// `Err` when the bytes could not be read; otherwise the verdict.
-fn hash(file: &File, c: &Component) -> Result<Result<(), String>, String> {
+fn hash(file: &Blob, c: &Component) -> Result<Result<(), String>, String> {
     let Some(digest) = &c.digest else {
         return Ok(Ok(()));
     };

@@ -233,6 +233,16 @@ pub struct StorageConfig {
     /// No retry starts after a request has taken this long.
     #[serde(default = "defaults::storage_retry_timeout_secs")]
     pub retry_timeout_secs: u64,
+    /// Seconds between checks that the store answers (a one-page
+    /// listing); `/readyz` fails while the last one did.
+    #[serde(default = "defaults::storage_check_interval_secs")]
+    pub check_interval_secs: u64,
+    /// Read objects ahead of requests: compute the digests files lack and
+    /// verify every component in the background (`digests.rate_mib_s`),
+    /// as on a local root. Off by default: every replica would download
+    /// every object; requests then hash and verify what they read.
+    #[serde(default)]
+    pub background_reads: bool,
 }
 
 impl Default for StorageConfig {
@@ -245,6 +255,8 @@ impl Default for StorageConfig {
             max_concurrent_gets: defaults::storage_max_gets(),
             max_retries: defaults::storage_max_retries(),
             retry_timeout_secs: defaults::storage_retry_timeout_secs(),
+            check_interval_secs: defaults::storage_check_interval_secs(),
+            background_reads: false,
         }
     }
 }
@@ -399,6 +411,9 @@ mod defaults {
     pub(super) fn storage_retry_timeout_secs() -> u64 {
         30
     }
+    pub(super) fn storage_check_interval_secs() -> u64 {
+        5
+    }
     pub(super) fn state_dir() -> std::path::PathBuf {
         "state".into()
     }
@@ -500,6 +515,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("storage.allow_http", Kind::Bool),
     ("storage.virtual_hosted_style", Kind::Bool),
     ("storage.max_concurrent_gets", Kind::Int),
+    ("storage.check_interval_secs", Kind::Int),
+    ("storage.background_reads", Kind::Bool),
     ("storage.max_retries", Kind::Int),
     ("storage.retry_timeout_secs", Kind::Int),
 ];
@@ -604,12 +621,6 @@ impl Config {
     fn validate(&self) -> Result<()> {
         if self.root.as_os_str().is_empty() {
             bail!("configuration key `root` is empty");
-        }
-        let root = self.root.to_string_lossy();
-        if super::object_root::is_object_url(&root) {
-            bail!(
-                "configuration key `root`: {root:?} names object storage, which this release does not serve yet (a directory only)"
-            );
         }
         if self.limits.max_ranges == 0 {
             bail!("configuration key `limits.max_ranges` must be at least 1");

@@ -6,6 +6,7 @@
 
 mod accept;
 mod auth;
+mod blob;
 mod catalog;
 mod checks;
 pub mod config;
@@ -39,7 +40,7 @@ use anyhow::{Context, Result};
 use quinn::VarInt;
 use tokio::net::TcpListener;
 
-pub use catalog::Catalog;
+pub use catalog::{Catalog, Root};
 pub use config::Config;
 
 /// Shared state of a running daemon.
@@ -65,7 +66,17 @@ impl State {
             decompress_cap: config.limits.decompress_cap,
             ..zt_format::Limits::default()
         };
-        let catalog = Catalog::new(&config.root, limits, &config.digests, &config.state_dir)
+        let url = config.root.to_string_lossy();
+        let (root, background) = if object_root::is_object_url(&url) {
+            let store = object_root::ObjectRoot::open(&url, &config.storage)?;
+            (
+                Root::Store(Arc::new(store)),
+                config.storage.background_reads,
+            )
+        } else {
+            (Root::Dir(config.root.clone()), true)
+        };
+        let catalog = Catalog::new(root, limits, &config.digests, &config.state_dir, background)
             .with_context(|| format!("opening root {}", config.root.display()))?;
         let tokens = match &config.auth.token_file {
             Some(f) => Some(auth::Tokens::load(f)?),
@@ -127,17 +138,20 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let addr = listener.local_addr()?;
-    let root = state.catalog.root().to_owned();
+    let root = state.catalog.root().to_string();
     let scan_state = Arc::clone(&state);
     tokio::task::spawn_blocking(move || {
         let (added, _, _) = scan_state.catalog.rescan();
         let snap = scan_state.catalog.snapshot();
-        tracing::info!(files = added, served = snap.served().count(), unavailable = snap.unavailable().count(), root = %root.display(), "initial scan done");
+        tracing::info!(files = added, served = snap.served().count(), unavailable = snap.unavailable().count(), root = %root, "initial scan done");
         scan_state.ready.store(true, Ordering::SeqCst);
     })
     .await?;
     let watcher = watch::spawn(Arc::clone(&state));
-    if state.config.digests.verify_background {
+    let store_check = watch::spawn_store_check(Arc::clone(&state));
+    let store_reads =
+        matches!(state.catalog.root(), Root::Dir(_)) || state.config.storage.background_reads;
+    if state.config.digests.verify_background && store_reads {
         digests::start_verifier(&state, state.config.digests.rate_mib_s << 20);
     }
     let token_reloader = state.tokens.is_some().then(|| {
@@ -231,6 +245,9 @@ pub async fn run(
         let _ = q.await;
     }
     watcher.abort();
+    if let Some(check) = store_check {
+        check.abort();
+    }
     if let Some(r) = token_reloader {
         r.abort();
     }

@@ -87,6 +87,9 @@ pub struct ObjectRoot {
     prefix: KeyPath,
     gets: Semaphore,
     counters: Counters,
+    /// The runtime the store's client runs on, for reads made from
+    /// blocking threads ([`ObjectRoot::read_blocking`]).
+    runtime: tokio::runtime::Handle,
 }
 
 impl ObjectRoot {
@@ -105,6 +108,8 @@ impl ObjectRoot {
         // The store's HTTP client uses the process's rustls provider (ring).
         zt_client::trust::install_provider();
         let bad = |e: &dyn std::fmt::Display| StoreError::Config(format!("root {url:?}: {e}"));
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| bad(&"opened outside the daemon's runtime"))?;
         let parsed = url::Url::parse(url).map_err(|e| bad(&e))?;
         let mut options: Vec<(String, String)> = env
             .into_iter()
@@ -157,6 +162,7 @@ impl ObjectRoot {
             prefix,
             gets: Semaphore::new(config.max_concurrent_gets.max(1)),
             counters: Counters::default(),
+            runtime,
         })
     }
 
@@ -320,6 +326,27 @@ impl ObjectRoot {
             .bytes
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(bytes)
+    }
+
+    /// [`ObjectRoot::read`] from a blocking thread (the blocking pool or
+    /// a thread of the daemon's own, never a task on the runtime).
+    pub fn read_blocking(
+        &self,
+        key: &str,
+        etag: Option<&str>,
+        range: Range<u64>,
+    ) -> Result<Bytes, StoreError> {
+        self.runtime.block_on(self.read(key, etag, range))
+    }
+
+    /// [`ObjectRoot::list`] from a blocking thread.
+    pub fn list_blocking(&self) -> Result<Vec<Listed>, StoreError> {
+        self.runtime.block_on(self.list())
+    }
+
+    /// [`ObjectRoot::head`] from a blocking thread.
+    pub fn head_blocking(&self, key: &str) -> Result<Listed, StoreError> {
+        self.runtime.block_on(self.head(key))
     }
 
     /// Appends the `ztserve_store_*` family in Prometheus text format.

@@ -1,4 +1,5 @@
-//! Positioned reads of served bytes, without zeroing the buffer first:
+//! Positioned reads of served bytes (of a local file; an object's come
+//! from its ranged GET, [`Blob::Object`]), without zeroing the buffer first:
 //! the kernel writes straight into the vector's spare capacity (rustix's
 //! `pread` into `spare_capacity`), which grows the vector by what was
 //! read. A buffer the size of a read chunk would otherwise be `memset`
@@ -16,28 +17,52 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 
-/// Reads exactly `len` bytes of `file` at `pos`; `UnexpectedEof` if the
+use super::blob::Blob;
+
+/// Reads exactly `len` bytes of `blob` at `pos`; `UnexpectedEof` if the
 /// file ends first (it was truncated under the daemon).
-pub(super) fn read_exact_at(file: &File, len: usize, pos: u64) -> io::Result<Vec<u8>> {
-    let mut buf = Vec::with_capacity(len);
-    fill(file, &mut buf, len, pos)?;
-    Ok(buf)
+pub(super) fn read_exact_at(blob: &Blob, len: usize, pos: u64) -> io::Result<Vec<u8>> {
+    match blob {
+        Blob::File(file) => {
+            let mut buf = Vec::with_capacity(len);
+            fill(file, &mut buf, len, pos)?;
+            Ok(buf)
+        }
+        Blob::Object(o) => Ok(o.read(span(len, pos))?.to_vec()),
+    }
 }
 
 /// [`read_exact_at`] into a pooled buffer, shared as [`Bytes`].
-pub(super) fn read_shared(file: &File, len: usize, pos: u64) -> io::Result<Bytes> {
-    read_held(file, len, pos, None)
+pub(super) fn read_shared(blob: &Blob, len: usize, pos: u64) -> io::Result<Bytes> {
+    read_held(blob, len, pos, None)
+}
+
+fn span(len: usize, pos: u64) -> std::ops::Range<u64> {
+    pos..pos.saturating_add(len as u64)
 }
 
 /// [`read_shared`], the buffer holding `permit` until the last [`Bytes`]
 /// of it is dropped (for ztp/1: once the client acknowledged the bytes
 /// and quinn let go of them), so a budget counts memory, not calls.
 pub(super) fn read_held(
-    file: &File,
+    blob: &Blob,
     len: usize,
     pos: u64,
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> io::Result<Bytes> {
+    let file = match blob {
+        Blob::File(file) => file,
+        Blob::Object(o) => {
+            let bytes = o.read(span(len, pos))?;
+            return Ok(match permit {
+                None => bytes,
+                Some(permit) => Bytes::from_owner(Held {
+                    bytes,
+                    _held: permit,
+                }),
+            });
+        }
+    };
     let mut buf = take(len);
     match fill(file, &mut buf, len, pos) {
         Ok(()) => Ok(Bytes::from_owner(Pooled { buf, _held: permit })),
@@ -95,6 +120,18 @@ struct Pooled {
     buf: Vec<u8>,
     /// Released after the buffer goes back to the pool.
     _held: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// Bytes from the store, holding a budget until they are dropped.
+struct Held {
+    bytes: Bytes,
+    _held: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
 impl AsRef<[u8]> for Pooled {
@@ -188,6 +225,7 @@ mod tests {
         let mut f = tempfile::tempfile().unwrap();
         let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         f.write_all(&data).unwrap();
+        let f = Blob::File(f);
         assert_eq!(read_exact_at(&f, 1000, 500).unwrap(), &data[500..1500]);
         assert_eq!(read_exact_at(&f, 0, 0).unwrap(), Vec::<u8>::new());
         let e = read_exact_at(&f, 1000, 99_500).unwrap_err();
@@ -199,6 +237,7 @@ mod tests {
         let mut f = tempfile::tempfile().unwrap();
         let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 241) as u8).collect();
         f.write_all(&data).unwrap();
+        let f = Blob::File(f);
         let first = read_shared(&f, 300_000, 7).unwrap();
         assert_eq!(&first[..], &data[7..300_007]);
         let at = first.as_ptr();

@@ -1,6 +1,10 @@
 //! Keeping the catalog current: file events (debounced) trigger rescans,
 //! and a periodic rescan catches whatever events missed, or everything when
 //! no watcher could be set up (for example when inotify watches run out).
+//! An object-storage root has no events: it is listed every
+//! `catalog.rescan_interval_secs`, and checked every
+//! `storage.check_interval_secs` (a one-page listing), which `/readyz`
+//! reports; a store that answers again is listed at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,14 +13,16 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::State;
+use super::object_root::StoreError;
+use super::{Root, State};
 
 /// Starts the watcher task.
 pub(super) fn spawn(state: Arc<State>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let (tx, mut rx) = mpsc::channel::<()>(1);
-        let _watcher = if state.config.catalog.watch {
-            make_watcher(&state, tx)
+        let dir = state.catalog.dir().map(ToOwned::to_owned);
+        let _watcher = if let (true, Some(dir)) = (state.config.catalog.watch, dir) {
+            make_watcher(&state, &dir, tx)
         } else {
             None
         };
@@ -45,7 +51,11 @@ pub(super) fn spawn(state: Arc<State>) -> JoinHandle<()> {
     })
 }
 
-fn make_watcher(state: &State, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
+fn make_watcher(
+    state: &State,
+    dir: &std::path::Path,
+    tx: mpsc::Sender<()>,
+) -> Option<notify::RecommendedWatcher> {
     let handler = move |res: notify::Result<notify::Event>| match res {
         Ok(_) => {
             let _ = tx.try_send(());
@@ -59,7 +69,7 @@ fn make_watcher(state: &State, tx: mpsc::Sender<()>) -> Option<notify::Recommend
             return None;
         }
     };
-    match watcher.watch(state.catalog.root(), RecursiveMode::Recursive) {
+    match watcher.watch(dir, RecursiveMode::Recursive) {
         Ok(()) => Some(watcher),
         Err(e) => {
             tracing::warn!(error = %e, interval_secs = state.config.catalog.rescan_interval_secs,
@@ -68,3 +78,41 @@ fn make_watcher(state: &State, tx: mpsc::Sender<()>) -> Option<notify::Recommend
         }
     }
 }
+
+/// Starts the store check of an object-storage root (none for a directory).
+pub(super) fn spawn_store_check(state: Arc<State>) -> Option<JoinHandle<()>> {
+    let Root::Store(store) = state.catalog.root().clone() else {
+        return None;
+    };
+    let every = Duration::from_secs(state.config.storage.check_interval_secs.max(1));
+    Some(tokio::spawn(async move {
+        let mut interval = tokio::time::interval(every);
+        loop {
+            interval.tick().await;
+            // A store cut off may not refuse, only stay silent.
+            let answer = match tokio::time::timeout(every.max(CHECK_TIMEOUT), store.check()).await {
+                Ok(answer) => answer.err(),
+                Err(_) => Some(StoreError::Unreachable {
+                    url: store.url().to_owned(),
+                    detail: format!(
+                        "no answer to a listing within {:?}",
+                        every.max(CHECK_TIMEOUT)
+                    ),
+                }),
+            };
+            if let Some(e) = &answer {
+                tracing::warn!(root = store.url(), error = %e, "the store does not answer; not ready");
+            }
+            let ok = answer.is_none();
+            let was_failing = state.catalog.set_store_error(answer);
+            if ok && was_failing {
+                tracing::info!(root = store.url(), "the store answers again; listing it");
+                let s = Arc::clone(&state);
+                let _ = tokio::task::spawn_blocking(move || s.catalog.rescan()).await;
+            }
+        }
+    }))
+}
+
+/// The least time a store check waits for its answer.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);

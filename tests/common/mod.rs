@@ -7,6 +7,7 @@ pub mod netns;
 pub mod nginx;
 pub mod quic;
 pub mod relay;
+pub mod s3;
 mod zt_bin;
 
 pub use zt_bin::zt_bin;
@@ -39,6 +40,14 @@ impl Server {
     /// Like [`Server::start`], with QUIC on and a temporary state directory.
     pub fn start_quic(root: &Path, args: &[&str]) -> Server {
         Server::spawn(root, args, true)
+    }
+
+    /// Like [`Server::start_quic`], with `env` set for the daemon (the
+    /// store's credentials, for an object-storage root).
+    pub fn start_quic_env(root: &Path, args: &[&str], env: &[(String, String)]) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ztserve"));
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        Server::spawn_via(cmd, root, args, true)
     }
 
     /// Like [`Server::start_quic`], run through `wrapper` (for example

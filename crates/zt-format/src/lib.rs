@@ -94,7 +94,7 @@ pub use manifest::{
 pub use mmap::MappedFile;
 pub use options::{Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP};
 pub use order::send_order;
-pub use pread::{read_manifest_at, read_source_at, FileManifest};
+pub use pread::{read_manifest_at, read_source_at, read_source_with, FileManifest};
 pub use reader::{ComponentReport, ComponentStatus, ZtFile};
 pub use validate::BlobArea;
 pub use warning::Warning;

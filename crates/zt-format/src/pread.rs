@@ -31,11 +31,27 @@ pub fn read_source_at(
     label: &str,
     limits: &Limits,
 ) -> Result<FileManifest> {
-    let at = || Location::file(label);
     let size = file
         .metadata()
-        .map_err(|e| Error::io(at(), "reading file metadata", e))?
+        .map_err(|e| Error::io(Location::file(label), "reading file metadata", e))?
         .len();
+    read_source_with(source, label, size, limits, |buf, pos| {
+        file.read_exact_at(buf, pos)
+    })
+}
+
+/// Reads and validates the header of a file of any [`Source`], `size`
+/// bytes long, through that source's read plan, each read made with
+/// `read_exact_at(buf, pos)` (filling `buf` from `pos`): a positioned
+/// read of a local file, or a ranged GET of an object.
+pub fn read_source_with(
+    source: Source,
+    label: &str,
+    size: u64,
+    limits: &Limits,
+    mut read_exact_at: impl FnMut(&mut [u8], u64) -> std::io::Result<()>,
+) -> Result<FileManifest> {
+    let at = || Location::file(label);
     let probe = Probe::new(source, label, size, *limits);
     let loaded = source::read_with(probe, |r| {
         let len = usize::try_from(r.end.saturating_sub(r.start)).unwrap_or(usize::MAX);
@@ -48,8 +64,7 @@ pub fn read_source_at(
             )
         })?;
         buf.resize(len, 0);
-        file.read_exact_at(&mut buf, r.start)
-            .map_err(|e| Error::io(at(), "reading the header", e))?;
+        read_exact_at(&mut buf, r.start).map_err(|e| Error::io(at(), "reading the header", e))?;
         Ok(buf)
     })?;
     Ok(FileManifest {

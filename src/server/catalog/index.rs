@@ -7,7 +7,6 @@
 //! entry of its own) when a request asks for it.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -17,7 +16,8 @@ use zt_format::{Manifest, Source};
 use zt_ingest::served::ServedPack;
 
 use super::served::{Identity, Served, Unavailable};
-use super::{settled, Catalog, Entry};
+use super::{settled, Catalog, Entry, Root};
+use crate::server::blob::{Blob, StoredObject};
 use crate::server::checks::Checks;
 use crate::server::etag;
 
@@ -35,7 +35,7 @@ pub(crate) enum Names {
 #[derive(Debug)]
 pub struct IndexFile {
     pub(crate) path: String,
-    pub(super) file: File,
+    pub(super) file: Blob,
     pub(super) size: u64,
     pub(super) modified: SystemTime,
     pub(super) identity: Identity,
@@ -154,7 +154,7 @@ impl Catalog {
     pub(super) fn load_index(
         &self,
         rel: &str,
-        file: File,
+        file: Blob,
         size: u64,
         modified: SystemTime,
         identity: Identity,
@@ -195,35 +195,54 @@ impl Catalog {
     /// A file of the tree that is not an entry (a pack's symbol map), at
     /// most `cap` bytes, read only if it lies inside the root.
     fn read_beside(&self, rel: &str, cap: u64) -> Result<Vec<u8>, String> {
-        let path = self
-            .root()
+        let root = match self.root() {
+            Root::Dir(dir) => dir,
+            Root::Store(store) => {
+                if rel
+                    .split('/')
+                    .any(|p| p.is_empty() || p == "." || p == "..")
+                {
+                    return Err(format!("{rel}: not a key under the root [pack-member]"));
+                }
+                let listed = store
+                    .head_blocking(rel)
+                    .map_err(|e| format!("{rel}: {e} [pack-member]"))?;
+                let object = StoredObject {
+                    root: std::sync::Arc::clone(store),
+                    key: rel.to_owned(),
+                    etag: listed.etag,
+                };
+                return read_capped(rel, &Blob::Object(object), listed.size, cap);
+            }
+        };
+        let path = root
             .join(rel)
             .canonicalize()
             .map_err(|e| format!("{rel}: {e} [pack-member]"))?;
-        if !path.starts_with(self.root()) {
+        if !path.starts_with(root) {
             return Err(format!(
                 "{rel}: lies outside the root (a symlink to {}) [pack-member]",
                 path.display()
             ));
         }
-        let file = File::open(&path).map_err(|e| format!("{rel}: opening: {e}"))?;
+        let file = std::fs::File::open(&path).map_err(|e| format!("{rel}: opening: {e}"))?;
         let size = file
             .metadata()
             .map_err(|e| format!("{rel}: reading metadata: {e}"))?
             .len();
-        read_capped(rel, &file, size, cap)
+        read_capped(rel, &Blob::File(file), size, cap)
     }
 }
 
 /// The whole of a small file that names others: at most `cap` bytes.
-fn read_capped(rel: &str, file: &File, size: u64, cap: u64) -> Result<Vec<u8>, String> {
+fn read_capped(rel: &str, file: &Blob, size: u64, cap: u64) -> Result<Vec<u8>, String> {
     if size > cap {
         return Err(format!(
             "{rel}: {size} bytes, over the manifest cap of {cap} [header-over-cap]"
         ));
     }
     let mut raw = vec![0u8; usize::try_from(size).map_err(|e| e.to_string())?];
-    std::os::unix::fs::FileExt::read_exact_at(file, &mut raw, 0)
+    file.read_exact_at(&mut raw, 0)
         .map_err(|e| format!("{rel}: reading: {e}"))?;
     Ok(raw)
 }

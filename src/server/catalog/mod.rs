@@ -1,13 +1,20 @@
 //! The catalog: every served file under the root (`.zt`, safetensors,
 //! GGUF, MATRIX-ATOM, and the files that name others: sharded
 //! checkpoints' indexes and ingest packs' manifests; recognised by name
-//! and read through [`zt_format::source`]), validated, with the open file
-//! handle that serves it.
+//! and read through [`zt_format::source`]), validated, with the
+//! [`Blob`] that serves it.
 //!
-//! Files are read with `pread` through the handle kept here, never mapped:
-//! a file truncated in place makes its requests fail, not the daemon. A
-//! file replaced by rename keeps serving its old bytes to requests that
-//! already hold the old entry, while new requests get the new one.
+//! The root is a directory or a prefix in object storage ([`Root`]).
+//! Local files are read with `pread` through the handle kept here, never
+//! mapped: a file truncated in place makes its requests fail, not the
+//! daemon. A file replaced by rename keeps serving its old bytes to
+//! requests that already hold the old entry, while new requests get the
+//! new one. An object is keyed by its ETag, size and time as listed; its
+//! header is read with the ranged GETs its source's read plan asks for
+//! (a `.zt` file's footer, then its manifest), once per version; a
+//! replaced object fails the requests that still hold the old entry as
+//! "changed on the server" (its reads are pinned to the listed ETag). A
+//! listing that fails keeps the catalog as it was.
 //!
 //! A file with components that carry no digest is [`Entry::Pending`] until
 //! the digest store has them (from its records, or by hashing the file in
@@ -25,16 +32,18 @@ mod served;
 mod walk;
 
 use std::collections::BTreeMap;
-use std::fs::{File, Metadata};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::SystemTime;
 
-use zt_format::{read_source_at, DigestAlgorithm, Limits, Source};
+use zt_format::{DigestAlgorithm, Limits, Source};
 
+use super::blob::{Blob, StoredObject};
 use super::config::{DigestChoice, DigestsConfig};
 use super::digests::{Computed, DigestMetrics, Hasher, Pending, Settle, Store};
+use super::object_root::{ObjectRoot, StoreError};
 
 pub(crate) use index::IndexFile;
 pub(crate) use resolve::Need;
@@ -123,10 +132,48 @@ struct Digests {
     metrics: Arc<DigestMetrics>,
 }
 
-/// The catalog of a root directory.
+/// Where the served files are.
+#[derive(Debug, Clone)]
+pub enum Root {
+    /// A directory (canonicalized).
+    Dir(PathBuf),
+    /// A prefix in object storage.
+    Store(Arc<ObjectRoot>),
+}
+
+impl std::fmt::Display for Root {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Root::Dir(d) => write!(f, "{}", d.display()),
+            Root::Store(s) => f.write_str(s.url()),
+        }
+    }
+}
+
+/// A file a scan found, before it is read.
+#[derive(Debug)]
+struct Seen {
+    rel: String,
+    /// The local path, or the object's listed ETag.
+    at: At,
+    size: u64,
+    modified: SystemTime,
+    identity: Identity,
+    source: Source,
+}
+
+#[derive(Debug)]
+enum At {
+    Path(PathBuf),
+    Object(Option<String>),
+}
+
+/// The catalog of a root.
 #[derive(Debug)]
 pub struct Catalog {
-    root: PathBuf,
+    root: Root,
+    /// Why the last listing of an object-storage root failed, if it did.
+    store_error: std::sync::Mutex<Option<StoreError>>,
     limits: Limits,
     current: Current,
     /// `None` when computing digests is off.
@@ -145,14 +192,16 @@ pub(super) fn ignored_name(name: &str) -> bool {
 }
 
 impl Catalog {
-    /// A catalog of `root` (canonicalized); empty until [`Catalog::rescan`].
-    /// Digests the files lack are computed as `digests` says and kept
-    /// under `state_dir`.
+    /// A catalog of `root` (a directory is canonicalized); empty until
+    /// [`Catalog::rescan`]. Digests the files lack are computed as
+    /// `digests` says and kept under `state_dir`; in the background only
+    /// when `background` (otherwise for the requests that need them).
     pub fn new(
-        root: &Path,
+        root: Root,
         limits: Limits,
         digests: &DigestsConfig,
         state_dir: &Path,
+        background: bool,
     ) -> std::io::Result<Self> {
         let current: Current = Arc::default();
         let metrics = Arc::new(DigestMetrics::default());
@@ -167,13 +216,18 @@ impl Catalog {
             let rate = digests.rate_mib_s.saturating_mul(1 << 20);
             Digests {
                 algorithm,
-                hasher: Hasher::start(algorithm, rate, Arc::clone(&metrics), settle),
+                hasher: Hasher::start(algorithm, rate, background, Arc::clone(&metrics), settle),
                 store,
                 metrics: Arc::clone(&metrics),
             }
         });
+        let root = match root {
+            Root::Dir(d) => Root::Dir(d.canonicalize()?),
+            store => store,
+        };
         Ok(Catalog {
-            root: root.canonicalize()?,
+            root,
+            store_error: std::sync::Mutex::new(None),
             limits,
             current,
             digests,
@@ -182,8 +236,30 @@ impl Catalog {
         })
     }
 
-    pub fn root(&self) -> &Path {
+    pub fn root(&self) -> &Root {
         &self.root
+    }
+
+    /// The root directory; `None` for object storage.
+    pub fn dir(&self) -> Option<&Path> {
+        match &self.root {
+            Root::Dir(d) => Some(d),
+            Root::Store(_) => None,
+        }
+    }
+
+    /// Why the store did not answer at the last listing or check, if it
+    /// did not.
+    pub(crate) fn store_error(&self) -> Option<StoreError> {
+        self.store_error.lock().ok()?.clone()
+    }
+
+    /// Records how the store answered a check; whether it had failed before.
+    pub(crate) fn set_store_error(&self, error: Option<StoreError>) -> bool {
+        match self.store_error.lock() {
+            Ok(mut g) => std::mem::replace(&mut *g, error).is_some(),
+            Err(_) => false,
+        }
     }
 
     /// The current snapshot.
@@ -199,27 +275,27 @@ impl Catalog {
     /// Returns (added, removed, changed) counts.
     pub fn rescan(&self) -> (usize, usize, usize) {
         let old = self.snapshot();
-        let mut found = Vec::new();
-        walk(&self.root, &self.root, &mut found, 0);
+        let Some(found) = self.scan() else {
+            return (0, 0, 0);
+        };
         let mut entries = BTreeMap::new();
         let (mut added, mut changed) = (0, 0);
-        for (rel, abs, meta, source) in found {
-            let id = Identity::of(&meta);
-            if old.get(&rel).is_none() && !self.confirmed(&rel, &abs, id, source) {
+        for seen in found {
+            if old.get(&seen.rel).is_none() && !self.confirmed(&seen) {
                 continue;
             }
-            let entry = match old.get(&rel) {
-                Some(e) if e.identity() == id => e.clone(),
+            let entry = match old.get(&seen.rel) {
+                Some(e) if e.identity() == seen.identity => e.clone(),
                 prev => {
                     if prev.is_some() {
                         changed += 1;
                     } else {
                         added += 1;
                     }
-                    self.load(&rel, &abs, &meta, source)
+                    self.load(&seen)
                 }
             };
-            entries.insert(rel, entry);
+            entries.insert(seen.rel, entry);
         }
         let mut removed = 0;
         for (k, e) in &old.entries {
@@ -250,58 +326,113 @@ impl Catalog {
         (added, removed, changed)
     }
 
+    /// Every file of the root with a source's name, or `None` when the
+    /// store could not be listed (the catalog stays as it was).
+    fn scan(&self) -> Option<Vec<Seen>> {
+        match &self.root {
+            Root::Dir(dir) => {
+                let mut found = Vec::new();
+                walk(dir, dir, &mut found, 0);
+                Some(
+                    found
+                        .into_iter()
+                        .map(|(rel, abs, meta, source)| Seen {
+                            rel,
+                            at: At::Path(abs),
+                            size: meta.len(),
+                            modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                            identity: Identity::of(&meta),
+                            source,
+                        })
+                        .collect(),
+                )
+            }
+            Root::Store(store) => {
+                let listed = store.list_blocking();
+                let error = listed.as_ref().err().cloned();
+                if let Some(e) = &error {
+                    tracing::warn!(root = store.url(), error = %e, "cannot list the store; the catalog is kept as it was");
+                }
+                self.set_store_error(error);
+                Some(listed.ok()?.into_iter().filter_map(walk::listed).collect())
+            }
+        }
+    }
+
+    /// Opens a found file: its bytes, size and identity as of the handle
+    /// kept (a local path may already name a newer file).
+    fn open(&self, seen: &Seen) -> Result<(Blob, u64, Identity), String> {
+        let rel = &seen.rel;
+        match (&seen.at, &self.root) {
+            (At::Path(abs), _) => {
+                let file = File::open(abs).map_err(|e| format!("{rel}: opening file: {e}"))?;
+                let m = file
+                    .metadata()
+                    .map_err(|e| format!("{rel}: reading metadata: {e}"))?;
+                Ok((Blob::File(file), m.len(), Identity::of(&m)))
+            }
+            (At::Object(etag), Root::Store(root)) => {
+                let object = StoredObject {
+                    root: Arc::clone(root),
+                    key: rel.clone(),
+                    etag: etag.clone(),
+                };
+                Ok((Blob::Object(object), seen.size, seen.identity))
+            }
+            (At::Object(_), Root::Dir(_)) => {
+                Err(format!("{rel}: an object under a directory root"))
+            }
+        }
+    }
+
     /// Whether a file whose extension names `source` starts as that source
     /// must ([`zt_format::source::magic`]); the answer for a file that
     /// does not is kept until the file changes.
-    fn confirmed(&self, rel: &str, abs: &Path, id: Identity, source: Source) -> bool {
+    fn confirmed(&self, seen: &Seen) -> bool {
+        let (rel, source) = (&seen.rel, seen.source);
         let Some(magics) = zt_format::source::magic(source) else {
             return true;
         };
         let Ok(mut passed) = self.passed_over.lock() else {
             return true;
         };
-        if passed.get(rel) == Some(&id) {
+        if passed.get(rel) == Some(&seen.identity) {
             return false;
         }
         let mut head = [0u8; 8];
-        let starts = File::open(abs)
-            .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut head, 0))
-            .is_ok_and(|()| magics.iter().any(|m| **m == head));
+        let starts = self
+            .open(seen)
+            .is_ok_and(|(blob, _, _)| blob.read_exact_at(&mut head, 0).is_ok())
+            && magics.iter().any(|m| **m == head);
         if starts {
             passed.remove(rel);
         } else {
             tracing::debug!(file = rel, %source, "not a {source} file by its first bytes; not served");
-            passed.insert(rel.to_owned(), id);
+            passed.insert(rel.clone(), seen.identity);
         }
         starts
     }
 
-    fn load(&self, rel: &str, abs: &Path, meta: &Metadata, source: Source) -> Entry {
-        let identity = Identity::of(meta);
-        let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+    fn load(&self, seen: &Seen) -> Entry {
+        let (rel, source, modified) = (seen.rel.as_str(), seen.source, seen.modified);
         let unavailable = |reason: String, identity: Identity| {
             tracing::warn!(file = rel, %reason, "file is not served");
             Entry::Unavailable(Arc::new(Unavailable {
                 path: rel.to_owned(),
-                size: meta.len(),
+                size: seen.size,
                 modified,
                 reason,
                 identity,
             }))
         };
-        let file = match File::open(abs) {
-            Ok(f) => f,
-            Err(e) => return unavailable(format!("{rel}: opening file: {e}"), identity),
-        };
-        // Measure the handle we keep: the path may already name a newer file.
-        let (size, identity) = match file.metadata() {
-            Ok(m) => (m.len(), Identity::of(&m)),
-            Err(e) => return unavailable(format!("{rel}: reading metadata: {e}"), identity),
+        let (file, size, identity) = match self.open(seen) {
+            Ok(opened) => opened,
+            Err(reason) => return unavailable(reason, seen.identity),
         };
         if matches!(source, Source::SafetensorsIndex | Source::MatrixAtomPack) {
             return self.load_index(rel, file, size, modified, identity, source);
         }
-        let fm = match read_source_at(&file, source, rel, &self.limits) {
+        let fm = match file.header(source, rel, size, &self.limits) {
             Ok(fm) => fm,
             Err(e) => return unavailable(e.to_string(), identity),
         };

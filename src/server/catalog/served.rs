@@ -3,7 +3,7 @@
 //! found by a scan before its digests are known.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{File, Metadata};
+use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use zt_format::container::Synthesized;
 use zt_format::{Digest, Manifest, Origin, Source};
 
+use crate::server::blob::Blob;
 use crate::server::checks::{Checks, Refusal};
 use crate::server::digests::Computed;
 use crate::server::etag;
@@ -22,7 +23,7 @@ use crate::server::etag;
 pub struct Served {
     /// Path under the root, with `/` separators.
     pub path: String,
-    pub file: File,
+    pub file: Blob,
     pub size: u64,
     pub modified: SystemTime,
     /// Strong ETag (quoted), from the content: the header bytes, the size
@@ -161,6 +162,39 @@ impl Identity {
         .concat()
     }
 
+    /// The device number that marks an object's identity (no device has it).
+    const OBJECT: u64 = u64::MAX;
+
+    /// An object's identity: its key and ETag (in place of the inode), its
+    /// size and time as listed. The same on every replica, so the ETags
+    /// made from it are too.
+    pub(crate) fn of_object(l: &crate::server::object_root::Listed) -> Self {
+        use sha2::Digest as _;
+        let mut h = sha2::Sha256::new();
+        h.update(l.key.as_bytes());
+        h.update(b"\0");
+        h.update(l.etag.as_deref().unwrap_or_default().as_bytes());
+        let sum = h.finalize();
+        let mut ino = [0u8; 8];
+        ino.copy_from_slice(sum.get(..8).unwrap_or(&[0; 8]));
+        let ns = l
+            .modified
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX));
+        Identity {
+            dev: Self::OBJECT,
+            ino: u64::from_le_bytes(ino),
+            size: l.size,
+            mtime_ns: ns,
+            ctime_ns: 0,
+        }
+    }
+
+    /// Whether this names an object's version rather than a local file's.
+    pub(super) fn is_object(&self) -> bool {
+        self.dev == Self::OBJECT
+    }
+
     pub(super) fn of(m: &Metadata) -> Self {
         let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
         Identity {
@@ -178,7 +212,7 @@ impl Identity {
 #[derive(Debug)]
 pub(crate) struct Found {
     pub(crate) path: String,
-    pub(crate) file: File,
+    pub(crate) file: Blob,
     pub(super) size: u64,
     pub(super) modified: SystemTime,
     pub(super) identity: Identity,
@@ -223,6 +257,10 @@ impl Found {
             // the file's modification time.
             let mtime = identity.mtime_ns.to_le_bytes();
             etag::derived(tag, &[&raw, &size.to_le_bytes(), &mtime])
+        } else if filled && identity.is_object() {
+            // The store's version names the bytes for every replica alike,
+            // whether or not it has computed the digests yet.
+            provisional_tag(&manifest, &raw, &identity)
         } else if filled {
             let digests: Vec<u8> = manifest
                 .components()
@@ -348,8 +386,11 @@ fn fill(path: &str, m: &mut Manifest, computed: &Computed, strict: bool) -> Resu
 }
 
 /// The provisional ETag of a file whose digests are being computed: from
-/// its source, header and identity.
+/// its source, header and identity. An object's is its ETag for good
+/// (`o-`), before and after its digests are computed: its identity is the
+/// store's version, the same on every replica.
 fn provisional_tag(m: &Manifest, raw: &[u8], identity: &Identity) -> String {
     let source = m.source.name().as_bytes();
-    etag::derived("p", &[source, b"\0", raw, &identity.bytes()])
+    let kind = if identity.is_object() { "o" } else { "p" };
+    etag::derived(kind, &[source, b"\0", raw, &identity.bytes()])
 }

@@ -1,11 +1,14 @@
-//! Finding the served files under the root.
+//! Finding the served files under the root: walking a directory, or
+//! taking a store's listing.
 
 use std::fs::Metadata;
 use std::path::{Component as PathPart, Path, PathBuf};
 
 use zt_format::Source;
 
-use super::ignored_name;
+use super::served::Identity;
+use super::{ignored_name, At, Seen};
+use crate::server::object_root::Listed;
 
 /// Deepest directory nesting followed, against symlink loops and abuse.
 const MAX_DEPTH: usize = 32;
@@ -75,4 +78,26 @@ fn relative(root: &Path, path: &Path) -> Option<String> {
         })
         .collect();
     Some(parts?.join("/"))
+}
+
+/// A listed object, if it is one the catalog serves: named as a source
+/// is, with no part of its key a dotfile, a file being written, `.` or
+/// `..`, and no deeper than a directory walk goes.
+pub(super) fn listed(l: Listed) -> Option<Seen> {
+    let mut parts = l.key.split('/');
+    let hidden = parts.any(|p| p.is_empty() || p == "." || p == ".." || ignored_name(p));
+    let depth = l.key.matches('/').count();
+    let name = l.key.rsplit('/').next()?;
+    if hidden || depth > MAX_DEPTH + 1 {
+        return None;
+    }
+    let source = zt_format::source::by_name(name)?;
+    Some(Seen {
+        identity: Identity::of_object(&l),
+        at: At::Object(l.etag),
+        size: l.size,
+        modified: l.modified,
+        source,
+        rel: l.key,
+    })
 }

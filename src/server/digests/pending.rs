@@ -6,7 +6,6 @@
 //! cell stays locked while it is read.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 

@@ -24,6 +24,10 @@ pub(super) struct Queue {
     pub(super) urgent: AtomicUsize,
     pub(super) algorithm: DigestAlgorithm,
     pub(super) metrics: Arc<DigestMetrics>,
+    /// Whether files no request waits for are hashed at all (not on an
+    /// object-storage root by default: every replica would download
+    /// every object).
+    background: bool,
 }
 
 /// What the catalog does with a finished job: `Ok` holds the computed
@@ -39,10 +43,12 @@ pub(crate) struct Hasher {
 
 impl Hasher {
     /// Starts the thread: `rate` bytes per second at most for files no
-    /// request waits for (0: no limit).
+    /// request waits for (0: no limit), and none of those unless
+    /// `background`.
     pub(crate) fn start(
         algorithm: DigestAlgorithm,
         rate: u64,
+        background: bool,
         metrics: Arc<DigestMetrics>,
         settle: Settle,
     ) -> Hasher {
@@ -52,6 +58,7 @@ impl Hasher {
             urgent: AtomicUsize::new(0),
             algorithm,
             metrics,
+            background,
         });
         let weak = Arc::downgrade(&queue);
         let spawned = std::thread::Builder::new()
@@ -106,17 +113,20 @@ fn pending_count(q: &Queue) -> u64 {
     q.jobs.lock().map_or(0, |j| j.len() as u64)
 }
 
-/// The first wanted job, else the oldest; waits a second at most, so the
-/// thread notices when the catalog is gone.
+/// The first wanted job, else the oldest (when hashing in the
+/// background); waits a second at most, so the thread notices when the
+/// catalog is gone. Retired jobs are taken first, to be dropped.
 fn next_job(q: &Queue) -> Option<Arc<Pending>> {
     let mut jobs = q.jobs.lock().ok()?;
-    if jobs.is_empty() {
+    let wanted = |j: &Arc<Pending>| j.wanted.load(Ordering::SeqCst) || j.is_retired();
+    if jobs.is_empty() || !(q.background || jobs.iter().any(wanted)) {
         jobs = q.ready.wait_timeout(jobs, Duration::from_secs(1)).ok()?.0;
     }
-    let at = jobs
-        .iter()
-        .position(|j| j.wanted.load(Ordering::SeqCst))
-        .unwrap_or(0);
+    let at = match jobs.iter().position(wanted) {
+        Some(at) => at,
+        None if q.background => 0,
+        None => return None,
+    };
     jobs.remove(at)
 }
 

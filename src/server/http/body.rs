@@ -48,7 +48,7 @@ fn file_stream(
             // Bytes already checked and in the page cache are read here,
             // without a hop to the blocking pool.
             let fast = (n <= CACHED_READ_MAX && served.is_checked_span(&(pos..pos + n)))
-                .then(|| read_cached(&served.file, n as usize, pos))
+                .then(|| read_cached(served.file.as_file()?, n as usize, pos))
                 .flatten();
             if let Some(item) = fast {
                 if item.is_ok() {

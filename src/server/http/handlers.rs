@@ -589,7 +589,15 @@ pub(crate) async fn healthz() -> Response {
 }
 
 pub(crate) async fn readyz(AxState(state): AxState<Arc<State>>) -> Response {
-    let r = if state.is_ready() {
+    let store = state.catalog.store_error();
+    let r = if let (true, Some(e)) = (state.is_ready(), &store) {
+        AppError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unreachable",
+            format!("the object store does not answer: {e}"),
+        )
+        .into_response()
+    } else if state.is_ready() {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         AppError::new(
@@ -615,6 +623,9 @@ pub(crate) async fn metrics(AxState(state): AxState<Arc<State>>) -> Response {
         "# HELP ztserve_quic_send_budget_held_bytes Component bytes read for ztp/1 and not yet acknowledged by the clients (quic.send_budget_bytes bounds it).\n# TYPE ztserve_quic_send_budget_held_bytes gauge\nztserve_quic_send_budget_held_bytes {}\n",
         held_kib << 10
     ));
+    if let crate::server::Root::Store(store) = state.catalog.root() {
+        store.render_metrics(&mut text);
+    }
     with_template(
         ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         "/metrics",

@@ -1,0 +1,104 @@
+//! Where a served file's bytes are: an open local file (read with
+//! `pread` through the handle the catalog keeps), or one version of an
+//! object in the store (read with ranged GETs pinned to the ETag it was
+//! listed with, so a replaced object fails its reads as "changed on the
+//! server" instead of mixing versions).
+//!
+//! Reads are blocking, for the blocking pool and the daemon's own threads
+//! (the hasher, the verifier, scans): an object's GET runs on the
+//! daemon's runtime while the calling thread waits.
+
+use std::fs::File;
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use zt_format::{FileManifest, Limits, Source};
+
+use super::object_root::{ObjectRoot, StoreError};
+
+/// A served file's bytes.
+#[derive(Debug)]
+pub enum Blob {
+    File(File),
+    Object(StoredObject),
+}
+
+/// One version of an object of an object-storage root.
+#[derive(Debug, Clone)]
+pub struct StoredObject {
+    pub(crate) root: Arc<ObjectRoot>,
+    /// Its path under the root.
+    pub(crate) key: String,
+    /// The version listed; `None` for a store that gives no ETags.
+    pub(crate) etag: Option<String>,
+}
+
+impl StoredObject {
+    /// Bytes `range`, all of them, or the store's error as an I/O error.
+    pub(crate) fn read(&self, range: Range<u64>) -> io::Result<Bytes> {
+        self.root
+            .read_blocking(&self.key, self.etag.as_deref(), range)
+            .map_err(io_error)
+    }
+}
+
+/// A store's answer as an I/O error of the kind a local file gives.
+pub(crate) fn io_error(e: StoreError) -> io::Error {
+    let kind = match e {
+        StoreError::NotFound { .. } => io::ErrorKind::NotFound,
+        StoreError::Changed { .. } => io::ErrorKind::UnexpectedEof,
+        StoreError::Config(_) | StoreError::Unreachable { .. } => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, e.to_string())
+}
+
+impl Blob {
+    /// Another handle on the same bytes.
+    pub fn try_clone(&self) -> io::Result<Blob> {
+        Ok(match self {
+            Blob::File(f) => Blob::File(f.try_clone()?),
+            Blob::Object(o) => Blob::Object(o.clone()),
+        })
+    }
+
+    /// Fills `buf` from `pos` (blocking); `UnexpectedEof` if the bytes end
+    /// first or the object changed.
+    pub fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
+        match self {
+            Blob::File(f) => f.read_exact_at(buf, pos),
+            Blob::Object(o) => {
+                let got = o.read(pos..pos.saturating_add(buf.len() as u64))?;
+                buf.copy_from_slice(&got);
+                Ok(())
+            }
+        }
+    }
+
+    /// The header of a file of `source`, `size` bytes long, read through
+    /// the source's read plan: a `.zt` file's footer, then its manifest
+    /// (two ranged GETs from a store); a safetensors file's length, then
+    /// its JSON (two); GGUF and MATRIX-ATOM headers as their fields say.
+    pub fn header(
+        &self,
+        source: Source,
+        label: &str,
+        size: u64,
+        limits: &Limits,
+    ) -> zt_format::Result<FileManifest> {
+        zt_format::read_source_with(source, label, size, limits, |buf, pos| {
+            self.read_exact_at(buf, pos)
+        })
+    }
+
+    /// The local file, for reads that only a file can do (from the page
+    /// cache without blocking).
+    pub(crate) fn as_file(&self) -> Option<&File> {
+        match self {
+            Blob::File(f) => Some(f),
+            Blob::Object(_) => None,
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The daemon serving an object-storage root (`--root s3://bucket/prefix`)
+//! from a real S3 server (`s3s-fs`), against the same files served from a
+//! local directory: the same listing, manifests and content-derived
+//! ETags, byte ranges and whole fetches over HTTP and ztp/1 verified; a
+//! safetensors file's ETag the same on two replicas before and after its
+//! digests are computed; an invalid object named with its rule; an
+//! object replaced under the daemon refused as changed; a stopped store
+//! reported by `/readyz` and the catalog kept until it answers again, then
+//! listed anew.
+//!
+//! SKIPPED without `s3s-fs`, unless `ZT_REQUIRE_S3=1`.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::fetch::zt;
+use common::s3::{credentials, s3s_fs, S3};
+use common::{curl, Server};
+use object_store::path::Path as KeyPath;
+use object_store::{ObjectStoreExt, PutPayload};
+
+fn json(url: &str) -> serde_json::Value {
+    let r = curl(&[], url);
+    assert_eq!(r.status, 200, "{url}: {}", String::from_utf8_lossy(&r.body));
+    serde_json::from_slice(&r.body).unwrap()
+}
+
+/// The files of the test root, by path under it.
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    common::layered_model(&dir.join("layers.zt"), 0..4);
+    let t: [(&str, Vec<u8>, Vec<usize>); 2] = [
+        ("a.weight", vec![0x3fu8; 4096], vec![32, 32]),
+        (
+            "b.bias",
+            (0..=255u8).cycle().take(1 << 20).collect(),
+            vec![1 << 19],
+        ),
+    ];
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = t
+        .iter()
+        .map(|(n, b, s)| {
+            let dtype = if n.ends_with("bias") {
+                safetensors::Dtype::F16
+            } else {
+                safetensors::Dtype::F32
+            };
+            let view = safetensors::tensor::TensorView::new(dtype, s.clone(), b).unwrap();
+            ((*n).to_owned(), view)
+        })
+        .collect();
+    let st = safetensors::serialize(views, None).unwrap();
+    vec![
+        (
+            "sample.zt".to_owned(),
+            std::fs::read(common::repo().join("models/sample.zt")).unwrap(),
+        ),
+        (
+            "nested/layers.zt".to_owned(),
+            std::fs::read(dir.join("layers.zt")).unwrap(),
+        ),
+        ("weights.safetensors".to_owned(), st),
+        (
+            "broken.zt".to_owned(),
+            std::fs::read(common::repo().join("tests/reject/overlap.zt")).unwrap(),
+        ),
+        (".hidden.zt".to_owned(), b"not listed".to_vec()),
+    ]
+}
+
+fn daemon_config(dir: &Path, s3: &S3) -> String {
+    common::config_file(
+        dir,
+        &format!(
+            "[catalog]\nrescan_interval_secs = 3600\n[storage]\nendpoint = \"{}\"\nregion = \"us-east-1\"\nallow_http = true\nmax_retries = 1\nretry_timeout_secs = 3\ncheck_interval_secs = 1\n",
+            s3.endpoint
+        ),
+    )
+}
+
+fn etag(s: &Server, path: &str) -> String {
+    let r = curl(&["-I"], &s.url(&format!("/v1/files/{path}")));
+    assert_eq!(r.status, 200, "{path}");
+    r.header("etag").unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_s3_root_serves_what_a_local_root_serves() {
+    let Some(bin) = s3s_fs() else { return };
+    let mut s3 = S3::start(&bin, "models");
+    let up = s3.uploader("models");
+    let local = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let files = files(scratch.path());
+    for (path, bytes) in &files {
+        let key = format!("prod/{path}");
+        up.put(
+            &KeyPath::from(key.as_str()),
+            PutPayload::from(bytes.clone()),
+        )
+        .await
+        .unwrap();
+        let to = local.path().join(path);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::write(to, bytes).unwrap();
+    }
+    up.put(
+        &KeyPath::from("other/outside.zt"),
+        PutPayload::from(files[0].1.clone()),
+    )
+    .await
+    .unwrap();
+
+    let cfg = daemon_config(scratch.path(), &s3);
+    let root = Path::new("s3://models/prod");
+    let env = credentials();
+    let a = Server::start_quic_env(root, &["--config", &cfg], &env);
+    let b = Server::start_quic_env(root, &["--config", &cfg], &env);
+    let l = Server::start_quic(local.path(), &[]);
+
+    // The same files, the same invalid one with its rule, nothing outside
+    // the prefix, no dotfile.
+    let listing = json(&a.url("/v1/files"));
+    // (The safetensors file is listed as hashing: its digests are computed
+    // on request, not in the background, on an object-storage root.)
+    let paths = |v: &serde_json::Value, keys: &[&str]| -> Vec<String> {
+        let mut p: Vec<String> = keys
+            .iter()
+            .flat_map(|k| v[k].as_array().unwrap())
+            .map(|f| f["path"].as_str().unwrap().to_owned())
+            .collect();
+        p.sort();
+        p
+    };
+    let served = ["nested/layers.zt", "sample.zt", "weights.safetensors"];
+    assert_eq!(paths(&listing, &["files", "hashing"]), served, "{listing}");
+    assert_eq!(
+        paths(&listing, &["unavailable"]),
+        ["broken.zt"],
+        "{listing}"
+    );
+    let reason = listing["unavailable"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("broken.zt") && reason.contains("overlap"),
+        "{reason}"
+    );
+
+    // `.zt` files with digests: content-derived ETags and manifests, the
+    // same as from the local root. The safetensors file's digests are
+    // computed: its ETag is the store version's, the same on both
+    // replicas before and after a whole-manifest request hashes it.
+    for path in ["sample.zt", "nested/layers.zt"] {
+        assert_eq!(etag(&a, path), etag(&l, path), "{path}");
+        let m = format!("/v1/files/{path}/manifest");
+        assert_eq!(curl(&[], &a.url(&m)).body, curl(&[], &l.url(&m)).body);
+    }
+    let st_tag = etag(&a, "weights.safetensors");
+    assert!(st_tag.starts_with("\"o-"), "{st_tag}");
+    assert_eq!(st_tag, etag(&b, "weights.safetensors"));
+    let ma = json(&a.url("/v1/files/weights.safetensors/manifest"));
+    let ml = json(&l.url("/v1/files/weights.safetensors/manifest"));
+    assert_eq!(ma["objects"], ml["objects"], "computed digests differ");
+    assert_eq!(st_tag, etag(&a, "weights.safetensors"));
+    assert_eq!(st_tag, etag(&b, "weights.safetensors"));
+
+    // A component's byte range, as curl -r asks for it.
+    let c = &ml["objects"]["b.bias"]["components"]["data"];
+    let (off, len) = (c["offset"].as_u64().unwrap(), c["length"].as_u64().unwrap());
+    let range = format!("{off}-{}", off + len - 1);
+    let got = curl(&["-r", &range], &a.url("/weights.safetensors"));
+    assert_eq!(got.status, 206);
+    let original = &files[2].1;
+    assert!(got.body == original[off as usize..(off + len) as usize]);
+
+    // Whole fetches, verified, over both transports.
+    let out = tempfile::tempdir().unwrap();
+    let (q, fp) = a.quic.clone().unwrap();
+    for (i, path) in ["nested/layers.zt", "weights.safetensors"]
+        .iter()
+        .enumerate()
+    {
+        for (j, (url, extra)) in [
+            (a.url(&format!("/{path}")), vec![]),
+            (
+                format!("quic://{q}/{path}"),
+                vec!["--cert-fingerprint", fp.as_str()],
+            ),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let to = out
+                .path()
+                .join(format!("{i}-{j}-{}", path.replace('/', "_")));
+            let mut args = vec!["fetch", url, "-o", to.to_str().unwrap()];
+            args.extend(extra);
+            let r = zt(&args);
+            assert!(
+                r.status.success(),
+                "{url}: {}",
+                String::from_utf8_lossy(&r.stderr)
+            );
+            // A safetensors copy is the file byte for byte; a `.zt` output
+            // is written anew, with the same objects.
+            let want = local.path().join(path);
+            if path.ends_with(".zt") {
+                common::fetch::same_objects(&to, &want, None);
+            } else {
+                let same = std::fs::read(&to).unwrap() == std::fs::read(&want).unwrap();
+                assert!(same, "{url}: not byte-identical");
+            }
+        }
+    }
+    let metrics = String::from_utf8(curl(&[], &a.url("/metrics")).body).unwrap();
+    let gets: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ztserve_store_requests_total{op=\"get\"} "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(gets >= 8, "{metrics}");
+    assert!(metrics.contains("ztserve_store_bytes_total"), "{metrics}");
+
+    // Replaced in the store under the daemon: the old entry's reads fail
+    // as changed, never mixing versions.
+    let old_tag = etag(&a, "sample.zt");
+    common::layered_model(&scratch.path().join("v2.zt"), 0..2);
+    let other = std::fs::read(scratch.path().join("v2.zt")).unwrap();
+    up.put(&KeyPath::from("prod/sample.zt"), PutPayload::from(other))
+        .await
+        .unwrap();
+    let r = curl(&[], &a.url("/sample.zt"));
+    assert!(
+        r.status != 200 || r.body != files[0].1,
+        "old bytes served after a change"
+    );
+    let logged = common::eventually(Duration::from_secs(5), || {
+        a.logs
+            .try_iter()
+            .any(|l| l.contains("changed on the server") && l.contains("sample.zt"))
+    });
+    assert!(logged, "no log line names the change");
+
+    // The store stops: not ready, naming it; the catalog is kept. Back:
+    // ready, and listed again at once (the new version served).
+    s3.stop();
+    let down = common::eventually(Duration::from_secs(15), || {
+        let r = curl(&[], &a.url("/readyz"));
+        r.status == 503 && String::from_utf8_lossy(&r.body).contains("s3://models/prod")
+    });
+    assert!(down, "/readyz did not report the store");
+    assert_eq!(
+        paths(&json(&a.url("/v1/files")), &["files", "hashing"]),
+        served
+    );
+    s3.resume();
+    let up_again = common::eventually(Duration::from_secs(20), || {
+        curl(&[], &a.url("/readyz")).status == 200
+    });
+    assert!(up_again, "/readyz did not recover");
+    let relisted = common::eventually(Duration::from_secs(10), || etag(&a, "sample.zt") != old_tag);
+    assert!(relisted, "the changed object was not listed again");
+}

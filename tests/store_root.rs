@@ -220,6 +220,15 @@ async fn an_s3_root_serves_what_a_local_root_serves() {
         .parse()
         .unwrap();
     assert!(gets >= 8, "{metrics}");
+    // What a digest check read was sent without reading it again.
+    let kept: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ztserve_store_kept_reads_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(kept > 0, "{metrics}");
+    assert!(metrics.contains("ztserve_store_get_seconds_bucket{le=\"+Inf\"}"), "{metrics}");
     assert!(metrics.contains("ztserve_store_bytes_total"), "{metrics}");
 
     // Replaced in the store under the daemon: the old entry's reads fail

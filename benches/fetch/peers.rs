@@ -12,6 +12,12 @@ use anyhow::{bail, Context, Result};
 pub(crate) struct Proc(Child);
 
 impl Proc {
+    /// Takes `child`, to be killed when dropped.
+    #[allow(dead_code)]
+    pub(crate) fn new(child: Child) -> Proc {
+        Proc(child)
+    }
+
     /// The process id (the load bench reads its peak RSS).
     #[allow(dead_code)]
     pub(crate) fn id(&self) -> u32 {

@@ -18,6 +18,7 @@ use bytes::Bytes;
 use zt_format::{FileManifest, Limits, Source};
 
 use super::object_root::{ObjectRoot, StoreError};
+use super::pread::READ_CHUNK;
 
 /// A served file's bytes.
 #[derive(Debug)]
@@ -37,10 +38,12 @@ pub struct StoredObject {
 }
 
 impl StoredObject {
-    /// Bytes `range`, all of them, or the store's error as an I/O error.
+    /// Bytes `range`, all of them (the piece a digest check kept for
+    /// exactly this range, if there is one), or the store's error as an
+    /// I/O error.
     pub(crate) fn read(&self, range: Range<u64>) -> io::Result<Bytes> {
         self.root
-            .read_blocking(&self.key, self.etag.as_deref(), range)
+            .read_kept(&self.key, self.etag.as_deref(), range)
             .map_err(io_error)
     }
 }
@@ -91,6 +94,48 @@ impl Blob {
         zt_format::read_source_with(source, label, size, limits, |buf, pos| {
             self.read_exact_at(buf, pos)
         })
+    }
+
+    /// Reads `range` in pieces of [`READ_CHUNK`] bytes, in order, handing
+    /// each to `f` (blocking); stops at the first error, a read's
+    /// ("reading N bytes at POS: ...") or `f`'s. An object's pieces are
+    /// fetched `storage.read_ahead` at a time and kept for the send that
+    /// follows a digest check (`keep`).
+    pub fn each_piece(
+        &self,
+        range: Range<u64>,
+        keep: bool,
+        mut f: impl FnMut(&[u8]) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let file = match self {
+            Blob::File(file) => file,
+            Blob::Object(o) => {
+                let etag = o.etag.as_deref();
+                return o.root.each_piece(&o.key, etag, range, READ_CHUNK, keep, f);
+            }
+        };
+        let len = READ_CHUNK.min(range.end.saturating_sub(range.start));
+        let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
+        let mut pos = range.start;
+        while pos < range.end {
+            let n = usize::try_from(READ_CHUNK.min(range.end - pos)).unwrap_or(0);
+            let part = buf.get_mut(..n).unwrap_or_default();
+            file.read_exact_at(part, pos)
+                .map_err(|e| format!("reading {n} bytes at {pos}: {e}"))?;
+            f(part)?;
+            pos += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Reads one reader keeps in flight: 1 for a local file (reads from
+    /// the page cache or the disk gain nothing from more), the store's
+    /// `storage.read_ahead` for an object.
+    pub(crate) fn read_ahead(&self) -> usize {
+        match self {
+            Blob::File(_) => 1,
+            Blob::Object(o) => o.root.read_ahead(),
+        }
     }
 
     /// The local file, for reads that only a file can do (from the page

@@ -8,12 +8,11 @@
 //! remembered: the next request tries again.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use zt_format::{Component, Encoding, Format, Hasher, Manifest, Object};
 
 use crate::server::blob::Blob;
-use crate::server::pread::READ_CHUNK as CHUNK;
 
 /// Why a component is not sent. Each names the file, object and component.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +35,10 @@ impl std::fmt::Display for Refusal {
 #[derive(Debug, Default)]
 pub(super) struct Checks {
     cells: Vec<OnceLock<Result<(), String>>>,
+    /// Held while a component is read for its check, so that requests
+    /// asking for it at once read it once (the others wait, then find
+    /// the answer); one per cell.
+    reading: Vec<Mutex<()>>,
     /// Each component's cell, by object, then role (looked up by `&str`).
     index: HashMap<String, HashMap<String, usize>>,
     /// The components that are byte ranges of this file, by offset
@@ -69,6 +72,9 @@ impl Checks {
             cells: (0..m.components().count())
                 .map(|_| OnceLock::new())
                 .collect(),
+            reading: (0..m.components().count())
+                .map(|_| Mutex::new(()))
+                .collect(),
             index,
             by_offset,
             fresh,
@@ -76,8 +82,11 @@ impl Checks {
     }
 
     fn cell(&self, object: &str, role: &str) -> Option<&OnceLock<Result<(), String>>> {
-        let i = *self.index.get(object)?.get(role)?;
-        self.cells.get(i)
+        self.cells.get(self.cell_index(object, role)?)
+    }
+
+    fn cell_index(&self, object: &str, role: &str) -> Option<usize> {
+        Some(*self.index.get(object)?.get(role)?)
     }
 
     /// The components whose stored bytes overlap `span`, by (object, role).
@@ -139,6 +148,14 @@ impl Checks {
         if let Some(done) = cell.get() {
             return done.clone().map_err(Refusal::Corrupt);
         }
+        let reading = self
+            .cell_index(object, role)
+            .and_then(|i| self.reading.get(i))
+            .map(|m| m.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        if let Some(done) = cell.get() {
+            return done.clone().map_err(Refusal::Corrupt);
+        }
+        let _reading = reading;
         let named = |e: String| format!("{path}: object {object:?}, component {role:?}: {e}");
         let ragged = m
             .objects
@@ -196,17 +213,12 @@ fn hash(file: &Blob, c: &Component) -> Result<Result<(), String>, String> {
         return Ok(Ok(()));
     };
     let mut h = Hasher::new(algorithm);
-    let mut buf = vec![0u8; usize::try_from(CHUNK.min(c.length)).unwrap_or(0)];
-    let mut pos = c.offset;
-    let end = c.offset.saturating_add(c.length);
-    while pos < end {
-        let n = usize::try_from(CHUNK.min(end - pos)).unwrap_or(0);
-        let part = buf.get_mut(..n).unwrap_or_default();
-        file.read_exact_at(part, pos)
-            .map_err(|e| format!("reading {} bytes at {pos}: {e}", part.len()))?;
-        h.update(part);
-        pos += n as u64;
-    }
+    // Kept for the send that follows: an object is then read once.
+    let range = c.offset..c.offset.saturating_add(c.length);
+    file.each_piece(range, true, |piece| {
+        h.update(piece);
+        Ok(())
+    })?;
     Ok(digest
         .compare(&h.finish())
         .map_err(|rule| format!("{}: {rule}", rule.name())))

@@ -243,6 +243,15 @@ pub struct StorageConfig {
     /// every object; requests then hash and verify what they read.
     #[serde(default)]
     pub background_reads: bool,
+    /// Ranged GETs one reader keeps in flight ahead of what it consumes
+    /// (a response, a ztp/1 component stream, a digest check).
+    #[serde(default = "defaults::storage_read_ahead")]
+    pub read_ahead: usize,
+    /// Bytes read from the store to check a component's digest, kept
+    /// (daemon-wide, at most this many) for the request to send instead of
+    /// reading them again.
+    #[serde(default = "defaults::storage_keep_verified_bytes")]
+    pub keep_verified_bytes: u64,
 }
 
 impl Default for StorageConfig {
@@ -257,6 +266,8 @@ impl Default for StorageConfig {
             retry_timeout_secs: defaults::storage_retry_timeout_secs(),
             check_interval_secs: defaults::storage_check_interval_secs(),
             background_reads: false,
+            read_ahead: defaults::storage_read_ahead(),
+            keep_verified_bytes: defaults::storage_keep_verified_bytes(),
         }
     }
 }
@@ -414,6 +425,12 @@ mod defaults {
     pub(super) fn storage_check_interval_secs() -> u64 {
         5
     }
+    pub(super) fn storage_read_ahead() -> usize {
+        4
+    }
+    pub(super) fn storage_keep_verified_bytes() -> u64 {
+        256 << 20
+    }
     pub(super) fn state_dir() -> std::path::PathBuf {
         "state".into()
     }
@@ -517,6 +534,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("storage.max_concurrent_gets", Kind::Int),
     ("storage.check_interval_secs", Kind::Int),
     ("storage.background_reads", Kind::Bool),
+    ("storage.read_ahead", Kind::Int),
+    ("storage.keep_verified_bytes", Kind::Int),
     ("storage.max_retries", Kind::Int),
     ("storage.retry_timeout_secs", Kind::Int),
 ];

@@ -15,6 +15,7 @@ mod etag;
 pub mod healthcheck;
 mod http;
 mod idle;
+mod kept;
 mod metrics;
 pub mod object_root;
 mod pread;

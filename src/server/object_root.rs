@@ -26,6 +26,7 @@ use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use tokio::sync::Semaphore;
 
 use super::config::StorageConfig;
+use super::kept::Kept;
 
 /// The URL schemes of object storage roots.
 const SCHEMES: [&str; 5] = ["s3://", "s3a://", "gs://", "az://", "abfss://"];
@@ -77,7 +78,15 @@ struct Counters {
     bytes: AtomicU64,
     /// Total seconds of GETs, in microseconds.
     get_micros: AtomicU64,
+    /// Reads served from the pieces a digest check kept.
+    kept_hits: AtomicU64,
+    /// GETs by duration, one count per bucket of [`GET_BUCKETS`] (not
+    /// cumulative; the rest are past the last bound).
+    get_buckets: [AtomicU64; GET_BUCKETS.len()],
 }
+
+/// Upper bounds, in seconds, of the GET duration histogram.
+const GET_BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
 
 /// An object-storage root.
 #[derive(Debug)]
@@ -90,6 +99,10 @@ pub struct ObjectRoot {
     /// The runtime the store's client runs on, for reads made from
     /// blocking threads ([`ObjectRoot::read_blocking`]).
     runtime: tokio::runtime::Handle,
+    /// Pieces read to check digests, kept for the sends that follow.
+    kept: Kept,
+    /// Ranged GETs one reader keeps in flight.
+    read_ahead: usize,
 }
 
 impl ObjectRoot {
@@ -163,6 +176,8 @@ impl ObjectRoot {
             gets: Semaphore::new(config.max_concurrent_gets.max(1)),
             counters: Counters::default(),
             runtime,
+            kept: Kept::new(config.keep_verified_bytes),
+            read_ahead: config.read_ahead.max(1),
         })
     }
 
@@ -288,10 +303,17 @@ impl ObjectRoot {
             Ok::<_, object_store::Error>((now, bytes))
         }
         .await;
-        let elapsed = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let took = started.elapsed();
+        let elapsed = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.counters
             .get_micros
             .fetch_add(elapsed, Ordering::Relaxed);
+        let secs = took.as_secs_f64();
+        if let Some(i) = GET_BUCKETS.iter().position(|b| secs <= *b) {
+            if let Some(b) = self.counters.get_buckets.get(i) {
+                b.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let (now, bytes) = result.map_err(|e| {
             self.counters.failures.fetch_add(1, Ordering::Relaxed);
             match (&e, etag) {
@@ -339,6 +361,62 @@ impl ObjectRoot {
         self.runtime.block_on(self.read(key, etag, range))
     }
 
+    /// [`ObjectRoot::read_blocking`], taking the piece a digest check
+    /// kept for exactly `range` if there is one.
+    pub(crate) fn read_kept(
+        &self,
+        key: &str,
+        etag: Option<&str>,
+        range: Range<u64>,
+    ) -> Result<Bytes, StoreError> {
+        if let Some(b) = self.kept.take(key, etag, &range) {
+            self.counters.kept_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(b);
+        }
+        self.read_blocking(key, etag, range)
+    }
+
+    /// Reads `range` of `key` in pieces of `piece` bytes, in order, with
+    /// `storage.read_ahead` GETs in flight, handing each to `f` (and, when
+    /// `keep`, keeping it for the send that follows); from a blocking
+    /// thread. Stops at the first error: the store's, or `f`'s.
+    pub(crate) fn each_piece(
+        &self,
+        key: &str,
+        etag: Option<&str>,
+        range: Range<u64>,
+        piece: u64,
+        keep: bool,
+        mut f: impl FnMut(&[u8]) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let starts =
+            (range.start..range.end).step_by(usize::try_from(piece.max(1)).unwrap_or(usize::MAX));
+        let reads = futures_util::stream::iter(starts)
+            .map(|at| {
+                let r = at..at.saturating_add(piece).min(range.end);
+                async move { (r.clone(), self.read(key, etag, r).await) }
+            })
+            .buffered(self.read_ahead);
+        self.runtime.block_on(async {
+            futures_util::pin_mut!(reads);
+            while let Some((r, got)) = reads.next().await {
+                let bytes = got.map_err(|e| {
+                    format!("reading {} bytes at {}: {e}", r.end - r.start, r.start)
+                })?;
+                if keep {
+                    self.kept.keep(key, etag, r.start, &bytes);
+                }
+                f(&bytes)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Ranged GETs one reader keeps in flight (`storage.read_ahead`).
+    pub(crate) fn read_ahead(&self) -> usize {
+        self.read_ahead
+    }
+
     /// [`ObjectRoot::list`] from a blocking thread.
     pub fn list_blocking(&self) -> Result<Vec<Listed>, StoreError> {
         self.runtime.block_on(self.list())
@@ -354,15 +432,57 @@ impl ObjectRoot {
         use std::fmt::Write as _;
         let c = &self.counters;
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut family = |name: &str, kind: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        family(
+            "ztserve_store_requests_total",
+            "counter",
+            "Requests to the object store, by operation.",
+        );
+        for (op, v) in [("list", &c.lists), ("head", &c.heads), ("get", &c.gets)] {
+            let _ = writeln!(out, "ztserve_store_requests_total{{op=\"{op}\"}} {}", n(v));
+        }
+        let mut one = |name: &str, kind: &str, help: &str, v: String| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+            );
+        };
+        one(
+            "ztserve_store_failures_total",
+            "counter",
+            "Object store requests that failed after the client's retries.",
+            n(&c.failures).to_string(),
+        );
+        one(
+            "ztserve_store_bytes_total",
+            "counter",
+            "Bytes read from the object store.",
+            n(&c.bytes).to_string(),
+        );
+        one("ztserve_store_kept_reads_total", "counter", "Reads served from bytes a digest check had just read from the store (storage.keep_verified_bytes).", n(&c.kept_hits).to_string());
+        one(
+            "ztserve_store_kept_bytes",
+            "gauge",
+            "Bytes kept from digest checks for the sends that follow.",
+            self.kept.held().to_string(),
+        );
+        let _ = writeln!(out, "# HELP ztserve_store_get_seconds Ranged GETs to the object store, by duration.\n# TYPE ztserve_store_get_seconds histogram");
+        let mut cumulative = 0;
+        for (bound, count) in GET_BUCKETS.iter().zip(&c.get_buckets) {
+            cumulative += n(count);
+            let _ = writeln!(
+                out,
+                "ztserve_store_get_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
+            );
+        }
         let _ = writeln!(
             out,
-            "# HELP ztserve_store_requests_total Requests to the object store, by operation.\n# TYPE ztserve_store_requests_total counter\nztserve_store_requests_total{{op=\"list\"}} {}\nztserve_store_requests_total{{op=\"head\"}} {}\nztserve_store_requests_total{{op=\"get\"}} {}\n# HELP ztserve_store_failures_total Object store requests that failed after the client's retries.\n# TYPE ztserve_store_failures_total counter\nztserve_store_failures_total {}\n# HELP ztserve_store_bytes_total Bytes read from the object store.\n# TYPE ztserve_store_bytes_total counter\nztserve_store_bytes_total {}\n# HELP ztserve_store_get_seconds_total Time spent in ranged GETs to the object store.\n# TYPE ztserve_store_get_seconds_total counter\nztserve_store_get_seconds_total {:.6}",
-            n(&c.lists),
-            n(&c.heads),
+            "ztserve_store_get_seconds_bucket{{le=\"+Inf\"}} {}\nztserve_store_get_seconds_sum {:.6}\nztserve_store_get_seconds_count {}",
             n(&c.gets),
-            n(&c.failures),
-            n(&c.bytes),
-            n(&c.get_micros) as f64 / 1e6
+            n(&c.get_micros) as f64 / 1e6,
+            n(&c.gets)
         );
     }
 }

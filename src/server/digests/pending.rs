@@ -14,7 +14,6 @@ use zt_format::{DigestAlgorithm, Hasher as DigestHasher};
 use super::worker::Queue;
 use super::Computed;
 use crate::server::catalog::{Entry, Found, Served};
-use crate::server::pread::READ_CHUNK;
 
 /// Told the length of each chunk read; an error stops the hashing.
 pub(super) type Pace<'a> = dyn FnMut(u64) -> Result<(), String> + 'a;
@@ -98,7 +97,7 @@ impl Pending {
         let mut out = Computed::new();
         let mut result = Ok(());
         for (o, r) in self.cells.keys().filter(|(o, _)| objects.contains(o)) {
-            match self.digest_of(o, r, q.algorithm, &mut pace) {
+            match self.digest_of(o, r, q.algorithm, true, &mut pace) {
                 Ok(d) => {
                     out.entry(o.clone()).or_default().insert(r.clone(), d);
                 }
@@ -129,12 +128,14 @@ impl Pending {
     }
 
     /// One component's digest: the one already computed, or hashed now
-    /// with `algorithm`, `pace` told of each chunk read.
+    /// with `algorithm`, `pace` told of each chunk read; an object's bytes
+    /// are kept for the send that follows when `keep` (a request's hashing).
     pub(super) fn digest_of(
         &self,
         object: &str,
         role: &str,
         algorithm: DigestAlgorithm,
+        keep: bool,
         pace: &mut Pace<'_>,
     ) -> Result<String, String> {
         let f = &self.found;
@@ -163,22 +164,23 @@ impl Pending {
         if c.synthesized {
             h.update(f.synthesized.get(&key).map_or(&[][..], Vec::as_slice));
         } else {
-            let mut buf = vec![0u8; usize::try_from(READ_CHUNK.min(c.length)).unwrap_or(0)];
-            let end = c.offset.saturating_add(c.length);
-            let mut pos = c.offset;
-            while pos < end {
-                let n = usize::try_from(READ_CHUNK.min(end - pos)).unwrap_or(0);
-                let part = buf.get_mut(..n).unwrap_or_default();
-                f.file
-                    .read_exact_at(part, pos)
-                    .map_err(|e| format!("{}: reading {n} bytes at {pos}: {e}", at()))?;
+            let range = c.offset..c.offset.saturating_add(c.length);
+            // Why pacing stopped the hashing (it names the file itself).
+            let mut stopped = None;
+            let read = f.file.each_piece(range, keep, |part| {
                 h.update(part);
                 if let Some(crc) = &mut crc {
                     crc.update(part);
                 }
-                pos += n as u64;
-                pace(n as u64)?;
+                pace(part.len() as u64).map_err(|why| {
+                    stopped = Some(why);
+                    String::new()
+                })
+            });
+            if let Some(why) = stopped {
+                return Err(why);
             }
+            read.map_err(|e| format!("{}: {e}", at()))?;
         }
         if let (Some(want), Some(crc)) = (stored, crc) {
             let got = crc.finish();

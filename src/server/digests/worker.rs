@@ -164,7 +164,7 @@ fn hash(job: &Pending, rate: u64, q: &Queue) -> Result<Computed, String> {
     let mut out = Computed::new();
     for (o, r) in job.missing() {
         job.running()?;
-        let d = job.digest_of(o, r, q.algorithm, &mut pace)?;
+        let d = job.digest_of(o, r, q.algorithm, false, &mut pace)?;
         out.entry(o.clone()).or_default().insert(r.clone(), d);
     }
     Ok(out)

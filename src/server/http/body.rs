@@ -35,53 +35,62 @@ fn file_stream(
     state: Arc<State>,
     range: Range<u64>,
 ) -> impl Stream<Item = io::Result<Bytes>> + Send {
-    stream::unfold(range.start, move |pos| {
-        let served = Arc::clone(&served);
-        let state = Arc::clone(&state);
-        let end = range.end;
-        let path = served.path.clone();
-        async move {
-            if pos >= end {
-                return None;
-            }
-            let n = CHUNK.min(end - pos);
-            // Bytes already checked and in the page cache are read here,
-            // without a hop to the blocking pool.
-            let fast = (n <= CACHED_READ_MAX && served.is_checked_span(&(pos..pos + n)))
-                .then(|| read_cached(served.file.as_file()?, n as usize, pos))
-                .flatten();
-            if let Some(item) = fast {
-                if item.is_ok() {
-                    state.metrics.add_bytes(n);
-                }
-                let next = if item.is_ok() { pos + n } else { end };
-                return Some((item, next));
-            }
-            let check_state = Arc::clone(&state);
-            let read = tokio::task::spawn_blocking(move || {
-                if let Err(refusal) = served.check_span(&(pos..pos + n)) {
-                    check_state.catalog.digest_metrics().count_abort();
-                    tracing::error!(file = %served.path, offset = pos, %refusal, "component failed its digest mid-response; connection cut");
-                    return Err(io::Error::other(refusal.to_string()));
-                }
-                crate::server::pread::read_shared(&served.file, n as usize, pos)
-            })
-            .await;
-            let item = match read {
-                Ok(Ok(buf)) => {
-                    state.metrics.add_bytes(n);
-                    Ok(buf)
-                }
-                Ok(Err(e)) => {
-                    tracing::warn!(file = %path, error = %e, offset = pos, "read failed mid-response (file truncated?)");
-                    Err(e)
-                }
-                Err(e) => Err(io::Error::other(e)),
-            };
-            let next = if item.is_ok() { pos + n } else { end };
-            Some((item, next))
+    // An object's chunks are fetched a few at a time (`storage.read_ahead`);
+    // a local file's one at a time.
+    let ahead = served.file.read_ahead();
+    let end = range.end;
+    let chunks = (range.start..end)
+        .step_by(usize::try_from(CHUNK).unwrap_or(usize::MAX))
+        .map(move |pos| pos..(pos + CHUNK).min(end));
+    stream::iter(chunks)
+        .map(move |span| read_chunk(Arc::clone(&served), Arc::clone(&state), span))
+        .buffered(ahead)
+        // The first failure ends the body.
+        .scan(false, |failed, item| {
+            let next = (!*failed).then(|| {
+                *failed = item.is_err();
+                item
+            });
+            std::future::ready(next)
+        })
+}
+
+/// One chunk of a response, checked first.
+async fn read_chunk(served: Arc<Served>, state: Arc<State>, span: Range<u64>) -> io::Result<Bytes> {
+    let (pos, n) = (span.start, span.end - span.start);
+    // Bytes already checked and in the page cache are read here,
+    // without a hop to the blocking pool.
+    let fast = (n <= CACHED_READ_MAX && served.is_checked_span(&span))
+        .then(|| read_cached(served.file.as_file()?, n as usize, pos))
+        .flatten();
+    if let Some(item) = fast {
+        if item.is_ok() {
+            state.metrics.add_bytes(n);
         }
+        return item;
+    }
+    let path = served.path.clone();
+    let check_state = Arc::clone(&state);
+    let read = tokio::task::spawn_blocking(move || {
+        if let Err(refusal) = served.check_span(&span) {
+            check_state.catalog.digest_metrics().count_abort();
+            tracing::error!(file = %served.path, offset = pos, %refusal, "component failed its digest mid-response; connection cut");
+            return Err(io::Error::other(refusal.to_string()));
+        }
+        crate::server::pread::read_shared(&served.file, n as usize, pos)
     })
+    .await;
+    match read {
+        Ok(Ok(buf)) => {
+            state.metrics.add_bytes(n);
+            Ok(buf)
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(file = %path, error = %e, offset = pos, "read failed mid-response (file truncated or changed?)");
+            Err(e)
+        }
+        Err(e) => Err(io::Error::other(e)),
+    }
 }
 
 /// A body made of literal parts and file ranges.

@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use futures_util::StreamExt as _;
 use quinn::{Connection, SendStream, VarInt};
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
@@ -213,29 +214,44 @@ async fn send_one(
         }
     }
     let memory = served.synthesized(&h.object, &h.component);
-    let mut pos = h.offset;
     let end = h.offset.saturating_add(h.length);
-    while pos < end {
+    // An object's chunks are fetched a few at a time (`storage.read_ahead`);
+    // a local file's, and bytes in memory, one at a time.
+    let ahead = match memory {
+        Some(_) => 1,
+        None => served.file.read_ahead(),
+    };
+    let memory = &memory;
+    let chunks = (h.offset..end)
+        .step_by(usize::try_from(CHUNK).unwrap_or(usize::MAX))
+        .map(|pos| (pos, CHUNK.min(end - pos)));
+    let reads = futures_util::stream::iter(chunks)
+        .map(|(pos, n)| async move {
+            let buf = match memory {
+                // A synthesized component: its offset is 0, its bytes are here.
+                Some(b) => Ok(b.slice(
+                    usize::try_from(pos).unwrap_or(0)..usize::try_from(pos + n).unwrap_or(0),
+                )),
+                None => read_chunk(state, served, h, pos, n).await,
+            };
+            buf.map(|b| (b, n))
+        })
+        .buffered(ahead);
+    futures_util::pin_mut!(reads);
+    while let Some(read) = reads.next().await {
         if ctl.is_cancelled(&h.object, &h.component) {
             let _ = stream.reset(code(Code::Cancelled));
             return Written::Cancelled;
         }
-        let n = CHUNK.min(end - pos);
-        let buf = match &memory {
-            // A synthesized component: its offset is 0, its bytes are here.
-            Some(b) => {
-                b.slice(usize::try_from(pos).unwrap_or(0)..usize::try_from(pos + n).unwrap_or(0))
+        let (buf, n) = match read {
+            Ok(read) => read,
+            Err((c, why)) => {
+                let _ = stream.reset(code(c));
+                return match why {
+                    Some(why) => Written::Refused(c, why),
+                    None => Written::Gone,
+                };
             }
-            None => match read_chunk(state, served, h, pos, n).await {
-                Ok(b) => b,
-                Err((c, why)) => {
-                    let _ = stream.reset(code(c));
-                    return match why {
-                        Some(why) => Written::Refused(c, why),
-                        None => Written::Gone,
-                    };
-                }
-            },
         };
         // The write stays pinned across cancellation checks: dropping a
         // half-done write and starting it again would send bytes twice.
@@ -273,7 +289,6 @@ async fn send_one(
         }
         state.metrics.add_bytes(n);
         state.metrics.add_quic_bytes(n);
-        pos += n;
     }
     // Every byte is with quinn: the next stream may start while this one
     // waits for the peer's acknowledgements.

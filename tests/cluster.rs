@@ -1,12 +1,16 @@
-//! Three replicas of the image on one private Docker network, serving one
-//! read-only model directory (the stand-in, until object storage, for the
-//! store they share), each with the same certificate and nothing else in
-//! common. They must give the same manifests and ETags; a replica killed
-//! in the middle of a fetch must not fail it (`zt fetch --mirror` goes on
-//! from another and verifies); and a rolling restart of all three under a
-//! steady load of fetches must complete every fetch, verified.
+//! `deploy/docker-compose.s3.yml` run for real (with Compose v1): three
+//! replicas of the image, on a network apart from their S3 store
+//! (`s3s-fs`, into which the test uploads through the S3 API), sharing
+//! only the store and a TLS certificate. They must give the same
+//! manifests and ETags; a replica killed in the middle of a fetch must not
+//! fail it (`zt fetch --mirror` goes on from another and verifies); a
+//! replica cut off from the store must turn not ready, naming it, and
+//! recover once reconnected; and a rolling restart of all three under a
+//! steady load of fetches (about 30 s) must complete every fetch, verified.
 //!
-//! SKIPPED without a Docker engine, unless `ZT_REQUIRE_DOCKER=1`.
+//! SKIPPED without a Docker engine (unless `ZT_REQUIRE_DOCKER=1`) or
+//! without `s3s-fs` and docker-compose (unless `ZT_REQUIRE_S3=1` and
+//! `ZT_REQUIRE_DOCKER=1` respectively).
 
 mod common;
 
@@ -17,80 +21,96 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::docker::{build_image, docker_ok, engine, fingerprint, wait_ready, Cleanup};
+use common::docker::{build_image, docker, docker_ok, engine, fingerprint, Cleanup, BASE};
 use common::fetch::{big_model, fault_mid_fetch, same_objects};
+use common::s3::{s3s_fs, uploader_at, KEY, SECRET};
 use common::{curl, free_port, repo, zt_bin, Server};
+use object_store::path::Path as KeyPath;
+use object_store::{ObjectStoreExt, PutPayload};
 
-const REPLICAS: usize = 3;
+const REPLICAS: [&str; 3] = ["r0", "r1", "r2"];
+const FILE: &str = "deploy/docker-compose.s3.yml";
 
 fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-/// One replica: its container, host ports (TCP and UDP share the number)
-/// and state directory.
-struct Replica {
-    name: String,
-    port: u16,
+/// The cluster: the compose project and what its file is given.
+struct Cluster {
+    project: String,
+    env: Vec<(String, String)>,
+    ports: Vec<u16>,
 }
 
-impl Replica {
-    fn http(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+impl Cluster {
+    fn compose(&self, args: &[&str]) -> String {
+        let out = Command::new("docker-compose")
+            .args(["-p", &self.project, "-f", FILE])
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(repo())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "docker-compose {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
-    fn quic(&self) -> String {
-        format!("quic://127.0.0.1:{}", self.port)
+
+    fn container(&self, service: &str) -> String {
+        format!("{}_{service}_1", self.project)
+    }
+
+    fn https(&self, i: usize) -> String {
+        format!("https://127.0.0.1:{}", self.ports[i])
+    }
+
+    fn quic(&self, i: usize) -> String {
+        format!("quic://127.0.0.1:{}", self.ports[i])
+    }
+
+    /// `/readyz` of replica `i`: its status and body.
+    fn readyz(&self, i: usize) -> (u16, String) {
+        let r = curl(&["-k"], &format!("{}/readyz", self.https(i)));
+        (r.status, String::from_utf8_lossy(&r.body).into_owned())
+    }
+
+    fn wait_ready(&self, i: usize) {
+        let ready = common::eventually(Duration::from_secs(40), || self.readyz(i).0 == 200);
+        assert!(
+            ready,
+            "{} not ready: {:?}\n{}",
+            REPLICAS[i],
+            self.readyz(i),
+            docker_ok(&["logs", "--tail", "20", &self.container(REPLICAS[i])])
+        );
     }
 }
 
-/// `docker run` of replica `name` on `network`, its state directory
-/// holding the shared certificate.
-fn run_replica(tag: &str, network: &str, models: &Path, state: &Path, r: &Replica) {
-    docker_ok(&[
-        "run",
-        "-d",
-        "--name",
-        &r.name,
-        "--network",
-        network,
-        "--read-only",
-        "-v",
-        &format!("{}:/models:ro", models.display()),
-        "-v",
-        &format!("{}:/var/lib/ztserve", state.display()),
-        "-p",
-        &format!("127.0.0.1:{}:7070/tcp", r.port),
-        "-p",
-        &format!("127.0.0.1:{}:7070/udp", r.port),
-        tag,
-    ]);
-    wait_ready(&r.http(), &r.name);
-}
-
-/// The certificate and key the replicas share (made once by a local
-/// daemon), readable by the image's user.
+/// A certificate and key for the replicas to share (made by a local
+/// daemon as its QUIC certificate), readable by the image's user.
 fn shared_certificate() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
     drop(Server::start_quic(
         &repo().join("models"),
-        &["--state-dir", dir.path().to_str().unwrap()],
+        &["--state-dir", state.path().to_str().unwrap()],
     ));
-    for f in ["quic-cert.pem", "quic-key.pem"] {
-        chmod(&dir.path().join(f), 0o644);
+    let dir = tempfile::tempdir().unwrap();
+    chmod(dir.path(), 0o755);
+    for (from, to) in [("quic-cert.pem", "cert.pem"), ("quic-key.pem", "key.pem")] {
+        std::fs::copy(state.path().join(from), dir.path().join(to)).unwrap();
+        chmod(&dir.path().join(to), 0o644);
     }
     dir
 }
 
 fn etag_and_body(url: &str) -> (String, Vec<u8>) {
-    let r = curl(&["-i"], url);
-    let text = String::from_utf8_lossy(&r.body).to_ascii_lowercase();
-    let etag = text
-        .lines()
-        .find(|l| l.starts_with("etag:"))
-        .unwrap_or_default()
-        .to_owned();
-    let body = curl(&[], url).body;
-    (etag, body)
+    let r = curl(&["-k"], url);
+    assert_eq!(r.status, 200, "{url}");
+    (r.header("etag").unwrap_or_default().to_owned(), r.body)
 }
 
 fn zt_fetch(url: &str, mirrors: &[String], out: &Path, fp: &str) -> std::process::Output {
@@ -102,66 +122,108 @@ fn zt_fetch(url: &str, mirrors: &[String], out: &Path, fp: &str) -> std::process
     cmd.args(["--cert-fingerprint", fp]).output().unwrap()
 }
 
+fn compose_installed() -> bool {
+    let there = Command::new("docker-compose")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !there {
+        let required = std::env::var("ZT_REQUIRE_DOCKER").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "ZT_REQUIRE_DOCKER=1 but docker-compose is missing"
+        );
+        eprintln!("SKIPPED: no docker-compose");
+    }
+    there
+}
+
 #[test]
-fn replicas_agree_survive_a_kill_mid_fetch_and_a_rolling_restart() {
-    if !engine() {
+fn replicas_over_s3_agree_survive_a_kill_a_cut_store_and_a_rolling_restart() {
+    if !engine() || !compose_installed() {
         return;
     }
+    let Some(s3s) = s3s_fs() else { return };
     let pid = std::process::id();
     let tag = format!("zt-test/ztserve:cluster-{pid}");
-    let network = format!("zt-test-net-{pid}");
     let mut cleanup = Cleanup::default();
     build_image(&tag, &mut cleanup);
-    docker_ok(&["network", "create", &network]);
-    cleanup.networks.push(network.clone());
 
-    let models = tempfile::tempdir().unwrap();
-    chmod(models.path(), 0o755);
-    let big = big_model(models.path());
-    std::fs::copy(
-        repo().join("models/sample.zt"),
-        models.path().join("sample.zt"),
-    )
-    .unwrap();
-    for f in [&big, &models.path().join("sample.zt")] {
-        chmod(f, 0o444);
-    }
+    let data = tempfile::tempdir().unwrap();
+    std::fs::create_dir(data.path().join("models")).unwrap();
     let cert = shared_certificate();
-    let replicas: Vec<Replica> = (0..REPLICAS)
-        .map(|i| Replica {
-            name: format!("zt-test-r{i}-{pid}"),
-            port: free_port(),
-        })
-        .collect();
-    let mut states = Vec::new();
-    for r in &replicas {
-        cleanup.containers.push(r.name.clone());
-        let state = tempfile::tempdir().unwrap();
-        chmod(state.path(), 0o777);
-        for f in ["quic-cert.pem", "quic-key.pem"] {
-            std::fs::copy(cert.path().join(f), state.path().join(f)).unwrap();
-        }
-        run_replica(&tag, &network, models.path(), state.path(), r);
-        states.push(state);
+    let ports: Vec<u16> = (0..REPLICAS.len()).map(|_| free_port()).collect();
+    let store_port = free_port();
+    let project = format!("zttest{pid}");
+    let mut env: Vec<(String, String)> = vec![
+        ("ZTSERVE_IMAGE".into(), tag.clone()),
+        ("STORE_IMAGE".into(), BASE.into()),
+        ("S3S_FS".into(), s3s.display().to_string()),
+        ("STORE_DATA".into(), data.path().display().to_string()),
+        ("STORE_PORT".into(), store_port.to_string()),
+        ("ZT_CERT_DIR".into(), cert.path().display().to_string()),
+        ("AWS_ACCESS_KEY_ID".into(), KEY.into()),
+        ("AWS_SECRET_ACCESS_KEY".into(), SECRET.into()),
+    ];
+    for (i, p) in ports.iter().enumerate() {
+        env.push((format!("R{i}_PORT"), p.to_string()));
     }
-    let fp = fingerprint(&replicas[0].name);
+    let cluster = Cluster {
+        project,
+        env,
+        ports,
+    };
+    for s in ["store", "r0", "r1", "r2"] {
+        cleanup.containers.push(cluster.container(s));
+    }
+    for n in ["front", "store"] {
+        cleanup.networks.push(format!("{}_{n}", cluster.project));
+    }
+
+    // The store first, filled through the S3 API; then the replicas.
+    cluster.compose(&["up", "-d", "--no-build", "store"]);
+    let models = tempfile::tempdir().unwrap();
+    let big = big_model(models.path());
+    let sample = repo().join("models/sample.zt");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = uploader_at(&format!("http://127.0.0.1:{store_port}"), "models");
+    let uploaded = common::eventually(Duration::from_secs(20), || {
+        rt.block_on(async {
+            for (key, file) in [("prod/big.zt", &big), ("prod/sample.zt", &sample)] {
+                let bytes = std::fs::read(file).unwrap();
+                up.put(&KeyPath::from(key), PutPayload::from(bytes)).await?;
+            }
+            Ok::<_, object_store::Error>(())
+        })
+        .is_ok()
+    });
+    assert!(uploaded, "uploading to the store failed");
+    cluster.compose(&["up", "-d", "--no-build"]);
+    for i in 0..REPLICAS.len() {
+        cluster.wait_ready(i);
+    }
+    let fp = fingerprint(&cluster.container("r0"));
 
     // The same manifests, ETags and certificate everywhere.
-    for file in ["big.zt", "sample.zt"] {
-        let first = etag_and_body(&format!("{}/v1/files/{file}/manifest", replicas[0].http()));
-        assert!(first.0.starts_with("etag:"), "{file}: no ETag");
-        for r in &replicas[1..] {
-            let other = etag_and_body(&format!("{}/v1/files/{file}/manifest", r.http()));
-            assert_eq!(other.0, first.0, "{file}: ETag of {}", r.name);
-            assert!(other.1 == first.1, "{file}: manifest of {}", r.name);
+    for (file, path, kind) in [
+        ("big.zt", "/v1/files/big.zt/manifest", "\"m-"),
+        ("sample.zt", "/v1/files/sample.zt/manifest", "\"m-"),
+        ("sample.zt", "/sample.zt", "\"zt-"),
+    ] {
+        let url = |i| format!("{}{path}", cluster.https(i));
+        let first = etag_and_body(&url(0));
+        assert!(first.0.starts_with(kind), "{file}: ETag {}", first.0);
+        for (i, r) in REPLICAS.iter().enumerate().skip(1) {
+            let other = etag_and_body(&url(i));
+            assert_eq!(other.0, first.0, "{file}: ETag of {r}");
+            assert!(other.1 == first.1, "{file}: manifest of {r}");
         }
     }
-    for r in &replicas[1..] {
+    for r in &REPLICAS[1..] {
         assert_eq!(
-            fingerprint(&r.name),
+            fingerprint(&cluster.container(r)),
             fp,
-            "{}: the shared certificate",
-            r.name
+            "{r}: the certificate"
         );
     }
 
@@ -170,33 +232,61 @@ fn replicas_agree_survive_a_kill_mid_fetch_and_a_rolling_restart() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("big.zt");
     let relay = common::relay::Relay::tcp(
-        format!("127.0.0.1:{}", replicas[0].port).parse().unwrap(),
+        format!("127.0.0.1:{}", cluster.ports[0]).parse().unwrap(),
         20_000_000,
     );
-    let first = format!("http://{}/v1/files/big.zt", relay.addr);
-    let mirror = format!("{}/v1/files/big.zt", replicas[1].http());
-    let r = fault_mid_fetch(&first, &out, &["--mirror", &mirror], || {
-        docker_ok(&["kill", &replicas[0].name]);
-    });
+    let first = format!("https://{}/v1/files/big.zt", relay.addr);
+    let mirror = format!("{}/v1/files/big.zt", cluster.https(1));
+    let r = fault_mid_fetch(
+        &first,
+        &out,
+        &["--mirror", &mirror, "--cert-fingerprint", &fp],
+        || {
+            docker_ok(&["kill", &cluster.container("r0")]);
+        },
+    );
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(r.status.success(), "{err}");
     assert!(err.contains(&format!("going on from {mirror}")), "{err}");
     assert!(err.contains("resumed from the journal"), "{err}");
     same_objects(&big, &out, None);
     drop(relay);
-    docker_ok(&["start", &replicas[0].name]);
-    wait_ready(&replicas[0].http(), &replicas[0].name);
+    docker_ok(&["start", &cluster.container("r0")]);
+    cluster.wait_ready(0);
 
-    // A rolling restart under a steady, bounded load: two clients fetch
-    // the sample model over alternating transports, each naming every
-    // replica (starting from a different one), until the restart is over.
+    // Cut off from the store (its network only; clients still reach it):
+    // not ready, naming the store; the others stay ready. Reconnected:
+    // ready again.
+    let store_net = format!("{}_store", cluster.project);
+    docker_ok(&[
+        "network",
+        "disconnect",
+        &store_net,
+        &cluster.container("r1"),
+    ]);
+    let cut = common::eventually(Duration::from_secs(30), || {
+        let (status, body) = cluster.readyz(1);
+        status == 503 && body.contains("store_unreachable") && body.contains("s3://models/prod")
+    });
+    assert!(
+        cut,
+        "r1 still ready without its store: {:?}",
+        cluster.readyz(1)
+    );
+    assert_eq!(cluster.readyz(0).0, 200);
+    assert_eq!(cluster.readyz(2).0, 200);
+    docker_ok(&["network", "connect", &store_net, &cluster.container("r1")]);
+    cluster.wait_ready(1);
+
+    // A rolling restart under a steady, bounded load (about 30 s): two
+    // clients fetch the sample model over alternating transports, each
+    // naming every replica (starting from a different one).
     let stop = Arc::new(AtomicBool::new(false));
-    let urls: Vec<(String, String)> = replicas
-        .iter()
-        .map(|r| {
+    let urls: Vec<(String, String)> = (0..REPLICAS.len())
+        .map(|i| {
             (
-                format!("{}/v1/files/sample.zt", r.http()),
-                format!("{}/sample.zt", r.quic()),
+                format!("{}/v1/files/sample.zt", cluster.https(i)),
+                format!("{}/sample.zt", cluster.quic(i)),
             )
         })
         .collect();
@@ -205,6 +295,7 @@ fn replicas_agree_survive_a_kill_mid_fetch_and_a_rolling_restart() {
             let (stop, urls, fp) = (Arc::clone(&stop), urls.clone(), fp.clone());
             std::thread::spawn(move || {
                 let dir = tempfile::tempdir().unwrap();
+                let want = std::fs::read(repo().join("models/sample.zt")).unwrap();
                 let mut done = 0usize;
                 let mut i = c;
                 while !stop.load(Ordering::SeqCst) {
@@ -222,26 +313,25 @@ fn replicas_agree_survive_a_kill_mid_fetch_and_a_rolling_restart() {
                         String::from_utf8_lossy(&r.stderr)
                     );
                     assert!(
-                        std::fs::read(&out).unwrap()
-                            == std::fs::read(repo().join("models/sample.zt")).unwrap(),
+                        std::fs::read(&out).unwrap() == want,
                         "fetch {i}: not the served file"
                     );
                     std::fs::remove_file(&out).unwrap();
                     done += 1;
                     i += 2;
-                    std::thread::sleep(Duration::from_millis(50));
+                    std::thread::sleep(Duration::from_millis(100));
                 }
                 done
             })
         })
         .collect();
     let started = Instant::now();
-    for r in &replicas {
-        std::thread::sleep(Duration::from_secs(2));
-        docker_ok(&["restart", "-t", "10", &r.name]);
-        wait_ready(&r.http(), &r.name);
+    for (i, r) in REPLICAS.iter().enumerate() {
+        std::thread::sleep(Duration::from_secs(6));
+        docker_ok(&["restart", "-t", "10", &cluster.container(r)]);
+        cluster.wait_ready(i);
     }
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(6));
     stop.store(true, Ordering::SeqCst);
     let fetched: usize = clients.into_iter().map(|c| c.join().unwrap()).sum();
     eprintln!(
@@ -249,4 +339,5 @@ fn replicas_agree_survive_a_kill_mid_fetch_and_a_rolling_restart() {
         started.elapsed().as_secs_f64()
     );
     assert!(fetched >= 10, "only {fetched} fetches during the restart");
+    let _ = docker(&["logs", "--tail", "5", &cluster.container("store")]);
 }

@@ -228,7 +228,10 @@ async fn an_s3_root_serves_what_a_local_root_serves() {
         .parse()
         .unwrap();
     assert!(kept > 0, "{metrics}");
-    assert!(metrics.contains("ztserve_store_get_seconds_bucket{le=\"+Inf\"}"), "{metrics}");
+    assert!(
+        metrics.contains("ztserve_store_get_seconds_bucket{le=\"+Inf\"}"),
+        "{metrics}"
+    );
     assert!(metrics.contains("ztserve_store_bytes_total"), "{metrics}");
 
     // Replaced in the store under the daemon: the old entry's reads fail

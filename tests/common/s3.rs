@@ -100,17 +100,23 @@ impl S3 {
 
     /// A client of the store's own, for uploading through the S3 API.
     pub fn uploader(&self, bucket: &str) -> impl ObjectStore {
-        zt_client::trust::install_provider();
-        AmazonS3Builder::new()
-            .with_bucket_name(bucket)
-            .with_endpoint(&self.endpoint)
-            .with_region("us-east-1")
-            .with_allow_http(true)
-            .with_access_key_id(KEY)
-            .with_secret_access_key(SECRET)
-            .build()
-            .unwrap()
+        uploader_at(&self.endpoint, bucket)
     }
+}
+
+/// A client of the S3 server at `endpoint` (with the tests' credentials),
+/// for uploading through the S3 API.
+pub fn uploader_at(endpoint: &str, bucket: &str) -> impl ObjectStore {
+    zt_client::trust::install_provider();
+    AmazonS3Builder::new()
+        .with_bucket_name(bucket)
+        .with_endpoint(endpoint)
+        .with_region("us-east-1")
+        .with_allow_http(true)
+        .with_access_key_id(KEY)
+        .with_secret_access_key(SECRET)
+        .build()
+        .unwrap()
 }
 
 pub fn credentials() -> Vec<(String, String)> {

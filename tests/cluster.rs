@@ -14,98 +14,17 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::docker::{build_image, docker, docker_ok, engine, fingerprint, Cleanup, BASE};
+use common::compose::{self, Cluster, REPLICAS};
+use common::docker::{docker_ok, engine, fingerprint};
 use common::fetch::{big_model, fault_mid_fetch, same_objects};
-use common::s3::{s3s_fs, uploader_at, KEY, SECRET};
-use common::{curl, free_port, repo, zt_bin, Server};
-use object_store::path::Path as KeyPath;
-use object_store::{ObjectStoreExt, PutPayload};
-
-const REPLICAS: [&str; 3] = ["r0", "r1", "r2"];
-const FILE: &str = "deploy/docker-compose.s3.yml";
-
-fn chmod(p: &Path, mode: u32) {
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-/// The cluster: the compose project and what its file is given.
-struct Cluster {
-    project: String,
-    env: Vec<(String, String)>,
-    ports: Vec<u16>,
-}
-
-impl Cluster {
-    fn compose(&self, args: &[&str]) -> String {
-        let out = Command::new("docker-compose")
-            .args(["-p", &self.project, "-f", FILE])
-            .args(args)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(repo())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "docker-compose {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn container(&self, service: &str) -> String {
-        format!("{}_{service}_1", self.project)
-    }
-
-    fn https(&self, i: usize) -> String {
-        format!("https://127.0.0.1:{}", self.ports[i])
-    }
-
-    fn quic(&self, i: usize) -> String {
-        format!("quic://127.0.0.1:{}", self.ports[i])
-    }
-
-    /// `/readyz` of replica `i`: its status and body.
-    fn readyz(&self, i: usize) -> (u16, String) {
-        let r = curl(&["-k"], &format!("{}/readyz", self.https(i)));
-        (r.status, String::from_utf8_lossy(&r.body).into_owned())
-    }
-
-    fn wait_ready(&self, i: usize) {
-        let ready = common::eventually(Duration::from_secs(40), || self.readyz(i).0 == 200);
-        assert!(
-            ready,
-            "{} not ready: {:?}\n{}",
-            REPLICAS[i],
-            self.readyz(i),
-            docker_ok(&["logs", "--tail", "20", &self.container(REPLICAS[i])])
-        );
-    }
-}
-
-/// A certificate and key for the replicas to share (made by a local
-/// daemon as its QUIC certificate), readable by the image's user.
-fn shared_certificate() -> tempfile::TempDir {
-    let state = tempfile::tempdir().unwrap();
-    drop(Server::start_quic(
-        &repo().join("models"),
-        &["--state-dir", state.path().to_str().unwrap()],
-    ));
-    let dir = tempfile::tempdir().unwrap();
-    chmod(dir.path(), 0o755);
-    for (from, to) in [("quic-cert.pem", "cert.pem"), ("quic-key.pem", "key.pem")] {
-        std::fs::copy(state.path().join(from), dir.path().join(to)).unwrap();
-        chmod(&dir.path().join(to), 0o644);
-    }
-    dir
-}
+use common::s3::s3s_fs;
+use common::{curl, repo, zt_bin};
 
 fn etag_and_body(url: &str) -> (String, Vec<u8>) {
     let r = curl(&["-k"], url);
@@ -122,86 +41,16 @@ fn zt_fetch(url: &str, mirrors: &[String], out: &Path, fp: &str) -> std::process
     cmd.args(["--cert-fingerprint", fp]).output().unwrap()
 }
 
-fn compose_installed() -> bool {
-    let there = Command::new("docker-compose")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !there {
-        let required = std::env::var("ZT_REQUIRE_DOCKER").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "ZT_REQUIRE_DOCKER=1 but docker-compose is missing"
-        );
-        eprintln!("SKIPPED: no docker-compose");
-    }
-    there
-}
-
 #[test]
 fn replicas_over_s3_agree_survive_a_kill_a_cut_store_and_a_rolling_restart() {
-    if !engine() || !compose_installed() {
+    if !engine() || !compose::installed() {
         return;
     }
     let Some(s3s) = s3s_fs() else { return };
-    let pid = std::process::id();
-    let tag = format!("zt-test/ztserve:cluster-{pid}");
-    let mut cleanup = Cleanup::default();
-    build_image(&tag, &mut cleanup);
-
-    let data = tempfile::tempdir().unwrap();
-    std::fs::create_dir(data.path().join("models")).unwrap();
-    let cert = shared_certificate();
-    let ports: Vec<u16> = (0..REPLICAS.len()).map(|_| free_port()).collect();
-    let store_port = free_port();
-    let project = format!("zttest{pid}");
-    let mut env: Vec<(String, String)> = vec![
-        ("ZTSERVE_IMAGE".into(), tag.clone()),
-        ("STORE_IMAGE".into(), BASE.into()),
-        ("S3S_FS".into(), s3s.display().to_string()),
-        ("STORE_DATA".into(), data.path().display().to_string()),
-        ("STORE_PORT".into(), store_port.to_string()),
-        ("ZT_CERT_DIR".into(), cert.path().display().to_string()),
-        ("AWS_ACCESS_KEY_ID".into(), KEY.into()),
-        ("AWS_SECRET_ACCESS_KEY".into(), SECRET.into()),
-    ];
-    for (i, p) in ports.iter().enumerate() {
-        env.push((format!("R{i}_PORT"), p.to_string()));
-    }
-    let cluster = Cluster {
-        project,
-        env,
-        ports,
-    };
-    for s in ["store", "r0", "r1", "r2"] {
-        cleanup.containers.push(cluster.container(s));
-    }
-    for n in ["front", "store"] {
-        cleanup.networks.push(format!("{}_{n}", cluster.project));
-    }
-
-    // The store first, filled through the S3 API; then the replicas.
-    cluster.compose(&["up", "-d", "--no-build", "store"]);
     let models = tempfile::tempdir().unwrap();
     let big = big_model(models.path());
     let sample = repo().join("models/sample.zt");
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let up = uploader_at(&format!("http://127.0.0.1:{store_port}"), "models");
-    let uploaded = common::eventually(Duration::from_secs(20), || {
-        rt.block_on(async {
-            for (key, file) in [("prod/big.zt", &big), ("prod/sample.zt", &sample)] {
-                let bytes = std::fs::read(file).unwrap();
-                up.put(&KeyPath::from(key), PutPayload::from(bytes)).await?;
-            }
-            Ok::<_, object_store::Error>(())
-        })
-        .is_ok()
-    });
-    assert!(uploaded, "uploading to the store failed");
-    cluster.compose(&["up", "-d", "--no-build"]);
-    for i in 0..REPLICAS.len() {
-        cluster.wait_ready(i);
-    }
+    let cluster = Cluster::start(&s3s, &[("prod/big.zt", &big), ("prod/sample.zt", &sample)]);
     let fp = fingerprint(&cluster.container("r0"));
 
     // The same manifests, ETags and certificate everywhere.
@@ -339,5 +188,4 @@ fn replicas_over_s3_agree_survive_a_kill_a_cut_store_and_a_rolling_restart() {
         started.elapsed().as_secs_f64()
     );
     assert!(fetched >= 10, "only {fetched} fetches during the restart");
-    let _ = docker(&["logs", "--tail", "5", &cluster.container("store")]);
 }

@@ -104,10 +104,25 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 
 /// `clients` clients against `url` for `secs` seconds.
 pub(crate) async fn run(url: &str, via: Via, clients: u64, layers: u64, secs: u64) -> Report {
+    run_on(&[url.to_owned()], via, clients, layers, secs).await
+}
+
+/// [`run`] with the clients spread over `urls` (replicas serving the
+/// same file), client `c` on `urls[c % n]`.
+pub(crate) async fn run_on(
+    urls: &[String],
+    via: Via,
+    clients: u64,
+    layers: u64,
+    secs: u64,
+) -> Report {
     let start = Instant::now();
     let until = start + Duration::from_secs(secs);
     let tasks: Vec<_> = (0..clients)
-        .map(|c| tokio::spawn(one(url.to_owned(), via, c + 1, layers, until)))
+        .map(|c| {
+            let url = urls[usize::try_from(c).unwrap_or(0) % urls.len()].clone();
+            tokio::spawn(one(url, via, c + 1, layers, until))
+        })
         .collect();
     gather(tasks, start).await
 }

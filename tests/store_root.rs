@@ -223,11 +223,22 @@ async fn an_s3_root_serves_what_a_local_root_serves() {
     // What a digest check read was sent without reading it again.
     let kept: u64 = metrics
         .lines()
-        .find_map(|l| l.strip_prefix("ztserve_store_kept_reads_total "))
+        .find_map(|l| l.strip_prefix("ztserve_store_cache_hits_total "))
         .unwrap()
         .parse()
         .unwrap();
     assert!(kept > 0, "{metrics}");
+    // A range read again comes from the piece cache, not the store.
+    let again = curl(&["-r", &range], &a.url("/weights.safetensors"));
+    assert!(again.body == got.body);
+    let metrics = String::from_utf8(curl(&[], &a.url("/metrics")).body).unwrap();
+    let gets_after: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ztserve_store_requests_total{op=\"get\"} "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(gets_after, gets, "the cached range was read from the store again");
     assert!(
         metrics.contains("ztserve_store_get_seconds_bucket{le=\"+Inf\"}"),
         "{metrics}"

@@ -38,12 +38,11 @@ pub struct StoredObject {
 }
 
 impl StoredObject {
-    /// Bytes `range`, all of them (the piece a digest check kept for
-    /// exactly this range, if there is one), or the store's error as an
-    /// I/O error.
+    /// Bytes `range`, all of them (through the piece cache), or the
+    /// store's error as an I/O error.
     pub(crate) fn read(&self, range: Range<u64>) -> io::Result<Bytes> {
         self.root
-            .read_kept(&self.key, self.etag.as_deref(), range)
+            .read_cached(&self.key, self.etag.as_deref(), range)
             .map_err(io_error)
     }
 }
@@ -99,8 +98,8 @@ impl Blob {
     /// Reads `range` in pieces of [`READ_CHUNK`] bytes, in order, handing
     /// each to `f` (blocking); stops at the first error, a read's
     /// ("reading N bytes at POS: ...") or `f`'s. An object's pieces are
-    /// fetched `storage.read_ahead` at a time and kept for the send that
-    /// follows a digest check (`keep`).
+    /// fetched `storage.read_ahead` at a time and kept in the piece cache
+    /// for the send that follows a digest check (`keep`).
     pub fn each_piece(
         &self,
         range: Range<u64>,

@@ -213,7 +213,7 @@ fn hash(file: &Blob, c: &Component) -> Result<Result<(), String>, String> {
         return Ok(Ok(()));
     };
     let mut h = Hasher::new(algorithm);
-    // Kept for the send that follows: an object is then read once.
+    // Cached for the send that follows: an object is then read once.
     let range = c.offset..c.offset.saturating_add(c.length);
     file.each_piece(range, true, |piece| {
         h.update(piece);

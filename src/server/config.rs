@@ -247,11 +247,11 @@ pub struct StorageConfig {
     /// (a response, a ztp/1 component stream, a digest check).
     #[serde(default = "defaults::storage_read_ahead")]
     pub read_ahead: usize,
-    /// Bytes read from the store to check a component's digest, kept
-    /// (daemon-wide, at most this many) for the request to send instead of
-    /// reading them again.
-    #[serde(default = "defaults::storage_keep_verified_bytes")]
-    pub keep_verified_bytes: u64,
+    /// Bytes of recently read pieces of objects held in memory (the whole
+    /// daemon together): a component checked and then sent is read from
+    /// the store once, and a popular one not again until it falls out.
+    #[serde(default = "defaults::storage_cache_bytes")]
+    pub cache_bytes: u64,
 }
 
 impl Default for StorageConfig {
@@ -267,7 +267,7 @@ impl Default for StorageConfig {
             check_interval_secs: defaults::storage_check_interval_secs(),
             background_reads: false,
             read_ahead: defaults::storage_read_ahead(),
-            keep_verified_bytes: defaults::storage_keep_verified_bytes(),
+            cache_bytes: defaults::storage_cache_bytes(),
         }
     }
 }
@@ -428,7 +428,7 @@ mod defaults {
     pub(super) fn storage_read_ahead() -> usize {
         4
     }
-    pub(super) fn storage_keep_verified_bytes() -> u64 {
+    pub(super) fn storage_cache_bytes() -> u64 {
         256 << 20
     }
     pub(super) fn state_dir() -> std::path::PathBuf {
@@ -535,7 +535,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("storage.check_interval_secs", Kind::Int),
     ("storage.background_reads", Kind::Bool),
     ("storage.read_ahead", Kind::Int),
-    ("storage.keep_verified_bytes", Kind::Int),
+    ("storage.cache_bytes", Kind::Int),
     ("storage.max_retries", Kind::Int),
     ("storage.retry_timeout_secs", Kind::Int),
 ];

@@ -26,7 +26,7 @@ use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use tokio::sync::Semaphore;
 
 use super::config::StorageConfig;
-use super::kept::Kept;
+use super::piece_cache::PieceCache;
 
 /// The URL schemes of object storage roots.
 const SCHEMES: [&str; 5] = ["s3://", "s3a://", "gs://", "az://", "abfss://"];
@@ -78,8 +78,8 @@ struct Counters {
     bytes: AtomicU64,
     /// Total seconds of GETs, in microseconds.
     get_micros: AtomicU64,
-    /// Reads served from the pieces a digest check kept.
-    kept_hits: AtomicU64,
+    /// Reads served from the piece cache.
+    cache_hits: AtomicU64,
     /// GETs by duration, one count per bucket of [`GET_BUCKETS`] (not
     /// cumulative; the rest are past the last bound).
     get_buckets: [AtomicU64; GET_BUCKETS.len()],
@@ -99,8 +99,8 @@ pub struct ObjectRoot {
     /// The runtime the store's client runs on, for reads made from
     /// blocking threads ([`ObjectRoot::read_blocking`]).
     runtime: tokio::runtime::Handle,
-    /// Pieces read to check digests, kept for the sends that follow.
-    kept: Kept,
+    /// Recently read pieces (`storage.cache_bytes`).
+    cache: PieceCache,
     /// Ranged GETs one reader keeps in flight.
     read_ahead: usize,
 }
@@ -176,7 +176,7 @@ impl ObjectRoot {
             gets: Semaphore::new(config.max_concurrent_gets.max(1)),
             counters: Counters::default(),
             runtime,
-            kept: Kept::new(config.keep_verified_bytes),
+            cache: PieceCache::new(config.cache_bytes),
             read_ahead: config.read_ahead.max(1),
         })
     }
@@ -361,25 +361,28 @@ impl ObjectRoot {
         self.runtime.block_on(self.read(key, etag, range))
     }
 
-    /// [`ObjectRoot::read_blocking`], taking the piece a digest check
-    /// kept for exactly `range` if there is one.
-    pub(crate) fn read_kept(
+    /// [`ObjectRoot::read_blocking`] through the piece cache: the piece
+    /// that is exactly `range` if one is kept, otherwise read and kept.
+    pub(crate) fn read_cached(
         &self,
         key: &str,
         etag: Option<&str>,
         range: Range<u64>,
     ) -> Result<Bytes, StoreError> {
-        if let Some(b) = self.kept.take(key, etag, &range) {
-            self.counters.kept_hits.fetch_add(1, Ordering::Relaxed);
+        if let Some(b) = self.cache.get(key, etag, &range) {
+            self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(b);
         }
-        self.read_blocking(key, etag, range)
+        let start = range.start;
+        let bytes = self.read_blocking(key, etag, range)?;
+        self.cache.put(key, etag, start, &bytes);
+        Ok(bytes)
     }
 
     /// Reads `range` of `key` in pieces of `piece` bytes, in order, with
-    /// `storage.read_ahead` GETs in flight, handing each to `f` (and, when
-    /// `keep`, keeping it for the send that follows); from a blocking
-    /// thread. Stops at the first error: the store's, or `f`'s.
+    /// `storage.read_ahead` GETs in flight (pieces in the cache are not
+    /// read again), handing each to `f` (and, when `keep`, keeping it in
+    /// the cache for the send that follows); from a blocking thread. Stops at the first error: the store's, or `f`'s.
     pub(crate) fn each_piece(
         &self,
         key: &str,
@@ -394,7 +397,13 @@ impl ObjectRoot {
         let reads = futures_util::stream::iter(starts)
             .map(|at| {
                 let r = at..at.saturating_add(piece).min(range.end);
-                async move { (r.clone(), self.read(key, etag, r).await) }
+                async move {
+                    if let Some(b) = self.cache.get(key, etag, &r) {
+                        self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+                        return (r, Ok(b));
+                    }
+                    (r.clone(), self.read(key, etag, r).await)
+                }
             })
             .buffered(self.read_ahead);
         self.runtime.block_on(async {
@@ -404,7 +413,7 @@ impl ObjectRoot {
                     format!("reading {} bytes at {}: {e}", r.end - r.start, r.start)
                 })?;
                 if keep {
-                    self.kept.keep(key, etag, r.start, &bytes);
+                    self.cache.put(key, etag, r.start, &bytes);
                 }
                 f(&bytes)?;
             }
@@ -461,12 +470,17 @@ impl ObjectRoot {
             "Bytes read from the object store.",
             n(&c.bytes).to_string(),
         );
-        one("ztserve_store_kept_reads_total", "counter", "Reads served from bytes a digest check had just read from the store (storage.keep_verified_bytes).", n(&c.kept_hits).to_string());
         one(
-            "ztserve_store_kept_bytes",
+            "ztserve_store_cache_hits_total",
+            "counter",
+            "Reads served from recently read pieces instead of the store (storage.cache_bytes).",
+            n(&c.cache_hits).to_string(),
+        );
+        one(
+            "ztserve_store_cache_bytes",
             "gauge",
-            "Bytes kept from digest checks for the sends that follow.",
-            self.kept.held().to_string(),
+            "Bytes of recently read pieces held in memory.",
+            self.cache.held().to_string(),
         );
         let _ = writeln!(out, "# HELP ztserve_store_get_seconds Ranged GETs to the object store, by duration.\n# TYPE ztserve_store_get_seconds histogram");
         let mut cumulative = 0;

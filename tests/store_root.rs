@@ -66,7 +66,47 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
             std::fs::read(common::repo().join("tests/reject/overlap.zt")).unwrap(),
         ),
         (".hidden.zt".to_owned(), b"not listed".to_vec()),
+        ("model.gguf".to_owned(), zt_format::fuzz::gguf_sample()),
     ]
+    .into_iter()
+    .chain(ingest_pack(dir))
+    .collect()
+}
+
+/// The files of an ingest pack (`zt ingest pack`), under `corpus/`.
+fn ingest_pack(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let symbols: Vec<serde_json::Value> = ["<pad>", "<unk>", "hello", " world"]
+        .iter()
+        .enumerate()
+        .map(|(id, text)| serde_json::json!({ "id": id, "text": text }))
+        .collect();
+    let map = serde_json::json!({
+        "version": 1, "vocab_size": 300, "unk_id": 1, "pad_id": 0,
+        "byte_fallback": true, "byte_base_id": 40, "symbols": symbols,
+    });
+    std::fs::write(dir.join("map.json"), map.to_string()).unwrap();
+    std::fs::write(dir.join("a.txt"), "hello world, hello\n").unwrap();
+    let (a, map, out) = (dir.join("a.txt"), dir.join("map.json"), dir.join("corpus"));
+    let o = zt(&[
+        "ingest",
+        "pack",
+        a.to_str().unwrap(),
+        "--tokenizer",
+        map.to_str().unwrap(),
+        "--atom-size",
+        "4",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            (format!("corpus/{name}"), std::fs::read(e.path()).unwrap())
+        })
+        .collect()
 }
 
 fn daemon_config(dir: &Path, s3: &S3) -> String {
@@ -133,7 +173,14 @@ async fn an_s3_root_serves_what_a_local_root_serves() {
         p.sort();
         p
     };
-    let served = ["nested/layers.zt", "sample.zt", "weights.safetensors"];
+    let served = [
+        "corpus/ingest_manifest.json",
+        "corpus/matrix_atoms.bin",
+        "model.gguf",
+        "nested/layers.zt",
+        "sample.zt",
+        "weights.safetensors",
+    ];
     assert_eq!(paths(&listing, &["files", "hashing"]), served, "{listing}");
     assert_eq!(
         paths(&listing, &["unavailable"]),
@@ -154,6 +201,14 @@ async fn an_s3_root_serves_what_a_local_root_serves() {
         assert_eq!(etag(&a, path), etag(&l, path), "{path}");
         let m = format!("/v1/files/{path}/manifest");
         assert_eq!(curl(&[], &a.url(&m)).body, curl(&[], &l.url(&m)).body);
+    }
+    // A GGUF file and an ingest pack (its members and its symbol map read
+    // from the store) are served as from the local root.
+    for path in ["model.gguf", "corpus/ingest_manifest.json"] {
+        let m = format!("/v1/files/{path}/manifest");
+        let (ma, ml) = (json(&a.url(&m)), json(&l.url(&m)));
+        assert_eq!(ma["objects"], ml["objects"], "{path}");
+        assert!(!ma["objects"].as_object().unwrap().is_empty(), "{path}");
     }
     let st_tag = etag(&a, "weights.safetensors");
     assert!(st_tag.starts_with("\"o-"), "{st_tag}");
@@ -238,7 +293,10 @@ async fn an_s3_root_serves_what_a_local_root_serves() {
         .unwrap()
         .parse()
         .unwrap();
-    assert_eq!(gets_after, gets, "the cached range was read from the store again");
+    assert_eq!(
+        gets_after, gets,
+        "the cached range was read from the store again"
+    );
     assert!(
         metrics.contains("ztserve_store_get_seconds_bucket{le=\"+Inf\"}"),
         "{metrics}"

@@ -15,7 +15,7 @@ use object_store::path::Path as KeyPath;
 use object_store::{ObjectStoreExt, PutPayload};
 use ztserve::server::object_root::{ObjectRoot, StoreError};
 
-use common::s3::{credentials, s3s_fs, S3};
+use common::s3::{credentials, s3s_fs, KEY, S3, SECRET};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_reads_ranges_and_names_what_changed_or_is_missing() {
@@ -34,6 +34,30 @@ async fn lists_reads_ranges_and_names_what_changed_or_is_missing() {
     }
     let root = ObjectRoot::open_with("s3://models/prod", &s3.config(), credentials()).unwrap();
     root.check().await.unwrap();
+
+    // Credentials from an AWS shared credentials file's profile; a profile
+    // with the wrong secret is refused by the store.
+    let files = tempfile::tempdir().unwrap();
+    let creds = files.path().join("credentials");
+    std::fs::write(
+        &creds,
+        format!("[default]\naws_access_key_id = {KEY}\naws_secret_access_key = wrong\n[zt]\naws_access_key_id = {KEY}\naws_secret_access_key = {SECRET}\n"),
+    )
+    .unwrap();
+    let env = |profile: &str| {
+        vec![
+            (
+                "AWS_SHARED_CREDENTIALS_FILE".to_owned(),
+                creds.display().to_string(),
+            ),
+            ("AWS_PROFILE".to_owned(), profile.to_owned()),
+            ("HOME".to_owned(), "/nonexistent".to_owned()),
+        ]
+    };
+    let from_file = ObjectRoot::open_with("s3://models/prod", &s3.config(), env("zt")).unwrap();
+    from_file.check().await.unwrap();
+    let wrong = ObjectRoot::open_with("s3://models/prod", &s3.config(), env("default")).unwrap();
+    assert!(wrong.check().await.is_err());
     let listed = root.list().await.unwrap();
     let keys: Vec<&str> = listed.iter().map(|l| l.key.as_str()).collect();
     assert_eq!(keys, ["nested/dir/sample.zt", "sample.zt"]);

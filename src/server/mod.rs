@@ -6,6 +6,7 @@
 
 mod accept;
 mod auth;
+mod aws_files;
 mod blob;
 mod catalog;
 mod checks;

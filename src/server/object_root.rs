@@ -6,7 +6,8 @@
 //! mixing versions.
 //!
 //! Credentials and the region come from the standard environment
-//! variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`); `[storage]` adds an
+//! variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`) and the AWS shared
+//! credentials and config files ([`super::aws_files`]); `[storage]` adds an
 //! endpoint for S3-compatible stores, plain HTTP and path-style
 //! addressing (the default: what most such stores need). Throttling (503
 //! SlowDown) and dropped connections are retried with backoff by the
@@ -112,7 +113,8 @@ impl ObjectRoot {
     }
 
     /// [`ObjectRoot::open`] with `env` in place of the process's
-    /// environment (only its `AWS_*`, `GOOGLE_*` and `AZURE_*` are read).
+    /// environment (only its `AWS_*`, `GOOGLE_*` and `AZURE_*` are read,
+    /// and `HOME` for the AWS shared files, [`super::aws_files`]).
     pub fn open_with(
         url: &str,
         config: &StorageConfig,
@@ -124,15 +126,17 @@ impl ObjectRoot {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| bad(&"opened outside the daemon's runtime"))?;
         let parsed = url::Url::parse(url).map_err(|e| bad(&e))?;
+        let env: std::collections::BTreeMap<String, String> = env.into_iter().collect();
         let mut options: Vec<(String, String)> = env
-            .into_iter()
+            .iter()
             .filter(|(k, _)| {
                 ["AWS_", "GOOGLE_", "AZURE_"]
                     .iter()
                     .any(|p| k.starts_with(p))
             })
-            .map(|(k, v)| (k.to_ascii_lowercase(), v))
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
             .collect();
+        options.extend(super::aws_files::settings(&env));
         if let Some(e) = &config.endpoint {
             options.push(("aws_endpoint".to_owned(), e.clone()));
         }

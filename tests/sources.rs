@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::fetch::zt;
+use common::fetch::{fetch_ok, zt};
 use common::quic::metric;
 use common::{curl, Server};
 use safetensors::tensor::{Dtype, TensorView};
@@ -62,18 +62,6 @@ fn json(url: &str) -> serde_json::Value {
     let r = curl(&[], url);
     assert_eq!(r.status, 200, "{url}: {}", String::from_utf8_lossy(&r.body));
     serde_json::from_slice(&r.body).unwrap()
-}
-
-/// `zt fetch URL -o OUT EXTRA...`, which must succeed.
-fn fetch_ok(url: &str, out: &Path, extra: &[&str]) {
-    let mut args = vec!["fetch", url, "-o", out.to_str().unwrap()];
-    args.extend(extra);
-    let r = zt(&args);
-    assert!(
-        r.status.success(),
-        "{url}: {}",
-        String::from_utf8_lossy(&r.stderr)
-    );
 }
 
 #[test]

@@ -16,6 +16,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::fetch::zt;
+use common::quic::metric;
 use common::s3::{credentials, s3s_fs, S3};
 use common::{curl, Server};
 use object_store::path::Path as KeyPath;
@@ -248,14 +249,7 @@ async fn an_s3_root_serves_what_a_local_root_serves() {
             let to = out
                 .path()
                 .join(format!("{i}-{j}-{}", path.replace('/', "_")));
-            let mut args = vec!["fetch", url, "-o", to.to_str().unwrap()];
-            args.extend(extra);
-            let r = zt(&args);
-            assert!(
-                r.status.success(),
-                "{url}: {}",
-                String::from_utf8_lossy(&r.stderr)
-            );
+            common::fetch::fetch_ok(url, &to, extra);
             // A safetensors copy is the file byte for byte; a `.zt` output
             // is written anew, with the same objects.
             let want = local.path().join(path);
@@ -267,36 +261,19 @@ async fn an_s3_root_serves_what_a_local_root_serves() {
             }
         }
     }
-    let metrics = String::from_utf8(curl(&[], &a.url("/metrics")).body).unwrap();
-    let gets: u64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("ztserve_store_requests_total{op=\"get\"} "))
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(gets >= 8, "{metrics}");
+    let gets = metric(&a, "ztserve_store_requests_total{op=\"get\"}");
+    assert!(gets >= 8, "{gets} GETs");
     // What a digest check read was sent without reading it again.
-    let kept: u64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("ztserve_store_cache_hits_total "))
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(kept > 0, "{metrics}");
+    assert!(metric(&a, "ztserve_store_cache_hits_total") > 0);
     // A range read again comes from the piece cache, not the store.
     let again = curl(&["-r", &range], &a.url("/weights.safetensors"));
     assert!(again.body == got.body);
-    let metrics = String::from_utf8(curl(&[], &a.url("/metrics")).body).unwrap();
-    let gets_after: u64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("ztserve_store_requests_total{op=\"get\"} "))
-        .unwrap()
-        .parse()
-        .unwrap();
     assert_eq!(
-        gets_after, gets,
+        metric(&a, "ztserve_store_requests_total{op=\"get\"}"),
+        gets,
         "the cached range was read from the store again"
     );
+    let metrics = String::from_utf8(curl(&[], &a.url("/metrics")).body).unwrap();
     assert!(
         metrics.contains("ztserve_store_get_seconds_bucket{le=\"+Inf\"}"),
         "{metrics}"

@@ -11,6 +11,18 @@ pub fn zt(args: &[&str]) -> Output {
     Command::new(super::zt_bin()).args(args).output().unwrap()
 }
 
+/// `zt fetch URL -o OUT EXTRA...`, which must succeed.
+pub fn fetch_ok(url: &str, out: &Path, extra: &[&str]) {
+    let mut args = vec!["fetch", url, "-o", out.to_str().unwrap()];
+    args.extend(extra);
+    let r = zt(&args);
+    assert!(
+        r.status.success(),
+        "{url}: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+}
+
 /// Asserts that every object in `b` is in `a` with the same component
 /// bytes, and (with `only`) that `b` holds only names with that prefix.
 pub fn same_objects(a: &Path, b: &Path, only: Option<&str>) {

@@ -24,6 +24,7 @@ pub mod quic;
 mod render;
 mod renderings;
 mod rows;
+mod summary;
 mod tls;
 mod watch;
 
@@ -59,6 +60,8 @@ pub struct State {
     pub(crate) send_budget: Arc<tokio::sync::Semaphore>,
     /// Set once the first scan is done; cleared when shutdown begins.
     pub ready: AtomicBool,
+    /// Objects' value summaries, per file version.
+    pub(crate) summaries: summary::Cache,
 }
 
 impl State {
@@ -98,6 +101,7 @@ impl State {
             catalog,
             metrics: metrics::Metrics::default(),
             ready: AtomicBool::new(false),
+            summaries: summary::Cache::default(),
         }))
     }
 

@@ -199,6 +199,7 @@ async fn serve(
         (Api::V1, Target::File) => "/v1/files/{path}",
         (Api::V1, Target::Manifest) => "/v1/files/{path}/manifest",
         (Api::V1, Target::Component { .. }) => "/v1/files/{path}/objects/{name}/{component}",
+        (Api::V1, Target::Summary { .. }) => "/v1/files/{path}/summaries/{name}",
     };
     drop(snap);
     let query = query_pairs(query.as_deref());
@@ -211,7 +212,7 @@ async fn serve(
         Target::File => Need::Bytes,
         Target::Manifest if globs.is_empty() => Need::Everything,
         Target::Manifest => Need::Select(&globs),
-        Target::Component { object, .. } => Need::Object(object),
+        Target::Component { object, .. } | Target::Summary { object } => Need::Object(object),
     };
     let served = match state.catalog.resolve(&path, need).await {
         Some(Entry::Served(s)) => s,
@@ -271,6 +272,7 @@ async fn serve(
                 .map(|()| respond(&state, &method, &headers, entity, ranges))
         }
         Target::Manifest => manifest(&state, &served, &headers, &query, cache_control).await,
+        Target::Summary { object } => super::summary::respond(&state, served, object).await,
         Target::Component { object, component } => {
             // A shard's component is served by the shard's entry.
             let served = served.owner(&object, &component).unwrap_or(served);

@@ -23,6 +23,7 @@ mod route;
 mod rows;
 mod serve;
 mod streamed;
+mod summary;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -12,7 +12,14 @@ use crate::server::catalog::Snapshot;
 pub(crate) enum Target {
     File,
     Manifest,
-    Component { object: String, component: String },
+    Component {
+        object: String,
+        component: String,
+    },
+    /// `summaries/{object}`: the object's values summarised.
+    Summary {
+        object: String,
+    },
 }
 
 /// Decodes one path segment; `None` if it is not UTF-8.
@@ -54,6 +61,9 @@ pub(crate) fn split(rest: &str, snapshot: &Snapshot) -> Result<(String, Target),
         let target = match tail {
             [] => Target::File,
             ["manifest"] => Target::Manifest,
+            ["summaries", object] => Target::Summary {
+                object: decode(object).ok_or_else(not_found)?,
+            },
             ["objects", object, component] => Target::Component {
                 object: decode(object).ok_or_else(not_found)?,
                 component: decode(component).ok_or_else(not_found)?,

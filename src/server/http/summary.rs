@@ -1,0 +1,48 @@
+//! `GET /v1/files/{path}/summaries/{object}`: a dense object's values
+//! summarised ([`crate::server::summary`]), as JSON, under an ETag made
+//! from the file's.
+
+use std::sync::Arc;
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::error::AppError;
+use crate::server::catalog::Served;
+use crate::server::etag;
+use crate::server::summary::Refusal;
+use crate::server::State;
+
+pub(super) async fn respond(
+    state: &Arc<State>,
+    served: Arc<Served>,
+    object: String,
+) -> Result<Response, AppError> {
+    let cap = state.config.limits.render_cap;
+    let st = Arc::clone(state);
+    let s = Arc::clone(&served);
+    let summary = tokio::task::spawn_blocking(move || st.summaries.get(&s, &object, cap))
+        .await
+        .map_err(AppError::internal)?
+        .map_err(|r| match r {
+            Refusal::NotFound(why) => AppError::not_found(why),
+            Refusal::Unsupported(why) => {
+                AppError::new(StatusCode::UNPROCESSABLE_ENTITY, "cannot_summarise", why)
+            }
+            Refusal::Corrupt(why) => AppError::new(StatusCode::CONFLICT, "corrupt", why),
+            Refusal::Unreadable(why) => {
+                AppError::new(StatusCode::SERVICE_UNAVAILABLE, "unreadable", why)
+            }
+        })?;
+    let body = serde_json::to_vec(&*summary).map_err(AppError::internal)?;
+    let tag = etag::suffixed(&served.etag, "summary");
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/json".to_owned()),
+            (header::ETAG, tag),
+            (header::CACHE_CONTROL, "no-cache".to_owned()),
+        ],
+        body,
+    )
+        .into_response())
+}

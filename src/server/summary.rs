@@ -1,0 +1,454 @@
+//! A dense numeric object's values summarised on the server, so that a
+//! browser (the web page's tensor view) never receives a large tensor:
+//! count, minimum, maximum, mean and standard deviation of the finite
+//! values, counts of NaN and of each infinity, a 64-bin histogram between
+//! the finite minimum and maximum, and, for a 2-D tensor, a grid of at most
+//! 64 by 64 cells, each the mean of the finite values of its block.
+//!
+//! Computed streaming: two passes over the stored bytes in pieces of
+//! `READ_CHUNK` (the first for the moments and the grid, the second for
+//! the histogram), after the component's digest check; a zstd component
+//! is decoded whole, and only within `limits.render_cap`. Summaries are
+//! kept per file version (by ETag). Refused by name: formats other than
+//! dense (GGUF blocks, sparse, quantized groups), complex and unknown
+//! logical types, booleans count as 0 and 1.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use half::{bf16, f16};
+use serde::Serialize;
+use zt_format::{DType, Encoding, Format, LogicalType, Object};
+
+use super::catalog::Served;
+
+/// Histogram bins.
+const BINS: usize = 64;
+/// Most grid cells along each side.
+const GRID: u64 = 64;
+/// Most summaries kept; past it the oldest half is dropped.
+const KEEP: usize = 1024;
+
+/// What a summary says (serialized as the endpoint's JSON).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Summary {
+    pub object: String,
+    pub dtype: String,
+    #[serde(rename = "type")]
+    pub logical_type: String,
+    pub shape: Vec<u64>,
+    pub count: u64,
+    pub finite: u64,
+    pub nan: u64,
+    pub pos_inf: u64,
+    pub neg_inf: u64,
+    /// Of the finite values; `None` when there are none.
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub mean: Option<f64>,
+    pub std: Option<f64>,
+    pub histogram: Histogram,
+    /// For a 2-D tensor.
+    pub grid: Option<Grid>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Histogram {
+    /// The bins split `lo..=hi` evenly.
+    pub lo: Option<f64>,
+    pub hi: Option<f64>,
+    pub counts: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Grid {
+    pub rows: u64,
+    pub cols: u64,
+    /// Row-major; a cell with no finite value is `None`.
+    pub values: Vec<Option<f64>>,
+}
+
+/// Why there is no summary; each names the file, object and rule.
+#[derive(Debug, Clone)]
+pub(crate) enum Refusal {
+    /// No such object.
+    NotFound(String),
+    /// Not a kind of object or value this can summarise, or too large.
+    Unsupported(String),
+    /// The bytes failed their digest.
+    Corrupt(String),
+    /// The bytes could not be read.
+    Unreadable(String),
+}
+
+/// How one element is read.
+type Decode = fn(&[u8]) -> f64;
+
+/// The decoder and element size of a component, or why there is none.
+fn decoder(dtype: DType, logical: Option<&LogicalType>) -> Result<(Decode, usize), String> {
+    if let Some(t) = logical {
+        return match t {
+            LogicalType::F8E4M3Fn => Ok((|b| f8(b, 4, 7, F8::Fn), 1)),
+            LogicalType::F8E5M2 => Ok((|b| f8(b, 5, 15, F8::Ieee), 1)),
+            LogicalType::F8E4M3Fnuz => Ok((|b| f8(b, 4, 8, F8::Uz), 1)),
+            LogicalType::F8E5M2Fnuz => Ok((|b| f8(b, 5, 16, F8::Uz), 1)),
+            other => Err(format!(
+                "values of type {:?} cannot be summarised [summary-type]",
+                other.name()
+            )),
+        };
+    }
+    Ok(match dtype {
+        DType::F64 => (|b| f64::from_le_bytes(arr(b)), 8),
+        DType::F32 => (|b| f64::from(f32::from_le_bytes(arr(b))), 4),
+        DType::F16 => (|b| f16::from_le_bytes(arr(b)).to_f64(), 2),
+        DType::BF16 => (|b| bf16::from_le_bytes(arr(b)).to_f64(), 2),
+        DType::I64 => (|b| i64::from_le_bytes(arr(b)) as f64, 8),
+        DType::I32 => (|b| f64::from(i32::from_le_bytes(arr(b))), 4),
+        DType::I16 => (|b| f64::from(i16::from_le_bytes(arr(b))), 2),
+        DType::I8 => (|b| f64::from(i8::from_le_bytes(arr(b))), 1),
+        DType::U64 => (|b| u64::from_le_bytes(arr(b)) as f64, 8),
+        DType::U32 => (|b| f64::from(u32::from_le_bytes(arr(b))), 4),
+        DType::U16 => (|b| f64::from(u16::from_le_bytes(arr(b))), 2),
+        DType::U8 | DType::Bool => (|b| f64::from(b.first().copied().unwrap_or(0)), 1),
+        other => {
+            return Err(format!(
+                "values of dtype {:?} cannot be summarised",
+                other.name()
+            ))
+        }
+    })
+}
+
+/// The first `N` bytes of `b` as an array (zeros past its end).
+fn arr<const N: usize>(b: &[u8]) -> [u8; N] {
+    let mut a = [0u8; N];
+    for (d, s) in a.iter_mut().zip(b) {
+        *d = *s;
+    }
+    a
+}
+
+/// The fp8 families: IEEE-like (infinities and NaNs at the top exponent),
+/// `fn` (no infinities; all-ones is NaN), `fnuz` (no infinities, no
+/// negative zero: 0x80 is the one NaN).
+#[derive(Clone, Copy)]
+enum F8 {
+    Ieee,
+    Fn,
+    Uz,
+}
+
+/// An 8-bit float with `exp` exponent bits (the rest mantissa) and `bias`.
+fn f8(b: &[u8], exp: u32, bias: i32, kind: F8) -> f64 {
+    let v = b.first().copied().unwrap_or(0);
+    let man_bits = 7 - exp;
+    let sign = if v & 0x80 != 0 { -1.0 } else { 1.0 };
+    let e = i32::from((v >> man_bits) & ((1 << exp) - 1) as u8);
+    let m = f64::from(v & ((1 << man_bits) - 1) as u8);
+    let top = (1 << exp) - 1;
+    match kind {
+        F8::Uz if v == 0x80 => return f64::NAN,
+        F8::Fn if e == top && m == f64::from((1u8 << man_bits) - 1) => return f64::NAN,
+        F8::Ieee if e == top => {
+            return if m == 0.0 {
+                sign * f64::INFINITY
+            } else {
+                f64::NAN
+            }
+        }
+        _ => {}
+    }
+    let scale = f64::from(1u32 << man_bits);
+    if e == 0 {
+        sign * (m / scale) * 2f64.powi(1 - bias)
+    } else {
+        sign * (1.0 + m / scale) * 2f64.powi(e - bias)
+    }
+}
+
+/// The first pass: moments (Welford), extremes, non-finite counts, grid sums.
+struct Moments {
+    count: u64,
+    finite: u64,
+    nan: u64,
+    pos_inf: u64,
+    neg_inf: u64,
+    mean: f64,
+    m2: f64,
+    min: f64,
+    max: f64,
+    /// For a 2-D tensor.
+    grid: Option<GridSums>,
+}
+
+/// A 2-D tensor's shape, its grid's, and each cell's sum and count.
+struct GridSums {
+    rows: u64,
+    cols: u64,
+    grid_rows: u64,
+    grid_cols: u64,
+    cells: Vec<(f64, u64)>,
+}
+
+impl Moments {
+    fn new(shape: &[u64]) -> Moments {
+        let grid = match shape {
+            [r, c] if *r > 0 && *c > 0 => {
+                let (gr, gc) = ((*r).min(GRID), (*c).min(GRID));
+                let cells = usize::try_from(gr * gc).unwrap_or(0);
+                Some(GridSums {
+                    rows: *r,
+                    cols: *c,
+                    grid_rows: gr,
+                    grid_cols: gc,
+                    cells: vec![(0.0, 0); cells],
+                })
+            }
+            _ => None,
+        };
+        Moments {
+            count: 0,
+            finite: 0,
+            nan: 0,
+            pos_inf: 0,
+            neg_inf: 0,
+            mean: 0.0,
+            m2: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            grid,
+        }
+    }
+
+    fn add(&mut self, x: f64) {
+        let k = self.count;
+        self.count += 1;
+        if x.is_nan() {
+            self.nan += 1;
+            return;
+        }
+        if x.is_infinite() {
+            if x > 0.0 {
+                self.pos_inf += 1;
+            } else {
+                self.neg_inf += 1;
+            }
+            return;
+        }
+        self.finite += 1;
+        let d = x - self.mean;
+        self.mean += d / self.finite as f64;
+        self.m2 += d * (x - self.mean);
+        self.min = self.min.min(x);
+        self.max = self.max.max(x);
+        if let Some(g) = &mut self.grid {
+            let (r, c) = (k / g.cols, k % g.cols);
+            let cell = (r * g.grid_rows / g.rows) * g.grid_cols + c * g.grid_cols / g.cols;
+            if let Some(slot) = g.cells.get_mut(usize::try_from(cell).unwrap_or(usize::MAX)) {
+                slot.0 += x;
+                slot.1 += 1;
+            }
+        }
+    }
+}
+
+/// Summaries kept per file version.
+#[derive(Debug, Default)]
+pub(crate) struct Cache {
+    kept: Mutex<HashMap<(String, String), Arc<Summary>>>,
+}
+
+impl Cache {
+    /// The summary of `object` of `served` (blocking: it reads the object
+    /// the first time).
+    pub(crate) fn get(
+        &self,
+        served: &Arc<Served>,
+        object: &str,
+        cap: u64,
+    ) -> Result<Arc<Summary>, Refusal> {
+        let key = (served.etag.clone(), object.to_owned());
+        if let Some(s) = self.kept.lock().ok().and_then(|k| k.get(&key).cloned()) {
+            return Ok(s);
+        }
+        let s = Arc::new(summarise(served, object, cap)?);
+        if let Ok(mut kept) = self.kept.lock() {
+            if kept.len() >= KEEP {
+                let drop: Vec<_> = kept.keys().take(KEEP / 2).cloned().collect();
+                for k in drop {
+                    kept.remove(&k);
+                }
+            }
+            kept.insert(key, Arc::clone(&s));
+        }
+        Ok(s)
+    }
+}
+
+/// Reads and summarises `object`'s `data` component (checked first).
+fn summarise(served: &Arc<Served>, object: &str, cap: u64) -> Result<Summary, Refusal> {
+    let at =
+        |rule: &str, why: String| format!("{}: object {object:?}: {why} [{rule}]", served.path);
+    let unsupported = |rule: &str, why: String| Refusal::Unsupported(at(rule, why));
+    let unreadable = |why: String| Refusal::Unreadable(at("unreadable", why));
+    let obj: &Object = served
+        .manifest
+        .objects
+        .get(object)
+        .ok_or_else(|| Refusal::NotFound(at("not-found", "no such object".to_owned())))?;
+    if obj.format != Format::Dense {
+        return Err(unsupported(
+            "summary-format",
+            format!(
+                "a {} object cannot be summarised (dense only)",
+                obj.format.name()
+            ),
+        ));
+    }
+    let c = obj
+        .components
+        .get("data")
+        .ok_or_else(|| unsupported("summary-format", "no data component".to_owned()))?;
+    let (decode, size) = decoder(c.dtype, c.logical_type.as_ref())
+        .map_err(|why| unsupported("summary-type", why))?;
+    let owner = served.owner(object, "data");
+    let holder = owner.as_ref().unwrap_or(served);
+    holder.check(object, "data").map_err(|r| match r {
+        super::checks::Refusal::Corrupt(why) => Refusal::Corrupt(why),
+        super::checks::Refusal::Unreadable(why) => Refusal::Unreadable(why),
+    })?;
+    let range = c.offset..c.offset.saturating_add(c.length);
+    let mut m = Moments::new(&obj.shape);
+    let mut bins = vec![0u64; BINS];
+    let zstd = c.encoding == Encoding::Zstd;
+    let decoded = match (zstd, c.uncompressed_length) {
+        (false, _) => None,
+        (true, Some(n)) if n <= cap && c.length <= cap => {
+            let len = usize::try_from(c.length).map_err(|e| unreadable(e.to_string()))?;
+            let stored = super::pread::read_exact_at(&holder.file, len, c.offset)
+                .map_err(|e| unreadable(e.to_string()))?;
+            let n = usize::try_from(n).map_err(|e| unreadable(e.to_string()))?;
+            let d = zstd::bulk::decompress(&stored, n)
+                .map_err(|e| Refusal::Corrupt(at("zstd-corrupt", e.to_string())))?;
+            Some(d)
+        }
+        (true, _) => {
+            return Err(unsupported(
+                "summary-over-cap",
+                format!("decodes past the per-request cap of {cap} bytes"),
+            ))
+        }
+    };
+    // Each pass hands every element to `f`, from memory or in pieces.
+    let pass = |f: &mut dyn FnMut(f64)| -> Result<(), Refusal> {
+        let mut each = |piece: &[u8]| {
+            for e in piece.chunks_exact(size) {
+                f(decode(e));
+            }
+            Ok::<(), String>(())
+        };
+        match &decoded {
+            Some(bytes) => each(bytes).map_err(unreadable),
+            None => holder
+                .file
+                .each_piece(range.clone(), true, each)
+                .map_err(unreadable),
+        }
+    };
+    pass(&mut |x| m.add(x))?;
+    let (lo, hi) = (m.min, m.max);
+    if m.finite > 0 {
+        let width = (hi - lo) / BINS as f64;
+        pass(&mut |x| {
+            if x.is_finite() {
+                let i = if width > 0.0 {
+                    (((x - lo) / width) as usize).min(BINS - 1)
+                } else {
+                    0
+                };
+                if let Some(b) = bins.get_mut(i) {
+                    *b += 1;
+                }
+            }
+        })?;
+    }
+    let finite = m.finite > 0;
+    let grid = m.grid.map(|g| Grid {
+        rows: g.grid_rows,
+        cols: g.grid_cols,
+        values: g
+            .cells
+            .into_iter()
+            .map(|(sum, n)| (n > 0).then(|| sum / n as f64))
+            .collect(),
+    });
+    Ok(Summary {
+        object: object.to_owned(),
+        dtype: c.dtype.name().to_owned(),
+        logical_type: c
+            .logical_type
+            .as_ref()
+            .map_or_else(|| c.dtype.name().to_owned(), |t| t.name().to_owned()),
+        shape: obj.shape.clone(),
+        count: m.count,
+        finite: m.finite,
+        nan: m.nan,
+        pos_inf: m.pos_inf,
+        neg_inf: m.neg_inf,
+        min: finite.then_some(lo),
+        max: finite.then_some(hi),
+        mean: finite.then_some(m.mean),
+        std: finite.then(|| (m.m2 / m.finite as f64).sqrt()),
+        histogram: Histogram {
+            lo: finite.then_some(lo),
+            hi: finite.then_some(hi),
+            counts: bins,
+        },
+        grid,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fp8_values_decode_as_their_specifications_say() {
+        let e4m3 = |v: u8| f8(&[v], 4, 7, F8::Fn);
+        assert_eq!(e4m3(0x38), 1.0);
+        assert_eq!(e4m3(0x7e), 448.0);
+        assert_eq!(e4m3(0xb8), -1.0);
+        assert_eq!(e4m3(0x01), 2f64.powi(-9));
+        assert!(e4m3(0x7f).is_nan());
+        let e5m2 = |v: u8| f8(&[v], 5, 15, F8::Ieee);
+        assert_eq!(e5m2(0x3c), 1.0);
+        assert_eq!(e5m2(0x7b), 57344.0);
+        assert_eq!(e5m2(0x7c), f64::INFINITY);
+        assert_eq!(e5m2(0xfc), f64::NEG_INFINITY);
+        assert!(e5m2(0x7d).is_nan());
+        let e4m3uz = |v: u8| f8(&[v], 4, 8, F8::Uz);
+        assert_eq!(e4m3uz(0x40), 1.0);
+        assert!(e4m3uz(0x80).is_nan());
+        assert_eq!(e4m3uz(0x7f), 240.0);
+        let e5m2uz = |v: u8| f8(&[v], 5, 16, F8::Uz);
+        assert_eq!(e5m2uz(0x40), 1.0);
+        assert!(e5m2uz(0x80).is_nan());
+    }
+
+    #[test]
+    fn moments_grid_and_non_finite_values() {
+        let mut m = Moments::new(&[2, 3]);
+        for x in [1.0, 2.0, 3.0, f64::NAN, 5.0, f64::INFINITY] {
+            m.add(x);
+        }
+        assert_eq!((m.count, m.finite, m.nan, m.pos_inf), (6, 4, 1, 1));
+        assert_eq!((m.min, m.max), (1.0, 5.0));
+        assert!((m.mean - 2.75).abs() < 1e-12);
+        let g = m.grid.unwrap();
+        assert_eq!((g.grid_rows, g.grid_cols), (2, 3));
+        assert_eq!(g.cells[0], (1.0, 1));
+        assert_eq!(g.cells[3], (0.0, 0));
+        assert_eq!(g.cells[5], (0.0, 0));
+    }
+}

@@ -10,8 +10,8 @@
 //! the histogram), after the component's digest check; a zstd component
 //! is decoded whole, and only within `limits.render_cap`. Summaries are
 //! kept per file version (by ETag). Refused by name: formats other than
-//! dense (GGUF blocks, sparse, quantized groups), complex and unknown
-//! logical types, booleans count as 0 and 1.
+//! dense (GGUF blocks, sparse, quantized groups, ragged) and complex or
+//! unknown logical types. Booleans count as 0 and 1.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -183,3 +183,37 @@ fn dense_tensors_are_summarised_and_the_rest_refused_by_name() {
     let (status, _) = summary(&s, "t.zt", "nothing");
     assert_eq!(status, 404);
 }
+
+/// `GET /v1/files/{path}/objects?select=`: the table the web page shows,
+/// filtered on the server; no match is an empty table.
+#[test]
+fn the_objects_table_is_filtered_on_the_server() {
+    let root = tempfile::tempdir().unwrap();
+    common::layered_model(&root.path().join("l.zt"), 0..3);
+    let s = Server::start(root.path(), &[]);
+    let table = |q: &str| -> serde_json::Value {
+        let r = curl(&[], &s.url(&format!("/v1/files/l.zt/objects{q}")));
+        assert_eq!(r.status, 200, "{q}");
+        serde_json::from_slice(&r.body).unwrap()
+    };
+    let all = table("");
+    assert_eq!(all["total"]["objects"], 3);
+    assert_eq!(all["total"]["bytes"], 3u64 << 20);
+    let row = &all["objects"][0];
+    assert_eq!(row["name"], "model.layers.0.w");
+    assert_eq!(row["layer"], 0);
+    assert_eq!(row["dtype"], "u8");
+    assert_eq!(row["format"], "dense");
+    assert_eq!(row["encoding"], "raw");
+    assert!(
+        row["digest"].as_str().is_some_and(|d| !d.is_empty()),
+        "{row}"
+    );
+    assert_eq!(all["layers"].as_array().unwrap().len(), 3);
+    let one = table("?select=model.layers.1.*");
+    assert_eq!(one["total"]["objects"], 1);
+    assert_eq!(one["objects"][0]["name"], "model.layers.1.w");
+    let none = table("?select=nothing.*");
+    assert_eq!(none["objects"], serde_json::json!([]));
+    assert_eq!(none["total"]["objects"], 0);
+}

@@ -200,6 +200,7 @@ async fn serve(
         (Api::V1, Target::Manifest) => "/v1/files/{path}/manifest",
         (Api::V1, Target::Component { .. }) => "/v1/files/{path}/objects/{name}/{component}",
         (Api::V1, Target::Summary { .. }) => "/v1/files/{path}/summaries/{name}",
+        (Api::V1, Target::Objects) => "/v1/files/{path}/objects",
     };
     drop(snap);
     let query = query_pairs(query.as_deref());
@@ -210,8 +211,8 @@ async fn serve(
         .collect();
     let need = match &target {
         Target::File => Need::Bytes,
-        Target::Manifest if globs.is_empty() => Need::Everything,
-        Target::Manifest => Need::Select(&globs),
+        Target::Manifest | Target::Objects if globs.is_empty() => Need::Everything,
+        Target::Manifest | Target::Objects => Need::Select(&globs),
         Target::Component { object, .. } | Target::Summary { object } => Need::Object(object),
     };
     let served = match state.catalog.resolve(&path, need).await {
@@ -273,6 +274,7 @@ async fn serve(
         }
         Target::Manifest => manifest(&state, &served, &headers, &query, cache_control).await,
         Target::Summary { object } => super::summary::respond(&state, served, object).await,
+        Target::Objects => super::objects::respond(&served, &globs),
         Target::Component { object, component } => {
             // A shard's component is served by the shard's entry.
             let served = served.owner(&object, &component).unwrap_or(served);

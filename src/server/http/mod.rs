@@ -18,6 +18,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzz;
 mod handlers;
+mod objects;
 mod range;
 mod route;
 mod rows;

@@ -16,6 +16,8 @@ pub(crate) enum Target {
         object: String,
         component: String,
     },
+    /// `objects`: the objects as a table.
+    Objects,
     /// `summaries/{object}`: the object's values summarised.
     Summary {
         object: String,
@@ -61,6 +63,7 @@ pub(crate) fn split(rest: &str, snapshot: &Snapshot) -> Result<(String, Target),
         let target = match tail {
             [] => Target::File,
             ["manifest"] => Target::Manifest,
+            ["objects"] => Target::Objects,
             ["summaries", object] => Target::Summary {
                 object: decode(object).ok_or_else(not_found)?,
             },

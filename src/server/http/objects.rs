@@ -1,0 +1,77 @@
+//! `GET /v1/files/{path}/objects[?select=GLOB...]`: the file's objects as
+//! a table (what the web page shows), filtered on the server by the same
+//! globs as everything else (`zt_format::select`); a glob that matches
+//! nothing gives an empty table, not an error. Each row: name, format,
+//! shape, the data component's dtype, type, encoding and digest, the bytes
+//! stored, and the layer; then bytes and objects per layer, and totals.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use zt_format::select::Selection;
+
+use super::error::AppError;
+use crate::server::catalog::Served;
+use crate::server::etag;
+
+pub(super) fn respond(served: &Arc<Served>, globs: &[String]) -> Result<Response, AppError> {
+    let selection = if globs.is_empty() {
+        Selection::all()
+    } else {
+        Selection::new(globs).map_err(|e| AppError::bad_request(e.to_string()))?
+    };
+    let mut rows = Vec::new();
+    let mut layers: BTreeMap<Option<u64>, (u64, u64)> = BTreeMap::new();
+    let (mut objects, mut bytes) = (0u64, 0u64);
+    for (name, o) in &served.manifest.objects {
+        if !selection.matches(name) {
+            continue;
+        }
+        let data = o
+            .components
+            .get("data")
+            .or_else(|| o.components.values().next());
+        let layer = zt_format::layer_index(name);
+        let stored = o.stored_bytes();
+        rows.push(json!({
+            "name": name,
+            "format": o.format.name(),
+            "shape": o.shape,
+            "dtype": data.map(|c| c.dtype.name()),
+            "type": data.and_then(|c| c.logical_type.as_ref().map(|t| t.name().to_owned())),
+            "encoding": data.map(|c| c.encoding.name()),
+            "digest": data.and_then(|c| c.digest.as_ref().map(|d| d.as_str().to_owned())),
+            "components": o.components.len(),
+            "bytes": stored,
+            "layer": layer,
+        }));
+        let l = layers.entry(layer).or_default();
+        l.0 += stored;
+        l.1 += 1;
+        objects += 1;
+        bytes += stored;
+    }
+    let layers: Vec<Value> = layers
+        .into_iter()
+        .map(|(layer, (b, n))| json!({ "layer": layer, "bytes": b, "objects": n }))
+        .collect();
+    let body = json!({
+        "path": served.path,
+        "objects": rows,
+        "layers": layers,
+        "total": { "objects": objects, "bytes": bytes },
+    });
+    let tag = etag::suffixed(&served.etag, "objects");
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/json".to_owned()),
+            (header::ETAG, tag),
+            (header::CACHE_CONTROL, "no-cache".to_owned()),
+        ],
+        body.to_string(),
+    )
+        .into_response())
+}

@@ -650,7 +650,9 @@ fn plain_paths_serve_the_raw_file_as_the_api_does() {
         let r = curl(&[], &s.url(&format!("/v1/files/{dir}/m.zt")));
         assert_eq!((r.status, r.body.len()), (200, file.len()), "{dir}");
     }
-    // Other methods and the root are not files.
+    // Other methods are not files; the root is the web page's.
     assert_eq!(curl(&["-X", "POST"], &s.url("/sample.zt")).status, 404);
-    assert_eq!(curl(&[], &s.url("/")).status, 404);
+    let root = curl(&[], &s.url("/"));
+    assert_eq!(root.status, 302);
+    assert_eq!(root.header("location"), Some("/ui/"));
 }

@@ -54,6 +54,9 @@ struct Cli {
     /// Do not serve QUIC
     #[arg(long)]
     no_quic: bool,
+    /// Do not serve the web page at /ui/ [env: ZTSERVE_UI_ENABLED=false]
+    #[arg(long)]
+    no_ui: bool,
     /// Writable directory for the generated QUIC certificate [env: ZTSERVE_STATE_DIR]
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
@@ -109,6 +112,9 @@ impl Cli {
         }
         if self.no_quic {
             f.push(("quic.enabled", toml::Value::Boolean(false)));
+        }
+        if self.no_ui {
+            f.push(("ui.enabled", toml::Value::Boolean(false)));
         }
         if let Some(d) = &self.state_dir {
             f.push(("state_dir", s(&d.to_string_lossy())));

@@ -66,6 +66,8 @@ pub struct Config {
     pub digests: DigestsConfig,
     #[serde(default)]
     pub storage: StorageConfig,
+    #[serde(default)]
+    pub ui: UiConfig,
     /// Writable directory for state: the generated QUIC certificate and
     /// the digest store (a cache).
     #[serde(default = "defaults::state_dir")]
@@ -201,6 +203,21 @@ pub enum DigestChoice {
     /// Compute nothing: such components are served without a digest, and
     /// their file's ETag includes its modification time.
     Off,
+}
+
+/// The web page at `/ui/`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UiConfig {
+    /// Serve it (`/` redirects there); `false` (`--no-ui`): both are 404.
+    #[serde(default = "defaults::yes")]
+    pub enabled: bool,
+}
+
+impl Default for UiConfig {
+    fn default() -> Self {
+        UiConfig { enabled: true }
+    }
 }
 
 /// Object storage, for a root such as `s3://bucket/prefix`. Credentials
@@ -535,6 +552,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("storage.check_interval_secs", Kind::Int),
     ("storage.background_reads", Kind::Bool),
     ("storage.read_ahead", Kind::Int),
+    ("ui.enabled", Kind::Bool),
     ("storage.cache_bytes", Kind::Int),
     ("storage.max_retries", Kind::Int),
     ("storage.retry_timeout_secs", Kind::Int),

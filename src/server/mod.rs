@@ -26,6 +26,7 @@ mod renderings;
 mod rows;
 mod summary;
 mod tls;
+mod ui;
 mod watch;
 
 /// The HTTP fuzz target's body, for cargo-fuzz and the corpus replay.

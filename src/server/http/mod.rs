@@ -66,9 +66,12 @@ async fn authenticate(AxState(state): AxState<Arc<State>>, req: Request, next: N
         return next.run(req).await;
     };
     let path = req.uri().path();
+    // The page's HTML and assets carry no data (its script asks for the
+    // token); the API it reads does.
     let open = path == "/healthz"
         || path == "/readyz"
-        || (path == "/metrics" && !state.config.auth.protect_metrics);
+        || (path == "/metrics" && !state.config.auth.protect_metrics)
+        || (state.config.ui.enabled && crate::server::ui::is_ui_path(path));
     let header = req
         .headers()
         .get(axum::http::header::AUTHORIZATION)
@@ -149,7 +152,18 @@ pub(super) fn router(state: Arc<State>) -> Router {
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(handlers::metrics))
-        .route("/v1/schema/manifest.json", get(handlers::manifest_schema))
+        .route("/v1/schema/manifest.json", get(handlers::manifest_schema));
+    if state.config.ui.enabled {
+        use crate::server::ui;
+        app = app
+            .route("/", get(ui::to_listing))
+            .route("/ui", get(ui::to_listing))
+            .route("/ui/", get(ui::listing))
+            .route("/ui/files/{*path}", get(ui::file))
+            .route("/ui/app.js", get(ui::script))
+            .route("/ui/style.css", get(ui::style));
+    }
+    let mut app = app
         .fallback(handlers::fallback)
         .layer(compress)
         .layer(middleware::from_fn_with_state(

@@ -45,6 +45,9 @@ pub(super) fn respond(served: &Arc<Served>, globs: &[String]) -> Result<Response
             "encoding": data.map(|c| c.encoding.name()),
             "digest": data.and_then(|c| c.digest.as_ref().map(|d| d.as_str().to_owned())),
             "components": o.components.len(),
+            // A byte range of this file (for `curl -r`), when it is one.
+            "offset": data.filter(|c| !c.synthesized && c.file.is_none()).map(|c| c.offset),
+            "length": data.map(|c| c.length),
             "bytes": stored,
             "layer": layer,
         }));

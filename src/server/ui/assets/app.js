@@ -1,0 +1,308 @@
+// ztserve's web page. It reads the JSON API that every client uses and
+// writes every name from a file as text (textContent, attributes set one
+// by one), never as markup. A token, when the server asks for one, is kept
+// in sessionStorage for this browser session and sent as a header, never
+// in a URL.
+"use strict";
+
+const TOKEN = "ztserve-token";
+const app = document.getElementById("app");
+const page = app ? app.dataset.page : "";
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v !== undefined && v !== null) e.setAttribute(k, String(v));
+  }
+  for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  return e;
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  return e;
+}
+
+// Asks the API; on 401 shows the token form and waits for a token.
+async function api(path) {
+  for (;;) {
+    const headers = { Accept: "application/json" };
+    const token = sessionStorage.getItem(TOKEN);
+    if (token) headers.Authorization = "Bearer " + token;
+    const r = await fetch(path, { headers });
+    if (r.status === 401) {
+      sessionStorage.removeItem(TOKEN);
+      await askToken();
+      continue;
+    }
+    const body = await r.json().catch(() => ({}));
+    if (!r.ok) throw new Error((body.error || r.status) + ": " + (body.detail || r.statusText));
+    return body;
+  }
+}
+
+function askToken() {
+  return new Promise((done) => {
+    const input = el("input", { type: "password", id: "token", autocomplete: "off", placeholder: "bearer token" });
+    const form = el("form", { class: "token", id: "token-form" },
+      el("p", {}, "This server needs a token. It is kept for this browser session only."), input, " ", el("button", { type: "submit" }, "Use token"));
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      sessionStorage.setItem(TOKEN, input.value.trim());
+      form.remove();
+      done();
+    });
+    app.prepend(form);
+    input.focus();
+  });
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return "";
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0, v = n;
+  while (v >= 1024 && i < u.length - 1) { v /= 1024; i++; }
+  return (i ? v.toFixed(1) : String(v)) + " " + u[i];
+}
+
+// A table whose columns sort on click. `cols`: [label, key, numeric].
+function table(id, cols, rows, onPick) {
+  const t = el("table", { id });
+  const head = el("tr");
+  const body = el("tbody");
+  let sortKey = null, up = true;
+  const draw = () => {
+    const sorted = rows.slice();
+    if (sortKey !== null) {
+      const c = cols.find((x) => x[1] === sortKey);
+      sorted.sort((a, b) => {
+        const x = a[sortKey], y = b[sortKey];
+        const r = c[2] ? (x ?? -Infinity) - (y ?? -Infinity) : String(x ?? "").localeCompare(String(y ?? ""));
+        return up ? r : -r;
+      });
+    }
+    body.replaceChildren(...sorted.map((r) => {
+      const tr = el("tr", onPick ? { class: "pick" } : {});
+      for (const [, key, numeric, show] of cols) {
+        const v = show ? show(r) : r[key];
+        tr.append(el("td", numeric ? { class: "n" } : {}, v instanceof Node ? v : (v ?? "")));
+      }
+      if (onPick) tr.addEventListener("click", () => {
+        for (const c of body.querySelectorAll("tr.chosen")) c.classList.remove("chosen");
+        tr.classList.add("chosen");
+        onPick(r);
+      });
+      return tr;
+    }));
+  };
+  for (const [label, key, numeric] of cols) {
+    const th = el("th", numeric ? { class: "n" } : {}, label);
+    th.addEventListener("click", () => {
+      up = sortKey === key ? !up : true;
+      sortKey = key;
+      for (const h of head.children) h.classList.remove("sorted", "up");
+      th.classList.add("sorted");
+      if (up) th.classList.add("up");
+      draw();
+    });
+    head.append(th);
+  }
+  t.append(el("thead", {}, head), body);
+  draw();
+  return t;
+}
+
+// Shell quoting: a name pastes as text, never as a command.
+function sh(s) {
+  return "'" + String(s).replaceAll("'", "'\\''") + "'";
+}
+// A Python string literal (JSON's escapes are Python's).
+function py(s) {
+  return JSON.stringify(String(s));
+}
+// A glob that selects exactly `name` (the server's escape: * ? \).
+function globOf(name) {
+  return String(name).replace(/[*?\\]/g, "\\$&");
+}
+function fileUrl(path) {
+  return location.origin + "/" + path.split("/").map(encodeURIComponent).join("/");
+}
+
+function command(label, text) {
+  const pre = el("pre", {}, text);
+  const copy = el("button", { type: "button" }, "Copy");
+  copy.addEventListener("click", () => navigator.clipboard.writeText(text).then(() => { copy.textContent = "Copied"; }));
+  return el("div", { class: "cmd" }, el("span", { class: "muted" }, label), pre, copy);
+}
+
+async function listing() {
+  let files = document.getElementById("files");
+  const filter = el("input", { type: "search", id: "filter", placeholder: "filter by path" });
+  if (!files) {
+    const list = await api("/v1/files");
+    const rows = list.files.concat(list.hashing || []).map((f) => ({
+      path: f.path, source: f.source, size: f.size, objects: f.objects, version: f.version, etag: f.etag, modified: f.modified,
+    }));
+    const link = (r) => el("a", { href: "/ui/files/" + r.path.split("/").map(encodeURIComponent).join("/") }, r.path);
+    files = table("files", [["path", "path", false, link], ["source", "source"], ["size", "size", true, (r) => bytes(r.size)],
+      ["objects", "objects", true], ["version", "version"], ["ETag", "etag"], ["changed", "modified"]], rows);
+    const note = document.getElementById("static-note");
+    if (note) note.remove();
+    app.append(files);
+    if ((list.unavailable || []).length) {
+      app.append(el("h2", {}, "Not served"), table("unavailable", [["path", "path"], ["size", "size", true], ["reason", "reason"]], list.unavailable));
+    }
+  } else {
+    sortable(files);
+  }
+  files.before(el("p", {}, filter));
+  filter.addEventListener("input", () => {
+    const q = filter.value.toLowerCase();
+    for (const tr of files.tBodies[0].rows) tr.hidden = !tr.cells[0].textContent.toLowerCase().includes(q);
+  });
+}
+
+// Sorting for the table the server wrote (no data behind it but its cells).
+function sortable(t) {
+  const body = t.tBodies[0];
+  [...t.tHead.rows[0].cells].forEach((th, i) => {
+    let up = true;
+    th.addEventListener("click", () => {
+      const rows = [...body.rows];
+      const key = (tr) => tr.cells[i].dataset.n !== undefined ? Number(tr.cells[i].dataset.n) : tr.cells[i].textContent;
+      rows.sort((a, b) => { const x = key(a), y = key(b); const r = typeof x === "number" ? x - y : String(x).localeCompare(String(y)); return up ? r : -r; });
+      body.replaceChildren(...rows);
+      up = !up;
+    });
+  });
+}
+
+function barChart(layers) {
+  const w = 640, h = 160, pad = 24;
+  const s = svg("svg", { id: "layer-chart", width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: "img" });
+  s.append(svg("line", { class: "axis", x1: pad, y1: h - pad, x2: w, y2: h - pad }));
+  const max = Math.max(1, ...layers.map((l) => l.bytes));
+  const bw = (w - pad) / Math.max(1, layers.length);
+  layers.forEach((l, i) => {
+    const bh = ((h - 2 * pad) * l.bytes) / max;
+    const r = svg("rect", { class: "bar", x: pad + i * bw + 1, y: h - pad - bh, width: Math.max(1, bw - 2), height: bh });
+    const t = svg("title", {});
+    t.textContent = (l.layer === null ? "other" : "layer " + l.layer) + ": " + bytes(l.bytes);
+    r.append(t);
+    s.append(r);
+  });
+  const label = svg("text", { x: pad, y: 12 });
+  label.textContent = "bytes per layer (max " + bytes(max) + ")";
+  s.append(label);
+  return s;
+}
+
+function histogram(hist) {
+  const w = 480, h = 140, pad = 20;
+  const s = svg("svg", { id: "histogram", width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: "img" });
+  const max = Math.max(1, ...hist.counts);
+  const bw = w / hist.counts.length;
+  hist.counts.forEach((c, i) => {
+    const bh = ((h - pad) * c) / max;
+    s.append(svg("rect", { class: "bar", x: i * bw, y: h - pad - bh, width: Math.max(1, bw - 1), height: bh }));
+  });
+  const t = svg("text", { x: 0, y: h - 4 });
+  t.textContent = `${hist.lo} … ${hist.hi}`;
+  s.append(t);
+  return s;
+}
+
+function heatmap(grid, lo, hi) {
+  const cell = Math.max(2, Math.floor(320 / Math.max(grid.rows, grid.cols)));
+  const s = svg("svg", { id: "heatmap", width: grid.cols * cell, height: grid.rows * cell, role: "img" });
+  const span = hi - lo || 1;
+  grid.values.forEach((v, i) => {
+    const r = Math.floor(i / grid.cols), c = i % grid.cols;
+    const x = v === null ? 0.5 : (v - lo) / span;
+    const shade = v === null ? "#cccccc" : `hsl(${240 - 240 * x}, 70%, ${30 + 35 * x}%)`;
+    s.append(svg("rect", { x: c * cell, y: r * cell, width: cell, height: cell, fill: shade }));
+  });
+  return s;
+}
+
+async function tensorView(path, row, into) {
+  into.replaceChildren(el("h2", {}, row.name));
+  const url = fileUrl(path);
+  const cmds = el("div", {});
+  if (row.offset !== null && row.length) {
+    cmds.append(command("curl", `curl -r ${row.offset}-${row.offset + row.length - 1} -o ${sh(row.name + ".bin")} ${sh(url)}`));
+  }
+  cmds.append(command("zt", `zt fetch ${sh(url)} --select ${sh(globOf(row.name))} -o ${sh(row.name + ".zt")}`));
+  cmds.append(command("Python", `import ztserve\nwith ztserve.safe_open(${py(url)}) as f:\n    t = f.get_tensor(${py(row.name)})`));
+  into.append(cmds);
+  if (row.format !== "dense") {
+    into.append(el("p", { class: "muted" }, `A ${row.format} object: no value summary.`));
+    return;
+  }
+  const status = el("p", { class: "muted" }, "Summarising…");
+  into.append(status);
+  try {
+    const sm = await api(`/v1/files/${path.split("/").map(encodeURIComponent).join("/")}/summaries/${encodeURIComponent(row.name)}`);
+    status.remove();
+    const dl = el("dl", { class: "attrs", id: "summary" });
+    for (const k of ["dtype", "type", "count", "min", "max", "mean", "std", "nan", "pos_inf", "neg_inf"]) {
+      dl.append(el("dt", {}, k), el("dd", {}, sm[k] === null ? "—" : JSON.stringify(sm[k])));
+    }
+    dl.append(el("dt", {}, "shape"), el("dd", {}, JSON.stringify(sm.shape)));
+    const r = el("div", { class: "row" }, dl, histogram(sm.histogram));
+    if (sm.grid) r.append(heatmap(sm.grid, sm.min ?? 0, sm.max ?? 1));
+    into.append(r);
+  } catch (e) {
+    status.className = "error";
+    status.textContent = e.message;
+  }
+}
+
+async function filePage() {
+  const path = app.dataset.path;
+  const enc = path.split("/").map(encodeURIComponent).join("/");
+  const list = await api("/v1/files");
+  const f = list.files.concat(list.hashing || []).find((x) => x.path === path) || {};
+  const dl = el("dl", { class: "attrs", id: "attrs" });
+  for (const k of ["source", "size", "objects", "version", "etag", "modified"]) {
+    dl.append(el("dt", {}, k), el("dd", {}, k === "size" ? bytes(f.size) + ` (${f.size})` : (f[k] ?? "")));
+  }
+  const url = fileUrl(path);
+  const cmds = el("div", { class: "panel" },
+    command("curl", `curl -o ${sh(path.split("/").pop())} ${sh(url)}`),
+    command("zt", `zt fetch ${sh(url)} -o ${sh(path.split("/").pop())}`),
+    command("Python", `import ztserve\nwith ztserve.safe_open(${py(url)}) as f:\n    names = f.keys()`));
+  const glob = el("input", { type: "search", id: "glob", placeholder: "glob, e.g. model.layers.0.*" });
+  const holder = el("div", { id: "objects-holder" });
+  const totals = el("p", { id: "totals", class: "muted" });
+  const chart = el("div", { id: "chart-holder" });
+  const view = el("div", { id: "tensor", class: "panel" }, el("p", { class: "muted" }, "Pick an object to see its values."));
+  app.append(dl, cmds, el("h2", {}, "Objects"), el("p", {}, glob), totals, chart, holder, view);
+  const load = async () => {
+    const q = glob.value.trim() ? "?select=" + encodeURIComponent(glob.value.trim()) : "";
+    try {
+      const t = await api(`/v1/files/${enc}/objects${q}`);
+      totals.textContent = `${t.total.objects} objects, ${bytes(t.total.bytes)}`;
+      chart.replaceChildren(barChart(t.layers));
+      holder.replaceChildren(table("objects", [["name", "name"], ["format", "format"], ["shape", "shape", false, (r) => JSON.stringify(r.shape)],
+        ["dtype", "dtype"], ["type", "type"], ["encoding", "encoding"], ["bytes", "bytes", true], ["digest", "digest"], ["layer", "layer", true]],
+        t.objects, (r) => tensorView(path, r, view)));
+    } catch (e) {
+      holder.replaceChildren(el("p", { class: "error" }, e.message));
+    }
+  };
+  let timer = null;
+  glob.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(load, 250); });
+  await load();
+}
+
+(async () => {
+  try {
+    if (page === "listing") await listing();
+    else if (page === "file") await filePage();
+  } catch (e) {
+    app.append(el("p", { class: "error" }, e.message));
+  }
+})();

@@ -7,7 +7,7 @@
 //!
 //! Credentials and the region come from the standard environment
 //! variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`) and the AWS shared
-//! credentials and config files ([`super::aws_files`]); `[storage]` adds an
+//! credentials and config files (`aws_files.rs`); `[storage]` adds an
 //! endpoint for S3-compatible stores, plain HTTP and path-style
 //! addressing (the default: what most such stores need). Throttling (503
 //! SlowDown) and dropped connections are retried with backoff by the
@@ -114,7 +114,7 @@ impl ObjectRoot {
 
     /// [`ObjectRoot::open`] with `env` in place of the process's
     /// environment (only its `AWS_*`, `GOOGLE_*` and `AZURE_*` are read,
-    /// and `HOME` for the AWS shared files, [`super::aws_files`]).
+    /// and `HOME` for the AWS shared files, read by `aws_files.rs`).
     pub fn open_with(
         url: &str,
         config: &StorageConfig,

@@ -210,6 +210,7 @@ fn the_objects_table_is_filtered_on_the_server() {
         "{row}"
     );
     assert_eq!(all["layers"].as_array().unwrap().len(), 3);
+    assert_eq!(all["layers"][0]["layer"], 0);
     let one = table("?select=model.layers.1.*");
     assert_eq!(one["total"]["objects"], 1);
     assert_eq!(one["objects"][0]["name"], "model.layers.1.w");

@@ -57,8 +57,11 @@ pub(super) fn respond(served: &Arc<Served>, globs: &[String]) -> Result<Response
         objects += 1;
         bytes += stored;
     }
-    let layers: Vec<Value> = layers
+    // In layer order, the objects of no layer last.
+    let (numbered, other): (Vec<_>, Vec<_>) = layers.into_iter().partition(|(l, _)| l.is_some());
+    let layers: Vec<Value> = numbered
         .into_iter()
+        .chain(other)
         .map(|(layer, (b, n))| json!({ "layer": layer, "bytes": b, "objects": n }))
         .collect();
     let body = json!({

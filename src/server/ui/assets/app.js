@@ -228,6 +228,8 @@ function heatmap(grid, lo, hi) {
 }
 
 async function tensorView(path, row, into) {
+  // A link to this view: the object's name in the fragment.
+  history.replaceState(null, "", "#object=" + encodeURIComponent(row.name));
   into.replaceChildren(el("h2", {}, row.name));
   const url = fileUrl(path);
   const cmds = el("div", {});
@@ -279,7 +281,7 @@ async function filePage() {
   const totals = el("p", { id: "totals", class: "muted" });
   const chart = el("div", { id: "chart-holder" });
   const view = el("div", { id: "tensor", class: "panel" }, el("p", { class: "muted" }, "Pick an object to see its values."));
-  app.append(dl, cmds, el("h2", {}, "Objects"), el("p", {}, glob), totals, chart, holder, view);
+  app.append(dl, cmds, el("h2", {}, "Objects"), el("p", {}, glob), totals, chart, view, holder);
   const load = async () => {
     const q = glob.value.trim() ? "?select=" + encodeURIComponent(glob.value.trim()) : "";
     try {
@@ -289,13 +291,19 @@ async function filePage() {
       holder.replaceChildren(table("objects", [["name", "name"], ["format", "format"], ["shape", "shape", false, (r) => JSON.stringify(r.shape)],
         ["dtype", "dtype"], ["type", "type"], ["encoding", "encoding"], ["bytes", "bytes", true], ["digest", "digest"], ["layer", "layer", true]],
         t.objects, (r) => tensorView(path, r, view)));
+      return t.objects;
     } catch (e) {
       holder.replaceChildren(el("p", { class: "error" }, e.message));
+      return [];
     }
   };
   let timer = null;
   glob.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(load, 250); });
-  await load();
+  const rows = await load();
+  // `#object=NAME` opens that object's view.
+  const picked = location.hash.startsWith("#object=") ? decodeURIComponent(location.hash.slice(8)) : null;
+  const row = picked && (rows || []).find((r) => r.name === picked);
+  if (row) await tensorView(path, row, view);
 }
 
 (async () => {

@@ -7,10 +7,12 @@ export CARGO_TERM_COLOR=never
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "system tools the tests drive (curl, nginx as a plain Range server; ip and iptables for the lossy and dying network tests; debootstrap and docker-compose for the container tests)"
+step "system tools the tests drive (curl, nginx as a plain Range server; chromium for the web page; ip and iptables for the lossy and dying network tests; debootstrap and docker-compose for the container tests)"
 missing=()
 command -v curl >/dev/null || missing+=(curl)
 command -v nginx >/dev/null || missing+=(nginx-light)
+# The web page's tests drive a headless Chromium (tests/ui_browser.rs).
+command -v chromium >/dev/null || missing+=(chromium)
 if [ "$(id -u)" = 0 ]; then
     # Network namespaces need root; without it that test says SKIPPED.
     command -v ip >/dev/null || missing+=(iproute2)
@@ -38,6 +40,8 @@ if [ ! -x target/tools/bin/s3s-fs ]; then
     cargo install -q s3s-fs --version 0.14.1 --features binary --root target/tools
 fi
 export ZT_S3S_FS="$PWD/target/tools/bin/s3s-fs" ZT_REQUIRE_S3=1
+# Chromium was installed above: the browser tests must run.
+export ZT_REQUIRE_BROWSER=1
 
 step "cargo fmt --check (the workspace, and the Python extension crate outside it)"
 cargo fmt --all -- --check

@@ -1,6 +1,7 @@
 //! Helpers for tests that run the real `ztserve` binary and talk to it with curl.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod cdp;
 pub mod compose;
 pub mod docker;
 pub mod fetch;

@@ -126,6 +126,10 @@ function py(s) {
 function globOf(name) {
   return String(name).replace(/[*?\\]/g, "\\$&");
 }
+// A local file name for an object or file (no directories).
+function outName(name) {
+  return String(name).replace(/[\/\\]/g, "_");
+}
 function fileUrl(path) {
   return location.origin + "/" + path.split("/").map(encodeURIComponent).join("/");
 }
@@ -234,9 +238,9 @@ async function tensorView(path, row, into) {
   const url = fileUrl(path);
   const cmds = el("div", {});
   if (row.offset !== null && row.length) {
-    cmds.append(command("curl", `curl -r ${row.offset}-${row.offset + row.length - 1} -o ${sh(row.name + ".bin")} ${sh(url)}`));
+    cmds.append(command("curl", `curl -r ${row.offset}-${row.offset + row.length - 1} -o ${sh(outName(row.name) + ".bin")} ${sh(url)}`));
   }
-  cmds.append(command("zt", `zt fetch ${sh(url)} --select ${sh(globOf(row.name))} -o ${sh(row.name + ".zt")}`));
+  cmds.append(command("zt", `zt fetch ${sh(url)} --select ${sh(globOf(row.name))} -o ${sh(outName(row.name) + ".zt")}`));
   cmds.append(command("Python", `import ztserve\nwith ztserve.safe_open(${py(url)}) as f:\n    t = f.get_tensor(${py(row.name)})`));
   into.append(cmds);
   if (row.format !== "dense") {

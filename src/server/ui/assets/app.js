@@ -266,14 +266,65 @@ async function tensorView(path, row, into) {
   }
 }
 
+// A token id's colour, as `zt ingest svg` draws it: SplitMix64's
+// finalizer over the id, the low 24 bits, kept out of the darkest shades.
+function colour(id) {
+  const M = (1n << 64n) - 1n;
+  let z = (BigInt(id) + 0x9E3779B97F4A7C15n) & M;
+  z = ((z ^ (z >> 30n)) * 0xBF58476D1CE4E5B9n) & M;
+  z = ((z ^ (z >> 27n)) * 0x94D049BB133111EBn) & M;
+  z ^= z >> 31n;
+  const c = (shift) => (64n + ((z >> shift) & 0xFFn) * 191n / 255n).toString(16).padStart(2, "0");
+  return "#" + c(0n) + c(8n) + c(16n);
+}
+
+// The atom viewer: one atom of an SVG-Tensor projection (`grids`, u16,
+// [atoms, rows, cols]) drawn as its grid of token ids, each cell's
+// tooltip `ID: TEXT` when the entry serves a symbol map.
+async function atomViewer(enc, grids, into) {
+  const [count, rows, cols] = grids.shape;
+  let texts = null;
+  const input = el("input", { type: "number", id: "atom", min: 0, max: count - 1, value: 0 });
+  const holder = el("div", { id: "atom-holder" });
+  into.append(el("h2", {}, "Atoms"), el("p", {}, `${count} atoms of ${rows} × ${cols} tokens; atom `, input), holder);
+  const draw = async () => {
+    const n = Math.max(0, Math.min(count - 1, Number(input.value) || 0));
+    const headers = {};
+    const token = sessionStorage.getItem(TOKEN);
+    if (token) headers.Authorization = "Bearer " + token;
+    if (texts === null) {
+      texts = new Map();
+      const m = await fetch(`/v1/files/${enc}/objects/symbol_map/data`, { headers });
+      if (m.ok) for (const s of (await m.json()).symbols || []) texts.set(s.id, s.text);
+    }
+    const r = await fetch(`/v1/files/${enc}/objects/grids/data?rows=${n}:${n + 1}`, { headers });
+    if (!r.ok) { holder.replaceChildren(el("p", { class: "error" }, `atom ${n}: ${r.status}`)); return; }
+    const ids = new Uint16Array(await r.arrayBuffer());
+    const cell = Math.min(40, Math.max(8, Math.floor(480 / Math.max(rows, cols))));
+    const g = svg("svg", { id: "atom-grid", width: cols * cell, height: rows * cell, role: "img" });
+    ids.forEach((id, i) => {
+      const rect = svg("rect", { x: (i % cols) * cell, y: Math.floor(i / cols) * cell, width: cell - 1, height: cell - 1, fill: colour(id) });
+      const t = svg("title", {});
+      t.textContent = texts.has(id) ? `${id}: ${texts.get(id)}` : String(id);
+      rect.append(t);
+      g.append(rect);
+    });
+    holder.replaceChildren(g);
+  };
+  input.addEventListener("change", draw);
+  await draw();
+}
+
 async function filePage() {
   const path = app.dataset.path;
   const enc = path.split("/").map(encodeURIComponent).join("/");
   const list = await api("/v1/files");
   const f = list.files.concat(list.hashing || []).find((x) => x.path === path) || {};
   const dl = el("dl", { class: "attrs", id: "attrs" });
-  for (const k of ["source", "size", "objects", "version", "etag", "modified"]) {
-    dl.append(el("dt", {}, k), el("dd", {}, k === "size" ? bytes(f.size) + ` (${f.size})` : (f[k] ?? "")));
+  for (const k of ["source", "size", "objects", "version", "etag", "modified", "files"]) {
+    if (f[k] === undefined || f[k] === null) continue;
+    const v = k === "size" ? `${bytes(f.size)} (${f.size})` : Array.isArray(f[k]) ? f[k].join(", ") : f[k];
+    dl.append(el("dt", {}, k), el("dd", {}, v));
   }
   const url = fileUrl(path);
   const cmds = el("div", { class: "panel" },
@@ -304,6 +355,12 @@ async function filePage() {
   let timer = null;
   glob.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(load, 250); });
   const rows = await load();
+  const grids = (rows || []).find((r) => r.name === "grids" && r.dtype === "u16" && r.shape.length === 3);
+  if (grids) {
+    const atoms = el("div", { id: "atoms", class: "panel" });
+    view.before(atoms);
+    await atomViewer(enc, grids, atoms);
+  }
   // `#object=NAME` opens that object's view.
   const picked = location.hash.startsWith("#object=") ? decodeURIComponent(location.hash.slice(8)) : null;
   const row = picked && (rows || []).find((r) => r.name === picked);

@@ -96,7 +96,7 @@ fn the_pages_work_in_a_browser_and_hostile_names_stay_text() {
     // The listing: every served file, the unavailable one with its reason.
     b.open(
         &s.url("/ui/"),
-        "document.querySelectorAll('#files tbody tr').length >= 3",
+        "document.querySelectorAll('#files tbody tr').length >= 3 && document.querySelector('#filter')",
     );
     let paths = b.eval("[...document.querySelectorAll('#files tbody tr td:first-child')].map(t => t.textContent).sort()");
     assert_eq!(paths, json!([HOSTILE_FILE, "layers.zt", "sample.zt"]));
@@ -195,7 +195,7 @@ fn a_token_is_asked_for_and_kept_out_of_urls_and_the_listing_needs_no_script() {
     );
     b.type_into("#token", "browser-token");
     b.eval("document.querySelector('#token-form').requestSubmit()");
-    b.wait("document.querySelectorAll('#files tbody tr').length >= 3");
+    b.wait("document.querySelectorAll('#files tbody tr').length >= 3 && document.querySelector('#filter')");
     assert_eq!(
         b.eval("location.href.includes('browser-token')"),
         Value::Bool(false)

@@ -196,7 +196,7 @@ fn atoms_are_rows_of_a_served_object() {
 /// A symbol map of 300 ids: specials, a few words, and byte fallback
 /// from id 40.
 fn symbol_map() -> String {
-    let words = [
+    common::packs::symbol_map(&[
         "<pad>",
         "<unk>",
         "hello",
@@ -204,17 +204,7 @@ fn symbol_map() -> String {
         "the",
         " atoms",
         "\"quoted\"",
-    ];
-    let symbols: Vec<serde_json::Value> = words
-        .iter()
-        .enumerate()
-        .map(|(id, text)| serde_json::json!({ "id": id, "text": text }))
-        .collect();
-    serde_json::json!({
-        "version": 1, "vocab_size": 300, "unk_id": 1, "pad_id": 0,
-        "byte_fallback": true, "byte_base_id": 40, "symbols": symbols,
-    })
-    .to_string()
+    ])
 }
 
 /// `zt ingest pack` of two documents into `out`, with a 2x2 projection.
@@ -222,26 +212,8 @@ fn ingest_pack(work: &std::path::Path, out: &std::path::Path) {
     std::fs::write(work.join("map.json"), symbol_map()).unwrap();
     std::fs::write(work.join("a.txt"), "hello world, the atoms\n").unwrap();
     std::fs::write(work.join("b.json"), r#"{"k": ["the", "hello world"]}"#).unwrap();
-    let (a, b, map) = (
-        work.join("a.txt"),
-        work.join("b.json"),
-        work.join("map.json"),
-    );
-    let o = common::fetch::zt(&[
-        "ingest",
-        "pack",
-        a.to_str().unwrap(),
-        b.to_str().unwrap(),
-        "--tokenizer",
-        map.to_str().unwrap(),
-        "--atom-size",
-        "4",
-        "--svg",
-        "2x2",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (a, b) = (work.join("a.txt"), work.join("b.json"));
+    common::packs::ingest_pack(&[&a, &b], &work.join("map.json"), Some("2x2"), out);
 }
 
 /// An ingest pack is served as one entry at its `ingest_manifest.json`:

@@ -15,7 +15,6 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::fetch::zt;
 use common::quic::metric;
 use common::s3::{credentials, s3s_fs, S3};
 use common::{curl, Server};
@@ -76,30 +75,11 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
 
 /// The files of an ingest pack (`zt ingest pack`), under `corpus/`.
 fn ingest_pack(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let symbols: Vec<serde_json::Value> = ["<pad>", "<unk>", "hello", " world"]
-        .iter()
-        .enumerate()
-        .map(|(id, text)| serde_json::json!({ "id": id, "text": text }))
-        .collect();
-    let map = serde_json::json!({
-        "version": 1, "vocab_size": 300, "unk_id": 1, "pad_id": 0,
-        "byte_fallback": true, "byte_base_id": 40, "symbols": symbols,
-    });
-    std::fs::write(dir.join("map.json"), map.to_string()).unwrap();
+    let map = common::packs::symbol_map(&["<pad>", "<unk>", "hello", " world"]);
+    std::fs::write(dir.join("map.json"), map).unwrap();
     std::fs::write(dir.join("a.txt"), "hello world, hello\n").unwrap();
     let (a, map, out) = (dir.join("a.txt"), dir.join("map.json"), dir.join("corpus"));
-    let o = zt(&[
-        "ingest",
-        "pack",
-        a.to_str().unwrap(),
-        "--tokenizer",
-        map.to_str().unwrap(),
-        "--atom-size",
-        "4",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    common::packs::ingest_pack(&[&a], &map, None, &out);
     std::fs::read_dir(&out)
         .unwrap()
         .map(|e| {

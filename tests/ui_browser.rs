@@ -228,33 +228,12 @@ fn a_token_is_asked_for_and_kept_out_of_urls_and_the_listing_needs_no_script() {
 fn the_atom_viewer_draws_an_atom_with_its_token_texts() {
     let Some(bin) = chromium() else { return };
     let (root, work) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let symbols: Vec<Value> = ["<pad>", "<unk>", "hello", " world"]
-        .iter()
-        .enumerate()
-        .map(|(id, text)| json!({ "id": id, "text": text }))
-        .collect();
-    let map = json!({
-        "version": 1, "vocab_size": 300, "unk_id": 1, "pad_id": 0,
-        "byte_fallback": true, "byte_base_id": 40, "symbols": symbols,
-    });
-    let (text, map_path) = (work.path().join("a.txt"), work.path().join("map.json"));
-    std::fs::write(&map_path, map.to_string()).unwrap();
+    let (text, map) = (work.path().join("a.txt"), work.path().join("map.json"));
+    let words = ["<pad>", "<unk>", "hello", " world"];
+    std::fs::write(&map, common::packs::symbol_map(&words)).unwrap();
     std::fs::write(&text, "hello world hello world\n").unwrap();
     let out = root.path().join("corpus");
-    let o = common::fetch::zt(&[
-        "ingest",
-        "pack",
-        text.to_str().unwrap(),
-        "--tokenizer",
-        map_path.to_str().unwrap(),
-        "--atom-size",
-        "4",
-        "--svg",
-        "2x2",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    common::packs::ingest_pack(&[&text], &map, Some("2x2"), &out);
     let s = Server::start(root.path(), &[]);
     let mut b = Browser::start(&bin);
     b.open(

@@ -7,6 +7,7 @@ pub mod docker;
 pub mod fetch;
 pub mod netns;
 pub mod nginx;
+pub mod packs;
 pub mod quic;
 pub mod relay;
 pub mod s3;

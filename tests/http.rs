@@ -144,6 +144,82 @@ fn conditional_requests() {
     assert_eq!(r.status, 304);
 }
 
+/// Issue 26, item 4: `If-Match` and `If-Unmodified-Since` fail with 412
+/// on every route that serves bytes or a manifest, as RFC 9110 (13.1.1,
+/// 13.1.4) and nginx say, with the precedence of section 13.2.2.
+#[test]
+fn if_match_and_if_unmodified_since_fail_with_412_as_nginx_does() {
+    let root = sample_root();
+    let s = Server::start(root.path(), &[]);
+    let past = "Sat, 01 Jan 2000 00:00:00 GMT";
+    let future = "Fri, 01 Jan 2100 00:00:00 GMT";
+    let urls = [
+        "/v1/files/sample.zt",
+        "/sample.zt",
+        "/v1/files/sample.zt/manifest",
+        "/v1/files/sample.zt/manifest?select=model.norm.*",
+        "/v1/files/sample.zt/objects/model.norm.weight/data",
+        "/v1/files/sample.zt/objects",
+        "/v1/files/sample.zt/summaries/model.norm.weight",
+    ];
+    for path in urls {
+        let url = s.url(path);
+        let r = curl(&[], &url);
+        assert_eq!(r.status, 200, "{path}");
+        let etag = r.header("etag").unwrap().to_owned();
+        let ask = |h: &[&str]| {
+            let args: Vec<&str> = h.iter().flat_map(|h| ["-H", *h]).collect();
+            curl(&args, &url)
+        };
+        let m = format!("If-Match: {etag}");
+        let r = ask(&["If-Match: \"nope\""]);
+        assert_eq!(r.status, 412, "{path}");
+        let why = String::from_utf8_lossy(&r.body);
+        assert!(
+            why.contains("precondition_failed") && why.contains("If-Match"),
+            "{why}"
+        );
+        assert_eq!(ask(&[&m]).status, 200, "{path}");
+        assert_eq!(ask(&["If-Match: \"x\", *"]).status, 200, "{path}");
+        // A weak tag never matches If-Match (strong comparison).
+        assert_eq!(ask(&[&format!("If-Match: W/{etag}")]).status, 412, "{path}");
+        let r = ask(&[&format!("If-Unmodified-Since: {past}")]);
+        assert_eq!(r.status, 412, "{path}");
+        assert!(String::from_utf8_lossy(&r.body).contains("If-Unmodified-Since"));
+        assert_eq!(
+            ask(&[&format!("If-Unmodified-Since: {future}")]).status,
+            200,
+            "{path}"
+        );
+        // If-Match, when present, decides alone (13.2.2 step 2).
+        let both = [m.as_str(), &format!("If-Unmodified-Since: {past}")];
+        assert_eq!(ask(&both).status, 200, "{path}");
+        // A failed If-Match is 412 even where If-None-Match would be 304.
+        let r = ask(&["If-Match: \"nope\"", &format!("If-None-Match: {etag}")]);
+        assert_eq!(r.status, 412, "{path}");
+        assert_eq!(
+            ask(&[&format!("If-None-Match: {etag}")]).status,
+            304,
+            "{path}"
+        );
+        // Preconditions come before the Range: 412, not 206 or 416.
+        let r = curl(&["-r", "0-3", "-H", "If-Match: \"nope\""], &url);
+        assert_eq!(r.status, 412, "{path}");
+    }
+    // A malformed Range is ignored: the whole entity (documented).
+    let r = curl(&["-H", "Range: bytes=oops"], &s.url("/sample.zt"));
+    assert_eq!(r.status, 200);
+
+    // nginx answers the same for the same file.
+    let dir = tempfile::tempdir().unwrap();
+    let nginx = common::nginx::Nginx::start(root.path(), common::free_port(), dir.path()).unwrap();
+    let url = format!("http://127.0.0.1:{}/sample.zt", nginx.port);
+    let theirs = |h: &str| curl(&["-H", h], &url).status;
+    assert_eq!(theirs("If-Match: \"nope\""), 412);
+    assert_eq!(theirs(&format!("If-Unmodified-Since: {past}")), 412);
+    assert_eq!(theirs(&format!("If-Unmodified-Since: {future}")), 200);
+}
+
 #[test]
 fn versioned_urls_are_immutable_and_cacheable_others_revalidate() {
     let root = sample_root();

@@ -6,11 +6,17 @@
 //! component and rule. A component that cannot be read (the file was
 //! truncated under the daemon, or the disk failed) is refused too, but not
 //! remembered: the next request tries again.
+//!
+//! A check also keeps the component's CRC-32C (its digest itself when that
+//! is one), computed in the same pass: responses that must prove again, as
+//! they stream, that they carry exactly this version's bytes
+//! ([`crate::server::recheck`]) compare against it at memory speed
+//! instead of hashing sha256 on every request.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use zt_format::{Component, Encoding, Format, Hasher, Manifest, Object};
+use zt_format::{Component, Digest, DigestAlgorithm, Encoding, Format, Hasher, Manifest, Object};
 
 use crate::server::blob::Blob;
 
@@ -35,6 +41,8 @@ impl std::fmt::Display for Refusal {
 #[derive(Debug, Default)]
 pub(super) struct Checks {
     cells: Vec<OnceLock<Result<(), String>>>,
+    /// Each passed component's CRC-32C, once known.
+    kept: Vec<OnceLock<Digest>>,
     /// Held while a component is read for its check, so that requests
     /// asking for it at once read it once (the others wait, then find
     /// the answer); one per cell.
@@ -68,13 +76,11 @@ impl Checks {
             }
         }
         by_offset.sort_unstable();
+        let count = m.components().count();
         Checks {
-            cells: (0..m.components().count())
-                .map(|_| OnceLock::new())
-                .collect(),
-            reading: (0..m.components().count())
-                .map(|_| Mutex::new(()))
-                .collect(),
+            cells: (0..count).map(|_| OnceLock::new()).collect(),
+            kept: (0..count).map(|_| OnceLock::new()).collect(),
+            reading: (0..count).map(|_| Mutex::new(())).collect(),
             index,
             by_offset,
             fresh,
@@ -94,6 +100,26 @@ impl Checks {
         &self,
         span: &std::ops::Range<u64>,
     ) -> impl Iterator<Item = (&str, &str)> {
+        self.overlapping_rows(span)
+            .map(|(_, _, o, r, _)| (o.as_str(), r.as_str()))
+    }
+
+    /// The components whose stored bytes lie wholly within `span`, with
+    /// their spans, by offset.
+    pub(super) fn within(
+        &self,
+        span: &std::ops::Range<u64>,
+    ) -> impl Iterator<Item = (std::ops::Range<u64>, &str, &str)> {
+        let (start, stop) = (span.start, span.end);
+        self.overlapping_rows(span)
+            .filter(move |(at, end, _, _, _)| *at >= start && *end <= stop)
+            .map(|(at, end, o, r, _)| (*at..*end, o.as_str(), r.as_str()))
+    }
+
+    fn overlapping_rows(
+        &self,
+        span: &std::ops::Range<u64>,
+    ) -> impl Iterator<Item = &(u64, u64, String, String, usize)> {
         let (start, stop) = (span.start, span.end);
         let first = self
             .by_offset
@@ -103,7 +129,19 @@ impl Checks {
             .unwrap_or_default()
             .iter()
             .take_while(move |(at, _, _, _, _)| *at < stop)
-            .map(|(_, _, o, r, _)| (o.as_str(), r.as_str()))
+    }
+
+    /// The CRC-32C of a passed component's bytes, when it is known.
+    pub(super) fn kept(&self, object: &str, role: &str) -> Option<&Digest> {
+        self.kept.get(self.cell_index(object, role)?)?.get()
+    }
+
+    /// Keeps a passed component's CRC-32C, computed by a response that
+    /// checked its bytes against the digest itself.
+    pub(super) fn keep(&self, object: &str, role: &str, crc: Digest) {
+        if let Some(cell) = self.cell_index(object, role).and_then(|i| self.kept.get(i)) {
+            let _ = cell.set(crc);
+        }
     }
 
     /// Whether the component was checked and passed.
@@ -162,13 +200,18 @@ impl Checks {
             .get(object)
             .filter(|o| o.format == Format::Ragged && role == "offsets");
         let hashed = if self.fresh && c.digest_computed {
-            Ok(Ok(()))
+            Ok((Ok(()), None))
         } else {
             hash(file, c)
         };
-        let checked = hashed.and_then(|verdict| match (verdict, ragged) {
-            (Ok(()), Some(obj)) => ragged_offsets(file, obj, c),
-            (verdict, _) => Ok(verdict),
+        let checked = hashed.and_then(|(verdict, crc)| {
+            if let (Ok(()), Some(crc)) = (&verdict, crc) {
+                self.keep(object, role, crc);
+            }
+            match (verdict, ragged) {
+                (Ok(()), Some(obj)) => ragged_offsets(file, obj, c),
+                (verdict, _) => Ok(verdict),
+            }
         });
         match checked {
             Ok(verdict) => cell
@@ -204,22 +247,33 @@ fn ragged_offsets(file: &Blob, obj: &Object, c: &Component) -> Result<Result<(),
         .map_err(|rule| format!("{}: {rule}", rule.name())))
 }
 
-/// `Err` when the bytes could not be read; otherwise the verdict.
-fn hash(file: &Blob, c: &Component) -> Result<Result<(), String>, String> {
+/// A component's digest check and the CRC-32C of the bytes checked.
+type Hashed = (Result<(), String>, Option<Digest>);
+
+/// `Err` when the bytes could not be read; otherwise the verdict, and the
+/// bytes' CRC-32C (hashed in the same pass, unless the digest is one).
+fn hash(file: &Blob, c: &Component) -> Result<Hashed, String> {
     let Some(digest) = &c.digest else {
-        return Ok(Ok(()));
+        return Ok((Ok(()), None));
     };
     let Some(algorithm) = digest.algorithm() else {
-        return Ok(Ok(()));
+        return Ok((Ok(()), None));
     };
     let mut h = Hasher::new(algorithm);
+    let mut crc =
+        (algorithm != DigestAlgorithm::Crc32c).then(|| Hasher::new(DigestAlgorithm::Crc32c));
     // Cached for the send that follows: an object is then read once.
     let range = c.offset..c.offset.saturating_add(c.length);
     file.each_piece(range, true, |piece| {
         h.update(piece);
+        if let Some(crc) = &mut crc {
+            crc.update(piece);
+        }
         Ok(())
     })?;
-    Ok(digest
-        .compare(&h.finish())
-        .map_err(|rule| format!("{}: {rule}", rule.name())))
+    let got = h.finish();
+    let verdict = digest
+        .compare(&got)
+        .map_err(|rule| format!("{}: {rule}", rule.name()));
+    Ok((verdict, Some(crc.map_or(got, Hasher::finish))))
 }

@@ -27,6 +27,10 @@ pub struct Metrics {
     quic_bytes_sent: AtomicU64,
     quic_connections: Arc<AtomicU64>,
     quic_streams: Arc<AtomicU64>,
+    /// Requests that found their file changed under the catalogued
+    /// version: before the headers, and mid-response (cut).
+    changed_before: AtomicU64,
+    changed_mid: AtomicU64,
 }
 
 /// One open thing counted by a gauge, for as long as it is held.
@@ -82,6 +86,17 @@ impl Metrics {
     /// Counts an open component stream until the returned value is dropped.
     pub fn quic_stream(&self) -> Held {
         Held::new(&self.quic_streams)
+    }
+
+    /// Counts a response cut because its file changed under it.
+    pub fn count_changed_abort(&self) {
+        self.changed_mid.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request that found its file changed before its headers
+    /// (and was answered from the refreshed catalog).
+    pub fn count_changed_refresh(&self) {
+        self.changed_before.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn bytes_sent(&self) -> u64 {
@@ -142,6 +157,17 @@ impl Metrics {
             out,
             "ztserve_quic_streams {}",
             self.quic_streams.load(Ordering::Relaxed)
+        );
+        out.push_str("# HELP ztserve_file_changed_total Requests whose file changed (rewritten in place) under the catalogued version: before the headers (the file catalogued again and its new version served) or mid-response (the connection or stream cut).\n# TYPE ztserve_file_changed_total counter\n");
+        let _ = writeln!(
+            out,
+            "ztserve_file_changed_total{{when=\"before_headers\"}} {}",
+            self.changed_before.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "ztserve_file_changed_total{{when=\"mid_response\"}} {}",
+            self.changed_mid.load(Ordering::Relaxed)
         );
         out.push_str(
             "# HELP ztserve_files Files in the catalog by state.\n# TYPE ztserve_files gauge\n",

@@ -21,6 +21,7 @@ pub mod object_root;
 mod piece_cache;
 mod pread;
 pub mod quic;
+mod recheck;
 mod render;
 mod renderings;
 mod rows;

@@ -183,6 +183,10 @@ pub struct Catalog {
     /// not confirm (a `.bin` that is no MATRIX-ATOM file), by identity:
     /// not read again until they change.
     passed_over: std::sync::Mutex<std::collections::HashMap<String, Identity>>,
+    /// Held by the rescan under way: rescans run one at a time.
+    rescanning: std::sync::Mutex<()>,
+    /// Rescans started so far, for [`Catalog::refresh`].
+    rescans_started: std::sync::atomic::AtomicU64,
 }
 
 /// Whether a file name is one the catalog ignores: dotfiles and files
@@ -233,6 +237,8 @@ impl Catalog {
             digests,
             digest_metrics: metrics,
             passed_over: Default::default(),
+            rescanning: Default::default(),
+            rescans_started: Default::default(),
         })
     }
 
@@ -271,9 +277,27 @@ impl Catalog {
         &self.digest_metrics
     }
 
+    /// Brings the catalog up to date after a request found a file changed
+    /// under its entry (blocking): a rescan, unless one started after the
+    /// call did (it saw the change too), so requests that find the same
+    /// change at once cost one rescan, not one each.
+    pub fn refresh(&self) {
+        let seen = self.rescans_started.load(Ordering::SeqCst);
+        let guard = self.rescanning.lock();
+        if self.rescans_started.load(Ordering::SeqCst) == seen {
+            drop(guard);
+            self.rescan();
+        }
+    }
+
     /// Rescans the tree, reusing entries whose files did not change.
     /// Returns (added, removed, changed) counts.
     pub fn rescan(&self) -> (usize, usize, usize) {
+        let _one = self
+            .rescanning
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.rescans_started.fetch_add(1, Ordering::SeqCst);
         let old = self.snapshot();
         let Some(found) = self.scan() else {
             return (0, 0, 0);

@@ -105,6 +105,40 @@ impl Served {
         Ok(())
     }
 
+    /// Whether the bytes behind this entry may no longer be the version it
+    /// names: a local file whose identity as `fstat` gives it now (size,
+    /// inode, change and modification times) is not the one catalogued,
+    /// which any write, truncation or in-place rewrite changes. An object's
+    /// reads are pinned to its listed ETag, so it never is.
+    pub(crate) fn changed(&self) -> bool {
+        self.file.as_file().is_some_and(|f| {
+            f.metadata()
+                .map_or(true, |m| Identity::of(&m) != self.identity)
+        })
+    }
+
+    /// The components whose stored bytes lie wholly within `span`.
+    pub(crate) fn components_within(
+        &self,
+        span: &std::ops::Range<u64>,
+    ) -> Vec<(std::ops::Range<u64>, String, String)> {
+        self.checks
+            .within(span)
+            .map(|(at, o, r)| (at, o.to_owned(), r.to_owned()))
+            .collect()
+    }
+
+    /// A passed component's CRC-32C, kept from its check (see `checks.rs`).
+    pub(crate) fn kept_crc(&self, object: &str, role: &str) -> Option<Digest> {
+        self.checks.kept(object, role).cloned()
+    }
+
+    /// Keeps a passed component's CRC-32C, computed by a response that
+    /// checked its bytes against the digest itself.
+    pub(crate) fn keep_crc(&self, object: &str, role: &str, crc: Digest) {
+        self.checks.keep(object, role, crc);
+    }
+
     /// Whether every component overlapping `span` was checked and passed
     /// (no check would block).
     pub(crate) fn is_checked_span(&self, span: &std::ops::Range<u64>) -> bool {

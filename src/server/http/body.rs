@@ -5,20 +5,27 @@
 //! component, remembered; see `checks.rs`), so a response spanning many
 //! components (a whole-file GET) starts after its first component is
 //! checked, not the whole file, and never carries a byte that failed its
-//! digest. A component that fails after the headers went out, or a file
-//! truncated under a transfer, ends the body with an error: the client
-//! sees the connection cut before `Content-Length` bytes (never wrong
-//! bytes), the daemon logs and counts it, and carries on.
+//! digest. After a chunk is read, the file's identity is checked
+//! (`Served::changed`): a file rewritten in place under a transfer has a
+//! new change time, and the bytes just read may be the new version's.
+//! Responses that a cache may keep for good, or that carry a component
+//! whole, also hash what they send ([`Recheck`]). A component that fails
+//! after the headers went out, a file changed or truncated under a
+//! transfer, ends the body with an error: the client sees the connection
+//! (or, over HTTP/2, the stream) cut before `Content-Length` bytes, never
+//! a complete body of other bytes than its ETag names; the daemon logs
+//! and counts it, and carries on.
 
 use std::io;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use bytes::Bytes;
 use futures_util::stream::{self, Stream, StreamExt};
 
 use crate::server::catalog::Served;
+use crate::server::recheck::Recheck;
 use crate::server::State;
 
 use crate::server::pread::{read_cached, CACHED_READ_MAX, READ_CHUNK as CHUNK};
@@ -34,17 +41,35 @@ fn file_stream(
     served: Arc<Served>,
     state: Arc<State>,
     range: Range<u64>,
+    recheck: bool,
 ) -> impl Stream<Item = io::Result<Bytes>> + Send {
     // An object's chunks are fetched a few at a time (`storage.read_ahead`);
     // a local file's one at a time.
     let ahead = served.file.read_ahead();
+    let recheck = recheck
+        .then(|| Recheck::new(&served, &range))
+        .flatten()
+        .map(|r| Arc::new(Mutex::new(r)));
     let end = range.end;
     let chunks = (range.start..end)
         .step_by(usize::try_from(CHUNK).unwrap_or(usize::MAX))
         .map(move |pos| pos..(pos + CHUNK).min(end));
+    let (s, st) = (Arc::clone(&served), Arc::clone(&state));
     stream::iter(chunks)
-        .map(move |span| read_chunk(Arc::clone(&served), Arc::clone(&state), span))
+        .map(move |span| read_chunk(Arc::clone(&s), Arc::clone(&st), span))
         .buffered(ahead)
+        // In order, whatever the read-ahead: a component's hash runs
+        // over its bytes as they are sent.
+        .then(move |item| {
+            let (served, state, recheck) =
+                (Arc::clone(&served), Arc::clone(&state), recheck.clone());
+            async move {
+                match (item, recheck) {
+                    (Ok(bytes), Some(r)) => rechecked(&served, &state, r, bytes).await,
+                    (item, _) => item,
+                }
+            }
+        })
         // The first failure ends the body.
         .scan(false, |failed, item| {
             let next = (!*failed).then(|| {
@@ -55,49 +80,110 @@ fn file_stream(
         })
 }
 
-/// One chunk of a response, checked first.
-async fn read_chunk(served: Arc<Served>, state: Arc<State>, span: Range<u64>) -> io::Result<Bytes> {
-    let (pos, n) = (span.start, span.end - span.start);
-    // Bytes already checked and in the page cache are read here,
-    // without a hop to the blocking pool.
-    let fast = (n <= CACHED_READ_MAX && served.is_checked_span(&span))
-        .then(|| read_cached(served.file.as_file()?, n as usize, pos))
-        .flatten();
-    if let Some(item) = fast {
-        if item.is_ok() {
-            state.metrics.add_bytes(n);
-        }
-        return item;
-    }
-    let path = served.path.clone();
-    let check_state = Arc::clone(&state);
-    let read = tokio::task::spawn_blocking(move || {
-        if let Err(refusal) = served.check_span(&span) {
-            check_state.catalog.digest_metrics().count_abort();
-            tracing::error!(file = %served.path, offset = pos, %refusal, "component failed its digest mid-response; connection cut");
-            return Err(io::Error::other(refusal.to_string()));
-        }
-        crate::server::pread::read_shared(&served.file, n as usize, pos)
-    })
-    .await;
-    match read {
-        Ok(Ok(buf)) => {
-            state.metrics.add_bytes(n);
-            Ok(buf)
-        }
-        Ok(Err(e)) => {
-            tracing::warn!(file = %path, error = %e, offset = pos, "read failed mid-response (file truncated or changed?)");
-            Err(e)
-        }
-        Err(e) => Err(io::Error::other(e)),
+/// `bytes` fed to the response's [`Recheck`] (on a blocking thread when
+/// that hashes sha256); an error once a component ends with other bytes
+/// than its version's.
+async fn rechecked(
+    served: &Served,
+    state: &State,
+    recheck: Arc<Mutex<Recheck>>,
+    bytes: Bytes,
+) -> io::Result<Bytes> {
+    let heavy =
+        bytes.len() > INLINE_HASH || recheck.lock().is_ok_and(|r| r.is_heavy(bytes.len()));
+    let b = bytes.clone();
+    let feed = move || match recheck.lock() {
+        Ok(mut r) => r.feed(&b),
+        Err(_) => Err("a response's recheck was poisoned".to_owned()),
+    };
+    let verdict = if heavy {
+        tokio::task::spawn_blocking(feed)
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()))
+    } else {
+        feed()
+    };
+    match verdict {
+        Ok(()) => Ok(bytes),
+        Err(why) => Err(changed(served, state, why)),
     }
 }
 
-/// A body made of literal parts and file ranges.
-pub(crate) fn body(served: Arc<Served>, state: Arc<State>, parts: Vec<Part>) -> Body {
+/// Bytes hashed with CRC-32C on the runtime itself (tens of microseconds).
+const INLINE_HASH: usize = 256 << 10;
+
+/// Logs and counts a response cut because its file changed under it.
+fn changed(served: &Served, state: &State, why: String) -> io::Error {
+    state.metrics.count_changed_abort();
+    tracing::error!(file = %served.path, reason = %why, "the file changed under a response; connection cut");
+    io::Error::other(why)
+}
+
+/// One chunk of a response, checked first, and the file's identity
+/// checked after it was read.
+async fn read_chunk(served: Arc<Served>, state: Arc<State>, span: Range<u64>) -> io::Result<Bytes> {
+    let n = span.end - span.start;
+    // Bytes already checked and in the page cache are read here,
+    // without a hop to the blocking pool.
+    let fast = (n <= CACHED_READ_MAX && served.is_checked_span(&span))
+        .then(|| read_cached(served.file.as_file()?, n as usize, span.start))
+        .flatten();
+    let read = match fast {
+        Some(read) => read.and_then(|bytes| unchanged(&served, &state, &span, bytes)),
+        None => {
+            let st = Arc::clone(&state);
+            tokio::task::spawn_blocking(move || read_checked(&served, &st, span))
+                .await
+                .unwrap_or_else(|e| Err(io::Error::other(e)))
+        }
+    };
+    if let Ok(bytes) = &read {
+        state.metrics.add_bytes(bytes.len() as u64);
+    }
+    read
+}
+
+/// A chunk read on a blocking thread, after the components under it
+/// passed their checks (the first check of a component reads it whole).
+fn read_checked(served: &Served, state: &State, span: Range<u64>) -> io::Result<Bytes> {
+    let (pos, n) = (span.start, span.end - span.start);
+    if let Err(refusal) = served.check_span(&span) {
+        state.catalog.digest_metrics().count_abort();
+        tracing::error!(file = %served.path, offset = pos, %refusal, "component failed its digest mid-response; connection cut");
+        return Err(io::Error::other(refusal.to_string()));
+    }
+    match crate::server::pread::read_shared(&served.file, n as usize, pos) {
+        Ok(bytes) => unchanged(served, state, &span, bytes),
+        Err(e) => {
+            tracing::warn!(file = %served.path, error = %e, offset = pos, "read failed mid-response (file truncated or changed?)");
+            Err(e)
+        }
+    }
+}
+
+/// `bytes`, read from `span`, if the file is still the version served.
+fn unchanged(served: &Served, state: &State, span: &Range<u64>, bytes: Bytes) -> io::Result<Bytes> {
+    if !served.changed() {
+        return Ok(bytes);
+    }
+    let why = format!(
+        "{}: changed-under-transfer: the file changed (rewritten in place?) while bytes {}..{} were sent",
+        served.path, span.start, span.end
+    );
+    Err(changed(served, state, why))
+}
+
+/// A body made of literal parts and file ranges; `recheck`: hash the
+/// components the ranges carry whole as they are sent ([`Recheck`]).
+pub(crate) fn body(
+    served: Arc<Served>,
+    state: Arc<State>,
+    parts: Vec<Part>,
+    recheck: bool,
+) -> Body {
     let s = stream::iter(parts).flat_map(move |p| match p {
         Part::Bytes(b) => stream::once(async move { Ok(b) }).boxed(),
-        Part::File(r) => file_stream(Arc::clone(&served), Arc::clone(&state), r).boxed(),
+        Part::File(r) => file_stream(Arc::clone(&served), Arc::clone(&state), r, recheck).boxed(),
     });
     Body::from_stream(s)
 }

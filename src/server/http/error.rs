@@ -30,6 +30,16 @@ impl AppError {
         AppError::new(StatusCode::BAD_REQUEST, "bad_request", detail)
     }
 
+    /// 412: a precondition (`header`) names another version than
+    /// `what`'s current one, tagged `etag`.
+    pub(crate) fn precondition_failed(what: &str, header: &str, etag: &str) -> Self {
+        AppError::new(
+            StatusCode::PRECONDITION_FAILED,
+            "precondition_failed",
+            format!("{what}: {header} does not hold for the current version, ETag {etag}"),
+        )
+    }
+
     pub(crate) fn internal(detail: impl std::fmt::Display) -> Self {
         tracing::error!(error = %detail, "internal error");
         AppError::new(

@@ -17,7 +17,7 @@ use super::serve::{ranges, respond, spans, Entity};
 use super::Template;
 use crate::server::catalog::{Entry, Need, Served};
 use crate::server::checks::Refusal;
-use crate::server::etag;
+use crate::server::etag::{self, Precondition};
 use crate::server::pread::READ_CHUNK;
 use crate::server::State;
 
@@ -215,26 +215,9 @@ async fn serve(
         Target::Manifest | Target::Objects => Need::Select(&globs),
         Target::Component { object, .. } | Target::Summary { object } => Need::Object(object),
     };
-    let served = match state.catalog.resolve(&path, need).await {
-        Some(Entry::Served(s)) => s,
-        Some(Entry::Pending(_) | Entry::Index(_)) => {
-            let e = AppError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "hashing",
-                format!("{path}: its digests are still being computed"),
-            );
-            return with_template(e.into_response(), template);
-        }
-        Some(Entry::Unavailable(u)) => {
-            let e = AppError::new(StatusCode::CONFLICT, "unavailable", u.reason.clone());
-            return with_template(e.into_response(), template);
-        }
-        None => {
-            return with_template(
-                AppError::not_found(format!("no file {path:?}")).into_response(),
-                template,
-            )
-        }
+    let served = match current(&state, &path, need).await {
+        Ok(s) => s,
+        Err(e) => return with_template(e.into_response(), template),
     };
     let cache_control = match cache_policy(&query, &served) {
         Ok(c) => c,
@@ -258,6 +241,8 @@ async fn serve(
                     .unwrap_or_default(),
                 served: Arc::clone(&served),
                 memory: None,
+                // A URL pinned to this version may be kept for good.
+                recheck: cache_control == IMMUTABLE,
             };
             // The Range header is resolved once. The components under
             // each range's first chunk are checked before the headers (a
@@ -272,9 +257,13 @@ async fn serve(
                 .await
                 .map(|()| respond(&state, &method, &headers, entity, ranges))
         }
-        Target::Manifest => manifest(&state, &served, &headers, &query, cache_control).await,
-        Target::Summary { object } => super::summary::respond(&state, served, object).await,
-        Target::Objects => super::objects::respond(&served, &globs),
+        Target::Manifest => {
+            manifest(&state, &served, &method, &headers, &query, cache_control).await
+        }
+        Target::Summary { object } => {
+            super::summary::respond(&state, served, object, &method, &headers).await
+        }
+        Target::Objects => super::objects::respond(&served, &globs, &method, &headers),
         Target::Component { object, component } => {
             // A shard's component is served by the shard's entry.
             let served = served.owner(&object, &component).unwrap_or(served);
@@ -298,6 +287,55 @@ async fn serve(
         }
     };
     with_template(result.unwrap_or_else(IntoResponse::into_response), template)
+}
+
+/// The served entry for `path`, as the file is now: an entry whose local
+/// file changed under it (rewritten in place since it was catalogued) has
+/// the catalog refreshed first, so a request never goes out under a tag
+/// that names other bytes than the file holds.
+async fn current(state: &Arc<State>, path: &str, need: Need<'_>) -> Result<Arc<Served>, AppError> {
+    let mut refreshed = false;
+    loop {
+        let served = match state.catalog.resolve(path, need).await {
+            Some(Entry::Served(s)) => s,
+            Some(Entry::Pending(_) | Entry::Index(_)) => {
+                return Err(AppError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "hashing",
+                    format!("{path}: its digests are still being computed"),
+                ))
+            }
+            Some(Entry::Unavailable(u)) => {
+                return Err(AppError::new(
+                    StatusCode::CONFLICT,
+                    "unavailable",
+                    u.reason.clone(),
+                ))
+            }
+            None => return Err(AppError::not_found(format!("no file {path:?}"))),
+        };
+        if !served.changed() {
+            return Ok(served);
+        }
+        if refreshed {
+            // Changed again since the refresh: still being written.
+            return Err(AppError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "changing",
+                format!("{path}: the file is changing (being written in place); retry"),
+            ));
+        }
+        tracing::info!(
+            file = path,
+            "the file changed under its catalog entry; catalogued again"
+        );
+        state.metrics.count_changed_refresh();
+        let s = Arc::clone(state);
+        tokio::task::spawn_blocking(move || s.catalog.refresh())
+            .await
+            .map_err(AppError::internal)?;
+        refreshed = true;
+    }
 }
 
 /// Runs a digest check on a blocking thread (the first check of a
@@ -345,6 +383,7 @@ fn wants_cbor(headers: &HeaderMap, query: &[(String, String)]) -> bool {
 async fn manifest(
     state: &Arc<State>,
     served: &Arc<Served>,
+    method: &Method,
     headers: &HeaderMap,
     query: &[(String, String)],
     cache_control: &'static str,
@@ -401,15 +440,18 @@ async fn manifest(
         // that go on to read its bytes with If-Range.
         .header("x-zt-etag", &served.etag)
         .header("x-zt-manifest-source", source);
-    if headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|l| etag::none_match(l, &etag))
-    {
-        return builder
-            .status(StatusCode::NOT_MODIFIED)
-            .body(Body::empty())
-            .map_err(AppError::internal);
+    match etag::preconditions(headers, method, &etag, served.modified, |_| false) {
+        Precondition::Proceed => {}
+        Precondition::NotModified => {
+            return builder
+                .status(StatusCode::NOT_MODIFIED)
+                .body(Body::empty())
+                .map_err(AppError::internal)
+        }
+        Precondition::Failed(h) => {
+            let what = format!("{}: the manifest", served.path);
+            return Err(AppError::precondition_failed(&what, h, &etag));
+        }
     }
     builder = builder.header(header::CONTENT_TYPE, content_type);
     builder.body(body).map_err(AppError::internal)
@@ -508,7 +550,10 @@ async fn component_response(
         .any(|(k, v)| k == "decode" && (v == "1" || v == "true"));
     let mut extra = component_headers(c, &obj.shape);
     if decode && c.encoding == Encoding::Zstd {
-        return decoded(state, &served, object, role, c, etag, extra).await;
+        return decoded(
+            state, method, headers, &served, object, role, c, etag, extra,
+        )
+        .await;
     }
     if c.is_transformed() {
         return Err(AppError::new(
@@ -535,6 +580,7 @@ async fn component_response(
         headers: extra,
         served,
         memory,
+        recheck: true,
     };
     let ranges = match query.iter().find(|(k, _)| k == "rows") {
         Some((_, text)) => super::rows::ranges(state, &mut entity, object, text).await?,
@@ -543,8 +589,11 @@ async fn component_response(
     Ok(respond(state, method, headers, entity, ranges))
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn decoded(
     state: &Arc<State>,
+    method: &Method,
+    headers: &HeaderMap,
     served: &Arc<Served>,
     object: &str,
     role: &str,
@@ -552,6 +601,12 @@ async fn decoded(
     etag: String,
     mut extra: Vec<(HeaderName, HeaderValue)>,
 ) -> Result<Response, AppError> {
+    let tag = etag::suffixed(&etag, "decoded");
+    let what = format!("{}: object {object:?} component {role:?}", served.path);
+    if let Some(answer) = super::conditional::answer(headers, method, &tag, served.modified, &what)
+    {
+        return answer;
+    }
     let cap = state.config.limits.decompress_cap;
     let expected = c.uncompressed_length.unwrap_or(u64::MAX);
     if expected > cap {
@@ -578,7 +633,7 @@ async fn decoded(
     state.metrics.add_bytes(out.len() as u64);
     extra.retain(|(k, _)| k != "repr-digest" && k != "x-zt-digest");
     let mut b = Response::builder()
-        .header(header::ETAG, etag::suffixed(&etag, "decoded"))
+        .header(header::ETAG, &tag)
         .header(header::CACHE_CONTROL, REVALIDATE)
         .header(header::CONTENT_TYPE, "application/octet-stream")
         .header("x-zt-decoded", "1");

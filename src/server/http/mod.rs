@@ -12,6 +12,7 @@
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
 
 mod body;
+mod conditional;
 mod error;
 /// The fuzz target's body, built only for fuzzing and the corpus replay.
 #[cfg(feature = "fuzzing")]

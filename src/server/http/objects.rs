@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::http::header;
+use axum::http::{header, HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use zt_format::select::Selection;
@@ -17,7 +17,18 @@ use super::error::AppError;
 use crate::server::catalog::Served;
 use crate::server::etag;
 
-pub(super) fn respond(served: &Arc<Served>, globs: &[String]) -> Result<Response, AppError> {
+pub(super) fn respond(
+    served: &Arc<Served>,
+    globs: &[String],
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<Response, AppError> {
+    let tag = etag::suffixed(&served.etag, "objects");
+    let what = format!("{}: the objects table", served.path);
+    if let Some(answer) = super::conditional::answer(headers, method, &tag, served.modified, &what)
+    {
+        return answer;
+    }
     let selection = if globs.is_empty() {
         Selection::all()
     } else {
@@ -70,7 +81,6 @@ pub(super) fn respond(served: &Arc<Served>, globs: &[String]) -> Result<Response
         "layers": layers,
         "total": { "objects": objects, "bytes": bytes },
     });
-    let tag = etag::suffixed(&served.etag, "objects");
     Ok((
         [
             (header::CONTENT_TYPE, "application/json".to_owned()),

@@ -1,6 +1,9 @@
 //! Serving a byte range of a file as an HTTP entity: conditional requests
-//! (`If-None-Match`, `If-Modified-Since`, `If-Range`), single ranges (206),
-//! several ranges (`multipart/byteranges`), and 416 for unsatisfiable ones.
+//! (`If-Match`, `If-Unmodified-Since`, `If-None-Match`,
+//! `If-Modified-Since`: [`etag::preconditions`]; then `If-Range`), single
+//! ranges (206), several ranges (`multipart/byteranges`), and 416 for
+//! unsatisfiable ones. A `Range` header that does not parse is ignored
+//! (200 with the whole entity), as RFC 9110 section 14.2 allows.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -8,13 +11,14 @@ use std::time::SystemTime;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use super::body::{body, Part};
+use super::error::AppError;
 use super::range::{resolve, Ranges};
 use crate::server::catalog::Served;
-use crate::server::etag;
+use crate::server::etag::{self, Precondition};
 use crate::server::State;
 
 /// A byte range of a served file, with its validators and headers.
@@ -32,27 +36,24 @@ pub(crate) struct Entity {
     /// The bytes themselves, for an entity that is not in the file (a
     /// synthesized component); `span` is then `0..len`.
     pub(crate) memory: Option<Bytes>,
+    /// Whether the components the response carries whole are hashed
+    /// again as they are sent (a response caches may keep for good, or a
+    /// component's own URL): see `recheck.rs`.
+    pub(crate) recheck: bool,
 }
 
 fn http_date(t: SystemTime) -> String {
     httpdate::fmt_http_date(t)
 }
 
-fn not_modified_since(headers: &HeaderMap, modified: SystemTime) -> bool {
-    let Some(since) = headers
-        .get(header::IF_MODIFIED_SINCE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| httpdate::parse_http_date(v).ok())
-    else {
-        return false;
-    };
-    // HTTP dates have whole seconds.
-    let secs = |t: SystemTime| {
-        t.duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0)
-    };
-    secs(modified) <= secs(since)
+impl Entity {
+    /// Whether a strong tag names this entity's bytes: its own tag, or,
+    /// for the whole file, any tag the file has had while unchanged (see
+    /// [`Served::is_version`]).
+    fn is_version(&self, tag: &str) -> bool {
+        etag::strong_match(tag, &self.etag)
+            || (self.etag == self.served.etag && self.served.is_version(tag))
+    }
 }
 
 /// Whether `If-Range` (if present) allows the Range header to apply:
@@ -65,8 +66,7 @@ fn if_range_allows(headers: &HeaderMap, entity: &Entity) -> bool {
     };
     let v = v.trim();
     if v.starts_with('"') || v.starts_with("W/") {
-        let file = entity.etag == entity.served.etag;
-        etag::strong_match(v, &entity.etag) || (file && entity.served.is_version(v))
+        entity.is_version(v)
     } else {
         httpdate::parse_http_date(v).is_ok_and(|d| {
             let secs = |t: SystemTime| {
@@ -122,18 +122,21 @@ pub(crate) fn respond(
     for (k, v) in &entity.headers {
         builder = builder.header(k, v);
     }
-    let not_modified = match headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-    {
-        Some(list) => etag::none_match(list, &entity.etag),
-        None => not_modified_since(headers, entity.modified),
-    };
-    if not_modified {
-        return builder
-            .status(StatusCode::NOT_MODIFIED)
-            .body(Body::empty())
-            .unwrap_or_default();
+    let checked = etag::preconditions(headers, method, &entity.etag, entity.modified, |t| {
+        entity.is_version(t)
+    });
+    match checked {
+        Precondition::Proceed => {}
+        Precondition::NotModified => {
+            return builder
+                .status(StatusCode::NOT_MODIFIED)
+                .body(Body::empty())
+                .unwrap_or_default()
+        }
+        Precondition::Failed(header) => {
+            return AppError::precondition_failed(&entity.served.path, header, &entity.etag)
+                .into_response()
+        }
     }
     let head = method == Method::HEAD;
     let base = entity.span.start;
@@ -219,7 +222,12 @@ pub(crate) fn respond(
                 .collect(),
             None => parts,
         };
-        body(Arc::clone(&entity.served), Arc::clone(state), parts)
+        body(
+            Arc::clone(&entity.served),
+            Arc::clone(state),
+            parts,
+            entity.recheck,
+        )
     };
     builder.body(body).unwrap_or_default()
 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::error::AppError;
@@ -17,7 +17,15 @@ pub(super) async fn respond(
     state: &Arc<State>,
     served: Arc<Served>,
     object: String,
+    method: &Method,
+    headers: &HeaderMap,
 ) -> Result<Response, AppError> {
+    let tag = etag::suffixed(&served.etag, "summary");
+    let what = format!("{}: the summary of {object:?}", served.path);
+    if let Some(answer) = super::conditional::answer(headers, method, &tag, served.modified, &what)
+    {
+        return answer;
+    }
     let cap = state.config.limits.render_cap;
     let st = Arc::clone(state);
     let s = Arc::clone(&served);
@@ -35,7 +43,6 @@ pub(super) async fn respond(
             }
         })?;
     let body = serde_json::to_vec(&*summary).map_err(AppError::internal)?;
-    let tag = etag::suffixed(&served.etag, "summary");
     Ok((
         [
             (header::CONTENT_TYPE, "application/json".to_owned()),

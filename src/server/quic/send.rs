@@ -333,6 +333,18 @@ async fn read_chunk(
     })
     .await;
     match read {
+        // Read from a file rewritten in place since it was catalogued: the
+        // bytes may be the new version's (the client would refuse them by
+        // their digest; they are not sent at all).
+        Ok(Ok(_)) if served.changed() => {
+            let why = format!(
+                "{}: object {:?}, component {:?}: changed-under-transfer: the file changed (rewritten in place?) while it was sent",
+                served.path, h.object, h.component
+            );
+            state.metrics.count_changed_abort();
+            tracing::error!(file = %served.path, reason = %why, "the file changed under a component stream; stream reset");
+            Err((Code::ReadFailed, Some(why)))
+        }
         Ok(Ok(b)) => Ok(b),
         Ok(Err(e)) => {
             let why = format!(

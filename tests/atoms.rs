@@ -242,6 +242,20 @@ fn an_ingest_pack_is_one_entry() {
     let gone = root.path().join("gone");
     ingest_pack(work.path(), &gone);
     std::fs::remove_file(gone.join("matrix_atoms.bin")).unwrap();
+    // Issue 26, item 7: a fifth, its map a symlink out of the root.
+    let linked = root.path().join("linked");
+    ingest_pack(work.path(), &linked);
+    let outside = work.path().join("elsewhere-map.json");
+    std::fs::rename(linked.join("pi_symbol_map.json"), &outside).unwrap();
+    std::os::unix::fs::symlink(&outside, linked.join("pi_symbol_map.json")).unwrap();
+    let edited_sha = {
+        use sha2::Digest as _;
+        let map = std::fs::read(edited.join("pi_symbol_map.json")).unwrap();
+        sha2::Sha256::digest(&map)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
     // A fourth, its manifest counting one atom more than the atom file holds.
     let miscount = root.path().join("miscount");
     ingest_pack(work.path(), &miscount);
@@ -268,6 +282,15 @@ fn an_ingest_pack_is_one_entry() {
         unavailable.contains("edited/pi_symbol_map.json") && unavailable.contains("pack-hash"),
         "{unavailable}"
     );
+    // Reasons name paths under the root only, and no hash of a file the
+    // pack merely names.
+    assert!(!unavailable.contains(&edited_sha), "{unavailable}");
+    assert!(
+        unavailable.contains("linked/pi_symbol_map.json: lies outside the root"),
+        "{unavailable}"
+    );
+    let tmp = work.path().display().to_string();
+    assert!(!unavailable.contains(&tmp), "{unavailable}");
 
     let base = "/v1/files/corpus/ingest_manifest.json";
     let (status, m) = json(&s, &format!("{base}/manifest"));

@@ -25,6 +25,9 @@ use zt_format::{DType, DigestAlgorithm, StoreOptions, Writer};
 /// Object and file names made of markup and script.
 const HOSTILE_OBJECT: &str = "<img src=x onerror=\"window.__pwned=1\">'$(touch /tmp/zt-pwned)'";
 const HOSTILE_FILE: &str = "<svg onload=window.__pwned=2>.zt";
+/// Names whose right-to-left override makes them read as others.
+const BIDI_FILE: &str = "evil\u{202E}gpj.zt";
+const BIDI_OBJECT: &str = "w\u{2067}eight";
 
 fn shots() -> PathBuf {
     common::repo().join("target/ui-screenshots")
@@ -57,6 +60,10 @@ fn root() -> tempfile::TempDir {
     w.add_dense(HOSTILE_OBJECT, &[4], DType::U8, &[1, 2, 3, 4], store)
         .unwrap();
     std::fs::write(root.path().join(HOSTILE_FILE), w.finish().unwrap()).unwrap();
+    let mut w = Writer::new(Vec::new(), "bidi").unwrap();
+    w.add_dense(BIDI_OBJECT, &[4], DType::U8, &[1, 2, 3, 4], store)
+        .unwrap();
+    std::fs::write(root.path().join(BIDI_FILE), w.finish().unwrap()).unwrap();
     root
 }
 
@@ -96,10 +103,13 @@ fn the_pages_work_in_a_browser_and_hostile_names_stay_text() {
     // The listing: every served file, the unavailable one with its reason.
     b.open(
         &s.url("/ui/"),
-        "document.querySelectorAll('#files tbody tr').length >= 3 && document.querySelector('#filter')",
+        "document.querySelectorAll('#files tbody tr').length >= 4 && document.querySelector('#filter')",
     );
     let paths = b.eval("[...document.querySelectorAll('#files tbody tr td:first-child')].map(t => t.textContent).sort()");
-    assert_eq!(paths, json!([HOSTILE_FILE, "layers.zt", "sample.zt"]));
+    assert_eq!(
+        paths,
+        json!([HOSTILE_FILE, "evil<U+202E>gpj.zt", "layers.zt", "sample.zt"])
+    );
     let reason = b.eval("document.querySelector('#unavailable').textContent");
     assert!(
         reason.as_str().unwrap().contains("sub/broken.zt"),
@@ -178,6 +188,30 @@ fn the_pages_work_in_a_browser_and_hostile_names_stay_text() {
     b.screenshot(&shots().join("hostile.png"));
     assert_eq!(b.eval("window.__pwned === undefined"), Value::Bool(true));
     assert_eq!(b.eval("document.querySelectorAll('img').length"), json!(0));
+
+    // Issue 26, item 7: bidirectional controls are shown, not obeyed,
+    // in the title, the objects table and the tensor view; the page
+    // still finds the file and its object by their exact names.
+    b.open(
+        &s.url("/ui/files/evil%E2%80%AEgpj.zt"),
+        "document.querySelectorAll('#objects tbody tr').length === 1",
+    );
+    assert_eq!(
+        b.eval("document.querySelector('#title').textContent"),
+        json!("evil<U+202E>gpj.zt")
+    );
+    assert_eq!(
+        b.eval("document.querySelector('#objects tbody td').textContent"),
+        json!("w<U+2067>eight")
+    );
+    b.eval("document.querySelector('#objects tbody tr').click()");
+    b.wait("document.querySelectorAll('#tensor pre').length === 3");
+    let shown = b.eval("document.querySelector('#tensor').textContent");
+    let shown = shown.as_str().unwrap();
+    assert!(
+        shown.contains("w<U+2067>eight") && !shown.contains('\u{2067}'),
+        "{shown}"
+    );
 }
 
 #[test]

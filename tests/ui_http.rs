@@ -12,13 +12,18 @@ use common::{curl, Server};
 /// A name made of markup and script: it must render as text.
 const HOSTILE: &str = "<img src=x onerror=alert(1)>'$(touch pwned)'.zt";
 
+/// A name whose right-to-left override makes it read `eviltz.jpg`.
+const BIDI: &str = "evil\u{202E}gpj.zt";
+
 fn root() -> tempfile::TempDir {
     let root = common::sample_root();
-    std::fs::copy(
-        common::repo().join("models/sample.zt"),
-        root.path().join(HOSTILE),
-    )
-    .unwrap();
+    for name in [HOSTILE, BIDI] {
+        std::fs::copy(
+            common::repo().join("models/sample.zt"),
+            root.path().join(name),
+        )
+        .unwrap();
+    }
     root
 }
 
@@ -64,6 +69,16 @@ fn the_listing_escapes_names_and_carries_a_strict_policy() {
         "{html}"
     );
     assert!(!html.contains("<img"), "{html}");
+    // Issue 26, item 7: bidirectional controls are shown, not obeyed.
+    assert!(html.contains(">evil&lt;U+202E&gt;gpj.zt</a>"), "{html}");
+    assert!(!html.contains('\u{202E}'), "{html}");
+    let page = text(&curl(&[], &s.url("/ui/files/evil%E2%80%AEgpj.zt")));
+    assert!(
+        page.contains("<h1 id=\"title\">evil&lt;U+202E&gt;gpj.zt</h1>"),
+        "{page}"
+    );
+    // The script reads the exact name back from its attribute.
+    assert!(page.contains("data-path=\"evil\u{202E}gpj.zt\""), "{page}");
     // Links are percent-encoded.
     assert!(
         html.contains("/ui/files/%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E"),

@@ -102,9 +102,11 @@ impl ServedPack {
         if want != Some(&got) {
             return Err(Error::verify(
                 &map_label,
+                // The hash it has stays unsaid: the pack may name any
+                // file under the root, and its reason is shown to clients.
                 format!(
-                    "its sha256 is {got}, {label} says {} [pack-hash]",
-                    want.map_or("nothing", String::as_str)
+                    "its sha256 is not the one {label} gives ({}) [pack-hash]",
+                    want.map_or("none", String::as_str)
                 ),
             ));
         }

@@ -31,6 +31,36 @@ pub(super) fn escape(s: &str) -> String {
     out
 }
 
+/// `s` as the text of an element: [`visible`], then escaped.
+pub(super) fn text(s: &str) -> String {
+    escape(&visible(s))
+}
+
+/// Unicode's bidirectional controls written out (`<U+202E>`), as GitHub
+/// shows them: in a name they make it read as another (`evil<U+202E>gpj.zt`
+/// would read `eviltz.jpg`). Names in attributes that the script reads
+/// back (`data-path`) stay exact.
+pub(super) fn visible(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(is_bidi_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if is_bidi_control(c) {
+            let _ = write!(out, "<U+{:04X}>", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// The formatting characters that reorder text: the embeddings and
+/// overrides, the isolates, and the marks.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
 /// A catalog path as a link under `/ui/files/`, each segment encoded.
 fn link(path: &str) -> String {
     let segs: Vec<String> = path
@@ -43,7 +73,7 @@ fn link(path: &str) -> String {
 fn shell(title: &str, body: &str, data: &str) -> String {
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{}</title><link rel=\"stylesheet\" href=\"/ui/style.css\"><script src=\"/ui/app.js\" defer></script></head>\n<body><header><a href=\"/ui/\" class=\"home\">ztserve</a><span id=\"who\"></span></header><main id=\"app\" {data}>{body}</main></body></html>\n",
-        escape(title)
+        text(title)
     )
 }
 
@@ -62,7 +92,7 @@ pub(super) fn listing(state: &State) -> String {
             body,
             "<tr><td><a href=\"{}\">{}</a></td><td>{}</td><td data-n=\"{}\">{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
             escape(&link(&s.path)),
-            escape(&s.path),
+            text(&s.path),
             escape(s.manifest.source.name()),
             s.size,
             s.size,
@@ -80,9 +110,9 @@ pub(super) fn listing(state: &State) -> String {
             let _ = write!(
                 body,
                 "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-                escape(&u.path),
+                text(&u.path),
                 u.size,
-                escape(&u.reason)
+                text(&u.reason)
             );
         }
         body.push_str("</tbody></table>");
@@ -97,7 +127,7 @@ pub(super) fn file(rest: &str) -> String {
         .into_owned();
     let body = format!(
         "<h1 id=\"title\">{}</h1><noscript><p>This page needs JavaScript; the file's manifest is at <a href=\"/v1/files/{}/manifest\">its manifest</a>.</p></noscript>",
-        escape(&path),
+        text(&path),
         escape(rest)
     );
     shell(

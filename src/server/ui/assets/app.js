@@ -9,12 +9,21 @@ const TOKEN = "ztserve-token";
 const app = document.getElementById("app");
 const page = app ? app.dataset.page : "";
 
+// Unicode's bidirectional controls written out, as GitHub shows them: in a
+// name they make it read as another ("evil<U+202E>gpj.zt" would read
+// "eviltz.jpg"). Every text and tooltip goes through it; URLs and the
+// commands copied keep the exact name.
+const BIDI = /[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/g;
+function visible(s) {
+  return String(s).replace(BIDI, (c) => "<U+" + c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0") + ">");
+}
+
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
-    if (v !== undefined && v !== null) e.setAttribute(k, String(v));
+    if (v !== undefined && v !== null) e.setAttribute(k, k === "title" ? visible(v) : String(v));
   }
-  for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(visible(k)));
   return e;
 }
 
@@ -262,7 +271,7 @@ async function tensorView(path, row, into) {
     into.append(r);
   } catch (e) {
     status.className = "error";
-    status.textContent = e.message;
+    status.textContent = visible(e.message);
   }
 }
 
@@ -305,7 +314,7 @@ async function atomViewer(enc, grids, into) {
     ids.forEach((id, i) => {
       const rect = svg("rect", { x: (i % cols) * cell, y: Math.floor(i / cols) * cell, width: cell - 1, height: cell - 1, fill: colour(id) });
       const t = svg("title", {});
-      t.textContent = texts.has(id) ? `${id}: ${texts.get(id)}` : String(id);
+      t.textContent = visible(texts.has(id) ? `${id}: ${texts.get(id)}` : String(id));
       rect.append(t);
       g.append(rect);
     });

@@ -472,6 +472,38 @@ fn metrics_use_route_templates() {
     assert!(bytes >= 256_000 + 8);
 }
 
+/// Issue 26, item 7: every metric family `/metrics` exports is in
+/// docs/http-api.md's table, with its type, and every family the table
+/// lists for a local root is exported (the *store* ones:
+/// tests/store_root.rs).
+#[test]
+fn every_metric_is_documented() {
+    let root = sample_root();
+    let s = Server::start(root.path(), &[]);
+    let exported = common::exported_metrics(&text(&s, "/metrics"));
+    let documented = common::documented_metrics();
+    assert!(documented.len() >= 20, "{documented:?}");
+    for (name, kind) in &exported {
+        let doc = documented.iter().find(|(n, _, _)| n == name);
+        assert_eq!(
+            doc.map(|(_, k, _)| k.as_str()),
+            Some(kind.as_str()),
+            "{name} ({kind}) is exported: document it in docs/http-api.md"
+        );
+    }
+    for (name, _, store) in &documented {
+        assert_eq!(
+            exported.contains_key(name),
+            !store,
+            "{name}: documented, exported only with a store root: {store}"
+        );
+    }
+}
+
+fn text(s: &Server, path: &str) -> String {
+    String::from_utf8(curl(&[], &s.url(path)).body).unwrap()
+}
+
 #[test]
 fn cors_exposes_the_headers_a_browser_needs() {
     let root = sample_root();

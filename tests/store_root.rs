@@ -259,6 +259,13 @@ async fn an_s3_root_serves_what_a_local_root_serves() {
         "{metrics}"
     );
     assert!(metrics.contains("ztserve_store_bytes_total"), "{metrics}");
+    // Issue 26, item 7: the store's families are documented, and a store
+    // root exports every documented family.
+    let exported = common::exported_metrics(&metrics);
+    for (name, kind, _) in common::documented_metrics() {
+        assert_eq!(exported.get(&name), Some(&kind), "{name} ({kind})");
+    }
+    assert_eq!(exported.len(), common::documented_metrics().len());
 
     // Replaced in the store under the daemon: the old entry's reads fail
     // as changed, never mixing versions.

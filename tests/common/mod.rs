@@ -328,3 +328,33 @@ pub fn layered_model(path: &Path, layers: impl IntoIterator<Item = u32>) {
     }
     std::fs::write(path, w.finish().unwrap()).unwrap();
 }
+
+/// The metric families docs/http-api.md documents: name, type, and
+/// whether only an object-storage root exports it (*store*).
+pub fn documented_metrics() -> Vec<(String, String, bool)> {
+    let doc = std::fs::read_to_string(repo().join("docs/http-api.md")).unwrap();
+    let section = doc
+        .split("\n## Metrics\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("docs/http-api.md has a Metrics section");
+    section
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            let store = cells.get(4)?.starts_with("*store*");
+            Some((name.to_owned(), (*cells.get(2)?).to_owned(), store))
+        })
+        .collect()
+}
+
+/// The metric families a `/metrics` text declares, by name, with their type.
+pub fn exported_metrics(text: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("# TYPE ")?.split(' ');
+            Some((w.next()?.to_owned(), w.next()?.to_owned()))
+        })
+        .collect()
+}

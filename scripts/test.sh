@@ -35,11 +35,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -r tests/interop/requirements.txt
 
-step "an S3 server for the object-storage tests (s3s-fs 0.14.1, built once into target/tools)"
+step "S3 servers for the object-storage tests (s3s-fs 0.14.1, built once into target/tools; moto, in the venv)"
 if [ ! -x target/tools/bin/s3s-fs ]; then
     cargo install -q s3s-fs --version 0.14.1 --features binary --root target/tools
 fi
-export ZT_S3S_FS="$PWD/target/tools/bin/s3s-fs" ZT_REQUIRE_S3=1
+# The second S3 server, moto's, came with the venv above.
+export ZT_S3S_FS="$PWD/target/tools/bin/s3s-fs" ZT_MOTO_SERVER="$PWD/.venv/bin/moto_server" ZT_REQUIRE_S3=1
 # Chromium was installed above: the browser tests must run.
 export ZT_REQUIRE_BROWSER=1
 

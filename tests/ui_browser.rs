@@ -249,7 +249,7 @@ fn a_token_is_asked_for_and_kept_out_of_urls_and_the_listing_needs_no_script() {
     );
     b.call("Page.navigate", json!({ "url": open.url("/ui/") }));
     let rows = common::eventually(std::time::Duration::from_secs(10), || {
-        b.count("#files tbody tr") == 3
+        b.count("#files tbody tr") == 4
     });
     assert!(rows, "the listing without JavaScript");
     assert_eq!(b.count("#filter"), 0, "the script did not run");

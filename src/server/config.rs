@@ -233,13 +233,16 @@ pub struct StorageConfig {
     /// The region (S3); unset: `AWS_REGION` / `AWS_DEFAULT_REGION`.
     #[serde(default)]
     pub region: Option<String>,
-    /// Allow an `http://` endpoint (a store on a private network).
+    /// Allow an `http://` endpoint (a store on a private network); unset:
+    /// the store's own variable (`AWS_ALLOW_HTTP`, `AZURE_ALLOW_HTTP`,
+    /// `GOOGLE_ALLOW_HTTP`), else off.
     #[serde(default)]
-    pub allow_http: bool,
-    /// Address buckets as `bucket.endpoint` instead of `endpoint/bucket`
-    /// (path style, what most S3-compatible stores need).
+    pub allow_http: Option<bool>,
+    /// Address buckets as `bucket.endpoint` instead of `endpoint/bucket`;
+    /// unset: `AWS_VIRTUAL_HOSTED_STYLE_REQUEST`, else off (path style,
+    /// what most S3-compatible stores need).
     #[serde(default)]
-    pub virtual_hosted_style: bool,
+    pub virtual_hosted_style: Option<bool>,
     /// Most ranged GETs in flight to the store, the whole daemon together.
     #[serde(default = "defaults::storage_max_gets")]
     pub max_concurrent_gets: usize,
@@ -276,8 +279,8 @@ impl Default for StorageConfig {
         StorageConfig {
             endpoint: None,
             region: None,
-            allow_http: false,
-            virtual_hosted_style: false,
+            allow_http: None,
+            virtual_hosted_style: None,
             max_concurrent_gets: defaults::storage_max_gets(),
             max_retries: defaults::storage_max_retries(),
             retry_timeout_secs: defaults::storage_retry_timeout_secs(),

@@ -104,6 +104,10 @@ pub struct ObjectRoot {
     cache: PieceCache,
     /// Ranged GETs one reader keeps in flight.
     read_ahead: usize,
+    /// Keys a read found replaced or gone, for the catalog to list again
+    /// at once ([`ObjectRoot::changed`]).
+    changed: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    changed_now: tokio::sync::Notify,
 }
 
 impl ObjectRoot {
@@ -137,17 +141,24 @@ impl ObjectRoot {
             .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
             .collect();
         options.extend(super::aws_files::settings(&env));
+        // `[storage]` (the file, `ZTSERVE_*`, flags) over the store's own
+        // variables; a key it leaves unset never overrides them. Later
+        // options win, so these go last.
         if let Some(e) = &config.endpoint {
+            // AWS_ENDPOINT_URL_S3 would otherwise win over any endpoint.
             options.push(("aws_endpoint".to_owned(), e.clone()));
+            options.push(("aws_endpoint_url_s3".to_owned(), e.clone()));
         }
         if let Some(r) = &config.region {
             options.push(("aws_region".to_owned(), r.clone()));
         }
-        options.push(("aws_allow_http".to_owned(), config.allow_http.to_string()));
-        options.push((
-            "aws_virtual_hosted_style_request".to_owned(),
-            config.virtual_hosted_style.to_string(),
-        ));
+        if let Some(h) = config.allow_http {
+            // The generic key: every store's builder takes it.
+            options.push(("allow_http".to_owned(), h.to_string()));
+        }
+        if let Some(v) = config.virtual_hosted_style {
+            options.push(("aws_virtual_hosted_style_request".to_owned(), v.to_string()));
+        }
         let retry = object_store::RetryConfig {
             max_retries: config.max_retries,
             retry_timeout: std::time::Duration::from_secs(config.retry_timeout_secs),
@@ -163,13 +174,27 @@ impl ObjectRoot {
                         b = b.with_config(key, v.clone());
                     }
                 }
-                Arc::new(b.with_retry(retry).build().map_err(|e| bad(&e))?)
+                b
             }};
         }
         let store: Arc<dyn ObjectStore> = match parsed.scheme() {
-            "s3" | "s3a" => build!(object_store::aws::AmazonS3Builder::new()),
-            "gs" => build!(object_store::gcp::GoogleCloudStorageBuilder::new()),
-            "az" | "abfss" => build!(object_store::azure::MicrosoftAzureBuilder::new()),
+            "s3" | "s3a" => {
+                let b = build!(object_store::aws::AmazonS3Builder::new());
+                plain_http_refused(&b).map_err(|e| bad(&e))?;
+                Arc::new(b.with_retry(retry).build().map_err(|e| bad(&e))?)
+            }
+            "gs" => Arc::new(
+                build!(object_store::gcp::GoogleCloudStorageBuilder::new())
+                    .with_retry(retry)
+                    .build()
+                    .map_err(|e| bad(&e))?,
+            ),
+            "az" | "abfss" => Arc::new(
+                build!(object_store::azure::MicrosoftAzureBuilder::new())
+                    .with_retry(retry)
+                    .build()
+                    .map_err(|e| bad(&e))?,
+            ),
             other => return Err(bad(&format!("no object store for the scheme {other:?}"))),
         };
         let (_, prefix) = object_store::ObjectStoreScheme::parse(&parsed).map_err(|e| bad(&e))?;
@@ -182,6 +207,8 @@ impl ObjectRoot {
             runtime,
             cache: PieceCache::new(config.cache_bytes),
             read_ahead: config.read_ahead.max(1),
+            changed: Default::default(),
+            changed_now: tokio::sync::Notify::new(),
         })
     }
 
@@ -189,11 +216,38 @@ impl ObjectRoot {
         &self.url
     }
 
-    fn key_path(&self, key: &str) -> KeyPath {
-        self.prefix
-            .parts()
-            .chain(KeyPath::from(key).parts())
-            .collect()
+    fn note_changed(&self, key: &str) {
+        if let Ok(mut keys) = self.changed.lock() {
+            keys.insert(key.to_owned());
+        }
+        // Kept as a permit when nobody waits yet: never lost.
+        self.changed_now.notify_one();
+    }
+
+    /// Waits until reads have found objects replaced or gone in the
+    /// store; their keys.
+    pub async fn changed(&self) -> std::collections::BTreeSet<String> {
+        loop {
+            let keys = self
+                .changed
+                .lock()
+                .map(|mut k| std::mem::take(&mut *k))
+                .unwrap_or_default();
+            if !keys.is_empty() {
+                return keys;
+            }
+            self.changed_now.notified().await;
+        }
+    }
+
+    /// The store's path of `key` (a key as listed: used as it is, never
+    /// percent-encoded again; the client encodes it once, for the URL).
+    fn key_path(&self, key: &str) -> Result<KeyPath, StoreError> {
+        let parsed = KeyPath::parse(key).map_err(|_| StoreError::NotFound {
+            url: self.url.clone(),
+            key: key.to_owned(),
+        })?;
+        Ok(self.prefix.parts().chain(parsed.parts()).collect())
     }
 
     fn unreachable(&self, e: &object_store::Error) -> StoreError {
@@ -231,16 +285,27 @@ impl ObjectRoot {
             });
         }
         out.sort_by(|a, b| a.key.cmp(&b.key));
-        for l in out.iter_mut().filter(|l| l.etag.is_none()) {
-            *l = self.head(&l.key).await?;
+        let mut kept = Vec::with_capacity(out.len());
+        for l in out {
+            if l.etag.is_some() {
+                kept.push(l);
+                continue;
+            }
+            match self.head(&l.key).await {
+                Ok(h) => kept.push(h),
+                // Deleted since the listing: not a file any more.
+                Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
-        Ok(out)
+        Ok(kept)
     }
 
     /// One object's size, ETag and time.
     pub async fn head(&self, key: &str) -> Result<Listed, StoreError> {
         self.counters.heads.fetch_add(1, Ordering::Relaxed);
-        let meta = self.store.head(&self.key_path(key)).await.map_err(|e| {
+        let path = self.key_path(key)?;
+        let meta = self.store.head(&path).await.map_err(|e| {
             self.counters.failures.fetch_add(1, Ordering::Relaxed);
             match e {
                 object_store::Error::NotFound { .. } => StoreError::NotFound {
@@ -300,8 +365,9 @@ impl ObjectRoot {
             key: key.to_owned(),
             etag: etag.to_owned(),
         };
+        let path = self.key_path(key)?;
         let result = async {
-            let got = self.store.get_opts(&self.key_path(key), options).await?;
+            let got = self.store.get_opts(&path, options).await?;
             let now = got.meta.e_tag.clone();
             let bytes = got.bytes().await?;
             Ok::<_, object_store::Error>((now, bytes))
@@ -321,11 +387,17 @@ impl ObjectRoot {
         let (now, bytes) = result.map_err(|e| {
             self.counters.failures.fetch_add(1, Ordering::Relaxed);
             match (&e, etag) {
-                (object_store::Error::Precondition { .. }, Some(t)) => changed(t),
-                (object_store::Error::NotFound { .. }, _) => StoreError::NotFound {
-                    url: self.url.clone(),
-                    key: key.to_owned(),
-                },
+                (object_store::Error::Precondition { .. }, Some(t)) => {
+                    self.note_changed(key);
+                    changed(t)
+                }
+                (object_store::Error::NotFound { .. }, _) => {
+                    self.note_changed(key);
+                    StoreError::NotFound {
+                        url: self.url.clone(),
+                        key: key.to_owned(),
+                    }
+                }
                 _ => self.unreachable(&e),
             }
         })?;
@@ -333,6 +405,7 @@ impl ObjectRoot {
         if let (Some(want), Some(now)) = (etag, now.as_deref()) {
             if want != now {
                 self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                self.note_changed(key);
                 return Err(changed(want));
             }
         }
@@ -381,6 +454,12 @@ impl ObjectRoot {
         let bytes = self.read_blocking(key, etag, range)?;
         self.cache.put(key, etag, start, &bytes);
         Ok(bytes)
+    }
+
+    /// Whether the piece cache holds exactly `range` of this version of
+    /// `key` (a read of it would not ask the store).
+    pub(crate) fn is_cached(&self, key: &str, etag: Option<&str>, range: &Range<u64>) -> bool {
+        self.cache.get(key, etag, range).is_some()
     }
 
     /// Reads `range` of `key` in pieces of `piece` bytes, in order, with
@@ -502,5 +581,28 @@ impl ObjectRoot {
             n(&c.get_micros) as f64 / 1e6,
             n(&c.gets)
         );
+    }
+}
+
+/// An S3 endpoint that is `http://` while plain HTTP is not allowed: the
+/// crate would only fail every request with "builder error".
+fn plain_http_refused(b: &object_store::aws::AmazonS3Builder) -> Result<(), String> {
+    use object_store::aws::AmazonS3ConfigKey as Key;
+    let endpoint = b
+        .get_config_value(&Key::S3Endpoint)
+        .or_else(|| b.get_config_value(&Key::Endpoint));
+    let allow = b.get_config_value(&Key::Client(object_store::ClientConfigKey::AllowHttp));
+    // A value the crate cannot parse is left for its own error.
+    let off = allow.is_none_or(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "0" | "false" | "off" | "no" | "n"
+        )
+    });
+    match endpoint {
+        Some(e) if off && e.trim().to_ascii_lowercase().starts_with("http://") => Err(format!(
+            "endpoint {e} is http:// but allow_http is off: set AWS_ALLOW_HTTP=true or storage.allow_http = true"
+        )),
+        _ => Ok(()),
     }
 }

@@ -88,7 +88,20 @@ pub(super) fn spawn_store_check(state: Arc<State>) -> Option<JoinHandle<()>> {
     Some(tokio::spawn(async move {
         let mut interval = tokio::time::interval(every);
         loop {
-            interval.tick().await;
+            tokio::select! {
+                _ = interval.tick() => {}
+                // Reads found objects replaced: list them again now.
+                keys = store.changed() => {
+                    let s = Arc::clone(&state);
+                    let _ = tokio::task::spawn_blocking(move || {
+                        for k in keys {
+                            s.catalog.refresh(&k);
+                        }
+                    })
+                    .await;
+                    continue;
+                }
+            }
             // A store cut off may not refuse, only stay silent.
             let answer = match tokio::time::timeout(every.max(CHECK_TIMEOUT), store.check()).await {
                 Ok(answer) => answer.err(),

@@ -99,13 +99,6 @@ impl Snapshot {
         })
     }
 
-    pub(crate) fn pending(&self) -> impl Iterator<Item = &Arc<Pending>> {
-        self.entries.values().filter_map(|e| match e {
-            Entry::Pending(p) => Some(p),
-            _ => None,
-        })
-    }
-
     pub fn unavailable(&self) -> impl Iterator<Item = &Arc<Unavailable>> {
         self.entries.values().filter_map(|e| match e {
             Entry::Unavailable(u) => Some(u),
@@ -277,11 +270,16 @@ impl Catalog {
         &self.digest_metrics
     }
 
-    /// Brings the catalog up to date after a request found a file changed
-    /// under its entry (blocking): a rescan, unless one started after the
-    /// call did (it saw the change too), so requests that find the same
-    /// change at once cost one rescan, not one each.
-    pub fn refresh(&self) {
+    /// Brings `rel`'s entry up to date after a request or a read found the
+    /// file changed under it (blocking): a directory is rescanned, unless
+    /// a rescan started after the call did (it saw the change too), so
+    /// requests that find the same change at once cost one rescan, not one
+    /// each; an object is listed again on its own ([`Catalog::relist`]).
+    pub fn refresh(&self, rel: &str) {
+        if let Root::Store(store) = &self.root {
+            self.relist(store, rel);
+            return;
+        }
         let seen = self.rescans_started.load(Ordering::SeqCst);
         let guard = self.rescanning.lock();
         if self.rescans_started.load(Ordering::SeqCst) == seen {
@@ -348,6 +346,59 @@ impl Catalog {
         *guard = Arc::new(Snapshot { entries });
         drop(guard);
         (added, removed, changed)
+    }
+
+    /// Lists one object of an object-storage root again, at once (a HEAD
+    /// request), for a read that found it replaced in the store: its new
+    /// version is loaded and takes the old one's place (or it leaves the
+    /// catalog, deleted). Blocking; one at a time with rescans. Whether
+    /// the catalog changed.
+    fn relist(&self, store: &ObjectRoot, rel: &str) -> bool {
+        let _one = self
+            .rescanning
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seen = match store.head_blocking(rel) {
+            Ok(l) => walk::listed(l),
+            Err(StoreError::NotFound { .. }) => None,
+            Err(e) => {
+                tracing::warn!(file = rel, error = %e, "cannot list the changed object again");
+                return false;
+            }
+        };
+        let before = self.snapshot().get(rel).cloned();
+        let entry = match (&seen, &before) {
+            (Some(seen), Some(e)) if e.identity() == seen.identity => return false,
+            (None, None) => return false,
+            // Read outside the lock: its header is read from the store.
+            (Some(seen), _) => Some(self.load(seen)),
+            (None, Some(_)) => None,
+        };
+        let mut guard = match self.current.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let unchanged = match (guard.get(rel), &before) {
+            (Some(now), Some(was)) => same(now, was),
+            (None, None) => true,
+            _ => false,
+        };
+        if !unchanged {
+            // A rescan (or another refresh) got there first.
+            return true;
+        }
+        let mut entries = guard.entries.clone();
+        match entry {
+            Some(e) => entries.insert(rel.to_owned(), e),
+            None => entries.remove(rel),
+        };
+        *guard = Arc::new(Snapshot { entries });
+        drop(guard);
+        if let Some(Entry::Pending(p)) = &before {
+            p.retire();
+        }
+        tracing::info!(file = rel, "listed again: it changed in the store");
+        true
     }
 
     /// Every file of the root with a source's name, or `None` when the

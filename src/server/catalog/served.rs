@@ -107,13 +107,14 @@ impl Served {
 
     /// Whether the bytes behind this entry may no longer be the version it
     /// names: a local file whose identity as `fstat` gives it now (size,
-    /// inode, change and modification times) is not the one catalogued,
-    /// which any write, truncation or in-place rewrite changes. An object's
+    /// change and modification times) is not the one catalogued, which any
+    /// write, truncation or in-place rewrite changes, but a rename over it
+    /// or its deletion does not ([`Identity::same_bytes`]). An object's
     /// reads are pinned to its listed ETag, so it never is.
     pub(crate) fn changed(&self) -> bool {
         self.file.as_file().is_some_and(|f| {
             f.metadata()
-                .map_or(true, |m| Identity::of(&m) != self.identity)
+                .map_or(true, |m| !self.identity.same_bytes(&Identity::of(&m)))
         })
     }
 
@@ -175,14 +176,27 @@ pub struct Unavailable {
 /// What tells a changed file from an unchanged one between scans (and
 /// keys the digest store): an in-place rewrite of the same size changes
 /// the change time, a replacement the inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub(crate) struct Identity {
     pub(super) dev: u64,
     pub(super) ino: u64,
     pub(super) size: u64,
     pub(super) mtime_ns: i128,
     pub(super) ctime_ns: i128,
+    /// The link count when it was taken: no part of the version (see
+    /// [`Identity::same_bytes`]), so neither compared nor stored.
+    #[serde(skip)]
+    pub(super) links: u64,
 }
+
+impl PartialEq for Identity {
+    fn eq(&self, o: &Identity) -> bool {
+        (self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns)
+            == (o.dev, o.ino, o.size, o.mtime_ns, o.ctime_ns)
+    }
+}
+
+impl Eq for Identity {}
 
 impl Identity {
     fn bytes(&self) -> Vec<u8> {
@@ -211,16 +225,19 @@ impl Identity {
         let sum = h.finalize();
         let mut ino = [0u8; 8];
         ino.copy_from_slice(sum.get(..8).unwrap_or(&[0; 8]));
+        // Whole seconds: a listing gives milliseconds on some stores, a
+        // HEAD (an object listed again on its own) only seconds.
         let ns = l
             .modified
             .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX));
+            .map_or(0, |d| i128::from(d.as_secs()) * 1_000_000_000);
         Identity {
             dev: Self::OBJECT,
             ino: u64::from_le_bytes(ino),
             size: l.size,
             mtime_ns: ns,
             ctime_ns: 0,
+            links: 1,
         }
     }
 
@@ -237,7 +254,25 @@ impl Identity {
             size: m.size(),
             mtime_ns: ns(m.mtime(), m.mtime_nsec()),
             ctime_ns: ns(m.ctime(), m.ctime_nsec()),
+            links: m.nlink(),
         }
+    }
+
+    /// Whether an open file whose identity is now `now` still holds the
+    /// bytes it held when this was taken. A write changes the change
+    /// time, and the modification time unless it was set back (`rsync
+    /// --inplace -t`); so does a truncation, which changes the size. The
+    /// change time alone also moves when the file is renamed over or
+    /// deleted (its link count drops), which leaves an open file's bytes
+    /// as they were: only then are they taken as unchanged. (A chmod moves
+    /// it too, and is taken as a change: a transfer cut for nothing, never
+    /// wrong bytes.)
+    pub(super) fn same_bytes(&self, now: &Identity) -> bool {
+        if now == self {
+            return true;
+        }
+        (now.dev, now.ino, now.size, now.mtime_ns) == (self.dev, self.ino, self.size, self.mtime_ns)
+            && now.links != self.links
     }
 }
 
@@ -346,6 +381,22 @@ impl Found {
 }
 
 impl Found {
+    /// The ETag the file is served under while its digests are computed
+    /// (see [`Found::provisional`]); an object's, its ETag for good.
+    pub(crate) fn provisional_etag(&self) -> String {
+        provisional_tag(&self.manifest, &self.raw, &self.identity)
+    }
+
+    /// The file's modification time as listed.
+    pub(crate) fn modified(&self) -> SystemTime {
+        self.modified
+    }
+
+    /// The file's size as listed.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
     /// The file served before all its digests are known, for a request
     /// that needs only `objects` (every object when `None`; the raw bytes
     /// need no computed digest): the digests in `computed` filled in, the

@@ -15,9 +15,11 @@ use super::error::AppError;
 use super::route::{split, Target};
 use super::serve::{ranges, respond, spans, Entity};
 use super::Template;
+use crate::server::blob::Blob;
 use crate::server::catalog::{Entry, Need, Served};
 use crate::server::checks::Refusal;
 use crate::server::etag::{self, Precondition};
+use crate::server::object_root::StoreError;
 use crate::server::pread::READ_CHUNK;
 use crate::server::State;
 
@@ -58,41 +60,55 @@ fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
-/// `GET /v1/files`: served and unavailable files.
+/// `GET /v1/files`: every servable file in `files`, each with its size,
+/// its ETag (provisional while its digests are computed) and `digests`
+/// (`complete`, `pending`, or `none` when the daemon computes none), then
+/// the multi-file entries; the files not served with their reasons.
+/// `hashing` repeats the `files` rows whose digests are pending (an alias
+/// kept for clients of the earlier listing).
 pub(crate) async fn list(AxState(state): AxState<Arc<State>>) -> Response {
     let snap = state.catalog.snapshot();
-    let files: Vec<_> = snap
-        .served()
-        .map(|s| {
-            json!({
-                "path": s.path,
-                "source": s.manifest.source.name(),
-                "size": s.size,
-                "etag": s.etag,
-                "version": s.manifest.version,
-                "objects": s.manifest.objects.len(),
-                "modified": rfc3339(s.modified),
-            })
-        })
-        .collect();
+    let (mut files, mut hashing) = (Vec::new(), Vec::new());
+    for entry in snap.entries.values() {
+        match entry {
+            Entry::Served(s) => {
+                let complete = s.manifest.components().all(|(_, _, c)| c.digest.is_some());
+                files.push(json!({
+                    "path": s.path,
+                    "source": s.manifest.source.name(),
+                    "size": s.size,
+                    "etag": s.etag,
+                    "version": s.manifest.version,
+                    "objects": s.manifest.objects.len(),
+                    "modified": rfc3339(s.modified),
+                    "digests": if complete { "complete" } else { "none" },
+                }));
+            }
+            Entry::Pending(p) => {
+                let f = &p.found;
+                let row = json!({
+                    "path": f.path,
+                    "source": f.manifest.source.name(),
+                    "size": f.size(),
+                    "etag": f.provisional_etag(),
+                    "version": f.manifest.version,
+                    "objects": f.manifest.objects.len(),
+                    "modified": rfc3339(f.modified()),
+                    "digests": "pending",
+                });
+                hashing.push(row.clone());
+                files.push(row);
+            }
+            Entry::Index(_) | Entry::Unavailable(_) => {}
+        }
+    }
+    // Multi-file entries, linked to their files on first request.
+    files.extend(snap.indexes().map(|i| {
+        json!({ "path": i.path, "source": i.source().name(), "etag": i.etag(), "objects": i.objects(), "files": i.members() })
+    }));
     let unavailable: Vec<_> = snap
         .unavailable()
         .map(|u| json!({ "path": u.path, "size": u.size, "modified": rfc3339(u.modified), "reason": u.reason }))
-        .collect();
-    // Listed, but not served until their digests are computed.
-    let hashing: Vec<_> = snap
-        .pending()
-        .map(|p| {
-            let f = &p.found;
-            json!({ "path": f.path, "source": f.manifest.source.name(), "objects": f.manifest.objects.len() })
-        })
-        .collect();
-    // Multi-file entries, linked to their files on first request.
-    let files: Vec<_> = files
-        .into_iter()
-        .chain(snap.indexes().map(|i| {
-            json!({ "path": i.path, "source": i.source().name(), "etag": i.etag(), "objects": i.objects(), "files": i.members() })
-        }))
         .collect();
     let body = json!({ "files": files, "hashing": hashing, "unavailable": unavailable });
     with_template(
@@ -204,31 +220,88 @@ async fn serve(
     };
     drop(snap);
     let query = query_pairs(query.as_deref());
+    let mut refreshed = false;
+    loop {
+        let why = match answer(&state, &method, &path, &target, &query, &headers).await {
+            Ok(r) => return with_template(r, template),
+            Err(Stop::Refused(e)) => return with_template(e.into_response(), template),
+            Err(Stop::Changed(why)) => why,
+        };
+        if refreshed {
+            // Changed again since it was catalogued again: still being
+            // written, or replaced again.
+            let mut r = AppError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "changing",
+                format!("{why}; retry"),
+            )
+            .into_response();
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return with_template(r, template);
+        }
+        tracing::info!(file = %path, reason = %why, "the file changed under its catalog entry; catalogued again");
+        state.metrics.count_changed_refresh();
+        let s = Arc::clone(&state);
+        let p = path.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || s.catalog.refresh(&p)).await {
+            return with_template(AppError::internal(e).into_response(), template);
+        }
+        refreshed = true;
+    }
+}
+
+/// Why a request is answered without the entity it asked for.
+#[derive(Debug)]
+enum Stop {
+    /// A refusal, answered as it is.
+    Refused(AppError),
+    /// The file is no longer the version its catalog entry names (a local
+    /// file rewritten in place, an object replaced or deleted in the
+    /// store): catalogue it again and answer from what is there now.
+    Changed(String),
+}
+
+impl From<AppError> for Stop {
+    fn from(e: AppError) -> Stop {
+        Stop::Refused(e)
+    }
+}
+
+/// The answer to a request for `target` of `path`, from the catalog as it
+/// is: never under a tag that names other bytes than the file holds.
+async fn answer(
+    state: &Arc<State>,
+    method: &Method,
+    path: &str,
+    target: &Target,
+    query: &[(String, String)],
+    headers: &HeaderMap,
+) -> Result<Response, Stop> {
     let globs: Vec<String> = query
         .iter()
         .filter(|(k, _)| k == "select")
         .map(|(_, v)| v.clone())
         .collect();
-    let need = match &target {
+    let need = match target {
         Target::File => Need::Bytes,
         Target::Manifest | Target::Objects if globs.is_empty() => Need::Everything,
         Target::Manifest | Target::Objects => Need::Select(&globs),
         Target::Component { object, .. } | Target::Summary { object } => Need::Object(object),
     };
-    let served = match current(&state, &path, need).await {
-        Ok(s) => s,
-        Err(e) => return with_template(e.into_response(), template),
-    };
-    let cache_control = match cache_policy(&query, &served) {
-        Ok(c) => c,
-        Err(e) => return with_template(e.into_response(), template),
-    };
-    let result = match target {
+    let served = served(state, path, need).await?;
+    if served.changed() {
+        return Err(Stop::Changed(format!(
+            "{path}: the file changed (rewritten in place?) since it was catalogued"
+        )));
+    }
+    let cache_control = cache_policy(query, &served)?;
+    match target {
         Target::File => {
             // The manifest describes the file, whichever URL it came by.
             let link = format!(
                 "</v1/files/{}/manifest>; rel=\"describedby\"",
-                raw_path(&path)
+                raw_path(path)
             );
             let entity = Entity {
                 span: 0..served.size,
@@ -244,97 +317,102 @@ async fn serve(
                 // A URL pinned to this version may be kept for good.
                 recheck: cache_control == IMMUTABLE,
             };
-            // The Range header is resolved once. The components under
-            // each range's first chunk are checked before the headers (a
-            // range inside one corrupt component is a clean 409); the
-            // rest as the body reaches them (body.rs).
-            let ranges = ranges(&state, &headers, &entity);
+            // The Range header is resolved once. The first chunk of an
+            // object is read before the headers (pinned to the version
+            // listed: one replaced in the store is found here, not after a
+            // 206 went out), and the components under each range's first
+            // chunk are checked (a range inside one corrupt component is a
+            // clean 409); the rest as the body reaches them (body.rs).
+            let ranges = ranges(state, headers, &entity);
             let first: Vec<_> = spans(&entity, &ranges)
                 .into_iter()
                 .map(|s| s.start..s.end.min(s.start.saturating_add(READ_CHUNK)))
                 .collect();
-            verify(&served, move |s| s.check_spans(&first))
-                .await
-                .map(|()| respond(&state, &method, &headers, entity, ranges))
+            if entity.sends_bytes(method, headers, &ranges) {
+                probe(&served, &spans(&entity, &ranges)).await?;
+            }
+            verify(&served, move |s| s.check_spans(&first)).await?;
+            Ok(respond(state, method, headers, entity, ranges))
         }
         Target::Manifest => {
-            manifest(&state, &served, &method, &headers, &query, cache_control).await
+            Ok(manifest(state, &served, method, headers, query, cache_control).await?)
         }
         Target::Summary { object } => {
-            super::summary::respond(&state, served, object, &method, &headers).await
+            Ok(super::summary::respond(state, served, object.clone(), method, headers).await?)
         }
-        Target::Objects => super::objects::respond(&served, &globs, &method, &headers),
+        Target::Objects => Ok(super::objects::respond(&served, &globs, method, headers)?),
         Target::Component { object, component } => {
             // A shard's component is served by the shard's entry.
-            let served = served.owner(&object, &component).unwrap_or(served);
-            let (o, r) = (object.clone(), component.clone());
-            match verify(&served, move |s| s.check(&o, &r)).await {
-                Ok(()) => {
-                    component_response(
-                        &state,
-                        &method,
-                        &headers,
-                        &query,
-                        cache_control,
-                        served,
-                        &object,
-                        &component,
-                    )
-                    .await
-                }
-                Err(e) => Err(e),
-            }
+            let served = served.owner(object, component).unwrap_or(served);
+            component_response(
+                state,
+                method,
+                headers,
+                query,
+                cache_control,
+                served,
+                object,
+                component,
+            )
+            .await
         }
-    };
-    with_template(result.unwrap_or_else(IntoResponse::into_response), template)
+    }
 }
 
-/// The served entry for `path`, as the file is now: an entry whose local
-/// file changed under it (rewritten in place since it was catalogued) has
-/// the catalog refreshed first, so a request never goes out under a tag
-/// that names other bytes than the file holds.
-async fn current(state: &Arc<State>, path: &str, need: Need<'_>) -> Result<Arc<Served>, AppError> {
-    let mut refreshed = false;
-    loop {
-        let served = match state.catalog.resolve(path, need).await {
-            Some(Entry::Served(s)) => s,
-            Some(Entry::Pending(_) | Entry::Index(_)) => {
-                return Err(AppError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "hashing",
-                    format!("{path}: its digests are still being computed"),
-                ))
-            }
-            Some(Entry::Unavailable(u)) => {
-                return Err(AppError::new(
-                    StatusCode::CONFLICT,
-                    "unavailable",
-                    u.reason.clone(),
-                ))
-            }
-            None => return Err(AppError::not_found(format!("no file {path:?}"))),
-        };
-        if !served.changed() {
-            return Ok(served);
-        }
-        if refreshed {
-            // Changed again since the refresh: still being written.
-            return Err(AppError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "changing",
-                format!("{path}: the file is changing (being written in place); retry"),
-            ));
-        }
-        tracing::info!(
-            file = path,
-            "the file changed under its catalog entry; catalogued again"
-        );
-        state.metrics.count_changed_refresh();
-        let s = Arc::clone(state);
-        tokio::task::spawn_blocking(move || s.catalog.refresh())
+/// The served entry for `path`, as a request that needs `need` gets it,
+/// or the refusal.
+async fn served(state: &Arc<State>, path: &str, need: Need<'_>) -> Result<Arc<Served>, AppError> {
+    match state.catalog.resolve(path, need).await {
+        Some(Entry::Served(s)) => Ok(s),
+        Some(Entry::Pending(_) | Entry::Index(_)) => Err(AppError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "hashing",
+            format!("{path}: its digests are still being computed"),
+        )),
+        Some(Entry::Unavailable(u)) => Err(AppError::new(
+            StatusCode::CONFLICT,
+            "unavailable",
+            u.reason.clone(),
+        )),
+        None => Err(AppError::not_found(format!("no file {path:?}"))),
+    }
+}
+
+/// For a file that is an object of the store, reads the first chunk of
+/// `spans` that the piece cache does not hold (a chunk it holds is this
+/// version's bytes already), pinned to the version listed, and keeps it
+/// there for the body: an object replaced or deleted since it was listed
+/// is found before the headers go out. A local file needs no read: its
+/// identity says whether it changed (`Served::changed`).
+async fn probe(served: &Arc<Served>, spans: &[std::ops::Range<u64>]) -> Result<(), Stop> {
+    let Blob::Object(o) = &served.file else {
+        return Ok(());
+    };
+    let step = usize::try_from(READ_CHUNK).unwrap_or(usize::MAX);
+    // The chunks the body reads (`body.rs`), in order.
+    let mut chunks = spans.iter().flat_map(|s| {
+        (s.start..s.end)
+            .step_by(step)
+            .map(move |p| p..p.saturating_add(READ_CHUNK).min(s.end))
+    });
+    let Some(first) = chunks.find(|c| !o.root.is_cached(&o.key, o.etag.as_deref(), c)) else {
+        return Ok(());
+    };
+    let o = o.clone();
+    let read =
+        tokio::task::spawn_blocking(move || o.root.read_cached(&o.key, o.etag.as_deref(), first))
             .await
             .map_err(AppError::internal)?;
-        refreshed = true;
+    match read {
+        Ok(_) => Ok(()),
+        Err(e @ (StoreError::Changed { .. } | StoreError::NotFound { .. })) => {
+            Err(Stop::Changed(e.to_string()))
+        }
+        Err(e) => Err(Stop::Refused(AppError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unreachable",
+            e.to_string(),
+        ))),
     }
 }
 
@@ -521,7 +599,7 @@ async fn component_response(
     served: Arc<Served>,
     object: &str,
     role: &str,
-) -> Result<Response, AppError> {
+) -> Result<Response, Stop> {
     let obj = served
         .manifest
         .objects
@@ -549,7 +627,10 @@ async fn component_response(
         .iter()
         .any(|(k, v)| k == "decode" && (v == "1" || v == "true"));
     let mut extra = component_headers(c, &obj.shape);
+    let (o, r) = (object.to_owned(), role.to_owned());
+    let check = move |s: &Served| s.check(&o, &r);
     if decode && c.encoding == Encoding::Zstd {
+        verify(&served, check).await?;
         return decoded(
             state, method, headers, &served, object, role, c, etag, extra,
         )
@@ -560,7 +641,7 @@ async fn component_response(
             StatusCode::CONFLICT,
             "legacy_layout",
             format!("{}: object {object:?} component {role:?} is stored in a legacy layout; fetch it with ?decode=1", served.path),
-        ));
+        ).into());
     }
     extra.push((
         HeaderName::from_static("x-zt-object"),
@@ -586,6 +667,13 @@ async fn component_response(
         Some((_, text)) => super::rows::ranges(state, &mut entity, object, text).await?,
         None => ranges(state, headers, &entity),
     };
+    // An object's first piece is read before the component's check, which
+    // would otherwise read it first and refuse a replaced object as
+    // unreadable instead of serving its new version.
+    if entity.sends_bytes(method, headers, &ranges) {
+        probe(&entity.served, &spans(&entity, &ranges)).await?;
+    }
+    verify(&entity.served, check).await?;
     Ok(respond(state, method, headers, entity, ranges))
 }
 
@@ -600,12 +688,12 @@ async fn decoded(
     c: &Component,
     etag: String,
     mut extra: Vec<(HeaderName, HeaderValue)>,
-) -> Result<Response, AppError> {
+) -> Result<Response, Stop> {
     let tag = etag::suffixed(&etag, "decoded");
     let what = format!("{}: object {object:?} component {role:?}", served.path);
     if let Some(answer) = super::conditional::answer(headers, method, &tag, served.modified, &what)
     {
-        return answer;
+        return Ok(answer?);
     }
     let cap = state.config.limits.decompress_cap;
     let expected = c.uncompressed_length.unwrap_or(u64::MAX);
@@ -614,7 +702,7 @@ async fn decoded(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
             format!("{}: object {object:?} component {role:?} decodes to {expected} bytes, over the cap of {cap} (decompress-over-cap)", served.path),
-        ));
+        ).into());
     }
     // The caller has already checked the stored bytes against their digest
     // (`verify`, once per component), as for every component response.
@@ -623,10 +711,24 @@ async fn decoded(
     let (s, at) = (Arc::clone(served), c.offset);
     let label = format!("{}: object {object:?} component {role:?}", served.path);
     let out = tokio::task::spawn_blocking(move || {
-        let stored =
-            crate::server::pread::read_exact_at(&s.file, len, at).map_err(AppError::internal)?;
-        zstd::bulk::decompress(&stored, expected as usize)
-            .map_err(|e| AppError::new(StatusCode::CONFLICT, "corrupt", format!("{label}: {e}")))
+        let stored = crate::server::pread::read_exact_at(&s.file, len, at).map_err(|e| {
+            // Shorter than listed, or replaced in the store.
+            let gone = matches!(
+                e.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::NotFound
+            );
+            match gone || s.changed() {
+                true => Stop::Changed(format!("{label}: {e}")),
+                false => AppError::internal(e).into(),
+            }
+        })?;
+        zstd::bulk::decompress(&stored, expected as usize).map_err(|e| {
+            Stop::Refused(AppError::new(
+                StatusCode::CONFLICT,
+                "corrupt",
+                format!("{label}: {e}"),
+            ))
+        })
     })
     .await
     .map_err(AppError::internal)??;
@@ -640,7 +742,7 @@ async fn decoded(
     for (k, v) in extra {
         b = b.header(k, v);
     }
-    b.body(Body::from(out)).map_err(AppError::internal)
+    Ok(b.body(Body::from(out)).map_err(AppError::internal)?)
 }
 
 pub(crate) async fn healthz() -> Response {

@@ -47,6 +47,23 @@ fn http_date(t: SystemTime) -> String {
 }
 
 impl Entity {
+    /// Whether [`respond`] sends bytes of the file for this request (a GET
+    /// whose preconditions hold, for satisfiable ranges of bytes in the
+    /// file), and so whether reading them first can find the file changed.
+    pub(crate) fn sends_bytes(
+        &self,
+        method: &Method,
+        headers: &HeaderMap,
+        ranges: &Ranges,
+    ) -> bool {
+        method == Method::GET
+            && self.memory.is_none()
+            && matches!(ranges, Ranges::Full | Ranges::Some(_))
+            && etag::preconditions(headers, method, &self.etag, self.modified, |t| {
+                self.is_version(t)
+            }) == Precondition::Proceed
+    }
+
     /// Whether a strong tag names this entity's bytes: its own tag, or,
     /// for the whole file, any tag the file has had while unchanged (see
     /// [`Served::is_version`]).

@@ -155,7 +155,7 @@ async function listing() {
   const filter = el("input", { type: "search", id: "filter", placeholder: "filter by path" });
   if (!files) {
     const list = await api("/v1/files");
-    const rows = list.files.concat(list.hashing || []).map((f) => ({
+    const rows = list.files.map((f) => ({
       path: f.path, source: f.source, size: f.size, objects: f.objects, version: f.version, etag: f.etag, modified: f.modified,
     }));
     const link = (r) => el("a", { href: "/ui/files/" + r.path.split("/").map(encodeURIComponent).join("/") }, r.path);
@@ -328,9 +328,9 @@ async function filePage() {
   const path = app.dataset.path;
   const enc = path.split("/").map(encodeURIComponent).join("/");
   const list = await api("/v1/files");
-  const f = list.files.concat(list.hashing || []).find((x) => x.path === path) || {};
+  const f = list.files.find((x) => x.path === path) || {};
   const dl = el("dl", { class: "attrs", id: "attrs" });
-  for (const k of ["source", "size", "objects", "version", "etag", "modified", "files"]) {
+  for (const k of ["source", "size", "objects", "version", "etag", "digests", "modified", "files"]) {
     if (f[k] === undefined || f[k] === null) continue;
     const v = k === "size" ? `${bytes(f.size)} (${f.size})` : Array.isArray(f[k]) ? f[k].join(", ") : f[k];
     dl.append(el("dt", {}, k), el("dd", {}, v));

@@ -10,7 +10,8 @@ use crate::value::{map, pair, ranges, text, texts, uint, FieldError, Fields};
 pub struct Get {
     /// Chosen by the client, unique among its requests in flight.
     pub id: u64,
-    /// The file's path under the server's root, `/`-separated.
+    /// The file's path under the server's root, `/`-separated, as decoded
+    /// UTF-8 text (never percent-encoded: PROTOCOL.md, section 4).
     pub path: String,
     /// Glob patterns; empty selects every object.
     pub select: Vec<String>,

@@ -112,7 +112,7 @@ impl From<ClientError> for Failure {
     fn from(e: ClientError) -> Failure {
         let message = e.to_string();
         let (kind, at) = match &e {
-            ClientError::Transport(_) => (Kind::Connect, None),
+            ClientError::Transport(_) | ClientError::Tls(_) => (Kind::Connect, None),
             ClientError::Server { status, .. } if status.is_not_found() => (Kind::NotFound, None),
             ClientError::Server {
                 status: Status::Ztp(Code::Corrupt),

@@ -3,18 +3,24 @@ against a real daemon over both transports, a plain nginx, and local
 files: every tensor of a real model equal to what the `safetensors`
 package loads, laziness proved by the server's byte counters, arrival
 order, and each kind of failure raising its own exception."""
+import contextlib
+import os
 import pathlib
 import re
 import shutil
+import ssl
+import subprocess
 import tempfile
 import threading
+import time
+import urllib.request
 
 import numpy as np
 import pytest
 import safetensors.numpy
 
 import ztserve
-from conftest import daemon, metric, nginx, write_shards
+from conftest import daemon, free_port, metric, nginx, write_shards
 
 LAYER = re.compile(r"\.layer\.(\d+)\.")
 
@@ -354,3 +360,128 @@ def test_a_sharded_checkpoint_loads_as_one_model(tmp_path, real_model):
         assert w["objects"] == len(original)
         for f in root.iterdir():
             assert (out / f.name).read_bytes() == f.read_bytes(), f.name
+
+
+def layered_tensors(layers=4):
+    """A small model named like MiniLM: embeddings and `layers` encoder
+    layers of two tensors each."""
+    rng = np.random.default_rng(26)
+    t = {"embeddings.weight": rng.standard_normal((16, 8)).astype(np.float32)}
+    for i in range(layers):
+        t[f"encoder.layer.{i}.attention.weight"] = rng.standard_normal((8, 8)).astype(np.float32)
+        t[f"encoder.layer.{i}.output.bias"] = rng.standard_normal(8).astype(np.float32)
+    return t
+
+
+@pytest.fixture(scope="module")
+def every_kind(tmp_path_factory):
+    """The same tensors as .zt, .safetensors, .gguf and a sharded
+    checkpoint, served; (port, root, tensors, names of each kind)."""
+    import gguf
+
+    base = tmp_path_factory.mktemp("select")
+    root = base / "root"
+    root.mkdir()
+    original = layered_tensors()
+    safetensors.numpy.save_file(original, str(root / "m.safetensors"))
+    subprocess.run([os.environ["ZT_BIN"], "pack", str(root / "m.safetensors"), "-o", str(root / "m.zt"),
+                    "--digest", "sha256"], check=True)
+    w = gguf.GGUFWriter(str(root / "m.gguf"), "bert")
+    for name, arr in original.items():
+        w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    (root / "sharded").mkdir()
+    write_shards(original, root / "sharded", 2)
+    kinds = ["m.zt", "m.safetensors", "m.gguf", "sharded/model.safetensors.index.json"]
+    with daemon(root, base) as port:
+        yield port, root, original, kinds
+
+
+@pytest.mark.parametrize("where", ["quic", "http", "local"])
+def test_select_restricts_every_source_kind(every_kind, where):
+    """Issue 26: over HTTP a `.zt` file answered `select` with every object
+    (the client read the file's own manifest and never applied the
+    selection); each kind, over each transport and from a local path, opens
+    and loads exactly the selected objects."""
+    port, root, original, kinds = every_kind
+    want = sorted(k for k in original if k.startswith("encoder.layer.3."))
+    for kind in kinds:
+        source = str(root / kind) if where == "local" else urls(port, kind)[where]
+        if where == "local" and kind.endswith(".index.json"):
+            continue  # a sharded checkpoint is served, not opened locally
+        with ztserve.safe_open(source, insecure=True, select=["encoder.layer.3.*"]) as f:
+            assert sorted(f.keys()) == want, (source, f.keys())
+        got = ztserve.load(source, select=["encoder.layer.3.*"], insecure=True)
+        assert sorted(got) == want, (source, sorted(got))
+        for k in want:
+            assert np.array_equal(got[k].reshape(original[k].shape), original[k]), (source, k)
+        # Several patterns select their union; one that matches nothing is named.
+        got = ztserve.load(source, select=["encoder.layer.3.*", "embeddings.*"], insecure=True)
+        assert sorted(got) == sorted(want + ["embeddings.weight"]), source
+        with pytest.raises(ztserve.Error, match=r"no\.such"):
+            ztserve.load(source, select=["no.such.*"], insecure=True)
+
+
+@contextlib.contextmanager
+def tls_daemon(root, base, cert, key):
+    """ztserve serving `root` over HTTPS and ztp/1 with `cert`; yields its
+    port once /readyz answers over HTTPS."""
+    port = free_port()
+    log = open(base / "ztserve-tls.log", "wb")
+    proc = subprocess.Popen(
+        [os.environ["ZT_DAEMON_BIN"], "--root", str(root), "--listen", f"127.0.0.1:{port}",
+         "--state-dir", str(base / "state-tls"), "--tls-cert", str(cert), "--tls-key", str(key)],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    context = ssl.create_default_context(cafile=str(cert))
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", timeout=1, context=context)
+                break
+            except OSError:
+                assert proc.poll() is None and time.time() < deadline, (base / "ztserve-tls.log").read_text()
+                time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_ca_file_trusts_the_certificate_in_it(tmp_path):
+    """Issue 26: `ca=` refused a self-signed certificate made the usual
+    way (`openssl req -x509`, CA:TRUE under Debian's default config) that
+    curl --cacert and httpx accept; and a certificate that is refused says
+    why and what to pass instead, over both transports."""
+    if not shutil.which("openssl"):
+        pytest.skip("the openssl command is not installed (apt-get install openssl)")
+
+    def self_signed(name):
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+             "-out", f"{name}.pem", "-days", "1", "-subj", "/CN=localhost",
+             "-addext", "subjectAltName=IP:127.0.0.1"],
+            cwd=tmp_path, check=True, capture_output=True,
+        )
+        return tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
+
+    cert, key = self_signed("server")
+    other, _ = self_signed("other")
+    root = tmp_path / "root"
+    root.mkdir()
+    original = layered_tensors(2)
+    safetensors.numpy.save_file(original, str(root / "m.safetensors"))
+    with tls_daemon(root, tmp_path, cert, key) as port:
+        for url in [f"quic://127.0.0.1:{port}/m.safetensors", f"https://127.0.0.1:{port}/m.safetensors"]:
+            same(ztserve.load(url, ca=str(cert)), original)
+            with pytest.raises(ztserve.ConnectError) as e:
+                ztserve.load(url, ca=str(other), timeout=5)
+            message = str(e.value)
+            assert "is not trusted" in message, message
+            assert "CA used as end entity" in message or "unknown issuer" in message, message
+            for remedy in ["--ca FILE", "--cert-fingerprint", "--insecure"]:
+                assert remedy in message, (remedy, message)

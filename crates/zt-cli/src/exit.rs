@@ -78,7 +78,9 @@ fn client_code(e: &zt_client::Error) -> u8 {
         // Run again: it starts over on the new version.
         Error::Changed { .. } => IO,
         Error::Format(z) => format_code(z),
-        Error::Transport(_) | Error::Protocol(_) | Error::Io { .. } => IO,
+        // An untrusted certificate is a network failure, as it was before
+        // it had a kind of its own; its message names the option to pass.
+        Error::Transport(_) | Error::Tls(_) | Error::Protocol(_) | Error::Io { .. } => IO,
         // A server shutting down or busy: try again. A refusal: the request.
         e @ Error::Server { .. } if e.is_transient() => IO,
         Error::Server { .. } => INVALID,
@@ -145,5 +147,7 @@ mod tests {
             detail: "during the fetch".into(),
         };
         assert_eq!(exit_code(&changed.into()), IO, "a rerun starts over");
+        let untrusted = zt_client::Error::Tls("unknown issuer".into());
+        assert_eq!(exit_code(&untrusted.into()), IO);
     }
 }

@@ -18,7 +18,8 @@ pub struct RemoteArgs {
     /// Trust exactly the server certificate with this SHA-256 fingerprint (hex)
     #[arg(long, value_name = "SHA256")]
     pub cert_fingerprint: Option<String>,
-    /// Trust server certificates signed by the CAs in this PEM file
+    /// Trust server certificates signed by the CAs in this PEM file, or
+    /// that are themselves in it (a self-signed one, as if pinned)
     #[arg(long, value_name = "FILE")]
     pub ca: Option<PathBuf>,
     /// Bearer token
@@ -76,14 +77,10 @@ impl RemoteArgs {
     }
 }
 
-/// The default output name: the last segment of the URL's path.
+/// The default output name: the last segment of the URL's path, decoded
+/// (`caf%C3%A9.zt` is written as `café.zt`, the name the server has).
 pub fn default_output(url: &str) -> PathBuf {
-    let name = url
-        .rsplit('/')
-        .next()
-        .filter(|n| !n.is_empty())
-        .unwrap_or("fetched.zt");
-    PathBuf::from(name)
+    PathBuf::from(zt_client::url_path::file_name(url).unwrap_or_else(|| "fetched.zt".to_owned()))
 }
 
 /// Runs `zt fetch`: from `urls[0]`, going on from the next URL (a

@@ -51,8 +51,10 @@ pub(crate) enum Transport {
     },
     Http {
         source: HttpSource,
-        /// The manifest last read, reused by `fetch` instead of asked for again.
-        cached: Mutex<Option<Remote>>,
+        /// The manifest last read and the selection it was read for,
+        /// reused by `fetch` instead of asked for again when it holds
+        /// every object the fetch selects ([`covers`]).
+        cached: Mutex<Option<(Vec<String>, Remote)>>,
     },
 }
 
@@ -93,11 +95,8 @@ impl Client {
         let options = Arc::new(options);
         let transport = match via {
             Via::Quic => {
-                let file = path
-                    .strip_prefix("/v1/files/")
-                    .unwrap_or(&path)
-                    .trim_start_matches('/')
-                    .to_owned();
+                // Before any packet: a path no file can have fails here.
+                let file = crate::url_path::ztp_path(url)?;
                 let addr: SocketAddr = match options.pinned(&host, port) {
                     Some(addr) => addr,
                     // Resolved on tokio's blocking pool, not on this task's thread.
@@ -165,7 +164,7 @@ impl Client {
             Transport::Http { source, cached } => {
                 let r = source.manifest(select).await?;
                 if let Ok(mut c) = cached.lock() {
-                    *c = Some(r.clone());
+                    *c = Some((select.to_vec(), r.clone()));
                 }
                 Ok(r)
             }
@@ -207,8 +206,8 @@ impl Client {
             Transport::Http { source, cached } => {
                 // Range requests carry If-Range, so a stale cache cannot mix versions.
                 let remote = match cached.lock().ok().and_then(|mut c| c.take()) {
-                    Some(r) => r,
-                    None => source.manifest(select).await?,
+                    Some((read_for, r)) if covers(&read_for, &r.manifest, select) => r,
+                    _ => source.manifest(select).await?,
                 };
                 if let Some(want) = if_match {
                     if remote.etag != want {
@@ -298,6 +297,23 @@ impl Client {
     }
 }
 
+/// Whether a manifest read for `read_for` (restricted to it) holds every
+/// object `select` can match: it was read for every object, or for the
+/// same patterns, or `select` names exact objects that it holds (what
+/// `fetch_to_file` and the Python package ask for after reading it).
+fn covers(read_for: &[String], m: &Manifest, select: &[String]) -> bool {
+    if read_for.is_empty() || read_for == select {
+        return true;
+    }
+    match Selection::new(select) {
+        Ok(s) if !s.is_all() => s
+            .patterns()
+            .iter()
+            .all(|p| p.exact().is_some_and(|name| m.objects.contains_key(&name))),
+        _ => false,
+    }
+}
+
 /// `m` restricted to the objects `select` matches: a pattern that is not
 /// a glob is a usage error, one that matches nothing is what ztp/1 calls
 /// `no_match`.
@@ -319,5 +335,39 @@ fn join_host(host: &str, port: u16) -> String {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(names: &[&str]) -> Manifest {
+        let mut m = Manifest::new();
+        for n in names {
+            let o = zt_format::Object {
+                shape: vec![1],
+                format: zt_format::Format::Dense,
+                attributes: Default::default(),
+                components: Default::default(),
+            };
+            m.objects.insert((*n).to_owned(), o);
+        }
+        m
+    }
+
+    #[test]
+    fn a_cached_manifest_is_reused_only_when_it_holds_the_selection() {
+        let s = |v: &[&str]| v.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>();
+        let m = manifest(&["a.0", "a.1"]);
+        assert!(covers(&[], &m, &s(&["b.*"])), "read whole");
+        assert!(covers(&s(&["a.*"]), &m, &s(&["a.*"])), "the same patterns");
+        assert!(
+            covers(&s(&["a.*"]), &m, &s(&["a.0", "a\\.1"])),
+            "names it holds"
+        );
+        assert!(!covers(&s(&["a.*"]), &m, &s(&["b.*"])), "another glob");
+        assert!(!covers(&s(&["a.*"]), &m, &s(&["b.0"])), "a name it lacks");
+        assert!(!covers(&s(&["a.*"]), &m, &[]), "every object");
     }
 }

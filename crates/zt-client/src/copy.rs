@@ -107,12 +107,7 @@ pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -
     }
     // A transport that cannot carry raw bytes fails before a byte moves.
     client.read_ranges(&[], &remote.etag).await?;
-    let index_name = crate::http::file_name(&client.url)
-        .map(|n| {
-            percent_encoding::percent_decode_str(&n)
-                .decode_utf8_lossy()
-                .into_owned()
-        })
+    let index_name = crate::url_path::file_name(&client.url)
         .filter(|n| zt_format::source::by_name(n) == Some(Source::SafetensorsIndex))
         .ok_or_else(|| {
             Error::Usage(format!(

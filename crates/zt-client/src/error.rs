@@ -15,15 +15,23 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The URL or an option cannot be used: a bad URL or scheme, a
-    /// malformed fingerprint, an unreadable CA file, a selection pattern
-    /// that is not a glob.
+    /// The URL or an option cannot be used: a bad URL or scheme, a path
+    /// that decodes to no file name (not UTF-8, or a NUL), a malformed
+    /// fingerprint, an unreadable CA file, a selection pattern that is
+    /// not a glob.
     #[error("{0}")]
     Usage(String),
     /// Connecting failed, the connection was lost, or a transfer broke off
     /// or went silent. A fetch interrupted this way can be resumed.
     #[error("{0}")]
     Transport(String),
+    /// The server's certificate was not trusted: the message says what
+    /// was wrong with it (unknown issuer, expired, name mismatch, a CA
+    /// certificate used as the server's own, not the pinned fingerprint)
+    /// and which option would trust it. No retry fixes it; another server
+    /// (a mirror) may present a certificate that passes.
+    #[error("{0}")]
+    Tls(String),
     /// The server answered the request with an error: its ztp/1 code or
     /// HTTP status, and its message.
     #[error("{message}")]
@@ -133,6 +141,7 @@ impl Error {
         match self {
             Error::Usage(m) => Error::Usage(p(m)),
             Error::Transport(m) => Error::Transport(p(m)),
+            Error::Tls(m) => Error::Tls(p(m)),
             Error::Server { status, message } => Error::Server {
                 status,
                 message: p(message),

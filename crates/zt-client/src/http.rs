@@ -21,7 +21,7 @@ use crate::error::{quote, At, Error, Result, Status};
 use crate::fetch::{Event, Fetch};
 use crate::options::Options;
 use crate::pool::BufPool;
-use crate::trust::client_config;
+use crate::trust::{watched_config, Refusals};
 use crate::verify::{Check, Delivered};
 
 /// A component part's turn: a connection slot, and for a component's first
@@ -39,6 +39,8 @@ pub struct HttpSource {
     options: Arc<Options>,
     limits: Limits,
     pool: Arc<BufPool>,
+    /// What the TLS check refused, for the error a request fails with.
+    refusals: Refusals,
 }
 
 /// The bytes a Range request asks for.
@@ -121,7 +123,7 @@ impl HttpSource {
     /// requests at once.
     pub fn new(url: &str, options: &Arc<Options>) -> Result<Self> {
         crate::trust::install_provider();
-        let tls = client_config(&options.trust, b"http/1.1")?;
+        let (tls, refusals) = watched_config(&options.trust, b"http/1.1")?;
         // A silent server counts as lost after the same time over both
         // transports (the error is a resumable transport error).
         let silent = options.idle_timeout.max(Duration::from_millis(1));
@@ -150,6 +152,7 @@ impl HttpSource {
                 ..Limits::default()
             },
             pool: Arc::default(),
+            refusals,
         })
     }
 
@@ -178,11 +181,10 @@ impl HttpSource {
         etag: Option<&str>,
     ) -> Result<(reqwest::Response, Option<String>, Span)> {
         let spec = want.to_string();
-        let resp = self
-            .request(&spec, etag)
-            .send()
-            .await
-            .map_err(|e| Error::Transport(format!("GET {} ({spec}): {e}", self.url)))?;
+        let resp = self.request(&spec, etag).send().await.map_err(|e| {
+            let what = format!("GET {} ({spec})", self.url);
+            crate::causes::request_failed(&what, &e, &self.refusals)
+        })?;
         match resp.status() {
             StatusCode::PARTIAL_CONTENT => {}
             StatusCode::OK if etag.is_some() => {
@@ -348,7 +350,7 @@ impl HttpSource {
                 self.url
             ))
         })?;
-        let source = file_name(&self.url)
+        let source = crate::url_path::file_name(&self.url)
             .and_then(|n| zt_format::source::by_name(&n))
             .unwrap_or(Source::Zt);
         if let (false, Some(url)) = (source == Source::Zt, &described) {
@@ -374,13 +376,25 @@ impl HttpSource {
             Some(url) if undigested && manifest.origin == Origin::V1 => {
                 self.server_manifest(&url, select, size, etag).await
             }
-            _ => Ok(Remote {
-                manifest,
-                etag,
-                size,
-                synthesized: SynthesizedAt::Here(parsed.synthesized),
-                api: described.as_deref().map(api_base),
-            }),
+            _ => {
+                // The file's own manifest names every object: restricted
+                // here as a server restricts the one it renders, or a
+                // `.zt` file over HTTP answers a selection with every
+                // object (issue 26).
+                let manifest = if select.is_empty() {
+                    manifest
+                } else {
+                    crate::client::select_from(&manifest, select)
+                        .map_err(|e| e.within(&self.url))?
+                };
+                Ok(Remote {
+                    manifest,
+                    etag,
+                    size,
+                    synthesized: SynthesizedAt::Here(parsed.synthesized),
+                    api: described.as_deref().map(api_base),
+                })
+            }
         }
     }
 
@@ -629,10 +643,9 @@ impl HttpSource {
         if let Some(t) = &self.options.token {
             req = req.bearer_auth(t);
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| Error::Transport(format!("GET {url}: {e}")))?;
+        let resp = req.send().await.map_err(|e| {
+            crate::causes::request_failed(&format!("GET {url}"), &e, &self.refusals)
+        })?;
         let status = resp.status();
         if status != want {
             let body = error_text(resp).await;
@@ -772,12 +785,6 @@ pub(crate) fn beside(url: &str, name: &str) -> Result<String> {
     Ok(u.to_string())
 }
 
-/// The last path segment of a URL (its extension names the source).
-pub(crate) fn file_name(url: &str) -> Option<String> {
-    let u = reqwest::Url::parse(url).ok()?;
-    u.path_segments()?.next_back().map(str::to_owned)
-}
-
 /// The absolute URL of a `Link: <...>; rel="describedby"` header.
 fn describedby(base: &str, headers: &HeaderMap) -> Option<String> {
     let base = reqwest::Url::parse(base).ok()?;
@@ -802,7 +809,7 @@ async fn read_capped(mut resp: reqwest::Response, cap: usize, url: &str) -> Resu
     while let Some(chunk) = resp
         .chunk()
         .await
-        .map_err(|e| Error::Transport(format!("GET {url}: {e}")))?
+        .map_err(|e| Error::Transport(format!("GET {url}: {}", crate::causes::chain(&e))))?
     {
         if body.len() + chunk.len() > cap {
             return Err(Error::Protocol(format!(
@@ -818,12 +825,7 @@ async fn read_capped(mut resp: reqwest::Response, cap: usize, url: &str) -> Resu
 /// says how far it got and why, down to the innermost cause (reqwest's own
 /// message is only "error decoding response body").
 fn broke_off(url: &str, spec: &str, after: Option<usize>, e: &reqwest::Error) -> Error {
-    let mut why = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        why = format!("{why}: {c}");
-        cause = c.source();
-    }
+    let why = crate::causes::chain(e);
     let at = after
         .map(|n| format!(" after {n} bytes"))
         .unwrap_or_default();

@@ -49,6 +49,7 @@
 //! ```
 
 mod budget;
+mod causes;
 mod client;
 pub mod copy;
 mod error;
@@ -63,6 +64,7 @@ pub mod quic;
 mod rows;
 pub mod trust;
 pub mod udp;
+pub mod url_path;
 mod verify;
 
 pub use client::{Client, Remote};

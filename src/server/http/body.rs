@@ -89,8 +89,7 @@ async fn rechecked(
     recheck: Arc<Mutex<Recheck>>,
     bytes: Bytes,
 ) -> io::Result<Bytes> {
-    let heavy =
-        bytes.len() > INLINE_HASH || recheck.lock().is_ok_and(|r| r.is_heavy(bytes.len()));
+    let heavy = bytes.len() > INLINE_HASH || recheck.lock().is_ok_and(|r| r.is_heavy(bytes.len()));
     let b = bytes.clone();
     let feed = move || match recheck.lock() {
         Ok(mut r) => r.feed(&b),

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::fetch::Fetch;
 use crate::options::Options;
 use crate::pool::BufPool;
-use crate::trust::client_config;
+use crate::trust::watched_config;
 use routes::{Route, Routes};
 pub use silence::Watch;
 
@@ -82,7 +82,7 @@ impl QuicClient {
         options: Arc<Options>,
     ) -> Result<Self> {
         crate::trust::install_provider();
-        let tls = client_config(&options.trust, ALPN)?;
+        let (tls, refusals) = watched_config(&options.trust, ALPN)?;
         let quic_tls = QuicClientConfig::try_from(tls)
             .map_err(|e| Error::Usage(format!("TLS for QUIC: {e}")))?;
         let mut config = quinn::ClientConfig::new(Arc::new(quic_tls));
@@ -108,7 +108,12 @@ impl QuicClient {
             .connect(addr, server_name)
             .map_err(|e| transport(&e))?
             .await
-            .map_err(|e| transport(&e))?;
+            .map_err(|e| match refusals.last() {
+                // quinn reports the handshake's failure as text; the check
+                // kept why it refused the certificate.
+                Some(refused) => Error::Tls(format!("connecting to {addr} over QUIC: {refused}")),
+                None => transport(&e),
+            })?;
         let (send, recv) = conn
             .open_bi()
             .await

@@ -1,0 +1,136 @@
+//! How a client trusts the server's certificate: the system roots (the
+//! default), a CA file, a pinned SHA-256 fingerprint, or nothing at all;
+//! and, when it does not, an error that says what was wrong with the
+//! certificate and which option would trust it.
+//!
+//! - `verifier`: the one certificate check behind every policy, which
+//!   remembers what it refused;
+//! - `refused`: a refusal put into words, with the remedy.
+
+mod refused;
+mod verifier;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+
+use crate::error::{Error, Result};
+pub(crate) use refused::Refusals;
+use verifier::{Check, Verifier};
+
+/// The trust policy.
+#[derive(Debug, Clone)]
+pub enum Trust {
+    /// The operating system's root certificates.
+    System,
+    /// Certificates in a PEM file: CAs whose chains are checked as usual,
+    /// and, like curl's `--cacert`, any server certificate that is itself
+    /// in the file (byte for byte), trusted as if pinned. A self-signed
+    /// certificate made with `openssl req -x509` is marked `CA:TRUE` by
+    /// Debian's default configuration, which a chain check refuses as a
+    /// server's own certificate.
+    Ca(PathBuf),
+    /// Exactly the certificate with this SHA-256 fingerprint (of its DER).
+    Fingerprint([u8; 32]),
+    /// Any certificate: for tests and trusted networks only.
+    Insecure,
+}
+
+impl Trust {
+    /// Parses a fingerprint given as hex, with or without `:` separators.
+    pub fn fingerprint(s: &str) -> Result<Trust> {
+        let hex: String = s.chars().filter(|c| *c != ':').collect();
+        let mut out = [0u8; 32];
+        if hex.len() != 64 {
+            return Err(Error::Usage(format!(
+                "a SHA-256 fingerprint has 64 hex digits, got {}",
+                hex.len()
+            )));
+        }
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = u8::from_str_radix(hex.get(i * 2..i * 2 + 2).unwrap_or(""), 16)
+                .map_err(|_| Error::Usage(format!("fingerprint {s:?} is not hex")))?;
+        }
+        Ok(Trust::Fingerprint(out))
+    }
+}
+
+/// Installs ring as the process's rustls provider. With more than one
+/// provider compiled in (a program that also links another TLS stack),
+/// building a TLS configuration otherwise panics.
+pub fn install_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A TLS 1.3 client configuration for `alpn` under this policy.
+pub fn client_config(trust: &Trust, alpn: &[u8]) -> Result<rustls::ClientConfig> {
+    Ok(watched_config(trust, alpn)?.0)
+}
+
+/// [`client_config`], and where its certificate check records what it
+/// refuses, for the error the failed connection reports.
+pub(crate) fn watched_config(
+    trust: &Trust,
+    alpn: &[u8],
+) -> Result<(rustls::ClientConfig, Refusals)> {
+    let provider = provider();
+    let check = match trust {
+        Trust::System => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(c);
+            }
+            Check::roots(
+                roots,
+                Vec::new(),
+                &provider,
+                "the system's root certificates",
+            )
+        }
+        Trust::Ca(path) => {
+            let (roots, listed) = read_ca_file(path)?;
+            let label = format!("the CA file {}", path.display());
+            Check::roots(roots, listed, &provider, &label)
+        }
+        Trust::Fingerprint(f) => Check::Fingerprint(*f),
+        Trust::Insecure => Check::Any,
+    };
+    let refusals = Refusals::default();
+    let verifier = Verifier::new(check, Arc::clone(&provider), refusals.clone());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| Error::Usage(format!("TLS 1.3 with ring: {e}")))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Ok((config, refusals))
+}
+
+/// The CA file's certificates: as trust anchors, and as they are (the
+/// server certificates it pins).
+fn read_ca_file(
+    path: &std::path::Path,
+) -> Result<(rustls::RootCertStore, Vec<CertificateDer<'static>>)> {
+    let bad = |e: &dyn std::fmt::Display| Error::Usage(format!("CA file {}: {e}", path.display()));
+    let mut roots = rustls::RootCertStore::empty();
+    let mut listed = Vec::new();
+    for c in CertificateDer::pem_file_iter(path).map_err(|e| bad(&e))? {
+        let c = c.map_err(|e| bad(&e))?;
+        roots.add(c.clone()).map_err(|e| bad(&e))?;
+        listed.push(c);
+    }
+    if listed.is_empty() {
+        return Err(bad(
+            &"holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+        ));
+    }
+    Ok((roots, listed))
+}

@@ -172,6 +172,42 @@ fn names_that_need_percent_encoding_from_a_local_root() {
     check_names(&s, root.path());
 }
 
+/// The same names as keys of an object-storage root, on each S3 server
+/// (the keys uploaded as they are, never escaped).
+#[test]
+fn names_that_need_percent_encoding_from_an_object_store_root() {
+    use common::s3::{credentials, servers, S3};
+    use object_store::{path::Path as KeyPath, ObjectStoreExt, PutPayload};
+    let local = tempfile::tempdir().unwrap();
+    populate(local.path());
+    for (kind, bin) in servers() {
+        let s3 = S3::start(kind, &bin, "models");
+        let up = s3.uploader("models");
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            for name in NAMES {
+                let bytes = std::fs::read(local.path().join(name)).unwrap();
+                let key = KeyPath::parse(format!("prod/{name}")).unwrap();
+                up.put(&key, PutPayload::from(bytes)).await.unwrap();
+            }
+        });
+        let cfg = common::config_file(
+            local.path(),
+            &format!(
+                "[storage]\nendpoint = \"{}\"\nregion = \"us-east-1\"\nallow_http = true\n",
+                s3.endpoint
+            ),
+        );
+        let s = Server::start_quic_env(
+            Path::new("s3://models/prod"),
+            &["--config", &cfg],
+            &credentials(),
+        );
+        eprintln!("with {}", kind.name());
+        check_names(&s, local.path());
+    }
+}
+
 /// `zt fetch URL` without `-o` names the file after the decoded name,
 /// as the server has it.
 #[test]

@@ -42,6 +42,7 @@ fn file_stream(
     state: Arc<State>,
     range: Range<u64>,
     recheck: bool,
+    first: Option<Bytes>,
 ) -> impl Stream<Item = io::Result<Bytes>> + Send {
     // An object's chunks are fetched a few at a time (`storage.read_ahead`);
     // a local file's one at a time.
@@ -51,13 +52,32 @@ fn file_stream(
         .flatten()
         .map(|r| Arc::new(Mutex::new(r)));
     let end = range.end;
-    let chunks = (range.start..end)
+    // The first chunk, when it was read before the headers (`first.rs`),
+    // is sent as it is; the others are read here.
+    let from = match &first {
+        Some(b) => range.start.saturating_add(b.len() as u64),
+        None => range.start,
+    };
+    if let Some(b) = &first {
+        state.metrics.add_bytes(b.len() as u64);
+    }
+    let chunks = (from..end)
         .step_by(usize::try_from(CHUNK).unwrap_or(usize::MAX))
         .map(move |pos| pos..(pos + CHUNK).min(end));
     let (s, st) = (Arc::clone(&served), Arc::clone(&state));
-    stream::iter(chunks)
-        .map(move |span| read_chunk(Arc::clone(&s), Arc::clone(&st), span))
-        .buffered(ahead)
+    let read = stream::iter(chunks)
+        .map(move |span| {
+            let (served, state) = (Arc::clone(&s), Arc::clone(&st));
+            async move {
+                let bytes = read(&served, &state, span.clone()).await?;
+                let bytes = unchanged(&served, &state, &span, bytes)?;
+                state.metrics.add_bytes(bytes.len() as u64);
+                Ok(bytes)
+            }
+        })
+        .buffered(ahead);
+    stream::iter(first.map(Ok))
+        .chain(read)
         // In order, whatever the read-ahead: a component's hash runs
         // over its bytes as they are sent.
         .then(move |item| {
@@ -118,32 +138,34 @@ fn changed(served: &Served, state: &State, why: String) -> io::Error {
     io::Error::other(why)
 }
 
-/// One chunk of a response, checked first, and the file's identity
-/// checked after it was read.
-async fn read_chunk(served: Arc<Served>, state: Arc<State>, span: Range<u64>) -> io::Result<Bytes> {
+/// One chunk of a response, the components under it checked first (the
+/// first check of a component reads it whole); bytes already checked and
+/// in the page cache are read on the runtime, without a hop to the
+/// blocking pool. Whether the file is still the version served is the
+/// caller's to ask, after the read.
+pub(super) async fn read(
+    served: &Arc<Served>,
+    state: &Arc<State>,
+    span: Range<u64>,
+) -> io::Result<Bytes> {
     let n = span.end - span.start;
-    // Bytes already checked and in the page cache are read here,
-    // without a hop to the blocking pool.
     let fast = (n <= CACHED_READ_MAX && served.is_checked_span(&span))
         .then(|| read_cached(served.file.as_file()?, n as usize, span.start))
         .flatten();
     let read = match fast {
-        Some(read) => read.and_then(|bytes| unchanged(&served, &state, &span, bytes)),
+        Some(read) => read,
         None => {
-            let st = Arc::clone(&state);
-            tokio::task::spawn_blocking(move || read_checked(&served, &st, span))
+            let (s, st) = (Arc::clone(served), Arc::clone(state));
+            tokio::task::spawn_blocking(move || read_checked(&s, &st, span))
                 .await
                 .unwrap_or_else(|e| Err(io::Error::other(e)))
         }
     };
-    if let Ok(bytes) = &read {
-        state.metrics.add_bytes(bytes.len() as u64);
-    }
     read
 }
 
 /// A chunk read on a blocking thread, after the components under it
-/// passed their checks (the first check of a component reads it whole).
+/// passed their checks.
 fn read_checked(served: &Served, state: &State, span: Range<u64>) -> io::Result<Bytes> {
     let (pos, n) = (span.start, span.end - span.start);
     if let Err(refusal) = served.check_span(&span) {
@@ -151,13 +173,9 @@ fn read_checked(served: &Served, state: &State, span: Range<u64>) -> io::Result<
         tracing::error!(file = %served.path, offset = pos, %refusal, "component failed its digest mid-response; connection cut");
         return Err(io::Error::other(refusal.to_string()));
     }
-    match crate::server::pread::read_shared(&served.file, n as usize, pos) {
-        Ok(bytes) => unchanged(served, state, &span, bytes),
-        Err(e) => {
-            tracing::warn!(file = %served.path, error = %e, offset = pos, "read failed mid-response (file truncated or changed?)");
-            Err(e)
-        }
-    }
+    crate::server::pread::read_shared(&served.file, n as usize, pos).inspect_err(|e| {
+        tracing::warn!(file = %served.path, error = %e, offset = pos, "read failed mid-response (file truncated or changed?)");
+    })
 }
 
 /// `bytes`, read from `span`, if the file is still the version served.
@@ -173,16 +191,26 @@ fn unchanged(served: &Served, state: &State, span: &Range<u64>, bytes: Bytes) ->
 }
 
 /// A body made of literal parts and file ranges; `recheck`: hash the
-/// components the ranges carry whole as they are sent ([`Recheck`]).
+/// components the ranges carry whole as they are sent ([`Recheck`]);
+/// `first`: the first file range's first chunk, read before the headers.
 pub(crate) fn body(
     served: Arc<Served>,
     state: Arc<State>,
     parts: Vec<Part>,
     recheck: bool,
+    first: Option<Bytes>,
 ) -> Body {
+    let mut first = first;
     let s = stream::iter(parts).flat_map(move |p| match p {
         Part::Bytes(b) => stream::once(async move { Ok(b) }).boxed(),
-        Part::File(r) => file_stream(Arc::clone(&served), Arc::clone(&state), r, recheck).boxed(),
+        Part::File(r) => file_stream(
+            Arc::clone(&served),
+            Arc::clone(&state),
+            r,
+            recheck,
+            first.take(),
+        )
+        .boxed(),
     });
     Body::from_stream(s)
 }

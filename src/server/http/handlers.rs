@@ -12,14 +12,12 @@ use serde_json::json;
 use zt_format::{Component, Encoding};
 
 use super::error::AppError;
+use super::preflight::{preflight, unchanged, verify, Stop};
 use super::route::{split, Target};
 use super::serve::{ranges, respond, spans, Entity};
 use super::Template;
-use crate::server::blob::Blob;
 use crate::server::catalog::{Entry, Need, Served};
-use crate::server::checks::Refusal;
 use crate::server::etag::{self, Precondition};
-use crate::server::object_root::StoreError;
 use crate::server::pread::READ_CHUNK;
 use crate::server::State;
 
@@ -251,23 +249,6 @@ async fn serve(
     }
 }
 
-/// Why a request is answered without the entity it asked for.
-#[derive(Debug)]
-enum Stop {
-    /// A refusal, answered as it is.
-    Refused(AppError),
-    /// The file is no longer the version its catalog entry names (a local
-    /// file rewritten in place, an object replaced or deleted in the
-    /// store): catalogue it again and answer from what is there now.
-    Changed(String),
-}
-
-impl From<AppError> for Stop {
-    fn from(e: AppError) -> Stop {
-        Stop::Refused(e)
-    }
-}
-
 /// The answer to a request for `target` of `path`, from the catalog as it
 /// is: never under a tag that names other bytes than the file holds.
 async fn answer(
@@ -290,10 +271,9 @@ async fn answer(
         Target::Component { object, .. } | Target::Summary { object } => Need::Object(object),
     };
     let served = served(state, path, need).await?;
-    if served.changed() {
-        return Err(Stop::Changed(format!(
-            "{path}: the file changed (rewritten in place?) since it was catalogued"
-        )));
+    if !matches!(target, Target::File | Target::Component { .. }) {
+        // Bytes are sent after their own check (`preflight.rs`).
+        unchanged(&served)?;
     }
     let cache_control = cache_policy(query, &served)?;
     match target {
@@ -317,22 +297,19 @@ async fn answer(
                 // A URL pinned to this version may be kept for good.
                 recheck: cache_control == IMMUTABLE,
             };
-            // The Range header is resolved once. The first chunk of an
-            // object is read before the headers (pinned to the version
-            // listed: one replaced in the store is found here, not after a
-            // 206 went out), and the components under each range's first
-            // chunk are checked (a range inside one corrupt component is a
-            // clean 409); the rest as the body reaches them (body.rs).
+            // The Range header is resolved once. The components under
+            // each range's first chunk are checked before the headers (a
+            // range inside one corrupt component is a clean 409), and the
+            // first chunk read (`preflight.rs`); the rest as the body
+            // reaches them (body.rs).
             let ranges = ranges(state, headers, &entity);
             let first: Vec<_> = spans(&entity, &ranges)
                 .into_iter()
                 .map(|s| s.start..s.end.min(s.start.saturating_add(READ_CHUNK)))
                 .collect();
-            if entity.sends_bytes(method, headers, &ranges) {
-                probe(&served, &spans(&entity, &ranges)).await?;
-            }
-            verify(&served, move |s| s.check_spans(&first)).await?;
-            Ok(respond(state, method, headers, entity, ranges))
+            let check = move |s: &Served| s.check_spans(&first);
+            let read = preflight(state, method, headers, &entity, &ranges, check).await?;
+            Ok(respond(state, method, headers, entity, ranges, read))
         }
         Target::Manifest => {
             Ok(manifest(state, &served, method, headers, query, cache_control).await?)
@@ -375,72 +352,6 @@ async fn served(state: &Arc<State>, path: &str, need: Need<'_>) -> Result<Arc<Se
             u.reason.clone(),
         )),
         None => Err(AppError::not_found(format!("no file {path:?}"))),
-    }
-}
-
-/// For a file that is an object of the store, reads the first chunk of
-/// `spans` that the piece cache does not hold (a chunk it holds is this
-/// version's bytes already), pinned to the version listed, and keeps it
-/// there for the body: an object replaced or deleted since it was listed
-/// is found before the headers go out. A local file needs no read: its
-/// identity says whether it changed (`Served::changed`).
-async fn probe(served: &Arc<Served>, spans: &[std::ops::Range<u64>]) -> Result<(), Stop> {
-    let Blob::Object(o) = &served.file else {
-        return Ok(());
-    };
-    let step = usize::try_from(READ_CHUNK).unwrap_or(usize::MAX);
-    // The chunks the body reads (`body.rs`), in order.
-    let mut chunks = spans.iter().flat_map(|s| {
-        (s.start..s.end)
-            .step_by(step)
-            .map(move |p| p..p.saturating_add(READ_CHUNK).min(s.end))
-    });
-    let Some(first) = chunks.find(|c| !o.root.is_cached(&o.key, o.etag.as_deref(), c)) else {
-        return Ok(());
-    };
-    let o = o.clone();
-    let read =
-        tokio::task::spawn_blocking(move || o.root.read_cached(&o.key, o.etag.as_deref(), first))
-            .await
-            .map_err(AppError::internal)?;
-    match read {
-        Ok(_) => Ok(()),
-        Err(e @ (StoreError::Changed { .. } | StoreError::NotFound { .. })) => {
-            Err(Stop::Changed(e.to_string()))
-        }
-        Err(e) => Err(Stop::Refused(AppError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store_unreachable",
-            e.to_string(),
-        ))),
-    }
-}
-
-/// Runs a digest check on a blocking thread (the first check of a
-/// component reads it); a component that fails is a 409 `corrupt` naming
-/// the file, object, component and rule, and none of its bytes are sent.
-/// One that cannot be read (the file shrank under the daemon) is a 503
-/// `unreadable`.
-async fn verify(
-    served: &Arc<Served>,
-    check: impl FnOnce(&Served) -> Result<(), Refusal> + Send + 'static,
-) -> Result<(), AppError> {
-    let s = Arc::clone(served);
-    match tokio::task::spawn_blocking(move || check(&s)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(Refusal::Corrupt(why))) => {
-            tracing::warn!(file = %served.path, reason = %why, "refusing a corrupt component");
-            Err(AppError::new(StatusCode::CONFLICT, "corrupt", why))
-        }
-        Ok(Err(Refusal::Unreadable(why))) => {
-            tracing::warn!(file = %served.path, reason = %why, "component unreadable");
-            Err(AppError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unreadable",
-                why,
-            ))
-        }
-        Err(e) => Err(AppError::internal(e)),
     }
 }
 
@@ -667,14 +578,8 @@ async fn component_response(
         Some((_, text)) => super::rows::ranges(state, &mut entity, object, text).await?,
         None => ranges(state, headers, &entity),
     };
-    // An object's first piece is read before the component's check, which
-    // would otherwise read it first and refuse a replaced object as
-    // unreadable instead of serving its new version.
-    if entity.sends_bytes(method, headers, &ranges) {
-        probe(&entity.served, &spans(&entity, &ranges)).await?;
-    }
-    verify(&entity.served, check).await?;
-    Ok(respond(state, method, headers, entity, ranges))
+    let read = preflight(state, method, headers, &entity, &ranges, check).await?;
+    Ok(respond(state, method, headers, entity, ranges, read))
 }
 
 #[allow(clippy::too_many_arguments)]

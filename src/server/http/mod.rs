@@ -20,6 +20,7 @@ mod error;
 pub mod fuzz;
 mod handlers;
 mod objects;
+mod preflight;
 mod range;
 mod route;
 mod rows;

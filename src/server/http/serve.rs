@@ -122,13 +122,15 @@ pub(crate) fn spans(entity: &Entity, ranges: &Ranges) -> Vec<Range<u64>> {
 }
 
 /// The response for `entity` given the request's method and headers and
-/// the [`ranges`] resolved from them.
+/// the [`ranges`] resolved from them; `first`: the first range's first
+/// chunk, when it was read before the headers.
 pub(crate) fn respond(
     state: &Arc<State>,
     method: &Method,
     headers: &HeaderMap,
     entity: Entity,
     ranges: Ranges,
+    first: Option<Bytes>,
 ) -> Response {
     let len = entity.span.end - entity.span.start;
     let mut builder = Response::builder()
@@ -244,6 +246,7 @@ pub(crate) fn respond(
             Arc::clone(state),
             parts,
             entity.recheck,
+            first.filter(|_| entity.memory.is_none()),
         )
     };
     builder.body(body).unwrap_or_default()

@@ -191,23 +191,28 @@ async fn the_stores_own_variables_apply_unless_a_setting_overrides_them() {
         let root = ObjectRoot::open_with("s3://models/prod", &unset, env(Some("true"))).unwrap();
         let listed = root.list().await.unwrap();
         assert_eq!(listed.len(), 1, "{}", kind.name());
-        for (config, allow) in [
-            (unset.clone(), None),
+        // Off by default, or by a setting over the variable: refused at
+        // once, naming the setting to change.
+        for (config, allow, remedy) in [
+            (
+                unset.clone(),
+                None,
+                "set AWS_ALLOW_HTTP=true or storage.allow_http = true",
+            ),
             (
                 StorageConfig {
                     allow_http: Some(false),
                     ..unset.clone()
                 },
                 Some("true"),
+                "storage.allow_http is false",
             ),
         ] {
             let e = ObjectRoot::open_with("s3://models/prod", &config, env(allow)).unwrap_err();
             assert!(matches!(e, StoreError::Config(_)), "{e:?}");
             let why = e.to_string();
             assert!(
-                why.contains("is http:// but allow_http is off")
-                    && why.contains("AWS_ALLOW_HTTP=true")
-                    && why.contains("storage.allow_http"),
+                why.contains("is http:// but allow_http is off") && why.contains(remedy),
                 "{why}"
             );
         }

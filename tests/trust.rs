@@ -42,8 +42,10 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 /// `openssl req -x509 -newkey rsa:2048 -nodes -keyout NAME.key -out
-/// NAME.pem -days 1 -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1`:
-/// the certificate and its key.
+/// NAME.pem -days 1 -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1`
+/// (with `basicConstraints=critical,CA:TRUE` said outright, as Debian's
+/// default configuration adds it, so the test does not rest on the
+/// machine's openssl.cnf): the certificate and its key.
 fn self_signed(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     let (cert, key) = (format!("{name}.pem"), format!("{name}.key"));
     openssl(
@@ -64,6 +66,8 @@ fn self_signed(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
             "/CN=localhost",
             "-addext",
             "subjectAltName=IP:127.0.0.1",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
         ],
     );
     (dir.join(cert), dir.join(key))

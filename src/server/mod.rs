@@ -107,6 +107,22 @@ impl State {
         }))
     }
 
+    /// Catalogues `path` again after a request or a transfer found its
+    /// file changed under its entry ([`Catalog::refresh`], on the
+    /// blocking pool), first waiting out, asleep, the least time between
+    /// two loads of one path.
+    pub(crate) async fn refresh(self: &Arc<Self>, path: &str) {
+        tokio::time::sleep(self.catalog.reload_after(path)).await;
+        let (s, p) = (Arc::clone(self), path.to_owned());
+        let _ = tokio::task::spawn_blocking(move || s.catalog.refresh(&p)).await;
+    }
+
+    /// [`State::refresh`] in the background, for a transfer cut because
+    /// its file changed: the next request finds the new version.
+    pub(crate) fn refresh_later(self: &Arc<Self>, path: &str) {
+        let (s, p) = (Arc::clone(self), path.to_owned());
+        tokio::spawn(async move { s.refresh(&p).await });
+    }
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)
     }

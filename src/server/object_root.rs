@@ -108,6 +108,9 @@ pub struct ObjectRoot {
     /// at once ([`ObjectRoot::changed`]).
     changed: std::sync::Mutex<std::collections::BTreeSet<String>>,
     changed_now: tokio::sync::Notify,
+    /// The versions reads found replaced or gone, the latest [`STALE`]:
+    /// what `Served::changed` asks of an object.
+    stale: std::sync::Mutex<Stale>,
 }
 
 impl ObjectRoot {
@@ -180,7 +183,7 @@ impl ObjectRoot {
         let store: Arc<dyn ObjectStore> = match parsed.scheme() {
             "s3" | "s3a" => {
                 let b = build!(object_store::aws::AmazonS3Builder::new());
-                plain_http_refused(&b).map_err(|e| bad(&e))?;
+                plain_http_refused(&b, config.allow_http).map_err(|e| bad(&e))?;
                 Arc::new(b.with_retry(retry).build().map_err(|e| bad(&e))?)
             }
             "gs" => Arc::new(
@@ -209,6 +212,7 @@ impl ObjectRoot {
             read_ahead: config.read_ahead.max(1),
             changed: Default::default(),
             changed_now: tokio::sync::Notify::new(),
+            stale: Default::default(),
         })
     }
 
@@ -216,12 +220,22 @@ impl ObjectRoot {
         &self.url
     }
 
-    fn note_changed(&self, key: &str) {
+    fn note_changed(&self, key: &str, etag: Option<&str>) {
         if let Ok(mut keys) = self.changed.lock() {
             keys.insert(key.to_owned());
         }
+        if let Ok(mut stale) = self.stale.lock() {
+            stale.note((key.to_owned(), etag.map(str::to_owned)));
+        }
         // Kept as a permit when nobody waits yet: never lost.
         self.changed_now.notify_one();
+    }
+
+    /// Whether a read found this version of `key` replaced or gone.
+    pub(crate) fn is_stale(&self, key: &str, etag: Option<&str>) -> bool {
+        self.stale
+            .lock()
+            .is_ok_and(|s| s.set.contains(&(key.to_owned(), etag.map(str::to_owned))))
     }
 
     /// Waits until reads have found objects replaced or gone in the
@@ -388,11 +402,11 @@ impl ObjectRoot {
             self.counters.failures.fetch_add(1, Ordering::Relaxed);
             match (&e, etag) {
                 (object_store::Error::Precondition { .. }, Some(t)) => {
-                    self.note_changed(key);
+                    self.note_changed(key, etag);
                     changed(t)
                 }
                 (object_store::Error::NotFound { .. }, _) => {
-                    self.note_changed(key);
+                    self.note_changed(key, etag);
                     StoreError::NotFound {
                         url: self.url.clone(),
                         key: key.to_owned(),
@@ -405,7 +419,7 @@ impl ObjectRoot {
         if let (Some(want), Some(now)) = (etag, now.as_deref()) {
             if want != now {
                 self.counters.failures.fetch_add(1, Ordering::Relaxed);
-                self.note_changed(key);
+                self.note_changed(key, etag);
                 return Err(changed(want));
             }
         }
@@ -584,9 +598,37 @@ impl ObjectRoot {
     }
 }
 
+/// Versions found stale, at most [`STALE`] of them, the oldest forgotten
+/// first (its entry is long listed again by then).
+#[derive(Debug, Default)]
+struct Stale {
+    set: std::collections::HashSet<(String, Option<String>)>,
+    order: std::collections::VecDeque<(String, Option<String>)>,
+}
+
+/// Most stale versions remembered.
+const STALE: usize = 1024;
+
+impl Stale {
+    fn note(&mut self, version: (String, Option<String>)) {
+        if !self.set.insert(version.clone()) {
+            return;
+        }
+        self.order.push_back(version);
+        if self.order.len() > STALE {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+    }
+}
+
 /// An S3 endpoint that is `http://` while plain HTTP is not allowed: the
 /// crate would only fail every request with "builder error".
-fn plain_http_refused(b: &object_store::aws::AmazonS3Builder) -> Result<(), String> {
+fn plain_http_refused(
+    b: &object_store::aws::AmazonS3Builder,
+    explicit: Option<bool>,
+) -> Result<(), String> {
     use object_store::aws::AmazonS3ConfigKey as Key;
     let endpoint = b
         .get_config_value(&Key::S3Endpoint)
@@ -599,9 +641,15 @@ fn plain_http_refused(b: &object_store::aws::AmazonS3Builder) -> Result<(), Stri
             "0" | "false" | "off" | "no" | "n"
         )
     });
+    // Which setting said off, for the remedy: the daemon's own setting
+    // wins over the store's variable, so that is the one to change.
+    let remedy = match explicit {
+        Some(false) => "storage.allow_http is false (in the configuration file, ZTSERVE_STORAGE_ALLOW_HTTP or a flag): set it to true",
+        _ => "set AWS_ALLOW_HTTP=true or storage.allow_http = true",
+    };
     match endpoint {
         Some(e) if off && e.trim().to_ascii_lowercase().starts_with("http://") => Err(format!(
-            "endpoint {e} is http:// but allow_http is off: set AWS_ALLOW_HTTP=true or storage.allow_http = true"
+            "endpoint {e} is http:// but allow_http is off: {remedy}"
         )),
         _ => Ok(()),
     }

@@ -109,7 +109,12 @@ impl Catalog {
             let mut entry = self.snapshot().get(&path).cloned();
             if let Some(Entry::Pending(p)) = &entry {
                 p.wait().await;
-                entry = self.snapshot().get(&path).cloned();
+                // Settled before the catalog lists what it settled into:
+                // take that from the pending entry itself.
+                entry = match self.snapshot().get(&path).cloned() {
+                    Some(Entry::Pending(now)) if Arc::ptr_eq(&now, p) => p.settled().cloned(),
+                    other => other,
+                };
             }
             match entry {
                 Some(Entry::Served(s)) => {

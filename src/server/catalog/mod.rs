@@ -27,6 +27,7 @@
 //! and `walk` finds the files.
 
 mod index;
+mod listing;
 mod resolve;
 mod served;
 mod walk;
@@ -176,11 +177,14 @@ pub struct Catalog {
     /// not confirm (a `.bin` that is no MATRIX-ATOM file), by identity:
     /// not read again until they change.
     passed_over: std::sync::Mutex<std::collections::HashMap<String, Identity>>,
-    /// Held by the rescan under way: rescans run one at a time.
+    /// Held by the rescan or refresh under way: they run one at a time.
     rescanning: std::sync::Mutex<()>,
-    /// Rescans started so far, for [`Catalog::refresh`].
-    rescans_started: std::sync::atomic::AtomicU64,
+    /// When [`Catalog::refresh`] last loaded each path again.
+    reloaded: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
+
+/// The least time between two loads of one path by [`Catalog::refresh`].
+const RELOAD_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Whether a file name is one the catalog ignores: dotfiles and files
 /// still being written.
@@ -231,7 +235,7 @@ impl Catalog {
             digest_metrics: metrics,
             passed_over: Default::default(),
             rescanning: Default::default(),
-            rescans_started: Default::default(),
+            reloaded: Default::default(),
         })
     }
 
@@ -271,21 +275,93 @@ impl Catalog {
     }
 
     /// Brings `rel`'s entry up to date after a request or a read found the
-    /// file changed under it (blocking): a directory is rescanned, unless
-    /// a rescan started after the call did (it saw the change too), so
-    /// requests that find the same change at once cost one rescan, not one
-    /// each; an object is listed again on its own ([`Catalog::relist`]).
+    /// file changed under it (blocking): the file alone is looked at again
+    /// (a `stat` of a local file, as a scan would see it; a HEAD of an
+    /// object) and, when it is not the version listed, loaded again in its
+    /// place (or taken out, gone). One at a time with rescans, so requests
+    /// that find the same change at once load it once; and a path is
+    /// loaded again at most once per [`RELOAD_EVERY`], so a file being
+    /// written in place for minutes costs a load four times a second, not
+    /// one per request (the requests meanwhile answer `changing`).
     pub fn refresh(&self, rel: &str) {
-        if let Root::Store(store) = &self.root {
-            self.relist(store, rel);
+        let _one = self
+            .rescanning
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !self.may_reload(rel) {
             return;
         }
-        let seen = self.rescans_started.load(Ordering::SeqCst);
-        let guard = self.rescanning.lock();
-        if self.rescans_started.load(Ordering::SeqCst) == seen {
-            drop(guard);
-            self.rescan();
+        let seen = match &self.root {
+            Root::Dir(dir) => walk::one(dir, rel),
+            Root::Store(store) => match store.head_blocking(rel) {
+                Ok(l) => walk::listed(l),
+                Err(StoreError::NotFound { .. }) => None,
+                Err(e) => {
+                    tracing::warn!(file = rel, error = %e, "cannot list the changed object again");
+                    return;
+                }
+            },
+        };
+        let seen = seen.filter(|s| self.confirmed(s));
+        let before = self.snapshot().get(rel).cloned();
+        let entry = match (&seen, &before) {
+            (Some(seen), Some(e)) if e.identity() == seen.identity => return,
+            (None, None) => return,
+            // Read outside the catalog's lock: an object's header is read
+            // from the store.
+            (Some(seen), _) => Some(self.load(seen)),
+            (None, Some(_)) => None,
+        };
+        let mut guard = match self.current.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let mut entries = guard.entries.clone();
+        match entry {
+            Some(e) => entries.insert(rel.to_owned(), e),
+            None => entries.remove(rel),
+        };
+        *guard = Arc::new(Snapshot { entries });
+        drop(guard);
+        if let Some(Entry::Pending(p)) = &before {
+            p.retire();
         }
+        tracing::info!(file = rel, "catalogued again: it changed under its entry");
+    }
+
+    /// How long until [`Catalog::refresh`] may load `rel` again: a request
+    /// that finds it changed waits that long (asleep, holding no thread)
+    /// before asking, rather than being answered `changing`.
+    pub fn reload_after(&self, rel: &str) -> std::time::Duration {
+        let since = self
+            .reloaded
+            .lock()
+            .ok()
+            .and_then(|r| r.get(rel).map(std::time::Instant::elapsed));
+        since.map_or(std::time::Duration::ZERO, |s| {
+            RELOAD_EVERY.saturating_sub(s)
+        })
+    }
+
+    /// Whether `rel` was not loaded again by [`Catalog::refresh`] within
+    /// [`RELOAD_EVERY`]; notes that it is now. Paths are forgotten once a
+    /// thousand are remembered (the bound on this map).
+    fn may_reload(&self, rel: &str) -> bool {
+        let Ok(mut recent) = self.reloaded.lock() else {
+            return true;
+        };
+        let now = std::time::Instant::now();
+        if recent
+            .get(rel)
+            .is_some_and(|at| now.duration_since(*at) < RELOAD_EVERY)
+        {
+            return false;
+        }
+        if recent.len() >= 1024 {
+            recent.clear();
+        }
+        recent.insert(rel.to_owned(), now);
+        true
     }
 
     /// Rescans the tree, reusing entries whose files did not change.
@@ -295,7 +371,6 @@ impl Catalog {
             .rescanning
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.rescans_started.fetch_add(1, Ordering::SeqCst);
         let old = self.snapshot();
         let Some(found) = self.scan() else {
             return (0, 0, 0);
@@ -346,59 +421,6 @@ impl Catalog {
         *guard = Arc::new(Snapshot { entries });
         drop(guard);
         (added, removed, changed)
-    }
-
-    /// Lists one object of an object-storage root again, at once (a HEAD
-    /// request), for a read that found it replaced in the store: its new
-    /// version is loaded and takes the old one's place (or it leaves the
-    /// catalog, deleted). Blocking; one at a time with rescans. Whether
-    /// the catalog changed.
-    fn relist(&self, store: &ObjectRoot, rel: &str) -> bool {
-        let _one = self
-            .rescanning
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let seen = match store.head_blocking(rel) {
-            Ok(l) => walk::listed(l),
-            Err(StoreError::NotFound { .. }) => None,
-            Err(e) => {
-                tracing::warn!(file = rel, error = %e, "cannot list the changed object again");
-                return false;
-            }
-        };
-        let before = self.snapshot().get(rel).cloned();
-        let entry = match (&seen, &before) {
-            (Some(seen), Some(e)) if e.identity() == seen.identity => return false,
-            (None, None) => return false,
-            // Read outside the lock: its header is read from the store.
-            (Some(seen), _) => Some(self.load(seen)),
-            (None, Some(_)) => None,
-        };
-        let mut guard = match self.current.write() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        let unchanged = match (guard.get(rel), &before) {
-            (Some(now), Some(was)) => same(now, was),
-            (None, None) => true,
-            _ => false,
-        };
-        if !unchanged {
-            // A rescan (or another refresh) got there first.
-            return true;
-        }
-        let mut entries = guard.entries.clone();
-        match entry {
-            Some(e) => entries.insert(rel.to_owned(), e),
-            None => entries.remove(rel),
-        };
-        *guard = Arc::new(Snapshot { entries });
-        drop(guard);
-        if let Some(Entry::Pending(p)) = &before {
-            p.retire();
-        }
-        tracing::info!(file = rel, "listed again: it changed in the store");
-        true
     }
 
     /// Every file of the root with a source's name, or `None` when the
@@ -521,6 +543,7 @@ impl Catalog {
             raw: fm.raw,
             warnings: fm.parsed.warnings.iter().map(ToString::to_string).collect(),
             synthesized: fm.parsed.synthesized,
+            tag: Default::default(),
         };
         let digests = match &self.digests {
             Some(d) if found.lacks_digests() => d,
@@ -618,6 +641,7 @@ fn settler(
                         raw: f.raw.clone(),
                         warnings: f.warnings.clone(),
                         synthesized: f.synthesized.clone(),
+                        tag: f.tag.clone(),
                     };
                     settled(
                         found.serve(Some(&computed), true),

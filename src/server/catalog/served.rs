@@ -109,13 +109,28 @@ impl Served {
     /// names: a local file whose identity as `fstat` gives it now (size,
     /// change and modification times) is not the one catalogued, which any
     /// write, truncation or in-place rewrite changes, but a rename over it
-    /// or its deletion does not ([`Identity::same_bytes`]). An object's
-    /// reads are pinned to its listed ETag, so it never is.
+    /// or its deletion does not ([`Identity::same_bytes`]); an object whose
+    /// version a read found replaced or gone in the store (its reads are
+    /// pinned to its listed ETag, and fail then).
     pub(crate) fn changed(&self) -> bool {
-        self.file.as_file().is_some_and(|f| {
-            f.metadata()
-                .map_or(true, |m| !self.identity.same_bytes(&Identity::of(&m)))
-        })
+        match &self.file {
+            Blob::File(f) => f
+                .metadata()
+                .map_or(true, |m| !self.identity.same_bytes(&Identity::of(&m))),
+            Blob::Object(o) => o.root.is_stale(&o.key, o.etag.as_deref()),
+        }
+    }
+
+    /// The path of the file behind this entry that [`Served::changed`]:
+    /// this one, or one of its shards; `None` when none did.
+    pub(crate) fn stale(&self) -> Option<&str> {
+        if self.changed() {
+            return Some(&self.path);
+        }
+        self.shards
+            .values()
+            .find(|s| s.changed())
+            .map(|s| s.path.as_str())
     }
 
     /// The components whose stored bytes lie wholly within `span`.
@@ -289,6 +304,8 @@ pub(crate) struct Found {
     pub(super) raw: Vec<u8>,
     pub(super) warnings: Vec<String>,
     pub(crate) synthesized: Synthesized,
+    /// [`Found::provisional_etag`], made once (a hash of the header).
+    pub(super) tag: std::sync::OnceLock<String>,
 }
 
 impl Found {
@@ -314,6 +331,7 @@ impl Found {
             raw,
             warnings,
             synthesized,
+            tag: _,
         } = self;
         let filled = match computed {
             Some(computed) => fill(&path, &mut manifest, computed, true)?,
@@ -383,18 +401,9 @@ impl Found {
 impl Found {
     /// The ETag the file is served under while its digests are computed
     /// (see [`Found::provisional`]); an object's, its ETag for good.
-    pub(crate) fn provisional_etag(&self) -> String {
-        provisional_tag(&self.manifest, &self.raw, &self.identity)
-    }
-
-    /// The file's modification time as listed.
-    pub(crate) fn modified(&self) -> SystemTime {
-        self.modified
-    }
-
-    /// The file's size as listed.
-    pub(crate) fn size(&self) -> u64 {
-        self.size
+    pub(crate) fn provisional_etag(&self) -> &str {
+        self.tag
+            .get_or_init(|| provisional_tag(&self.manifest, &self.raw, &self.identity))
     }
 
     /// The file served before all its digests are known, for a request
@@ -419,7 +428,7 @@ impl Found {
             .file
             .try_clone()
             .map_err(|e| format!("{}: duplicating the file handle: {e}", self.path))?;
-        let etag = provisional_tag(&self.manifest, &self.raw, &self.identity);
+        let etag = self.provisional_etag().to_owned();
         Ok(Served {
             path: self.path.clone(),
             file,
@@ -478,4 +487,56 @@ fn provisional_tag(m: &Manifest, raw: &[u8], identity: &Identity) -> String {
     let source = m.source.name().as_bytes();
     let kind = if identity.is_object() { "o" } else { "p" };
     etag::derived(kind, &[source, b"\0", raw, &identity.bytes()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Identity;
+    use std::io::Write;
+    use std::os::unix::fs::{FileExt, PermissionsExt};
+
+    /// Which changes to an open file's identity leave its bytes as they were.
+    #[test]
+    fn only_link_changes_keep_an_open_files_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"0123456789").unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let then = Identity::of(&f.metadata().unwrap());
+        let now = || Identity::of(&f.metadata().unwrap());
+        assert!(then.same_bytes(&now()));
+        // A hard link; a rename over the path: links change, bytes do not.
+        // (Two link changes that cancel out, between the catalog's look
+        // and the check, read as a change: a transfer cut for nothing.)
+        std::fs::hard_link(&path, dir.path().join("g")).unwrap();
+        assert!(then.same_bytes(&now()), "linked");
+        let then = now();
+        let other = dir.path().join("other");
+        std::fs::File::create(&other)
+            .unwrap()
+            .write_all(b"x")
+            .unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        assert!(then.same_bytes(&now()), "renamed over");
+        // A mode change: taken as a change (a transfer cut for nothing).
+        let then = now();
+        let mut mode = f.metadata().unwrap().permissions();
+        mode.set_mode(0o600);
+        f.set_permissions(mode).unwrap();
+        assert!(!then.same_bytes(&now()), "chmod");
+        // A write, then its modification time set back: a change.
+        let then = now();
+        let mtime = f.metadata().unwrap().modified().unwrap();
+        f.write_all_at(b"x", 3).unwrap();
+        f.set_modified(mtime).unwrap();
+        assert!(!then.same_bytes(&now()), "written in place");
+        // Deleted while open: the bytes stay.
+        let then = now();
+        std::fs::remove_file(dir.path().join("g")).unwrap();
+        assert!(then.same_bytes(&now()), "unlinked");
+    }
 }

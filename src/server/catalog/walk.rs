@@ -67,6 +67,31 @@ pub(super) fn walk(
     }
 }
 
+/// The file at `rel` under `root` as a walk would find it, if it would:
+/// no part of its path a dotfile, a file being written, `.` or `..`;
+/// inside the root once symlinks are resolved; a regular file named as a
+/// source is.
+pub(super) fn one(root: &Path, rel: &str) -> Option<Seen> {
+    let bad = |p: &str| p.is_empty() || p == "." || p == ".." || ignored_name(p);
+    if rel.split('/').any(bad) || rel.matches('/').count() > MAX_DEPTH + 1 {
+        return None;
+    }
+    let target = root.join(rel).canonicalize().ok()?;
+    let meta = target.metadata().ok().filter(std::fs::Metadata::is_file)?;
+    if !target.starts_with(root) {
+        return None;
+    }
+    let source = zt_format::source::by_name(rel.rsplit('/').next()?)?;
+    Some(Seen {
+        rel: rel.to_owned(),
+        size: meta.len(),
+        modified: meta.modified().unwrap_or(std::time::SystemTime::UNIX_EPOCH),
+        identity: Identity::of(&meta),
+        at: At::Path(target),
+        source,
+    })
+}
+
 /// The `/`-separated path of `path` under `root`.
 fn relative(root: &Path, path: &Path) -> Option<String> {
     let rel = path.strip_prefix(root).ok()?;

@@ -58,9 +58,6 @@ fn file_stream(
         Some(b) => range.start.saturating_add(b.len() as u64),
         None => range.start,
     };
-    if let Some(b) = &first {
-        state.metrics.add_bytes(b.len() as u64);
-    }
     let chunks = (from..end)
         .step_by(usize::try_from(CHUNK).unwrap_or(usize::MAX))
         .map(move |pos| pos..(pos + CHUNK).min(end));
@@ -70,9 +67,7 @@ fn file_stream(
             let (served, state) = (Arc::clone(&s), Arc::clone(&st));
             async move {
                 let bytes = read(&served, &state, span.clone()).await?;
-                let bytes = unchanged(&served, &state, &span, bytes)?;
-                state.metrics.add_bytes(bytes.len() as u64);
-                Ok(bytes)
+                unchanged(&served, &state, &span, bytes)
             }
         })
         .buffered(ahead);
@@ -84,10 +79,15 @@ fn file_stream(
             let (served, state, recheck) =
                 (Arc::clone(&served), Arc::clone(&state), recheck.clone());
             async move {
-                match (item, recheck) {
+                let item = match (item, recheck) {
                     (Ok(bytes), Some(r)) => rechecked(&served, &state, r, bytes).await,
                     (item, _) => item,
+                };
+                // Counted once it may go out.
+                if let Ok(bytes) = &item {
+                    state.metrics.add_bytes(bytes.len() as u64);
                 }
+                item
             }
         })
         // The first failure ends the body.
@@ -105,7 +105,7 @@ fn file_stream(
 /// than its version's.
 async fn rechecked(
     served: &Served,
-    state: &State,
+    state: &Arc<State>,
     recheck: Arc<Mutex<Recheck>>,
     bytes: Bytes,
 ) -> io::Result<Bytes> {
@@ -131,10 +131,12 @@ async fn rechecked(
 /// Bytes hashed with CRC-32C on the runtime itself (tens of microseconds).
 const INLINE_HASH: usize = 256 << 10;
 
-/// Logs and counts a response cut because its file changed under it.
-fn changed(served: &Served, state: &State, why: String) -> io::Error {
+/// Logs and counts a response cut because its file changed under it, and
+/// has the file catalogued again for the next request.
+fn changed(served: &Served, state: &Arc<State>, why: String) -> io::Error {
     state.metrics.count_changed_abort();
     tracing::error!(file = %served.path, reason = %why, "the file changed under a response; connection cut");
+    state.refresh_later(&served.path);
     io::Error::other(why)
 }
 
@@ -179,7 +181,12 @@ fn read_checked(served: &Served, state: &State, span: Range<u64>) -> io::Result<
 }
 
 /// `bytes`, read from `span`, if the file is still the version served.
-fn unchanged(served: &Served, state: &State, span: &Range<u64>, bytes: Bytes) -> io::Result<Bytes> {
+fn unchanged(
+    served: &Served,
+    state: &Arc<State>,
+    span: &Range<u64>,
+    bytes: Bytes,
+) -> io::Result<Bytes> {
     if !served.changed() {
         return Ok(bytes);
     }

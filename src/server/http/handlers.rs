@@ -29,24 +29,30 @@ const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
 /// The caching policy for a request: `?v=ETAG` matching the file's current
 /// ETag pins the URL to these exact bytes, so caches may keep the answer
-/// for a year; a `v` naming another version is refused, so no cache ever
-/// stores other bytes under a pinned URL.
+/// for a year, provided every component has a digest the daemon can check
+/// the bytes it sends against (a file whose digests are still being
+/// computed, or off, is sent `no-cache` even so); a `v` naming another
+/// version is refused, so no cache ever stores other bytes under a pinned
+/// URL.
 fn cache_policy(query: &[(String, String)], served: &Served) -> Result<&'static str, AppError> {
     let Some((_, v)) = query.iter().find(|(k, _)| k == "v") else {
         return Ok(REVALIDATE);
     };
-    if served.is_version(&format!("\"{}\"", v.trim_matches('"'))) {
-        Ok(IMMUTABLE)
-    } else {
-        Err(AppError::new(
+    if !served.is_version(&format!("\"{}\"", v.trim_matches('"'))) {
+        return Err(AppError::new(
             StatusCode::PRECONDITION_FAILED,
             "version_gone",
             format!(
                 "{}: version {v:?} is not served; the file's ETag is now {}",
                 served.path, served.etag
             ),
-        ))
+        ));
     }
+    let checkable = served
+        .manifest
+        .components()
+        .all(|(_, _, c)| c.digest.as_ref().is_some_and(|d| d.algorithm().is_some()));
+    Ok(if checkable { IMMUTABLE } else { REVALIDATE })
 }
 
 fn with_template(mut r: Response, t: &'static str) -> Response {
@@ -67,38 +73,21 @@ fn rfc3339(t: SystemTime) -> String {
 pub(crate) async fn list(AxState(state): AxState<Arc<State>>) -> Response {
     let snap = state.catalog.snapshot();
     let (mut files, mut hashing) = (Vec::new(), Vec::new());
-    for entry in snap.entries.values() {
-        match entry {
-            Entry::Served(s) => {
-                let complete = s.manifest.components().all(|(_, _, c)| c.digest.is_some());
-                files.push(json!({
-                    "path": s.path,
-                    "source": s.manifest.source.name(),
-                    "size": s.size,
-                    "etag": s.etag,
-                    "version": s.manifest.version,
-                    "objects": s.manifest.objects.len(),
-                    "modified": rfc3339(s.modified),
-                    "digests": if complete { "complete" } else { "none" },
-                }));
-            }
-            Entry::Pending(p) => {
-                let f = &p.found;
-                let row = json!({
-                    "path": f.path,
-                    "source": f.manifest.source.name(),
-                    "size": f.size(),
-                    "etag": f.provisional_etag(),
-                    "version": f.manifest.version,
-                    "objects": f.manifest.objects.len(),
-                    "modified": rfc3339(f.modified()),
-                    "digests": "pending",
-                });
-                hashing.push(row.clone());
-                files.push(row);
-            }
-            Entry::Index(_) | Entry::Unavailable(_) => {}
+    for f in snap.listing() {
+        let row = json!({
+            "path": f.path,
+            "source": f.source,
+            "size": f.size,
+            "etag": f.etag,
+            "version": f.version,
+            "objects": f.objects,
+            "modified": rfc3339(f.modified),
+            "digests": f.digests,
+        });
+        if f.digests == "pending" {
+            hashing.push(row.clone());
         }
+        files.push(row);
     }
     // Multi-file entries, linked to their files on first request.
     files.extend(snap.indexes().map(|i| {
@@ -220,10 +209,10 @@ async fn serve(
     let query = query_pairs(query.as_deref());
     let mut refreshed = false;
     loop {
-        let why = match answer(&state, &method, &path, &target, &query, &headers).await {
+        let (stale, why) = match answer(&state, &method, &path, &target, &query, &headers).await {
             Ok(r) => return with_template(r, template),
             Err(Stop::Refused(e)) => return with_template(e.into_response(), template),
-            Err(Stop::Changed(why)) => why,
+            Err(Stop::Changed { path, why }) => (path, why),
         };
         if refreshed {
             // Changed again since it was catalogued again: still being
@@ -238,13 +227,10 @@ async fn serve(
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             return with_template(r, template);
         }
-        tracing::info!(file = %path, reason = %why, "the file changed under its catalog entry; catalogued again");
+        tracing::info!(file = %stale, reason = %why, "the file changed under its catalog entry; catalogued again");
         state.metrics.count_changed_refresh();
-        let s = Arc::clone(&state);
-        let p = path.clone();
-        if let Err(e) = tokio::task::spawn_blocking(move || s.catalog.refresh(&p)).await {
-            return with_template(AppError::internal(e).into_response(), template);
-        }
+        // The file found changed: this one, or a shard of it.
+        state.refresh(&stale).await;
         refreshed = true;
     }
 }
@@ -623,7 +609,10 @@ async fn decoded(
                 std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::NotFound
             );
             match gone || s.changed() {
-                true => Stop::Changed(format!("{label}: {e}")),
+                true => Stop::Changed {
+                    path: s.path.clone(),
+                    why: format!("{label}: {e}"),
+                },
                 false => AppError::internal(e).into(),
             }
         })?;

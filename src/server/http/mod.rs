@@ -128,6 +128,9 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
             .allow_headers([
                 HeaderName::from_static("range"),
                 HeaderName::from_static("if-none-match"),
+                HeaderName::from_static("if-modified-since"),
+                HeaderName::from_static("if-match"),
+                HeaderName::from_static("if-unmodified-since"),
                 HeaderName::from_static("if-range"),
                 HeaderName::from_static("authorization"),
                 HeaderName::from_static("accept"),

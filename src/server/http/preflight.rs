@@ -36,10 +36,11 @@ use crate::server::State;
 pub(super) enum Stop {
     /// A refusal, answered as it is.
     Refused(AppError),
-    /// The file is no longer the version its catalog entry names (a local
-    /// file rewritten in place, an object replaced or deleted in the
-    /// store): catalogue it again and answer from what is there now.
-    Changed(String),
+    /// The file at `path` (the one asked for, or a shard of it) is no
+    /// longer the version its catalog entry names (a local file rewritten
+    /// in place, an object replaced or deleted in the store): catalogue
+    /// it again and answer from what is there now.
+    Changed { path: String, why: String },
 }
 
 impl From<AppError> for Stop {
@@ -97,15 +98,16 @@ pub(super) async fn preflight(
     }
 }
 
-/// `Ok` while a local file is the version its entry names (an object's
-/// reads are pinned to their version: always `Ok`).
+/// `Ok` while the local files behind `served` (it, or its shards) are the
+/// versions its entry names (an object's reads are pinned to their
+/// version: always `Ok`).
 pub(super) fn unchanged(served: &Served) -> Result<(), Stop> {
-    match served.changed() {
-        false => Ok(()),
-        true => Err(Stop::Changed(format!(
-            "{}: the file changed (rewritten in place?) since it was catalogued",
-            served.path
-        ))),
+    match served.stale() {
+        None => Ok(()),
+        Some(path) => Err(Stop::Changed {
+            path: path.to_owned(),
+            why: format!("{path}: the file changed (rewritten in place?) since it was catalogued"),
+        }),
     }
 }
 
@@ -134,9 +136,10 @@ async fn probe(served: &Arc<Served>, spans: &[Range<u64>]) -> Result<(), Stop> {
             .map_err(AppError::internal)?;
     match read {
         Ok(_) => Ok(()),
-        Err(e @ (StoreError::Changed { .. } | StoreError::NotFound { .. })) => {
-            Err(Stop::Changed(e.to_string()))
-        }
+        Err(e @ (StoreError::Changed { .. } | StoreError::NotFound { .. })) => Err(Stop::Changed {
+            path: served.path.clone(),
+            why: e.to_string(),
+        }),
         Err(e) => Err(Stop::Refused(AppError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "store_unreachable",
@@ -149,26 +152,29 @@ async fn probe(served: &Arc<Served>, spans: &[Range<u64>]) -> Result<(), Stop> {
 /// component reads it); a component that fails is a 409 `corrupt` naming
 /// the file, object, component and rule, and none of its bytes are sent.
 /// One that cannot be read (the file shrank under the daemon) is a 503
-/// `unreadable`. One already checked costs no hop.
+/// `unreadable`. Either, when the file turns out to have changed under
+/// its entry (rewritten during the check, an object replaced), is a
+/// [`Stop::Changed`]: the file is catalogued again and checked as it is.
 pub(super) async fn verify(
     served: &Arc<Served>,
     check: impl FnOnce(&Served) -> Result<(), Refusal> + Send + 'static,
-) -> Result<(), AppError> {
+) -> Result<(), Stop> {
     let s = Arc::clone(served);
-    match tokio::task::spawn_blocking(move || check(&s)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(Refusal::Corrupt(why))) => {
+    let refusal = match tokio::task::spawn_blocking(move || check(&s)).await {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(refusal)) => refusal,
+        Err(e) => return Err(AppError::internal(e).into()),
+    };
+    unchanged(served)?;
+    Err(match refusal {
+        Refusal::Corrupt(why) => {
             tracing::warn!(file = %served.path, reason = %why, "refusing a corrupt component");
-            Err(AppError::new(StatusCode::CONFLICT, "corrupt", why))
+            AppError::new(StatusCode::CONFLICT, "corrupt", why)
         }
-        Ok(Err(Refusal::Unreadable(why))) => {
+        Refusal::Unreadable(why) => {
             tracing::warn!(file = %served.path, reason = %why, "component unreadable");
-            Err(AppError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unreadable",
-                why,
-            ))
+            AppError::new(StatusCode::SERVICE_UNAVAILABLE, "unreadable", why)
         }
-        Err(e) => Err(AppError::internal(e)),
     }
+    .into())
 }

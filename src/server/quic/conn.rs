@@ -80,14 +80,7 @@ pub(super) async fn handle(
                         (Arc::clone(&state), conn.clone(), control.clone());
                     let (session, slots) = (Arc::clone(&session), Arc::clone(&slots));
                     tokio::spawn(async move {
-                        let need = if !g.ranges.is_empty() {
-                            Need::Bytes
-                        } else if g.select.is_empty() {
-                            Need::Everything
-                        } else {
-                            Need::Select(&g.select)
-                        };
-                        let resolved = state.catalog.resolve(&g.path, need).await;
+                        let resolved = state.catalog.resolve(&g.path, need(&g)).await;
                         get(&state, &conn, &control, &session, &slots, g, resolved).await;
                     });
                 }
@@ -130,7 +123,7 @@ async fn get(
         }) {
             Err((Code::Unauthorized, "a valid token is required".to_owned()))
         } else {
-            match served_for(state, &g, resolved) {
+            match current(state, &g, resolved).await {
                 Err(e) => Err(e),
                 Ok(served) if g.rows.is_some() => super::rows::plan(state, served, &g).await,
                 Ok(served) => plan(state, served, &g).await,
@@ -251,6 +244,45 @@ fn ranges_plan(served: Arc<Served>, g: &Get) -> Result<Plan, (Code, String)> {
         });
     }
     Ok((served, zt_format::manifest_cbor(&m), items))
+}
+
+/// [`served_for`], as the file is now: an entry whose local file (or a
+/// shard of it) changed under it, rewritten in place, is catalogued again
+/// first, as over HTTP, and a file that changed again meanwhile is
+/// `unavailable` for now.
+async fn current(
+    state: &Arc<State>,
+    g: &Get,
+    resolved: Option<Entry>,
+) -> Result<Arc<Served>, (Code, String)> {
+    let served = served_for(state, g, resolved)?;
+    let Some(stale) = served.stale().map(str::to_owned) else {
+        return Ok(served);
+    };
+    tracing::info!(file = %stale, "the file changed under its catalog entry; catalogued again");
+    state.metrics.count_changed_refresh();
+    state.refresh(&stale).await;
+    let need = need(g);
+    let resolved = state.catalog.resolve(&g.path, need).await;
+    let served = served_for(state, g, resolved)?;
+    match served.stale() {
+        None => Ok(served),
+        Some(path) => Err((
+            Code::Unavailable,
+            format!("{path}: the file is changing (being written in place); retry"),
+        )),
+    }
+}
+
+/// What a `get` needs of its file's digests.
+fn need(g: &Get) -> Need<'_> {
+    if !g.ranges.is_empty() {
+        Need::Bytes
+    } else if g.select.is_empty() {
+        Need::Everything
+    } else {
+        Need::Select(&g.select)
+    }
 }
 
 /// The served file a `get` names, at the version it asks for:

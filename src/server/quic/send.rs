@@ -167,7 +167,7 @@ enum Written {
 
 /// Sends one component: `Whole` when it was delivered whole.
 async fn send_one(
-    state: &State,
+    state: &Arc<State>,
     served: &Arc<Served>,
     ctl: &RequestCtl,
     stream: &mut SendStream,
@@ -313,7 +313,7 @@ async fn send_one(
 /// `n` bytes of the file at `pos`, read on a blocking thread; on failure
 /// the reset code and, for a read that failed, why.
 async fn read_chunk(
-    state: &State,
+    state: &Arc<State>,
     served: &Arc<Served>,
     h: &ComponentHeader,
     pos: u64,
@@ -343,6 +343,7 @@ async fn read_chunk(
             );
             state.metrics.count_changed_abort();
             tracing::error!(file = %served.path, reason = %why, "the file changed under a component stream; stream reset");
+            state.refresh_later(&served.path);
             Err((Code::ReadFailed, Some(why)))
         }
         Ok(Ok(b)) => Ok(b),

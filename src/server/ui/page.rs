@@ -6,7 +6,6 @@ use std::fmt::Write as _;
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-use crate::server::catalog::Entry;
 use crate::server::State;
 
 /// Characters left as they are in a link's path segment.
@@ -87,35 +86,20 @@ pub(super) fn listing(state: &State) -> String {
     }
     let snap = state.catalog.snapshot();
     body.push_str("<table id=\"files\"><thead><tr><th>path</th><th>source</th><th>size</th><th>objects</th><th>version</th><th>ETag</th><th>changed</th></tr></thead><tbody>");
-    // As `GET /v1/files` lists them: served files, and those whose
-    // digests are being computed under their provisional ETag.
-    for entry in snap.entries.values() {
-        let (path, manifest, size, etag, modified) = match entry {
-            Entry::Served(s) => (&s.path, &s.manifest, s.size, s.etag.clone(), s.modified),
-            Entry::Pending(p) => {
-                let f = &p.found;
-                (
-                    &f.path,
-                    &f.manifest,
-                    f.size(),
-                    f.provisional_etag(),
-                    f.modified(),
-                )
-            }
-            Entry::Index(_) | Entry::Unavailable(_) => continue,
-        };
+    // As `GET /v1/files` lists them.
+    for f in snap.listing() {
         let _ = write!(
             body,
             "<tr><td><a href=\"{}\">{}</a></td><td>{}</td><td data-n=\"{}\">{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
-            escape(&link(path)),
-            text(path),
-            escape(manifest.source.name()),
-            size,
-            size,
-            manifest.objects.len(),
-            escape(&manifest.version),
-            escape(&etag),
-            escape(&httpdate::fmt_http_date(modified)),
+            escape(&link(f.path)),
+            text(f.path),
+            escape(f.source),
+            f.size,
+            f.size,
+            f.objects,
+            escape(f.version),
+            escape(f.etag),
+            escape(&httpdate::fmt_http_date(f.modified)),
         );
     }
     body.push_str("</tbody></table>");

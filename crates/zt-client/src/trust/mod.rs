@@ -27,8 +27,10 @@ pub enum Trust {
     /// The operating system's root certificates.
     System,
     /// Certificates in a PEM file: CAs whose chains are checked as usual,
-    /// and, like curl's `--cacert`, any server certificate that is itself
-    /// in the file (byte for byte), trusted as if pinned. A self-signed
+    /// and any server certificate that is itself in the file (byte for
+    /// byte), trusted as pinned (its name and dates not checked, as with
+    /// [`Trust::Fingerprint`]; the handshake still proves the server holds
+    /// its key). A self-signed
     /// certificate made with `openssl req -x509` is marked `CA:TRUE` by
     /// Debian's default configuration, which a chain check refuses as a
     /// server's own certificate.

@@ -280,9 +280,10 @@ impl Catalog {
     /// object) and, when it is not the version listed, loaded again in its
     /// place (or taken out, gone). One at a time with rescans, so requests
     /// that find the same change at once load it once; and a path is
-    /// loaded again at most once per [`RELOAD_EVERY`], so a file being
-    /// written in place for minutes costs a load four times a second, not
-    /// one per request (the requests meanwhile answer `changing`).
+    /// loaded again at most once per 250 ms (`RELOAD_EVERY`), so a file
+    /// being written in place for minutes costs a load four times a second,
+    /// not one per request (requests wait that out asleep, and one that
+    /// finds the file changed again after its load answers `changing`).
     pub fn refresh(&self, rel: &str) {
         let _one = self
             .rescanning

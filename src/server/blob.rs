@@ -127,6 +127,19 @@ impl Blob {
         Ok(())
     }
 
+    /// The bytes of `range` as a reader (blocking), read [`READ_CHUNK`] at
+    /// a time (an object's pieces then come from the piece cache where a
+    /// digest check left them): what a streaming decoder reads from.
+    pub(crate) fn reader(&self, range: Range<u64>) -> BlobReader<'_> {
+        BlobReader {
+            blob: self,
+            pos: range.start,
+            end: range.end,
+            buf: Vec::new(),
+            at: 0,
+        }
+    }
+
     /// Reads one reader keeps in flight: 1 for a local file (reads from
     /// the page cache or the disk gain nothing from more), the store's
     /// `storage.read_ahead` for an object.
@@ -144,5 +157,39 @@ impl Blob {
             Blob::File(f) => Some(f),
             Blob::Object(_) => None,
         }
+    }
+}
+
+/// [`Blob::reader`]: a range of a served file's bytes as `Read`.
+#[derive(Debug)]
+pub(crate) struct BlobReader<'a> {
+    blob: &'a Blob,
+    /// The file offset of the next piece to read, and the range's end.
+    pos: u64,
+    end: u64,
+    /// The piece read last, and how much of it was handed out.
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl io::Read for BlobReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.at == self.buf.len() {
+            let n = READ_CHUNK.min(self.end.saturating_sub(self.pos));
+            if n == 0 {
+                return Ok(0);
+            }
+            self.buf.resize(usize::try_from(n).unwrap_or(0), 0);
+            self.blob.read_exact_at(&mut self.buf, self.pos)?;
+            self.pos += n;
+            self.at = 0;
+        }
+        let rest = self.buf.get(self.at..).unwrap_or_default();
+        let n = rest.len().min(out.len());
+        out.get_mut(..n)
+            .unwrap_or_default()
+            .copy_from_slice(rest.get(..n).unwrap_or_default());
+        self.at += n;
+        Ok(n)
     }
 }

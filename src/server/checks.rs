@@ -229,13 +229,13 @@ fn ragged_offsets(file: &Blob, obj: &Object, c: &Component) -> Result<Result<(),
     let len = usize::try_from(c.length).map_err(|e| e.to_string())?;
     let stored = crate::server::pread::read_exact_at(file, len, c.offset)
         .map_err(|e| format!("reading {len} bytes at {}: {e}", c.offset))?;
+    // The manifest's lengths passed `limits.decompress_cap` when the file
+    // was catalogued.
     let decoded = match (c.encoding, c.uncompressed_length) {
-        (Encoding::Zstd, Some(n)) => {
-            match zstd::bulk::decompress(&stored, usize::try_from(n).unwrap_or(0)) {
-                Ok(d) => d,
-                Err(e) => return Ok(Err(format!("zstd-corrupt: {e}"))),
-            }
-        }
+        (Encoding::Zstd, Some(n)) => match zt_format::codec::decompress(&stored, n, u64::MAX) {
+            Ok(d) => d.as_slice().to_vec(),
+            Err(rule) => return Ok(Err(format!("{}: {rule}", rule.name()))),
+        },
         _ => stored.to_vec(),
     };
     let count = obj

@@ -8,17 +8,20 @@
 //! Computed streaming: two passes over the stored bytes in pieces of
 //! `READ_CHUNK` (the first for the moments and the grid, the second for
 //! the histogram), after the component's digest check; a zstd component
-//! is decoded whole, and only within `limits.render_cap`. Summaries are
-//! kept per file version (by ETag). Refused by name: formats other than
-//! dense (GGUF blocks, sparse, quantized groups, ragged) and complex or
-//! unknown logical types. Booleans count as 0 and 1.
+//! is decoded as it is read, a piece at a time (`zt_format::Decoder`), and
+//! only within `limits.render_cap`. Elements are read as numbers by
+//! `zt_format::Values`. Summaries are kept per file version (by ETag).
+//! Refused by name: formats other than dense (GGUF blocks, sparse,
+//! quantized groups, ragged) and complex or unknown logical types.
+//! Booleans count as 0 and 1.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use half::{bf16, f16};
 use serde::Serialize;
-use zt_format::{DType, Encoding, Format, LogicalType, Object};
+use zt_format::{Decoder, Encoding, Format, Object, Values};
+
+use super::pread::READ_CHUNK;
 
 use super::catalog::Served;
 
@@ -79,92 +82,6 @@ pub(crate) enum Refusal {
     Corrupt(String),
     /// The bytes could not be read.
     Unreadable(String),
-}
-
-/// How one element is read.
-type Decode = fn(&[u8]) -> f64;
-
-/// The decoder and element size of a component, or why there is none.
-fn decoder(dtype: DType, logical: Option<&LogicalType>) -> Result<(Decode, usize), String> {
-    if let Some(t) = logical {
-        return match t {
-            LogicalType::F8E4M3Fn => Ok((|b| f8(b, 4, 7, F8::Fn), 1)),
-            LogicalType::F8E5M2 => Ok((|b| f8(b, 5, 15, F8::Ieee), 1)),
-            LogicalType::F8E4M3Fnuz => Ok((|b| f8(b, 4, 8, F8::Uz), 1)),
-            LogicalType::F8E5M2Fnuz => Ok((|b| f8(b, 5, 16, F8::Uz), 1)),
-            other => Err(format!(
-                "values of type {:?} cannot be summarised [summary-type]",
-                other.name()
-            )),
-        };
-    }
-    Ok(match dtype {
-        DType::F64 => (|b| f64::from_le_bytes(arr(b)), 8),
-        DType::F32 => (|b| f64::from(f32::from_le_bytes(arr(b))), 4),
-        DType::F16 => (|b| f16::from_le_bytes(arr(b)).to_f64(), 2),
-        DType::BF16 => (|b| bf16::from_le_bytes(arr(b)).to_f64(), 2),
-        DType::I64 => (|b| i64::from_le_bytes(arr(b)) as f64, 8),
-        DType::I32 => (|b| f64::from(i32::from_le_bytes(arr(b))), 4),
-        DType::I16 => (|b| f64::from(i16::from_le_bytes(arr(b))), 2),
-        DType::I8 => (|b| f64::from(i8::from_le_bytes(arr(b))), 1),
-        DType::U64 => (|b| u64::from_le_bytes(arr(b)) as f64, 8),
-        DType::U32 => (|b| f64::from(u32::from_le_bytes(arr(b))), 4),
-        DType::U16 => (|b| f64::from(u16::from_le_bytes(arr(b))), 2),
-        DType::U8 | DType::Bool => (|b| f64::from(b.first().copied().unwrap_or(0)), 1),
-        other => {
-            return Err(format!(
-                "values of dtype {:?} cannot be summarised",
-                other.name()
-            ))
-        }
-    })
-}
-
-/// The first `N` bytes of `b` as an array (zeros past its end).
-fn arr<const N: usize>(b: &[u8]) -> [u8; N] {
-    let mut a = [0u8; N];
-    for (d, s) in a.iter_mut().zip(b) {
-        *d = *s;
-    }
-    a
-}
-
-/// The fp8 families: IEEE-like (infinities and NaNs at the top exponent),
-/// `fn` (no infinities; all-ones is NaN), `fnuz` (no infinities, no
-/// negative zero: 0x80 is the one NaN).
-#[derive(Clone, Copy)]
-enum F8 {
-    Ieee,
-    Fn,
-    Uz,
-}
-
-/// An 8-bit float with `exp` exponent bits (the rest mantissa) and `bias`.
-fn f8(b: &[u8], exp: u32, bias: i32, kind: F8) -> f64 {
-    let v = b.first().copied().unwrap_or(0);
-    let man_bits = 7 - exp;
-    let sign = if v & 0x80 != 0 { -1.0 } else { 1.0 };
-    let e = i32::from((v >> man_bits) & ((1 << exp) - 1) as u8);
-    let m = f64::from(v & ((1 << man_bits) - 1) as u8);
-    let top = (1 << exp) - 1;
-    match kind {
-        F8::Uz if v == 0x80 => return f64::NAN,
-        F8::Fn if e == top && m == f64::from((1u8 << man_bits) - 1) => return f64::NAN,
-        F8::Ieee if e == top => {
-            return if m == 0.0 {
-                sign * f64::INFINITY
-            } else {
-                f64::NAN
-            }
-        }
-        _ => {}
-    }
-    let scale = f64::from(1u32 << man_bits);
-    if e == 0 {
-        sign * (m / scale) * 2f64.powi(1 - bias)
-    } else {
-        sign * (1.0 + m / scale) * 2f64.powi(e - bias)
-    }
 }
 
 /// The first pass: moments (Welford), extremes, non-finite counts, grid sums.
@@ -310,8 +227,8 @@ fn summarise(served: &Arc<Served>, object: &str, cap: u64) -> Result<Summary, Re
         .components
         .get("data")
         .ok_or_else(|| unsupported("summary-format", "no data component".to_owned()))?;
-    let (decode, size) = decoder(c.dtype, c.logical_type.as_ref())
-        .map_err(|why| unsupported("summary-type", why))?;
+    let values = Values::of(c.dtype, c.logical_type.as_ref())
+        .map_err(|why| unsupported("summary-type", format!("{why}: cannot be summarised")))?;
     let owner = served.owner(object, "data");
     let holder = owner.as_ref().unwrap_or(served);
     holder.check(object, "data").map_err(|r| match r {
@@ -321,38 +238,34 @@ fn summarise(served: &Arc<Served>, object: &str, cap: u64) -> Result<Summary, Re
     let range = c.offset..c.offset.saturating_add(c.length);
     let mut m = Moments::new(&obj.shape);
     let mut bins = vec![0u64; BINS];
-    let zstd = c.encoding == Encoding::Zstd;
-    let decoded = match (zstd, c.uncompressed_length) {
-        (false, _) => None,
-        (true, Some(n)) if n <= cap && c.length <= cap => {
-            let len = usize::try_from(c.length).map_err(|e| unreadable(e.to_string()))?;
-            let stored = super::pread::read_exact_at(&holder.file, len, c.offset)
-                .map_err(|e| unreadable(e.to_string()))?;
-            let n = usize::try_from(n).map_err(|e| unreadable(e.to_string()))?;
-            let d = zstd::bulk::decompress(&stored, n)
-                .map_err(|e| Refusal::Corrupt(at("zstd-corrupt", e.to_string())))?;
-            Some(d)
-        }
-        (true, _) => {
+    let decoded = match (c.encoding, c.uncompressed_length) {
+        (Encoding::Zstd, Some(n)) if n <= cap && c.length <= cap => Some(n),
+        (Encoding::Zstd, _) => {
             return Err(unsupported(
                 "summary-over-cap",
                 format!("decodes past the per-request cap of {cap} bytes"),
             ))
         }
+        _ => None,
     };
-    // Each pass hands every element to `f`, from memory or in pieces.
+    let piece = usize::try_from(READ_CHUNK).unwrap_or(usize::MAX);
+    // Each pass hands every element to `f`, read (and decoded) in pieces.
     let pass = |f: &mut dyn FnMut(f64)| -> Result<(), Refusal> {
-        let mut each = |piece: &[u8]| {
-            for e in piece.chunks_exact(size) {
-                f(decode(e));
-            }
-            Ok::<(), String>(())
-        };
-        match &decoded {
-            Some(bytes) => each(bytes).map_err(unreadable),
+        match decoded {
+            Some(n) => Decoder::new(holder.file.reader(range.clone()), n, cap)
+                .and_then(|d| {
+                    d.each_piece(piece, |p| {
+                        values.each(p, &mut *f);
+                        Ok::<(), zt_format::Rule>(())
+                    })
+                })
+                .map_err(|rule| Refusal::Corrupt(at("zstd-corrupt", rule.to_string()))),
             None => holder
                 .file
-                .each_piece(range.clone(), true, each)
+                .each_piece(range.clone(), true, |p| {
+                    values.each(p, &mut *f);
+                    Ok(())
+                })
                 .map_err(unreadable),
         }
     };
@@ -412,29 +325,6 @@ fn summarise(served: &Arc<Served>, object: &str, cap: u64) -> Result<Summary, Re
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fp8_values_decode_as_their_specifications_say() {
-        let e4m3 = |v: u8| f8(&[v], 4, 7, F8::Fn);
-        assert_eq!(e4m3(0x38), 1.0);
-        assert_eq!(e4m3(0x7e), 448.0);
-        assert_eq!(e4m3(0xb8), -1.0);
-        assert_eq!(e4m3(0x01), 2f64.powi(-9));
-        assert!(e4m3(0x7f).is_nan());
-        let e5m2 = |v: u8| f8(&[v], 5, 15, F8::Ieee);
-        assert_eq!(e5m2(0x3c), 1.0);
-        assert_eq!(e5m2(0x7b), 57344.0);
-        assert_eq!(e5m2(0x7c), f64::INFINITY);
-        assert_eq!(e5m2(0xfc), f64::NEG_INFINITY);
-        assert!(e5m2(0x7d).is_nan());
-        let e4m3uz = |v: u8| f8(&[v], 4, 8, F8::Uz);
-        assert_eq!(e4m3uz(0x40), 1.0);
-        assert!(e4m3uz(0x80).is_nan());
-        assert_eq!(e4m3uz(0x7f), 240.0);
-        let e5m2uz = |v: u8| f8(&[v], 5, 16, F8::Uz);
-        assert_eq!(e5m2uz(0x40), 1.0);
-        assert!(e5m2uz(0x80).is_nan());
-    }
 
     #[test]
     fn moments_grid_and_non_finite_values() {

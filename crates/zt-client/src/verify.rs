@@ -57,25 +57,9 @@ impl Delivered {
                 let n = self
                     .uncompressed_length
                     .ok_or_else(|| Error::corrupt(&at, "zstd without uncompressed_length"))?;
-                if n > cap {
-                    return Err(Error::corrupt(
-                        &at,
-                        format!("decodes to {n} bytes, over the cap of {cap}"),
-                    ));
-                }
-                let mut out = AlignedBuf::zeroed(n).map_err(|r| Error::corrupt(&at, r))?;
-                let written = zstd::bulk::Decompressor::new()
-                    .and_then(|mut d| {
-                        d.decompress_to_buffer(self.data.as_slice(), out.as_mut_slice())
-                    })
-                    .map_err(|e| Error::corrupt(&at, format!("zstd: {e}")))?;
-                if written as u64 != n {
-                    return Err(Error::corrupt(
-                        &at,
-                        format!("zstd data decodes to {written} bytes, expected {n}"),
-                    ));
-                }
-                Ok(Cow::Owned(out))
+                zt_format::codec::decompress(self.data.as_slice(), n, cap)
+                    .map(Cow::Owned)
+                    .map_err(|rule| Error::corrupt(&at, format!("{}: {rule}", rule.name())))
             }
             other => Err(Error::corrupt(
                 &at,

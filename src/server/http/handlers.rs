@@ -616,13 +616,15 @@ async fn decoded(
                 false => AppError::internal(e).into(),
             }
         })?;
-        zstd::bulk::decompress(&stored, expected as usize).map_err(|e| {
-            Stop::Refused(AppError::new(
-                StatusCode::CONFLICT,
-                "corrupt",
-                format!("{label}: {e}"),
-            ))
-        })
+        zt_format::codec::decompress(&stored, expected, cap)
+            .map(bytes::Bytes::from_owner)
+            .map_err(|rule| {
+                Stop::Refused(AppError::new(
+                    StatusCode::CONFLICT,
+                    "corrupt",
+                    format!("{label}: {}: {rule}", rule.name()),
+                ))
+            })
     })
     .await
     .map_err(AppError::internal)??;

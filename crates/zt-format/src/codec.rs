@@ -211,8 +211,9 @@ mod tests {
             })
             .unwrap();
         assert_eq!(got, data);
-        assert!(sizes[..sizes.len() - 1].iter().all(|n| *n == 4096));
-        assert_eq!(*sizes.last().unwrap(), 100_000 % 4096);
+        let (last, whole) = sizes.split_last().unwrap();
+        assert!(whole.iter().all(|n| *n == 4096));
+        assert_eq!(*last, 100_000 % 4096);
         let each = |expected, cap| {
             Decoder::new(&z[..], expected, cap)
                 .and_then(|d| d.each_piece(4096, |_| Ok::<(), Rule>(())))

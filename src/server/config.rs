@@ -687,7 +687,7 @@ impl Config {
             bail!("configuration keys `tls.cert` and `tls.key` must be set together");
         }
         if let Some(f) = &self.auth.token_file {
-            super::auth::Tokens::load(f)
+            crate::server::ops::auth::Tokens::load(f)
                 .map_err(|e| anyhow!("configuration key `auth.token_file`: {e:#}"))?;
         }
         tracing_subscriber::EnvFilter::try_new(&self.log_level)

@@ -1,34 +1,33 @@
 //! The daemon: configuration, the catalog of served files, its watcher,
 //! the HTTP API, metrics and graceful shutdown.
 //!
+//! The folders are the layers, each opening with what it owns and what it
+//! may use (docs/architecture.md draws them): `store` (where bytes are),
+//! `catalog` (the served files and their versions), `integrity` (digests
+//! checked before bytes go out), `render` (manifests and summaries made
+//! from a file), `http` and `quic` (the transports), `ui` (the web page)
+//! and `ops` (accepting, watching, metrics).
+//!
 //! [`run`] takes a loaded configuration, bound listeners and a shutdown
 //! future; `bin/ztserve.rs` only wires flags, logging and signals to it.
 
-mod accept;
-mod auth;
-mod aws_files;
-mod blob;
 mod catalog;
-mod checks;
 pub mod config;
-mod digests;
-mod etag;
-pub mod healthcheck;
 mod http;
-mod idle;
-mod metrics;
-pub mod object_root;
-mod piece_cache;
-mod pread;
+mod integrity;
+mod ops;
 pub mod quic;
-mod recheck;
 mod render;
-mod renderings;
-mod rows;
-mod summary;
-mod tls;
+mod store;
 mod ui;
-mod watch;
+
+pub use ops::healthcheck;
+pub use store::object_root;
+
+use integrity::digests;
+use ops::{accept, auth, metrics, tls, watch};
+use render::{renderings, summary};
+use store::pread;
 
 /// The HTTP fuzz target's body, for cargo-fuzz and the corpus replay.
 #[cfg(feature = "fuzzing")]

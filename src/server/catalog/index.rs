@@ -17,9 +17,9 @@ use zt_ingest::served::ServedPack;
 
 use super::served::{Identity, Served, Unavailable};
 use super::{settled, Catalog, Entry, Root};
-use crate::server::blob::{Blob, StoredObject};
-use crate::server::checks::Checks;
-use crate::server::etag;
+use crate::server::catalog::etag;
+use crate::server::integrity::checks::Checks;
+use crate::server::store::blob::{Blob, StoredObject};
 
 /// What a multi-file entry's file says.
 #[derive(Debug)]

@@ -26,6 +26,7 @@
 //! (a sharded checkpoint's index, an ingest pack) to its member files,
 //! and `walk` finds the files.
 
+pub(crate) mod etag;
 mod index;
 mod listing;
 mod resolve;
@@ -41,10 +42,10 @@ use std::time::SystemTime;
 
 use zt_format::{DigestAlgorithm, Limits, Source};
 
-use super::blob::{Blob, StoredObject};
-use super::config::{DigestChoice, DigestsConfig};
-use super::digests::{Computed, DigestMetrics, Hasher, Pending, Settle, Store};
-use super::object_root::{ObjectRoot, StoreError};
+use crate::server::config::{DigestChoice, DigestsConfig};
+use crate::server::integrity::digests::{Computed, DigestMetrics, Hasher, Pending, Settle, Store};
+use crate::server::store::blob::{Blob, StoredObject};
+use crate::server::store::object_root::{ObjectRoot, StoreError};
 
 pub(crate) use index::IndexFile;
 pub(crate) use resolve::Need;

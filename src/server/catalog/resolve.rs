@@ -11,7 +11,7 @@ use zt_format::Manifest;
 
 use super::served::Unavailable;
 use super::{Catalog, Entry};
-use crate::server::digests::Pending;
+use crate::server::integrity::digests::Pending;
 
 /// What a request needs of a file's digests.
 #[derive(Debug, Clone, Copy)]

@@ -13,10 +13,10 @@ use serde::{Deserialize, Serialize};
 use zt_format::container::Synthesized;
 use zt_format::{Digest, Manifest, Origin, Source};
 
-use crate::server::blob::Blob;
-use crate::server::checks::{Checks, Refusal};
-use crate::server::digests::Computed;
-use crate::server::etag;
+use crate::server::catalog::etag;
+use crate::server::integrity::checks::{Checks, Refusal};
+use crate::server::integrity::digests::Computed;
+use crate::server::store::blob::Blob;
 
 /// A served file.
 #[derive(Debug)]
@@ -231,7 +231,7 @@ impl Identity {
     /// An object's identity: its key and ETag (in place of the inode), its
     /// size and time as listed. The same on every replica, so the ETags
     /// made from it are too.
-    pub(crate) fn of_object(l: &crate::server::object_root::Listed) -> Self {
+    pub(crate) fn of_object(l: &crate::server::store::object_root::Listed) -> Self {
         use sha2::Digest as _;
         let mut h = sha2::Sha256::new();
         h.update(l.key.as_bytes());

@@ -8,7 +8,7 @@ use zt_format::Source;
 
 use super::served::Identity;
 use super::{ignored_name, At, Seen};
-use crate::server::object_root::Listed;
+use crate::server::store::object_root::Listed;
 
 /// Deepest directory nesting followed, against symlink loops and abuse.
 const MAX_DEPTH: usize = 32;

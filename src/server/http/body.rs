@@ -25,10 +25,10 @@ use bytes::Bytes;
 use futures_util::stream::{self, Stream, StreamExt};
 
 use crate::server::catalog::Served;
-use crate::server::recheck::Recheck;
+use crate::server::integrity::recheck::Recheck;
 use crate::server::State;
 
-use crate::server::pread::{read_cached, CACHED_READ_MAX, READ_CHUNK as CHUNK};
+use crate::server::store::pread::{read_cached, CACHED_READ_MAX, READ_CHUNK as CHUNK};
 
 /// A piece of a response body: literal bytes, or a range of the file.
 #[derive(Debug, Clone)]
@@ -175,7 +175,7 @@ fn read_checked(served: &Served, state: &State, span: Range<u64>) -> io::Result<
         tracing::error!(file = %served.path, offset = pos, %refusal, "component failed its digest mid-response; connection cut");
         return Err(io::Error::other(refusal.to_string()));
     }
-    crate::server::pread::read_shared(&served.file, n as usize, pos).inspect_err(|e| {
+    crate::server::store::pread::read_shared(&served.file, n as usize, pos).inspect_err(|e| {
         tracing::warn!(file = %served.path, error = %e, offset = pos, "read failed mid-response (file truncated or changed?)");
     })
 }

@@ -11,7 +11,7 @@ use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::Response;
 
 use super::error::AppError;
-use crate::server::etag::{self, Precondition};
+use crate::server::catalog::etag::{self, Precondition};
 
 /// `None` to go on and make the body; otherwise the 304 (tagged `etag`,
 /// to revalidate every time) or the 412 naming `what`.

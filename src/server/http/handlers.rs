@@ -16,9 +16,9 @@ use super::preflight::{preflight, unchanged, verify, Stop};
 use super::route::{split, Target};
 use super::serve::{ranges, respond, spans, Entity};
 use super::Template;
+use crate::server::catalog::etag::{self, Precondition};
 use crate::server::catalog::{Entry, Need, Served};
-use crate::server::etag::{self, Precondition};
-use crate::server::pread::READ_CHUNK;
+use crate::server::store::pread::READ_CHUNK;
 use crate::server::State;
 
 /// Path URLs can be replaced in place, so caches must revalidate.
@@ -363,7 +363,7 @@ async fn manifest(
     query: &[(String, String)],
     cache_control: &'static str,
 ) -> Result<Response, AppError> {
-    use crate::server::renderings::{Key, Kind, Refused, Rendered};
+    use crate::server::render::renderings::{Key, Kind, Refused, Rendered};
     let select: Vec<String> = query
         .iter()
         .filter(|(k, _)| k == "select")
@@ -602,7 +602,7 @@ async fn decoded(
     let (s, at) = (Arc::clone(served), c.offset);
     let label = format!("{}: object {object:?} component {role:?}", served.path);
     let out = tokio::task::spawn_blocking(move || {
-        let stored = crate::server::pread::read_exact_at(&s.file, len, at).map_err(|e| {
+        let stored = crate::server::store::pread::read_exact_at(&s.file, len, at).map_err(|e| {
             // Shorter than listed, or replaced in the store.
             let gone = matches!(
                 e.kind(),

@@ -44,7 +44,7 @@ use tower_http::timeout::TimeoutLayer;
 
 pub(super) use error::AppError;
 
-use super::State;
+use crate::server::State;
 
 /// The route template a response was produced for, for metrics labels.
 #[derive(Debug, Clone, Copy)]

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use zt_format::select::Selection;
 
 use super::error::AppError;
+use crate::server::catalog::etag;
 use crate::server::catalog::Served;
-use crate::server::etag;
 
 pub(super) fn respond(
     served: &Arc<Served>,

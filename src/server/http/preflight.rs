@@ -24,11 +24,11 @@ use bytes::Bytes;
 use super::error::AppError;
 use super::range::Ranges;
 use super::serve::{spans, Entity};
-use crate::server::blob::Blob;
 use crate::server::catalog::Served;
-use crate::server::checks::Refusal;
-use crate::server::object_root::StoreError;
-use crate::server::pread::READ_CHUNK;
+use crate::server::integrity::checks::Refusal;
+use crate::server::store::blob::Blob;
+use crate::server::store::object_root::StoreError;
+use crate::server::store::pread::READ_CHUNK;
 use crate::server::State;
 
 /// Why a request is answered without the entity it asked for.

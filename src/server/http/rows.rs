@@ -19,8 +19,8 @@ use zt_format::rows::{Rows, RowsError};
 use super::error::AppError;
 use super::range::Ranges;
 use super::serve::Entity;
-use crate::server::checks::Refusal;
-use crate::server::rows::{slice, RowsFailure};
+use crate::server::integrity::checks::Refusal;
+use crate::server::integrity::rows::{slice, RowsFailure};
 use crate::server::State;
 
 /// The range of `entity` (a component) that rows `text` of `object`

@@ -17,8 +17,8 @@ use bytes::Bytes;
 use super::body::{body, Part};
 use super::error::AppError;
 use super::range::{resolve, Ranges};
+use crate::server::catalog::etag::{self, Precondition};
 use crate::server::catalog::Served;
-use crate::server::etag::{self, Precondition};
 use crate::server::State;
 
 /// A byte range of a served file, with its validators and headers.

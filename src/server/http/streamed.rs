@@ -16,8 +16,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::error::AppError;
 use crate::server::catalog::Served;
-use crate::server::render::{self, Heading};
-use crate::server::renderings::Kind;
+use crate::server::render::renderings::Kind;
+use crate::server::render::{self, manifest::Heading};
 
 const CHUNK: usize = 64 * 1024;
 const QUEUED: usize = 4;
@@ -74,7 +74,7 @@ pub(super) async fn manifest(
             tx,
         };
         let heading = |h| heading_tx.send(h).is_ok();
-        let written = render::http_streamed(&served, kind, &select, heading, &mut sink)
+        let written = render::manifest::http_streamed(&served, kind, &select, heading, &mut sink)
             .and_then(|()| sink.send());
         match written {
             Ok(()) => {}

@@ -1,5 +1,5 @@
 //! `GET /v1/files/{path}/summaries/{object}`: a dense object's values
-//! summarised ([`crate::server::summary`]), as JSON, under an ETag made
+//! summarised ([`crate::server::render::summary`]), as JSON, under an ETag made
 //! from the file's.
 
 use std::sync::Arc;
@@ -8,9 +8,9 @@ use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::error::AppError;
+use crate::server::catalog::etag;
 use crate::server::catalog::Served;
-use crate::server::etag;
-use crate::server::summary::Refusal;
+use crate::server::render::summary::Refusal;
 use crate::server::State;
 
 pub(super) async fn respond(

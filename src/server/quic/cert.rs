@@ -22,7 +22,7 @@ impl Identity {
     /// SHA-256 of the leaf certificate's DER, as lowercase hex.
     pub fn fingerprint(&self) -> String {
         let leaf = self.chain.first().map(|c| c.as_ref()).unwrap_or_default();
-        crate::server::etag::hex(&Sha256::digest(leaf))
+        crate::server::catalog::etag::hex(&Sha256::digest(leaf))
     }
 }
 

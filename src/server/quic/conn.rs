@@ -319,7 +319,7 @@ fn served_for(
 /// Resolves the selection and the send order; the manifest's CBOR comes
 /// from the renderings cache, and a `manifest_only` get plans no streams.
 async fn plan(state: &State, served: Arc<Served>, g: &Get) -> Result<Plan, (Code, String)> {
-    use crate::server::renderings::{Key, Kind, Refused, Rendered};
+    use crate::server::render::renderings::{Key, Kind, Refused, Rendered};
     if !g.ranges.is_empty() {
         return ranges_plan(served, g);
     }

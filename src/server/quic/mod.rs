@@ -18,8 +18,8 @@ use quinn::{Endpoint, EndpointConfig, IdleTimeout, TokioRuntime, TransportConfig
 use tokio::sync::{watch, Semaphore};
 use tracing::Instrument;
 
-use super::config::{Congestion, QuicConfig};
-use super::State;
+use crate::server::config::{Congestion, QuicConfig};
+use crate::server::State;
 
 /// Transport settings for bulk transfer: large windows, one client control
 /// stream, no client uni streams.

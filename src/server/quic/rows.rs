@@ -16,8 +16,8 @@ use ztp_proto::{Code, ComponentHeader, Get};
 use super::conn::Plan;
 use super::send::Item;
 use crate::server::catalog::Served;
-use crate::server::checks::Refusal;
-use crate::server::rows::{slice, RowsFailure};
+use crate::server::integrity::checks::Refusal;
+use crate::server::integrity::rows::{slice, RowsFailure};
 use crate::server::State;
 
 pub(super) async fn plan(

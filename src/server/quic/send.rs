@@ -13,10 +13,10 @@ use ztp_proto::{frame_header, Close, Code, ComponentHeader, ErrorMsg, Message, S
 
 use super::control::Control;
 use crate::server::catalog::Served;
-use crate::server::checks::Refusal;
+use crate::server::integrity::checks::Refusal;
 use crate::server::State;
 
-use crate::server::pread::READ_CHUNK as CHUNK;
+use crate::server::store::pread::READ_CHUNK as CHUNK;
 
 /// Components of one request being read into quinn at once. They are
 /// handed out in send order by the loop that opens the streams (not by the
@@ -329,7 +329,7 @@ async fn read_chunk(
     let s = Arc::clone(served);
     let read = tokio::task::spawn_blocking(move || {
         let len = usize::try_from(n).unwrap_or(0);
-        crate::server::pread::read_held(&s.file, len, pos, Some(permit))
+        crate::server::store::pread::read_held(&s.file, len, pos, Some(permit))
     })
     .await;
     match read {

@@ -14,7 +14,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crate::server::catalog::{Entry, Served};
-use crate::server::checks::Refusal;
+use crate::server::integrity::checks::Refusal;
 use crate::server::State;
 
 /// How long the verifier rests when nothing is left to check.

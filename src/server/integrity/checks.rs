@@ -10,7 +10,7 @@
 //! A check also keeps the component's CRC-32C (its digest itself when that
 //! is one), computed in the same pass: responses that must prove again, as
 //! they stream, that they carry exactly this version's bytes
-//! ([`crate::server::recheck`]) compare against it at memory speed
+//! ([`crate::server::integrity::recheck`]) compare against it at memory speed
 //! instead of hashing sha256 on every request.
 
 use std::collections::HashMap;
@@ -18,7 +18,7 @@ use std::sync::{Mutex, OnceLock};
 
 use zt_format::{Component, Digest, DigestAlgorithm, Encoding, Format, Hasher, Manifest, Object};
 
-use crate::server::blob::Blob;
+use crate::server::store::blob::Blob;
 
 /// Why a component is not sent. Each names the file, object and component.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +39,7 @@ impl std::fmt::Display for Refusal {
 
 /// The outcome of each component's check, filled in on first use.
 #[derive(Debug, Default)]
-pub(super) struct Checks {
+pub(crate) struct Checks {
     cells: Vec<OnceLock<Result<(), String>>>,
     /// Each passed component's CRC-32C, once known.
     kept: Vec<OnceLock<Digest>>,
@@ -62,7 +62,7 @@ pub(super) struct Checks {
 impl Checks {
     /// One unfilled cell per component of `m`; `fresh` when its computed
     /// digests were just hashed from the file being served.
-    pub(super) fn new(m: &Manifest, fresh: bool) -> Checks {
+    pub(crate) fn new(m: &Manifest, fresh: bool) -> Checks {
         let mut index: HashMap<String, HashMap<String, usize>> = HashMap::new();
         let mut by_offset = Vec::new();
         for (cell, (o, r, c)) in m.components().enumerate() {
@@ -96,7 +96,7 @@ impl Checks {
     }
 
     /// The components whose stored bytes overlap `span`, by (object, role).
-    pub(super) fn overlapping(
+    pub(crate) fn overlapping(
         &self,
         span: &std::ops::Range<u64>,
     ) -> impl Iterator<Item = (&str, &str)> {
@@ -106,7 +106,7 @@ impl Checks {
 
     /// The components whose stored bytes lie wholly within `span`, with
     /// their spans, by offset.
-    pub(super) fn within(
+    pub(crate) fn within(
         &self,
         span: &std::ops::Range<u64>,
     ) -> impl Iterator<Item = (std::ops::Range<u64>, &str, &str)> {
@@ -132,27 +132,27 @@ impl Checks {
     }
 
     /// The CRC-32C of a passed component's bytes, when it is known.
-    pub(super) fn kept(&self, object: &str, role: &str) -> Option<&Digest> {
+    pub(crate) fn kept(&self, object: &str, role: &str) -> Option<&Digest> {
         self.kept.get(self.cell_index(object, role)?)?.get()
     }
 
     /// Keeps a passed component's CRC-32C, computed by a response that
     /// checked its bytes against the digest itself.
-    pub(super) fn keep(&self, object: &str, role: &str, crc: Digest) {
+    pub(crate) fn keep(&self, object: &str, role: &str, crc: Digest) {
         if let Some(cell) = self.cell_index(object, role).and_then(|i| self.kept.get(i)) {
             let _ = cell.set(crc);
         }
     }
 
     /// Whether the component was checked and passed.
-    pub(super) fn passed(&self, object: &str, role: &str) -> bool {
+    pub(crate) fn passed(&self, object: &str, role: &str) -> bool {
         self.cell(object, role)
             .and_then(|c| c.get())
             .is_some_and(Result::is_ok)
     }
 
     /// The components not checked yet, with their stored lengths.
-    pub(super) fn unchecked(&self) -> Vec<(String, String, u64)> {
+    pub(crate) fn unchecked(&self) -> Vec<(String, String, u64)> {
         self.by_offset
             .iter()
             .filter(|(_, _, _, _, cell)| self.cells.get(*cell).is_some_and(|c| c.get().is_none()))
@@ -164,7 +164,7 @@ impl Checks {
     /// later calls return the first answer. Components without a digest,
     /// or with an algorithm this build does not know, pass: there is
     /// nothing to check them against, and clients decide what to accept.
-    pub(super) fn check(
+    pub(crate) fn check(
         &self,
         file: &Blob,
         path: &str,
@@ -227,7 +227,7 @@ impl Checks {
 /// (`Err` when they could not be read; otherwise the verdict).
 fn ragged_offsets(file: &Blob, obj: &Object, c: &Component) -> Result<Result<(), String>, String> {
     let len = usize::try_from(c.length).map_err(|e| e.to_string())?;
-    let stored = crate::server::pread::read_exact_at(file, len, c.offset)
+    let stored = crate::server::store::pread::read_exact_at(file, len, c.offset)
         .map_err(|e| format!("reading {len} bytes at {}: {e}", c.offset))?;
     // The manifest's lengths passed `limits.decompress_cap` when the file
     // was catalogued.

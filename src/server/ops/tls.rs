@@ -11,11 +11,11 @@ use anyhow::{Context, Result};
 use tokio::task::JoinHandle;
 
 /// The HTTPS configuration in force, replaced when the files change.
-pub(super) type TlsConfig = Arc<RwLock<Arc<rustls::ServerConfig>>>;
+pub(crate) type TlsConfig = Arc<RwLock<Arc<rustls::ServerConfig>>>;
 
 fn build(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>> {
     zt_client::trust::install_provider();
-    let id = super::quic::cert::load(cert, key)?;
+    let id = crate::server::quic::cert::load(cert, key)?;
     let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
@@ -34,12 +34,12 @@ fn build(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>> {
 }
 
 /// Loads the certificate chain and key.
-pub(super) fn load(cert: &Path, key: &Path) -> Result<TlsConfig> {
+pub(crate) fn load(cert: &Path, key: &Path) -> Result<TlsConfig> {
     Ok(Arc::new(RwLock::new(build(cert, key)?)))
 }
 
 /// The configuration for a connection accepted now.
-pub(super) fn current(config: &TlsConfig) -> Arc<rustls::ServerConfig> {
+pub(crate) fn current(config: &TlsConfig) -> Arc<rustls::ServerConfig> {
     match config.read() {
         Ok(c) => Arc::clone(&c),
         Err(poisoned) => Arc::clone(&poisoned.into_inner()),
@@ -52,7 +52,7 @@ fn stamp(p: &Path) -> Option<(SystemTime, u64)> {
 }
 
 /// Polls both files and reloads the configuration when they change.
-pub(super) fn spawn_reloader(config: TlsConfig, cert: PathBuf, key: PathBuf) -> JoinHandle<()> {
+pub(crate) fn spawn_reloader(config: TlsConfig, cert: PathBuf, key: PathBuf) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut last = (stamp(&cert), stamp(&key));
         loop {

@@ -17,11 +17,11 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 
-use super::blob::Blob;
+use crate::server::store::blob::Blob;
 
 /// Reads exactly `len` bytes of `blob` at `pos`; `UnexpectedEof` if the
 /// file ends first (it was truncated under the daemon).
-pub(super) fn read_exact_at(blob: &Blob, len: usize, pos: u64) -> io::Result<Vec<u8>> {
+pub(crate) fn read_exact_at(blob: &Blob, len: usize, pos: u64) -> io::Result<Vec<u8>> {
     match blob {
         Blob::File(file) => {
             let mut buf = Vec::with_capacity(len);
@@ -33,7 +33,7 @@ pub(super) fn read_exact_at(blob: &Blob, len: usize, pos: u64) -> io::Result<Vec
 }
 
 /// [`read_exact_at`] into a pooled buffer, shared as [`Bytes`].
-pub(super) fn read_shared(blob: &Blob, len: usize, pos: u64) -> io::Result<Bytes> {
+pub(crate) fn read_shared(blob: &Blob, len: usize, pos: u64) -> io::Result<Bytes> {
     read_held(blob, len, pos, None)
 }
 
@@ -44,7 +44,7 @@ fn span(len: usize, pos: u64) -> std::ops::Range<u64> {
 /// [`read_shared`], the buffer holding `permit` until the last [`Bytes`]
 /// of it is dropped (for ztp/1: once the client acknowledged the bytes
 /// and quinn let go of them), so a budget counts memory, not calls.
-pub(super) fn read_held(
+pub(crate) fn read_held(
     blob: &Blob,
     len: usize,
     pos: u64,

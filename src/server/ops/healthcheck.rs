@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::config::Config;
+use crate::server::config::Config;
 use zt_client::trust::{client_config, Trust};
 
 /// `/healthz` on the configured listen port, asked on loopback when the

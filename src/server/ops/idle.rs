@@ -14,14 +14,14 @@ use tokio::time::{Instant, Sleep};
 
 /// `inner`, with an idle timeout.
 #[derive(Debug)]
-pub(super) struct IdleTimeout<T> {
+pub(crate) struct IdleTimeout<T> {
     inner: T,
     idle: Duration,
     timer: Pin<Box<Sleep>>,
 }
 
 impl<T> IdleTimeout<T> {
-    pub(super) fn new(inner: T, idle: Duration) -> Self {
+    pub(crate) fn new(inner: T, idle: Duration) -> Self {
         IdleTimeout {
             inner,
             idle,

@@ -21,9 +21,9 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use zt_format::{Decoder, Encoding, Format, Object, Values};
 
-use super::pread::READ_CHUNK;
+use crate::server::store::pread::READ_CHUNK;
 
-use super::catalog::Served;
+use crate::server::catalog::Served;
 
 /// Histogram bins.
 const BINS: usize = 64;
@@ -232,8 +232,8 @@ fn summarise(served: &Arc<Served>, object: &str, cap: u64) -> Result<Summary, Re
     let owner = served.owner(object, "data");
     let holder = owner.as_ref().unwrap_or(served);
     holder.check(object, "data").map_err(|r| match r {
-        super::checks::Refusal::Corrupt(why) => Refusal::Corrupt(why),
-        super::checks::Refusal::Unreadable(why) => Refusal::Unreadable(why),
+        crate::server::integrity::checks::Refusal::Corrupt(why) => Refusal::Corrupt(why),
+        crate::server::integrity::checks::Refusal::Unreadable(why) => Refusal::Unreadable(why),
     })?;
     let range = c.offset..c.offset.saturating_add(c.length);
     let mut m = Moments::new(&obj.shape);

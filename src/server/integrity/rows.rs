@@ -11,9 +11,9 @@ use zt_format::{Digest, DigestAlgorithm, Hasher};
 use crate::server::catalog::Served;
 use std::sync::atomic::Ordering;
 
-use crate::server::checks::Refusal;
-use crate::server::digests::DigestMetrics;
-use crate::server::pread::{read_exact_at, READ_CHUNK};
+use crate::server::integrity::checks::Refusal;
+use crate::server::integrity::digests::DigestMetrics;
+use crate::server::store::pread::{read_exact_at, READ_CHUNK};
 
 /// Rows of an object's `data`, ready to send.
 #[derive(Debug, Clone)]

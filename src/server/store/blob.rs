@@ -17,8 +17,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use zt_format::{FileManifest, Limits, Source};
 
-use super::object_root::{ObjectRoot, StoreError};
-use super::pread::READ_CHUNK;
+use crate::server::store::object_root::{ObjectRoot, StoreError};
+use crate::server::store::pread::READ_CHUNK;
 
 /// A served file's bytes.
 #[derive(Debug)]

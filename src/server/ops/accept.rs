@@ -27,13 +27,13 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use super::config::LimitsConfig;
-use super::idle::IdleTimeout;
-use super::tls::{current, TlsConfig};
+use crate::server::config::LimitsConfig;
+use crate::server::ops::idle::IdleTimeout;
+use crate::server::ops::tls::{current, TlsConfig};
 
 /// The limits one connection is served under.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Limits {
+pub(crate) struct Limits {
     pub max_connections: usize,
     pub header_timeout: Duration,
     pub max_header_bytes: usize,
@@ -41,7 +41,7 @@ pub(super) struct Limits {
 }
 
 impl Limits {
-    pub(super) fn from_config(l: &LimitsConfig) -> Limits {
+    pub(crate) fn from_config(l: &LimitsConfig) -> Limits {
         Limits {
             max_connections: l.max_connections.max(1),
             header_timeout: Duration::from_secs(l.header_timeout_secs.max(1)),
@@ -83,7 +83,7 @@ async fn serve_one<I>(
 
 /// Serves `app` on `listener` until `stop` resolves, then gives open
 /// connections `deadline` to finish.
-pub(super) async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     tls: Option<TlsConfig>,

@@ -26,8 +26,8 @@ use object_store::path::Path as KeyPath;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use tokio::sync::Semaphore;
 
-use super::config::StorageConfig;
-use super::piece_cache::PieceCache;
+use crate::server::config::StorageConfig;
+use crate::server::store::piece_cache::PieceCache;
 
 /// The URL schemes of object storage roots.
 const SCHEMES: [&str; 5] = ["s3://", "s3a://", "gs://", "az://", "abfss://"];
@@ -143,7 +143,7 @@ impl ObjectRoot {
             })
             .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
             .collect();
-        options.extend(super::aws_files::settings(&env));
+        options.extend(crate::server::store::aws_files::settings(&env));
         // `[storage]` (the file, `ZTSERVE_*`, flags) over the store's own
         // variables; a key it leaves unset never overrides them. Later
         // options win, so these go last.

@@ -1,6 +1,6 @@
 //! A served file's manifest rendered for a request: the selection
 //! applied, then JSON or CBOR written into a capped buffer
-//! ([`crate::server::renderings`] shares and keeps the result), or, for
+//! ([`crate::server::render::renderings`] shares and keeps the result), or, for
 //! an HTTP rendering past the cap, written out as it is made
 //! ([`crate::server::http`]'s streamed manifest).
 
@@ -10,9 +10,9 @@ use zt_format::manifest_json::ManifestDoc;
 use zt_format::select::Selection;
 use zt_format::Manifest;
 
-use super::catalog::Served;
-use super::etag;
-use super::renderings::{Capped, Kind, Refused, Rendered};
+use crate::server::catalog::etag;
+use crate::server::catalog::Served;
+use crate::server::render::renderings::{Capped, Kind, Refused, Rendered};
 
 /// The file's manifest restricted to `select` (all of it when empty).
 fn selected(served: &Served, select: &[String]) -> Result<Option<Manifest>, Refused> {

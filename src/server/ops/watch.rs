@@ -13,11 +13,11 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::object_root::StoreError;
-use super::{Root, State};
+use crate::server::store::object_root::StoreError;
+use crate::server::{Root, State};
 
 /// Starts the watcher task.
-pub(super) fn spawn(state: Arc<State>) -> JoinHandle<()> {
+pub(crate) fn spawn(state: Arc<State>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let (tx, mut rx) = mpsc::channel::<()>(1);
         let dir = state.catalog.dir().map(ToOwned::to_owned);
@@ -80,7 +80,7 @@ fn make_watcher(
 }
 
 /// Starts the store check of an object-storage root (none for a directory).
-pub(super) fn spawn_store_check(state: Arc<State>) -> Option<JoinHandle<()>> {
+pub(crate) fn spawn_store_check(state: Arc<State>) -> Option<JoinHandle<()>> {
     let Root::Store(store) = state.catalog.root().clone() else {
         return None;
     };

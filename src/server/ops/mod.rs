@@ -1,0 +1,16 @@
+//! Operations: what keeps the daemon running and observable, apart from
+//! serving. Accepting connections under a cap with idle and header
+//! timeouts (`accept`, `idle`, `tls`), bearer tokens (`auth`), keeping the
+//! catalog current (`watch`), Prometheus metrics (`metrics`), and the
+//! container health check (`healthcheck`).
+//!
+//! May use: `config`, `catalog` (`watch` rescans it) and `store` (`watch`
+//! checks the object store).
+
+pub(crate) mod accept;
+pub(crate) mod auth;
+pub mod healthcheck;
+pub(crate) mod idle;
+pub(crate) mod metrics;
+pub(crate) mod tls;
+pub(crate) mod watch;

@@ -99,3 +99,199 @@ fn the_format_and_protocol_crates_have_no_runtime_or_sockets() {
     ingest.extend(COMMAND_LINE);
     assert_free_of("zt-ingest", &ingest);
 }
+
+/// Issue 27: no two modules import each other, in the daemon, the client
+/// and the format crate. A module is a file; an import is any path it
+/// names through `crate::`, `super::` or `self::` (in `use` trees, braces
+/// expanded, and in code), or a child of a directory module by its bare
+/// name. A module's ancestors and descendants are its own: only other
+/// branches count. Test modules (after `#[cfg(test)]`) are left out.
+#[test]
+fn no_two_modules_import_each_other() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for src in ["src", "crates/zt-client/src", "crates/zt-format/src"] {
+        let modules = modules_of(&root.join(src));
+        assert!(modules.len() > 10, "{src}: {} modules found", modules.len());
+        let edges = imports(&modules);
+        let mutual: Vec<String> = edges
+            .iter()
+            .filter(|(a, b)| a < b && edges.contains(&(b.clone(), a.clone())))
+            .map(|(a, b)| format!("{} <-> {}", a.join("::"), b.join("::")))
+            .collect();
+        assert!(
+            mutual.is_empty(),
+            "{src}: modules that import each other: {mutual:?}"
+        );
+    }
+}
+
+type Module = Vec<String>;
+
+/// Every module under `dir`, by path (`a/b.rs` and `a/b/mod.rs` are `a::b`),
+/// with its file and whether it is a directory module.
+fn modules_of(
+    dir: &std::path::Path,
+) -> std::collections::BTreeMap<Module, (std::path::PathBuf, bool)> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().map(Result::unwrap) {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let rel = path.strip_prefix(dir).unwrap().with_extension("");
+            let mut parts: Module = rel
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect();
+            let is_dir = matches!(
+                parts.last().map(String::as_str),
+                Some("mod" | "lib" | "main")
+            );
+            if is_dir {
+                parts.pop();
+            }
+            out.insert(parts, (path, is_dir));
+        }
+    }
+    out
+}
+
+/// `a::{b, c::{d, e}}` as `a::b`, `a::c::d`, `a::c::e`.
+fn expand(tree: &str) -> Vec<String> {
+    let tree = tree.trim();
+    let Some(open) = tree.find('{') else {
+        return vec![tree.to_owned()];
+    };
+    let (head, mut depth, mut close) = (&tree[..open], 0, tree.len());
+    for (i, c) in tree.char_indices().skip(open) {
+        depth += i32::from(c == '{') - i32::from(c == '}');
+        if depth == 0 {
+            close = i;
+            break;
+        }
+    }
+    let (mut parts, mut cur, mut depth) = (Vec::new(), String::new(), 0);
+    for c in tree[open + 1..close].chars() {
+        depth += i32::from(c == '{') - i32::from(c == '}');
+        if c == ',' && depth == 0 {
+            parts.push(std::mem::take(&mut cur));
+        } else {
+            cur.push(c);
+        }
+    }
+    parts.push(cur);
+    parts
+        .iter()
+        .filter(|p| !p.trim().is_empty())
+        .flat_map(|p| expand(p).into_iter().map(move |e| format!("{head}{e}")))
+        .collect()
+}
+
+/// The paths a source file names, tests left out.
+fn paths_in(src: &str) -> Vec<String> {
+    let code: String = src
+        .split("#[cfg(test)]")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = Vec::new();
+    for stmt in code.split(';') {
+        // The statement's start: the last line of it that begins a `use`.
+        let lines: Vec<&str> = stmt.lines().collect();
+        let Some(k) = lines.iter().rposition(|l| use_prefix(l.trim()).is_some()) else {
+            continue;
+        };
+        let first = lines[k].trim();
+        let tree = std::iter::once(&first[use_prefix(first).unwrap_or(0)..])
+            .chain(lines[k + 1..].iter().copied())
+            .collect::<Vec<_>>()
+            .join(" ");
+        out.extend(
+            expand(&tree)
+                .into_iter()
+                .map(|p| p.split(" as ").next().unwrap_or_default().trim().to_owned()),
+        );
+    }
+    // Paths in code: `crate::a::b`, `super::c`.
+    let bytes = code.as_bytes();
+    for start in ["crate::", "super::", "self::"] {
+        let mut at = 0;
+        while let Some(i) = code[at..].find(start) {
+            let i = at + i;
+            at = i + start.len();
+            if i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_') {
+                continue;
+            }
+            let end = code[i..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                .map_or(code.len(), |e| i + e);
+            out.push(code[i..end].trim_end_matches(':').to_owned());
+        }
+    }
+    out
+}
+
+/// The length of the `use` keyword and its visibility starting `line`.
+fn use_prefix(line: &str) -> Option<usize> {
+    ["use ", "pub use ", "pub(crate) use ", "pub(super) use "]
+        .iter()
+        .find(|p| line.starts_with(**p))
+        .map(|p| p.len())
+}
+
+/// (importer, imported) for every import between two modules of which
+/// neither is the other's ancestor.
+fn imports(
+    modules: &std::collections::BTreeMap<Module, (std::path::PathBuf, bool)>,
+) -> BTreeSet<(Module, Module)> {
+    let mut edges = BTreeSet::new();
+    for (m, (file, is_dir)) in modules {
+        let src = std::fs::read_to_string(file).unwrap();
+        for path in paths_in(&src) {
+            let mut parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
+            let mut base: Module = match parts.first().copied() {
+                Some("crate") => {
+                    parts.remove(0);
+                    Vec::new()
+                }
+                Some("super" | "self") => {
+                    let mut b = m.clone();
+                    if !is_dir {
+                        b.pop();
+                    }
+                    while let Some(p @ ("super" | "self")) = parts.first().copied() {
+                        if p == "super" {
+                            b.pop();
+                        }
+                        parts.remove(0);
+                    }
+                    b
+                }
+                // A child of this directory module by its bare name.
+                Some(_) if *is_dir => m.clone(),
+                _ => continue,
+            };
+            base.extend(parts.iter().map(|p| (*p).to_owned()));
+            let target = (1..=base.len())
+                .rev()
+                .map(|k| base[..k].to_vec())
+                .find(|t| modules.contains_key(t));
+            if let Some(t) = target {
+                let related = t.starts_with(m) || m.starts_with(&t);
+                if !related {
+                    edges.insert((m.clone(), t));
+                }
+            }
+        }
+    }
+    edges
+}

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use zt_client::{output, Client};
+use zt_client::{sharded, Client};
 
 use crate::error::Failure;
 use crate::options::{client_options, runtime, ClientArgs};
@@ -41,7 +41,7 @@ pub(crate) fn fetch<'py>(
                         });
                     }
                 };
-                let written = output::fetch_to_path(&client, &select, &output, &mut report).await;
+                let written = sharded::fetch_to_path(&client, &select, &output, &mut report).await;
                 client.close().await;
                 written
             })

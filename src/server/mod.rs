@@ -27,7 +27,6 @@ pub use store::object_root;
 use integrity::digests;
 use ops::{accept, auth, metrics, tls, watch};
 use render::{renderings, summary};
-use store::pread;
 
 /// The HTTP fuzz target's body, for cargo-fuzz and the corpus replay.
 #[cfg(feature = "fuzzing")]
@@ -90,7 +89,7 @@ impl State {
         };
         let renderings =
             renderings::Renderings::new(config.limits.render_cache_bytes, config.limits.render_cap);
-        let budget_kib = config.quic.send_budget_bytes.max(pread::READ_CHUNK) >> 10;
+        let budget_kib = config.quic.send_budget_bytes.max(store::READ_CHUNK) >> 10;
         let send_budget = Arc::new(tokio::sync::Semaphore::new(
             usize::try_from(budget_kib).unwrap_or(usize::MAX >> 4),
         ));

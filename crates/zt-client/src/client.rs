@@ -14,34 +14,7 @@ use crate::fetch::Fetch;
 use crate::http::HttpSource;
 use crate::options::{Options, Via};
 use crate::quic::QuicClient;
-
-/// A remote file's manifest and identity.
-#[derive(Debug, Clone)]
-pub struct Remote {
-    pub manifest: Manifest,
-    /// The file's ETag: what `if_match` names to pin a fetch to it.
-    pub etag: String,
-    /// The file's size in bytes.
-    pub size: u64,
-    /// Where the HTTP transport finds synthesized components, which are
-    /// no byte range of the file.
-    pub(crate) synthesized: SynthesizedAt,
-    /// A ztserve's API base for the file (`.../v1/files/{path}`), where
-    /// its components and their rows can be asked for by name.
-    pub(crate) api: Option<String>,
-}
-
-/// Where synthesized components (GGUF string arrays) come from over HTTP.
-#[derive(Debug, Clone, Default)]
-pub(crate) enum SynthesizedAt {
-    /// The client read the header itself and holds their bytes.
-    Here(zt_format::container::Synthesized),
-    /// A ztserve's component route: `{base}/objects/{object}/{component}`.
-    Route(String),
-    /// Nowhere (ztp/1 streams them like any other component).
-    #[default]
-    None,
-}
+use crate::remote::{select_from, Remote, SynthesizedAt};
 
 #[derive(Debug)]
 pub(crate) enum Transport {
@@ -312,22 +285,6 @@ fn covers(read_for: &[String], m: &Manifest, select: &[String]) -> bool {
             .all(|p| p.exact().is_some_and(|name| m.objects.contains_key(&name))),
         _ => false,
     }
-}
-
-/// `m` restricted to the objects `select` matches: a pattern that is not
-/// a glob is a usage error, one that matches nothing is what ztp/1 calls
-/// `no_match`.
-pub(crate) fn select_from(m: &Manifest, select: &[String]) -> Result<Manifest> {
-    use zt_format::select::SelectError;
-    Selection::new(select)
-        .and_then(|s| s.filter(m))
-        .map_err(|e| match e {
-            SelectError::NoMatch(_) => Error::Server {
-                status: crate::Status::Ztp(ztp_proto::Code::NoMatch),
-                message: e.to_string(),
-            },
-            other => Error::Usage(other.to_string()),
-        })
 }
 
 fn join_host(host: &str, port: u16) -> String {

@@ -5,7 +5,7 @@ use zt_format::Manifest;
 
 use crate::budget::Held;
 use crate::error::{Error, Result};
-use crate::quic::Watch;
+use crate::silence::Watch;
 use crate::verify::Delivered;
 
 /// What a transport hands a [`Fetch`]. Moved once per component through a

@@ -16,11 +16,11 @@ use zt_format::source::Probe;
 use zt_format::{AlignedBuf, Limits, Origin, Source};
 
 use crate::budget::{Budget, Held};
-use crate::client::{Remote, SynthesizedAt};
 use crate::error::{quote, At, Error, Result, Status};
 use crate::fetch::{Event, Fetch};
 use crate::options::Options;
 use crate::pool::BufPool;
+use crate::remote::{Remote, SynthesizedAt};
 use crate::trust::{watched_config, Refusals};
 use crate::verify::{Check, Delivered};
 
@@ -384,7 +384,7 @@ impl HttpSource {
                 let manifest = if select.is_empty() {
                     manifest
                 } else {
-                    crate::client::select_from(&manifest, select)
+                    crate::remote::select_from(&manifest, select)
                         .map_err(|e| e.within(&self.url))?
                 };
                 Ok(Remote {

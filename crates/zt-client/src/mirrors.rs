@@ -12,7 +12,8 @@ use std::path::Path;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::options::Options;
-use crate::output::{fetch_to_path, Progress, Written};
+use crate::output::{Progress, Written};
+use crate::sharded::fetch_to_path;
 
 impl Error {
     /// Whether another server might succeed where this one failed: wider

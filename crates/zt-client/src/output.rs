@@ -29,11 +29,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use zt_format::{Component, Manifest, ReadOptions, Source, ZtFile};
+use zt_format::{Manifest, ReadOptions, Source, ZtFile};
 
-use crate::client::{select_from, Client};
+use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::part::PartWriter;
+use crate::remote::select_from;
 
 /// What a finished fetch wrote.
 #[derive(Debug, Clone)]
@@ -137,7 +138,7 @@ fn still_intact(
     journal
         .into_iter()
         .filter(|(o, r)| {
-            let Some(c) = component(local, o, r) else {
+            let Some(c) = local.component(o, r) else {
                 return false;
             };
             let Some((digest, algorithm)) = c
@@ -167,10 +168,6 @@ fn still_intact(
 
 /// The most bytes [`still_intact`] reads at once.
 const RECHECK_CHUNK: usize = 4 << 20;
-
-pub(crate) fn component<'m>(m: &'m Manifest, o: &str, r: &str) -> Option<&'m Component> {
-    m.objects.get(o).and_then(|obj| obj.components.get(r))
-}
 
 /// What [`fetch_to_file`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,29 +202,6 @@ fn output_kind(out: &Path, source: Source, select: &[String], url: &str) -> Resu
             out.display()
         ))),
     }
-}
-
-/// Fetches `select` from `client` into `out`, whatever `out` names: a
-/// directory (an existing one, or a path ending in `/`) receives a whole
-/// sharded checkpoint, byte-identical ([`crate::copy::copy_sharded`]);
-/// anything else is [`fetch_to_file`].
-pub async fn fetch_to_path(
-    client: &Client,
-    select: &[String],
-    out: &Path,
-    progress: Progress<'_>,
-) -> Result<Written> {
-    let into_dir = out.as_os_str().to_string_lossy().ends_with('/') || out.is_dir();
-    if !into_dir {
-        return fetch_to_file(client, select, out, progress).await;
-    }
-    if !select.is_empty() {
-        return Err(Error::Usage(format!(
-            "{}: a directory receives a whole sharded checkpoint; write a selection as a .zt file (-o NAME.zt)",
-            out.display()
-        )));
-    }
-    crate::copy::copy_sharded(client, out, progress).await
 }
 
 /// Fetches `select` from `client` into `out`: a `.zt` file, or a
@@ -298,7 +272,7 @@ pub async fn fetch_to_file(
     let total: u64 = local.objects.values().map(|o| o.stored_bytes()).sum();
     let mut got: u64 = done
         .iter()
-        .filter_map(|(o, r)| component(&local, o, r))
+        .filter_map(|(o, r)| local.component(o, r))
         .map(|c| c.length)
         .sum();
     let mut received = 0u64;
@@ -312,7 +286,7 @@ pub async fn fetch_to_file(
                 if done.contains(&key) {
                     continue;
                 }
-                let c = component(&local, &d.object, &d.component).ok_or_else(|| {
+                let c = local.component(&d.object, &d.component).ok_or_else(|| {
                     Error::Protocol(format!("{}: {} was not asked for", client.url, d.at()))
                 })?;
                 let written = writer.write(d.data, c.offset).await?;
@@ -422,7 +396,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("resume-{}.part", std::process::id()));
         let mut damaged = bytes.clone();
         // One byte of b's last piece (past the first read of RECHECK_CHUNK).
-        let at = component(&m, "b", "data").unwrap().offset + 4_999_999;
+        let at = m.component("b", "data").unwrap().offset + 4_999_999;
         damaged[at as usize] ^= 1;
         std::fs::write(&path, &damaged).unwrap();
         let journal: HashSet<(String, String)> = [("a", "data"), ("b", "data")]

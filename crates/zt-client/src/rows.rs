@@ -9,8 +9,9 @@
 use zt_format::rows::Rows;
 use zt_format::AlignedBuf;
 
-use crate::client::{select_from, Transport};
+use crate::client::Transport;
 use crate::error::{At, Error, Result};
+use crate::remote::select_from;
 use crate::verify::{Delivered, Verification};
 use crate::{Client, Remote};
 

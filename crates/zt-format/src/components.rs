@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::ops::Index;
 
-use crate::manifest::Component;
+use crate::component::Component;
 
 /// Components by role, iterated in role order.
 #[derive(Debug, Clone, Default, PartialEq)]

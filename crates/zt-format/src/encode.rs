@@ -2,7 +2,8 @@
 
 use ciborium::Value;
 
-use crate::manifest::{Attributes, Component, Encoding, Manifest, Object, Source};
+use crate::component::{Component, Encoding};
+use crate::manifest::{Attributes, Manifest, Object, Source};
 
 fn text(s: &str) -> Value {
     Value::Text(s.to_owned())

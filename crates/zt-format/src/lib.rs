@@ -45,6 +45,7 @@ pub mod atoms;
 mod cbor;
 mod cbor_reader;
 pub mod codec;
+mod component;
 mod components;
 pub mod container;
 mod digest;
@@ -58,6 +59,7 @@ mod error;
 pub mod fuzz;
 mod layer;
 mod legacy;
+mod legacy_layout;
 mod manifest;
 pub mod manifest_json;
 mod mmap;
@@ -79,6 +81,7 @@ pub use aligned::{alignment_for, AlignedBuf, ALIGNMENT, PAGE_ALIGNED_FROM, PAGE_
 pub use atomic::{flush, temp_path, write_atomic};
 pub use cbor::DEFAULT_MAX_DEPTH;
 pub use codec::{Decoder, DEFAULT_DECOMPRESS_CAP};
+pub use component::{Component, Encoding};
 pub use components::Components;
 pub use container::{ManifestLocation, Parsed, FOOTER_LEN, MAGIC, MAGIC_V0_1};
 pub use digest::{Digest, DigestAlgorithm, DigestValue, Hasher};
@@ -89,8 +92,7 @@ pub use error::{Error, Location, Result, Rule};
 pub use layer::{layer_index, layer_order};
 pub use legacy::LEGACY_DTYPE_ATTRIBUTE;
 pub use manifest::{
-    element_count, Attributes, CborValue, Component, Encoding, FilePart, Format, Manifest, Object,
-    Origin, Source,
+    element_count, Attributes, CborValue, FilePart, Format, Manifest, Object, Origin, Source,
 };
 pub use mmap::MappedFile;
 pub use options::{Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP};

@@ -8,13 +8,12 @@ use ciborium::Value;
 
 use crate::cbor;
 use crate::cbor_reader::{Head, Reader};
+use crate::component::{Component, Encoding};
 use crate::components::{parsed_role, Role};
 use crate::digest::Digest;
 use crate::dtype::{unknown_dtype_hint, DType, LogicalType};
 use crate::error::{Error, Location, Result, Rule};
-use crate::manifest::{
-    Attributes, Component, Encoding, FilePart, Format, Manifest, Object, Origin, Source,
-};
+use crate::manifest::{Attributes, FilePart, Format, Manifest, Object, Origin, Source};
 use crate::warning::Warning;
 
 /// The major and minor version this crate implements.

@@ -11,11 +11,12 @@ use memmap2::Mmap;
 
 use crate::aligned::{AlignedBuf, ALIGNMENT};
 use crate::codec;
+use crate::component::{Component, Encoding};
 use crate::container::{self, Parsed};
 use crate::digest::DigestAlgorithm;
 use crate::element::{Data, Tensor};
 use crate::error::{Error, Location, Result, Rule};
-use crate::manifest::{Component, Encoding, Format, Manifest, Object};
+use crate::manifest::{Format, Manifest, Object};
 use crate::options::{ReadOptions, Verify};
 use crate::warning::Warning;
 

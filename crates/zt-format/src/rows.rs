@@ -5,7 +5,8 @@
 
 use std::fmt;
 
-use crate::manifest::{Encoding, Format, Object};
+use crate::component::Encoding;
+use crate::manifest::{Format, Object};
 
 /// Rows `start..end` of an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +114,7 @@ impl Rows {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::Component;
+    use crate::component::Component;
     use crate::Components;
     use crate::DType;
 

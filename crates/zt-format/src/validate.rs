@@ -2,9 +2,10 @@
 //! v1.2-only rules (alignment, zstd lengths) are relaxed for legacy origins.
 
 use crate::aligned::ALIGNMENT;
+use crate::component::{Component, Encoding};
 use crate::dtype::DType;
 use crate::error::{Error, Location, Result, Rule};
-use crate::manifest::{element_count, Component, Encoding, Format, Manifest, Object};
+use crate::manifest::{element_count, Format, Manifest, Object};
 use crate::warning::Warning;
 
 /// The part of the file where blobs may lie: after the header, before the manifest.

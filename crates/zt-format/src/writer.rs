@@ -5,13 +5,14 @@ use std::io::Write;
 
 use crate::aligned::ALIGNMENT;
 use crate::codec;
+use crate::component::{Component, Encoding};
 use crate::components::Components;
 use crate::container::MAGIC;
 use crate::digest::DigestAlgorithm;
 use crate::dtype::{DType, LogicalType};
 use crate::encode;
 use crate::error::{Error, Location, Result, Rule};
-use crate::manifest::{Attributes, CborValue, Component, Encoding, Format, Manifest, Object};
+use crate::manifest::{Attributes, CborValue, Format, Manifest, Object};
 use crate::validate::{self, BlobArea};
 
 /// How to store a component.

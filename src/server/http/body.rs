@@ -28,7 +28,8 @@ use crate::server::catalog::Served;
 use crate::server::integrity::recheck::Recheck;
 use crate::server::State;
 
-use crate::server::store::pread::{read_cached, CACHED_READ_MAX, READ_CHUNK as CHUNK};
+use crate::server::store::pread::{read_cached, CACHED_READ_MAX};
+use crate::server::store::READ_CHUNK as CHUNK;
 
 /// A piece of a response body: literal bytes, or a range of the file.
 #[derive(Debug, Clone)]

@@ -18,7 +18,7 @@ use super::serve::{ranges, respond, spans, Entity};
 use super::Template;
 use crate::server::catalog::etag::{self, Precondition};
 use crate::server::catalog::{Entry, Need, Served};
-use crate::server::store::pread::READ_CHUNK;
+use crate::server::store::READ_CHUNK;
 use crate::server::State;
 
 /// Path URLs can be replaced in place, so caches must revalidate.

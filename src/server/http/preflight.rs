@@ -28,7 +28,7 @@ use crate::server::catalog::Served;
 use crate::server::integrity::checks::Refusal;
 use crate::server::store::blob::Blob;
 use crate::server::store::object_root::StoreError;
-use crate::server::store::pread::READ_CHUNK;
+use crate::server::store::READ_CHUNK;
 use crate::server::State;
 
 /// Why a request is answered without the entity it asked for.

@@ -13,7 +13,8 @@ use std::sync::atomic::Ordering;
 
 use crate::server::integrity::checks::Refusal;
 use crate::server::integrity::digests::DigestMetrics;
-use crate::server::store::pread::{read_exact_at, READ_CHUNK};
+use crate::server::store::pread::read_exact_at;
+use crate::server::store::READ_CHUNK;
 
 /// Rows of an object's `data`, ready to send.
 #[derive(Debug, Clone)]

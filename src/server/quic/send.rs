@@ -16,7 +16,7 @@ use crate::server::catalog::Served;
 use crate::server::integrity::checks::Refusal;
 use crate::server::State;
 
-use crate::server::store::pread::READ_CHUNK as CHUNK;
+use crate::server::store::READ_CHUNK as CHUNK;
 
 /// Components of one request being read into quinn at once. They are
 /// handed out in send order by the loop that opens the streams (not by the

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use zt_format::{Decoder, Encoding, Format, Object, Values};
 
-use crate::server::store::pread::READ_CHUNK;
+use crate::server::store::READ_CHUNK;
 
 use crate::server::catalog::Served;
 

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use zt_format::{FileManifest, Limits, Source};
 
 use crate::server::store::object_root::{ObjectRoot, StoreError};
-use crate::server::store::pread::READ_CHUNK;
+use crate::server::store::READ_CHUNK;
 
 /// A served file's bytes.
 #[derive(Debug)]

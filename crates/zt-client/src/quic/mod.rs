@@ -4,7 +4,6 @@
 //! `streams`.
 
 mod routes;
-mod silence;
 mod streams;
 
 use std::net::SocketAddr;
@@ -21,9 +20,9 @@ use crate::error::{Error, Result};
 use crate::fetch::Fetch;
 use crate::options::Options;
 use crate::pool::BufPool;
+use crate::silence::Watch;
 use crate::trust::watched_config;
 use routes::{Route, Routes};
-pub use silence::Watch;
 
 /// A connection to a ztp/1 server.
 #[derive(Debug)]

@@ -19,13 +19,12 @@
 
 use std::ops::Range;
 
+use crate::component::Component;
 use crate::components::Components;
 use crate::container::{ManifestLocation, Parsed, Synthesized};
 use crate::dtype::{DType, LogicalType};
 use crate::error::{Error, Location, Result, Rule};
-use crate::manifest::{
-    element_count, Attributes, CborValue, Component, Format, Manifest, Object, Source,
-};
+use crate::manifest::{element_count, Attributes, CborValue, Format, Manifest, Object, Source};
 use crate::options::Limits;
 use crate::validate::{self, BlobArea};
 

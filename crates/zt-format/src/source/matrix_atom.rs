@@ -16,11 +16,12 @@ use std::ops::Range;
 
 use crate::atoms::svg_tensor::{self, SvgHeader};
 use crate::atoms::{self, AtomDtype, AtomHeader, FLAG_INDEX, FLAG_SVG_TENSOR, HEADER_LEN};
+use crate::component::Component;
 use crate::components::Components;
 use crate::container::{ManifestLocation, Parsed};
 use crate::dtype::DType;
 use crate::error::{Error, Location, Result, Rule};
-use crate::manifest::{Attributes, CborValue, Component, Format, Manifest, Object, Origin, Source};
+use crate::manifest::{Attributes, CborValue, Format, Manifest, Object, Origin, Source};
 use crate::options::Limits;
 use crate::validate::{self, BlobArea};
 

@@ -17,12 +17,13 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::component::Component;
 use crate::components::Components;
 use crate::container::{ManifestLocation, Parsed};
 use crate::dtype::{DType, LogicalType};
 use crate::error::{Error, Location, Result, Rule};
 use crate::manifest::{
-    element_count, Attributes, CborValue, Component, Format, Manifest, Object, Origin, Source,
+    element_count, Attributes, CborValue, Format, Manifest, Object, Origin, Source,
 };
 use crate::options::Limits;
 use crate::validate::{self, BlobArea};

@@ -17,7 +17,7 @@ const LOOK: Duration = Duration::from_millis(250);
 
 /// A request's connection, watched for silence while the request waits.
 #[derive(Debug, Clone)]
-pub struct Watch {
+pub(crate) struct Watch {
     conn: Connection,
     /// The file asked for, to name in the error.
     path: String,

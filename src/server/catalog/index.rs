@@ -15,11 +15,13 @@ use zt_format::source::safetensors_index::Index;
 use zt_format::{Manifest, Source};
 use zt_ingest::served::ServedPack;
 
-use super::served::{Identity, Served, Unavailable};
+use super::served::{Served, Unavailable};
 use super::{settled, Catalog, Entry, Root};
 use crate::server::catalog::etag;
 use crate::server::integrity::checks::Checks;
-use crate::server::store::blob::{Blob, StoredObject};
+use crate::server::store::object::StoredObject;
+use crate::server::store::Blob;
+use crate::server::store::Identity;
 
 /// What a multi-file entry's file says.
 #[derive(Debug)]
@@ -217,7 +219,7 @@ impl Catalog {
                     key: rel.to_owned(),
                     etag: listed.etag,
                 };
-                return read_capped(rel, &Blob::Object(object), listed.size, cap);
+                return read_capped(rel, &Blob::object(object), listed.size, cap);
             }
         };
         let path = root
@@ -232,11 +234,15 @@ impl Catalog {
             ));
         }
         let file = std::fs::File::open(&path).map_err(|e| format!("{rel}: opening: {e}"))?;
-        let size = file
+        let meta = file
             .metadata()
-            .map_err(|e| format!("{rel}: reading metadata: {e}"))?
-            .len();
-        read_capped(rel, &Blob::File(file), size, cap)
+            .map_err(|e| format!("{rel}: reading metadata: {e}"))?;
+        read_capped(
+            rel,
+            &Blob::local(file, Identity::of(&meta)),
+            meta.len(),
+            cap,
+        )
     }
 }
 
@@ -304,10 +310,7 @@ fn build_index(
     };
     let mut parts_for_tag: Vec<&[u8]> = vec![&ix.raw];
     parts_for_tag.extend(etags.iter().map(|e| e.as_bytes()));
-    let file = ix
-        .file
-        .try_clone()
-        .map_err(|e| format!("{}: duplicating the file handle: {e}", ix.path))?;
+    let file = ix.file.clone();
     Ok(Served {
         path: ix.path.clone(),
         file,

@@ -44,12 +44,14 @@ use zt_format::{DigestAlgorithm, Limits, Source};
 
 use crate::server::config::{DigestChoice, DigestsConfig};
 use crate::server::integrity::digests::{Computed, DigestMetrics, Hasher, Pending, Settle, Store};
-use crate::server::store::blob::{Blob, StoredObject};
+use crate::server::store::object::StoredObject;
 use crate::server::store::object_root::{ObjectRoot, StoreError};
+use crate::server::store::Blob;
 
+pub(crate) use crate::server::store::Identity;
 pub(crate) use index::IndexFile;
 pub(crate) use resolve::Need;
-pub(crate) use served::{Found, Identity};
+pub(crate) use served::Found;
 pub(crate) use served::{Served, Unavailable};
 use walk::walk;
 
@@ -468,7 +470,8 @@ impl Catalog {
                 let m = file
                     .metadata()
                     .map_err(|e| format!("{rel}: reading metadata: {e}"))?;
-                Ok((Blob::File(file), m.len(), Identity::of(&m)))
+                let identity = Identity::of(&m);
+                Ok((Blob::local(file, identity), m.len(), identity))
             }
             (At::Object(etag), Root::Store(root)) => {
                 let object = StoredObject {
@@ -476,7 +479,7 @@ impl Catalog {
                     key: rel.clone(),
                     etag: etag.clone(),
                 };
-                Ok((Blob::Object(object), seen.size, seen.identity))
+                Ok((Blob::object(object), seen.size, seen.identity))
             }
             (At::Object(_), Root::Dir(_)) => {
                 Err(format!("{rel}: an object under a directory root"))
@@ -622,17 +625,7 @@ fn settler(
             let entry = match result {
                 Ok(computed) => {
                     store.save(&path, &identity, algorithm, &computed);
-                    let file = match f.file.try_clone() {
-                        Ok(file) => file,
-                        Err(e) => {
-                            let why = format!("{path}: duplicating the file handle: {e}");
-                            return replace(
-                                &current,
-                                pending,
-                                settled(Err(why), &path, size, modified, identity),
-                            );
-                        }
-                    };
+                    let file = f.file.clone();
                     let found = Found {
                         path: path.clone(),
                         file,

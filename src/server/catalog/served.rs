@@ -3,27 +3,24 @@
 //! found by a scan before its digests are known.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::Metadata;
-use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 use zt_format::container::Synthesized;
 use zt_format::{Digest, Manifest, Origin, Source};
 
 use crate::server::catalog::etag;
 use crate::server::integrity::checks::{Checks, Refusal};
 use crate::server::integrity::digests::Computed;
-use crate::server::store::blob::Blob;
+use crate::server::store::{Blob, Identity};
 
 /// A served file.
 #[derive(Debug)]
 pub struct Served {
     /// Path under the root, with `/` separators.
     pub path: String,
-    pub file: Blob,
+    pub(crate) file: Blob,
     pub size: u64,
     pub modified: SystemTime,
     /// Strong ETag (quoted), from the content: the header bytes, the size
@@ -113,12 +110,7 @@ impl Served {
     /// version a read found replaced or gone in the store (its reads are
     /// pinned to its listed ETag, and fail then).
     pub(crate) fn changed(&self) -> bool {
-        match &self.file {
-            Blob::File(f) => f
-                .metadata()
-                .map_or(true, |m| !self.identity.same_bytes(&Identity::of(&m))),
-            Blob::Object(o) => o.root.is_stale(&o.key, o.etag.as_deref()),
-        }
+        self.file.changed()
     }
 
     /// The path of the file behind this entry that [`Served::changed`]:
@@ -186,109 +178,6 @@ pub struct Unavailable {
     pub modified: SystemTime,
     pub reason: String,
     pub(super) identity: Identity,
-}
-
-/// What tells a changed file from an unchanged one between scans (and
-/// keys the digest store): an in-place rewrite of the same size changes
-/// the change time, a replacement the inode.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub(crate) struct Identity {
-    pub(super) dev: u64,
-    pub(super) ino: u64,
-    pub(super) size: u64,
-    pub(super) mtime_ns: i128,
-    pub(super) ctime_ns: i128,
-    /// The link count when it was taken: no part of the version (see
-    /// [`Identity::same_bytes`]), so neither compared nor stored.
-    #[serde(skip)]
-    pub(super) links: u64,
-}
-
-impl PartialEq for Identity {
-    fn eq(&self, o: &Identity) -> bool {
-        (self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns)
-            == (o.dev, o.ino, o.size, o.mtime_ns, o.ctime_ns)
-    }
-}
-
-impl Eq for Identity {}
-
-impl Identity {
-    fn bytes(&self) -> Vec<u8> {
-        [
-            &self.dev.to_le_bytes()[..],
-            &self.ino.to_le_bytes(),
-            &self.size.to_le_bytes(),
-            &self.mtime_ns.to_le_bytes(),
-            &self.ctime_ns.to_le_bytes(),
-        ]
-        .concat()
-    }
-
-    /// The device number that marks an object's identity (no device has it).
-    const OBJECT: u64 = u64::MAX;
-
-    /// An object's identity: its key and ETag (in place of the inode), its
-    /// size and time as listed. The same on every replica, so the ETags
-    /// made from it are too.
-    pub(crate) fn of_object(l: &crate::server::store::object_root::Listed) -> Self {
-        use sha2::Digest as _;
-        let mut h = sha2::Sha256::new();
-        h.update(l.key.as_bytes());
-        h.update(b"\0");
-        h.update(l.etag.as_deref().unwrap_or_default().as_bytes());
-        let sum = h.finalize();
-        let mut ino = [0u8; 8];
-        ino.copy_from_slice(sum.get(..8).unwrap_or(&[0; 8]));
-        // Whole seconds: a listing gives milliseconds on some stores, a
-        // HEAD (an object listed again on its own) only seconds.
-        let ns = l
-            .modified
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| i128::from(d.as_secs()) * 1_000_000_000);
-        Identity {
-            dev: Self::OBJECT,
-            ino: u64::from_le_bytes(ino),
-            size: l.size,
-            mtime_ns: ns,
-            ctime_ns: 0,
-            links: 1,
-        }
-    }
-
-    /// Whether this names an object's version rather than a local file's.
-    pub(super) fn is_object(&self) -> bool {
-        self.dev == Self::OBJECT
-    }
-
-    pub(super) fn of(m: &Metadata) -> Self {
-        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
-        Identity {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.size(),
-            mtime_ns: ns(m.mtime(), m.mtime_nsec()),
-            ctime_ns: ns(m.ctime(), m.ctime_nsec()),
-            links: m.nlink(),
-        }
-    }
-
-    /// Whether an open file whose identity is now `now` still holds the
-    /// bytes it held when this was taken. A write changes the change
-    /// time, and the modification time unless it was set back (`rsync
-    /// --inplace -t`); so does a truncation, which changes the size. The
-    /// change time alone also moves when the file is renamed over or
-    /// deleted (its link count drops), which leaves an open file's bytes
-    /// as they were: only then are they taken as unchanged. (A chmod moves
-    /// it too, and is taken as a change: a transfer cut for nothing, never
-    /// wrong bytes.)
-    pub(super) fn same_bytes(&self, now: &Identity) -> bool {
-        if now == self {
-            return true;
-        }
-        (now.dev, now.ino, now.size, now.mtime_ns) == (self.dev, self.ino, self.size, self.mtime_ns)
-            && now.links != self.links
-    }
 }
 
 /// A file whose header was read and validated: what a served entry is
@@ -424,10 +313,7 @@ impl Found {
         let mut manifest = self.manifest.clone();
         manifest.objects.retain(|o, _| wanted(o));
         fill(&self.path, &mut manifest, computed, false)?;
-        let file = self
-            .file
-            .try_clone()
-            .map_err(|e| format!("{}: duplicating the file handle: {e}", self.path))?;
+        let file = self.file.clone();
         let etag = self.provisional_etag().to_owned();
         Ok(Served {
             path: self.path.clone(),
@@ -487,56 +373,4 @@ fn provisional_tag(m: &Manifest, raw: &[u8], identity: &Identity) -> String {
     let source = m.source.name().as_bytes();
     let kind = if identity.is_object() { "o" } else { "p" };
     etag::derived(kind, &[source, b"\0", raw, &identity.bytes()])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Identity;
-    use std::io::Write;
-    use std::os::unix::fs::{FileExt, PermissionsExt};
-
-    /// Which changes to an open file's identity leave its bytes as they were.
-    #[test]
-    fn only_link_changes_keep_an_open_files_bytes() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, b"0123456789").unwrap();
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        let then = Identity::of(&f.metadata().unwrap());
-        let now = || Identity::of(&f.metadata().unwrap());
-        assert!(then.same_bytes(&now()));
-        // A hard link; a rename over the path: links change, bytes do not.
-        // (Two link changes that cancel out, between the catalog's look
-        // and the check, read as a change: a transfer cut for nothing.)
-        std::fs::hard_link(&path, dir.path().join("g")).unwrap();
-        assert!(then.same_bytes(&now()), "linked");
-        let then = now();
-        let other = dir.path().join("other");
-        std::fs::File::create(&other)
-            .unwrap()
-            .write_all(b"x")
-            .unwrap();
-        std::fs::rename(&other, &path).unwrap();
-        assert!(then.same_bytes(&now()), "renamed over");
-        // A mode change: taken as a change (a transfer cut for nothing).
-        let then = now();
-        let mut mode = f.metadata().unwrap().permissions();
-        mode.set_mode(0o600);
-        f.set_permissions(mode).unwrap();
-        assert!(!then.same_bytes(&now()), "chmod");
-        // A write, then its modification time set back: a change.
-        let then = now();
-        let mtime = f.metadata().unwrap().modified().unwrap();
-        f.write_all_at(b"x", 3).unwrap();
-        f.set_modified(mtime).unwrap();
-        assert!(!then.same_bytes(&now()), "written in place");
-        // Deleted while open: the bytes stay.
-        let then = now();
-        std::fs::remove_file(dir.path().join("g")).unwrap();
-        assert!(then.same_bytes(&now()), "unlinked");
-    }
 }

@@ -6,9 +6,9 @@ use std::path::{Component as PathPart, Path, PathBuf};
 
 use zt_format::Source;
 
-use super::served::Identity;
 use super::{ignored_name, At, Seen};
 use crate::server::store::object_root::Listed;
+use crate::server::store::Identity;
 
 /// Deepest directory nesting followed, against symlink loops and abuse.
 const MAX_DEPTH: usize = 32;

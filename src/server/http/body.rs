@@ -28,7 +28,6 @@ use crate::server::catalog::Served;
 use crate::server::integrity::recheck::Recheck;
 use crate::server::State;
 
-use crate::server::store::pread::{read_cached, CACHED_READ_MAX};
 use crate::server::store::READ_CHUNK as CHUNK;
 
 /// A piece of a response body: literal bytes, or a range of the file.
@@ -151,9 +150,9 @@ pub(super) async fn read(
     state: &Arc<State>,
     span: Range<u64>,
 ) -> io::Result<Bytes> {
-    let n = span.end - span.start;
-    let fast = (n <= CACHED_READ_MAX && served.is_checked_span(&span))
-        .then(|| read_cached(served.file.as_file()?, n as usize, span.start))
+    let fast = served
+        .is_checked_span(&span)
+        .then(|| served.file.read_now(&span))
         .flatten();
     let read = match fast {
         Some(read) => read,
@@ -176,7 +175,7 @@ fn read_checked(served: &Served, state: &State, span: Range<u64>) -> io::Result<
         tracing::error!(file = %served.path, offset = pos, %refusal, "component failed its digest mid-response; connection cut");
         return Err(io::Error::other(refusal.to_string()));
     }
-    crate::server::store::pread::read_shared(&served.file, n as usize, pos).inspect_err(|e| {
+    served.file.read_exact(n as usize, pos).inspect_err(|e| {
         tracing::warn!(file = %served.path, error = %e, offset = pos, "read failed mid-response (file truncated or changed?)");
     })
 }

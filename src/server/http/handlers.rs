@@ -602,7 +602,7 @@ async fn decoded(
     let (s, at) = (Arc::clone(served), c.offset);
     let label = format!("{}: object {object:?} component {role:?}", served.path);
     let out = tokio::task::spawn_blocking(move || {
-        let stored = crate::server::store::pread::read_exact_at(&s.file, len, at).map_err(|e| {
+        let stored = s.file.read_exact(len, at).map_err(|e| {
             // Shorter than listed, or replaced in the store.
             let gone = matches!(
                 e.kind(),

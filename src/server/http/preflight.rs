@@ -4,13 +4,14 @@
 //!
 //! - the components under the response's first chunk pass their digest
 //!   checks (a corrupt one is a clean `409`, not a cut body);
-//! - a local file's first chunk is read, and then its identity checked
-//!   (one `fstat`): a file rewritten in place since it was catalogued is a
-//!   [`Stop::Changed`], which the handler answers from the file as it is
-//!   now. The body sends the chunk read here, so a small range costs one
-//!   read and one `fstat`, as before this check costs nothing more;
-//! - for an object of the store, the first piece the piece cache does not
-//!   hold is read, pinned to the version listed: an object replaced or
+//! - the first chunk is read, and then the file's identity checked (for a
+//!   local file one `fstat`): a file rewritten in place since it was
+//!   catalogued is a [`Stop::Changed`], which the handler answers from the
+//!   file as it is now. The body sends the chunk read here, so a small
+//!   range costs one read and one `fstat`;
+//! - before that, the store confirms the version where its identity
+//!   cannot tell: for an object, the first piece the piece cache does not
+//!   hold is read, pinned to the version listed, so an object replaced or
 //!   deleted since is a [`Stop::Changed`] too, not a 206 that breaks off.
 //!
 //! Later chunks are checked as the body reaches them (`body.rs`).
@@ -26,8 +27,7 @@ use super::range::Ranges;
 use super::serve::{spans, Entity};
 use crate::server::catalog::Served;
 use crate::server::integrity::checks::Refusal;
-use crate::server::store::blob::Blob;
-use crate::server::store::object_root::StoreError;
+use crate::server::store::source::Gone;
 use crate::server::store::READ_CHUNK;
 use crate::server::State;
 
@@ -63,23 +63,20 @@ pub(super) async fn preflight(
     let served = &entity.served;
     let sends = entity.sends_bytes(method, headers, ranges);
     let spans = spans(entity, ranges);
+    if sends {
+        // Before the check, which would read a replaced object first and
+        // refuse it as unreadable instead of serving its new version.
+        confirm(served, &spans).await?;
+    }
     let firsts: Vec<Range<u64>> = spans
         .iter()
         .map(|s| s.start..s.end.min(s.start.saturating_add(READ_CHUNK)))
         .collect();
-    if let (true, Blob::Object(_)) = (sends, &served.file) {
-        // Before the check, which would read a replaced object first and
-        // refuse it as unreadable instead of serving its new version.
-        probe(served, &spans).await?;
-    }
     // Components that passed already need no hop to the blocking pool.
     let passed = entity.memory.is_none() && firsts.iter().all(|s| served.is_checked_span(s));
     if !passed {
         verify(served, check).await?;
     }
-    let Blob::File(_) = &served.file else {
-        return Ok(None);
-    };
     let Some(first) = firsts.into_iter().next().filter(|_| sends) else {
         unchanged(served)?;
         return Ok(None);
@@ -111,39 +108,35 @@ pub(super) fn unchanged(served: &Served) -> Result<(), Stop> {
     }
 }
 
-/// For a file that is an object of the store, reads the first chunk of
-/// `spans` that the piece cache does not hold (a chunk it holds is this
-/// version's bytes already), pinned to the version listed, and keeps it
-/// there for the body.
-async fn probe(served: &Arc<Served>, spans: &[Range<u64>]) -> Result<(), Stop> {
-    let Blob::Object(o) = &served.file else {
-        return Ok(());
-    };
+/// Asks the file's store whether the version is still there where its
+/// identity cannot tell (`Blob::confirm`: for an object, the first chunk
+/// of `spans` the piece cache does not hold is read, pinned to the version
+/// listed, and kept there for the body).
+async fn confirm(served: &Arc<Served>, spans: &[Range<u64>]) -> Result<(), Stop> {
     let step = usize::try_from(READ_CHUNK).unwrap_or(usize::MAX);
     // The chunks the body reads (`body.rs`), in order.
-    let mut chunks = spans.iter().flat_map(|s| {
-        (s.start..s.end)
-            .step_by(step)
-            .map(move |p| p..p.saturating_add(READ_CHUNK).min(s.end))
-    });
-    let Some(first) = chunks.find(|c| !o.root.is_cached(&o.key, o.etag.as_deref(), c)) else {
-        return Ok(());
-    };
-    let o = o.clone();
-    let read =
-        tokio::task::spawn_blocking(move || o.root.read_cached(&o.key, o.etag.as_deref(), first))
-            .await
-            .map_err(AppError::internal)?;
-    match read {
-        Ok(_) => Ok(()),
-        Err(e @ (StoreError::Changed { .. } | StoreError::NotFound { .. })) => Err(Stop::Changed {
+    let chunks: Vec<Range<u64>> = spans
+        .iter()
+        .flat_map(|s| {
+            (s.start..s.end)
+                .step_by(step)
+                .map(move |p| p..p.saturating_add(READ_CHUNK).min(s.end))
+        })
+        .collect();
+    let s = Arc::clone(served);
+    let confirmed = tokio::task::spawn_blocking(move || s.file.confirm(&chunks))
+        .await
+        .map_err(AppError::internal)?;
+    match confirmed {
+        Ok(()) => Ok(()),
+        Err(Gone::Changed(why)) => Err(Stop::Changed {
             path: served.path.clone(),
-            why: e.to_string(),
+            why,
         }),
-        Err(e) => Err(Stop::Refused(AppError::new(
+        Err(Gone::Unreachable(why)) => Err(Stop::Refused(AppError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "store_unreachable",
-            e.to_string(),
+            why,
         ))),
     }
 }

@@ -227,7 +227,8 @@ impl Checks {
 /// (`Err` when they could not be read; otherwise the verdict).
 fn ragged_offsets(file: &Blob, obj: &Object, c: &Component) -> Result<Result<(), String>, String> {
     let len = usize::try_from(c.length).map_err(|e| e.to_string())?;
-    let stored = crate::server::store::pread::read_exact_at(file, len, c.offset)
+    let stored = file
+        .read_exact(len, c.offset)
         .map_err(|e| format!("reading {len} bytes at {}: {e}", c.offset))?;
     // The manifest's lengths passed `limits.decompress_cap` when the file
     // was catalogued.

@@ -13,7 +13,6 @@ use std::sync::atomic::Ordering;
 
 use crate::server::integrity::checks::Refusal;
 use crate::server::integrity::digests::DigestMetrics;
-use crate::server::store::pread::read_exact_at;
 use crate::server::store::READ_CHUNK;
 
 /// Rows of an object's `data`, ready to send.
@@ -61,8 +60,10 @@ pub(crate) fn slice(
     let (mut pos, end) = (c.offset + start, c.offset + start + len);
     while pos < end {
         let n = READ_CHUNK.min(end - pos);
-        let chunk =
-            read_exact_at(&holder.file, usize::try_from(n).unwrap_or(0), pos).map_err(|e| {
+        let chunk = holder
+            .file
+            .read_exact(usize::try_from(n).unwrap_or(0), pos)
+            .map_err(|e| {
                 RowsFailure::Refused(Refusal::Unreadable(format!(
                     "{}: object {object:?}, component \"data\": reading rows {}:{}: {e}",
                     holder.path, rows.start, rows.end

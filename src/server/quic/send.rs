@@ -329,7 +329,7 @@ async fn read_chunk(
     let s = Arc::clone(served);
     let read = tokio::task::spawn_blocking(move || {
         let len = usize::try_from(n).unwrap_or(0);
-        crate::server::store::pread::read_held(&s.file, len, pos, Some(permit))
+        s.file.read_held(len, pos, Some(permit))
     })
     .await;
     match read {

@@ -1,89 +1,89 @@
-//! Where a served file's bytes are: an open local file (read with
-//! `pread` through the handle the catalog keeps), or one version of an
-//! object in the store (read with ranged GETs pinned to the ETag it was
-//! listed with, so a replaced object fails its reads as "changed on the
-//! server" instead of mixing versions).
+//! The handle on a served file's bytes that everything above the store
+//! holds: a [`ByteSource`] (a local file or one version of an object; the
+//! holder never asks which) shared by every request and entry of that
+//! version, and the ways to read it that callers need: whole, in pieces,
+//! as a reader, from memory when there, and its header through its
+//! source's read plan.
 //!
 //! Reads are blocking, for the blocking pool and the daemon's own threads
-//! (the hasher, the verifier, scans): an object's GET runs on the
-//! daemon's runtime while the calling thread waits.
+//! (the hasher, the verifier, scans), but [`Blob::read_now`], which never
+//! blocks.
 
 use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use zt_format::{FileManifest, Limits, Source};
 
-use crate::server::store::object_root::{ObjectRoot, StoreError};
-use crate::server::store::READ_CHUNK;
+use super::local::LocalFile;
+use super::object::StoredObject;
+use super::source::{ByteSource, Gone};
+use super::{Identity, READ_CHUNK};
 
 /// A served file's bytes.
-#[derive(Debug)]
-pub enum Blob {
-    File(File),
-    Object(StoredObject),
-}
-
-/// One version of an object of an object-storage root.
 #[derive(Debug, Clone)]
-pub struct StoredObject {
-    pub(crate) root: Arc<ObjectRoot>,
-    /// Its path under the root.
-    pub(crate) key: String,
-    /// The version listed; `None` for a store that gives no ETags.
-    pub(crate) etag: Option<String>,
-}
-
-impl StoredObject {
-    /// Bytes `range`, all of them (through the piece cache), or the
-    /// store's error as an I/O error.
-    pub(crate) fn read(&self, range: Range<u64>) -> io::Result<Bytes> {
-        self.root
-            .read_cached(&self.key, self.etag.as_deref(), range)
-            .map_err(io_error)
-    }
-}
-
-/// A store's answer as an I/O error of the kind a local file gives.
-pub(crate) fn io_error(e: StoreError) -> io::Error {
-    let kind = match e {
-        StoreError::NotFound { .. } => io::ErrorKind::NotFound,
-        StoreError::Changed { .. } => io::ErrorKind::UnexpectedEof,
-        StoreError::Config(_) | StoreError::Unreachable { .. } => io::ErrorKind::Other,
-    };
-    io::Error::new(kind, e.to_string())
-}
+pub(crate) struct Blob(Arc<dyn ByteSource>);
 
 impl Blob {
-    /// Another handle on the same bytes.
-    pub fn try_clone(&self) -> io::Result<Blob> {
-        Ok(match self {
-            Blob::File(f) => Blob::File(f.try_clone()?),
-            Blob::Object(o) => Blob::Object(o.clone()),
-        })
+    /// A local file, opened with the identity it had.
+    pub(crate) fn local(file: File, identity: Identity) -> Blob {
+        Blob(Arc::new(LocalFile { file, identity }))
+    }
+
+    /// One version of an object.
+    pub(crate) fn object(object: StoredObject) -> Blob {
+        Blob(Arc::new(object))
+    }
+
+    /// Whether the bytes may no longer be the version opened
+    /// ([`ByteSource::changed`]).
+    pub(crate) fn changed(&self) -> bool {
+        self.0.changed()
     }
 
     /// Fills `buf` from `pos` (blocking); `UnexpectedEof` if the bytes end
-    /// first or the object changed.
-    pub fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
-        match self {
-            Blob::File(f) => f.read_exact_at(buf, pos),
-            Blob::Object(o) => {
-                let got = o.read(pos..pos.saturating_add(buf.len() as u64))?;
-                buf.copy_from_slice(&got);
-                Ok(())
-            }
-        }
+    /// first or the version is gone.
+    pub(crate) fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
+        self.0.read_exact_at(buf, pos)
+    }
+
+    /// Exactly `len` bytes at `pos` (blocking).
+    pub(crate) fn read_exact(&self, len: usize, pos: u64) -> io::Result<Bytes> {
+        self.0.read_held(len, pos, None)
+    }
+
+    /// [`Blob::read_exact`] in a buffer that holds `permit` until the last
+    /// [`Bytes`] of it is dropped (for ztp/1: once the client acknowledged
+    /// the bytes and quinn let go of them), so a budget counts memory, not
+    /// calls.
+    pub(crate) fn read_held(
+        &self,
+        len: usize,
+        pos: u64,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> io::Result<Bytes> {
+        self.0.read_held(len, pos, permit)
+    }
+
+    /// `range` if it is in memory now, without blocking
+    /// ([`ByteSource::read_now`]).
+    pub(crate) fn read_now(&self, range: &Range<u64>) -> Option<io::Result<Bytes>> {
+        self.0.read_now(range)
+    }
+
+    /// Whether the version is still there where its identity cannot tell
+    /// (blocking; [`ByteSource::confirm`]).
+    pub(crate) fn confirm(&self, chunks: &[Range<u64>]) -> Result<(), Gone> {
+        self.0.confirm(chunks)
     }
 
     /// The header of a file of `source`, `size` bytes long, read through
     /// the source's read plan: a `.zt` file's footer, then its manifest
     /// (two ranged GETs from a store); a safetensors file's length, then
     /// its JSON (two); GGUF and MATRIX-ATOM headers as their fields say.
-    pub fn header(
+    pub(crate) fn header(
         &self,
         source: Source,
         label: &str,
@@ -100,31 +100,13 @@ impl Blob {
     /// ("reading N bytes at POS: ...") or `f`'s. An object's pieces are
     /// fetched `storage.read_ahead` at a time and kept in the piece cache
     /// for the send that follows a digest check (`keep`).
-    pub fn each_piece(
+    pub(crate) fn each_piece(
         &self,
         range: Range<u64>,
         keep: bool,
         mut f: impl FnMut(&[u8]) -> Result<(), String>,
     ) -> Result<(), String> {
-        let file = match self {
-            Blob::File(file) => file,
-            Blob::Object(o) => {
-                let etag = o.etag.as_deref();
-                return o.root.each_piece(&o.key, etag, range, READ_CHUNK, keep, f);
-            }
-        };
-        let len = READ_CHUNK.min(range.end.saturating_sub(range.start));
-        let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
-        let mut pos = range.start;
-        while pos < range.end {
-            let n = usize::try_from(READ_CHUNK.min(range.end - pos)).unwrap_or(0);
-            let part = buf.get_mut(..n).unwrap_or_default();
-            file.read_exact_at(part, pos)
-                .map_err(|e| format!("reading {n} bytes at {pos}: {e}"))?;
-            f(part)?;
-            pos += n as u64;
-        }
-        Ok(())
+        self.0.each_piece(range, READ_CHUNK, keep, &mut f)
     }
 
     /// The bytes of `range` as a reader (blocking), read [`READ_CHUNK`] at
@@ -144,19 +126,7 @@ impl Blob {
     /// the page cache or the disk gain nothing from more), the store's
     /// `storage.read_ahead` for an object.
     pub(crate) fn read_ahead(&self) -> usize {
-        match self {
-            Blob::File(_) => 1,
-            Blob::Object(o) => o.root.read_ahead(),
-        }
-    }
-
-    /// The local file, for reads that only a file can do (from the page
-    /// cache without blocking).
-    pub(crate) fn as_file(&self) -> Option<&File> {
-        match self {
-            Blob::File(f) => Some(f),
-            Blob::Object(_) => None,
-        }
+        self.0.read_ahead()
     }
 }
 

@@ -3,7 +3,9 @@
 //! `RWF_NOWAIT` reads from the page cache on the runtime), or one version
 //! of an object of an object-storage root (ranged GETs pinned to its
 //! listed ETag, a byte-bounded piece cache, the store's settings and
-//! credentials). [`blob::Blob`] is what everything above reads through.
+//! credentials). Both are a [`source::ByteSource`] with an [`Identity`];
+//! [`Blob`] is what everything above reads through, never asking which
+//! kind it holds.
 //!
 //! May use: `config` (the storage settings) and `zt-format` (read plans of
 //! each source's header). Knows nothing of requests, catalogs or
@@ -11,9 +13,16 @@
 
 pub(crate) mod aws_files;
 pub(crate) mod blob;
+mod identity;
+mod local;
+pub(crate) mod object;
 pub mod object_root;
 pub(crate) mod piece_cache;
 pub(crate) mod pread;
+pub(crate) mod source;
+
+pub(crate) use blob::Blob;
+pub(crate) use identity::Identity;
 
 /// Bytes of a served file read at once, for every transport and for
 /// hashing: the memory one response or stream holds in its reader, and

@@ -470,10 +470,17 @@ impl ObjectRoot {
         Ok(bytes)
     }
 
-    /// Whether the piece cache holds exactly `range` of this version of
-    /// `key` (a read of it would not ask the store).
-    pub(crate) fn is_cached(&self, key: &str, etag: Option<&str>, range: &Range<u64>) -> bool {
-        self.cache.get(key, etag, range).is_some()
+    /// The piece that is exactly `range` of this version of `key`, if the
+    /// piece cache holds it (a read of it would not ask the store).
+    pub(crate) fn cached(
+        &self,
+        key: &str,
+        etag: Option<&str>,
+        range: &Range<u64>,
+    ) -> Option<Bytes> {
+        let got = self.cache.get(key, etag, range)?;
+        self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+        Some(got)
     }
 
     /// Reads `range` of `key` in pieces of `piece` bytes, in order, with
@@ -487,7 +494,7 @@ impl ObjectRoot {
         range: Range<u64>,
         piece: u64,
         keep: bool,
-        mut f: impl FnMut(&[u8]) -> Result<(), String>,
+        f: &mut dyn FnMut(&[u8]) -> Result<(), String>,
     ) -> Result<(), String> {
         let starts =
             (range.start..range.end).step_by(usize::try_from(piece.max(1)).unwrap_or(usize::MAX));

@@ -1,15 +1,15 @@
-//! Positioned reads of served bytes (of a local file; an object's come
-//! from its ranged GET, [`Blob::Object`]), without zeroing the buffer first:
+//! Positioned reads of a local file, without zeroing the buffer first:
 //! the kernel writes straight into the vector's spare capacity (rustix's
 //! `pread` into `spare_capacity`), which grows the vector by what was
 //! read. A buffer the size of a read chunk would otherwise be `memset`
 //! before every read.
 //!
-//! Chunks on their way to a client ([`read_shared`]) come from a small
+//! Chunks on their way to a client ([`read_pooled`]) come from a small
 //! pool and go back to it when the transport drops them (once sent over
 //! HTTP, once acknowledged over QUIC): the allocator would otherwise hand
 //! freed chunks back to the kernel and fault in (and zero) fresh pages
-//! for the next.
+//! for the next. [`read_cached`] reads from the page cache without
+//! blocking, or not at all.
 
 use std::fs::File;
 use std::io;
@@ -17,52 +17,18 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 
-use crate::server::store::blob::Blob;
-
-/// Reads exactly `len` bytes of `blob` at `pos`; `UnexpectedEof` if the
-/// file ends first (it was truncated under the daemon).
-pub(crate) fn read_exact_at(blob: &Blob, len: usize, pos: u64) -> io::Result<Vec<u8>> {
-    match blob {
-        Blob::File(file) => {
-            let mut buf = Vec::with_capacity(len);
-            fill(file, &mut buf, len, pos)?;
-            Ok(buf)
-        }
-        Blob::Object(o) => Ok(o.read(span(len, pos))?.to_vec()),
-    }
-}
-
-/// [`read_exact_at`] into a pooled buffer, shared as [`Bytes`].
-pub(crate) fn read_shared(blob: &Blob, len: usize, pos: u64) -> io::Result<Bytes> {
-    read_held(blob, len, pos, None)
-}
-
-fn span(len: usize, pos: u64) -> std::ops::Range<u64> {
-    pos..pos.saturating_add(len as u64)
-}
-
-/// [`read_shared`], the buffer holding `permit` until the last [`Bytes`]
-/// of it is dropped (for ztp/1: once the client acknowledged the bytes
-/// and quinn let go of them), so a budget counts memory, not calls.
-pub(crate) fn read_held(
-    blob: &Blob,
+/// Reads exactly `len` bytes of `file` at `pos` into a pooled buffer,
+/// shared as [`Bytes`] (`UnexpectedEof` if the file ends first: it was
+/// truncated under the daemon), the
+/// buffer holding `permit` until the last [`Bytes`] of it is dropped (for
+/// ztp/1: once the client acknowledged the bytes and quinn let go of
+/// them), so a budget counts memory, not calls.
+pub(crate) fn read_pooled(
+    file: &File,
     len: usize,
     pos: u64,
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> io::Result<Bytes> {
-    let file = match blob {
-        Blob::File(file) => file,
-        Blob::Object(o) => {
-            let bytes = o.read(span(len, pos))?;
-            return Ok(match permit {
-                None => bytes,
-                Some(permit) => Bytes::from_owner(Held {
-                    bytes,
-                    _held: permit,
-                }),
-            });
-        }
-    };
     let mut buf = take(len);
     match fill(file, &mut buf, len, pos) {
         Ok(()) => Ok(Bytes::from_owner(Pooled { buf, _held: permit })),
@@ -112,18 +78,6 @@ struct Pooled {
     buf: Vec<u8>,
     /// Released after the buffer goes back to the pool.
     _held: Option<tokio::sync::OwnedSemaphorePermit>,
-}
-
-/// Bytes from the store, holding a budget until they are dropped.
-struct Held {
-    bytes: Bytes,
-    _held: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl AsRef<[u8]> for Held {
-    fn as_ref(&self) -> &[u8] {
-        &self.bytes
-    }
 }
 
 impl AsRef<[u8]> for Pooled {
@@ -217,10 +171,12 @@ mod tests {
         let mut f = tempfile::tempfile().unwrap();
         let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         f.write_all(&data).unwrap();
-        let f = Blob::File(f);
-        assert_eq!(read_exact_at(&f, 1000, 500).unwrap(), &data[500..1500]);
-        assert_eq!(read_exact_at(&f, 0, 0).unwrap(), Vec::<u8>::new());
-        let e = read_exact_at(&f, 1000, 99_500).unwrap_err();
+        assert_eq!(
+            &read_pooled(&f, 1000, 500, None).unwrap()[..],
+            &data[500..1500]
+        );
+        assert!(read_pooled(&f, 0, 0, None).unwrap().is_empty());
+        let e = read_pooled(&f, 1000, 99_500, None).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
     }
 
@@ -229,19 +185,18 @@ mod tests {
         let mut f = tempfile::tempfile().unwrap();
         let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 241) as u8).collect();
         f.write_all(&data).unwrap();
-        let f = Blob::File(f);
-        let first = read_shared(&f, 300_000, 7).unwrap();
+        let first = read_pooled(&f, 300_000, 7, None).unwrap();
         assert_eq!(&first[..], &data[7..300_007]);
         let at = first.as_ptr();
         drop(first);
         // A smaller read gets its own buffer: the kept one would read more.
-        let small = read_shared(&f, 200_000, 0).unwrap();
+        let small = read_pooled(&f, 200_000, 0, None).unwrap();
         assert_ne!(small.as_ptr(), at);
         // No other unit test reads through the pool, so the buffer just
         // handed back is the one that fits.
-        let second = read_shared(&f, 300_000, 400_000).unwrap();
+        let second = read_pooled(&f, 300_000, 400_000, None).unwrap();
         assert_eq!(&second[..], &data[400_000..700_000]);
         assert_eq!(second.as_ptr(), at, "the dropped chunk's buffer was reused");
-        assert!(read_shared(&f, 1000, 999_500).is_err());
+        assert!(read_pooled(&f, 1000, 999_500, None).is_err());
     }
 }

@@ -43,7 +43,7 @@ use anyhow::{Context, Result};
 use quinn::VarInt;
 use tokio::net::TcpListener;
 
-pub use catalog::{Catalog, Root};
+pub use catalog::Catalog;
 pub use config::Config;
 
 /// Shared state of a running daemon.
@@ -71,16 +71,10 @@ impl State {
             decompress_cap: config.limits.decompress_cap,
             ..zt_format::Limits::default()
         };
-        let url = config.root.to_string_lossy();
-        let (root, background) = if object_root::is_object_url(&url) {
-            let store = object_root::ObjectRoot::open(&url, &config.storage)?;
-            (
-                Root::Store(Arc::new(store)),
-                config.storage.background_reads,
-            )
-        } else {
-            (Root::Dir(config.root.clone()), true)
-        };
+        let root = store::open_root(&config.root, &config.storage)?;
+        // A store's every object is read by every replica that reads it in
+        // the background: off there unless asked for.
+        let background = root.dir().is_some() || config.storage.background_reads;
         let catalog = Catalog::new(root, limits, &config.digests, &config.state_dir, background)
             .with_context(|| format!("opening root {}", config.root.display()))?;
         let tokens = match &config.auth.token_file {
@@ -160,7 +154,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let addr = listener.local_addr()?;
-    let root = state.catalog.root().to_string();
+    let root = state.catalog.root().describe().to_owned();
     let scan_state = Arc::clone(&state);
     tokio::task::spawn_blocking(move || {
         let (added, _, _) = scan_state.catalog.rescan();
@@ -171,8 +165,7 @@ pub async fn run(
     .await?;
     let watcher = watch::spawn(Arc::clone(&state));
     let store_check = watch::spawn_store_check(Arc::clone(&state));
-    let store_reads =
-        matches!(state.catalog.root(), Root::Dir(_)) || state.config.storage.background_reads;
+    let store_reads = state.catalog.root().dir().is_some() || state.config.storage.background_reads;
     if state.config.digests.verify_background && store_reads {
         digests::start_verifier(&state, state.config.digests.rate_mib_s << 20);
     }

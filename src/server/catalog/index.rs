@@ -16,10 +16,10 @@ use zt_format::{Manifest, Source};
 use zt_ingest::served::ServedPack;
 
 use super::served::{Served, Unavailable};
-use super::{settled, Catalog, Entry, Root};
+use super::{settled, Catalog, Entry};
 use crate::server::catalog::etag;
 use crate::server::integrity::checks::Checks;
-use crate::server::store::object::StoredObject;
+
 use crate::server::store::Blob;
 use crate::server::store::Identity;
 
@@ -169,7 +169,7 @@ impl Catalog {
     ) -> Entry {
         let cap = self.limits.manifest_cap;
         let read = || -> Result<(Vec<u8>, Names), String> {
-            let raw = read_capped(rel, &file, size, cap)?;
+            let raw = crate::server::store::root::read_capped(rel, &file, size, cap)?;
             let names = if source == Source::MatrixAtomPack {
                 let ingest = ServedPack::read_manifest(rel, &raw).map_err(|e| e.to_string())?;
                 let map_rel = zt_ingest::served::beside(rel, &ingest.tokenizer);
@@ -202,61 +202,8 @@ impl Catalog {
     /// A file of the tree that is not an entry (a pack's symbol map), at
     /// most `cap` bytes, read only if it lies inside the root.
     fn read_beside(&self, rel: &str, cap: u64) -> Result<Vec<u8>, String> {
-        let root = match self.root() {
-            Root::Dir(dir) => dir,
-            Root::Store(store) => {
-                if rel
-                    .split('/')
-                    .any(|p| p.is_empty() || p == "." || p == "..")
-                {
-                    return Err(format!("{rel}: not a key under the root [pack-member]"));
-                }
-                let listed = store
-                    .head_blocking(rel)
-                    .map_err(|e| format!("{rel}: {e} [pack-member]"))?;
-                let object = StoredObject {
-                    root: std::sync::Arc::clone(store),
-                    key: rel.to_owned(),
-                    etag: listed.etag,
-                };
-                return read_capped(rel, &Blob::object(object), listed.size, cap);
-            }
-        };
-        let path = root
-            .join(rel)
-            .canonicalize()
-            .map_err(|e| format!("{rel}: {e} [pack-member]"))?;
-        if !path.starts_with(root) {
-            // Where it leads is the operator's to know, not a client's.
-            tracing::warn!(file = rel, target = %path.display(), "a pack member is a symlink out of the root");
-            return Err(format!(
-                "{rel}: lies outside the root (a symlink out of it) [pack-member]"
-            ));
-        }
-        let file = std::fs::File::open(&path).map_err(|e| format!("{rel}: opening: {e}"))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| format!("{rel}: reading metadata: {e}"))?;
-        read_capped(
-            rel,
-            &Blob::local(file, Identity::of(&meta)),
-            meta.len(),
-            cap,
-        )
+        self.root().read_small(rel, cap)
     }
-}
-
-/// The whole of a small file that names others: at most `cap` bytes.
-fn read_capped(rel: &str, file: &Blob, size: u64, cap: u64) -> Result<Vec<u8>, String> {
-    if size > cap {
-        return Err(format!(
-            "{rel}: {size} bytes, over the manifest cap of {cap} [header-over-cap]"
-        ));
-    }
-    let mut raw = vec![0u8; usize::try_from(size).map_err(|e| e.to_string())?];
-    file.read_exact_at(&mut raw, 0)
-        .map_err(|e| format!("{rel}: reading: {e}"))?;
-    Ok(raw)
 }
 
 /// The served entry of a multi-file entry's file and its members.

@@ -31,11 +31,9 @@ mod index;
 mod listing;
 mod resolve;
 mod served;
-mod walk;
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::SystemTime;
@@ -44,16 +42,14 @@ use zt_format::{DigestAlgorithm, Limits, Source};
 
 use crate::server::config::{DigestChoice, DigestsConfig};
 use crate::server::integrity::digests::{Computed, DigestMetrics, Hasher, Pending, Settle, Store};
-use crate::server::store::object::StoredObject;
-use crate::server::store::object_root::{ObjectRoot, StoreError};
-use crate::server::store::Blob;
+use crate::server::store::object_root::StoreError;
+use crate::server::store::root::{Root, Seen};
 
 pub(crate) use crate::server::store::Identity;
 pub(crate) use index::IndexFile;
 pub(crate) use resolve::Need;
 pub(crate) use served::Found;
 pub(crate) use served::{Served, Unavailable};
-use walk::walk;
 
 /// One catalog entry.
 #[derive(Debug, Clone)]
@@ -129,46 +125,10 @@ struct Digests {
     metrics: Arc<DigestMetrics>,
 }
 
-/// Where the served files are.
-#[derive(Debug, Clone)]
-pub enum Root {
-    /// A directory (canonicalized).
-    Dir(PathBuf),
-    /// A prefix in object storage.
-    Store(Arc<ObjectRoot>),
-}
-
-impl std::fmt::Display for Root {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Root::Dir(d) => write!(f, "{}", d.display()),
-            Root::Store(s) => f.write_str(s.url()),
-        }
-    }
-}
-
-/// A file a scan found, before it is read.
-#[derive(Debug)]
-struct Seen {
-    rel: String,
-    /// The local path, or the object's listed ETag.
-    at: At,
-    size: u64,
-    modified: SystemTime,
-    identity: Identity,
-    source: Source,
-}
-
-#[derive(Debug)]
-enum At {
-    Path(PathBuf),
-    Object(Option<String>),
-}
-
 /// The catalog of a root.
 #[derive(Debug)]
 pub struct Catalog {
-    root: Root,
+    root: Arc<dyn Root>,
     /// Why the last listing of an object-storage root failed, if it did.
     store_error: std::sync::Mutex<Option<StoreError>>,
     limits: Limits,
@@ -189,19 +149,13 @@ pub struct Catalog {
 /// The least time between two loads of one path by [`Catalog::refresh`].
 const RELOAD_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Whether a file name is one the catalog ignores: dotfiles and files
-/// still being written.
-pub(super) fn ignored_name(name: &str) -> bool {
-    name.starts_with('.') || name.ends_with(".part") || name.ends_with(".tmp")
-}
-
 impl Catalog {
     /// A catalog of `root` (a directory is canonicalized); empty until
     /// [`Catalog::rescan`]. Digests the files lack are computed as
     /// `digests` says and kept under `state_dir`; in the background only
     /// when `background` (otherwise for the requests that need them).
-    pub fn new(
-        root: Root,
+    pub(crate) fn new(
+        root: Arc<dyn Root>,
         limits: Limits,
         digests: &DigestsConfig,
         state_dir: &Path,
@@ -225,10 +179,6 @@ impl Catalog {
                 metrics: Arc::clone(&metrics),
             }
         });
-        let root = match root {
-            Root::Dir(d) => Root::Dir(d.canonicalize()?),
-            store => store,
-        };
         Ok(Catalog {
             root,
             store_error: std::sync::Mutex::new(None),
@@ -242,16 +192,8 @@ impl Catalog {
         })
     }
 
-    pub fn root(&self) -> &Root {
-        &self.root
-    }
-
-    /// The root directory; `None` for object storage.
-    pub fn dir(&self) -> Option<&Path> {
-        match &self.root {
-            Root::Dir(d) => Some(d),
-            Root::Store(_) => None,
-        }
+    pub(crate) fn root(&self) -> &dyn Root {
+        self.root.as_ref()
     }
 
     /// Why the store did not answer at the last listing or check, if it
@@ -295,16 +237,12 @@ impl Catalog {
         if !self.may_reload(rel) {
             return;
         }
-        let seen = match &self.root {
-            Root::Dir(dir) => walk::one(dir, rel),
-            Root::Store(store) => match store.head_blocking(rel) {
-                Ok(l) => walk::listed(l),
-                Err(StoreError::NotFound { .. }) => None,
-                Err(e) => {
-                    tracing::warn!(file = rel, error = %e, "cannot list the changed object again");
-                    return;
-                }
-            },
+        let seen = match self.root.stat(rel) {
+            Ok(seen) => seen,
+            Err(e) => {
+                tracing::warn!(file = rel, error = %e, "cannot look at the changed file again");
+                return;
+            }
         };
         let seen = seen.filter(|s| self.confirmed(s));
         let before = self.snapshot().get(rel).cloned();
@@ -430,61 +368,15 @@ impl Catalog {
     /// Every file of the root with a source's name, or `None` when the
     /// store could not be listed (the catalog stays as it was).
     fn scan(&self) -> Option<Vec<Seen>> {
-        match &self.root {
-            Root::Dir(dir) => {
-                let mut found = Vec::new();
-                walk(dir, dir, &mut found, 0);
-                Some(
-                    found
-                        .into_iter()
-                        .map(|(rel, abs, meta, source)| Seen {
-                            rel,
-                            at: At::Path(abs),
-                            size: meta.len(),
-                            modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                            identity: Identity::of(&meta),
-                            source,
-                        })
-                        .collect(),
-                )
-            }
-            Root::Store(store) => {
-                let listed = store.list_blocking();
-                let error = listed.as_ref().err().cloned();
-                if let Some(e) = &error {
-                    tracing::warn!(root = store.url(), error = %e, "cannot list the store; the catalog is kept as it was");
-                }
-                self.set_store_error(error);
-                Some(listed.ok()?.into_iter().filter_map(walk::listed).collect())
-            }
+        let listed = self.root.list();
+        let error = listed.as_ref().err().cloned();
+        if let Some(e) = &error {
+            tracing::warn!(root = self.root.describe(), error = %e, "cannot list the store; the catalog is kept as it was");
         }
-    }
-
-    /// Opens a found file: its bytes, size and identity as of the handle
-    /// kept (a local path may already name a newer file).
-    fn open(&self, seen: &Seen) -> Result<(Blob, u64, Identity), String> {
-        let rel = &seen.rel;
-        match (&seen.at, &self.root) {
-            (At::Path(abs), _) => {
-                let file = File::open(abs).map_err(|e| format!("{rel}: opening file: {e}"))?;
-                let m = file
-                    .metadata()
-                    .map_err(|e| format!("{rel}: reading metadata: {e}"))?;
-                let identity = Identity::of(&m);
-                Ok((Blob::local(file, identity), m.len(), identity))
-            }
-            (At::Object(etag), Root::Store(root)) => {
-                let object = StoredObject {
-                    root: Arc::clone(root),
-                    key: rel.clone(),
-                    etag: etag.clone(),
-                };
-                Ok((Blob::object(object), seen.size, seen.identity))
-            }
-            (At::Object(_), Root::Dir(_)) => {
-                Err(format!("{rel}: an object under a directory root"))
-            }
+        if self.root.store().is_some() {
+            self.set_store_error(error);
         }
+        listed.ok()
     }
 
     /// Whether a file whose extension names `source` starts as that source
@@ -503,6 +395,7 @@ impl Catalog {
         }
         let mut head = [0u8; 8];
         let starts = self
+            .root
             .open(seen)
             .is_ok_and(|(blob, _, _)| blob.read_exact_at(&mut head, 0).is_ok())
             && magics.iter().any(|m| **m == head);
@@ -527,7 +420,7 @@ impl Catalog {
                 identity,
             }))
         };
-        let (file, size, identity) = match self.open(seen) {
+        let (file, size, identity) = match self.root.open(seen) {
             Ok(opened) => opened,
             Err(reason) => return unavailable(reason, seen.identity),
         };

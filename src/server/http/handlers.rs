@@ -680,7 +680,7 @@ pub(crate) async fn metrics(AxState(state): AxState<Arc<State>>) -> Response {
         "# HELP ztserve_quic_send_budget_held_bytes Component bytes read for ztp/1 and not yet acknowledged by the clients (quic.send_budget_bytes bounds it).\n# TYPE ztserve_quic_send_budget_held_bytes gauge\nztserve_quic_send_budget_held_bytes {}\n",
         held_kib << 10
     ));
-    if let crate::server::Root::Store(store) = state.catalog.root() {
+    if let Some(store) = state.catalog.root().store() {
         store.render_metrics(&mut text);
     }
     with_template(

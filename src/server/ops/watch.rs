@@ -14,13 +14,13 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::server::store::object_root::StoreError;
-use crate::server::{Root, State};
+use crate::server::State;
 
 /// Starts the watcher task.
 pub(crate) fn spawn(state: Arc<State>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let (tx, mut rx) = mpsc::channel::<()>(1);
-        let dir = state.catalog.dir().map(ToOwned::to_owned);
+        let dir = state.catalog.root().dir().map(ToOwned::to_owned);
         let _watcher = if let (true, Some(dir)) = (state.config.catalog.watch, dir) {
             make_watcher(&state, &dir, tx)
         } else {
@@ -81,9 +81,7 @@ fn make_watcher(
 
 /// Starts the store check of an object-storage root (none for a directory).
 pub(crate) fn spawn_store_check(state: Arc<State>) -> Option<JoinHandle<()>> {
-    let Root::Store(store) = state.catalog.root().clone() else {
-        return None;
-    };
+    let store = Arc::clone(state.catalog.root().store()?);
     let every = Duration::from_secs(state.config.storage.check_interval_secs.max(1));
     Some(tokio::spawn(async move {
         let mut interval = tokio::time::interval(every);

@@ -13,12 +13,15 @@
 
 pub(crate) mod aws_files;
 pub(crate) mod blob;
+mod bucket;
+mod dir;
 mod identity;
 mod local;
 pub(crate) mod object;
 pub mod object_root;
 pub(crate) mod piece_cache;
 pub(crate) mod pread;
+pub(crate) mod root;
 pub(crate) mod source;
 
 pub(crate) use blob::Blob;
@@ -31,3 +34,22 @@ pub(crate) use identity::Identity;
 /// and delivered layer 0 after 4.8% of the bytes, with 4 MiB at 0.942x and
 /// after 3.2% (`ZT_BENCH_ONLY=2,3 cargo bench --bench fetch -- 5`).
 pub(crate) const READ_CHUNK: u64 = 4 << 20;
+
+/// The root `config.root` names: an object-storage URL (`s3://`, `gs://`,
+/// `az://`) with `[storage]`'s settings, else a directory.
+pub(crate) fn open_root(
+    root: &std::path::Path,
+    storage: &crate::server::config::StorageConfig,
+) -> anyhow::Result<std::sync::Arc<dyn root::Root>> {
+    use anyhow::Context as _;
+    let url = root.to_string_lossy();
+    if object_root::is_object_url(&url) {
+        let store = object_root::ObjectRoot::open(&url, storage)?;
+        return Ok(std::sync::Arc::new(bucket::BucketRoot(
+            std::sync::Arc::new(store),
+        )));
+    }
+    let dir =
+        dir::DirRoot::open(root).with_context(|| format!("opening root {}", root.display()))?;
+    Ok(std::sync::Arc::new(dir))
+}

@@ -1,0 +1,91 @@
+//! Where the served files are: a root lists them, looks at one again, and
+//! opens one as a [`Blob`]. A directory (`dir.rs`) or a prefix of an
+//! object store (`bucket.rs`); the catalog holds a `dyn Root` and never
+//! asks which, but where operations differ by nature (file events for a
+//! directory, health checks and metrics for a store).
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use zt_format::Source;
+
+use super::object_root::{ObjectRoot, StoreError};
+use super::{Blob, Identity};
+
+/// A file a listing found, before it is read.
+#[derive(Debug)]
+pub(crate) struct Seen {
+    /// Its path under the root, `/`-separated.
+    pub(crate) rel: String,
+    pub(crate) size: u64,
+    pub(crate) modified: SystemTime,
+    pub(crate) identity: Identity,
+    /// The source its name says it is.
+    pub(crate) source: Source,
+    /// Where the root finds it again (opaque above the store).
+    pub(crate) at: At,
+}
+
+/// Where a root finds a listed file.
+#[derive(Debug)]
+pub(crate) enum At {
+    /// A local path (the symlinks along it resolved inside the root).
+    Path(std::path::PathBuf),
+    /// An object's listed ETag.
+    Object(Option<String>),
+}
+
+/// A root of served files.
+pub(crate) trait Root: Send + Sync + fmt::Debug {
+    /// The directory's path or the store's URL, for logs and reasons.
+    fn describe(&self) -> &str;
+
+    /// Every file under the root named as a source is (blocking): dotfiles,
+    /// files being written (`*.part`, `*.tmp`) and `.`/`..`/empty parts
+    /// left out. `Err` when a store could not be listed.
+    fn list(&self) -> Result<Vec<Seen>, StoreError>;
+
+    /// The file at `rel` as a listing would find it now, `None` when there
+    /// is none (blocking).
+    fn stat(&self, rel: &str) -> Result<Option<Seen>, StoreError>;
+
+    /// Opens a listed file: its bytes, size and identity as of the handle
+    /// kept (a local path may already name a newer file).
+    fn open(&self, seen: &Seen) -> Result<(Blob, u64, Identity), String>;
+
+    /// The whole of a file of the tree that is no entry (a pack's symbol
+    /// map), at most `cap` bytes, if it lies inside the root.
+    fn read_small(&self, rel: &str, cap: u64) -> Result<Vec<u8>, String>;
+
+    /// The directory, whose file events keep the catalog current; `None`
+    /// for a store, which has none.
+    fn dir(&self) -> Option<&Path>;
+
+    /// The object store, for its health checks and metrics; `None` for a
+    /// directory.
+    fn store(&self) -> Option<&Arc<ObjectRoot>>;
+}
+
+/// Whether a file name is one a listing leaves out: dotfiles and files
+/// still being written.
+pub(crate) fn ignored_name(name: &str) -> bool {
+    name.starts_with('.') || name.ends_with(".part") || name.ends_with(".tmp")
+}
+
+/// Deepest directory nesting followed, against symlink loops and abuse.
+pub(crate) const MAX_DEPTH: usize = 32;
+
+/// The whole of a small file that names others: at most `cap` bytes.
+pub(crate) fn read_capped(rel: &str, file: &Blob, size: u64, cap: u64) -> Result<Vec<u8>, String> {
+    if size > cap {
+        return Err(format!(
+            "{rel}: {size} bytes, over the manifest cap of {cap} [header-over-cap]"
+        ));
+    }
+    let mut raw = vec![0u8; usize::try_from(size).map_err(|e| e.to_string())?];
+    file.read_exact_at(&mut raw, 0)
+        .map_err(|e| format!("{rel}: reading: {e}"))?;
+    Ok(raw)
+}

@@ -150,33 +150,32 @@ pub(super) async fn read(
     state: &Arc<State>,
     span: Range<u64>,
 ) -> io::Result<Bytes> {
-    let fast = served
-        .is_checked_span(&span)
-        .then(|| served.file.read_now(&span))
-        .flatten();
-    let read = match fast {
-        Some(read) => read,
-        None => {
-            let (s, st) = (Arc::clone(served), Arc::clone(state));
-            tokio::task::spawn_blocking(move || read_checked(&s, &st, span))
-                .await
-                .unwrap_or_else(|e| Err(io::Error::other(e)))
+    let (pos, n) = (span.start, span.end - span.start);
+    if served.is_checked_span(&span) {
+        if let Some(read) = served.file.read_now(&span) {
+            return read;
         }
-    };
-    read
+    } else {
+        let (s, st) = (Arc::clone(served), Arc::clone(state));
+        tokio::task::spawn_blocking(move || checked(&s, &st, &span))
+            .await
+            .unwrap_or_else(|e| Err(io::Error::other(e)))?;
+    }
+    // A local file's read on the blocking pool, an object's GET awaited
+    // here: no thread held across network I/O.
+    let len = usize::try_from(n).unwrap_or(0);
+    served.file.read_async(len, pos, None).await.inspect_err(|e| {
+        tracing::warn!(file = %served.path, error = %e, offset = pos, "read failed mid-response (file truncated or changed?)");
+    })
 }
 
-/// A chunk read on a blocking thread, after the components under it
-/// passed their checks.
-fn read_checked(served: &Served, state: &State, span: Range<u64>) -> io::Result<Bytes> {
-    let (pos, n) = (span.start, span.end - span.start);
-    if let Err(refusal) = served.check_span(&span) {
+/// The checks of the components under `span` (blocking: the first check
+/// of a component reads it whole); a failure cuts the response.
+fn checked(served: &Served, state: &State, span: &Range<u64>) -> io::Result<()> {
+    served.check_span(span).map_err(|refusal| {
         state.catalog.digest_metrics().count_abort();
-        tracing::error!(file = %served.path, offset = pos, %refusal, "component failed its digest mid-response; connection cut");
-        return Err(io::Error::other(refusal.to_string()));
-    }
-    served.file.read_exact(n as usize, pos).inspect_err(|e| {
-        tracing::warn!(file = %served.path, error = %e, offset = pos, "read failed mid-response (file truncated or changed?)");
+        tracing::error!(file = %served.path, offset = span.start, %refusal, "component failed its digest mid-response; connection cut");
+        io::Error::other(refusal.to_string())
     })
 }
 

@@ -123,11 +123,7 @@ async fn confirm(served: &Arc<Served>, spans: &[Range<u64>]) -> Result<(), Stop>
                 .map(move |p| p..p.saturating_add(READ_CHUNK).min(s.end))
         })
         .collect();
-    let s = Arc::clone(served);
-    let confirmed = tokio::task::spawn_blocking(move || s.file.confirm(&chunks))
-        .await
-        .map_err(AppError::internal)?;
-    match confirmed {
+    match served.file.confirm(chunks).await {
         Ok(()) => Ok(()),
         Err(Gone::Changed(why)) => Err(Stop::Changed {
             path: served.path.clone(),

@@ -326,17 +326,12 @@ async fn read_chunk(
         .acquire_many_owned(kib)
         .await
         .map_err(|_| (Code::Internal, None))?;
-    let s = Arc::clone(served);
-    let read = tokio::task::spawn_blocking(move || {
-        let len = usize::try_from(n).unwrap_or(0);
-        s.file.read_held(len, pos, Some(permit))
-    })
-    .await;
-    match read {
+    let len = usize::try_from(n).unwrap_or(0);
+    match served.file.read_async(len, pos, Some(permit)).await {
         // Read from a file rewritten in place since it was catalogued: the
         // bytes may be the new version's (the client would refuse them by
         // their digest; they are not sent at all).
-        Ok(Ok(_)) if served.changed() => {
+        Ok(_) if served.changed() => {
             let why = format!(
                 "{}: object {:?}, component {:?}: changed-under-transfer: the file changed (rewritten in place?) while it was sent",
                 served.path, h.object, h.component
@@ -346,8 +341,8 @@ async fn read_chunk(
             state.refresh_later(&served.path);
             Err((Code::ReadFailed, Some(why)))
         }
-        Ok(Ok(b)) => Ok(b),
-        Ok(Err(e)) => {
+        Ok(b) => Ok(b),
+        Err(e) => {
             let why = format!(
                 "{}: object {:?}, component {:?}: reading {n} bytes at {pos}: {e}",
                 served.path, h.object, h.component
@@ -355,7 +350,6 @@ async fn read_chunk(
             tracing::warn!(file = %served.path, reason = %why, "read failed mid-stream (file changed?)");
             Err((Code::ReadFailed, Some(why)))
         }
-        Err(_) => Err((Code::Internal, None)),
     }
 }
 

@@ -54,29 +54,30 @@ impl Blob {
         self.0.read_held(len, pos, None)
     }
 
-    /// [`Blob::read_exact`] in a buffer that holds `permit` until the last
-    /// [`Bytes`] of it is dropped (for ztp/1: once the client acknowledged
-    /// the bytes and quinn let go of them), so a budget counts memory, not
-    /// calls.
-    pub(crate) fn read_held(
+    /// Exactly `len` bytes at `pos`, on the runtime: no thread is held
+    /// across an object's GET ([`ByteSource::read_async`]); the buffer
+    /// holds `permit` until the last [`Bytes`] of it is dropped (for ztp/1:
+    /// once the client acknowledged the bytes and quinn let go of them), so
+    /// a budget counts memory, not calls.
+    pub(crate) async fn read_async(
         &self,
         len: usize,
         pos: u64,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> io::Result<Bytes> {
-        self.0.read_held(len, pos, permit)
+        Arc::clone(&self.0).read_async(len, pos, permit).await
+    }
+
+    /// Whether the version is still there where its identity cannot tell
+    /// ([`ByteSource::confirm`]).
+    pub(crate) async fn confirm(&self, chunks: Vec<Range<u64>>) -> Result<(), Gone> {
+        Arc::clone(&self.0).confirm(chunks).await
     }
 
     /// `range` if it is in memory now, without blocking
     /// ([`ByteSource::read_now`]).
     pub(crate) fn read_now(&self, range: &Range<u64>) -> Option<io::Result<Bytes>> {
         self.0.read_now(range)
-    }
-
-    /// Whether the version is still there where its identity cannot tell
-    /// (blocking; [`ByteSource::confirm`]).
-    pub(crate) fn confirm(&self, chunks: &[Range<u64>]) -> Result<(), Gone> {
-        self.0.confirm(chunks)
     }
 
     /// The header of a file of `source`, `size` bytes long, read through

@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 
 use super::object_root::{ObjectRoot, StoreError};
 use super::source::{ByteSource, Gone};
@@ -72,13 +73,7 @@ impl ByteSource for StoredObject {
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> io::Result<Bytes> {
         let bytes = self.read(pos..pos.saturating_add(len as u64))?;
-        Ok(match permit {
-            None => bytes,
-            Some(permit) => Bytes::from_owner(Held {
-                bytes,
-                _held: permit,
-            }),
-        })
+        Ok(held(bytes, permit))
     }
 
     fn read_now(&self, range: &Range<u64>) -> Option<io::Result<Bytes>> {
@@ -103,20 +98,60 @@ impl ByteSource for StoredObject {
         self.root.read_ahead()
     }
 
-    fn confirm(&self, chunks: &[Range<u64>]) -> Result<(), Gone> {
-        let etag = self.etag.as_deref();
-        let Some(first) = chunks
-            .iter()
-            .find(|c| self.root.cached(&self.key, etag, c).is_none())
-        else {
-            return Ok(());
-        };
-        match self.root.read_cached(&self.key, etag, first.clone()) {
-            Ok(_) => Ok(()),
-            Err(e @ (StoreError::Changed { .. } | StoreError::NotFound { .. })) => {
-                Err(Gone::Changed(e.to_string()))
-            }
-            Err(e) => Err(Gone::Unreachable(e.to_string())),
+    fn read_async(
+        self: Arc<Self>,
+        len: usize,
+        pos: u64,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> BoxFuture<'static, io::Result<Bytes>> {
+        Box::pin(async move {
+            let range = pos..pos.saturating_add(len as u64);
+            let bytes = self
+                .root
+                .read_kept(&self.key, self.etag.as_deref(), range)
+                .await
+                .map_err(io_error)?;
+            Ok(held(bytes, permit))
+        })
+    }
+
+    fn confirm(self: Arc<Self>, chunks: Vec<Range<u64>>) -> BoxFuture<'static, Result<(), Gone>> {
+        Box::pin(async move {
+            let etag = self.etag.as_deref();
+            let Some(first) = chunks
+                .iter()
+                .find(|c| self.root.cached(&self.key, etag, c).is_none())
+            else {
+                return Ok(());
+            };
+            gone(
+                self.root
+                    .read_kept(&self.key, etag, first.clone())
+                    .await
+                    .map(drop),
+            )
+        })
+    }
+}
+
+/// `bytes` holding `permit` until the last of them is dropped.
+fn held(bytes: Bytes, permit: Option<tokio::sync::OwnedSemaphorePermit>) -> Bytes {
+    match permit {
+        None => bytes,
+        Some(permit) => Bytes::from_owner(Held {
+            bytes,
+            _held: permit,
+        }),
+    }
+}
+
+/// A confirming read's answer.
+fn gone(read: Result<(), StoreError>) -> Result<(), Gone> {
+    match read {
+        Ok(()) => Ok(()),
+        Err(e @ (StoreError::Changed { .. } | StoreError::NotFound { .. })) => {
+            Err(Gone::Changed(e.to_string()))
         }
+        Err(e) => Err(Gone::Unreachable(e.to_string())),
     }
 }

@@ -470,6 +470,24 @@ impl ObjectRoot {
         Ok(bytes)
     }
 
+    /// [`ObjectRoot::read`] through the piece cache, on the runtime: the
+    /// piece that is exactly `range` if one is kept, otherwise read and
+    /// kept.
+    pub(crate) async fn read_kept(
+        &self,
+        key: &str,
+        etag: Option<&str>,
+        range: Range<u64>,
+    ) -> Result<Bytes, StoreError> {
+        if let Some(b) = self.cached(key, etag, &range) {
+            return Ok(b);
+        }
+        let start = range.start;
+        let bytes = self.read(key, etag, range).await?;
+        self.cache.put(key, etag, start, &bytes);
+        Ok(bytes)
+    }
+
     /// The piece that is exactly `range` of this version of `key`, if the
     /// piece cache holds it (a read of it would not ask the store).
     pub(crate) fn cached(

@@ -8,7 +8,10 @@ use std::fmt;
 use std::io;
 use std::ops::Range;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 
 /// A served file's bytes, one version of them.
 pub(crate) trait ByteSource: Send + Sync + fmt::Debug {
@@ -35,6 +38,23 @@ pub(crate) trait ByteSource: Send + Sync + fmt::Debug {
     /// runtime. `None` when they are not, or cannot be told.
     fn read_now(&self, range: &Range<u64>) -> Option<io::Result<Bytes>>;
 
+    /// `len` bytes at `pos`, on the runtime: a local file's read on the
+    /// blocking pool (disk I/O), an object's GET awaited on the runtime (no
+    /// thread held across network I/O); the buffer holds `permit` as
+    /// [`ByteSource::read_held`]'s does.
+    fn read_async(
+        self: Arc<Self>,
+        len: usize,
+        pos: u64,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> BoxFuture<'static, io::Result<Bytes>>;
+
+    /// Finds out now, before a response's headers go out, whether the
+    /// version is still there, where its identity cannot tell: reads the
+    /// first of `chunks` not held in memory, pinned to the version, and
+    /// keeps it for the body. A local file has nothing to read.
+    fn confirm(self: Arc<Self>, chunks: Vec<Range<u64>>) -> BoxFuture<'static, Result<(), Gone>>;
+
     /// Reads `range` in pieces of `piece` bytes, in order, handing each to
     /// `f` (blocking), keeping them for the send that follows when `keep`;
     /// stops at the first error, a read's ("reading N bytes at POS: ...")
@@ -49,12 +69,6 @@ pub(crate) trait ByteSource: Send + Sync + fmt::Debug {
 
     /// Reads one reader keeps in flight.
     fn read_ahead(&self) -> usize;
-
-    /// Finds out now, before a response's headers go out, whether the
-    /// version is still there, where its identity cannot tell: reads the
-    /// first of `chunks` not held in memory, pinned to the version, and
-    /// keeps it for the body (blocking). A local file has nothing to read.
-    fn confirm(&self, chunks: &[Range<u64>]) -> Result<(), Gone>;
 }
 
 /// Why [`ByteSource::confirm`] failed.

@@ -89,6 +89,38 @@ impl Served {
             .cloned()
     }
 
+    /// [`Served::check`] on the runtime (`Checks::check_async`: no thread
+    /// waits on an object's GETs).
+    pub(crate) async fn check_async(&self, object: &str, role: &str) -> Result<(), Refusal> {
+        let owner = self.owner(object, role);
+        let (entry, file) = match &owner {
+            Some(shard) => (shard.as_ref(), &shard.file),
+            None => (self, &self.file),
+        };
+        entry
+            .checks
+            .check_async(file, &entry.path, &entry.manifest, object, role)
+            .await
+    }
+
+    /// [`Served::check_spans`] on the runtime.
+    pub(crate) async fn check_spans_async(
+        &self,
+        spans: &[std::ops::Range<u64>],
+    ) -> Result<(), Refusal> {
+        for span in spans {
+            let parts: Vec<(String, String)> = self
+                .checks
+                .overlapping(span)
+                .map(|(o, r)| (o.to_owned(), r.to_owned()))
+                .collect();
+            for (o, r) in parts {
+                self.check_async(&o, &r).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Checks every component whose stored bytes overlap one of `spans`.
     pub fn check_spans(&self, spans: &[std::ops::Range<u64>]) -> Result<(), Refusal> {
         spans.iter().try_for_each(|s| self.check_span(s))

@@ -155,27 +155,16 @@ pub(super) async fn read(
         if let Some(read) = served.file.read_now(&span) {
             return read;
         }
-    } else {
-        let (s, st) = (Arc::clone(served), Arc::clone(state));
-        tokio::task::spawn_blocking(move || checked(&s, &st, &span))
-            .await
-            .unwrap_or_else(|e| Err(io::Error::other(e)))?;
+    } else if let Err(refusal) = served.check_spans_async(std::slice::from_ref(&span)).await {
+        state.catalog.digest_metrics().count_abort();
+        tracing::error!(file = %served.path, offset = span.start, %refusal, "component failed its digest mid-response; connection cut");
+        return Err(io::Error::other(refusal.to_string()));
     }
     // A local file's read on the blocking pool, an object's GET awaited
     // here: no thread held across network I/O.
     let len = usize::try_from(n).unwrap_or(0);
     served.file.read_async(len, pos, None).await.inspect_err(|e| {
         tracing::warn!(file = %served.path, error = %e, offset = pos, "read failed mid-response (file truncated or changed?)");
-    })
-}
-
-/// The checks of the components under `span` (blocking: the first check
-/// of a component reads it whole); a failure cuts the response.
-fn checked(served: &Served, state: &State, span: &Range<u64>) -> io::Result<()> {
-    served.check_span(span).map_err(|refusal| {
-        state.catalog.digest_metrics().count_abort();
-        tracing::error!(file = %served.path, offset = span.start, %refusal, "component failed its digest mid-response; connection cut");
-        io::Error::other(refusal.to_string())
     })
 }
 

@@ -293,7 +293,7 @@ async fn answer(
                 .into_iter()
                 .map(|s| s.start..s.end.min(s.start.saturating_add(READ_CHUNK)))
                 .collect();
-            let check = move |s: &Served| s.check_spans(&first);
+            let check = served.check_spans_async(&first);
             let read = preflight(state, method, headers, &entity, &ranges, check).await?;
             Ok(respond(state, method, headers, entity, ranges, read))
         }
@@ -524,10 +524,8 @@ async fn component_response(
         .iter()
         .any(|(k, v)| k == "decode" && (v == "1" || v == "true"));
     let mut extra = component_headers(c, &obj.shape);
-    let (o, r) = (object.to_owned(), role.to_owned());
-    let check = move |s: &Served| s.check(&o, &r);
     if decode && c.encoding == Encoding::Zstd {
-        verify(&served, check).await?;
+        verify(&served, served.check_async(object, role)).await?;
         return decoded(
             state, method, headers, &served, object, role, c, etag, extra,
         )
@@ -564,6 +562,7 @@ async fn component_response(
         Some((_, text)) => super::rows::ranges(state, &mut entity, object, text).await?,
         None => ranges(state, headers, &entity),
     };
+    let check = entity.served.check_async(object, role);
     let read = preflight(state, method, headers, &entity, &ranges, check).await?;
     Ok(respond(state, method, headers, entity, ranges, read))
 }

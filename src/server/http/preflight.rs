@@ -58,7 +58,7 @@ pub(super) async fn preflight(
     headers: &HeaderMap,
     entity: &Entity,
     ranges: &Ranges,
-    check: impl FnOnce(&Served) -> Result<(), Refusal> + Send + 'static,
+    check: impl std::future::Future<Output = Result<(), Refusal>>,
 ) -> Result<Option<Bytes>, Stop> {
     let served = &entity.served;
     let sends = entity.sends_bytes(method, headers, ranges);
@@ -137,22 +137,19 @@ async fn confirm(served: &Arc<Served>, spans: &[Range<u64>]) -> Result<(), Stop>
     }
 }
 
-/// Runs a digest check on a blocking thread (the first check of a
-/// component reads it); a component that fails is a 409 `corrupt` naming
-/// the file, object, component and rule, and none of its bytes are sent.
-/// One that cannot be read (the file shrank under the daemon) is a 503
-/// `unreadable`. Either, when the file turns out to have changed under
-/// its entry (rewritten during the check, an object replaced), is a
-/// [`Stop::Changed`]: the file is catalogued again and checked as it is.
+/// Runs a digest check (`check`: the first check of a component reads
+/// it); a component that fails is a 409 `corrupt` naming the file, object,
+/// component and rule, and none of its bytes are sent. One that cannot be
+/// read (the file shrank under the daemon) is a 503 `unreadable`. Either,
+/// when the file turns out to have changed under its entry (rewritten
+/// during the check, an object replaced), is a [`Stop::Changed`]: the file
+/// is catalogued again and checked as it is.
 pub(super) async fn verify(
     served: &Arc<Served>,
-    check: impl FnOnce(&Served) -> Result<(), Refusal> + Send + 'static,
+    check: impl std::future::Future<Output = Result<(), Refusal>>,
 ) -> Result<(), Stop> {
-    let s = Arc::clone(served);
-    let refusal = match tokio::task::spawn_blocking(move || check(&s)).await {
-        Ok(Ok(())) => return Ok(()),
-        Ok(Err(refusal)) => refusal,
-        Err(e) => return Err(AppError::internal(e).into()),
+    let Err(refusal) = check.await else {
+        return Ok(());
     };
     unchanged(served)?;
     Err(match refusal {

@@ -45,8 +45,9 @@ pub(crate) struct Checks {
     kept: Vec<OnceLock<Digest>>,
     /// Held while a component is read for its check, so that requests
     /// asking for it at once read it once (the others wait, then find
-    /// the answer); one per cell.
-    reading: Vec<Mutex<()>>,
+    /// the answer); one per cell. A lock both a blocking thread
+    /// ([`Checks::check`]) and a task ([`Checks::check_async`]) can wait on.
+    reading: Vec<tokio::sync::Mutex<()>>,
     /// Each component's cell, by object, then role (looked up by `&str`).
     index: HashMap<String, HashMap<String, usize>>,
     /// The components that are byte ranges of this file, by offset
@@ -80,7 +81,7 @@ impl Checks {
         Checks {
             cells: (0..count).map(|_| OnceLock::new()).collect(),
             kept: (0..count).map(|_| OnceLock::new()).collect(),
-            reading: (0..count).map(|_| Mutex::new(())).collect(),
+            reading: (0..count).map(|_| tokio::sync::Mutex::new(())).collect(),
             index,
             by_offset,
             fresh,
@@ -160,6 +161,46 @@ impl Checks {
             .collect()
     }
 
+    /// What checking `object`'s `role` takes: `None` when nothing is left
+    /// to do (checked and passed, no digest cell, built in memory); a
+    /// component that failed its check before is refused again.
+    fn job<'a>(
+        &'a self,
+        m: &'a Manifest,
+        object: &str,
+        role: &str,
+    ) -> Result<Option<Job<'a>>, Refusal> {
+        let (Some(index), Some(c)) = (
+            self.cell_index(object, role),
+            m.objects.get(object).and_then(|o| o.components.get(role)),
+        ) else {
+            return Ok(None);
+        };
+        let Some(cell) = self.cells.get(index) else {
+            return Ok(None);
+        };
+        if c.synthesized {
+            // Built from the header in memory, hashed there: no file
+            // range to check it against.
+            return Ok(None);
+        }
+        if let Some(done) = cell.get() {
+            return done.clone().map(|()| None).map_err(Refusal::Corrupt);
+        }
+        let ragged = m
+            .objects
+            .get(object)
+            .filter(|o| o.format == Format::Ragged && role == "offsets");
+        Ok(Some(Job {
+            index,
+            cell,
+            c,
+            ragged,
+            // Digests just computed from this very file handle's bytes.
+            trusted: self.fresh && c.digest_computed,
+        }))
+    }
+
     /// Checks the component once (blocking: it reads the component);
     /// later calls return the first answer. Components without a digest,
     /// or with an algorithm this build does not know, pass: there is
@@ -172,70 +213,141 @@ impl Checks {
         object: &str,
         role: &str,
     ) -> Result<(), Refusal> {
-        let Some(cell) = self.cell(object, role) else {
+        let Some(job) = self.job(m, object, role)? else {
             return Ok(());
         };
-        let Some(c) = m.objects.get(object).and_then(|o| o.components.get(role)) else {
-            return Ok(());
-        };
-        if c.synthesized {
-            // Built from the header in memory, hashed there: no file
-            // range to check it against.
-            return Ok(());
-        }
-        if let Some(done) = cell.get() {
+        let _reading = self
+            .reading
+            .get(job.index)
+            .map(tokio::sync::Mutex::blocking_lock);
+        if let Some(done) = job.cell.get() {
             return done.clone().map_err(Refusal::Corrupt);
         }
-        let reading = self
-            .cell_index(object, role)
-            .and_then(|i| self.reading.get(i))
-            .map(|m| m.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-        if let Some(done) = cell.get() {
-            return done.clone().map_err(Refusal::Corrupt);
-        }
-        let _reading = reading;
-        let named = |e: String| format!("{path}: object {object:?}, component {role:?}: {e}");
-        let ragged = m
-            .objects
-            .get(object)
-            .filter(|o| o.format == Format::Ragged && role == "offsets");
-        let hashed = if self.fresh && c.digest_computed {
-            Ok((Ok(()), None))
-        } else {
-            hash(file, c)
+        let hashed = match job.trusted {
+            true => Ok((Ok(()), None)),
+            false => hash(file, job.c),
         };
         let checked = hashed.and_then(|(verdict, crc)| {
-            if let (Ok(()), Some(crc)) = (&verdict, crc) {
-                self.keep(object, role, crc);
-            }
-            match (verdict, ragged) {
-                (Ok(()), Some(obj)) => ragged_offsets(file, obj, c),
+            self.kept_if(object, role, &verdict, crc);
+            match (verdict, job.ragged) {
+                (Ok(()), Some(obj)) => {
+                    let stored = read_offsets(file, job.c)?;
+                    Ok(ragged_offsets(obj, job.c, &stored))
+                }
                 (verdict, _) => Ok(verdict),
             }
         });
-        match checked {
-            Ok(verdict) => cell
-                .get_or_init(|| verdict.map_err(named))
-                .clone()
-                .map_err(Refusal::Corrupt),
-            Err(unreadable) => Err(Refusal::Unreadable(named(unreadable))),
+        settle(&job, path, object, role, checked)
+    }
+
+    /// [`Checks::check`] on the runtime: a local file's component is read
+    /// and hashed on the blocking pool, an object's read with GETs awaited
+    /// here and hashed on the blocking pool a piece at a time, so no thread
+    /// waits on the network.
+    pub(crate) async fn check_async(
+        &self,
+        file: &Blob,
+        path: &str,
+        m: &Manifest,
+        object: &str,
+        role: &str,
+    ) -> Result<(), Refusal> {
+        let Some(job) = self.job(m, object, role)? else {
+            return Ok(());
+        };
+        let _reading = match self.reading.get(job.index) {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        };
+        if let Some(done) = job.cell.get() {
+            return done.clone().map_err(Refusal::Corrupt);
+        }
+        let hashed = match job.trusted {
+            true => Ok((Ok(()), None)),
+            false => hash_async(file, job.c).await,
+        };
+        let checked = match hashed {
+            Ok((verdict, crc)) => {
+                self.kept_if(object, role, &verdict, crc);
+                match (verdict, job.ragged) {
+                    (Ok(()), Some(obj)) => {
+                        let len = usize::try_from(job.c.length).unwrap_or(0);
+                        match file.read_async(len, job.c.offset, None).await {
+                            Ok(stored) => {
+                                let (obj, c) = (obj.clone(), job.c.clone());
+                                tokio::task::spawn_blocking(move || {
+                                    ragged_offsets(&obj, &c, &stored)
+                                })
+                                .await
+                                .map_err(|e| e.to_string())
+                            }
+                            Err(e) => Err(format!("reading {len} bytes at {}: {e}", job.c.offset)),
+                        }
+                    }
+                    (verdict, _) => Ok(verdict),
+                }
+            }
+            Err(unreadable) => Err(unreadable),
+        };
+        settle(&job, path, object, role, checked)
+    }
+
+    /// Keeps the CRC-32C of a component that passed.
+    fn kept_if(&self, object: &str, role: &str, verdict: &Result<(), String>, crc: Option<Digest>) {
+        if let (Ok(()), Some(crc)) = (verdict, crc) {
+            self.keep(object, role, crc);
         }
     }
 }
 
-/// A ragged object's offsets, read and checked against its values
-/// (`Err` when they could not be read; otherwise the verdict).
-fn ragged_offsets(file: &Blob, obj: &Object, c: &Component) -> Result<Result<(), String>, String> {
+/// A component to check, and where its answer goes.
+struct Job<'a> {
+    index: usize,
+    cell: &'a OnceLock<Result<(), String>>,
+    c: &'a Component,
+    /// The object, when the component is a ragged object's offsets.
+    ragged: Option<&'a Object>,
+    /// Its digest was computed from this very file handle's bytes: hashing
+    /// it again would read the same bytes twice for nothing.
+    trusted: bool,
+}
+
+/// The answer of a check: remembered when it is a verdict, not when the
+/// bytes could not be read (the next request tries again).
+fn settle(
+    job: &Job<'_>,
+    path: &str,
+    object: &str,
+    role: &str,
+    checked: Result<Result<(), String>, String>,
+) -> Result<(), Refusal> {
+    let named = |e: String| format!("{path}: object {object:?}, component {role:?}: {e}");
+    match checked {
+        Ok(verdict) => job
+            .cell
+            .get_or_init(|| verdict.map_err(named))
+            .clone()
+            .map_err(Refusal::Corrupt),
+        Err(unreadable) => Err(Refusal::Unreadable(named(unreadable))),
+    }
+}
+
+/// A ragged object's stored offsets.
+fn read_offsets(file: &Blob, c: &Component) -> Result<bytes::Bytes, String> {
     let len = usize::try_from(c.length).map_err(|e| e.to_string())?;
-    let stored = file
-        .read_exact(len, c.offset)
-        .map_err(|e| format!("reading {len} bytes at {}: {e}", c.offset))?;
+    file.read_exact(len, c.offset)
+        .map_err(|e| format!("reading {len} bytes at {}: {e}", c.offset))
+}
+
+/// A ragged object's offsets (`stored`, as the file holds them) checked
+/// against its values: the verdict.
+fn ragged_offsets(obj: &Object, c: &Component, stored: &[u8]) -> Result<(), String> {
     // The manifest's lengths passed `limits.decompress_cap` when the file
     // was catalogued.
     let decoded = match (c.encoding, c.uncompressed_length) {
-        (Encoding::Zstd, Some(n)) => match zt_format::codec::decompress(&stored, n, u64::MAX) {
+        (Encoding::Zstd, Some(n)) => match zt_format::codec::decompress(stored, n, u64::MAX) {
             Ok(d) => d.as_slice().to_vec(),
-            Err(rule) => return Ok(Err(format!("{}: {rule}", rule.name()))),
+            Err(rule) => return Err(format!("{}: {rule}", rule.name())),
         },
         _ => stored.to_vec(),
     };
@@ -244,8 +356,8 @@ fn ragged_offsets(file: &Blob, obj: &Object, c: &Component) -> Result<Result<(),
         .get("values")
         .and_then(|v| v.decoded_length()?.checked_div(v.dtype.size()))
         .unwrap_or(0);
-    Ok(zt_format::ragged::check_offsets(&decoded, count)
-        .map_err(|rule| format!("{}: {rule}", rule.name())))
+    zt_format::ragged::check_offsets(&decoded, count)
+        .map_err(|rule| format!("{}: {rule}", rule.name()))
 }
 
 /// A component's digest check and the CRC-32C of the bytes checked.
@@ -272,6 +384,40 @@ fn hash(file: &Blob, c: &Component) -> Result<Hashed, String> {
         }
         Ok(())
     })?;
+    let got = h.finish();
+    let verdict = digest
+        .compare(&got)
+        .map_err(|rule| format!("{}: {rule}", rule.name()));
+    Ok((verdict, Some(crc.map_or(got, Hasher::finish))))
+}
+
+/// [`hash`] on the runtime ([`Blob::visit`]).
+async fn hash_async(file: &Blob, c: &Component) -> Result<Hashed, String> {
+    let Some(digest) = &c.digest else {
+        return Ok((Ok(()), None));
+    };
+    let Some(algorithm) = digest.algorithm() else {
+        return Ok((Ok(()), None));
+    };
+    let hashers = std::sync::Arc::new(Mutex::new((
+        Hasher::new(algorithm),
+        (algorithm != DigestAlgorithm::Crc32c).then(|| Hasher::new(DigestAlgorithm::Crc32c)),
+    )));
+    let feed = std::sync::Arc::clone(&hashers);
+    // Cached for the send that follows: an object is then read once.
+    let range = c.offset..c.offset.saturating_add(c.length);
+    file.visit(range, true, move |piece| {
+        let mut h = feed.lock().map_err(|e| e.to_string())?;
+        h.0.update(piece);
+        if let Some(crc) = &mut h.1 {
+            crc.update(piece);
+        }
+        Ok(())
+    })
+    .await?;
+    let (h, crc) = std::sync::Arc::into_inner(hashers)
+        .and_then(|m| m.into_inner().ok())
+        .ok_or("the hash of a component was still in use")?;
     let got = h.finish();
     let verdict = digest
         .compare(&got)

@@ -190,27 +190,22 @@ async fn send_one(
     // go out; the header tells the client which component was refused.
     // A raw byte range (`@bytes/START-END`, not an object of the file)
     // checks every component it overlaps.
-    let (s, o, r) = (Arc::clone(served), h.object.clone(), h.component.clone());
     let span = h.offset..h.offset.saturating_add(h.length);
-    let check = move || match s.manifest.objects.contains_key(&o) {
-        true => s.check(&o, &r),
-        false => s.check_span(&span),
+    let checked = match served.manifest.objects.contains_key(&h.object) {
+        true => served.check_async(&h.object, &h.component).await,
+        false => served.check_spans_async(std::slice::from_ref(&span)).await,
     };
-    match tokio::task::spawn_blocking(check).await {
-        Ok(Ok(())) => {}
-        Ok(Err(Refusal::Corrupt(why))) => {
+    match checked {
+        Ok(()) => {}
+        Err(Refusal::Corrupt(why)) => {
             tracing::warn!(file = %served.path, reason = %why, "refusing a corrupt component");
             let _ = stream.reset(code(Code::Corrupt));
             return Written::Refused(Code::Corrupt, why);
         }
-        Ok(Err(Refusal::Unreadable(why))) => {
+        Err(Refusal::Unreadable(why)) => {
             tracing::warn!(file = %served.path, reason = %why, "component unreadable (file changed?)");
             let _ = stream.reset(code(Code::ReadFailed));
             return Written::Refused(Code::ReadFailed, why);
-        }
-        Err(_) => {
-            let _ = stream.reset(code(Code::Internal));
-            return Written::Gone;
         }
     }
     let memory = served.synthesized(&h.object, &h.component);

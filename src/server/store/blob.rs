@@ -110,6 +110,18 @@ impl Blob {
         self.0.each_piece(range, READ_CHUNK, keep, &mut f)
     }
 
+    /// [`Blob::each_piece`] on the runtime ([`ByteSource::visit`]).
+    pub(crate) async fn visit(
+        &self,
+        range: Range<u64>,
+        keep: bool,
+        f: impl FnMut(&[u8]) -> Result<(), String> + Send + 'static,
+    ) -> Result<(), String> {
+        Arc::clone(&self.0)
+            .visit(range, READ_CHUNK, keep, Box::new(f))
+            .await
+    }
+
     /// The bytes of `range` as a reader (blocking), read [`READ_CHUNK`] at
     /// a time (an object's pieces then come from the piece cache where a
     /// digest check left them): what a streaming decoder reads from.

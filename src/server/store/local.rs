@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 
 use super::pread::{read_cached, read_pooled, CACHED_READ_MAX};
-use super::source::{ByteSource, Gone};
+use super::source::{ByteSource, Gone, Visitor};
 use super::Identity;
 
 /// An open local file and the identity it had when opened.
@@ -73,6 +73,20 @@ impl ByteSource for LocalFile {
             pos += n as u64;
         }
         Ok(())
+    }
+
+    fn visit(
+        self: Arc<Self>,
+        range: Range<u64>,
+        piece: u64,
+        keep: bool,
+        mut f: Visitor,
+    ) -> BoxFuture<'static, Result<(), String>> {
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || self.each_piece(range, piece, keep, &mut *f))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+        })
     }
 
     /// One: reads from the page cache or the disk gain nothing from more.

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 
 use super::object_root::{ObjectRoot, StoreError};
-use super::source::{ByteSource, Gone};
+use super::source::{ByteSource, Gone, Visitor};
 
 /// One version of an object.
 #[derive(Debug, Clone)]
@@ -91,6 +91,52 @@ impl ByteSource for StoredObject {
     ) -> Result<(), String> {
         let etag = self.etag.as_deref();
         self.root.each_piece(&self.key, etag, range, piece, keep, f)
+    }
+
+    fn visit(
+        self: Arc<Self>,
+        range: Range<u64>,
+        piece: u64,
+        keep: bool,
+        f: Visitor,
+    ) -> BoxFuture<'static, Result<(), String>> {
+        use futures_util::StreamExt as _;
+        Box::pin(async move {
+            let step = usize::try_from(piece.max(1)).unwrap_or(usize::MAX);
+            let end = range.end;
+            let me = Arc::clone(&self);
+            let mut pieces = futures_util::stream::iter((range.start..end).step_by(step))
+                .map(move |at| {
+                    let (me, r) = (Arc::clone(&me), at..at.saturating_add(piece).min(end));
+                    async move {
+                        let etag = me.etag.as_deref();
+                        let got = match keep {
+                            true => me.root.read_kept(&me.key, etag, r.clone()).await,
+                            false => me.root.read(&me.key, etag, r.clone()).await,
+                        };
+                        got.map_err(|e| {
+                            format!("reading {} bytes at {}: {e}", r.end - r.start, r.start)
+                        })
+                    }
+                })
+                .buffered(self.root.read_ahead());
+            let mut f = Some(f);
+            while let Some(bytes) = pieces.next().await {
+                let bytes = bytes?;
+                let Some(mut g) = f.take() else {
+                    break;
+                };
+                let (g, done) = tokio::task::spawn_blocking(move || {
+                    let done = g(&bytes);
+                    (g, done)
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+                done?;
+                f = Some(g);
+            }
+            Ok(())
+        })
     }
 
     /// `storage.read_ahead` GETs.

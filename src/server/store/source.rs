@@ -67,9 +67,24 @@ pub(crate) trait ByteSource: Send + Sync + fmt::Debug {
         f: &mut dyn FnMut(&[u8]) -> Result<(), String>,
     ) -> Result<(), String>;
 
+    /// [`ByteSource::each_piece`] on the runtime: a local file's pieces
+    /// read (and handed to `f`) on the blocking pool in one go, an
+    /// object's GETs awaited here with `f` run on the blocking pool for
+    /// each piece (it hashes), so no thread is held across network I/O.
+    fn visit(
+        self: Arc<Self>,
+        range: Range<u64>,
+        piece: u64,
+        keep: bool,
+        f: Visitor,
+    ) -> BoxFuture<'static, Result<(), String>>;
+
     /// Reads one reader keeps in flight.
     fn read_ahead(&self) -> usize;
 }
+
+/// What [`ByteSource::visit`] hands each piece to.
+pub(crate) type Visitor = Box<dyn FnMut(&[u8]) -> Result<(), String> + Send>;
 
 /// Why [`ByteSource::confirm`] failed.
 #[derive(Debug, Clone)]

@@ -103,9 +103,10 @@ fn the_format_and_protocol_crates_have_no_runtime_or_sockets() {
 /// Issue 27: no two modules import each other, in the daemon, the client
 /// and the format crate. A module is a file; an import is any path it
 /// names through `crate::`, `super::` or `self::` (in `use` trees, braces
-/// expanded, and in code), or a child of a directory module by its bare
-/// name. A module's ancestors and descendants are its own: only other
-/// branches count. Test modules (after `#[cfg(test)]`) are left out.
+/// expanded, and in code), or a child module by its bare name, followed
+/// through re-exports (`catalog::Identity` is `store::identity`'s). A
+/// module's ancestors and descendants are its own: only other branches
+/// count. Test modules (after `#[cfg(test)]`) are left out.
 #[test]
 fn no_two_modules_import_each_other() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -193,16 +194,20 @@ fn expand(tree: &str) -> Vec<String> {
         .collect()
 }
 
-/// The paths a source file names, tests left out.
-fn paths_in(src: &str) -> Vec<String> {
-    let code: String = src
-        .split("#[cfg(test)]")
+/// A source file's code before its tests, without comments.
+fn code_of(src: &str) -> String {
+    src.split("#[cfg(test)]")
         .next()
         .unwrap_or_default()
         .lines()
         .map(|l| l.split("//").next().unwrap_or_default())
         .collect::<Vec<_>>()
-        .join("\n");
+        .join("\n")
+}
+
+/// Every `use` statement's tree, braces expanded, each with whether the
+/// statement re-exports (`pub use`, `pub(crate) use`, ...).
+fn use_trees(code: &str) -> Vec<(bool, String)> {
     let mut out = Vec::new();
     for stmt in code.split(';') {
         // The statement's start: the last line of it that begins a `use`.
@@ -215,13 +220,20 @@ fn paths_in(src: &str) -> Vec<String> {
             .chain(lines[k + 1..].iter().copied())
             .collect::<Vec<_>>()
             .join(" ");
-        out.extend(
-            expand(&tree)
-                .into_iter()
-                .map(|p| p.split(" as ").next().unwrap_or_default().trim().to_owned()),
-        );
+        let public = first.starts_with("pub");
+        out.extend(expand(&tree).into_iter().map(|p| (public, p)));
     }
-    // Paths in code: `crate::a::b`, `super::c`.
+    out
+}
+
+/// The paths a source file names, tests left out: in `use` trees (an
+/// alias dropped), and in code (`crate::a::b`, `super::c`).
+fn paths_in(src: &str) -> Vec<String> {
+    let code = code_of(src);
+    let mut out: Vec<String> = use_trees(&code)
+        .into_iter()
+        .map(|(_, p)| p.split(" as ").next().unwrap_or_default().trim().to_owned())
+        .collect();
     let bytes = code.as_bytes();
     for start in ["crate::", "super::", "self::"] {
         let mut at = 0;
@@ -248,48 +260,99 @@ fn use_prefix(line: &str) -> Option<usize> {
         .map(|p| p.len())
 }
 
+/// A path a module names, made absolute (`crate::`, `super::`, `self::`, or
+/// a child module by its bare name); `None` for another crate's.
+fn absolute(modules: &Modules, m: &Module, path: &str) -> Option<Module> {
+    let mut parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
+    let mut base: Module = match parts.first().copied()? {
+        "crate" => {
+            parts.remove(0);
+            Vec::new()
+        }
+        "super" | "self" => {
+            // `self` is the module itself, whether a file or a directory's
+            // `mod.rs`; each `super` its parent.
+            let mut b = m.clone();
+            while let Some(p @ ("super" | "self")) = parts.first().copied() {
+                if p == "super" {
+                    b.pop();
+                }
+                parts.remove(0);
+            }
+            b
+        }
+        child if modules.contains_key(&[m.clone(), vec![child.to_owned()]].concat()) => m.clone(),
+        _ => return None,
+    };
+    base.extend(parts.iter().map(|p| (*p).to_owned()));
+    Some(base)
+}
+
+type Modules = std::collections::BTreeMap<Module, (std::path::PathBuf, bool)>;
+
+/// What each module re-exports (`pub use`, `pub(crate) use`): by (module,
+/// name), the absolute path it stands for.
+fn reexports(modules: &Modules) -> std::collections::BTreeMap<(Module, String), Module> {
+    let mut out = std::collections::BTreeMap::new();
+    for (m, (file, _)) in modules {
+        let src = std::fs::read_to_string(file).unwrap();
+        for (public, item) in use_trees(&code_of(&src)) {
+            let (path, alias) = match item.split_once(" as ") {
+                Some((p, a)) => (p.trim().to_owned(), Some(a.trim().to_owned())),
+                None => (item.trim().to_owned(), None),
+            };
+            if !public || path.ends_with('*') {
+                continue;
+            }
+            let Some(abs) = absolute(modules, m, &path) else {
+                continue;
+            };
+            let name = alias.or_else(|| abs.last().cloned()).unwrap_or_default();
+            out.insert((m.clone(), name), abs);
+        }
+    }
+    out
+}
+
+/// The module an absolute path names: its deepest module prefix, through
+/// re-exports (`catalog::Identity` is `store::identity`'s).
+fn module_of(
+    modules: &Modules,
+    reexported: &std::collections::BTreeMap<(Module, String), Module>,
+    mut abs: Module,
+) -> Option<Module> {
+    for _ in 0..8 {
+        let t = (0..=abs.len())
+            .rev()
+            .map(|k| abs[..k].to_vec())
+            .find(|t| modules.contains_key(t))?;
+        let Some(to) = abs
+            .get(t.len())
+            .and_then(|n| reexported.get(&(t.clone(), n.clone())))
+        else {
+            return Some(t);
+        };
+        abs = [to.clone(), abs[t.len() + 1..].to_vec()].concat();
+    }
+    None
+}
+
 /// (importer, imported) for every import between two modules of which
 /// neither is the other's ancestor.
-fn imports(
-    modules: &std::collections::BTreeMap<Module, (std::path::PathBuf, bool)>,
-) -> BTreeSet<(Module, Module)> {
+fn imports(modules: &Modules) -> BTreeSet<(Module, Module)> {
+    let reexported = reexports(modules);
     let mut edges = BTreeSet::new();
-    for (m, (file, is_dir)) in modules {
+    for (m, (file, _)) in modules {
         let src = std::fs::read_to_string(file).unwrap();
         for path in paths_in(&src) {
-            let mut parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
-            let mut base: Module = match parts.first().copied() {
-                Some("crate") => {
-                    parts.remove(0);
-                    Vec::new()
-                }
-                Some("super" | "self") => {
-                    let mut b = m.clone();
-                    if !is_dir {
-                        b.pop();
-                    }
-                    while let Some(p @ ("super" | "self")) = parts.first().copied() {
-                        if p == "super" {
-                            b.pop();
-                        }
-                        parts.remove(0);
-                    }
-                    b
-                }
-                // A child of this directory module by its bare name.
-                Some(_) if *is_dir => m.clone(),
-                _ => continue,
+            let Some(t) =
+                absolute(modules, m, &path).and_then(|abs| module_of(modules, &reexported, abs))
+            else {
+                continue;
             };
-            base.extend(parts.iter().map(|p| (*p).to_owned()));
-            let target = (1..=base.len())
-                .rev()
-                .map(|k| base[..k].to_vec())
-                .find(|t| modules.contains_key(t));
-            if let Some(t) = target {
-                let related = t.starts_with(m) || m.starts_with(&t);
-                if !related {
-                    edges.insert((m.clone(), t));
-                }
+            let related = t.starts_with(m) || m.starts_with(&t);
+            if !related {
+                edges.insert((m.clone(), t));
             }
         }
     }

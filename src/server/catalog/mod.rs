@@ -29,6 +29,7 @@
 pub(crate) mod etag;
 mod index;
 mod listing;
+pub(crate) mod pending;
 mod resolve;
 mod served;
 
@@ -41,9 +42,10 @@ use std::time::SystemTime;
 use zt_format::{DigestAlgorithm, Limits, Source};
 
 use crate::server::config::{DigestChoice, DigestsConfig};
-use crate::server::integrity::digests::{Computed, DigestMetrics, Hasher, Pending, Settle, Store};
+use crate::server::integrity::digests::{Computed, DigestMetrics, Hasher, Settle, Store};
 use crate::server::store::object_root::StoreError;
 use crate::server::store::root::{Root, Seen};
+use pending::Pending;
 
 pub(crate) use crate::server::store::Identity;
 pub(crate) use index::IndexFile;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use zt_format::select::Selection;
 use zt_format::Manifest;
 
+use super::pending::Pending;
 use super::served::Unavailable;
 use super::{Catalog, Entry};
-use crate::server::integrity::digests::Pending;
 
 /// What a request needs of a file's digests.
 #[derive(Debug, Clone, Copy)]

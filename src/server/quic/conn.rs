@@ -10,8 +10,9 @@ use ztp_proto::{
     ServerSession,
 };
 
+use super::cancel::RequestCtl;
 use super::control::{Control, Session};
-use super::send::{self, Item, RequestCtl};
+use super::send::{self, Item, Plan};
 use crate::server::catalog::{Entry, Need, Served};
 use crate::server::State;
 use zt_format::select::Selection;
@@ -188,8 +189,6 @@ async fn get(
         control.send(Message::Done(done)).await;
     });
 }
-
-pub(super) type Plan = (Arc<Served>, Vec<u8>, Vec<Item>);
 
 /// A `get` with `ranges`: one stream per byte range of the file, in the
 /// order asked for, announced by a manifest of one `u8` object per range

@@ -16,7 +16,7 @@ use quinn::{Connection, SendStream, VarInt};
 use tokio::sync::{mpsc, oneshot};
 use ztp_proto::{frame, frame_owned, Close, ErrorMsg, Message, ServerSession};
 
-use super::send::RequestCtl;
+use super::cancel::RequestCtl;
 
 /// The connection's requests in flight, shared by its tasks.
 pub(super) type Session = Arc<Mutex<ServerSession<Arc<RequestCtl>>>>;

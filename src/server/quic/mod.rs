@@ -2,6 +2,7 @@
 //! tuning, and the accept loop. Each connection is handled by the private
 //! `conn` module.
 
+mod cancel;
 pub mod cert;
 mod conn;
 mod control;

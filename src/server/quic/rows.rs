@@ -13,8 +13,7 @@ use zt_format::rows::Rows;
 use zt_format::select::Selection;
 use ztp_proto::{Code, ComponentHeader, Get};
 
-use super::conn::Plan;
-use super::send::Item;
+use super::send::{Item, Plan};
 use crate::server::catalog::Served;
 use crate::server::integrity::checks::Refusal;
 use crate::server::integrity::rows::{slice, RowsFailure};

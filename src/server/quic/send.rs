@@ -2,15 +2,15 @@
 //! most `quic.max_streams` open at a time per connection, earlier ones
 //! with higher send priority.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures_util::StreamExt as _;
 use quinn::{Connection, SendStream, VarInt};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use ztp_proto::{frame_header, Close, Code, ComponentHeader, ErrorMsg, Message, ServerSession};
 
+use super::cancel::RequestCtl;
 use super::control::Control;
 use crate::server::catalog::Served;
 use crate::server::integrity::checks::Refusal;
@@ -28,36 +28,9 @@ use crate::server::store::READ_CHUNK as CHUNK;
 /// share of it.
 const WRITERS: usize = 2;
 
-/// Cancellation state of one request.
-#[derive(Debug, Default)]
-pub(super) struct RequestCtl {
-    all: AtomicBool,
-    parts: Mutex<Vec<(String, Option<String>)>>,
-    notify: Notify,
-}
-
-impl RequestCtl {
-    /// Cancels the request (no object), an object of it, or one component.
-    pub(super) fn cancel(&self, object: Option<String>, component: Option<String>) {
-        match object {
-            None => self.all.store(true, Ordering::SeqCst),
-            Some(o) => {
-                if let Ok(mut p) = self.parts.lock() {
-                    p.push((o, component));
-                }
-            }
-        }
-        self.notify.notify_waiters();
-    }
-
-    fn is_cancelled(&self, object: &str, component: &str) -> bool {
-        self.all.load(Ordering::SeqCst)
-            || self.parts.lock().is_ok_and(|p| {
-                p.iter()
-                    .any(|(o, c)| o == object && c.as_deref().is_none_or(|c| c == component))
-            })
-    }
-}
+/// A `get` planned: the served file, the manifest message's bytes, and
+/// the components to send, in order.
+pub(super) type Plan = (Arc<Served>, Vec<u8>, Vec<Item>);
 
 /// One component to send.
 #[derive(Debug, Clone)]

@@ -18,7 +18,6 @@
 //! identity, so a restart does not hash again and a changed file is
 //! hashed anew. It is a cache: replicas never depend on it.
 
-mod pending;
 mod store;
 mod verifier;
 mod worker;
@@ -26,7 +25,6 @@ mod worker;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub(crate) use pending::Pending;
 pub(crate) use store::{Computed, Store};
 pub(crate) use verifier::start as start_verifier;
 pub(crate) use worker::{Hasher, Settle};
@@ -53,6 +51,11 @@ pub(crate) struct DigestMetrics {
 }
 
 impl DigestMetrics {
+    /// Counts bytes read to compute digests.
+    pub(crate) fn count_hashed(&self, n: u64) {
+        self.bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
     pub(crate) fn count_abort(&self) {
         self.aborts.fetch_add(1, Ordering::Relaxed);
     }

@@ -4,31 +4,15 @@
 //! full speed, and that file goes first). Components a request hashed
 //! itself are not read again.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use zt_format::DigestAlgorithm;
 
-use super::pending::Pending;
 use super::{Computed, DigestMetrics};
+use crate::server::catalog::pending::{Pending, Queue};
 use crate::server::catalog::Found;
-
-/// The files waiting for the hasher, and what hashing shares.
-#[derive(Debug)]
-pub(super) struct Queue {
-    jobs: Mutex<VecDeque<Arc<Pending>>>,
-    pub(super) ready: Condvar,
-    /// Files a request is waiting for, queued or in progress.
-    pub(super) urgent: AtomicUsize,
-    pub(super) algorithm: DigestAlgorithm,
-    pub(super) metrics: Arc<DigestMetrics>,
-    /// Whether files no request waits for are hashed at all (not on an
-    /// object-storage root by default: every replica would download
-    /// every object).
-    background: bool,
-}
 
 /// What the catalog does with a finished job: `Ok` holds the computed
 /// digests, `Err` why the file could not be hashed.

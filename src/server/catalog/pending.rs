@@ -7,16 +7,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 
 use zt_format::{DigestAlgorithm, Hasher as DigestHasher};
 
-use super::worker::Queue;
-use super::Computed;
-use crate::server::catalog::{Entry, Found, Served};
+use super::{Entry, Found, Served};
+use crate::server::integrity::digests::{Computed, DigestMetrics};
 
 /// Told the length of each chunk read; an error stops the hashing.
-pub(super) type Pace<'a> = dyn FnMut(u64) -> Result<(), String> + 'a;
+pub(crate) type Pace<'a> = dyn FnMut(u64) -> Result<(), String> + 'a;
 
 /// A served file whose digests are being computed. A request that needs
 /// every digest waits ([`Pending::wait`]); one that needs some hashes
@@ -31,10 +30,10 @@ pub struct Pending {
     cells: BTreeMap<(String, String), Mutex<Option<String>>>,
     /// A request waits for every digest: hash at full speed, before
     /// anything else.
-    pub(super) wanted: AtomicBool,
+    pub(crate) wanted: AtomicBool,
     /// Requests hashing components of it now: the background hasher,
     /// which may hold a component one of them needs, goes at full speed.
-    pub(super) hurry: AtomicUsize,
+    pub(crate) hurry: AtomicUsize,
     /// The catalog no longer lists this version of the file.
     retired: AtomicBool,
     done: tokio::sync::watch::Sender<bool>,
@@ -47,7 +46,7 @@ pub struct Pending {
 }
 
 impl Pending {
-    pub(super) fn new(found: Found, queue: Weak<Queue>) -> Pending {
+    pub(crate) fn new(found: Found, queue: Weak<Queue>) -> Pending {
         let cells = found
             .manifest
             .components()
@@ -90,7 +89,7 @@ impl Pending {
             .upgrade()
             .ok_or_else(|| format!("{}: the daemon is shutting down", self.found.path))?;
         let mut pace = |n: u64| {
-            q.metrics.bytes.fetch_add(n, Ordering::Relaxed);
+            q.metrics.count_hashed(n);
             self.running()
         };
         self.hurry.fetch_add(1, Ordering::SeqCst);
@@ -123,14 +122,14 @@ impl Pending {
     }
 
     /// Every component that lacks a digest, in manifest order.
-    pub(super) fn missing(&self) -> impl Iterator<Item = &(String, String)> {
+    pub(crate) fn missing(&self) -> impl Iterator<Item = &(String, String)> {
         self.cells.keys()
     }
 
     /// One component's digest: the one already computed, or hashed now
     /// with `algorithm`, `pace` told of each chunk read; an object's bytes
     /// are kept for the send that follows when `keep` (a request's hashing).
-    pub(super) fn digest_of(
+    pub(crate) fn digest_of(
         &self,
         object: &str,
         role: &str,
@@ -199,7 +198,7 @@ impl Pending {
     }
 
     /// An error once the catalog no longer lists this version.
-    pub(super) fn running(&self) -> Result<(), String> {
+    pub(crate) fn running(&self) -> Result<(), String> {
         if self.is_retired() {
             Err(format!(
                 "{}: the file changed while it was hashed",
@@ -229,7 +228,7 @@ impl Pending {
         self.retired.load(Ordering::SeqCst)
     }
 
-    pub(super) fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if self.wanted.load(Ordering::SeqCst) {
             if let Some(q) = self.queue.upgrade() {
                 q.urgent.fetch_sub(1, Ordering::SeqCst);
@@ -237,4 +236,19 @@ impl Pending {
         }
         self.done.send_replace(true);
     }
+}
+
+/// The files waiting for the hasher, and what hashing shares.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    pub(crate) jobs: Mutex<std::collections::VecDeque<Arc<Pending>>>,
+    pub(crate) ready: Condvar,
+    /// Files a request is waiting for, queued or in progress.
+    pub(crate) urgent: AtomicUsize,
+    pub(crate) algorithm: DigestAlgorithm,
+    pub(crate) metrics: Arc<DigestMetrics>,
+    /// Whether files no request waits for are hashed at all (not on an
+    /// object-storage root by default: every replica would download
+    /// every object).
+    pub(crate) background: bool,
 }

@@ -51,7 +51,7 @@
 mod budget;
 mod causes;
 mod client;
-pub mod copy;
+mod copy;
 mod error;
 mod fetch;
 pub mod http;

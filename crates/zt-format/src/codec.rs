@@ -91,8 +91,12 @@ impl<R: Read> Decoder<R> {
                 cap,
             });
         }
+        let mut inner = zstd::stream::read::Decoder::new(stored).map_err(corrupt)?;
+        // Frames written with long windows (`--long`) decode as they do
+        // whole: the output is capped by `expected` anyway.
+        inner.window_log_max(31).map_err(corrupt)?;
         Ok(Decoder {
-            inner: zstd::stream::read::Decoder::new(stored).map_err(corrupt)?,
+            inner,
             expected,
             done: 0,
         })
@@ -102,6 +106,9 @@ impl<R: Read> Decoder<R> {
     /// for the last piece, and 0 once the component ended at exactly
     /// `expected` bytes.
     pub fn next_piece(&mut self, buf: &mut [u8]) -> Result<usize, Rule> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
         let mut filled = 0;
         while filled < buf.len() {
             let n = self

@@ -4,8 +4,9 @@
 //! and read through [`zt_format::source`]), validated, with the
 //! [`Blob`] that serves it.
 //!
-//! The root is a directory or a prefix in object storage ([`Root`]).
-//! Local files are read with `pread` through the handle kept here, never
+//! The root is a directory or a prefix in object storage (a `dyn Root` of
+//! the store, which lists the files and opens each as a [`Blob`]). A local
+//! file is read with `pread` through the handle its entry keeps, never
 //! mapped: a file truncated in place makes its requests fail, not the
 //! daemon. A file replaced by rename keeps serving its old bytes to
 //! requests that already hold the old entry, while new requests get the
@@ -21,10 +22,11 @@
 //! the background); a request gets what it needs through
 //! [`Catalog::resolve`].
 //!
-//! `served` holds what an entry is made of, `resolve` what a request is
-//! served while digests are computed, `index` links a multi-file entry
+//! `served` holds what an entry is made of, `pending` a file waiting for
+//! its digests (and the hasher's queue of them), `resolve` what a request
+//! is served while digests are computed, `index` links a multi-file entry
 //! (a sharded checkpoint's index, an ingest pack) to its member files,
-//! and `walk` finds the files.
+//! `listing` is what `/v1/files` lists, and `etag` makes every ETag.
 
 pub(crate) mod etag;
 mod index;

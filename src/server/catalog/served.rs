@@ -90,22 +90,39 @@ impl Served {
     }
 
     /// [`Served::check`] on the runtime (`Checks::check_async`: no thread
-    /// waits on an object's GETs).
-    pub(crate) async fn check_async(&self, object: &str, role: &str) -> Result<(), Refusal> {
-        let owner = self.owner(object, role);
-        let (entry, file) = match &owner {
-            Some(shard) => (shard.as_ref(), &shard.file),
-            None => (self, &self.file),
-        };
-        entry
-            .checks
-            .check_async(file, &entry.path, &entry.manifest, object, role)
-            .await
+    /// waits on an object's GETs). A check still to do runs as a task of
+    /// its own: a request that goes away (its client hung up) does not drop
+    /// it half-done, and the requests waiting on it get its answer instead
+    /// of starting over.
+    pub(crate) async fn check_async(
+        self: &Arc<Self>,
+        object: &str,
+        role: &str,
+    ) -> Result<(), Refusal> {
+        let entry = self.owner(object, role).unwrap_or_else(|| Arc::clone(self));
+        if entry.checks.passed(object, role) {
+            return Ok(());
+        }
+        let (o, r) = (object.to_owned(), role.to_owned());
+        tokio::spawn(async move {
+            entry
+                .checks
+                .check_async(&entry.file, &entry.path, &entry.manifest, &o, &r)
+                .await
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(Refusal::Unreadable(format!(
+                "{}: object {object:?}, component {role:?}: the check failed: {e}",
+                self.path
+            )))
+        })
     }
 
-    /// [`Served::check_spans`] on the runtime.
+    /// Checks every component whose stored bytes overlap one of `spans`,
+    /// on the runtime ([`Served::check_async`]).
     pub(crate) async fn check_spans_async(
-        &self,
+        self: &Arc<Self>,
         spans: &[std::ops::Range<u64>],
     ) -> Result<(), Refusal> {
         for span in spans {
@@ -117,19 +134,6 @@ impl Served {
             for (o, r) in parts {
                 self.check_async(&o, &r).await?;
             }
-        }
-        Ok(())
-    }
-
-    /// Checks every component whose stored bytes overlap one of `spans`.
-    pub fn check_spans(&self, spans: &[std::ops::Range<u64>]) -> Result<(), Refusal> {
-        spans.iter().try_for_each(|s| self.check_span(s))
-    }
-
-    /// Checks every component whose stored bytes overlap `span`.
-    pub fn check_span(&self, span: &std::ops::Range<u64>) -> Result<(), Refusal> {
-        for (o, r) in self.checks.overlapping(span) {
-            self.check(o, r)?;
         }
         Ok(())
     }

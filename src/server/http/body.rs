@@ -52,7 +52,7 @@ fn file_stream(
         .flatten()
         .map(|r| Arc::new(Mutex::new(r)));
     let end = range.end;
-    // The first chunk, when it was read before the headers (`first.rs`),
+    // The first chunk, when it was read before the headers (`preflight.rs`),
     // is sent as it is; the others are read here.
     let from = match &first {
         Some(b) => range.start.saturating_add(b.len() as u64),

@@ -50,8 +50,8 @@ impl From<AppError> for Stop {
 }
 
 /// Checks `entity`'s first components with `check`, and reads what it
-/// must before the headers: for a response that sends bytes of a local
-/// file, its first chunk, returned for the body to send.
+/// must before the headers: for a response that sends bytes, its first
+/// chunk (from a local file or an object), returned for the body to send.
 pub(super) async fn preflight(
     state: &Arc<State>,
     method: &Method,
@@ -95,9 +95,9 @@ pub(super) async fn preflight(
     }
 }
 
-/// `Ok` while the local files behind `served` (it, or its shards) are the
-/// versions its entry names (an object's reads are pinned to their
-/// version: always `Ok`).
+/// `Ok` while the files behind `served` (it, or its shards) are the
+/// versions its entry names (`Served::stale`: a local file's identity, an
+/// object version a read found replaced).
 pub(super) fn unchanged(served: &Served) -> Result<(), Stop> {
     match served.stale() {
         None => Ok(()),

@@ -49,6 +49,8 @@ pub(super) async fn ranges(
         object.to_owned(),
         Arc::clone(state),
     );
+    // Checked on the runtime first, as summaries are (`summary.rs`).
+    let _ = served.check_async(&name, "data").await;
     let got = tokio::task::spawn_blocking(move || {
         slice(&served, &name, rows, state.catalog.digest_metrics())
     })

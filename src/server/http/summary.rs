@@ -26,6 +26,10 @@ pub(super) async fn respond(
     {
         return answer;
     }
+    // Checked on the runtime first (an object's GETs awaited), so that the
+    // check in the summary finds its answer rather than reading on a pool
+    // thread; its refusal, if any, is the summary's.
+    let _ = served.check_async(&object, "data").await;
     let cap = state.config.limits.render_cap;
     let st = Arc::clone(state);
     let s = Arc::clone(&served);

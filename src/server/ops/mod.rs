@@ -4,8 +4,9 @@
 //! catalog current (`watch`), Prometheus metrics (`metrics`), and the
 //! container health check (`healthcheck`).
 //!
-//! May use: `config`, `catalog` (`watch` rescans it) and `store` (`watch`
-//! checks the object store).
+//! May use: `config`, `catalog` (`watch` rescans it), `store` (`watch`
+//! checks the object store) and `quic` (`tls` loads the certificate its
+//! listener shares).
 
 pub(crate) mod accept;
 pub(crate) mod auth;

@@ -252,14 +252,23 @@ fn summarise(served: &Arc<Served>, object: &str, cap: u64) -> Result<Summary, Re
     // Each pass hands every element to `f`, read (and decoded) in pieces.
     let pass = |f: &mut dyn FnMut(f64)| -> Result<(), Refusal> {
         match decoded {
-            Some(n) => Decoder::new(holder.file.reader(range.clone()), n, cap)
-                .and_then(|d| {
+            Some(n) => {
+                let mut stored = holder.file.reader(range.clone());
+                let decoded = Decoder::new(&mut stored, n, cap).and_then(|d| {
                     d.each_piece(piece, |p| {
                         values.each(p, &mut *f);
                         Ok::<(), zt_format::Rule>(())
                     })
-                })
-                .map_err(|rule| Refusal::Corrupt(at("zstd-corrupt", rule.to_string()))),
+                });
+                // A read that failed is the file's fault, not the data's.
+                match (decoded, stored.failed()) {
+                    (Ok(()), _) => Ok(()),
+                    (Err(_), Some(why)) => Err(unreadable(why.to_owned())),
+                    (Err(rule), None) => {
+                        Err(Refusal::Corrupt(at("zstd-corrupt", rule.to_string())))
+                    }
+                }
+            }
             None => holder
                 .file
                 .each_piece(range.clone(), true, |p| {

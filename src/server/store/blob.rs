@@ -5,9 +5,11 @@
 //! as a reader, from memory when there, and its header through its
 //! source's read plan.
 //!
-//! Reads are blocking, for the blocking pool and the daemon's own threads
-//! (the hasher, the verifier, scans), but [`Blob::read_now`], which never
-//! blocks.
+//! [`Blob::read_now`] never blocks; [`Blob::read_async`],
+//! [`Blob::visit`] and [`Blob::confirm`] are for the runtime (an object's
+//! GETs awaited, a local file's reads on the blocking pool); the others
+//! block, for the blocking pool and the daemon's own threads (the hasher,
+//! the verifier, scans).
 
 use std::fs::File;
 use std::io;
@@ -132,6 +134,7 @@ impl Blob {
             end: range.end,
             buf: Vec::new(),
             at: 0,
+            failed: None,
         }
     }
 
@@ -153,6 +156,16 @@ pub(crate) struct BlobReader<'a> {
     /// The piece read last, and how much of it was handed out.
     buf: Vec<u8>,
     at: usize,
+    /// Why a read failed, when one did (a decoder reading through this
+    /// reports any error as its data's).
+    failed: Option<String>,
+}
+
+impl BlobReader<'_> {
+    /// Why a read of the bytes failed, if one did.
+    pub(crate) fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
 }
 
 impl io::Read for BlobReader<'_> {
@@ -163,7 +176,10 @@ impl io::Read for BlobReader<'_> {
                 return Ok(0);
             }
             self.buf.resize(usize::try_from(n).unwrap_or(0), 0);
-            self.blob.read_exact_at(&mut self.buf, self.pos)?;
+            if let Err(e) = self.blob.read_exact_at(&mut self.buf, self.pos) {
+                self.failed = Some(format!("reading {n} bytes at {}: {e}", self.pos));
+                return Err(e);
+            }
             self.pos += n;
             self.at = 0;
         }

@@ -48,6 +48,9 @@ const KEEP: usize = 16;
 /// Smaller buffers are not worth keeping.
 const KEEP_FROM: usize = 64 << 10;
 
+/// Larger buffers are no chunk's.
+const KEEP_UP_TO: usize = super::READ_CHUNK as usize;
+
 /// An empty buffer with room for exactly `len` bytes (a larger one would
 /// have `pread` read past `len`, work thrown away).
 fn take(len: usize) -> Vec<u8> {
@@ -59,7 +62,9 @@ fn take(len: usize) -> Vec<u8> {
 }
 
 fn give(mut buf: Vec<u8>) {
-    if buf.capacity() < KEEP_FROM {
+    // A buffer larger than a chunk (a whole component read at once) is
+    // not kept: the pool would hold it for good.
+    if !(KEEP_FROM..=KEEP_UP_TO).contains(&buf.capacity()) {
         return;
     }
     buf.clear();
@@ -198,5 +203,17 @@ mod tests {
         assert_eq!(&second[..], &data[400_000..700_000]);
         assert_eq!(second.as_ptr(), at, "the dropped chunk's buffer was reused");
         assert!(read_pooled(&f, 1000, 999_500, None).is_err());
+    }
+
+    /// A buffer larger than a chunk (a whole component read at once) is
+    /// not kept by the pool, which would hold it for good.
+    #[test]
+    fn the_pool_keeps_no_buffer_larger_than_a_chunk() {
+        let mut f = tempfile::tempfile().unwrap();
+        let len = (super::super::READ_CHUNK as usize) + 4096;
+        f.write_all(&vec![7u8; len]).unwrap();
+        drop(read_pooled(&f, len, 0, None).unwrap());
+        let kept = FREE.lock().unwrap().iter().any(|b| b.capacity() >= len);
+        assert!(!kept, "a buffer past a chunk stayed in the pool");
     }
 }

@@ -100,13 +100,11 @@ impl State {
     }
 
     /// Catalogues `path` again after a request or a transfer found its
-    /// file changed under its entry ([`Catalog::refresh`], on the
-    /// blocking pool), first waiting out, asleep, the least time between
-    /// two loads of one path.
+    /// file changed under its entry ([`Catalog::refresh`]), first waiting
+    /// out, asleep, the least time between two loads of one path.
     pub(crate) async fn refresh(self: &Arc<Self>, path: &str) {
         tokio::time::sleep(self.catalog.reload_after(path)).await;
-        let (s, p) = (Arc::clone(self), path.to_owned());
-        let _ = tokio::task::spawn_blocking(move || s.catalog.refresh(&p)).await;
+        self.catalog.refresh(path).await;
     }
 
     /// [`State::refresh`] in the background, for a transfer cut because
@@ -155,14 +153,10 @@ pub async fn run(
 ) -> Result<()> {
     let addr = listener.local_addr()?;
     let root = state.catalog.root().describe().to_owned();
-    let scan_state = Arc::clone(&state);
-    tokio::task::spawn_blocking(move || {
-        let (added, _, _) = scan_state.catalog.rescan();
-        let snap = scan_state.catalog.snapshot();
-        tracing::info!(files = added, served = snap.served().count(), unavailable = snap.unavailable().count(), root = %root, "initial scan done");
-        scan_state.ready.store(true, Ordering::SeqCst);
-    })
-    .await?;
+    let (added, _, _) = state.catalog.rescan().await;
+    let snap = state.catalog.snapshot();
+    tracing::info!(files = added, served = snap.served().count(), unavailable = snap.unavailable().count(), root = %root, "initial scan done");
+    state.ready.store(true, Ordering::SeqCst);
     let watcher = watch::spawn(Arc::clone(&state));
     let store_check = watch::spawn_store_check(Arc::clone(&state));
     let store_reads = state.catalog.root().dir().is_some() || state.config.storage.background_reads;

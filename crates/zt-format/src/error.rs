@@ -271,6 +271,12 @@ impl Error {
         }
     }
 
+    /// A read of `file`'s header that failed: what the I/O that drives a
+    /// [`crate::source::Probe`] reports.
+    pub fn reading_header(file: &str, source: std::io::Error) -> Self {
+        Error::io(Location::file(file), "reading the header", source)
+    }
+
     /// The broken rule, when this is a validation error.
     pub fn rule(&self) -> Option<&Rule> {
         match self {

@@ -20,6 +20,7 @@ use super::{settled, Catalog, Entry};
 use crate::server::catalog::etag;
 use crate::server::integrity::checks::Checks;
 
+use crate::server::store::root::{read_capped, Opened};
 use crate::server::store::Blob;
 use crate::server::store::Identity;
 
@@ -157,37 +158,44 @@ impl Catalog {
 
 impl Catalog {
     /// Reads and parses a multi-file entry's file (and a pack's symbol
-    /// map); it is linked to its members when a request asks for it.
-    pub(super) fn load_index(
+    /// map, a file of the tree beside it); it is linked to its members
+    /// when a request asks for it. Parsed on the blocking pool: either
+    /// may be as large as the manifest cap.
+    pub(super) async fn load_index(
         &self,
         rel: &str,
-        file: Blob,
-        size: u64,
+        opened: Opened,
         modified: SystemTime,
-        identity: Identity,
         source: Source,
     ) -> Entry {
+        let (size, identity) = (opened.size, opened.identity);
         let cap = self.limits.manifest_cap;
-        let read = || -> Result<(Vec<u8>, Names), String> {
-            let raw = crate::server::store::root::read_capped(rel, &file, size, cap)?;
-            let names = if source == Source::MatrixAtomPack {
-                let ingest = ServedPack::read_manifest(rel, &raw).map_err(|e| e.to_string())?;
-                let map_rel = zt_ingest::served::beside(rel, &ingest.tokenizer);
-                let map_json = self.read_beside(&map_rel, cap)?;
+        let limits = self.limits;
+        let read = async {
+            let raw = read_capped(rel, &opened, cap).await?;
+            let owned = rel.to_owned();
+            if source != Source::MatrixAtomPack {
+                let parse = move || {
+                    let index = zt_format::source::safetensors_index::parse(&owned, &raw, &limits)
+                        .map_err(|e| e.to_string())?;
+                    Ok((raw, Names::Shards(index)))
+                };
+                return off_runtime(parse).await;
+            }
+            let ingest = ServedPack::read_manifest(rel, &raw).map_err(|e| e.to_string())?;
+            let map_rel = zt_ingest::served::beside(rel, &ingest.tokenizer);
+            let map_json = self.root().read_small(&map_rel, cap).await?;
+            off_runtime(move || {
                 let pack =
-                    ServedPack::new(rel, ingest, map_json, cap).map_err(|e| e.to_string())?;
-                Names::Pack(Box::new(pack))
-            } else {
-                let index = zt_format::source::safetensors_index::parse(rel, &raw, &self.limits)
-                    .map_err(|e| e.to_string())?;
-                Names::Shards(index)
-            };
-            Ok((raw, names))
+                    ServedPack::new(&owned, ingest, map_json, cap).map_err(|e| e.to_string())?;
+                Ok((raw, Names::Pack(Box::new(pack))))
+            })
+            .await
         };
-        match read() {
+        match read.await {
             Ok((raw, names)) => Entry::Index(Arc::new(IndexFile {
                 path: rel.to_owned(),
-                file,
+                file: opened.blob,
                 size,
                 modified,
                 identity,
@@ -198,12 +206,15 @@ impl Catalog {
             Err(reason) => settled(Err(reason), rel, size, modified, identity),
         }
     }
+}
 
-    /// A file of the tree that is not an entry (a pack's symbol map), at
-    /// most `cap` bytes, read only if it lies inside the root.
-    fn read_beside(&self, rel: &str, cap: u64) -> Result<Vec<u8>, String> {
-        self.root().read_small(rel, cap)
-    }
+/// Runs a parse on the blocking pool.
+async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("the blocking pool: {e}"))?
 }
 
 /// The served entry of a multi-file entry's file and its members.

@@ -46,7 +46,8 @@ use zt_format::{DigestAlgorithm, Limits, Source};
 use crate::server::config::{DigestChoice, DigestsConfig};
 use crate::server::integrity::digests::{Computed, DigestMetrics, Hasher, Settle, Store};
 use crate::server::store::object_root::StoreError;
-use crate::server::store::root::{Root, Seen};
+use crate::server::store::root::{Opened, Root, Seen};
+use futures_util::StreamExt as _;
 use pending::Pending;
 
 pub(crate) use crate::server::store::Identity;
@@ -145,7 +146,7 @@ pub struct Catalog {
     /// not read again until they change.
     passed_over: std::sync::Mutex<std::collections::HashMap<String, Identity>>,
     /// Held by the rescan or refresh under way: they run one at a time.
-    rescanning: std::sync::Mutex<()>,
+    rescanning: tokio::sync::Mutex<()>,
     /// When [`Catalog::refresh`] last loaded each path again.
     reloaded: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
@@ -224,7 +225,7 @@ impl Catalog {
     }
 
     /// Brings `rel`'s entry up to date after a request or a read found the
-    /// file changed under it (blocking): the file alone is looked at again
+    /// file changed under it: the file alone is looked at again
     /// (a `stat` of a local file, as a scan would see it; a HEAD of an
     /// object) and, when it is not the version listed, loaded again in its
     /// place (or taken out, gone). One at a time with rescans, so requests
@@ -233,31 +234,30 @@ impl Catalog {
     /// being written in place for minutes costs a load four times a second,
     /// not one per request (requests wait that out asleep, and one that
     /// finds the file changed again after its load answers `changing`).
-    pub fn refresh(&self, rel: &str) {
-        let _one = self
-            .rescanning
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    pub async fn refresh(&self, rel: &str) {
+        let _one = self.rescanning.lock().await;
         if !self.may_reload(rel) {
             return;
         }
-        let seen = match self.root.stat(rel) {
+        let seen = match self.root.stat(rel).await {
             Ok(seen) => seen,
             Err(e) => {
                 tracing::warn!(file = rel, error = %e, "cannot look at the changed file again");
                 return;
             }
         };
-        let seen = seen.filter(|s| self.confirmed(s));
         let before = self.snapshot().get(rel).cloned();
-        let entry = match (&seen, &before) {
+        let entry = match (seen, &before) {
             (Some(seen), Some(e)) if e.identity() == seen.identity => return,
             (None, None) => return,
             // Read outside the catalog's lock: an object's header is read
             // from the store.
-            (Some(seen), _) => Some(self.load(seen)),
+            (Some(seen), _) => self.examine(&seen, true).await,
             (None, Some(_)) => None,
         };
+        if entry.is_none() && before.is_none() {
+            return;
+        }
         let mut guard = match self.current.write() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -312,34 +312,40 @@ impl Catalog {
 
     /// Rescans the tree, reusing entries whose files did not change.
     /// Returns (added, removed, changed) counts.
-    pub fn rescan(&self) -> (usize, usize, usize) {
-        let _one = self
-            .rescanning
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    pub async fn rescan(&self) -> (usize, usize, usize) {
+        let _one = self.rescanning.lock().await;
         let old = self.snapshot();
-        let Some(found) = self.scan() else {
+        let Some(found) = self.scan().await else {
             return (0, 0, 0);
         };
-        let mut entries = BTreeMap::new();
         let (mut added, mut changed) = (0, 0);
-        for seen in found {
-            if old.get(&seen.rel).is_none() && !self.confirmed(&seen) {
-                continue;
+        let looks = found.into_iter().map(|seen| {
+            let prev = old.get(&seen.rel).cloned();
+            async move {
+                let entry = match &prev {
+                    Some(e) if e.identity() == seen.identity => Some(e.clone()),
+                    // A new file's first bytes are checked; a changed
+                    // one's were once.
+                    _ => self.examine(&seen, prev.is_none()).await,
+                };
+                (seen.rel, prev.is_some(), entry)
             }
-            let entry = match old.get(&seen.rel) {
-                Some(e) if e.identity() == seen.identity => e.clone(),
-                prev => {
-                    if prev.is_some() {
-                        changed += 1;
-                    } else {
-                        added += 1;
-                    }
-                    self.load(&seen)
+        });
+        let mut looks = futures_util::stream::iter(looks).buffered(LOADS_AT_ONCE);
+        let mut entries = BTreeMap::new();
+        while let Some((rel, was, entry)) = looks.next().await {
+            let Some(entry) = entry else { continue };
+            let kept = old.get(&rel).is_some_and(|e| same(e, &entry));
+            if !kept {
+                if was {
+                    changed += 1;
+                } else {
+                    added += 1;
                 }
-            };
-            entries.insert(seen.rel, entry);
+            }
+            entries.insert(rel, entry);
         }
+        drop(looks);
         let mut removed = 0;
         for (k, e) in &old.entries {
             let kept = entries.get(k).is_some_and(|n| same(n, e));
@@ -371,8 +377,8 @@ impl Catalog {
 
     /// Every file of the root with a source's name, or `None` when the
     /// store could not be listed (the catalog stays as it was).
-    fn scan(&self) -> Option<Vec<Seen>> {
-        let listed = self.root.list();
+    async fn scan(&self) -> Option<Vec<Seen>> {
+        let listed = self.root.list().await;
         let error = listed.as_ref().err().cloned();
         if let Some(e) = &error {
             tracing::warn!(root = self.root.describe(), error = %e, "cannot list the store; the catalog is kept as it was");
@@ -383,57 +389,87 @@ impl Catalog {
         listed.ok()
     }
 
-    /// Whether a file whose extension names `source` starts as that source
-    /// must ([`zt_format::source::magic`]); the answer for a file that
-    /// does not is kept until the file changes.
-    fn confirmed(&self, seen: &Seen) -> bool {
-        let (rel, source) = (&seen.rel, seen.source);
-        let Some(magics) = zt_format::source::magic(source) else {
-            return true;
-        };
-        let Ok(mut passed) = self.passed_over.lock() else {
-            return true;
-        };
-        if passed.get(rel) == Some(&seen.identity) {
-            return false;
+    /// The entry of a listed file: opened, its first bytes checked (when
+    /// `check_magic`) and its header read; `None` when the file is not
+    /// one of the source its extension names
+    /// ([`zt_format::source::magic`]: that answer is kept until it
+    /// changes, so it is not opened again).
+    async fn examine(&self, seen: &Seen, check_magic: bool) -> Option<Entry> {
+        let magics = zt_format::source::magic(seen.source).filter(|_| check_magic);
+        if magics.is_some() && self.passed_over(seen) {
+            return None;
         }
-        let mut head = [0u8; 8];
-        let starts = self
-            .root
-            .open(seen)
-            .is_ok_and(|(blob, _, _)| blob.read_exact_at(&mut head, 0).is_ok())
-            && magics.iter().any(|m| **m == head);
-        if starts {
-            passed.remove(rel);
-        } else {
-            tracing::debug!(file = rel, %source, "not a {source} file by its first bytes; not served");
-            passed.insert(rel.clone(), seen.identity);
+        let opened = match self.root.open(seen).await {
+            Ok(opened) => opened,
+            Err(reason) if magics.is_some() => {
+                tracing::debug!(file = seen.rel, %reason, "cannot open it to read its first bytes");
+                self.pass_over(seen);
+                return None;
+            }
+            Err(reason) => return Some(self.unavailable(seen, reason, seen.identity)),
+        };
+        if let Some(magics) = magics {
+            let head = opened.blob.read_async(8, 0, None).await;
+            let starts = head.is_ok_and(|h| magics.iter().any(|m| **m == *h));
+            if !starts {
+                let source = seen.source;
+                tracing::debug!(file = seen.rel, %source, "not a {source} file by its first bytes; not served");
+                self.pass_over(seen);
+                return None;
+            }
+            if let Ok(mut passed) = self.passed_over.lock() {
+                passed.remove(&seen.rel);
+            }
         }
-        starts
+        Some(self.load(seen, opened).await)
     }
 
-    fn load(&self, seen: &Seen) -> Entry {
-        let (rel, source, modified) = (seen.rel.as_str(), seen.source, seen.modified);
-        let unavailable = |reason: String, identity: Identity| {
-            tracing::warn!(file = rel, %reason, "file is not served");
-            Entry::Unavailable(Arc::new(Unavailable {
-                path: rel.to_owned(),
-                size: seen.size,
-                modified,
-                reason,
-                identity,
-            }))
-        };
-        let (file, size, identity) = match self.root.open(seen) {
-            Ok(opened) => opened,
-            Err(reason) => return unavailable(reason, seen.identity),
-        };
-        if matches!(source, Source::SafetensorsIndex | Source::MatrixAtomPack) {
-            return self.load_index(rel, file, size, modified, identity, source);
+    /// Whether `seen` is this version of a file found before not to be
+    /// the source its name says.
+    fn passed_over(&self, seen: &Seen) -> bool {
+        self.passed_over
+            .lock()
+            .is_ok_and(|p| p.get(&seen.rel) == Some(&seen.identity))
+    }
+
+    /// Remembers that this version of `seen` is not the source its name
+    /// says.
+    fn pass_over(&self, seen: &Seen) {
+        if let Ok(mut passed) = self.passed_over.lock() {
+            passed.insert(seen.rel.clone(), seen.identity);
         }
-        let fm = match file.header(source, rel, size, &self.limits) {
+    }
+
+    /// The entry of a file that is not served, and why.
+    fn unavailable(&self, seen: &Seen, reason: String, identity: Identity) -> Entry {
+        tracing::warn!(file = seen.rel, %reason, "file is not served");
+        Entry::Unavailable(Arc::new(Unavailable {
+            path: seen.rel.clone(),
+            size: seen.size,
+            modified: seen.modified,
+            reason,
+            identity,
+        }))
+    }
+
+    async fn load(&self, seen: &Seen, opened: Opened) -> Entry {
+        let (rel, source, modified) = (seen.rel.as_str(), seen.source, seen.modified);
+        let Opened {
+            blob: file,
+            size,
+            identity,
+        } = opened;
+        if matches!(source, Source::SafetensorsIndex | Source::MatrixAtomPack) {
+            let opened = Opened {
+                blob: file,
+                size,
+                identity,
+            };
+            return self.load_index(rel, opened, modified, source).await;
+        }
+        let fm = match file.header(source, rel, size, &self.limits).await {
             Ok(fm) => fm,
-            Err(e) => return unavailable(e.to_string(), identity),
+            Err(e) => return self.unavailable(seen, e.to_string(), identity),
         };
         let found = Found {
             path: rel.to_owned(),
@@ -451,7 +487,17 @@ impl Catalog {
             Some(d) if found.lacks_digests() => d,
             _ => return settled(found.serve(None, false), rel, size, modified, identity),
         };
-        match digests.store.load(rel, &identity, digests.algorithm) {
+        let (store, owned, algorithm) = (
+            Arc::clone(&digests.store),
+            rel.to_owned(),
+            digests.algorithm,
+        );
+        // The records are local files: read on the blocking pool.
+        let kept = tokio::task::spawn_blocking(move || store.load(&owned, &identity, algorithm))
+            .await
+            .ok()
+            .flatten();
+        match kept {
             Some(computed) => {
                 digests.metrics.store_hits.fetch_add(1, Ordering::Relaxed);
                 settled(
@@ -466,6 +512,11 @@ impl Catalog {
         }
     }
 }
+
+/// Files a rescan opens and reads the headers of at once: a store's GETs
+/// overlap (a listing of a thousand new objects is not a thousand round
+/// trips in a row), a directory's reads share the blocking pool.
+const LOADS_AT_ONCE: usize = 8;
 
 /// Whether two entries are the same version of a file.
 fn same(a: &Entry, b: &Entry) -> bool {

@@ -69,13 +69,13 @@ impl Harness {
             ..Sources::default()
         };
         let state = State::new(config::load(&sources).expect("config")).expect("state");
-        state.catalog.rescan();
-        state.ready.store(true, Ordering::SeqCst);
-        let router = super::router(Arc::clone(&state));
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
+        rt.block_on(state.catalog.rescan());
+        state.ready.store(true, Ordering::SeqCst);
+        let router = super::router(Arc::clone(&state));
         Harness { rt, router, dir }
     }
 

@@ -40,12 +40,9 @@ pub(crate) fn spawn(state: Arc<State>) -> JoinHandle<()> {
                     while rx.try_recv().is_ok() {}
                 }
             }
-            let s = Arc::clone(&state);
-            let result = tokio::task::spawn_blocking(move || s.catalog.rescan()).await;
-            if let Ok((added, removed, changed)) = result {
-                if added + removed + changed > 0 {
-                    tracing::info!(added, removed, changed, "catalog updated");
-                }
+            let (added, removed, changed) = state.catalog.rescan().await;
+            if added + removed + changed > 0 {
+                tracing::info!(added, removed, changed, "catalog updated");
             }
         }
     })
@@ -90,13 +87,9 @@ pub(crate) fn spawn_store_check(state: Arc<State>) -> Option<JoinHandle<()>> {
                 _ = interval.tick() => {}
                 // Reads found objects replaced: list them again now.
                 keys = store.changed() => {
-                    let s = Arc::clone(&state);
-                    let _ = tokio::task::spawn_blocking(move || {
-                        for k in keys {
-                            s.catalog.refresh(&k);
-                        }
-                    })
-                    .await;
+                    for k in keys {
+                        state.catalog.refresh(&k).await;
+                    }
                     continue;
                 }
             }
@@ -118,8 +111,7 @@ pub(crate) fn spawn_store_check(state: Arc<State>) -> Option<JoinHandle<()>> {
             let was_failing = state.catalog.set_store_error(answer);
             if ok && was_failing {
                 tracing::info!(root = store.url(), "the store answers again; listing it");
-                let s = Arc::clone(&state);
-                let _ = tokio::task::spawn_blocking(move || s.catalog.rescan()).await;
+                state.catalog.rescan().await;
             }
         }
     }))

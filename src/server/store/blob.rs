@@ -17,6 +17,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use zt_format::source::Probe;
 use zt_format::{FileManifest, Limits, Source};
 
 use super::local::LocalFile;
@@ -86,15 +87,47 @@ impl Blob {
     /// the source's read plan: a `.zt` file's footer, then its manifest
     /// (two ranged GETs from a store); a safetensors file's length, then
     /// its JSON (two); GGUF and MATRIX-ATOM headers as their fields say.
-    pub(crate) fn header(
+    /// Reads held in memory are taken at once; a read or a parse of more
+    /// than [`PARSE_INLINE`] bytes is left off the runtime's workers.
+    pub(crate) async fn header(
         &self,
         source: Source,
         label: &str,
         size: u64,
         limits: &Limits,
     ) -> zt_format::Result<FileManifest> {
-        zt_format::read_source_with(source, label, size, limits, |buf, pos| {
-            self.read_exact_at(buf, pos)
+        let failed = |e| zt_format::Error::reading_header(label, e);
+        let mut probe = Probe::new(source, label, size, *limits);
+        let mut fed = 0u64;
+        while let Some(r) = probe.next_read() {
+            let len = r.end.saturating_sub(r.start);
+            let bytes = match self.read_now(&r) {
+                Some(got) => got,
+                None => {
+                    let len = usize::try_from(len).map_err(|e| failed(io::Error::other(e)))?;
+                    self.read_async(len, r.start, None).await
+                }
+            }
+            .map_err(failed)?;
+            fed = fed.saturating_add(len);
+            if len <= PARSE_INLINE {
+                probe.feed(&bytes)?;
+            } else {
+                probe = off_runtime(move || probe.feed(&bytes).map(|()| probe))
+                    .await
+                    .map_err(failed)??;
+            }
+        }
+        let loaded = if fed <= PARSE_INLINE {
+            probe.finish()?
+        } else {
+            off_runtime(move || probe.finish())
+                .await
+                .map_err(failed)??
+        };
+        Ok(FileManifest {
+            parsed: loaded.parsed,
+            raw: loaded.raw,
         })
     }
 
@@ -191,4 +224,16 @@ impl io::Read for BlobReader<'_> {
         self.at += n;
         Ok(n)
     }
+}
+
+/// Header bytes parsed on the runtime's worker as they arrive; more go to
+/// the blocking pool (a manifest of thousands of tensors takes
+/// milliseconds to validate).
+const PARSE_INLINE: u64 = 64 << 10;
+
+/// Runs `f` on the blocking pool.
+async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| io::Error::other(format!("the blocking pool: {e}")))
 }

@@ -5,9 +5,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
+
 use super::object::StoredObject;
 use super::object_root::{Listed, ObjectRoot, StoreError};
-use super::root::{ignored_name, read_capped, At, Root, Seen, MAX_DEPTH};
+use super::root::{ignored_name, read_capped, At, Opened, Root, Seen, MAX_DEPTH};
 use super::{Blob, Identity};
 
 /// The root `s3://bucket/prefix` (or `gs://`, `az://`).
@@ -19,52 +21,52 @@ impl Root for BucketRoot {
         self.0.url()
     }
 
-    fn list(&self) -> Result<Vec<Seen>, StoreError> {
-        Ok(self
-            .0
-            .list_blocking()?
-            .into_iter()
-            .filter_map(listed)
-            .collect())
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Seen>, StoreError>> {
+        Box::pin(async move {
+            Ok(self
+                .0
+                .list()
+                .await?
+                .into_iter()
+                .filter_map(listed)
+                .collect())
+        })
     }
 
-    fn stat(&self, rel: &str) -> Result<Option<Seen>, StoreError> {
-        match self.0.head_blocking(rel) {
-            Ok(l) => Ok(listed(l)),
-            Err(StoreError::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+    fn stat<'a>(&'a self, rel: &'a str) -> BoxFuture<'a, Result<Option<Seen>, StoreError>> {
+        Box::pin(async move {
+            match self.0.head(rel).await {
+                Ok(l) => Ok(listed(l)),
+                Err(StoreError::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
     }
 
-    fn open(&self, seen: &Seen) -> Result<(Blob, u64, Identity), String> {
-        let At::Object(etag) = &seen.at else {
-            return Err(format!("{}: a local file under a store root", seen.rel));
+    fn open<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, String>> {
+        let opened = match &seen.at {
+            At::Object(etag) => Ok(self.version(&seen.rel, etag.clone(), seen.size, seen.identity)),
+            At::Path(_) => Err(format!("{}: a local file under a store root", seen.rel)),
         };
-        let object = StoredObject {
-            root: Arc::clone(&self.0),
-            key: seen.rel.clone(),
-            etag: etag.clone(),
-        };
-        Ok((Blob::object(object), seen.size, seen.identity))
+        Box::pin(std::future::ready(opened))
     }
 
-    fn read_small(&self, rel: &str, cap: u64) -> Result<Vec<u8>, String> {
-        if rel
-            .split('/')
-            .any(|p| p.is_empty() || p == "." || p == "..")
-        {
-            return Err(format!("{rel}: not a key under the root [pack-member]"));
-        }
-        let listed = self
-            .0
-            .head_blocking(rel)
-            .map_err(|e| format!("{rel}: {e} [pack-member]"))?;
-        let object = StoredObject {
-            root: Arc::clone(&self.0),
-            key: rel.to_owned(),
-            etag: listed.etag,
-        };
-        read_capped(rel, &Blob::object(object), listed.size, cap)
+    fn read_small<'a>(&'a self, rel: &'a str, cap: u64) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async move {
+            if rel
+                .split('/')
+                .any(|p| p.is_empty() || p == "." || p == "..")
+            {
+                return Err(format!("{rel}: not a key under the root [pack-member]"));
+            }
+            let l = self
+                .0
+                .head(rel)
+                .await
+                .map_err(|e| format!("{rel}: {e} [pack-member]"))?;
+            let identity = Identity::of_object(&l);
+            read_capped(rel, &self.version(rel, l.etag, l.size, identity), cap).await
+        })
     }
 
     fn dir(&self) -> Option<&Path> {
@@ -73,6 +75,22 @@ impl Root for BucketRoot {
 
     fn store(&self) -> Option<&Arc<ObjectRoot>> {
         Some(&self.0)
+    }
+}
+
+impl BucketRoot {
+    /// One version of the object `key`, as listed.
+    fn version(&self, key: &str, etag: Option<String>, size: u64, identity: Identity) -> Opened {
+        let object = StoredObject {
+            root: Arc::clone(&self.0),
+            key: key.to_owned(),
+            etag,
+        };
+        Opened {
+            blob: Blob::object(object),
+            size,
+            identity,
+        }
     }
 }
 

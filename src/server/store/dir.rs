@@ -3,12 +3,14 @@
 //! as a local file.
 
 use std::fs::File;
+
+use futures_util::future::BoxFuture;
 use std::path::{Component as PathPart, Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::object_root::{ObjectRoot, StoreError};
-use super::root::{ignored_name, read_capped, At, Root, Seen, MAX_DEPTH};
+use super::root::{ignored_name, read_capped, At, Opened, Root, Seen, MAX_DEPTH};
 use super::{Blob, Identity};
 
 /// A directory of served files (canonicalized).
@@ -34,52 +36,59 @@ impl Root for DirRoot {
         &self.shown
     }
 
-    fn list(&self) -> Result<Vec<Seen>, StoreError> {
-        let mut found = Vec::new();
-        walk(&self.dir, &self.dir, &mut found, 0);
-        Ok(found)
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Seen>, StoreError>> {
+        let dir = self.dir.clone();
+        Box::pin(async move {
+            Ok(blocking(move || {
+                let mut found = Vec::new();
+                walk(&dir, &dir, &mut found, 0);
+                found
+            })
+            .await
+            .unwrap_or_default())
+        })
     }
 
-    fn stat(&self, rel: &str) -> Result<Option<Seen>, StoreError> {
-        Ok(one(&self.dir, rel))
+    fn stat<'a>(&'a self, rel: &'a str) -> BoxFuture<'a, Result<Option<Seen>, StoreError>> {
+        let (dir, rel) = (self.dir.clone(), rel.to_owned());
+        Box::pin(async move { Ok(blocking(move || one(&dir, &rel)).await.flatten()) })
     }
 
-    fn open(&self, seen: &Seen) -> Result<(Blob, u64, Identity), String> {
-        let rel = &seen.rel;
-        let At::Path(abs) = &seen.at else {
-            return Err(format!("{rel}: an object under a directory root"));
+    fn open<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, String>> {
+        let rel = seen.rel.clone();
+        let at = match &seen.at {
+            At::Path(abs) => Ok(abs.clone()),
+            At::Object(_) => Err(format!("{rel}: an object under a directory root")),
         };
-        let file = File::open(abs).map_err(|e| format!("{rel}: opening file: {e}"))?;
-        let m = file
-            .metadata()
-            .map_err(|e| format!("{rel}: reading metadata: {e}"))?;
-        let identity = Identity::of(&m);
-        Ok((Blob::local(file, identity), m.len(), identity))
+        Box::pin(async move {
+            let abs = at?;
+            blocking(move || open_local(&rel, &abs))
+                .await
+                .unwrap_or_else(|| Err("opening: the blocking pool is gone".to_owned()))
+        })
     }
 
-    fn read_small(&self, rel: &str, cap: u64) -> Result<Vec<u8>, String> {
-        let path = self
-            .dir
-            .join(rel)
-            .canonicalize()
-            .map_err(|e| format!("{rel}: {e} [pack-member]"))?;
-        if !path.starts_with(&self.dir) {
-            // Where it leads is the operator's to know, not a client's.
-            tracing::warn!(file = rel, target = %path.display(), "a pack member is a symlink out of the root");
-            return Err(format!(
-                "{rel}: lies outside the root (a symlink out of it) [pack-member]"
-            ));
-        }
-        let file = File::open(&path).map_err(|e| format!("{rel}: opening: {e}"))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| format!("{rel}: reading metadata: {e}"))?;
-        read_capped(
-            rel,
-            &Blob::local(file, Identity::of(&meta)),
-            meta.len(),
-            cap,
-        )
+    fn read_small<'a>(&'a self, rel: &'a str, cap: u64) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+        let (dir, owned) = (self.dir.clone(), rel.to_owned());
+        Box::pin(async move {
+            let opened = blocking(move || {
+                let path = dir
+                    .join(&owned)
+                    .canonicalize()
+                    .map_err(|e| format!("{owned}: {e} [pack-member]"))?;
+                if !path.starts_with(&dir) {
+                    // Where it leads is the operator's to know, not a client's.
+                    tracing::warn!(file = owned, target = %path.display(), "a pack member is a symlink out of the root");
+                    return Err(format!(
+                        "{owned}: lies outside the root (a symlink out of it) [pack-member]"
+                    ));
+                }
+                open_local(&owned, &path)
+            })
+            .await
+            .unwrap_or_else(|| Err("opening: the blocking pool is gone".to_owned()))?;
+            read_capped(rel, &opened, cap).await
+        })
     }
 
     fn dir(&self) -> Option<&Path> {
@@ -89,6 +98,27 @@ impl Root for DirRoot {
     fn store(&self) -> Option<&Arc<ObjectRoot>> {
         None
     }
+}
+
+/// Runs directory and file-system calls on the blocking pool; `None` if
+/// the runtime is shutting down.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    tokio::task::spawn_blocking(f).await.ok()
+}
+
+/// Opens the file at `abs` (`rel` under the root), with the identity the
+/// handle has.
+fn open_local(rel: &str, abs: &Path) -> Result<Opened, String> {
+    let file = File::open(abs).map_err(|e| format!("{rel}: opening file: {e}"))?;
+    let m = file
+        .metadata()
+        .map_err(|e| format!("{rel}: reading metadata: {e}"))?;
+    let identity = Identity::of(&m);
+    Ok(Opened {
+        blob: Blob::local(file, identity),
+        size: m.len(),
+        identity,
+    })
 }
 
 fn walk(root: &Path, dir: &Path, out: &mut Vec<Seen>, depth: usize) {

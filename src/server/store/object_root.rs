@@ -548,16 +548,6 @@ impl ObjectRoot {
         self.read_ahead
     }
 
-    /// [`ObjectRoot::list`] from a blocking thread.
-    pub fn list_blocking(&self) -> Result<Vec<Listed>, StoreError> {
-        self.runtime.block_on(self.list())
-    }
-
-    /// [`ObjectRoot::head`] from a blocking thread.
-    pub fn head_blocking(&self, key: &str) -> Result<Listed, StoreError> {
-        self.runtime.block_on(self.head(key))
-    }
-
     /// Appends the `ztserve_store_*` family in Prometheus text format.
     pub fn render_metrics(&self, out: &mut String) {
         use std::fmt::Write as _;

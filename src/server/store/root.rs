@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use futures_util::future::BoxFuture;
 use zt_format::Source;
 
 use super::object_root::{ObjectRoot, StoreError};
@@ -37,27 +38,29 @@ pub(crate) enum At {
     Object(Option<String>),
 }
 
-/// A root of served files.
+/// A root of served files. Every operation that reads is a future for the
+/// runtime: a directory's on the blocking pool (disk I/O), a store's
+/// awaited there (no thread held across network I/O).
 pub(crate) trait Root: Send + Sync + fmt::Debug {
     /// The directory's path or the store's URL, for logs and reasons.
     fn describe(&self) -> &str;
 
-    /// Every file under the root named as a source is (blocking): dotfiles,
-    /// files being written (`*.part`, `*.tmp`) and `.`/`..`/empty parts
-    /// left out. `Err` when a store could not be listed.
-    fn list(&self) -> Result<Vec<Seen>, StoreError>;
+    /// Every file under the root named as a source is: dotfiles, files
+    /// being written (`*.part`, `*.tmp`) and `.`/`..`/empty parts left
+    /// out. `Err` when a store could not be listed.
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Seen>, StoreError>>;
 
     /// The file at `rel` as a listing would find it now, `None` when there
-    /// is none (blocking).
-    fn stat(&self, rel: &str) -> Result<Option<Seen>, StoreError>;
+    /// is none.
+    fn stat<'a>(&'a self, rel: &'a str) -> BoxFuture<'a, Result<Option<Seen>, StoreError>>;
 
     /// Opens a listed file: its bytes, size and identity as of the handle
     /// kept (a local path may already name a newer file).
-    fn open(&self, seen: &Seen) -> Result<(Blob, u64, Identity), String>;
+    fn open<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, String>>;
 
     /// The whole of a file of the tree that is no entry (a pack's symbol
     /// map), at most `cap` bytes, if it lies inside the root.
-    fn read_small(&self, rel: &str, cap: u64) -> Result<Vec<u8>, String>;
+    fn read_small<'a>(&'a self, rel: &'a str, cap: u64) -> BoxFuture<'a, Result<Vec<u8>, String>>;
 
     /// The directory, whose file events keep the catalog current; `None`
     /// for a store, which has none.
@@ -66,6 +69,15 @@ pub(crate) trait Root: Send + Sync + fmt::Debug {
     /// The object store, for its health checks and metrics; `None` for a
     /// directory.
     fn store(&self) -> Option<&Arc<ObjectRoot>>;
+}
+
+/// A file [`Root::open`] opened: its bytes, and its size and identity as
+/// of the handle.
+#[derive(Debug, Clone)]
+pub(crate) struct Opened {
+    pub(crate) blob: Blob,
+    pub(crate) size: u64,
+    pub(crate) identity: Identity,
 }
 
 /// Whether a file name is one a listing leaves out: dotfiles and files
@@ -78,14 +90,18 @@ pub(crate) fn ignored_name(name: &str) -> bool {
 pub(crate) const MAX_DEPTH: usize = 32;
 
 /// The whole of a small file that names others: at most `cap` bytes.
-pub(crate) fn read_capped(rel: &str, file: &Blob, size: u64, cap: u64) -> Result<Vec<u8>, String> {
+pub(crate) async fn read_capped(rel: &str, opened: &Opened, cap: u64) -> Result<Vec<u8>, String> {
+    let size = opened.size;
     if size > cap {
         return Err(format!(
             "{rel}: {size} bytes, over the manifest cap of {cap} [header-over-cap]"
         ));
     }
-    let mut raw = vec![0u8; usize::try_from(size).map_err(|e| e.to_string())?];
-    file.read_exact_at(&mut raw, 0)
+    let len = usize::try_from(size).map_err(|e| e.to_string())?;
+    let bytes = opened
+        .blob
+        .read_async(len, 0, None)
+        .await
         .map_err(|e| format!("{rel}: reading: {e}"))?;
-    Ok(raw)
+    Ok(bytes.to_vec())
 }

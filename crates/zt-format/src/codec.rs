@@ -1,11 +1,9 @@
 //! zstd decoding under a cap, the one place it is done: the output size
 //! is known and checked before anything is allocated or decoded, and the
 //! data must decode to exactly that size. [`decompress`] decodes a
-//! component whole into an aligned buffer; [`Decoder`] piece by piece,
-//! for readers that must not hold a whole decoded component (the daemon's
-//! value summaries).
-
-use std::io::Read;
+//! component whole into an aligned buffer; [`Decoder`] piece by piece as
+//! the stored bytes arrive, for readers that must not hold a whole decoded
+//! component (the daemon's value summaries).
 
 use crate::aligned::AlignedBuf;
 use crate::error::Rule;
@@ -50,7 +48,9 @@ pub fn decompress(stored: &[u8], expected: u64, cap: u64) -> Result<AlignedBuf, 
 /// they exceed `expected`. Verification uses it so that a 40 GiB claim costs
 /// nothing but time bounded by the stored size times the zstd ratio limit.
 pub(crate) fn check_length(stored: &[u8], expected: u64) -> Result<(), Rule> {
-    Decoder::new(stored, expected, u64::MAX)?.each_piece(1 << 16, |_| Ok::<(), Rule>(()))
+    let mut d = Decoder::new(expected, u64::MAX, 1 << 16)?;
+    d.feed(stored, |_| Ok::<(), Rule>(()))?;
+    d.finish(|_| Ok::<(), Rule>(()))
 }
 
 /// The content size a zstd frame header declares, used for legacy files
@@ -61,18 +61,26 @@ pub(crate) fn frame_content_size(stored: &[u8]) -> Option<u64> {
         .flatten()
 }
 
-/// A zstd component decoded piece by piece: memory is one piece, however
-/// large the component. The decoded size must be exactly `expected`, which
-/// is refused before anything is decoded when it passes `cap`; a frame that
-/// decodes to more stops as soon as it passes (a decompression bomb costs
-/// one piece), and one that ends short is an error at its end.
-pub struct Decoder<R: Read> {
-    inner: zstd::stream::read::Decoder<'static, std::io::BufReader<R>>,
+/// A zstd component decoded piece by piece as its stored bytes arrive
+/// (pushed with [`Decoder::feed`], in pieces of any size): memory is one
+/// decoded piece, however large the component. The decoded size must be
+/// exactly `expected`, which is refused before anything is decoded when it
+/// passes `cap`; a frame that decodes to more stops as soon as it passes
+/// (a decompression bomb costs one piece, and nothing past the claim is
+/// handed out), and one that ends short is an error at
+/// [`Decoder::finish`].
+pub struct Decoder {
+    inner: zstd::stream::raw::Decoder<'static>,
+    /// The piece being filled, and how much of it is.
+    piece: Vec<u8>,
+    filled: usize,
     expected: u64,
     done: u64,
+    /// Whether the last frame decoded so far is complete.
+    frame_ended: bool,
 }
 
-impl<R: Read> std::fmt::Debug for Decoder<R> {
+impl std::fmt::Debug for Decoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Decoder")
             .field("expected", &self.expected)
@@ -81,75 +89,97 @@ impl<R: Read> std::fmt::Debug for Decoder<R> {
     }
 }
 
-impl<R: Read> Decoder<R> {
-    /// A decoder of the stored bytes `stored` yields, which must decode to
-    /// exactly `expected` bytes, at most `cap`.
-    pub fn new(stored: R, expected: u64, cap: u64) -> Result<Self, Rule> {
+impl Decoder {
+    /// A decoder of a component that must decode to exactly `expected`
+    /// bytes, at most `cap`, handing them out `piece` bytes at a time
+    /// (the last piece shorter).
+    pub fn new(expected: u64, cap: u64, piece: usize) -> Result<Self, Rule> {
         if expected > cap {
             return Err(Rule::DecompressOverCap {
                 length: expected,
                 cap,
             });
         }
-        let mut inner = zstd::stream::read::Decoder::new(stored).map_err(corrupt)?;
+        let mut inner = zstd::stream::raw::Decoder::new().map_err(corrupt)?;
         // Frames written with long windows (`--long`) decode as they do
         // whole: the output is capped by `expected` anyway.
-        inner.window_log_max(31).map_err(corrupt)?;
+        inner
+            .set_parameter(zstd::stream::raw::DParameter::WindowLogMax(31))
+            .map_err(corrupt)?;
+        let piece = usize::try_from(expected)
+            .map_or(piece, |e| piece.min(e))
+            .max(1);
         Ok(Decoder {
             inner,
+            piece: vec![0; piece],
+            filled: 0,
             expected,
             done: 0,
+            frame_ended: false,
         })
     }
 
-    /// Fills `buf` with the next decoded bytes: `buf.len()` of them but
-    /// for the last piece, and 0 once the component ended at exactly
-    /// `expected` bytes.
-    pub fn next_piece(&mut self, buf: &mut [u8]) -> Result<usize, Rule> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        let mut filled = 0;
-        while filled < buf.len() {
-            let n = self
-                .inner
-                .read(buf.get_mut(filled..).unwrap_or_default())
-                .map_err(corrupt)?;
-            if n == 0 {
-                break;
+    /// Decodes the next stored bytes, handing each piece filled to `f`, in
+    /// order; stops at the first error, the data's or `f`'s.
+    pub fn feed<E: From<Rule>>(
+        &mut self,
+        stored: &[u8],
+        mut f: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        use zstd::stream::raw::{InBuffer, Operation as _, OutBuffer};
+        let mut input = InBuffer::around(stored);
+        loop {
+            let (before, read) = (self.filled, input.pos());
+            let mut output = OutBuffer::around_pos(&mut self.piece[..], before);
+            let hint = self.inner.run(&mut input, &mut output).map_err(corrupt)?;
+            self.filled = output.pos();
+            // A call that moved nothing says nothing of the frame.
+            if self.filled != before || input.pos() != read {
+                self.frame_ended = hint == 0;
             }
-            filled = filled.saturating_add(n);
-            self.done = self.done.saturating_add(n as u64);
+            self.done = self
+                .done
+                .saturating_add(self.filled.saturating_sub(before) as u64);
             if self.done > self.expected {
                 return Err(Rule::ZstdLength {
                     actual: self.done,
                     expected: self.expected,
-                });
+                }
+                .into());
+            }
+            if self.filled == self.piece.len() {
+                f(&self.piece)?;
+                self.filled = 0;
+            } else if input.pos() == stored.len() {
+                // Room left and nothing more to read: every byte this
+                // input yields is out.
+                return Ok(());
             }
         }
-        if filled == 0 && self.done != self.expected {
+    }
+
+    /// Ends the component: hands the last, shorter piece to `f`; an error
+    /// if the frame was cut short or decoded to fewer bytes than claimed.
+    pub fn finish<E: From<Rule>>(
+        mut self,
+        mut f: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if self.done != self.expected {
             return Err(Rule::ZstdLength {
                 actual: self.done,
                 expected: self.expected,
-            });
-        }
-        Ok(filled)
-    }
-
-    /// Hands every decoded piece of `piece` bytes (the last one shorter)
-    /// to `f`, in order; stops at the first error, the data's or `f`'s.
-    pub fn each_piece<E: From<Rule>>(
-        mut self,
-        piece: usize,
-        mut f: impl FnMut(&[u8]) -> Result<(), E>,
-    ) -> Result<(), E> {
-        let mut buf = vec![0u8; piece.max(1)];
-        loop {
-            let n = self.next_piece(&mut buf)?;
-            if n == 0 {
-                return Ok(());
             }
-            f(buf.get(..n).unwrap_or_default())?;
+            .into());
+        }
+        if !self.frame_ended && self.expected > 0 {
+            return Err(Rule::ZstdCorrupt {
+                detail: "the frame ends before its end mark".to_owned(),
+            }
+            .into());
+        }
+        match self.piece.get(..std::mem::take(&mut self.filled)) {
+            Some(last) if !last.is_empty() => f(last),
+            _ => Ok(()),
         }
     }
 }
@@ -207,24 +237,32 @@ mod tests {
     fn a_decoder_hands_out_pieces_and_holds_the_claimed_length() {
         let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         let z = compress(&data, 3).unwrap();
-        let mut got = Vec::new();
-        let mut sizes = Vec::new();
-        Decoder::new(&z[..], 100_000, 1 << 20)
-            .unwrap()
-            .each_piece(4096, |p| {
-                sizes.push(p.len());
-                got.extend_from_slice(p);
+        // Stored bytes arrive in pieces of any size.
+        let decode = |stored: &[u8], expected, cap, f: &mut dyn FnMut(&[u8])| {
+            let mut d = Decoder::new(expected, cap, 4096)?;
+            for part in stored.chunks(1000) {
+                d.feed(part, |p| {
+                    f(p);
+                    Ok::<(), Rule>(())
+                })?;
+            }
+            d.finish(|p| {
+                f(p);
                 Ok::<(), Rule>(())
             })
-            .unwrap();
+        };
+        let mut got = Vec::new();
+        let mut sizes = Vec::new();
+        decode(&z, 100_000, 1 << 20, &mut |p| {
+            sizes.push(p.len());
+            got.extend_from_slice(p);
+        })
+        .unwrap();
         assert_eq!(got, data);
         let (last, whole) = sizes.split_last().unwrap();
         assert!(whole.iter().all(|n| *n == 4096));
         assert_eq!(*last, 100_000 % 4096);
-        let each = |expected, cap| {
-            Decoder::new(&z[..], expected, cap)
-                .and_then(|d| d.each_piece(4096, |_| Ok::<(), Rule>(())))
-        };
+        let each = |expected, cap| decode(&z, expected, cap, &mut |_| {});
         assert!(matches!(
             each(99_999, 1 << 20),
             Err(Rule::ZstdLength { .. })
@@ -237,16 +275,14 @@ mod tests {
             each(100_000, 10),
             Err(Rule::DecompressOverCap { .. })
         ));
+        // Cut short: the frame's last bytes never arrive.
+        let cut = z.get(..z.len() - 8).unwrap();
+        assert!(decode(cut, 100_000, 1 << 20, &mut |_| {}).is_err());
         // A bomb: 64 MiB of zeros claimed as 1 KiB stops after a piece.
         let bomb = compress(&vec![0u8; 64 << 20], 19).unwrap();
         let mut seen = 0;
-        let e = Decoder::new(&bomb[..], 1024, 1 << 20)
-            .unwrap()
-            .each_piece(4096, |p| {
-                seen += p.len();
-                Ok::<(), Rule>(())
-            });
+        let e = decode(&bomb, 1024, 1 << 20, &mut |p| seen += p.len());
         assert!(matches!(e, Err(Rule::ZstdLength { .. })));
-        assert_eq!(seen, 0, "nothing past the claim is handed out");
+        assert!(seen <= 1024, "nothing past the claim is handed out");
     }
 }

@@ -179,7 +179,7 @@ impl Catalog {
             let rate = digests.rate_mib_s.saturating_mul(1 << 20);
             Digests {
                 algorithm,
-                hasher: Hasher::start(algorithm, rate, background, Arc::clone(&metrics), settle),
+                hasher: Hasher::new(algorithm, rate, background, Arc::clone(&metrics), settle),
                 store,
                 metrics: Arc::clone(&metrics),
             }
@@ -560,7 +560,7 @@ fn settler(
     store: Arc<Store>,
     algorithm: DigestAlgorithm,
 ) -> Settle {
-    Box::new(
+    Arc::new(
         move |pending: &Arc<Pending>, result: Result<Computed, String>| {
             let Some(current) = current.upgrade() else {
                 return;

@@ -6,16 +6,19 @@
 //! cell stays locked while it is read.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
+use futures_util::StreamExt as _;
+use tokio::sync::Mutex as Cell;
+use zt_format::atoms::Crc32;
 use zt_format::{DigestAlgorithm, Hasher as DigestHasher};
 
 use super::{Entry, Found, Served};
 use crate::server::integrity::digests::{Computed, DigestMetrics};
-
-/// Told the length of each chunk read; an error stops the hashing.
-pub(crate) type Pace<'a> = dyn FnMut(u64) -> Result<(), String> + 'a;
+use crate::server::store::blob::{feed, Stop, Visit};
 
 /// A served file whose digests are being computed. A request that needs
 /// every digest waits ([`Pending::wait`]); one that needs some hashes
@@ -27,7 +30,8 @@ pub struct Pending {
     pub(crate) found: Found,
     /// Each component that lacks a digest, by (object, role): its digest
     /// once computed.
-    cells: BTreeMap<(String, String), Mutex<Option<String>>>,
+    /// A cell stays locked while its component is read.
+    cells: BTreeMap<(String, String), Cell<Option<String>>>,
     /// A request waits for every digest: hash at full speed, before
     /// anything else.
     pub(crate) wanted: AtomicBool,
@@ -51,7 +55,7 @@ impl Pending {
             .manifest
             .components()
             .filter(|(_, _, c)| c.digest.is_none())
-            .map(|(o, r, _)| ((o.to_owned(), r.to_owned()), Mutex::new(None)))
+            .map(|(o, r, _)| ((o.to_owned(), r.to_owned()), Cell::new(None)))
             .collect();
         let (done, _) = tokio::sync::watch::channel(false);
         Pending {
@@ -74,40 +78,27 @@ impl Pending {
         if !self.wanted.swap(true, Ordering::SeqCst) {
             if let Some(q) = self.queue.upgrade() {
                 q.urgent.fetch_add(1, Ordering::SeqCst);
-                q.ready.notify_all();
+                q.ready.notify_one();
             }
         }
         let _ = rx.wait_for(|done| *done).await;
     }
 
     /// The digests of every component of `objects` that lacks one,
-    /// hashed now at full speed where nobody has yet (blocking: it reads
-    /// them).
-    pub(crate) fn hash_now(&self, objects: &BTreeSet<String>) -> Result<Computed, String> {
+    /// hashed now at full speed where nobody has yet.
+    pub(crate) async fn hash_now(&self, objects: &BTreeSet<String>) -> Result<Computed, String> {
         let q = self
             .queue
             .upgrade()
             .ok_or_else(|| format!("{}: the daemon is shutting down", self.found.path))?;
-        let mut pace = |n: u64| {
-            q.metrics.count_hashed(n);
-            self.running()
-        };
-        self.hurry.fetch_add(1, Ordering::SeqCst);
+        let _hurry = Hurry::new(&self.hurry);
+        let mut pace = Pace::full();
         let mut out = Computed::new();
-        let mut result = Ok(());
         for (o, r) in self.cells.keys().filter(|(o, _)| objects.contains(o)) {
-            match self.digest_of(o, r, q.algorithm, true, &mut pace) {
-                Ok(d) => {
-                    out.entry(o.clone()).or_default().insert(r.clone(), d);
-                }
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
+            let d = self.digest_of(o, r, &q, true, &mut pace).await?;
+            out.entry(o.clone()).or_default().insert(r.clone(), d);
         }
-        self.hurry.fetch_sub(1, Ordering::SeqCst);
-        result.map(|()| out)
+        Ok(out)
     }
 
     /// Every digest computed so far (not waiting for one being computed).
@@ -127,15 +118,16 @@ impl Pending {
     }
 
     /// One component's digest: the one already computed, or hashed now
-    /// with `algorithm`, `pace` told of each chunk read; an object's bytes
-    /// are kept for the send that follows when `keep` (a request's hashing).
-    pub(crate) fn digest_of(
+    /// with the queue's algorithm, paced by `pace`; an object's bytes are
+    /// kept for the send that follows when `keep` (a request's hashing).
+    /// Read on the runtime, hashed on the blocking pool a piece at a time.
+    pub(crate) async fn digest_of(
         &self,
         object: &str,
         role: &str,
-        algorithm: DigestAlgorithm,
+        q: &Queue,
         keep: bool,
-        pace: &mut Pace<'_>,
+        pace: &mut Pace,
     ) -> Result<String, String> {
         let f = &self.found;
         let at = || format!("{}: object {object:?}, component {role:?}", f.path);
@@ -144,44 +136,37 @@ impl Pending {
             .cells
             .get(&key)
             .ok_or_else(|| format!("{}: it carries a digest of its own", at()))?;
-        let mut cell = cell
-            .lock()
-            .map_err(|_| format!("{}: an earlier hashing of it panicked", at()))?;
+        let mut cell = cell.lock().await;
         if let Some(d) = &*cell {
             return Ok(d.clone());
         }
         let c = f
             .manifest
-            .objects
-            .get(object)
-            .and_then(|o| o.components.get(role))
+            .component(object, role)
             .ok_or_else(|| format!("{}: not in the manifest", at()))?;
-        let mut h = DigestHasher::new(algorithm);
         // A CRC the source stores for these bytes is checked in the same pass.
         let stored = zt_format::source::stored_crc(&f.manifest, object, role);
-        let mut crc = stored.map(|_| zt_format::atoms::Crc32::new());
+        let mut hashing = Hashing {
+            digest: DigestHasher::new(q.algorithm),
+            crc: stored.map(|_| Crc32::new()),
+        };
         if c.synthesized {
-            h.update(f.synthesized.get(&key).map_or(&[][..], Vec::as_slice));
+            let bytes = f.synthesized.get(&key).map_or(&[][..], Vec::as_slice);
+            hashing.digest.update(bytes);
         } else {
             let range = c.offset..c.offset.saturating_add(c.length);
-            // Why pacing stopped the hashing (it names the file itself).
-            let mut stopped = None;
-            let read = f.file.each_piece(range, keep, |part| {
-                h.update(part);
-                if let Some(crc) = &mut crc {
-                    crc.update(part);
-                }
-                pace(part.len() as u64).map_err(|why| {
-                    stopped = Some(why);
-                    String::new()
-                })
-            });
-            if let Some(why) = stopped {
-                return Err(why);
+            let mut pieces = f.file.pieces(range, keep);
+            while let Some(piece) = pieces.next().await {
+                let piece = piece.map_err(|e| format!("{}: {e}", at()))?;
+                let n = piece.len() as u64;
+                hashing = feed(hashing, piece).await.map_err(|stop| match stop {
+                    Stop::Read(e) => format!("{}: {e}", at()),
+                    Stop::By(never) => match never {},
+                })?;
+                pace.after(n, self, q).await?;
             }
-            read.map_err(|e| format!("{}: {e}", at()))?;
         }
-        if let (Some(want), Some(crc)) = (stored, crc) {
+        if let (Some(want), Some(crc)) = (stored, hashing.crc) {
             let got = crc.finish();
             if got != want.crc32 {
                 return Err(format!(
@@ -192,7 +177,7 @@ impl Pending {
                 ));
             }
         }
-        let d = h.finish().as_str().to_owned();
+        let d = hashing.digest.finish().as_str().to_owned();
         *cell = Some(d.clone());
         Ok(d)
     }
@@ -242,7 +227,8 @@ impl Pending {
 #[derive(Debug)]
 pub(crate) struct Queue {
     pub(crate) jobs: Mutex<std::collections::VecDeque<Arc<Pending>>>,
-    pub(crate) ready: Condvar,
+    /// Told when a job is queued or wanted (the hasher is one task).
+    pub(crate) ready: tokio::sync::Notify,
     /// Files a request is waiting for, queued or in progress.
     pub(crate) urgent: AtomicUsize,
     pub(crate) algorithm: DigestAlgorithm,
@@ -251,4 +237,91 @@ pub(crate) struct Queue {
     /// object-storage root by default: every replica would download
     /// every object).
     pub(crate) background: bool,
+}
+
+/// A component's digest, and the CRC-32 its source stores, hashed in one
+/// pass.
+struct Hashing {
+    digest: DigestHasher,
+    crc: Option<Crc32>,
+}
+
+impl Visit for Hashing {
+    type Error = Infallible;
+
+    fn piece(&mut self, bytes: &[u8]) -> Result<(), Infallible> {
+        self.digest.update(bytes);
+        if let Some(crc) = &mut self.crc {
+            crc.update(bytes);
+        }
+        Ok(())
+    }
+}
+
+/// How a hashing paces its reads: a request's at full speed, the
+/// background hasher's at `digests.rate_mib_s`, unless a request waits
+/// for the file, hashes a component of it, or waits for another file.
+#[derive(Debug)]
+pub(crate) struct Pace {
+    /// Bytes a second; 0 for no limit.
+    rate: u64,
+    started: Instant,
+    read: u64,
+}
+
+impl Pace {
+    pub(crate) fn full() -> Pace {
+        Pace::at(0)
+    }
+
+    pub(crate) fn at(rate: u64) -> Pace {
+        Pace {
+            rate,
+            started: Instant::now(),
+            read: 0,
+        }
+    }
+
+    /// Counts `n` more bytes read for `job`, then waits until the bytes
+    /// read so far fit the rate, asleep in short naps so that a hurry, or a
+    /// change to the file, is noticed; an error once the catalog no longer
+    /// lists this version of the file.
+    async fn after(&mut self, n: u64, job: &Pending, q: &Queue) -> Result<(), String> {
+        job.running()?;
+        q.metrics.count_hashed(n);
+        self.read += n;
+        if self.rate == 0 {
+            return Ok(());
+        }
+        let due = Duration::from_secs_f64(self.read as f64 / self.rate as f64);
+        loop {
+            let hurried = job.wanted.load(Ordering::SeqCst)
+                || job.hurry.load(Ordering::SeqCst) > 0
+                || q.urgent.load(Ordering::SeqCst) > 0;
+            match due.checked_sub(self.started.elapsed()) {
+                Some(ahead) if !hurried && !ahead.is_zero() => {
+                    job.running()?;
+                    tokio::time::sleep(ahead.min(Duration::from_millis(250))).await;
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+}
+
+/// A request hashing components of a file, counted in its `hurry` for as
+/// long as it does (a request that goes away stops counting).
+struct Hurry<'a>(&'a AtomicUsize);
+
+impl<'a> Hurry<'a> {
+    fn new(count: &'a AtomicUsize) -> Hurry<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        Hurry(count)
+    }
+}
+
+impl Drop for Hurry<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }

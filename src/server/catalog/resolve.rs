@@ -88,12 +88,17 @@ async fn provisional(
     keep: Option<BTreeSet<String>>,
 ) -> Entry {
     let job = Arc::clone(p);
-    let built = tokio::task::spawn_blocking(move || {
-        let mut computed = job.hash_now(&hash)?;
+    // A task of its own: a request that goes away does not drop the
+    // hashing half-done (those waiting on its components get them).
+    let built = tokio::spawn(async move {
+        let mut computed = job.hash_now(&hash).await?;
         for (o, roles) in job.known() {
             computed.entry(o).or_default().extend(roles);
         }
-        job.found.provisional(keep.as_ref(), &computed)
+        let path = job.found.path.clone();
+        tokio::task::spawn_blocking(move || job.found.provisional(keep.as_ref(), &computed))
+            .await
+            .map_err(|e| format!("{path}: building its entry: {e}"))?
     })
     .await;
     match built {

@@ -62,17 +62,6 @@ impl Served {
                 .is_some_and(|p| etag::strong_match(tag, p))
     }
 
-    /// Checks one component's bytes against its digest, once (blocking:
-    /// the first call reads the component). A component of another file
-    /// is checked by that file's entry.
-    pub fn check(&self, object: &str, role: &str) -> Result<(), Refusal> {
-        if let Some(owner) = self.owner(object, role) {
-            return owner.check(object, role);
-        }
-        self.checks
-            .check(&self.file, &self.path, &self.manifest, object, role)
-    }
-
     /// The entry that holds a component living in another file (a shard
     /// of a sharded checkpoint); `None` for one of this file. The shard
     /// knows the object by the same name.
@@ -89,16 +78,14 @@ impl Served {
             .cloned()
     }
 
-    /// [`Served::check`] on the runtime (`Checks::check_async`: no thread
-    /// waits on an object's GETs). A check still to do runs as a task of
+    /// Checks one component's bytes against its digest, once
+    /// ([`Checks::check`]: no thread waits on an object's GETs); a
+    /// component of another file is checked by that file's entry (a shard
+    /// of a sharded checkpoint). A check still to do runs as a task of
     /// its own: a request that goes away (its client hung up) does not drop
     /// it half-done, and the requests waiting on it get its answer instead
     /// of starting over.
-    pub(crate) async fn check_async(
-        self: &Arc<Self>,
-        object: &str,
-        role: &str,
-    ) -> Result<(), Refusal> {
+    pub(crate) async fn check(self: &Arc<Self>, object: &str, role: &str) -> Result<(), Refusal> {
         let entry = self.owner(object, role).unwrap_or_else(|| Arc::clone(self));
         if entry.checks.passed(object, role) {
             return Ok(());
@@ -107,7 +94,7 @@ impl Served {
         tokio::spawn(async move {
             entry
                 .checks
-                .check_async(&entry.file, &entry.path, &entry.manifest, &o, &r)
+                .check(&entry.file, &entry.path, &entry.manifest, &o, &r)
                 .await
         })
         .await
@@ -120,8 +107,8 @@ impl Served {
     }
 
     /// Checks every component whose stored bytes overlap one of `spans`,
-    /// on the runtime ([`Served::check_async`]).
-    pub(crate) async fn check_spans_async(
+    /// ([`Served::check`]).
+    pub(crate) async fn check_spans(
         self: &Arc<Self>,
         spans: &[std::ops::Range<u64>],
     ) -> Result<(), Refusal> {
@@ -132,7 +119,7 @@ impl Served {
                 .map(|(o, r)| (o.to_owned(), r.to_owned()))
                 .collect();
             for (o, r) in parts {
-                self.check_async(&o, &r).await?;
+                self.check(&o, &r).await?;
             }
         }
         Ok(())

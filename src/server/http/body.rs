@@ -155,7 +155,7 @@ pub(super) async fn read(
         if let Some(read) = served.file.read_now(&span) {
             return read;
         }
-    } else if let Err(refusal) = served.check_spans_async(std::slice::from_ref(&span)).await {
+    } else if let Err(refusal) = served.check_spans(std::slice::from_ref(&span)).await {
         state.catalog.digest_metrics().count_abort();
         tracing::error!(file = %served.path, offset = span.start, %refusal, "component failed its digest mid-response; connection cut");
         return Err(io::Error::other(refusal.to_string()));

@@ -293,7 +293,7 @@ async fn answer(
                 .into_iter()
                 .map(|s| s.start..s.end.min(s.start.saturating_add(READ_CHUNK)))
                 .collect();
-            let check = served.check_spans_async(&first);
+            let check = served.check_spans(&first);
             let read = preflight(state, method, headers, &entity, &ranges, check).await?;
             Ok(respond(state, method, headers, entity, ranges, read))
         }
@@ -525,7 +525,7 @@ async fn component_response(
         .any(|(k, v)| k == "decode" && (v == "1" || v == "true"));
     let mut extra = component_headers(c, &obj.shape);
     if decode && c.encoding == Encoding::Zstd {
-        verify(&served, served.check_async(object, role)).await?;
+        verify(&served, served.check(object, role)).await?;
         return decoded(
             state, method, headers, &served, object, role, c, etag, extra,
         )
@@ -562,7 +562,7 @@ async fn component_response(
         Some((_, text)) => super::rows::ranges(state, &mut entity, object, text).await?,
         None => ranges(state, headers, &entity),
     };
-    let check = entity.served.check_async(object, role);
+    let check = entity.served.check(object, role);
     let read = preflight(state, method, headers, &entity, &ranges, check).await?;
     Ok(respond(state, method, headers, entity, ranges, read))
 }
@@ -596,25 +596,29 @@ async fn decoded(
     }
     // The caller has already checked the stored bytes against their digest
     // (`verify`, once per component), as for every component response.
-    // Reading and decoding run on a blocking thread, off the runtime.
+    // Read on the runtime (an object's GET awaited), decoded on the
+    // blocking pool.
     let len = usize::try_from(c.length).map_err(AppError::internal)?;
-    let (s, at) = (Arc::clone(served), c.offset);
     let label = format!("{}: object {object:?} component {role:?}", served.path);
-    let out = tokio::task::spawn_blocking(move || {
-        let stored = s.file.read_exact(len, at).map_err(|e| {
+    let stored = served
+        .file
+        .read_async(len, c.offset, None)
+        .await
+        .map_err(|e| {
             // Shorter than listed, or replaced in the store.
             let gone = matches!(
                 e.kind(),
                 std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::NotFound
             );
-            match gone || s.changed() {
+            match gone || served.changed() {
                 true => Stop::Changed {
-                    path: s.path.clone(),
+                    path: served.path.clone(),
                     why: format!("{label}: {e}"),
                 },
                 false => AppError::internal(e).into(),
             }
         })?;
+    let out = tokio::task::spawn_blocking(move || {
         zt_format::codec::decompress(&stored, expected, cap)
             .map(bytes::Bytes::from_owner)
             .map_err(|rule| {

@@ -44,18 +44,7 @@ pub(super) async fn ranges(
             at,
         ));
     }
-    let (served, name, state) = (
-        Arc::clone(&entity.served),
-        object.to_owned(),
-        Arc::clone(state),
-    );
-    // Checked on the runtime first, as summaries are (`summary.rs`).
-    let _ = served.check_async(&name, "data").await;
-    let got = tokio::task::spawn_blocking(move || {
-        slice(&served, &name, rows, state.catalog.digest_metrics())
-    })
-    .await
-    .map_err(AppError::internal)?;
+    let got = slice(&entity.served, object, rows, state.catalog.digest_metrics()).await;
     let s = match got {
         Ok(s) => s,
         Err(RowsFailure::NoObject(why)) => return Err(AppError::not_found(why)),

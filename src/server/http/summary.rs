@@ -26,16 +26,11 @@ pub(super) async fn respond(
     {
         return answer;
     }
-    // Checked on the runtime first (an object's GETs awaited), so that the
-    // check in the summary finds its answer rather than reading on a pool
-    // thread; its refusal, if any, is the summary's.
-    let _ = served.check_async(&object, "data").await;
     let cap = state.config.limits.render_cap;
-    let st = Arc::clone(state);
-    let s = Arc::clone(&served);
-    let summary = tokio::task::spawn_blocking(move || st.summaries.get(&s, &object, cap))
+    let summary = state
+        .summaries
+        .get(&served, &object, cap)
         .await
-        .map_err(AppError::internal)?
         .map_err(|r| match r {
             Refusal::NotFound(why) => AppError::not_found(why),
             Refusal::Unsupported(why) => {

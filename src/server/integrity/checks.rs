@@ -14,15 +14,17 @@
 //! instead of hashing sha256 on every request.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use zt_format::{Component, Digest, DigestAlgorithm, Encoding, Format, Hasher, Manifest, Object};
 
-use crate::server::store::blob::Blob;
+use std::convert::Infallible;
+
+use crate::server::store::blob::{Blob, Stop, Visit};
 
 /// Why a component is not sent. Each names the file, object and component.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The stored bytes do not match the digest (and the rule that failed).
     Corrupt(String),
     /// The bytes could not be read.
@@ -45,8 +47,7 @@ pub(crate) struct Checks {
     kept: Vec<OnceLock<Digest>>,
     /// Held while a component is read for its check, so that requests
     /// asking for it at once read it once (the others wait, then find
-    /// the answer); one per cell. A lock both a blocking thread
-    /// ([`Checks::check`]) and a task ([`Checks::check_async`]) can wait on.
+    /// the answer); one per cell.
     reading: Vec<tokio::sync::Mutex<()>>,
     /// Each component's cell, by object, then role (looked up by `&str`).
     index: HashMap<String, HashMap<String, usize>>,
@@ -201,50 +202,14 @@ impl Checks {
         }))
     }
 
-    /// Checks the component once (blocking: it reads the component);
-    /// later calls return the first answer. Components without a digest,
-    /// or with an algorithm this build does not know, pass: there is
-    /// nothing to check them against, and clients decide what to accept.
-    pub(crate) fn check(
-        &self,
-        file: &Blob,
-        path: &str,
-        m: &Manifest,
-        object: &str,
-        role: &str,
-    ) -> Result<(), Refusal> {
-        let Some(job) = self.job(m, object, role)? else {
-            return Ok(());
-        };
-        let _reading = self
-            .reading
-            .get(job.index)
-            .map(tokio::sync::Mutex::blocking_lock);
-        if let Some(done) = job.cell.get() {
-            return done.clone().map_err(Refusal::Corrupt);
-        }
-        let hashed = match job.trusted {
-            true => Ok((Ok(()), None)),
-            false => hash(file, job.c),
-        };
-        let checked = hashed.and_then(|(verdict, crc)| {
-            self.kept_if(object, role, &verdict, crc);
-            match (verdict, job.ragged) {
-                (Ok(()), Some(obj)) => {
-                    let stored = read_offsets(file, job.c)?;
-                    Ok(ragged_offsets(obj, job.c, &stored))
-                }
-                (verdict, _) => Ok(verdict),
-            }
-        });
-        settle(&job, path, object, role, checked)
-    }
-
-    /// [`Checks::check`] on the runtime: a local file's component is read
-    /// and hashed on the blocking pool, an object's read with GETs awaited
-    /// here and hashed on the blocking pool a piece at a time, so no thread
-    /// waits on the network.
-    pub(crate) async fn check_async(
+    /// Checks the component once; later calls return the first answer
+    /// (calls at once wait for the first). Its pieces are read on the
+    /// runtime (a local file's on the blocking pool, an object's GETs
+    /// awaited) and hashed on the blocking pool, so no thread waits on the
+    /// network. Components without a digest, or with an algorithm this
+    /// build does not know, pass: there is nothing to check them against,
+    /// and clients decide what to accept.
+    pub(crate) async fn check(
         &self,
         file: &Blob,
         path: &str,
@@ -264,7 +229,7 @@ impl Checks {
         }
         let hashed = match job.trusted {
             true => Ok((Ok(()), None)),
-            false => hash_async(file, job.c).await,
+            false => hash(file, job.c).await,
         };
         let checked = match hashed {
             Ok((verdict, crc)) => {
@@ -332,13 +297,6 @@ fn settle(
     }
 }
 
-/// A ragged object's stored offsets.
-fn read_offsets(file: &Blob, c: &Component) -> Result<bytes::Bytes, String> {
-    let len = usize::try_from(c.length).map_err(|e| e.to_string())?;
-    file.read_exact(len, c.offset)
-        .map_err(|e| format!("reading {len} bytes at {}: {e}", c.offset))
-}
-
 /// A ragged object's offsets (`stored`, as the file holds them) checked
 /// against its values: the verdict.
 fn ragged_offsets(obj: &Object, c: &Component, stored: &[u8]) -> Result<(), String> {
@@ -365,25 +323,26 @@ type Hashed = (Result<(), String>, Option<Digest>);
 
 /// `Err` when the bytes could not be read; otherwise the verdict, and the
 /// bytes' CRC-32C (hashed in the same pass, unless the digest is one).
-fn hash(file: &Blob, c: &Component) -> Result<Hashed, String> {
+async fn hash(file: &Blob, c: &Component) -> Result<Hashed, String> {
     let Some(digest) = &c.digest else {
         return Ok((Ok(()), None));
     };
     let Some(algorithm) = digest.algorithm() else {
         return Ok((Ok(()), None));
     };
-    let mut h = Hasher::new(algorithm);
-    let mut crc =
-        (algorithm != DigestAlgorithm::Crc32c).then(|| Hasher::new(DigestAlgorithm::Crc32c));
-    // Cached for the send that follows: an object is then read once.
+    let both = Both {
+        digest: Hasher::new(algorithm),
+        crc: (algorithm != DigestAlgorithm::Crc32c).then(|| Hasher::new(DigestAlgorithm::Crc32c)),
+    };
+    // Kept for the send that follows: an object is then read once.
     let range = c.offset..c.offset.saturating_add(c.length);
-    file.each_piece(range, true, |piece| {
-        h.update(piece);
-        if let Some(crc) = &mut crc {
-            crc.update(piece);
-        }
-        Ok(())
-    })?;
+    let Both { digest: h, crc } =
+        file.visit(range, true, both)
+            .await
+            .map_err(|stop| match stop {
+                Stop::Read(why) => why,
+                Stop::By(never) => match never {},
+            })?;
     let got = h.finish();
     let verdict = digest
         .compare(&got)
@@ -391,36 +350,20 @@ fn hash(file: &Blob, c: &Component) -> Result<Hashed, String> {
     Ok((verdict, Some(crc.map_or(got, Hasher::finish))))
 }
 
-/// [`hash`] on the runtime ([`Blob::visit`]).
-async fn hash_async(file: &Blob, c: &Component) -> Result<Hashed, String> {
-    let Some(digest) = &c.digest else {
-        return Ok((Ok(()), None));
-    };
-    let Some(algorithm) = digest.algorithm() else {
-        return Ok((Ok(()), None));
-    };
-    let hashers = std::sync::Arc::new(Mutex::new((
-        Hasher::new(algorithm),
-        (algorithm != DigestAlgorithm::Crc32c).then(|| Hasher::new(DigestAlgorithm::Crc32c)),
-    )));
-    let feed = std::sync::Arc::clone(&hashers);
-    // Cached for the send that follows: an object is then read once.
-    let range = c.offset..c.offset.saturating_add(c.length);
-    file.visit(range, true, move |piece| {
-        let mut h = feed.lock().map_err(|e| e.to_string())?;
-        h.0.update(piece);
-        if let Some(crc) = &mut h.1 {
-            crc.update(piece);
+/// A component's digest and its CRC-32C, hashed in one pass.
+struct Both {
+    digest: Hasher,
+    crc: Option<Hasher>,
+}
+
+impl Visit for Both {
+    type Error = Infallible;
+
+    fn piece(&mut self, bytes: &[u8]) -> Result<(), Infallible> {
+        self.digest.update(bytes);
+        if let Some(crc) = &mut self.crc {
+            crc.update(bytes);
         }
         Ok(())
-    })
-    .await?;
-    let (h, crc) = std::sync::Arc::into_inner(hashers)
-        .and_then(|m| m.into_inner().ok())
-        .ok_or("the hash of a component was still in use")?;
-    let got = h.finish();
-    let verdict = digest
-        .compare(&got)
-        .map_err(|rule| format!("{}: {rule}", rule.name()));
-    Ok((verdict, Some(crc.map_or(got, Hasher::finish))))
+    }
 }

@@ -8,12 +8,15 @@
 use zt_format::rows::{Rows, RowsError};
 use zt_format::{Digest, DigestAlgorithm, Hasher};
 
-use crate::server::catalog::Served;
+use std::convert::Infallible;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::server::catalog::Served;
 
 use crate::server::integrity::checks::Refusal;
 use crate::server::integrity::digests::DigestMetrics;
-use crate::server::store::READ_CHUNK;
+use crate::server::store::blob::{Stop, Visit};
 
 /// Rows of an object's `data`, ready to send.
 #[derive(Debug, Clone)]
@@ -35,10 +38,11 @@ pub(crate) enum RowsFailure {
     Refused(Refusal),
 }
 
-/// Rows `rows` of `object` in `served` (blocking: it checks the whole
-/// component on first use, then reads the rows to hash them).
-pub(crate) fn slice(
-    served: &Served,
+/// Rows `rows` of `object` in `served`: the whole component checked on
+/// first use, then the rows read (on the runtime) and hashed (on the
+/// blocking pool).
+pub(crate) async fn slice(
+    served: &Arc<Served>,
     object: &str,
     rows: Rows,
     metrics: &DigestMetrics,
@@ -50,28 +54,30 @@ pub(crate) fn slice(
     let (start, len) = rows
         .span(obj)
         .map_err(|e| RowsFailure::Rows(format!("{}: object {object:?}: {e}", served.path), e))?;
-    let owner = served.owner(object, "data");
-    let holder = owner.as_deref().unwrap_or(served);
-    served.check(object, "data").map_err(RowsFailure::Refused)?;
     let c = obj.components.get("data").ok_or_else(|| {
         RowsFailure::NoObject(format!("{}: object {object:?} has no data", served.path))
     })?;
-    let mut h = Hasher::new(DigestAlgorithm::Sha256);
-    let (mut pos, end) = (c.offset + start, c.offset + start + len);
-    while pos < end {
-        let n = READ_CHUNK.min(end - pos);
-        let chunk = holder
-            .file
-            .read_exact(usize::try_from(n).unwrap_or(0), pos)
-            .map_err(|e| {
-                RowsFailure::Refused(Refusal::Unreadable(format!(
-                    "{}: object {object:?}, component \"data\": reading rows {}:{}: {e}",
-                    holder.path, rows.start, rows.end
-                )))
-            })?;
-        h.update(&chunk);
-        pos += n;
-    }
+    served
+        .check(object, "data")
+        .await
+        .map_err(RowsFailure::Refused)?;
+    let owner = served.owner(object, "data");
+    let holder = owner.as_ref().unwrap_or(served);
+    let span = c.offset + start..c.offset + start + len;
+    let hashed = holder
+        .file
+        .visit(span, false, Sha256(Hasher::new(DigestAlgorithm::Sha256)))
+        .await;
+    let Sha256(h) = hashed.map_err(|stop| {
+        let why = match stop {
+            Stop::Read(why) => why,
+            Stop::By(never) => match never {},
+        };
+        RowsFailure::Refused(Refusal::Unreadable(format!(
+            "{}: object {object:?}, component \"data\": reading rows {}:{}: {why}",
+            holder.path, rows.start, rows.end
+        )))
+    })?;
     metrics.rows.fetch_add(1, Ordering::Relaxed);
     metrics.row_bytes.fetch_add(len, Ordering::Relaxed);
     Ok(Slice {
@@ -80,4 +86,16 @@ pub(crate) fn slice(
         component_offset: c.offset,
         digest: h.finish(),
     })
+}
+
+/// The sha256 of rows as they are read.
+struct Sha256(Hasher);
+
+impl Visit for Sha256 {
+    type Error = Infallible;
+
+    fn piece(&mut self, bytes: &[u8]) -> Result<(), Infallible> {
+        self.0.update(bytes);
+        Ok(())
+    }
 }

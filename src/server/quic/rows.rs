@@ -45,13 +45,7 @@ pub(super) async fn plan(
             ))
         }
     };
-    // Checked on the runtime first, as over HTTP (`http/summary.rs`).
-    let _ = served.check_async(&name, "data").await;
-    let (s, n, state) = (Arc::clone(&served), name.clone(), Arc::clone(state));
-    let got =
-        tokio::task::spawn_blocking(move || slice(&s, &n, rows, state.catalog.digest_metrics()))
-            .await
-            .map_err(|e| (Code::Internal, e.to_string()))?;
+    let got = slice(&served, &name, rows, state.catalog.digest_metrics()).await;
     let cut = match got {
         Ok(cut) => cut,
         Err(RowsFailure::NoObject(why) | RowsFailure::Rows(why, _)) => {

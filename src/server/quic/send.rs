@@ -165,8 +165,8 @@ async fn send_one(
     // checks every component it overlaps.
     let span = h.offset..h.offset.saturating_add(h.length);
     let checked = match served.manifest.objects.contains_key(&h.object) {
-        true => served.check_async(&h.object, &h.component).await,
-        false => served.check_spans_async(std::slice::from_ref(&span)).await,
+        true => served.check(&h.object, &h.component).await,
+        false => served.check_spans(std::slice::from_ref(&span)).await,
     };
     match checked {
         Ok(()) => {}

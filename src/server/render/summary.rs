@@ -19,8 +19,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
-use zt_format::{Decoder, Encoding, Format, Object, Values};
+use zt_format::{Decoder, Encoding, Format, Object, Rule, Values};
 
+use crate::server::store::blob::{Stop, Visit};
 use crate::server::store::READ_CHUNK;
 
 use crate::server::catalog::Served;
@@ -137,7 +138,14 @@ impl Moments {
             grid,
         }
     }
+}
 
+/// What a pass over a component's elements hands each one to.
+trait Sink: Send + 'static {
+    fn add(&mut self, x: f64);
+}
+
+impl Sink for Moments {
     fn add(&mut self, x: f64) {
         let k = self.count;
         self.count += 1;
@@ -170,6 +178,102 @@ impl Moments {
     }
 }
 
+/// The second pass: the histogram of the finite values between the first
+/// pass's extremes.
+struct Bins {
+    lo: f64,
+    width: f64,
+    counts: Vec<u64>,
+}
+
+impl Sink for Bins {
+    fn add(&mut self, x: f64) {
+        if !x.is_finite() {
+            return;
+        }
+        let i = if self.width > 0.0 {
+            (((x - self.lo) / self.width) as usize).min(BINS - 1)
+        } else {
+            0
+        };
+        if let Some(b) = self.counts.get_mut(i) {
+            *b += 1;
+        }
+    }
+}
+
+/// One pass over a component's elements: its stored pieces, decoded as
+/// they come when it is zstd, each element read as a number and handed
+/// to the sink.
+struct Pass<S> {
+    decoder: Option<Decoder>,
+    values: Values,
+    sink: S,
+}
+
+impl<S: Sink> Visit for Pass<S> {
+    type Error = Rule;
+
+    fn piece(&mut self, bytes: &[u8]) -> Result<(), Rule> {
+        let (values, sink) = (&self.values, &mut self.sink);
+        match &mut self.decoder {
+            Some(d) => d.feed(bytes, |p| {
+                values.each(p, |x| sink.add(x));
+                Ok::<(), Rule>(())
+            }),
+            None => {
+                values.each(bytes, |x| sink.add(x));
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A component's elements, read a pass at a time.
+struct Elements<'a> {
+    holder: &'a Served,
+    range: std::ops::Range<u64>,
+    /// The decoded length of a zstd component.
+    decoded: Option<u64>,
+    cap: u64,
+    values: Values,
+    /// Names the file, object and rule in a refusal.
+    at: &'a (dyn Fn(&str, String) -> String + Sync),
+}
+
+impl Elements<'_> {
+    /// Hands every element to `sink`, the stored bytes read in pieces (and
+    /// decoded as they come), and gives it back.
+    async fn pass<S: Sink>(&self, sink: S) -> Result<S, Refusal> {
+        let corrupt = |rule: Rule| Refusal::Corrupt((self.at)("zstd-corrupt", rule.to_string()));
+        let piece = usize::try_from(READ_CHUNK).unwrap_or(usize::MAX);
+        let decoder = match self.decoded {
+            Some(n) => Some(Decoder::new(n, self.cap, piece).map_err(corrupt)?),
+            None => None,
+        };
+        let pass = Pass {
+            decoder,
+            values: self.values,
+            sink,
+        };
+        let read = self.holder.file.visit(self.range.clone(), true, pass).await;
+        let mut done = read.map_err(|stop| match stop {
+            // A read that failed is the file's fault, not the data's.
+            Stop::Read(why) => Refusal::Unreadable((self.at)("unreadable", why)),
+            Stop::By(rule) => corrupt(rule),
+        })?;
+        if let Some(d) = done.decoder.take() {
+            let (values, sink) = (&done.values, &mut done.sink);
+            d.finish(|p| {
+                values.each(p, |x| sink.add(x));
+                Ok::<(), Rule>(())
+            })
+            .map_err(corrupt)?;
+        }
+        Ok(done.sink)
+    }
+}
+
 /// Summaries kept per file version.
 #[derive(Debug, Default)]
 pub(crate) struct Cache {
@@ -177,9 +281,9 @@ pub(crate) struct Cache {
 }
 
 impl Cache {
-    /// The summary of `object` of `served` (blocking: it reads the object
-    /// the first time).
-    pub(crate) fn get(
+    /// The summary of `object` of `served` (it reads the object the first
+    /// time: on the runtime, the elements summed on the blocking pool).
+    pub(crate) async fn get(
         &self,
         served: &Arc<Served>,
         object: &str,
@@ -189,7 +293,7 @@ impl Cache {
         if let Some(s) = self.kept.lock().ok().and_then(|k| k.get(&key).cloned()) {
             return Ok(s);
         }
-        let s = Arc::new(summarise(served, object, cap)?);
+        let s = Arc::new(summarise(served, object, cap).await?);
         if let Ok(mut kept) = self.kept.lock() {
             if kept.len() >= KEEP {
                 let drop: Vec<_> = kept.keys().take(KEEP / 2).cloned().collect();
@@ -204,11 +308,10 @@ impl Cache {
 }
 
 /// Reads and summarises `object`'s `data` component (checked first).
-fn summarise(served: &Arc<Served>, object: &str, cap: u64) -> Result<Summary, Refusal> {
+async fn summarise(served: &Arc<Served>, object: &str, cap: u64) -> Result<Summary, Refusal> {
     let at =
         |rule: &str, why: String| format!("{}: object {object:?}: {why} [{rule}]", served.path);
     let unsupported = |rule: &str, why: String| Refusal::Unsupported(at(rule, why));
-    let unreadable = |why: String| Refusal::Unreadable(at("unreadable", why));
     let obj: &Object = served
         .manifest
         .objects
@@ -229,15 +332,6 @@ fn summarise(served: &Arc<Served>, object: &str, cap: u64) -> Result<Summary, Re
         .ok_or_else(|| unsupported("summary-format", "no data component".to_owned()))?;
     let values = Values::of(c.dtype, c.logical_type.as_ref())
         .map_err(|why| unsupported("summary-type", format!("{why}: cannot be summarised")))?;
-    let owner = served.owner(object, "data");
-    let holder = owner.as_ref().unwrap_or(served);
-    holder.check(object, "data").map_err(|r| match r {
-        crate::server::integrity::checks::Refusal::Corrupt(why) => Refusal::Corrupt(why),
-        crate::server::integrity::checks::Refusal::Unreadable(why) => Refusal::Unreadable(why),
-    })?;
-    let range = c.offset..c.offset.saturating_add(c.length);
-    let mut m = Moments::new(&obj.shape);
-    let mut bins = vec![0u64; BINS];
     let decoded = match (c.encoding, c.uncompressed_length) {
         (Encoding::Zstd, Some(n)) if n <= cap && c.length <= cap => Some(n),
         (Encoding::Zstd, _) => {
@@ -248,52 +342,30 @@ fn summarise(served: &Arc<Served>, object: &str, cap: u64) -> Result<Summary, Re
         }
         _ => None,
     };
-    let piece = usize::try_from(READ_CHUNK).unwrap_or(usize::MAX);
-    // Each pass hands every element to `f`, read (and decoded) in pieces.
-    let pass = |f: &mut dyn FnMut(f64)| -> Result<(), Refusal> {
-        match decoded {
-            Some(n) => {
-                let mut stored = holder.file.reader(range.clone());
-                let decoded = Decoder::new(&mut stored, n, cap).and_then(|d| {
-                    d.each_piece(piece, |p| {
-                        values.each(p, &mut *f);
-                        Ok::<(), zt_format::Rule>(())
-                    })
-                });
-                // A read that failed is the file's fault, not the data's.
-                match (decoded, stored.failed()) {
-                    (Ok(()), _) => Ok(()),
-                    (Err(_), Some(why)) => Err(unreadable(why.to_owned())),
-                    (Err(rule), None) => {
-                        Err(Refusal::Corrupt(at("zstd-corrupt", rule.to_string())))
-                    }
-                }
-            }
-            None => holder
-                .file
-                .each_piece(range.clone(), true, |p| {
-                    values.each(p, &mut *f);
-                    Ok(())
-                })
-                .map_err(unreadable),
-        }
+    served.check(object, "data").await.map_err(|r| match r {
+        crate::server::integrity::checks::Refusal::Corrupt(why) => Refusal::Corrupt(why),
+        crate::server::integrity::checks::Refusal::Unreadable(why) => Refusal::Unreadable(why),
+    })?;
+    let owner = served.owner(object, "data");
+    let holder = owner.as_ref().unwrap_or(served);
+    let elements = Elements {
+        holder,
+        range: c.offset..c.offset.saturating_add(c.length),
+        decoded,
+        cap,
+        values,
+        at: &at,
     };
-    pass(&mut |x| m.add(x))?;
+    let m = elements.pass(Moments::new(&obj.shape)).await?;
     let (lo, hi) = (m.min, m.max);
+    let mut bins = vec![0u64; BINS];
     if m.finite > 0 {
-        let width = (hi - lo) / BINS as f64;
-        pass(&mut |x| {
-            if x.is_finite() {
-                let i = if width > 0.0 {
-                    (((x - lo) / width) as usize).min(BINS - 1)
-                } else {
-                    0
-                };
-                if let Some(b) = bins.get_mut(i) {
-                    *b += 1;
-                }
-            }
-        })?;
+        let second = Bins {
+            lo,
+            width: (hi - lo) / BINS as f64,
+            counts: bins,
+        };
+        bins = elements.pass(second).await?.counts;
     }
     let finite = m.finite > 0;
     let grid = m.grid.map(|g| Grid {

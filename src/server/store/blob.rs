@@ -1,15 +1,13 @@
 //! The handle on a served file's bytes that everything above the store
 //! holds: a [`ByteSource`] (a local file or one version of an object; the
 //! holder never asks which) shared by every request and entry of that
-//! version, and the ways to read it that callers need: whole, in pieces,
-//! as a reader, from memory when there, and its header through its
-//! source's read plan.
+//! version, and the ways to read it that callers need: whole, in pieces
+//! (handed to a stream or to a function on the blocking pool), from memory
+//! when there, and its header through its source's read plan.
 //!
-//! [`Blob::read_now`] never blocks; [`Blob::read_async`],
-//! [`Blob::visit`] and [`Blob::confirm`] are for the runtime (an object's
-//! GETs awaited, a local file's reads on the blocking pool); the others
-//! block, for the blocking pool and the daemon's own threads (the hasher,
-//! the verifier, scans).
+//! Every read is for the runtime, and none holds a thread across network
+//! I/O: an object's GETs are awaited, a local file's reads run on the
+//! blocking pool; [`Blob::read_now`] never blocks.
 
 use std::fs::File;
 use std::io;
@@ -17,6 +15,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::stream::BoxStream;
+use futures_util::StreamExt as _;
 use zt_format::source::Probe;
 use zt_format::{FileManifest, Limits, Source};
 
@@ -44,17 +44,6 @@ impl Blob {
     /// ([`ByteSource::changed`]).
     pub(crate) fn changed(&self) -> bool {
         self.0.changed()
-    }
-
-    /// Fills `buf` from `pos` (blocking); `UnexpectedEof` if the bytes end
-    /// first or the version is gone.
-    pub(crate) fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
-        self.0.read_exact_at(buf, pos)
-    }
-
-    /// Exactly `len` bytes at `pos` (blocking).
-    pub(crate) fn read_exact(&self, len: usize, pos: u64) -> io::Result<Bytes> {
-        self.0.read_held(len, pos, None)
     }
 
     /// Exactly `len` bytes at `pos`, on the runtime: no thread is held
@@ -131,44 +120,32 @@ impl Blob {
         })
     }
 
-    /// Reads `range` in pieces of [`READ_CHUNK`] bytes, in order, handing
-    /// each to `f` (blocking); stops at the first error, a read's
-    /// ("reading N bytes at POS: ...") or `f`'s. An object's pieces are
-    /// fetched `storage.read_ahead` at a time and kept in the piece cache
-    /// for the send that follows a digest check (`keep`).
-    pub(crate) fn each_piece(
+    /// `range` in pieces of [`READ_CHUNK`] bytes, in order
+    /// ([`ByteSource::pieces`]); an object's pieces are fetched
+    /// `storage.read_ahead` at a time, and kept in the piece cache for the
+    /// send that follows a digest check when `keep`.
+    pub(crate) fn pieces(
         &self,
         range: Range<u64>,
         keep: bool,
-        mut f: impl FnMut(&[u8]) -> Result<(), String>,
-    ) -> Result<(), String> {
-        self.0.each_piece(range, READ_CHUNK, keep, &mut f)
+    ) -> BoxStream<'static, Result<Bytes, String>> {
+        Arc::clone(&self.0).pieces(range, READ_CHUNK, keep)
     }
 
-    /// [`Blob::each_piece`] on the runtime ([`ByteSource::visit`]).
-    pub(crate) async fn visit(
+    /// Hands every piece of `range` ([`Blob::pieces`]) to `v` on the
+    /// blocking pool (it hashes, decodes, sums), in order, and gives `v`
+    /// back when done; stops at the first error, a read's or `v`'s.
+    pub(crate) async fn visit<V: Visit>(
         &self,
         range: Range<u64>,
         keep: bool,
-        f: impl FnMut(&[u8]) -> Result<(), String> + Send + 'static,
-    ) -> Result<(), String> {
-        Arc::clone(&self.0)
-            .visit(range, READ_CHUNK, keep, Box::new(f))
-            .await
-    }
-
-    /// The bytes of `range` as a reader (blocking), read [`READ_CHUNK`] at
-    /// a time (an object's pieces then come from the piece cache where a
-    /// digest check left them): what a streaming decoder reads from.
-    pub(crate) fn reader(&self, range: Range<u64>) -> BlobReader<'_> {
-        BlobReader {
-            blob: self,
-            pos: range.start,
-            end: range.end,
-            buf: Vec::new(),
-            at: 0,
-            failed: None,
+        mut v: V,
+    ) -> Result<V, Stop<V::Error>> {
+        let mut pieces = self.pieces(range, keep);
+        while let Some(piece) = pieces.next().await {
+            v = feed(v, piece.map_err(Stop::Read)?).await?;
         }
+        Ok(v)
     }
 
     /// Reads one reader keeps in flight: 1 for a local file (reads from
@@ -179,51 +156,29 @@ impl Blob {
     }
 }
 
-/// [`Blob::reader`]: a range of a served file's bytes as `Read`.
+/// What [`Blob::visit`] hands the pieces to: a hash, a decoder, a sum.
+pub(crate) trait Visit: Send + 'static {
+    type Error: Send + 'static;
+
+    /// Takes the next piece, in order.
+    fn piece(&mut self, bytes: &[u8]) -> Result<(), Self::Error>;
+}
+
+/// Hands `piece` to `v` on the blocking pool, and `v` back.
+pub(crate) async fn feed<V: Visit>(mut v: V, piece: Bytes) -> Result<V, Stop<V::Error>> {
+    off_runtime(move || v.piece(&piece).map(|()| v))
+        .await
+        .map_err(|e| Stop::Read(e.to_string()))?
+        .map_err(Stop::By)
+}
+
+/// Why [`Blob::visit`] stopped short.
 #[derive(Debug)]
-pub(crate) struct BlobReader<'a> {
-    blob: &'a Blob,
-    /// The file offset of the next piece to read, and the range's end.
-    pos: u64,
-    end: u64,
-    /// The piece read last, and how much of it was handed out.
-    buf: Vec<u8>,
-    at: usize,
-    /// Why a read failed, when one did (a decoder reading through this
-    /// reports any error as its data's).
-    failed: Option<String>,
-}
-
-impl BlobReader<'_> {
-    /// Why a read of the bytes failed, if one did.
-    pub(crate) fn failed(&self) -> Option<&str> {
-        self.failed.as_deref()
-    }
-}
-
-impl io::Read for BlobReader<'_> {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        if self.at == self.buf.len() {
-            let n = READ_CHUNK.min(self.end.saturating_sub(self.pos));
-            if n == 0 {
-                return Ok(0);
-            }
-            self.buf.resize(usize::try_from(n).unwrap_or(0), 0);
-            if let Err(e) = self.blob.read_exact_at(&mut self.buf, self.pos) {
-                self.failed = Some(format!("reading {n} bytes at {}: {e}", self.pos));
-                return Err(e);
-            }
-            self.pos += n;
-            self.at = 0;
-        }
-        let rest = self.buf.get(self.at..).unwrap_or_default();
-        let n = rest.len().min(out.len());
-        out.get_mut(..n)
-            .unwrap_or_default()
-            .copy_from_slice(rest.get(..n).unwrap_or_default());
-        self.at += n;
-        Ok(n)
-    }
+pub(crate) enum Stop<E> {
+    /// A read failed: "reading N bytes at POS: ...".
+    Read(String),
+    /// The visitor said so.
+    By(E),
 }
 
 /// Header bytes parsed on the runtime's worker as they arrive; more go to

@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
 
 use super::object_root::{ObjectRoot, StoreError};
-use super::source::{ByteSource, Gone, Visitor};
+use super::source::{pieces_with, ByteSource, Gone};
 
 /// One version of an object.
 #[derive(Debug, Clone)]
@@ -21,16 +22,6 @@ pub(crate) struct StoredObject {
     pub(crate) key: String,
     /// The version listed; `None` for a store that gives no ETags.
     pub(crate) etag: Option<String>,
-}
-
-impl StoredObject {
-    /// Bytes `range`, all of them (through the piece cache), or the
-    /// store's error as an I/O error.
-    fn read(&self, range: Range<u64>) -> io::Result<Bytes> {
-        self.root
-            .read_cached(&self.key, self.etag.as_deref(), range)
-            .map_err(io_error)
-    }
 }
 
 /// A store's answer as an I/O error of the kind a local file gives.
@@ -60,88 +51,10 @@ impl ByteSource for StoredObject {
         self.root.is_stale(&self.key, self.etag.as_deref())
     }
 
-    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
-        let got = self.read(pos..pos.saturating_add(buf.len() as u64))?;
-        buf.copy_from_slice(&got);
-        Ok(())
-    }
-
-    fn read_held(
-        &self,
-        len: usize,
-        pos: u64,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    ) -> io::Result<Bytes> {
-        let bytes = self.read(pos..pos.saturating_add(len as u64))?;
-        Ok(held(bytes, permit))
-    }
-
     fn read_now(&self, range: &Range<u64>) -> Option<io::Result<Bytes>> {
         self.root
             .cached(&self.key, self.etag.as_deref(), range)
             .map(Ok)
-    }
-
-    fn each_piece(
-        &self,
-        range: Range<u64>,
-        piece: u64,
-        keep: bool,
-        f: &mut dyn FnMut(&[u8]) -> Result<(), String>,
-    ) -> Result<(), String> {
-        let etag = self.etag.as_deref();
-        self.root.each_piece(&self.key, etag, range, piece, keep, f)
-    }
-
-    fn visit(
-        self: Arc<Self>,
-        range: Range<u64>,
-        piece: u64,
-        keep: bool,
-        f: Visitor,
-    ) -> BoxFuture<'static, Result<(), String>> {
-        use futures_util::StreamExt as _;
-        Box::pin(async move {
-            let step = usize::try_from(piece.max(1)).unwrap_or(usize::MAX);
-            let end = range.end;
-            let me = Arc::clone(&self);
-            let mut pieces = futures_util::stream::iter((range.start..end).step_by(step))
-                .map(move |at| {
-                    let (me, r) = (Arc::clone(&me), at..at.saturating_add(piece).min(end));
-                    async move {
-                        let etag = me.etag.as_deref();
-                        let got = match keep {
-                            true => me.root.read_kept(&me.key, etag, r.clone()).await,
-                            false => me.root.read(&me.key, etag, r.clone()).await,
-                        };
-                        got.map_err(|e| {
-                            format!("reading {} bytes at {}: {e}", r.end - r.start, r.start)
-                        })
-                    }
-                })
-                .buffered(self.root.read_ahead());
-            let mut f = Some(f);
-            while let Some(bytes) = pieces.next().await {
-                let bytes = bytes?;
-                let Some(mut g) = f.take() else {
-                    break;
-                };
-                let (g, done) = tokio::task::spawn_blocking(move || {
-                    let done = g(&bytes);
-                    (g, done)
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-                done?;
-                f = Some(g);
-            }
-            Ok(())
-        })
-    }
-
-    /// `storage.read_ahead` GETs.
-    fn read_ahead(&self) -> usize {
-        self.root.read_ahead()
     }
 
     fn read_async(
@@ -154,10 +67,29 @@ impl ByteSource for StoredObject {
             let range = pos..pos.saturating_add(len as u64);
             let bytes = self
                 .root
-                .read_kept(&self.key, self.etag.as_deref(), range)
+                .read_piece(&self.key, self.etag.as_deref(), range, true)
                 .await
                 .map_err(io_error)?;
             Ok(held(bytes, permit))
+        })
+    }
+
+    /// `storage.read_ahead` GETs at once.
+    fn pieces(
+        self: Arc<Self>,
+        range: Range<u64>,
+        piece: u64,
+        keep: bool,
+    ) -> BoxStream<'static, Result<Bytes, String>> {
+        let ahead = self.root.read_ahead();
+        pieces_with(range, piece, ahead, move |r| {
+            let me = Arc::clone(&self);
+            async move {
+                me.root
+                    .read_piece(&me.key, me.etag.as_deref(), r, keep)
+                    .await
+                    .map_err(io_error)
+            }
         })
     }
 
@@ -172,11 +104,16 @@ impl ByteSource for StoredObject {
             };
             gone(
                 self.root
-                    .read_kept(&self.key, etag, first.clone())
+                    .read_piece(&self.key, etag, first.clone(), true)
                     .await
                     .map(drop),
             )
         })
+    }
+
+    /// `storage.read_ahead` GETs.
+    fn read_ahead(&self) -> usize {
+        self.root.read_ahead()
     }
 }
 

@@ -97,9 +97,6 @@ pub struct ObjectRoot {
     prefix: KeyPath,
     gets: Semaphore,
     counters: Counters,
-    /// The runtime the store's client runs on, for reads made from
-    /// blocking threads ([`ObjectRoot::read_blocking`]).
-    runtime: tokio::runtime::Handle,
     /// Recently read pieces (`storage.cache_bytes`).
     cache: PieceCache,
     /// Ranged GETs one reader keeps in flight.
@@ -130,8 +127,6 @@ impl ObjectRoot {
         // The store's HTTP client uses the process's rustls provider (ring).
         zt_client::trust::install_provider();
         let bad = |e: &dyn std::fmt::Display| StoreError::Config(format!("root {url:?}: {e}"));
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| bad(&"opened outside the daemon's runtime"))?;
         let parsed = url::Url::parse(url).map_err(|e| bad(&e))?;
         let env: std::collections::BTreeMap<String, String> = env.into_iter().collect();
         let mut options: Vec<(String, String)> = env
@@ -207,7 +202,6 @@ impl ObjectRoot {
             prefix,
             gets: Semaphore::new(config.max_concurrent_gets.max(1)),
             counters: Counters::default(),
-            runtime,
             cache: PieceCache::new(config.cache_bytes),
             read_ahead: config.read_ahead.max(1),
             changed: Default::default(),
@@ -441,50 +435,25 @@ impl ObjectRoot {
         Ok(bytes)
     }
 
-    /// [`ObjectRoot::read`] from a blocking thread (the blocking pool or
-    /// a thread of the daemon's own, never a task on the runtime).
-    pub fn read_blocking(
+    /// [`ObjectRoot::read`] through the piece cache: the piece that is
+    /// exactly `range` if one is kept, otherwise read (and kept when
+    /// `keep`: for the send that follows a digest check, or a response's
+    /// next reader).
+    pub(crate) async fn read_piece(
         &self,
         key: &str,
         etag: Option<&str>,
         range: Range<u64>,
-    ) -> Result<Bytes, StoreError> {
-        self.runtime.block_on(self.read(key, etag, range))
-    }
-
-    /// [`ObjectRoot::read_blocking`] through the piece cache: the piece
-    /// that is exactly `range` if one is kept, otherwise read and kept.
-    pub(crate) fn read_cached(
-        &self,
-        key: &str,
-        etag: Option<&str>,
-        range: Range<u64>,
-    ) -> Result<Bytes, StoreError> {
-        if let Some(b) = self.cache.get(key, etag, &range) {
-            self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(b);
-        }
-        let start = range.start;
-        let bytes = self.read_blocking(key, etag, range)?;
-        self.cache.put(key, etag, start, &bytes);
-        Ok(bytes)
-    }
-
-    /// [`ObjectRoot::read`] through the piece cache, on the runtime: the
-    /// piece that is exactly `range` if one is kept, otherwise read and
-    /// kept.
-    pub(crate) async fn read_kept(
-        &self,
-        key: &str,
-        etag: Option<&str>,
-        range: Range<u64>,
+        keep: bool,
     ) -> Result<Bytes, StoreError> {
         if let Some(b) = self.cached(key, etag, &range) {
             return Ok(b);
         }
         let start = range.start;
         let bytes = self.read(key, etag, range).await?;
-        self.cache.put(key, etag, start, &bytes);
+        if keep {
+            self.cache.put(key, etag, start, &bytes);
+        }
         Ok(bytes)
     }
 
@@ -499,48 +468,6 @@ impl ObjectRoot {
         let got = self.cache.get(key, etag, range)?;
         self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
         Some(got)
-    }
-
-    /// Reads `range` of `key` in pieces of `piece` bytes, in order, with
-    /// `storage.read_ahead` GETs in flight (pieces in the cache are not
-    /// read again), handing each to `f` (and, when `keep`, keeping it in
-    /// the cache for the send that follows); from a blocking thread. Stops at the first error: the store's, or `f`'s.
-    pub(crate) fn each_piece(
-        &self,
-        key: &str,
-        etag: Option<&str>,
-        range: Range<u64>,
-        piece: u64,
-        keep: bool,
-        f: &mut dyn FnMut(&[u8]) -> Result<(), String>,
-    ) -> Result<(), String> {
-        let starts =
-            (range.start..range.end).step_by(usize::try_from(piece.max(1)).unwrap_or(usize::MAX));
-        let reads = futures_util::stream::iter(starts)
-            .map(|at| {
-                let r = at..at.saturating_add(piece).min(range.end);
-                async move {
-                    if let Some(b) = self.cache.get(key, etag, &r) {
-                        self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
-                        return (r, Ok(b));
-                    }
-                    (r.clone(), self.read(key, etag, r).await)
-                }
-            })
-            .buffered(self.read_ahead);
-        self.runtime.block_on(async {
-            futures_util::pin_mut!(reads);
-            while let Some((r, got)) = reads.next().await {
-                let bytes = got.map_err(|e| {
-                    format!("reading {} bytes at {}: {e}", r.end - r.start, r.start)
-                })?;
-                if keep {
-                    self.cache.put(key, etag, r.start, &bytes);
-                }
-                f(&bytes)?;
-            }
-            Ok(())
-        })
     }
 
     /// Ranged GETs one reader keeps in flight (`storage.read_ahead`).

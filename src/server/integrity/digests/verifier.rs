@@ -20,18 +20,12 @@ use crate::server::State;
 /// How long the verifier rests when nothing is left to check.
 const IDLE: Duration = Duration::from_millis(500);
 
-/// Starts the verifier thread; it ends when the daemon's state is gone.
+/// Starts the verifier task; it ends when the daemon's state is gone.
 pub(crate) fn start(state: &Arc<State>, rate: u64) {
-    let weak = Arc::downgrade(state);
-    let spawned = std::thread::Builder::new()
-        .name("zt-verify".into())
-        .spawn(move || run(&weak, rate));
-    if let Err(e) = spawned {
-        tracing::warn!(error = %e, "could not start the background verifier; components are checked on first request");
-    }
+    tokio::spawn(run(Arc::downgrade(state), rate));
 }
 
-fn run(state: &Weak<State>, rate: u64) {
+async fn run(state: Weak<State>, rate: u64) {
     // Files with a component that could not be read (truncated under the
     // daemon): left to requests until the file changes (a new entry).
     let mut unreadable: Vec<Weak<Served>> = Vec::new();
@@ -40,7 +34,7 @@ fn run(state: &Weak<State>, rate: u64) {
         let Some(st) = state.upgrade() else { return };
         if !st.ready.load(Ordering::SeqCst) {
             drop(st);
-            std::thread::sleep(IDLE);
+            tokio::time::sleep(IDLE).await;
             continue;
         }
         let work: Vec<_> = st
@@ -55,7 +49,7 @@ fn run(state: &Weak<State>, rate: u64) {
         st.catalog.digest_metrics().set_unverified(left);
         drop(st);
         if work.is_empty() {
-            std::thread::sleep(IDLE);
+            tokio::time::sleep(IDLE).await;
             continue;
         }
         // The rate holds from the start of each pass: time spent idle
@@ -74,7 +68,7 @@ fn run(state: &Weak<State>, rate: u64) {
                     break;
                 }
                 let metrics = st.catalog.digest_metrics();
-                match served.check(&object, &role) {
+                match served.check(&object, &role).await {
                     Ok(()) => metrics.count_verified(len),
                     Err(Refusal::Corrupt(why)) => {
                         metrics.count_verified(len);
@@ -90,19 +84,19 @@ fn run(state: &Weak<State>, rate: u64) {
                 metrics.set_unverified(left);
                 drop(st);
                 read += len;
-                pace(started, read, rate);
+                pace(started, read, rate).await;
             }
         }
     }
 }
 
-/// Sleeps until `read` bytes since `started` fit `rate` bytes a second.
-fn pace(started: Instant, read: u64, rate: u64) {
+/// Waits until `read` bytes since `started` fit `rate` bytes a second.
+async fn pace(started: Instant, read: u64, rate: u64) {
     if rate == 0 {
         return;
     }
     let due = Duration::from_secs_f64(read as f64 / rate as f64);
     if let Some(ahead) = due.checked_sub(started.elapsed()) {
-        std::thread::sleep(ahead);
+        tokio::time::sleep(ahead).await;
     }
 }

@@ -126,6 +126,39 @@ fn no_two_modules_import_each_other() {
     }
 }
 
+/// The daemon holds no thread across I/O it waits for: no `block_on`
+/// bridging blocking code to the runtime, no blocking send, receive or
+/// lock on a channel or mutex of the runtime's (what a slow client or a
+/// slow store would hold a blocking-pool thread on). The fuzzing harness,
+/// which drives the router from outside a runtime, is the one exception.
+#[test]
+fn the_daemon_holds_no_thread_on_the_runtime() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/server");
+    let banned = [
+        "block_on(",
+        "blocking_send(",
+        "blocking_recv(",
+        "blocking_lock(",
+        "Handle::current(",
+    ];
+    let modules = modules_of(&root);
+    assert!(modules.len() > 10, "{} modules found", modules.len());
+    let mut found = Vec::new();
+    for (module, (file, _)) in &modules {
+        if file.ends_with("http/fuzz.rs") {
+            continue;
+        }
+        let code = code_of(&std::fs::read_to_string(file).expect("reading a module"));
+        for b in banned.iter().filter(|b| code.contains(*b)) {
+            found.push(format!("{}: {b}", module.join("::")));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "blocking bridges in the daemon: {found:?}"
+    );
+}
+
 type Module = Vec<String>;
 
 /// Every module under `dir`, by path (`a/b.rs` and `a/b/mod.rs` are `a::b`),

@@ -104,6 +104,16 @@ pub fn manifest_cbor(m: &Manifest) -> Vec<u8> {
 /// one object at a time: no value tree of the whole manifest is built, and
 /// a writer that refuses more bytes stops it early.
 pub fn write_manifest_cbor(m: &Manifest, mut w: impl std::io::Write) -> std::io::Result<()> {
+    cbor_head(m, &mut w)?;
+    for (k, o) in &m.objects {
+        cbor_object(k, o, &mut w)?;
+    }
+    Ok(())
+}
+
+/// A v1.2 CBOR manifest up to its objects: every entry but `objects`, then
+/// that key and its map's head; [`cbor_object`] follows for each object.
+pub(crate) fn cbor_head(m: &Manifest, mut w: impl std::io::Write) -> std::io::Result<()> {
     let head = Manifest {
         version: m.version.clone(),
         origin: m.origin,
@@ -115,23 +125,29 @@ pub fn write_manifest_cbor(m: &Manifest, mut w: impl std::io::Write) -> std::io:
     let Value::Map(mut root) = manifest_value(&head, crate::SPEC_VERSION) else {
         return Ok(());
     };
-    // `objects` is the last entry: written by hand below.
+    // `objects` is the last entry: its map is written an object at a time.
     root.pop();
-    let enc = |v: &Value, w: &mut dyn std::io::Write| {
-        ciborium::ser::into_writer(v, w).map_err(|e| std::io::Error::other(e.to_string()))
-    };
     map_header(&mut w, (root.len() as u64).saturating_add(1))?;
     for (k, v) in &root {
-        enc(k, &mut w)?;
-        enc(v, &mut w)?;
+        cbor(k, &mut w)?;
+        cbor(v, &mut w)?;
     }
-    enc(&text("objects"), &mut w)?;
-    map_header(&mut w, m.objects.len() as u64)?;
-    for (k, o) in &m.objects {
-        enc(&text(k), &mut w)?;
-        enc(&object(o), &mut w)?;
-    }
-    Ok(())
+    cbor(&text("objects"), &mut w)?;
+    map_header(&mut w, m.objects.len() as u64)
+}
+
+/// One entry of a v1.2 CBOR manifest's `objects` map.
+pub(crate) fn cbor_object(
+    name: &str,
+    o: &Object,
+    mut w: impl std::io::Write,
+) -> std::io::Result<()> {
+    cbor(&text(name), &mut w)?;
+    cbor(&object(o), &mut w)
+}
+
+fn cbor(v: &Value, w: impl std::io::Write) -> std::io::Result<()> {
+    ciborium::ser::into_writer(v, w).map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 /// A definite-length map's head (major type 5), in its shortest form.

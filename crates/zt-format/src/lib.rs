@@ -44,6 +44,7 @@ mod atomic;
 pub mod atoms;
 mod cbor;
 mod cbor_reader;
+pub mod chunked;
 pub mod codec;
 mod component;
 mod components;

@@ -81,6 +81,51 @@ impl Serialize for ManifestDoc<'_> {
     }
 }
 
+/// A manifest's JSON document up to its objects: `{"attributes":…,
+/// "files":…,"objects":{`, in [`ManifestDoc`]'s order; [`json_object`]
+/// follows for each object, then [`json_tail`].
+pub(crate) fn json_head(m: &Manifest, mut w: impl std::io::Write) -> serde_json::Result<()> {
+    w.write_all(b"{\"attributes\":")
+        .map_err(serde_json::Error::io)?;
+    serde_json::to_writer(&mut w, &Attrs(&m.attributes))?;
+    w.write_all(b",\"files\":").map_err(serde_json::Error::io)?;
+    serde_json::to_writer(&mut w, &Files(m))?;
+    w.write_all(b",\"objects\":{")
+        .map_err(serde_json::Error::io)
+}
+
+/// One entry of the document's `objects` (`first` of them: no comma).
+pub(crate) fn json_object(
+    first: bool,
+    name: &str,
+    o: &Object,
+    mut w: impl std::io::Write,
+) -> serde_json::Result<()> {
+    if !first {
+        w.write_all(b",").map_err(serde_json::Error::io)?;
+    }
+    serde_json::to_writer(&mut w, name)?;
+    w.write_all(b":").map_err(serde_json::Error::io)?;
+    serde_json::to_writer(&mut w, &ObjectDoc(name, o))
+}
+
+/// The document after its objects.
+pub(crate) fn json_tail(m: &Manifest, mut w: impl std::io::Write) -> serde_json::Result<()> {
+    w.write_all(b"},\"origin\":")
+        .map_err(serde_json::Error::io)?;
+    serde_json::to_writer(&mut w, origin_name(m.origin))?;
+    w.write_all(b",\"schema\":")
+        .map_err(serde_json::Error::io)?;
+    serde_json::to_writer(&mut w, SCHEMA)?;
+    w.write_all(b",\"source\":")
+        .map_err(serde_json::Error::io)?;
+    serde_json::to_writer(&mut w, m.source.name())?;
+    w.write_all(b",\"version\":")
+        .map_err(serde_json::Error::io)?;
+    serde_json::to_writer(&mut w, &m.version)?;
+    w.write_all(b"}").map_err(serde_json::Error::io)
+}
+
 struct Files<'a>(&'a Manifest);
 
 impl Serialize for Files<'_> {

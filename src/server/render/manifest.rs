@@ -5,7 +5,9 @@
 //! ([`crate::server::http`]'s streamed manifest).
 
 use std::io::Write;
+use std::sync::Arc;
 
+use zt_format::chunked::{Chunked, DocForm};
 use zt_format::manifest_json::ManifestDoc;
 use zt_format::select::Selection;
 use zt_format::Manifest;
@@ -96,25 +98,69 @@ pub(crate) struct Heading {
     pub(crate) source: &'static str,
 }
 
-/// The HTTP rendering written to `w` as it is made, for one past the cap
-/// (`w` holds a chunk at a time). `heading` gets the ETag and source
-/// before the first byte; a selection that fails sends nothing (it did
-/// not fail for the capped rendering that came first).
-pub(crate) fn http_streamed(
-    served: &Served,
+/// The HTTP rendering of one past the cap, to be written a piece at a
+/// time ([`Pieces::next`]), with its ETag and source; a selection that
+/// fails is refused (it did not fail for the capped rendering that came
+/// first). Run on the blocking pool: a selection copies part of the
+/// manifest.
+pub(crate) fn http_pieces(
+    served: Arc<Served>,
     kind: Kind,
     select: &[String],
-    heading: impl FnOnce(Heading) -> bool,
-    w: &mut impl Write,
-) -> std::io::Result<()> {
-    let selected = selected(served, select)
-        .map_err(|r| std::io::Error::other(format!("{}: {r:?}", served.path)))?;
-    let (source, content_type) = form(served, kind, selected.as_ref());
-    let etag = representation_etag(served, content_type, selected.as_ref());
-    if !heading(Heading { etag, source }) {
-        return Ok(());
+) -> Result<(Heading, Pieces), Refused> {
+    let selected = selected(&served, select)?;
+    let (source, content_type) = form(&served, kind, selected.as_ref());
+    let etag = representation_etag(&served, content_type, selected.as_ref());
+    let doc = match (kind, served.stored_cbor().filter(|_| selected.is_none())) {
+        (Kind::Json, _) => Doc::Written(Chunked::new(DocForm::Json)),
+        (Kind::Cbor | Kind::Ztp, Some(_)) => Doc::Stored { at: 0 },
+        (Kind::Cbor | Kind::Ztp, None) => Doc::Written(Chunked::new(DocForm::Cbor)),
+    };
+    let pieces = Pieces {
+        served,
+        selected,
+        doc,
+    };
+    Ok((Heading { etag, source }, pieces))
+}
+
+/// An HTTP rendering written a piece at a time: each piece is rendered
+/// when the one before was sent, so nothing waits on the client.
+pub(crate) struct Pieces {
+    served: Arc<Served>,
+    selected: Option<Manifest>,
+    doc: Doc,
+}
+
+enum Doc {
+    /// The CBOR the file stores, from this offset on.
+    Stored {
+        at: usize,
+    },
+    Written(Chunked),
+}
+
+impl Pieces {
+    /// The next piece, at least `want` bytes (whole objects) unless the
+    /// document ends sooner; `None` once it is all written.
+    pub(crate) fn next(&mut self, want: usize) -> std::io::Result<Option<Vec<u8>>> {
+        match &mut self.doc {
+            Doc::Stored { at } => {
+                let rest = self
+                    .served
+                    .stored_cbor()
+                    .and_then(|raw| raw.get(*at..))
+                    .unwrap_or_default();
+                let piece = rest.get(..want.min(rest.len())).unwrap_or_default();
+                *at = at.saturating_add(piece.len());
+                Ok((!piece.is_empty()).then(|| piece.to_vec()))
+            }
+            Doc::Written(doc) => doc.next(
+                self.selected.as_ref().unwrap_or(&self.served.manifest),
+                want,
+            ),
+        }
     }
-    write_http(served, kind, selected.as_ref(), w)
 }
 
 /// The ztp/1 manifest message's CBOR for `select` (v1.2, re-encoded).

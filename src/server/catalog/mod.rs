@@ -121,7 +121,7 @@ fn read(current: &Current) -> Arc<Snapshot> {
     }
 }
 
-/// Computed digests: the store of records and the hasher thread.
+/// Computed digests: the store of records and the hasher.
 #[derive(Debug)]
 struct Digests {
     algorithm: DigestAlgorithm,

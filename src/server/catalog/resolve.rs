@@ -31,7 +31,7 @@ impl Catalog {
     /// file waiting for digests is hashed as far as `need` says (all of
     /// it waits for the hasher, which then goes at full speed), and an
     /// index is linked to its shards. An entry still pending after its
-    /// wait (the hasher thread is gone) is returned as it is.
+    /// wait (the hasher task is gone) is returned as it is.
     pub async fn resolve(&self, path: &str, need: Need<'_>) -> Option<Entry> {
         let entry = self.snapshot().get(path).cloned()?;
         if let Entry::Index(ix) = &entry {

@@ -18,6 +18,7 @@ mod integrity;
 mod ops;
 pub mod quic;
 mod render;
+mod serve;
 mod store;
 mod ui;
 

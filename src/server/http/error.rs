@@ -1,9 +1,13 @@
 //! One error type for every handler: a status and a short JSON body.
-//! Internal details go to the log, not to the client.
+//! Internal details go to the log, not to the client. A request's
+//! [`Refusal`] becomes one here, the one place that picks its status.
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use zt_format::rows::RowsError;
+
+use crate::server::serve::Refusal;
 
 /// An HTTP error response.
 #[derive(Debug)]
@@ -11,6 +15,8 @@ pub(crate) struct AppError {
     pub status: StatusCode,
     pub error: &'static str,
     pub detail: String,
+    /// Headers the answer carries (`Retry-After`, `WWW-Authenticate`).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl AppError {
@@ -19,6 +25,7 @@ impl AppError {
             status,
             error,
             detail: detail.into(),
+            headers: Vec::new(),
         }
     }
 
@@ -50,6 +57,45 @@ impl AppError {
     }
 }
 
+impl From<Refusal> for AppError {
+    fn from(r: Refusal) -> AppError {
+        use StatusCode as S;
+        let (status, error) = match &r {
+            Refusal::NotFound(_) | Refusal::NoMatch(_) => (S::NOT_FOUND, "not_found"),
+            Refusal::Hashing(_) => (S::SERVICE_UNAVAILABLE, "hashing"),
+            Refusal::Unavailable(_) => (S::CONFLICT, "unavailable"),
+            Refusal::VersionGone(_) => (S::PRECONDITION_FAILED, "version_gone"),
+            Refusal::PreconditionFailed(_) => (S::PRECONDITION_FAILED, "precondition_failed"),
+            Refusal::Changing(_) => (S::SERVICE_UNAVAILABLE, "changing"),
+            Refusal::Corrupt(_) => (S::CONFLICT, "corrupt"),
+            Refusal::Unreadable(_) => (S::SERVICE_UNAVAILABLE, "unreadable"),
+            Refusal::StoreUnreachable(_) => (S::SERVICE_UNAVAILABLE, "store_unreachable"),
+            Refusal::BadSelection(_) => (S::BAD_REQUEST, "bad_request"),
+            Refusal::TooLarge(_) => (S::PAYLOAD_TOO_LARGE, "too_large"),
+            Refusal::LegacyLayout(_) => (S::CONFLICT, "legacy_layout"),
+            Refusal::Rows(RowsError::Malformed(_), _) => (S::BAD_REQUEST, "rows_malformed"),
+            Refusal::Rows(RowsError::OutOfBounds { .. }, _) => {
+                (S::RANGE_NOT_SATISFIABLE, "rows_out_of_bounds")
+            }
+            Refusal::Rows(RowsError::NotRawDense(_), _) => (S::CONFLICT, "rows_not_raw_dense"),
+            Refusal::CannotSummarise(_) => (S::UNPROCESSABLE_ENTITY, "cannot_summarise"),
+            Refusal::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized"),
+            Refusal::Internal(why) => return AppError::internal(why),
+        };
+        let mut e = AppError::new(status, error, r.detail());
+        match r {
+            Refusal::Changing(_) => e
+                .headers
+                .push((header::RETRY_AFTER, HeaderValue::from_static("1"))),
+            Refusal::Unauthorized(_) => e
+                .headers
+                .push((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))),
+            _ => {}
+        }
+        e
+    }
+}
+
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let body = json!({ "error": self.error, "detail": self.detail }).to_string();
@@ -58,6 +104,9 @@ impl IntoResponse for AppError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        for (k, v) in self.headers {
+            r.headers_mut().insert(k, v);
+        }
         r
     }
 }

@@ -17,7 +17,8 @@ use super::route::{split, Target};
 use super::serve::{ranges, respond, spans, Entity};
 use super::Template;
 use crate::server::catalog::etag::{self, Precondition};
-use crate::server::catalog::{Entry, Need, Served};
+use crate::server::catalog::{Need, Served};
+use crate::server::serve::{entry, plan, Refusal};
 use crate::server::store::READ_CHUNK;
 use crate::server::State;
 
@@ -29,30 +30,17 @@ const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
 /// The caching policy for a request: `?v=ETAG` matching the file's current
 /// ETag pins the URL to these exact bytes, so caches may keep the answer
-/// for a year, provided every component has a digest the daemon can check
-/// the bytes it sends against (a file whose digests are still being
-/// computed, or off, is sent `no-cache` even so); a `v` naming another
-/// version is refused, so no cache ever stores other bytes under a pinned
-/// URL.
-fn cache_policy(query: &[(String, String)], served: &Served) -> Result<&'static str, AppError> {
-    let Some((_, v)) = query.iter().find(|(k, _)| k == "v") else {
-        return Ok(REVALIDATE);
-    };
-    if !served.is_version(&format!("\"{}\"", v.trim_matches('"'))) {
-        return Err(AppError::new(
-            StatusCode::PRECONDITION_FAILED,
-            "version_gone",
-            format!(
-                "{}: version {v:?} is not served; the file's ETag is now {}",
-                served.path, served.etag
-            ),
-        ));
+/// for a year, provided the daemon checks the bytes it sends against
+/// digests ([`entry::pinned`]); a `v` naming another version is refused,
+/// so no cache ever stores other bytes under a pinned URL.
+fn cache_policy(query: &[(String, String)], served: &Served) -> Result<&'static str, Refusal> {
+    match query.iter().find(|(k, _)| k == "v") {
+        None => Ok(REVALIDATE),
+        Some((_, v)) => Ok(match entry::pinned(served, v)? {
+            true => IMMUTABLE,
+            false => REVALIDATE,
+        }),
     }
-    let checkable = served
-        .manifest
-        .components()
-        .all(|(_, _, c)| c.digest.as_ref().is_some_and(|d| d.algorithm().is_some()));
-    Ok(if checkable { IMMUTABLE } else { REVALIDATE })
 }
 
 fn with_template(mut r: Response, t: &'static str) -> Response {
@@ -207,31 +195,18 @@ async fn serve(
     };
     drop(snap);
     let query = query_pairs(query.as_deref());
-    let mut refreshed = false;
+    let mut again = false;
     loop {
         let (stale, why) = match answer(&state, &method, &path, &target, &query, &headers).await {
             Ok(r) => return with_template(r, template),
             Err(Stop::Refused(e)) => return with_template(e.into_response(), template),
             Err(Stop::Changed { path, why }) => (path, why),
         };
-        if refreshed {
-            // Changed again since it was catalogued again: still being
-            // written, or replaced again.
-            let mut r = AppError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "changing",
-                format!("{why}; retry"),
-            )
-            .into_response();
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return with_template(r, template);
+        // The file found changed (this one, or a shard of it) is
+        // catalogued again, once; changed again since: still changing.
+        if let Err(r) = entry::catalogue_again(&state, &stale, &why, &mut again).await {
+            return with_template(AppError::from(r).into_response(), template);
         }
-        tracing::info!(file = %stale, reason = %why, "the file changed under its catalog entry; catalogued again");
-        state.metrics.count_changed_refresh();
-        // The file found changed: this one, or a shard of it.
-        state.refresh(&stale).await;
-        refreshed = true;
     }
 }
 
@@ -256,7 +231,7 @@ async fn answer(
         Target::Manifest | Target::Objects => Need::Select(&globs),
         Target::Component { object, .. } | Target::Summary { object } => Need::Object(object),
     };
-    let served = served(state, path, need).await?;
+    let served = entry::served(state, path, need).await?;
     if !matches!(target, Target::File | Target::Component { .. }) {
         // Bytes are sent after their own check (`preflight.rs`).
         unchanged(&served)?;
@@ -322,25 +297,6 @@ async fn answer(
     }
 }
 
-/// The served entry for `path`, as a request that needs `need` gets it,
-/// or the refusal.
-async fn served(state: &Arc<State>, path: &str, need: Need<'_>) -> Result<Arc<Served>, AppError> {
-    match state.catalog.resolve(path, need).await {
-        Some(Entry::Served(s)) => Ok(s),
-        Some(Entry::Pending(_) | Entry::Index(_)) => Err(AppError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "hashing",
-            format!("{path}: its digests are still being computed"),
-        )),
-        Some(Entry::Unavailable(u)) => Err(AppError::new(
-            StatusCode::CONFLICT,
-            "unavailable",
-            u.reason.clone(),
-        )),
-        None => Err(AppError::not_found(format!("no file {path:?}"))),
-    }
-}
-
 fn wants_cbor(headers: &HeaderMap, query: &[(String, String)]) -> bool {
     if let Some((_, f)) = query.iter().find(|(k, _)| k == "format") {
         return f == "cbor";
@@ -393,15 +349,13 @@ async fn manifest(
             etag,
             source,
         } => (Body::from(bytes.clone()), etag.clone(), *source),
-        Rendered::Refused(Refused::BadSelect(m)) => return Err(AppError::bad_request(m.clone())),
-        Rendered::Refused(Refused::NoMatch(m)) => return Err(AppError::not_found(m.clone())),
         Rendered::Refused(Refused::TooLarge(_)) => {
             // Past the cap for one request to hold: written out as made.
             state.renderings.count_streamed();
             let (h, body) = super::streamed::manifest(Arc::clone(served), kind, select).await?;
             (body, h.etag, h.source)
         }
-        Rendered::Refused(Refused::Failed(m)) => return Err(AppError::internal(m)),
+        Rendered::Refused(r) => return Err(Refusal::from(r.clone()).into()),
     };
     let content_type = match kind {
         Kind::Json => "application/json",
@@ -497,17 +451,7 @@ async fn component_response(
     object: &str,
     role: &str,
 ) -> Result<Response, Stop> {
-    let obj = served
-        .manifest
-        .objects
-        .get(object)
-        .ok_or_else(|| AppError::not_found(format!("{}: no object {object:?}", served.path)))?;
-    let c = obj.components.get(role).ok_or_else(|| {
-        AppError::not_found(format!(
-            "{}: object {object:?} has no component {role:?}",
-            served.path
-        ))
-    })?;
+    let (obj, c) = plan::component(&served, object, role)?;
     let etag = match c.digest.as_ref().and_then(|d| d.sha256()) {
         Some(sha) => etag::quoted("sha256", sha),
         None => etag::derived(
@@ -532,11 +476,11 @@ async fn component_response(
         .await;
     }
     if c.is_transformed() {
-        return Err(AppError::new(
-            StatusCode::CONFLICT,
-            "legacy_layout",
-            format!("{}: object {object:?} component {role:?} is stored in a legacy layout; fetch it with ?decode=1", served.path),
-        ).into());
+        return Err(Refusal::LegacyLayout(format!(
+            "{}: object {object:?} component {role:?} is stored in a legacy layout; fetch it with ?decode=1",
+            served.path
+        ))
+        .into());
     }
     extra.push((
         HeaderName::from_static("x-zt-object"),
@@ -588,11 +532,11 @@ async fn decoded(
     let cap = state.config.limits.decompress_cap;
     let expected = c.uncompressed_length.unwrap_or(u64::MAX);
     if expected > cap {
-        return Err(AppError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("{}: object {object:?} component {role:?} decodes to {expected} bytes, over the cap of {cap} (decompress-over-cap)", served.path),
-        ).into());
+        return Err(Refusal::TooLarge(format!(
+            "{}: object {object:?} component {role:?} decodes to {expected} bytes, over the cap of {cap} (decompress-over-cap)",
+            served.path
+        ))
+        .into());
     }
     // The caller has already checked the stored bytes against their digest
     // (`verify`, once per component), as for every component response.
@@ -621,13 +565,7 @@ async fn decoded(
     let out = tokio::task::spawn_blocking(move || {
         zt_format::codec::decompress(&stored, expected, cap)
             .map(bytes::Bytes::from_owner)
-            .map_err(|rule| {
-                Stop::Refused(AppError::new(
-                    StatusCode::CONFLICT,
-                    "corrupt",
-                    format!("{label}: {}: {rule}", rule.name()),
-                ))
-            })
+            .map_err(|rule| Refusal::Corrupt(format!("{label}: {}: {rule}", rule.name())))
     })
     .await
     .map_err(AppError::internal)??;

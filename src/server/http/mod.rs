@@ -44,6 +44,7 @@ use tower_http::timeout::TimeoutLayer;
 
 pub(super) use error::AppError;
 
+use crate::server::serve::Refusal;
 use crate::server::State;
 
 /// The route template a response was produced for, for metrics labels.
@@ -81,15 +82,8 @@ async fn authenticate(AxState(state): AxState<Arc<State>>, req: Request, next: N
     if open || tokens.allows(header) {
         return next.run(req).await;
     }
-    let mut r = axum::response::IntoResponse::into_response(AppError::new(
-        axum::http::StatusCode::UNAUTHORIZED,
-        "unauthorized",
-        "a valid bearer token is required",
-    ));
-    r.headers_mut().insert(
-        axum::http::header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer"),
-    );
+    let refusal = Refusal::Unauthorized("a valid bearer token is required".to_owned());
+    let mut r = axum::response::IntoResponse::into_response(AppError::from(refusal));
     r.extensions_mut().insert(Template("unauthorized"));
     r
 }

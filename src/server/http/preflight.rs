@@ -19,14 +19,15 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, Method};
 use bytes::Bytes;
 
 use super::error::AppError;
 use super::range::Ranges;
 use super::serve::{spans, Entity};
 use crate::server::catalog::Served;
-use crate::server::integrity::checks::Refusal;
+use crate::server::integrity::checks;
+use crate::server::serve::Refusal;
 use crate::server::store::source::Gone;
 use crate::server::store::READ_CHUNK;
 use crate::server::State;
@@ -49,6 +50,12 @@ impl From<AppError> for Stop {
     }
 }
 
+impl From<Refusal> for Stop {
+    fn from(r: Refusal) -> Stop {
+        Stop::Refused(r.into())
+    }
+}
+
 /// Checks `entity`'s first components with `check`, and reads what it
 /// must before the headers: for a response that sends bytes, its first
 /// chunk (from a local file or an object), returned for the body to send.
@@ -58,7 +65,7 @@ pub(super) async fn preflight(
     headers: &HeaderMap,
     entity: &Entity,
     ranges: &Ranges,
-    check: impl std::future::Future<Output = Result<(), Refusal>>,
+    check: impl std::future::Future<Output = Result<(), checks::Refusal>>,
 ) -> Result<Option<Bytes>, Stop> {
     let served = &entity.served;
     let sends = entity.sends_bytes(method, headers, ranges);
@@ -86,12 +93,7 @@ pub(super) async fn preflight(
     unchanged(served)?;
     match read {
         Ok(bytes) => Ok(Some(bytes)),
-        Err(e) => Err(AppError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unreadable",
-            format!("{}: {e}", served.path),
-        )
-        .into()),
+        Err(e) => Err(Refusal::Unreadable(format!("{}: {e}", served.path)).into()),
     }
 }
 
@@ -129,11 +131,7 @@ async fn confirm(served: &Arc<Served>, spans: &[Range<u64>]) -> Result<(), Stop>
             path: served.path.clone(),
             why,
         }),
-        Err(Gone::Unreachable(why)) => Err(Stop::Refused(AppError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store_unreachable",
-            why,
-        ))),
+        Err(Gone::Unreachable(why)) => Err(Refusal::StoreUnreachable(why).into()),
     }
 }
 
@@ -146,21 +144,19 @@ async fn confirm(served: &Arc<Served>, spans: &[Range<u64>]) -> Result<(), Stop>
 /// is catalogued again and checked as it is.
 pub(super) async fn verify(
     served: &Arc<Served>,
-    check: impl std::future::Future<Output = Result<(), Refusal>>,
+    check: impl std::future::Future<Output = Result<(), checks::Refusal>>,
 ) -> Result<(), Stop> {
     let Err(refusal) = check.await else {
         return Ok(());
     };
     unchanged(served)?;
-    Err(match refusal {
-        Refusal::Corrupt(why) => {
+    match &refusal {
+        checks::Refusal::Corrupt(why) => {
             tracing::warn!(file = %served.path, reason = %why, "refusing a corrupt component");
-            AppError::new(StatusCode::CONFLICT, "corrupt", why)
         }
-        Refusal::Unreadable(why) => {
+        checks::Refusal::Unreadable(why) => {
             tracing::warn!(file = %served.path, reason = %why, "component unreadable");
-            AppError::new(StatusCode::SERVICE_UNAVAILABLE, "unreadable", why)
         }
     }
-    .into())
+    Err(Refusal::from(refusal).into())
 }

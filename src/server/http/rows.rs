@@ -12,15 +12,16 @@
 
 use std::sync::Arc;
 
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderName, HeaderValue};
 use base64::Engine as _;
 use zt_format::rows::{Rows, RowsError};
 
 use super::error::AppError;
 use super::range::Ranges;
 use super::serve::Entity;
-use crate::server::integrity::checks::Refusal;
+use crate::server::integrity::checks;
 use crate::server::integrity::rows::{slice, RowsFailure};
+use crate::server::serve::Refusal;
 use crate::server::State;
 
 /// The range of `entity` (a component) that rows `text` of `object`
@@ -31,45 +32,23 @@ pub(super) async fn ranges(
     object: &str,
     text: &str,
 ) -> Result<Ranges, AppError> {
+    let path = &entity.served.path;
     let rows = Rows::parse(text).map_err(|e| {
-        let at = format!("{}: object {object:?}: {e}", entity.served.path);
-        AppError::new(StatusCode::BAD_REQUEST, "rows_malformed", at)
+        let at = format!("{path}: object {object:?}: {e}");
+        Refusal::Rows(e, at)
     })?;
     if entity.memory.is_some() {
         let e = RowsError::NotRawDense("a component built by the server has no rows".into());
-        let at = format!("{}: object {object:?}: {e}", entity.served.path);
-        return Err(AppError::new(
-            StatusCode::CONFLICT,
-            "rows_not_raw_dense",
-            at,
-        ));
+        let at = format!("{path}: object {object:?}: {e}");
+        return Err(Refusal::Rows(e, at).into());
     }
     let got = slice(&entity.served, object, rows, state.catalog.digest_metrics()).await;
-    let s = match got {
-        Ok(s) => s,
-        Err(RowsFailure::NoObject(why)) => return Err(AppError::not_found(why)),
-        Err(RowsFailure::Rows(why, e)) => {
-            let (status, code) = match e {
-                RowsError::Malformed(_) => (StatusCode::BAD_REQUEST, "rows_malformed"),
-                RowsError::OutOfBounds { .. } => {
-                    (StatusCode::RANGE_NOT_SATISFIABLE, "rows_out_of_bounds")
-                }
-                RowsError::NotRawDense(_) => (StatusCode::CONFLICT, "rows_not_raw_dense"),
-            };
-            return Err(AppError::new(status, code, why));
+    let s = got.map_err(|failure| {
+        if let RowsFailure::Refused(checks::Refusal::Corrupt(why)) = &failure {
+            tracing::warn!(file = %path, reason = %why, "refusing a corrupt component");
         }
-        Err(RowsFailure::Refused(Refusal::Corrupt(why))) => {
-            tracing::warn!(file = %entity.served.path, reason = %why, "refusing a corrupt component");
-            return Err(AppError::new(StatusCode::CONFLICT, "corrupt", why));
-        }
-        Err(RowsFailure::Refused(Refusal::Unreadable(why))) => {
-            return Err(AppError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unreadable",
-                why,
-            ))
-        }
-    };
+        Refusal::from(failure)
+    })?;
     let count = entity
         .served
         .manifest

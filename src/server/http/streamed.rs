@@ -12,13 +12,13 @@ use std::io;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::StatusCode;
 use bytes::Bytes;
 
 use super::error::AppError;
 use crate::server::catalog::Served;
-use crate::server::render::renderings::{Kind, Refused};
+use crate::server::render::renderings::Kind;
 use crate::server::render::{self, manifest::Heading};
+use crate::server::serve::Refusal;
 
 const CHUNK: usize = 64 * 1024;
 
@@ -33,12 +33,7 @@ pub(super) async fn manifest(
         tokio::task::spawn_blocking(move || render::manifest::http_pieces(served, kind, &select))
             .await
             .map_err(AppError::internal)?;
-    let (heading, pieces) = started.map_err(|r| match r {
-        Refused::BadSelect(m) => AppError::bad_request(m),
-        Refused::NoMatch(m) => AppError::not_found(m),
-        Refused::TooLarge(m) => AppError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", m),
-        Refused::Failed(m) => AppError::internal(m),
-    })?;
+    let (heading, pieces) = started.map_err(|r| AppError::from(Refusal::from(r)))?;
     let body = futures_util::stream::try_unfold(pieces, move |mut pieces| {
         let path = path.clone();
         async move {

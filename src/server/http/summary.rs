@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{header, HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 
 use super::error::AppError;
 use crate::server::catalog::etag;
 use crate::server::catalog::Served;
-use crate::server::render::summary::Refusal;
+use crate::server::serve::Refusal;
 use crate::server::State;
 
 pub(super) async fn respond(
@@ -31,16 +31,7 @@ pub(super) async fn respond(
         .summaries
         .get(&served, &object, cap)
         .await
-        .map_err(|r| match r {
-            Refusal::NotFound(why) => AppError::not_found(why),
-            Refusal::Unsupported(why) => {
-                AppError::new(StatusCode::UNPROCESSABLE_ENTITY, "cannot_summarise", why)
-            }
-            Refusal::Corrupt(why) => AppError::new(StatusCode::CONFLICT, "corrupt", why),
-            Refusal::Unreadable(why) => {
-                AppError::new(StatusCode::SERVICE_UNAVAILABLE, "unreadable", why)
-            }
-        })?;
+        .map_err(|r| AppError::from(Refusal::from(r)))?;
     let body = serde_json::to_vec(&*summary).map_err(AppError::internal)?;
     Ok((
         [

@@ -6,7 +6,7 @@ mod cancel;
 pub mod cert;
 mod conn;
 mod control;
-mod rows;
+mod refused;
 mod send;
 
 use std::net::SocketAddr;

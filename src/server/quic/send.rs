@@ -14,6 +14,7 @@ use super::cancel::RequestCtl;
 use super::control::Control;
 use crate::server::catalog::Served;
 use crate::server::integrity::checks::Refusal;
+use crate::server::serve::plan::Part;
 use crate::server::State;
 
 use crate::server::store::READ_CHUNK as CHUNK;
@@ -28,14 +29,32 @@ use crate::server::store::READ_CHUNK as CHUNK;
 /// share of it.
 const WRITERS: usize = 2;
 
-/// A `get` planned: the served file, the manifest message's bytes, and
-/// the components to send, in order.
-pub(super) type Plan = (Arc<Served>, Vec<u8>, Vec<Item>);
-
-/// One component to send.
+/// One component to send, as its stream's header announces it.
 #[derive(Debug, Clone)]
 pub(super) struct Item {
     pub(super) header: ComponentHeader,
+}
+
+impl Item {
+    /// The `seq`th stream of request `id`: `part`.
+    pub(super) fn of(id: u64, seq: u64, part: Part) -> Item {
+        let c = part.component;
+        Item {
+            header: ComponentHeader {
+                id,
+                object: part.object,
+                component: part.role,
+                seq,
+                dtype: c.dtype.name().to_owned(),
+                logical_type: c.logical_type.as_ref().map(|t| t.name().to_owned()),
+                encoding: c.encoding.name().to_owned(),
+                length: c.length,
+                uncompressed_length: c.uncompressed_length,
+                digest: c.digest.as_ref().map(|d| d.as_str().to_owned()),
+                offset: c.offset,
+            },
+        }
+    }
 }
 
 fn code(c: Code) -> VarInt {

@@ -1,0 +1,15 @@
+//! One layer between the catalog and both transports: a request (a path,
+//! the version it names, a selection, rows or byte ranges, what it wants)
+//! becomes the served entry it is answered from (`entry.rs`) and a plan of
+//! what is sent (`plan.rs`), or a typed [`Refusal`] (`refusal.rs`), which
+//! HTTP maps to a status and ztp/1 to a code, each once. The transports
+//! only carry plans out.
+//!
+//! May use: `catalog`, `integrity`, `render`, `store` (through `catalog`)
+//! and `zt-format`. Knows nothing of HTTP or QUIC.
+
+pub(crate) mod entry;
+pub(crate) mod plan;
+mod refusal;
+
+pub(crate) use refusal::Refusal;

@@ -1,0 +1,214 @@
+//! What a request sends, transport aside: the components of a selection
+//! in send order, byte ranges of a file, or rows of one object, each a
+//! [`Part`] described by the manifest the client is sent. ztp/1 sends each
+//! part as a stream (`quic/send.rs`); HTTP sends one component
+//! ([`component`]).
+
+use std::sync::Arc;
+
+use zt_format::rows::Rows;
+use zt_format::select::Selection;
+use zt_format::{Component, Manifest, Object};
+
+use super::Refusal;
+use crate::server::catalog::Served;
+use crate::server::integrity::rows::slice;
+use crate::server::render::renderings::{Key, Kind, Rendered};
+use crate::server::State;
+
+/// One component to send: where its bytes lie (`component.offset`,
+/// `length`) and what the client checks them against.
+#[derive(Debug, Clone)]
+pub(crate) struct Part {
+    pub(crate) object: String,
+    pub(crate) role: String,
+    pub(crate) component: Component,
+}
+
+/// What a request sends: the manifest that describes it (v1.2 CBOR) and
+/// its parts, in order.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) served: Arc<Served>,
+    pub(crate) manifest: Vec<u8>,
+    pub(crate) parts: Vec<Part>,
+}
+
+/// The object `object` and its component `role` of `served`.
+pub(crate) fn component<'a>(
+    served: &'a Served,
+    object: &str,
+    role: &str,
+) -> Result<(&'a Object, &'a Component), Refusal> {
+    let obj = served
+        .manifest
+        .objects
+        .get(object)
+        .ok_or_else(|| Refusal::NotFound(format!("{}: no object {object:?}", served.path)))?;
+    let c = obj.components.get(role).ok_or_else(|| {
+        Refusal::NotFound(format!(
+            "{}: object {object:?} has no component {role:?}",
+            served.path
+        ))
+    })?;
+    Ok((obj, c))
+}
+
+/// The objects `select` names (all when empty), their manifest from the
+/// renderings cache, and, unless `manifest_only`, their components in the
+/// send order `order` asks for. A component stored in a legacy layout is
+/// refused: a stream carries stored bytes.
+pub(crate) async fn selection(
+    state: &State,
+    served: Arc<Served>,
+    select: &[String],
+    order: &[String],
+    manifest_only: bool,
+) -> Result<Plan, Refusal> {
+    let key = Key {
+        etag: served.etag.clone(),
+        kind: Kind::Ztp,
+        select: select.to_vec(),
+    };
+    let (of, wanted) = (Arc::clone(&served), select.to_vec());
+    let rendered = state
+        .renderings
+        .get(key, move |w| crate::server::render::ztp(&of, &wanted, w))
+        .await;
+    let manifest = match &*rendered {
+        Rendered::Body { bytes, .. } => bytes.to_vec(),
+        Rendered::Refused(r) => return Err(r.clone().into()),
+    };
+    if manifest_only {
+        return Ok(Plan {
+            served,
+            manifest,
+            parts: Vec::new(),
+        });
+    }
+    let filtered = selected(&served, select)?;
+    let mut parts = Vec::new();
+    for (name, role, c) in zt_format::send_order(&filtered, order) {
+        if c.is_transformed() {
+            return Err(Refusal::LegacyLayout(format!(
+                "{}: object {name:?} component {role:?} is in a legacy layout; convert the file with zt pack",
+                served.path
+            )));
+        }
+        parts.push(Part {
+            object: name.to_owned(),
+            role: role.to_owned(),
+            component: c.clone(),
+        });
+    }
+    Ok(Plan {
+        served,
+        manifest,
+        parts,
+    })
+}
+
+/// `served`'s manifest restricted to the objects `select` names.
+fn selected(served: &Served, select: &[String]) -> Result<Manifest, Refusal> {
+    let sel = Selection::new(select).map_err(|e| Refusal::BadSelection(e.to_string()))?;
+    sel.filter(&served.manifest)
+        .map_err(|e| Refusal::NoMatch(format!("{}: {e}", served.path)))
+}
+
+/// Byte ranges of the file, in the order asked for, each described as a
+/// `u8` object (`@bytes/START-END`, its `data` at START) so the client
+/// checks bounds and lengths as for components. A range past the file's
+/// end matches nothing. No digests: the client checks what the bytes mean
+/// (a copy's header is read back against the manifest).
+pub(crate) fn byte_ranges(served: Arc<Served>, ranges: &[(u64, u64)]) -> Result<Plan, Refusal> {
+    let mut m = Manifest {
+        source: served.manifest.source,
+        ..Manifest::default()
+    };
+    let mut parts = Vec::with_capacity(ranges.len());
+    for &(start, end) in ranges {
+        if end > served.size {
+            return Err(Refusal::NoMatch(format!(
+                "{}: bytes {start}..{end} run past its {} bytes",
+                served.path, served.size
+            )));
+        }
+        let name = ztp_proto::range_object(start, end);
+        let len = end - start;
+        let c = Component::of_file(zt_format::DType::U8, start, len);
+        let mut components = zt_format::Components::new();
+        components.insert("data".to_owned(), c.clone());
+        let object = Object {
+            shape: vec![len],
+            format: zt_format::Format::Dense,
+            attributes: zt_format::Attributes::new(),
+            components,
+        };
+        m.objects.insert(name.clone(), object);
+        parts.push(Part {
+            object: name,
+            role: "data".to_owned(),
+            component: c,
+        });
+    }
+    let manifest = zt_format::manifest_cbor(&m);
+    Ok(Plan {
+        served,
+        manifest,
+        parts,
+    })
+}
+
+/// Rows `rows` of the one raw dense object `select` names, as one part:
+/// the object with its first dimension cut to the rows, its `data` where
+/// the rows lie in the file and the sha256 of those bytes (computed now,
+/// `digest_by: "server"`), so the client checks them as any component.
+pub(crate) async fn rows(
+    state: &State,
+    served: Arc<Served>,
+    select: &[String],
+    rows: Rows,
+) -> Result<Plan, Refusal> {
+    let picked = selected(&served, select)?;
+    let (name, mut obj) = match picked.objects.into_iter().collect::<Vec<_>>().as_slice() {
+        [(name, obj)] => (name.clone(), obj.clone()),
+        other => {
+            return Err(Refusal::NoMatch(format!(
+                "{}: rows need a selection of exactly one object; it names {}",
+                served.path,
+                other.len()
+            )))
+        }
+    };
+    let cut = slice(&served, &name, rows, state.catalog.digest_metrics()).await?;
+    if let Some(first) = obj.shape.first_mut() {
+        *first = rows.end.saturating_sub(rows.start);
+    }
+    let (_, c) = component(&served, &name, "data")?;
+    let mut c = c.clone();
+    c.offset = cut.component_offset.saturating_add(cut.start);
+    c.length = cut.len;
+    c.uncompressed_length = None;
+    c.digest = Some(cut.digest);
+    c.digest_computed = true;
+    obj.components = zt_format::Components::new();
+    obj.components.insert("data".to_owned(), c.clone());
+    let m = Manifest {
+        source: served.manifest.source,
+        // A shard's rows are checked against that shard's size.
+        files: served.manifest.files.clone(),
+        objects: [(name.clone(), obj)].into_iter().collect(),
+        ..Manifest::default()
+    };
+    let manifest = zt_format::manifest_cbor(&m);
+    let part = Part {
+        object: name,
+        role: "data".to_owned(),
+        component: c,
+    };
+    Ok(Plan {
+        served,
+        manifest,
+        parts: vec![part],
+    })
+}

@@ -4,8 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+# A clean run builds every target once: incremental caches would only
+# double the target folder (about 2 GiB) on a disk CI does not size.
+export CARGO_INCREMENTAL=0
 
-step() { printf '\n==> %s\n' "$*"; }
+step() {
+    printf '\n==> %s\n' "$*"
+    # Free space, so that a run that fills the disk says so in its log.
+    df -h . | tail -n 1
+}
 
 step "system tools the tests drive (curl, nginx as a plain Range server; chromium for the web page; ip and iptables for the lossy and dying network tests; debootstrap and docker-compose for the container tests)"
 missing=()

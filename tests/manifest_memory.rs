@@ -200,6 +200,7 @@ fn a_rendering_past_the_cap_is_streamed_over_http_and_refused_over_ztp() {
         &cbor,
         std::fs::metadata(root.path().join("moe.zt")).unwrap().len(),
         &zt_format::Limits::default(),
+        zt_format::container::View::File,
     )
     .unwrap();
     assert_eq!(m.objects.len(), OBJECTS);

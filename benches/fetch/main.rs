@@ -447,7 +447,13 @@ impl Bench {
         let size = std::fs::metadata(self.data.join("root/many.zt"))?.len();
         let decode = rounds(n, || {
             let start = Instant::now();
-            zt_format::container::decode_manifest("many.zt", &cbor, size, &limits)?;
+            zt_format::container::decode_manifest(
+                "many.zt",
+                &cbor,
+                size,
+                &limits,
+                zt_format::container::View::File,
+            )?;
             Ok(start.elapsed().as_secs_f64())
         })?;
         println!(

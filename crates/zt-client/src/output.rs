@@ -61,39 +61,7 @@ fn part_paths(out: &Path) -> (PathBuf, PathBuf) {
     )
 }
 
-/// The output layout: each component's new offset, and the blob end.
-fn layout(m: &Manifest) -> (Manifest, u64) {
-    let order: Vec<(String, String)> = zt_format::send_order(m, &[])
-        .into_iter()
-        .map(|(o, r, _)| (o.to_owned(), r.to_owned()))
-        .collect();
-    let mut out = m.clone();
-    let mut pos = zt_format::MAGIC.len() as u64;
-    for (o, r) in order {
-        if let Some(c) = out
-            .objects
-            .get_mut(&o)
-            .and_then(|obj| obj.components.get_mut(&r))
-        {
-            pos = pos.next_multiple_of(zt_format::alignment_for(c.length));
-            c.offset = pos;
-            pos += c.length;
-            // Verified on arrival, the digest is now the file's own, and
-            // a synthesized component a range of the output like any other.
-            c.digest_computed = false;
-            c.synthesized = false;
-            c.file = None;
-        }
-    }
-    out.version = zt_format::SPEC_VERSION.to_owned();
-    out.origin = zt_format::Origin::V1;
-    // Whatever the source, the output is a `.zt` file, of one file.
-    out.source = zt_format::Source::Zt;
-    out.files.clear();
-    (out, pos)
-}
-
-/// Which [`layout`] a journal's part file follows: a part file laid out
+/// Which layout ([`zt_format::layout::single_file`]) a journal's part file follows: a part file laid out
 /// by another one is started over, so no stale bytes are left in what is
 /// now padding.
 const LAYOUT: u32 = 2;
@@ -221,7 +189,8 @@ pub async fn fetch_to_file(
         Output::Zt => {
             let selected =
                 select_from(&remote.manifest, select).map_err(|e| e.within(&client.url))?;
-            layout(&selected)
+            let laid = zt_format::layout::single_file(&selected);
+            (laid.manifest, laid.blob_end)
         }
         Output::Copy(_) => {
             // A transport that cannot carry the bytes between components
@@ -335,11 +304,9 @@ pub async fn fetch_to_file(
             return crate::copy::check_copy(&part, source, &local, client);
         }
         // Manifest and footer, then a full check before the rename.
-        let cbor = zt_format::manifest_cbor(&local);
-        let mut tail = cbor.clone();
-        tail.extend_from_slice(&(cbor.len() as u64).to_le_bytes());
-        tail.extend_from_slice(zt_format::MAGIC);
-        writer.finish(tail, blob_end).await?;
+        writer
+            .finish(zt_format::layout::tail(&local), blob_end)
+            .await?;
         // Every component's digest was checked on arrival (or on resume);
         // re-reading the file checks the structure we wrote, not the bytes again.
         let skip = ReadOptions {

@@ -71,7 +71,7 @@ fn u64_le(b: &[u8]) -> u64 {
 }
 
 /// Reads the header (first 8 bytes) and tail (last 16 bytes) and says where the manifest is.
-pub fn locate(
+pub(crate) fn locate(
     file: &str,
     file_size: u64,
     head: &[u8],
@@ -149,7 +149,12 @@ pub fn locate(
 }
 
 /// Decodes and validates the manifest bytes found by [`locate`].
-pub fn decode(file: &str, loc: &ManifestLocation, bytes: &[u8], limits: &Limits) -> Result<Parsed> {
+pub(crate) fn decode(
+    file: &str,
+    loc: &ManifestLocation,
+    bytes: &[u8],
+    limits: &Limits,
+) -> Result<Parsed> {
     let at = Location::file(file);
     let inv = |rule| Error::invalid(at.clone(), rule);
     let mut warnings = Vec::new();
@@ -196,8 +201,8 @@ pub fn decode(file: &str, loc: &ManifestLocation, bytes: &[u8], limits: &Limits)
     })
 }
 
-/// Parses a whole file held in memory.
-pub fn parse(file: &str, data: &[u8], limits: &Limits) -> Result<Parsed> {
+/// Parses a whole `.zt` file held in memory.
+pub(crate) fn parse(file: &str, data: &[u8], limits: &Limits) -> Result<Parsed> {
     let size = data.len() as u64;
     let tail_start = data.len().saturating_sub(16);
     let loc = locate(
@@ -222,18 +227,6 @@ pub fn parse(file: &str, data: &[u8], limits: &Limits) -> Result<Parsed> {
     decode(file, &loc, bytes, limits)
 }
 
-/// Decodes a standalone v1.2 manifest (as a server sends it, filtered)
-/// and validates it against a file of `file_size` bytes: offsets must lie
-/// between the header and the footer, aligned and without overlaps.
-pub fn decode_manifest(
-    file: &str,
-    bytes: &[u8],
-    file_size: u64,
-    limits: &Limits,
-) -> Result<(Manifest, Vec<Warning>)> {
-    decode_manifest_as(file, bytes, file_size, limits, View::File)
-}
-
 /// What a received manifest describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum View {
@@ -244,8 +237,11 @@ pub enum View {
     Parts,
 }
 
-/// [`decode_manifest`] of a manifest that describes `view`.
-pub fn decode_manifest_as(
+/// Decodes a standalone v1.2 manifest (as a server sends it, filtered)
+/// that describes `view` of a file of `file_size` bytes, and validates it
+/// against that file: offsets must lie between the header and the footer,
+/// aligned (for [`View::File`]) and without overlaps.
+pub fn decode_manifest(
     file: &str,
     bytes: &[u8],
     file_size: u64,

@@ -7,15 +7,18 @@
 //!   first access unless [`Verify::Skip`] is chosen.
 //! - [`Writer`] writes v1.2 to any `Write`, append-only and deterministic;
 //!   [`write_atomic`] puts a file in place only once it is complete.
-//! - [`container::locate`] and [`container::decode`] work on byte slices, so a
-//!   server can read manifests with `pread` and never map what it serves.
 //! - [`layer_index`] and [`layer_order`] are the layer rule shared by
 //!   `zt pack` and the server's stream priority; [`send_order`] applies it to
 //!   a manifest, and [`select`] holds the glob rule for choosing objects.
 //!   The server, the clients and the tools call these, never copies.
-//! - [`source`] reads every served kind of file (`.zt`, safetensors) into
-//!   the same [`Manifest`] through a plan of byte-range reads, without
-//!   doing I/O itself; [`read_source_at`] runs it with `pread`.
+//! - A manifest is read one way: [`source::Probe`] reads every served kind
+//!   of file (`.zt`, safetensors, GGUF, MATRIX-ATOM) into the same
+//!   [`Manifest`] through a plan of byte-range reads, without doing I/O
+//!   itself (a server drives it with its own reads); [`source::parse`]
+//!   runs it over bytes in memory, [`read_source_at`] with `pread`, and
+//!   [`ZtFile`] over a mapped or buffered file, with its bytes.
+//!   [`container::decode_manifest`] decodes a manifest a server sent.
+//!   [`layout`] places a file's blobs for writers that write out of order.
 //! - [`manifest_json`] is the one JSON rendering of a manifest
 //!   (`docs/manifest-json.md`), shared by `zt info --json` and the server.
 //!
@@ -59,6 +62,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzz;
 mod layer;
+pub mod layout;
 mod legacy;
 mod legacy_layout;
 mod manifest;
@@ -98,7 +102,7 @@ pub use manifest::{
 pub use mmap::MappedFile;
 pub use options::{Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP};
 pub use order::send_order;
-pub use pread::{read_manifest_at, read_source_at, read_source_with, FileManifest};
+pub use pread::read_source_at;
 pub use reader::{ComponentReport, ComponentStatus, ZtFile};
 pub use validate::BlobArea;
 pub use values::{NoValues, Values};

@@ -7,7 +7,7 @@
 //! - map only files you control, or that are replaced by rename (a rename
 //!   leaves the old inode, and the mapping, intact);
 //! - a server that must survive in-place truncation reads bodies with
-//!   `pread` instead (see [`crate::read_manifest_at`]), and maps nothing it serves.
+//!   `pread` instead (it drives [`crate::source::Probe`] with its reads), and maps nothing it serves.
 
 #![allow(unsafe_code)]
 

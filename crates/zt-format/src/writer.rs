@@ -10,7 +10,6 @@ use crate::components::Components;
 use crate::container::MAGIC;
 use crate::digest::DigestAlgorithm;
 use crate::dtype::{DType, LogicalType};
-use crate::encode;
 use crate::error::{Error, Location, Result, Rule};
 use crate::manifest::{Attributes, CborValue, Format, Manifest, Object};
 use crate::validate::{self, BlobArea};
@@ -232,13 +231,10 @@ impl<W: Write> Writer<W> {
             end: self.pos,
         };
         validate::manifest(&self.manifest, area, &at, &mut Vec::new())?;
-        let cbor = encode::manifest_cbor(&self.manifest);
         let io = |e| Error::io(at.clone(), "writing manifest", e);
-        self.out.write_all(&cbor).map_err(io)?;
         self.out
-            .write_all(&(cbor.len() as u64).to_le_bytes())
+            .write_all(&crate::layout::tail(&self.manifest))
             .map_err(io)?;
-        self.out.write_all(MAGIC).map_err(io)?;
         self.out.flush().map_err(io)?;
         Ok(self.out)
     }

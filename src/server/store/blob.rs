@@ -17,8 +17,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt as _;
-use zt_format::source::Probe;
-use zt_format::{FileManifest, Limits, Source};
+use zt_format::source::{Loaded, Probe};
+use zt_format::{Limits, Source};
 
 use super::local::LocalFile;
 use super::object::StoredObject;
@@ -84,7 +84,7 @@ impl Blob {
         label: &str,
         size: u64,
         limits: &Limits,
-    ) -> zt_format::Result<FileManifest> {
+    ) -> zt_format::Result<Loaded> {
         let failed = |e| zt_format::Error::reading_header(label, e);
         let mut probe = Probe::new(source, label, size, *limits);
         let mut fed = 0u64;
@@ -107,17 +107,11 @@ impl Blob {
                     .map_err(failed)??;
             }
         }
-        let loaded = if fed <= PARSE_INLINE {
-            probe.finish()?
+        if fed <= PARSE_INLINE {
+            probe.finish()
         } else {
-            off_runtime(move || probe.finish())
-                .await
-                .map_err(failed)??
-        };
-        Ok(FileManifest {
-            parsed: loaded.parsed,
-            raw: loaded.raw,
-        })
+            off_runtime(move || probe.finish()).await.map_err(failed)?
+        }
     }
 
     /// `range` in pieces of [`READ_CHUNK`] bytes, in order

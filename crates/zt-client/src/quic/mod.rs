@@ -277,7 +277,7 @@ impl QuicClient {
                 ..Limits::default()
             };
             let (manifest, _) =
-                zt_format::container::decode_manifest_as(path, &m.manifest, m.size, &limits, view)?;
+                zt_format::container::decode_manifest(path, &m.manifest, m.size, &limits, view)?;
             Ok((m, manifest))
         };
         match answer.await {

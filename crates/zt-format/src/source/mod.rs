@@ -194,6 +194,17 @@ impl Probe {
         }
     }
 
+    /// Runs the probe to its end with `read(range)`, the caller's
+    /// blocking I/O (a caller on an async runtime drives
+    /// [`Probe::next_read`] and [`Probe::feed`] itself).
+    pub fn run(mut self, mut read: impl FnMut(Range<u64>) -> Result<Vec<u8>>) -> Result<Loaded> {
+        while let Some(r) = self.next_read() {
+            let bytes = read(r)?;
+            self.feed(&bytes)?;
+        }
+        self.finish()
+    }
+
     /// The validated manifest, once every read is done.
     pub fn finish(self) -> Result<Loaded> {
         let at = Location::file(&self.label);
@@ -241,22 +252,10 @@ fn incomplete(label: &str) -> Error {
     )
 }
 
-/// Runs a probe to its end with `read(range)`, the caller's I/O.
-pub fn read_with(
-    mut probe: Probe,
-    mut read: impl FnMut(Range<u64>) -> Result<Vec<u8>>,
-) -> Result<Loaded> {
-    while let Some(r) = probe.next_read() {
-        let bytes = read(r)?;
-        probe.feed(&bytes)?;
-    }
-    probe.finish()
-}
-
 /// Parses a whole file held in memory.
 pub fn parse(source: Source, label: &str, data: &[u8], limits: &Limits) -> Result<Loaded> {
     let probe = Probe::new(source, label, data.len() as u64, *limits);
-    read_with(probe, |r| {
+    probe.run(|r| {
         let start = usize::try_from(r.start).unwrap_or(usize::MAX);
         let end = usize::try_from(r.end).unwrap_or(usize::MAX);
         data.get(start..end).map(<[u8]>::to_vec).ok_or_else(|| {

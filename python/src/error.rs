@@ -113,7 +113,12 @@ impl From<ClientError> for Failure {
         let message = e.to_string();
         let (kind, at) = match &e {
             ClientError::Transport(_) | ClientError::Tls(_) => (Kind::Connect, None),
-            ClientError::Server { status, .. } if status.is_not_found() => (Kind::NotFound, None),
+            // A selection that matches no object names none it has.
+            ClientError::Server { status, .. }
+                if status.is_not_found() || status == Status::Ztp(Code::NoMatch) =>
+            {
+                (Kind::NotFound, None)
+            }
             ClientError::Server {
                 status: Status::Ztp(Code::Corrupt),
                 ..

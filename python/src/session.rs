@@ -88,7 +88,8 @@ impl Session {
             let file = py
                 .detach(move || ZtFile::open_with(&path, options))
                 .map_err(|e| Failure::from(&e).into_py())?;
-            let manifest = select_from(file.manifest(), &select).map_err(Failure::into_py)?;
+            let manifest = zt_client::select_from(file.manifest(), &select)
+                .map_err(|e| Failure::from(e).into_py())?;
             let size = file.bytes().len() as u64;
             return Ok(Session::new(
                 source,
@@ -300,13 +301,6 @@ impl Drop for Session {
     fn drop(&mut self) {
         self.close();
     }
-}
-
-fn select_from(m: &Manifest, select: &[String]) -> Result<Manifest, Failure> {
-    let sel = zt_format::select::Selection::new(select)
-        .map_err(|e| Failure::new(Kind::Other, e.to_string()))?;
-    sel.filter(m)
-        .map_err(|e| Failure::new(Kind::NotFound, e.to_string()))
 }
 
 fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {

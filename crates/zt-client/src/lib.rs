@@ -74,5 +74,5 @@ pub use client::Client;
 pub use error::{At, Error, Result, Status};
 pub use fetch::Fetch;
 pub use options::{Options, Resolve, Via, IDLE_TIMEOUT};
-pub use remote::Remote;
+pub use remote::{select_from, Remote};
 pub use verify::{Delivered, Verification};

@@ -36,10 +36,12 @@ pub(crate) enum SynthesizedAt {
     None,
 }
 
-/// `m` restricted to the objects `select` matches: a pattern that is not
-/// a glob is a usage error, one that matches nothing is what ztp/1 calls
-/// `no_match`.
-pub(crate) fn select_from(m: &Manifest, select: &[String]) -> Result<Manifest> {
+/// `m` restricted to the objects `select` matches (every object when it
+/// is empty): a pattern that is not a glob is a usage error, one that
+/// matches nothing is what ztp/1 calls `no_match`. What every transport
+/// applies to the manifest it read, and what a local file's reader
+/// applies too.
+pub fn select_from(m: &Manifest, select: &[String]) -> Result<Manifest> {
     use zt_format::select::SelectError;
     Selection::new(select)
         .and_then(|s| s.filter(m))

@@ -1,13 +1,12 @@
 //! `ztserve`: serve every `.zt` file under a directory over HTTP.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use tracing_subscriber::EnvFilter;
-use ztserve::server::config::{self, LogFormat, Sources};
+use ztserve::server::config::{self, FlagValues, LogFormat, Sources};
 use ztserve::server::{self, State};
 
 #[derive(Parser)]
@@ -21,45 +20,9 @@ Exit codes: 0 clean shutdown; 1 runtime failure; 2 invalid configuration or usag
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// Directory tree to serve [env: ZTSERVE_ROOT]
-    #[arg(long)]
-    root: Option<PathBuf>,
-    /// HTTP listen address, e.g. 0.0.0.0:7070 or [::]:7070 [env: ZTSERVE_LISTEN]
-    #[arg(long)]
-    listen: Option<SocketAddr>,
     /// TOML configuration file (see --print-default-config) [env: ZTSERVE_CONFIG]
     #[arg(long, value_name = "FILE", env = config::CONFIG_ENV, hide_env = true)]
     config: Option<PathBuf>,
-    /// Log format: text or json [env: ZTSERVE_LOG_FORMAT]
-    #[arg(long, value_parser = ["text", "json"])]
-    log_format: Option<String>,
-    /// Log filter, e.g. info or ztserve=debug [env: ZTSERVE_LOG_LEVEL; RUST_LOG wins]
-    #[arg(long)]
-    log_level: Option<String>,
-    /// Seconds to finish requests in flight after SIGTERM/SIGINT [env: ZTSERVE_SHUTDOWN_TIMEOUT_SECS]
-    #[arg(long)]
-    shutdown_timeout_secs: Option<u64>,
-    /// Bearer tokens, one per line, re-read on change [env: ZTSERVE_AUTH_TOKEN_FILE]
-    #[arg(long, value_name = "FILE")]
-    token_file: Option<PathBuf>,
-    /// PEM certificate chain: serve HTTPS [env: ZTSERVE_TLS_CERT]
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
-    tls_cert: Option<PathBuf>,
-    /// PEM private key for --tls-cert [env: ZTSERVE_TLS_KEY]
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
-    tls_key: Option<PathBuf>,
-    /// UDP address for ztp/1 over QUIC [default: the HTTP address; env: ZTSERVE_QUIC_LISTEN]
-    #[arg(long, value_name = "ADDR")]
-    quic_listen: Option<SocketAddr>,
-    /// Do not serve QUIC
-    #[arg(long)]
-    no_quic: bool,
-    /// Do not serve the web page at /ui/ [env: ZTSERVE_UI_ENABLED=false]
-    #[arg(long)]
-    no_ui: bool,
-    /// Writable directory for the generated QUIC certificate [env: ZTSERVE_STATE_DIR]
-    #[arg(long, value_name = "DIR")]
-    state_dir: Option<PathBuf>,
     /// Validate a configuration file (with the environment and flags) and exit
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     check_config: Option<PathBuf>,
@@ -80,53 +43,6 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         timeout_secs: u64,
     },
-}
-
-impl Cli {
-    fn flags(&self) -> Vec<(&'static str, toml::Value)> {
-        let mut f = Vec::new();
-        let s = |v: &str| toml::Value::String(v.to_owned());
-        if let Some(r) = &self.root {
-            f.push(("root", s(&r.to_string_lossy())));
-        }
-        if let Some(l) = &self.listen {
-            f.push(("listen", s(&l.to_string())));
-        }
-        if let Some(v) = &self.log_format {
-            f.push(("log_format", s(v)));
-        }
-        if let Some(v) = &self.log_level {
-            f.push(("log_level", s(v)));
-        }
-        for (key, v) in [
-            ("auth.token_file", &self.token_file),
-            ("tls.cert", &self.tls_cert),
-            ("tls.key", &self.tls_key),
-        ] {
-            if let Some(p) = v {
-                f.push((key, s(&p.to_string_lossy())));
-            }
-        }
-        if let Some(a) = &self.quic_listen {
-            f.push(("quic.listen", s(&a.to_string())));
-        }
-        if self.no_quic {
-            f.push(("quic.enabled", toml::Value::Boolean(false)));
-        }
-        if self.no_ui {
-            f.push(("ui.enabled", toml::Value::Boolean(false)));
-        }
-        if let Some(d) = &self.state_dir {
-            f.push(("state_dir", s(&d.to_string_lossy())));
-        }
-        if let Some(v) = self.shutdown_timeout_secs {
-            f.push((
-                "shutdown_timeout_secs",
-                toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX)),
-            ));
-        }
-        f
-    }
 }
 
 fn init_logging(format: LogFormat, level: &str) {
@@ -170,22 +86,53 @@ fn raise_nofile_limit() {
 /// An error and the exit code it gets.
 struct Failure(u8, anyhow::Error);
 
-fn sources(cli: &Cli) -> Sources<'_> {
+/// The command line: [`Cli`]'s own options, and a flag for each
+/// configuration key that has one (`config::flag_args`), read back as
+/// `(key, value)` pairs.
+fn parse_command_line() -> Result<(Cli, FlagValues), ExitCode> {
+    let command = config::flag_args()
+        .into_iter()
+        .fold(Cli::command(), clap::Command::arg);
+    let parsed = command
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
+    let (cli, matches) = match parsed {
+        Ok(got) => got,
+        Err(e) => {
+            let _ = e.print();
+            return Err(ExitCode::from(if e.use_stderr() { 2 } else { 0 }));
+        }
+    };
+    match config::flag_values(&matches) {
+        Ok(flags) => Ok((cli, flags)),
+        Err(e) => {
+            eprintln!("ztserve: {e:#}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+fn sources<'a>(cli: &'a Cli, flags: &FlagValues) -> Sources<'a> {
     Sources {
         file: cli.config.as_deref().or(cli.check_config.as_deref()),
         env: std::env::vars().collect(),
-        flags: cli.flags(),
+        flags: flags.to_vec(),
     }
 }
 
 /// `ztserve healthcheck`: the URL from the same configuration the daemon
 /// reads (file, environment, flags); `root` need not exist for this.
-fn healthcheck(cli: &Cli, url: Option<&str>, timeout: u64) -> Result<(), Failure> {
+fn healthcheck(
+    cli: &Cli,
+    flags: &FlagValues,
+    url: Option<&str>,
+    timeout: u64,
+) -> Result<(), Failure> {
     let url = match url {
         Some(u) => u.to_owned(),
         None => {
-            let mut s = sources(cli);
-            if cli.root.is_none() {
+            let mut s = sources(cli, flags);
+            if !flags.iter().any(|(k, _)| *k == "root") {
                 s.flags.push(("root", toml::Value::String("/".into())));
             }
             let config = config::load(&s).map_err(|e| Failure(2, e))?;
@@ -206,8 +153,8 @@ fn healthcheck(cli: &Cli, url: Option<&str>, timeout: u64) -> Result<(), Failure
     Ok(())
 }
 
-fn serve(cli: Cli) -> Result<(), Failure> {
-    let config = config::load(&sources(&cli)).map_err(|e| Failure(2, e))?;
+fn serve(cli: &Cli, flags: &FlagValues) -> Result<(), Failure> {
+    let config = config::load(&sources(cli, flags)).map_err(|e| Failure(2, e))?;
     if let Some(f) = &cli.check_config {
         println!("{}: ok", f.display());
         return Ok(());
@@ -226,12 +173,9 @@ fn serve(cli: Cli) -> Result<(), Failure> {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
+    let (cli, flags) = match parse_command_line() {
+        Ok(got) => got,
+        Err(code) => return code,
     };
     if cli.print_default_config {
         print!("{}", config::DEFAULT_CONFIG);
@@ -239,9 +183,9 @@ fn main() -> ExitCode {
     }
     let result = match &cli.command {
         Some(Command::Healthcheck { url, timeout_secs }) => {
-            healthcheck(&cli, url.as_deref(), *timeout_secs)
+            healthcheck(&cli, &flags, url.as_deref(), *timeout_secs)
         }
-        None => serve(cli),
+        None => serve(&cli, &flags),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,58 @@
+//! The command-line flags that set configuration keys, made from the keys
+//! themselves ([`super::keys::Flag`]): each flag's name, placeholder and
+//! help come from its key, so `ztserve --help` and the file never drift.
+
+use anyhow::Result;
+use clap::{Arg, ArgAction, ArgMatches};
+
+use super::keys::{self, Flag};
+use super::{parse_value, FlagValues};
+
+/// One `clap` argument per key that has a flag, its id the dotted key.
+pub fn flag_args() -> Vec<Arg> {
+    keys::all()
+        .iter()
+        .filter_map(|k| {
+            let arg = Arg::new(k.name);
+            Some(match k.flag? {
+                Flag::Value(long, value) => arg
+                    .long(long)
+                    .value_name(value)
+                    .action(ArgAction::Set)
+                    .help(format!("{} [env: {}]", k.summary(), k.env())),
+                Flag::Off(long) => {
+                    let summary = k.summary();
+                    let mut first = summary.chars();
+                    let lower = first
+                        .next()
+                        .map(|c| c.to_lowercase().chain(first).collect::<String>())
+                        .unwrap_or_default();
+                    arg.long(long)
+                        .action(ArgAction::SetTrue)
+                        .help(format!("Do not {lower} [env: {}=false]", k.env()))
+                }
+            })
+        })
+        .collect()
+}
+
+/// The keys the flags in `m` set, with their values, as [`super::Sources`]
+/// takes them; a value that does not fit its key is an error naming the
+/// flag.
+pub fn flag_values(m: &ArgMatches) -> Result<FlagValues> {
+    let mut out = Vec::new();
+    for k in keys::all() {
+        match k.flag {
+            Some(Flag::Value(long, _)) => {
+                if let Some(raw) = m.get_one::<String>(k.name) {
+                    out.push((k.name, parse_value(k, &format!("--{long}"), raw)?));
+                }
+            }
+            Some(Flag::Off(_)) if m.get_flag(k.name) => {
+                out.push((k.name, toml::Value::Boolean(false)));
+            }
+            Some(Flag::Off(_)) | None => {}
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,145 @@
+//! A configuration key, defined once: the [`settings!`] macro declares a
+//! section's struct, and from the same lines its defaults, its keys' kinds
+//! and doc lines, and the command-line flags that set them. Loading
+//! (`super::load`), the `ZTSERVE_*` variables, the flags, and the tests
+//! that check `config/ztserve.toml` and the docs' tables all read
+//! [`all`], so a key is never named twice.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// How a value is read from an environment variable or a flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Text,
+    Int,
+    Bool,
+    /// Comma-separated in a variable, repeated on the command line.
+    List,
+}
+
+/// A flag that sets a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flag {
+    /// `--NAME VALUE`, shown with the value's placeholder.
+    Value(&'static str, &'static str),
+    /// `--NAME` sets a boolean key to false (`--no-quic`).
+    Off(&'static str),
+}
+
+/// One configuration key.
+#[derive(Debug, Clone, Copy)]
+pub struct Key {
+    /// Dotted, as in the file: `limits.max_ranges`.
+    pub name: &'static str,
+    pub kind: Kind,
+    /// The doc comment of its field.
+    pub doc: &'static str,
+    pub flag: Option<Flag>,
+}
+
+impl Key {
+    /// Its environment variable: `ZTSERVE_` + the key in upper case with
+    /// `.` as `_`.
+    pub fn env(&self) -> String {
+        super::env_name(self.name)
+    }
+
+    /// The first sentence of its doc, for a flag's help.
+    pub fn summary(&self) -> String {
+        let text = self.doc.split_whitespace().collect::<Vec<_>>().join(" ");
+        match text.find(". ") {
+            Some(end) => text[..end].to_owned(),
+            None => text.trim_end_matches('.').to_owned(),
+        }
+    }
+}
+
+/// The kind of a field's type.
+pub trait Setting {
+    const KIND: Kind;
+}
+
+macro_rules! kinds {
+    ($kind:ident: $($t:ty),*) => { $(impl Setting for $t { const KIND: Kind = Kind::$kind; })* };
+}
+kinds!(Int: u64, usize);
+kinds!(Bool: bool);
+kinds!(Text: String, PathBuf, SocketAddr);
+kinds!(List: Vec<String>);
+
+impl<T: Setting> Setting for Option<T> {
+    const KIND: Kind = T::KIND;
+}
+
+/// Declares a section of the configuration: its struct (serde reads it,
+/// every field optional, unknown keys refused), its `Default` from each
+/// field's `= default`, and `KEYS` (each field's dotted key, kind, doc
+/// and flag). `sections { … }` nests other sections under their names.
+macro_rules! settings {
+    (
+        $(#[doc = $sdoc:literal])*
+        pub struct $name:ident in $prefix:literal {
+            $(
+                $(#[flag($long:literal, $value:literal)])?
+                $(#[flag_off($off:literal)])?
+                $(#[doc = $doc:literal])*
+                pub $field:ident : $ty:ty = $default:expr,
+            )*
+        }
+        $(sections { $($sec:ident : $sty:ty),* $(,)? })?
+    ) => {
+        $(#[doc = $sdoc])*
+        #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct $name {
+            $( $(#[doc = $doc])* pub $field: $ty, )*
+            $($( pub $sec: $sty, )*)?
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name {
+                    $( $field: $default, )*
+                    $($( $sec: <$sty>::default(), )*)?
+                }
+            }
+        }
+
+        impl $name {
+            /// This section's keys, then its nested sections'.
+            pub(crate) fn keys(out: &mut Vec<$crate::server::config::keys::Key>) {
+                use $crate::server::config::keys::{Flag, Key, Setting};
+                $(
+                    #[allow(unused_mut, unused_assignments)]
+                    let mut flag: Option<Flag> = None;
+                    $(flag = Some(Flag::Value($long, $value));)?
+                    $(flag = Some(Flag::Off($off));)?
+                    out.push(Key {
+                        name: concat!($prefix, stringify!($field)),
+                        kind: <$ty as Setting>::KIND,
+                        doc: concat!($($doc, "\n"),*),
+                        flag,
+                    });
+                )*
+                $($( <$sty>::keys(out); )*)?
+            }
+        }
+    };
+}
+pub(crate) use settings;
+
+/// Every key of the configuration, in the order the file lists them.
+pub fn all() -> &'static [Key] {
+    static ALL: std::sync::LazyLock<Vec<Key>> = std::sync::LazyLock::new(|| {
+        let mut out = Vec::new();
+        super::Config::keys(&mut out);
+        out
+    });
+    &ALL
+}
+
+/// The key named `name` (dotted).
+pub fn find(name: &str) -> Option<&'static Key> {
+    all().iter().find(|k| k.name == name)
+}

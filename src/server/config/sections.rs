@@ -1,0 +1,289 @@
+//! Every configuration key, its type, default, doc line and flag, once
+//! (see [`super::keys::settings`]). `config/ztserve.toml` shows each with
+//! its default, checked by a test against these.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::keys::{settings, Kind, Setting};
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The QUIC congestion controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Congestion {
+    /// quinn's default, like TCP's: backs off on every loss.
+    #[default]
+    Cubic,
+    /// Model-based; holds its rate through random loss (quinn marks it
+    /// experimental).
+    Bbr,
+    NewReno,
+}
+
+/// The digest a server computes for components that carry none (every
+/// safetensors tensor, `.zt` components written without one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DigestChoice {
+    #[default]
+    Sha256,
+    Crc32c,
+    /// Compute nothing: such components are served without a digest, and
+    /// their file's ETag includes its modification time.
+    Off,
+}
+
+impl Setting for LogFormat {
+    const KIND: Kind = Kind::Text;
+}
+impl Setting for Congestion {
+    const KIND: Kind = Kind::Text;
+}
+impl Setting for DigestChoice {
+    const KIND: Kind = Kind::Text;
+}
+
+settings! {
+    /// The daemon's configuration.
+    pub struct Config in "" {
+        #[flag("root", "DIR")]
+        /// Directory tree (or `s3://bucket/prefix`, `gs://`, `az://`) to
+        /// serve. Required.
+        pub root: PathBuf = PathBuf::new(),
+        #[flag("listen", "ADDR")]
+        /// HTTP listen address, such as 0.0.0.0:7070 or [::]:7070.
+        pub listen: SocketAddr = SocketAddr::from(([0, 0, 0, 0], 7070)),
+        #[flag("log-format", "FORMAT")]
+        /// Log format: text or json.
+        pub log_format: LogFormat = LogFormat::Text,
+        #[flag("log-level", "FILTER")]
+        /// Log filter, such as info or ztserve=debug (RUST_LOG, when set,
+        /// wins).
+        pub log_level: String = "info".to_owned(),
+        #[flag("shutdown-timeout-secs", "SECS")]
+        /// Seconds to finish requests in flight after SIGTERM/SIGINT.
+        pub shutdown_timeout_secs: u64 = 30,
+        #[flag("state-dir", "DIR")]
+        /// Writable directory for state: the generated QUIC certificate
+        /// and the digest store (a cache).
+        pub state_dir: PathBuf = "state".into(),
+    }
+    sections {
+        catalog: CatalogConfig,
+        limits: LimitsConfig,
+        cors: CorsConfig,
+        auth: AuthConfig,
+        tls: TlsConfig,
+        quic: QuicConfig,
+        digests: DigestsConfig,
+        storage: StorageConfig,
+        ui: UiConfig,
+    }
+}
+
+settings! {
+    /// How the served tree is watched.
+    pub struct CatalogConfig in "catalog." {
+        /// Seconds between full rescans (the fallback when file events are
+        /// missed).
+        pub rescan_interval_secs: u64 = 30,
+        /// Milliseconds to wait for file events to settle before
+        /// rescanning.
+        pub debounce_ms: u64 = 250,
+        /// Watch the tree for changes (inotify); off means periodic
+        /// rescans only.
+        pub watch: bool = true,
+    }
+}
+
+settings! {
+    /// Resource caps.
+    pub struct LimitsConfig in "limits." {
+        /// Most ranges honoured in one Range header.
+        pub max_ranges: usize = 64,
+        /// Largest manifest accepted when scanning, in bytes.
+        pub manifest_cap: u64 = zt_format::DEFAULT_MANIFEST_CAP,
+        /// Most bytes one manifest rendering may hold in memory (JSON or
+        /// CBOR, whole or selected, and the ztp/1 manifest); past it an
+        /// HTTP request gets the rendering streamed and a ztp/1 request is
+        /// refused (`message_too_large`) and asked to select.
+        pub render_cap: u64 = 128 << 20,
+        /// Most bytes of manifest renderings kept for later requests.
+        pub render_cache_bytes: u64 = 64 << 20,
+        /// Largest decoded component for `?decode=1`, in bytes.
+        pub decompress_cap: u64 = 1 << 30,
+        /// Most concurrent HTTP connections.
+        pub max_connections: usize = 4096,
+        /// Seconds a request may take to arrive and be answered before it
+        /// is cut off.
+        pub request_timeout_secs: u64 = 3600,
+        /// Seconds for a TLS handshake, and for a request's headers, to
+        /// arrive.
+        pub header_timeout_secs: u64 = 10,
+        /// Largest request head (request line and headers), in bytes.
+        pub max_header_bytes: usize = 16 * 1024,
+        /// Seconds a connection may move no byte either way before it is
+        /// closed.
+        pub idle_timeout_secs: u64 = 60,
+    }
+}
+
+settings! {
+    /// Cross-origin access for browser apps.
+    pub struct CorsConfig in "cors." {
+        /// Origins allowed to read responses; empty disables CORS, `["*"]`
+        /// allows any.
+        pub allow_origins: Vec<String> = Vec::new(),
+    }
+}
+
+settings! {
+    /// Bearer-token authentication.
+    pub struct AuthConfig in "auth." {
+        #[flag("token-file", "FILE")]
+        /// File of valid bearer tokens, one per line, re-read when it
+        /// changes; unset means no authentication.
+        pub token_file: Option<PathBuf> = None,
+        /// Require a token for /metrics too (/healthz and /readyz stay
+        /// open).
+        pub protect_metrics: bool = false,
+    }
+}
+
+settings! {
+    /// HTTPS: both set means the listener serves TLS instead of plain
+    /// HTTP.
+    pub struct TlsConfig in "tls." {
+        #[flag("tls-cert", "FILE")]
+        /// PEM certificate chain: serve HTTPS. Re-read when it changes.
+        pub cert: Option<PathBuf> = None,
+        #[flag("tls-key", "FILE")]
+        /// PEM private key for the certificate. Re-read when it changes.
+        pub key: Option<PathBuf> = None,
+    }
+}
+
+settings! {
+    /// The ztp/1 QUIC listener.
+    pub struct QuicConfig in "quic." {
+        #[flag_off("no-quic")]
+        /// Serve ztp/1 over QUIC.
+        pub enabled: bool = true,
+        #[flag("quic-listen", "ADDR")]
+        /// UDP address for ztp/1 over QUIC; unset means the HTTP address's
+        /// IP and port.
+        pub listen: Option<SocketAddr> = None,
+        /// Most concurrent QUIC connections.
+        pub max_connections: usize = 1024,
+        /// Most requests in flight per connection.
+        pub max_requests: usize = 16,
+        /// Most component streams open at once per connection.
+        pub max_streams: usize = 32,
+        /// Most bytes of component data the daemon holds for all ztp/1
+        /// connections together: read and not yet acknowledged by the
+        /// clients (at least one read chunk, 4 MiB).
+        pub send_budget_bytes: u64 = 64 << 20,
+        /// Seconds without traffic before a connection is closed.
+        pub idle_timeout_secs: u64 = 60,
+        /// Seconds a component stream may accept no bytes (a client that
+        /// stopped reading) before the connection is closed with
+        /// `stalled`.
+        pub stall_timeout_secs: u64 = 30,
+        /// Flow-control window per stream, in bytes.
+        pub stream_window: u64 = 16 << 20,
+        /// Flow-control window per connection, in bytes.
+        pub connection_window: u64 = 64 << 20,
+        /// UDP socket send and receive buffer sizes requested, in bytes.
+        pub udp_buffer_bytes: usize = zt_client::udp::DEFAULT_BUFFER_BYTES,
+        /// Congestion controller for the data the server sends: cubic,
+        /// bbr or new_reno.
+        pub congestion: Congestion = Congestion::Cubic,
+        /// Largest request message accepted from a client, in bytes (ztp/1
+        /// requires at least 64 KiB; raise it for long explicit
+        /// selections).
+        pub max_request_bytes: usize = ztp_proto::MAX_CLIENT_MESSAGE,
+    }
+}
+
+settings! {
+    /// The digest store: computed digests, kept in `state_dir/digests`.
+    pub struct DigestsConfig in "digests." {
+        /// The digest computed for components that carry none: sha256,
+        /// crc32c or off.
+        pub algorithm: DigestChoice = DigestChoice::Sha256,
+        /// Background hashing reads at most this many MiB per second (0:
+        /// no limit); a file a request waits for is hashed at full speed.
+        pub rate_mib_s: u64 = 256,
+        /// Check every served component's digest in the background, at
+        /// `rate_mib_s`, soon after its file is catalogued; `false`: on
+        /// each component's first request only.
+        pub verify_background: bool = true,
+    }
+}
+
+settings! {
+    /// Object storage, for a root such as `s3://bucket/prefix`.
+    /// Credentials and the region otherwise come from the standard
+    /// environment variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`).
+    pub struct StorageConfig in "storage." {
+        /// The endpoint of an S3-compatible store (MinIO, Ceph, R2...);
+        /// unset: AWS's, for the region.
+        pub endpoint: Option<String> = None,
+        /// The region (S3); unset: `AWS_REGION` / `AWS_DEFAULT_REGION`.
+        pub region: Option<String> = None,
+        /// Allow an `http://` endpoint (a store on a private network);
+        /// unset: the store's own variable (`AWS_ALLOW_HTTP`,
+        /// `AZURE_ALLOW_HTTP`, `GOOGLE_ALLOW_HTTP`), else off.
+        pub allow_http: Option<bool> = None,
+        /// Address buckets as `bucket.endpoint` instead of
+        /// `endpoint/bucket`; unset: `AWS_VIRTUAL_HOSTED_STYLE_REQUEST`,
+        /// else off (path style, what most S3-compatible stores need).
+        pub virtual_hosted_style: Option<bool> = None,
+        /// Most ranged GETs in flight to the store, the whole daemon
+        /// together.
+        pub max_concurrent_gets: usize = 64,
+        /// Retries of a request the store throttled (503 SlowDown) or
+        /// whose connection dropped, with exponential backoff.
+        pub max_retries: usize = 5,
+        /// No retry starts after a request has taken this long.
+        pub retry_timeout_secs: u64 = 30,
+        /// Seconds between checks that the store answers (a one-page
+        /// listing); `/readyz` fails while the last one did.
+        pub check_interval_secs: u64 = 5,
+        /// Read objects ahead of requests: compute the digests files lack
+        /// and verify every component in the background
+        /// (`digests.rate_mib_s`), as on a local root. Off by default:
+        /// every replica would download every object; requests then hash
+        /// and verify what they read.
+        pub background_reads: bool = false,
+        /// Ranged GETs one reader keeps in flight ahead of what it
+        /// consumes (a response, a ztp/1 component stream, a digest
+        /// check).
+        pub read_ahead: usize = 4,
+        /// Bytes of recently read pieces of objects held in memory (the
+        /// whole daemon together): a component checked and then sent is
+        /// read from the store once, and a popular one not again until it
+        /// falls out.
+        pub cache_bytes: u64 = 256 << 20,
+    }
+}
+
+settings! {
+    /// The web page at `/ui/`.
+    pub struct UiConfig in "ui." {
+        #[flag_off("no-ui")]
+        /// Serve the web page at /ui/. `/` redirects there; off, both are
+        /// 404.
+        pub enabled: bool = true,
+    }
+}

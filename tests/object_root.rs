@@ -100,8 +100,16 @@ async fn on(kind: Kind, bin: &std::path::Path) {
     let e = root.read("gone.zt", None, 0..8).await.unwrap_err();
     assert!(matches!(e, StoreError::NotFound { .. }), "{e}");
 
-    let mut metrics = String::new();
-    root.render_metrics(&mut metrics);
+    let registry = prometheus::Registry::new();
+    root.register_metrics(&registry).unwrap();
+    let mut metrics = Vec::new();
+    prometheus::Encoder::encode(
+        &prometheus::TextEncoder::new(),
+        &registry.gather(),
+        &mut metrics,
+    )
+    .unwrap();
+    let metrics = String::from_utf8(metrics).unwrap();
     assert!(
         metrics.contains("ztserve_store_requests_total{op=\"get\"} 5"),
         "{metrics}"

@@ -88,13 +88,20 @@ impl State {
         let send_budget = Arc::new(tokio::sync::Semaphore::new(
             usize::try_from(budget_kib).unwrap_or(usize::MAX >> 4),
         ));
+        let metrics = metrics::Metrics::default();
+        let registry = metrics.registry();
+        catalog.digest_metrics().register(registry)?;
+        renderings.register(registry)?;
+        if let Some(store) = catalog.root().store() {
+            store.register_metrics(registry)?;
+        }
         Ok(Arc::new(State {
             tokens,
             renderings,
             send_budget,
             config,
             catalog,
-            metrics: metrics::Metrics::default(),
+            metrics,
             ready: AtomicBool::new(false),
             summaries: summary::Cache::default(),
         }))

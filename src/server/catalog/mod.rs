@@ -37,7 +37,6 @@ mod served;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::SystemTime;
 
@@ -499,7 +498,7 @@ impl Catalog {
             .flatten();
         match kept {
             Some(computed) => {
-                digests.metrics.store_hits.fetch_add(1, Ordering::Relaxed);
+                digests.metrics.store_hits.inc();
                 settled(
                     found.serve(Some(&computed), false),
                     rel,

@@ -610,20 +610,13 @@ pub(crate) async fn readyz(AxState(state): AxState<Arc<State>>) -> Response {
 
 pub(crate) async fn metrics(AxState(state): AxState<Arc<State>>) -> Response {
     let snap = state.catalog.snapshot();
-    let mut text = state
-        .metrics
-        .render(snap.served().count(), snap.unavailable().count());
-    state.catalog.digest_metrics().render(&mut text);
-    state.renderings.render_metrics(&mut text);
     let total_kib = state.config.quic.send_budget_bytes.max(READ_CHUNK) >> 10;
     let held_kib = total_kib.saturating_sub(state.send_budget.available_permits() as u64);
-    text.push_str(&format!(
-        "# HELP ztserve_quic_send_budget_held_bytes Component bytes read for ztp/1 and not yet acknowledged by the clients (quic.send_budget_bytes bounds it).\n# TYPE ztserve_quic_send_budget_held_bytes gauge\nztserve_quic_send_budget_held_bytes {}\n",
-        held_kib << 10
-    ));
-    if let Some(store) = state.catalog.root().store() {
-        store.render_metrics(&mut text);
-    }
+    let text = state.metrics.render(
+        snap.served().count(),
+        snap.unavailable().count(),
+        held_kib << 10,
+    );
     with_template(
         ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         "/metrics",

@@ -9,7 +9,6 @@ use zt_format::rows::{Rows, RowsError};
 use zt_format::{Digest, DigestAlgorithm, Hasher};
 
 use std::convert::Infallible;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::server::catalog::Served;
@@ -78,8 +77,8 @@ pub(crate) async fn slice(
             holder.path, rows.start, rows.end
         )))
     })?;
-    metrics.rows.fetch_add(1, Ordering::Relaxed);
-    metrics.row_bytes.fetch_add(len, Ordering::Relaxed);
+    metrics.rows.inc();
+    metrics.row_bytes.inc_by(len);
     Ok(Slice {
         start,
         len,

@@ -1,81 +1,192 @@
-//! Prometheus metrics, labelled by route template (never by raw path).
+//! Prometheus metrics through one registry per daemon (the `prometheus`
+//! crate): each part of the daemon owns its metric family's handles
+//! (made here with [`counter`], [`gauge`] and the rest) and registers
+//! them in [`Metrics::registry`] when the daemon starts; `/metrics` is
+//! that registry in the text format. HTTP metrics are labelled by route
+//! template, never by raw path.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use prometheus::core::Collector;
+use prometheus::{
+    Encoder as _, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
 
 /// Upper bounds of the latency histogram, in seconds.
 const BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
 
-#[derive(Debug, Default)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
+/// A metric this daemon defines: its name and labels are constants, so a
+/// definition the crate refuses is a bug in this file's callers, which
+/// the test of every family catches.
+fn defined<T>(made: prometheus::Result<T>) -> T {
+    made.unwrap_or_else(|e| panic!("metric definition refused: {e}"))
 }
 
-/// Counters of a running daemon.
-#[derive(Debug, Default)]
+/// A counter named `name`.
+pub(crate) fn counter(name: &str, help: &str) -> IntCounter {
+    defined(IntCounter::new(name, help))
+}
+
+/// A counter of `name` by `labels`.
+pub(crate) fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    defined(IntCounterVec::new(Opts::new(name, help), labels))
+}
+
+/// A gauge named `name`.
+pub(crate) fn gauge(name: &str, help: &str) -> IntGauge {
+    defined(IntGauge::new(name, help))
+}
+
+/// A gauge of `name` by `labels`.
+pub(crate) fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    defined(IntGaugeVec::new(Opts::new(name, help), labels))
+}
+
+/// A histogram of seconds with upper bounds `buckets`.
+pub(crate) fn histogram(name: &str, help: &str, buckets: &[f64]) -> Histogram {
+    defined(Histogram::with_opts(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+    ))
+}
+
+/// Registers clones of `collectors` (metric handles share their values)
+/// in `registry`.
+pub(crate) fn register<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    collectors: &[&C],
+) -> prometheus::Result<()> {
+    for c in collectors {
+        registry.register(Box::new((*c).clone()))?;
+    }
+    Ok(())
+}
+
+/// The daemon's registry and its own families: requests, bytes sent,
+/// QUIC connections and streams, files changed under a request, files in
+/// the catalog, the ztp/1 send budget.
+#[derive(Debug)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
-    latency: Mutex<BTreeMap<&'static str, Histogram>>,
-    bytes_sent: AtomicU64,
-    quic_bytes_sent: AtomicU64,
-    quic_connections: Arc<AtomicU64>,
-    quic_streams: Arc<AtomicU64>,
+    registry: Registry,
+    requests: IntCounterVec,
+    latency: HistogramVec,
+    bytes_sent: IntCounter,
+    quic_bytes_sent: IntCounter,
+    quic_connections: IntGauge,
+    quic_streams: IntGauge,
     /// Requests that found their file changed under the catalogued
-    /// version: before the headers, and mid-response (cut).
-    changed_before: AtomicU64,
-    changed_mid: AtomicU64,
+    /// version, by when: before the headers, and mid-response (cut).
+    changed: IntCounterVec,
+    files: IntGaugeVec,
+    send_budget_held: IntGauge,
 }
 
 /// One open thing counted by a gauge, for as long as it is held.
 #[derive(Debug)]
-pub struct Held(Arc<AtomicU64>);
+pub struct Held(IntGauge);
 
 impl Held {
-    fn new(gauge: &Arc<AtomicU64>) -> Held {
-        gauge.fetch_add(1, Ordering::Relaxed);
-        Held(Arc::clone(gauge))
+    fn new(gauge: &IntGauge) -> Held {
+        gauge.inc();
+        Held(gauge.clone())
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.dec();
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let m = Metrics {
+            registry: Registry::new(),
+            requests: counter_vec(
+                "ztserve_http_requests_total",
+                "HTTP requests by route template and status.",
+                &["route", "status"],
+            ),
+            latency: defined(HistogramVec::new(
+                HistogramOpts::new(
+                    "ztserve_http_request_duration_seconds",
+                    "Time to response headers, by route template.",
+                )
+                .buckets(BUCKETS.to_vec()),
+                &["route"],
+            )),
+            bytes_sent: counter("ztserve_bytes_sent_total", "Body bytes sent."),
+            quic_bytes_sent: counter(
+                "ztserve_quic_bytes_sent_total",
+                "Component bytes sent over QUIC.",
+            ),
+            quic_connections: gauge("ztserve_quic_connections", "Open QUIC connections."),
+            quic_streams: gauge("ztserve_quic_streams", "Open component streams."),
+            changed: counter_vec(
+                "ztserve_file_changed_total",
+                "Requests whose file changed (rewritten in place) under the catalogued version: before the headers (the file catalogued again and its new version served) or mid-response (the connection or stream cut).",
+                &["when"],
+            ),
+            files: gauge_vec(
+                "ztserve_files",
+                "Files in the catalog by state.",
+                &["state"],
+            ),
+            send_budget_held: gauge(
+                "ztserve_quic_send_budget_held_bytes",
+                "Component bytes read for ztp/1 and not yet acknowledged by the clients (quic.send_budget_bytes bounds it).",
+            ),
+        };
+        // Both labels of each are known now: they show as 0 before the
+        // first such event.
+        for when in ["before_headers", "mid_response"] {
+            m.changed.with_label_values(&[when]);
+        }
+        for state in ["served", "unavailable"] {
+            m.files.with_label_values(&[state]);
+        }
+        let own = (|| {
+            register(&m.registry, &[&m.requests, &m.changed])?;
+            register(&m.registry, &[&m.latency])?;
+            register(&m.registry, &[&m.bytes_sent, &m.quic_bytes_sent])?;
+            register(
+                &m.registry,
+                &[&m.quic_connections, &m.quic_streams, &m.send_budget_held],
+            )?;
+            register(&m.registry, &[&m.files])
+        })();
+        defined(own);
+        m
     }
 }
 
 impl Metrics {
+    /// The registry every part of the daemon registers its families in.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// Records one finished request.
     pub fn record(&self, route: &'static str, status: u16, elapsed: Duration) {
-        if let Ok(mut r) = self.requests.lock() {
-            *r.entry((route, status)).or_default() += 1;
-        }
-        if let Ok(mut l) = self.latency.lock() {
-            let h = l.entry(route).or_default();
-            let secs = elapsed.as_secs_f64();
-            for (b, c) in BUCKETS.iter().zip(h.counts.iter_mut()) {
-                if secs <= *b {
-                    *c += 1;
-                }
-            }
-            h.count += 1;
-            h.sum += secs;
-        }
+        let code = axum::http::StatusCode::from_u16(status);
+        let code = code
+            .as_ref()
+            .map_or("other", axum::http::StatusCode::as_str);
+        self.requests.with_label_values(&[route, code]).inc();
+        self.latency
+            .with_label_values(&[route])
+            .observe(elapsed.as_secs_f64());
     }
 
     pub fn add_bytes(&self, n: u64) {
-        self.bytes_sent.fetch_add(n, Ordering::Relaxed);
+        self.bytes_sent.inc_by(n);
     }
 
     /// Component bytes sent over QUIC (also counted in `bytes_sent`).
     pub fn add_quic_bytes(&self, n: u64) {
-        self.quic_bytes_sent.fetch_add(n, Ordering::Relaxed);
+        self.quic_bytes_sent.inc_by(n);
     }
 
     /// Counts an open QUIC connection until the returned value is dropped.
@@ -90,90 +201,68 @@ impl Metrics {
 
     /// Counts a response cut because its file changed under it.
     pub fn count_changed_abort(&self) {
-        self.changed_mid.fetch_add(1, Ordering::Relaxed);
+        self.changed.with_label_values(&["mid_response"]).inc();
     }
 
     /// Counts a request that found its file changed before its headers
     /// (and was answered from the refreshed catalog).
     pub fn count_changed_refresh(&self) {
-        self.changed_before.fetch_add(1, Ordering::Relaxed);
+        self.changed.with_label_values(&["before_headers"]).inc();
     }
 
     pub fn bytes_sent(&self) -> u64 {
-        self.bytes_sent.load(Ordering::Relaxed)
+        self.bytes_sent.get()
     }
 
-    /// Prometheus text exposition.
-    pub fn render(&self, served: usize, unavailable: usize) -> String {
-        let mut out = String::new();
-        out.push_str(
-            "# HELP ztserve_http_requests_total HTTP requests by route template and status.\n",
-        );
-        out.push_str("# TYPE ztserve_http_requests_total counter\n");
-        if let Ok(r) = self.requests.lock() {
-            for ((route, status), n) in r.iter() {
-                let _ = writeln!(
-                    out,
-                    "ztserve_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
-                );
-            }
+    /// The registry in Prometheus text format (version 0.0.4), after
+    /// setting the gauges read at scrape time: the catalog's files by
+    /// state and the send budget held.
+    pub fn render(&self, served: usize, unavailable: usize, send_budget_held: u64) -> String {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.files
+            .with_label_values(&["served"])
+            .set(n(served as u64));
+        self.files
+            .with_label_values(&["unavailable"])
+            .set(n(unavailable as u64));
+        self.send_budget_held.set(n(send_budget_held));
+        let mut out = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::error!(error = %e, "encoding metrics");
         }
-        out.push_str("# HELP ztserve_http_request_duration_seconds Time to response headers, by route template.\n");
-        out.push_str("# TYPE ztserve_http_request_duration_seconds histogram\n");
-        if let Ok(l) = self.latency.lock() {
-            for (route, h) in l.iter() {
-                for (b, c) in BUCKETS.iter().zip(h.counts.iter()) {
-                    let _ = writeln!(out, "ztserve_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{b}\"}} {c}");
-                }
-                let _ = writeln!(out, "ztserve_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}", h.count);
-                let _ = writeln!(
-                    out,
-                    "ztserve_http_request_duration_seconds_sum{{route=\"{route}\"}} {}",
-                    h.sum
-                );
-                let _ = writeln!(
-                    out,
-                    "ztserve_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
-                    h.count
-                );
-            }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every family shows with its HELP and TYPE lines, labelled samples
+    /// in the text format the tests and dashboards read.
+    #[test]
+    fn families_render_in_the_text_format() {
+        let m = Metrics::default();
+        m.record("/v1/files/{*path}", 206, Duration::from_millis(3));
+        m.add_bytes(10);
+        let _conn = m.quic_connection();
+        m.count_changed_abort();
+        let text = m.render(3, 1, 4096);
+        for line in [
+            "# TYPE ztserve_http_requests_total counter",
+            "ztserve_http_requests_total{route=\"/v1/files/{*path}\",status=\"206\"} 1",
+            "ztserve_http_request_duration_seconds_bucket{route=\"/v1/files/{*path}\",le=\"0.005\"} 1",
+            "ztserve_http_request_duration_seconds_count{route=\"/v1/files/{*path}\"} 1",
+            "ztserve_bytes_sent_total 10",
+            "ztserve_quic_connections 1",
+            "ztserve_file_changed_total{when=\"mid_response\"} 1",
+            "ztserve_file_changed_total{when=\"before_headers\"} 0",
+            "ztserve_files{state=\"served\"} 3",
+            "ztserve_files{state=\"unavailable\"} 1",
+            "# TYPE ztserve_quic_send_budget_held_bytes gauge",
+            "ztserve_quic_send_budget_held_bytes 4096",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
         }
-        out.push_str("# HELP ztserve_bytes_sent_total Body bytes sent.\n# TYPE ztserve_bytes_sent_total counter\n");
-        let _ = writeln!(out, "ztserve_bytes_sent_total {}", self.bytes_sent());
-        out.push_str("# HELP ztserve_quic_bytes_sent_total Component bytes sent over QUIC.\n# TYPE ztserve_quic_bytes_sent_total counter\n");
-        let _ = writeln!(
-            out,
-            "ztserve_quic_bytes_sent_total {}",
-            self.quic_bytes_sent.load(Ordering::Relaxed)
-        );
-        out.push_str("# HELP ztserve_quic_connections Open QUIC connections.\n# TYPE ztserve_quic_connections gauge\n");
-        let _ = writeln!(
-            out,
-            "ztserve_quic_connections {}",
-            self.quic_connections.load(Ordering::Relaxed)
-        );
-        out.push_str("# HELP ztserve_quic_streams Open component streams.\n# TYPE ztserve_quic_streams gauge\n");
-        let _ = writeln!(
-            out,
-            "ztserve_quic_streams {}",
-            self.quic_streams.load(Ordering::Relaxed)
-        );
-        out.push_str("# HELP ztserve_file_changed_total Requests whose file changed (rewritten in place) under the catalogued version: before the headers (the file catalogued again and its new version served) or mid-response (the connection or stream cut).\n# TYPE ztserve_file_changed_total counter\n");
-        let _ = writeln!(
-            out,
-            "ztserve_file_changed_total{{when=\"before_headers\"}} {}",
-            self.changed_before.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "ztserve_file_changed_total{{when=\"mid_response\"}} {}",
-            self.changed_mid.load(Ordering::Relaxed)
-        );
-        out.push_str(
-            "# HELP ztserve_files Files in the catalog by state.\n# TYPE ztserve_files gauge\n",
-        );
-        let _ = writeln!(out, "ztserve_files{{state=\"served\"}} {served}");
-        let _ = writeln!(out, "ztserve_files{{state=\"unavailable\"}} {unavailable}");
-        out
     }
 }

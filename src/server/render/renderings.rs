@@ -14,11 +14,13 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use prometheus::{IntCounterVec, IntGauge, Registry};
 use tokio::sync::OnceCell;
+
+use crate::server::ops::metrics::{counter_vec, gauge, register};
 
 /// Which rendering of a file version.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -87,53 +89,61 @@ pub struct Renderings {
     /// Most bytes one rendering may take.
     cap: u64,
     state: Mutex<State>,
-    pub(crate) hits: AtomicU64,
-    pub(crate) misses: AtomicU64,
-    pub(crate) refused: AtomicU64,
-    /// HTTP requests whose rendering, past the cap, was streamed.
-    pub(crate) streamed: AtomicU64,
+    /// `ztserve_manifest_renderings_total`, by result: a rendering made
+    /// (miss), shared or cached (hit), past the cap (refused), or an HTTP
+    /// request's streamed past the cap (streamed).
+    results: IntCounterVec,
+    /// `ztserve_manifest_render_cache_bytes`: what `State::bytes` holds.
+    held: IntGauge,
 }
 
 impl Renderings {
     pub fn new(capacity: u64, cap: u64) -> Renderings {
-        Renderings {
+        let r = Renderings {
             capacity,
             cap,
             state: Mutex::default(),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-            streamed: AtomicU64::new(0),
+            results: counter_vec(
+                "ztserve_manifest_renderings_total",
+                "Manifest requests by where their rendering came from: made (miss), or shared or cached (hit); refused counts renderings that passed limits.render_cap, streamed the HTTP requests then served one written out as it was made.",
+                &["result"],
+            ),
+            held: gauge(
+                "ztserve_manifest_render_cache_bytes",
+                "Bytes of manifest renderings kept for later requests.",
+            ),
+        };
+        for result in ["miss", "hit", "refused", "streamed"] {
+            r.results.with_label_values(&[result]);
         }
+        r
     }
 
-    /// Counts an HTTP rendering streamed because it passed the cap.
-    pub(crate) fn count_streamed(&self) {
-        self.streamed.fetch_add(1, Ordering::Relaxed);
+    fn count(&self, result: &str) {
+        self.results.with_label_values(&[result]).inc();
     }
 
     /// Bytes of renderings held now.
+    #[cfg(test)]
     fn held(&self) -> u64 {
         self.lock().bytes
     }
 
-    /// Appends the `ztserve_manifest_render*` family in Prometheus text format.
-    pub(crate) fn render_metrics(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "# HELP ztserve_manifest_renderings_total Manifest requests by where their rendering came from: made (miss), or shared or cached (hit); refused counts renderings that passed limits.render_cap, streamed the HTTP requests then served one written out as it was made.\n# TYPE ztserve_manifest_renderings_total counter\nztserve_manifest_renderings_total{{result=\"miss\"}} {}\nztserve_manifest_renderings_total{{result=\"hit\"}} {}\nztserve_manifest_renderings_total{{result=\"refused\"}} {}\nztserve_manifest_renderings_total{{result=\"streamed\"}} {}",
-            n(&self.misses),
-            n(&self.hits),
-            n(&self.refused),
-            n(&self.streamed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP ztserve_manifest_render_cache_bytes Bytes of manifest renderings kept for later requests.\n# TYPE ztserve_manifest_render_cache_bytes gauge\nztserve_manifest_render_cache_bytes {}",
-            self.held()
-        );
+    /// Renderings counted under `result` so far.
+    #[cfg(test)]
+    fn counted(&self, result: &str) -> u64 {
+        self.results.with_label_values(&[result]).get()
+    }
+
+    /// Registers the family in the daemon's registry.
+    pub(crate) fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        register(registry, &[&self.results])?;
+        register(registry, &[&self.held])
+    }
+
+    /// Counts an HTTP rendering streamed because it passed the cap.
+    pub(crate) fn count_streamed(&self) {
+        self.count("streamed");
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -162,7 +172,7 @@ impl Renderings {
             Arc::clone(&entry.0)
         };
         if let Some(done) = slot.get() {
-            self.hits.fetch_add(1, Ordering::Relaxed);
+            self.count("hit");
             return Arc::clone(done);
         }
         let cap = self.cap;
@@ -183,13 +193,13 @@ impl Renderings {
             .await;
         let got = Arc::clone(got);
         if made {
-            self.misses.fetch_add(1, Ordering::Relaxed);
+            self.count("miss");
             if matches!(&*got, Rendered::Refused(Refused::TooLarge(_))) {
-                self.refused.fetch_add(1, Ordering::Relaxed);
+                self.count("refused");
             }
             self.admit(&key, &slot, size(&got));
         } else {
-            self.hits.fetch_add(1, Ordering::Relaxed);
+            self.count("hit");
         }
         got
     }
@@ -220,6 +230,7 @@ impl Renderings {
                 st.bytes = st.bytes.saturating_sub(s.get().map_or(0, |r| size(r)));
             }
         }
+        self.held.set(i64::try_from(st.bytes).unwrap_or(i64::MAX));
     }
 }
 
@@ -277,6 +288,7 @@ impl Write for Capped {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     fn key(n: &str) -> Key {
         Key {
@@ -308,13 +320,7 @@ mod tests {
             Arc::ptr_eq(&a, &again),
             "the second request shares the first's"
         );
-        assert_eq!(
-            (
-                r.misses.load(Ordering::Relaxed),
-                r.hits.load(Ordering::Relaxed)
-            ),
-            (1, 1)
-        );
+        assert_eq!((r.counted("miss"), r.counted("hit")), (1, 1));
         for k in ["b", "c", "d"] {
             r.get(key(k), body(40)).await;
         }
@@ -323,16 +329,16 @@ mod tests {
         r.get(key("e"), body(40)).await;
         assert_eq!(r.held(), 160);
         r.get(key("a"), body(40)).await;
-        assert_eq!(r.misses.load(Ordering::Relaxed), 6);
+        assert_eq!(r.counted("miss"), 6);
         // Over a quarter of the capacity: served, not kept.
         r.get(key("f"), body(41)).await;
         assert_eq!(r.held(), 160);
         r.get(key("f"), body(41)).await;
-        assert_eq!(r.misses.load(Ordering::Relaxed), 8);
+        assert_eq!(r.counted("miss"), 8);
         // Past the per-request cap: refused, nothing held for it.
         let big = r.get(key("g"), body(61)).await;
         assert!(matches!(&*big, Rendered::Refused(Refused::TooLarge(_))));
-        assert_eq!(r.refused.load(Ordering::Relaxed), 1);
+        assert_eq!(r.counted("refused"), 1);
         assert!(r.held() <= 160);
     }
 

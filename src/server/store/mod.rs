@@ -17,6 +17,7 @@ mod bucket;
 mod dir;
 mod identity;
 mod local;
+pub(crate) mod metrics;
 pub(crate) mod object;
 pub mod object_root;
 pub(crate) mod piece_cache;

@@ -16,7 +16,6 @@
 //! (`storage.max_concurrent_gets`).
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -27,6 +26,7 @@ use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use tokio::sync::Semaphore;
 
 use crate::server::config::StorageConfig;
+use crate::server::store::metrics::{Op, StoreMetrics};
 use crate::server::store::piece_cache::PieceCache;
 
 /// The URL schemes of object storage roots.
@@ -69,26 +69,6 @@ pub struct Listed {
     pub modified: SystemTime,
 }
 
-/// Request counters, by operation and outcome, for `/metrics`.
-#[derive(Debug, Default)]
-struct Counters {
-    lists: AtomicU64,
-    heads: AtomicU64,
-    gets: AtomicU64,
-    failures: AtomicU64,
-    bytes: AtomicU64,
-    /// Total seconds of GETs, in microseconds.
-    get_micros: AtomicU64,
-    /// Reads served from the piece cache.
-    cache_hits: AtomicU64,
-    /// GETs by duration, one count per bucket of [`GET_BUCKETS`] (not
-    /// cumulative; the rest are past the last bound).
-    get_buckets: [AtomicU64; GET_BUCKETS.len()],
-}
-
-/// Upper bounds, in seconds, of the GET duration histogram.
-const GET_BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
-
 /// An object-storage root.
 #[derive(Debug)]
 pub struct ObjectRoot {
@@ -96,7 +76,7 @@ pub struct ObjectRoot {
     store: Arc<dyn ObjectStore>,
     prefix: KeyPath,
     gets: Semaphore,
-    counters: Counters,
+    metrics: StoreMetrics,
     /// Recently read pieces (`storage.cache_bytes`).
     cache: PieceCache,
     /// Ranged GETs one reader keeps in flight.
@@ -196,13 +176,14 @@ impl ObjectRoot {
             other => return Err(bad(&format!("no object store for the scheme {other:?}"))),
         };
         let (_, prefix) = object_store::ObjectStoreScheme::parse(&parsed).map_err(|e| bad(&e))?;
+        let metrics = StoreMetrics::default();
         Ok(ObjectRoot {
             url: url.trim_end_matches('/').to_owned(),
             store,
             prefix,
             gets: Semaphore::new(config.max_concurrent_gets.max(1)),
-            counters: Counters::default(),
-            cache: PieceCache::new(config.cache_bytes),
+            cache: PieceCache::new(config.cache_bytes, metrics.cache_bytes.clone()),
+            metrics,
             read_ahead: config.read_ahead.max(1),
             changed: Default::default(),
             changed_now: tokio::sync::Notify::new(),
@@ -269,14 +250,14 @@ impl ObjectRoot {
     /// whose listing leaves ETags out (some S3-compatible ones do) is
     /// asked for each missing one with a HEAD request.
     pub async fn list(&self) -> Result<Vec<Listed>, StoreError> {
-        self.counters.lists.fetch_add(1, Ordering::Relaxed);
+        self.metrics.request(Op::List);
         let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
         let mut stream = self.store.list(prefix);
         let mut out = Vec::new();
         let skip = self.prefix.parts().count();
         while let Some(meta) = stream.next().await {
             let meta = meta.map_err(|e| {
-                self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                self.metrics.failure();
                 self.unreachable(&e)
             })?;
             let parts: Vec<String> = meta
@@ -311,10 +292,10 @@ impl ObjectRoot {
 
     /// One object's size, ETag and time.
     pub async fn head(&self, key: &str) -> Result<Listed, StoreError> {
-        self.counters.heads.fetch_add(1, Ordering::Relaxed);
+        self.metrics.request(Op::Head);
         let path = self.key_path(key)?;
         let meta = self.store.head(&path).await.map_err(|e| {
-            self.counters.failures.fetch_add(1, Ordering::Relaxed);
+            self.metrics.failure();
             match e {
                 object_store::Error::NotFound { .. } => StoreError::NotFound {
                     url: self.url.clone(),
@@ -333,14 +314,14 @@ impl ObjectRoot {
 
     /// Whether the store answers: one listing of at most one page.
     pub async fn check(&self) -> Result<(), StoreError> {
-        self.counters.lists.fetch_add(1, Ordering::Relaxed);
+        self.metrics.request(Op::List);
         let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
         self.store
             .list_with_delimiter(prefix)
             .await
             .map(drop)
             .map_err(|e| {
-                self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                self.metrics.failure();
                 self.unreachable(&e)
             })
     }
@@ -362,7 +343,7 @@ impl ObjectRoot {
                 detail: "the daemon is stopping".to_owned(),
             })?;
         let started = Instant::now();
-        self.counters.gets.fetch_add(1, Ordering::Relaxed);
+        self.metrics.request(Op::Get);
         let options = GetOptions {
             if_match: etag.map(str::to_owned),
             range: Some(GetRange::Bounded(range.clone())),
@@ -381,19 +362,9 @@ impl ObjectRoot {
             Ok::<_, object_store::Error>((now, bytes))
         }
         .await;
-        let took = started.elapsed();
-        let elapsed = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        self.counters
-            .get_micros
-            .fetch_add(elapsed, Ordering::Relaxed);
-        let secs = took.as_secs_f64();
-        if let Some(i) = GET_BUCKETS.iter().position(|b| secs <= *b) {
-            if let Some(b) = self.counters.get_buckets.get(i) {
-                b.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        self.metrics.get_took(started.elapsed());
         let (now, bytes) = result.map_err(|e| {
-            self.counters.failures.fetch_add(1, Ordering::Relaxed);
+            self.metrics.failure();
             match (&e, etag) {
                 (object_store::Error::Precondition { .. }, Some(t)) => {
                     self.note_changed(key, etag);
@@ -412,14 +383,14 @@ impl ObjectRoot {
         // A store that ignores If-Match still names the version it sent.
         if let (Some(want), Some(now)) = (etag, now.as_deref()) {
             if want != now {
-                self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                self.metrics.failure();
                 self.note_changed(key, etag);
                 return Err(changed(want));
             }
         }
         let want = range.end.saturating_sub(range.start);
         if bytes.len() as u64 != want {
-            self.counters.failures.fetch_add(1, Ordering::Relaxed);
+            self.metrics.failure();
             return Err(StoreError::Unreachable {
                 url: self.url.clone(),
                 detail: format!(
@@ -429,9 +400,7 @@ impl ObjectRoot {
                 ),
             });
         }
-        self.counters
-            .bytes
-            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        self.metrics.read(bytes.len() as u64);
         Ok(bytes)
     }
 
@@ -466,7 +435,7 @@ impl ObjectRoot {
         range: &Range<u64>,
     ) -> Option<Bytes> {
         let got = self.cache.get(key, etag, range)?;
-        self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+        self.metrics.cache_hit();
         Some(got)
     }
 
@@ -475,68 +444,9 @@ impl ObjectRoot {
         self.read_ahead
     }
 
-    /// Appends the `ztserve_store_*` family in Prometheus text format.
-    pub fn render_metrics(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        let c = &self.counters;
-        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut family = |name: &str, kind: &str, help: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        family(
-            "ztserve_store_requests_total",
-            "counter",
-            "Requests to the object store, by operation.",
-        );
-        for (op, v) in [("list", &c.lists), ("head", &c.heads), ("get", &c.gets)] {
-            let _ = writeln!(out, "ztserve_store_requests_total{{op=\"{op}\"}} {}", n(v));
-        }
-        let mut one = |name: &str, kind: &str, help: &str, v: String| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
-            );
-        };
-        one(
-            "ztserve_store_failures_total",
-            "counter",
-            "Object store requests that failed after the client's retries.",
-            n(&c.failures).to_string(),
-        );
-        one(
-            "ztserve_store_bytes_total",
-            "counter",
-            "Bytes read from the object store.",
-            n(&c.bytes).to_string(),
-        );
-        one(
-            "ztserve_store_cache_hits_total",
-            "counter",
-            "Reads served from recently read pieces instead of the store (storage.cache_bytes).",
-            n(&c.cache_hits).to_string(),
-        );
-        one(
-            "ztserve_store_cache_bytes",
-            "gauge",
-            "Bytes of recently read pieces held in memory.",
-            self.cache.held().to_string(),
-        );
-        let _ = writeln!(out, "# HELP ztserve_store_get_seconds Ranged GETs to the object store, by duration.\n# TYPE ztserve_store_get_seconds histogram");
-        let mut cumulative = 0;
-        for (bound, count) in GET_BUCKETS.iter().zip(&c.get_buckets) {
-            cumulative += n(count);
-            let _ = writeln!(
-                out,
-                "ztserve_store_get_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "ztserve_store_get_seconds_bucket{{le=\"+Inf\"}} {}\nztserve_store_get_seconds_sum {:.6}\nztserve_store_get_seconds_count {}",
-            n(&c.gets),
-            n(&c.get_micros) as f64 / 1e6,
-            n(&c.gets)
-        );
+    /// Registers the `ztserve_store_*` family in the daemon's registry.
+    pub fn register_metrics(&self, registry: &prometheus::Registry) -> prometheus::Result<()> {
+        self.metrics.register(registry)
     }
 }
 

@@ -40,13 +40,16 @@ struct Held {
 pub(crate) struct PieceCache {
     budget: u64,
     held: Mutex<Held>,
+    /// `ztserve_store_cache_bytes`: what `Held::bytes` holds.
+    gauge: prometheus::IntGauge,
 }
 
 impl PieceCache {
-    pub(crate) fn new(budget: u64) -> PieceCache {
+    pub(crate) fn new(budget: u64, gauge: prometheus::IntGauge) -> PieceCache {
         PieceCache {
             budget,
             held: Mutex::default(),
+            gauge,
         }
     }
 
@@ -82,6 +85,8 @@ impl PieceCache {
                 held.bytes = held.bytes.saturating_sub(b.len() as u64);
             }
         }
+        self.gauge
+            .set(i64::try_from(held.bytes).unwrap_or(i64::MAX));
     }
 
     /// The piece that is exactly `range` of version `etag` of `key`, if
@@ -107,7 +112,8 @@ impl PieceCache {
     }
 
     /// Bytes held now.
-    pub(crate) fn held(&self) -> u64 {
+    #[cfg(test)]
+    fn held(&self) -> u64 {
         self.held.lock().map_or(0, |h| h.bytes)
     }
 }
@@ -118,7 +124,7 @@ mod tests {
 
     #[test]
     fn pieces_are_found_by_exact_range_and_version_and_evicted_least_recent_first() {
-        let cache = PieceCache::new(24);
+        let cache = PieceCache::new(24, prometheus::IntGauge::new("t", "t").unwrap());
         let b = |c: u8| Bytes::from(vec![c; 6]);
         cache.put("k", Some("e1"), 100, &b(1));
         assert_eq!(cache.held(), 6);

@@ -22,125 +22,124 @@ mod store;
 mod verifier;
 mod worker;
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use prometheus::{IntCounter, IntGauge, Registry};
+
+use crate::server::ops::metrics::{counter, gauge, register};
 
 pub(crate) use store::{Computed, Store};
 pub(crate) use verifier::start as start_verifier;
 pub(crate) use worker::{Hasher, Settle};
 
-/// The `ztserve_digest_*` counters.
-#[derive(Debug, Default)]
+/// The `ztserve_digest_*` family.
+#[derive(Debug)]
 pub(crate) struct DigestMetrics {
-    files: AtomicU64,
-    bytes: AtomicU64,
-    failures: AtomicU64,
-    pending: AtomicU64,
-    pub(crate) store_hits: AtomicU64,
+    files: IntCounter,
+    bytes: IntCounter,
+    failures: IntCounter,
+    pub(super) pending: IntGauge,
+    pub(crate) store_hits: IntCounter,
     /// Row ranges sent under a digest of their own, and their bytes.
-    pub(crate) rows: AtomicU64,
-    pub(crate) row_bytes: AtomicU64,
+    pub(crate) rows: IntCounter,
+    pub(crate) row_bytes: IntCounter,
     /// Responses cut off because a component failed its digest after
     /// their headers went out.
-    aborts: AtomicU64,
+    aborts: IntCounter,
     /// The background verifier's components checked, their bytes, and
     /// the components left as of its last pass.
-    verified: AtomicU64,
-    verified_bytes: AtomicU64,
-    unverified: AtomicU64,
+    verified: IntCounter,
+    verified_bytes: IntCounter,
+    unverified: IntGauge,
+}
+
+impl Default for DigestMetrics {
+    fn default() -> Self {
+        DigestMetrics {
+            files: counter(
+                "ztserve_digest_files_total",
+                "Files whose missing digests were computed.",
+            ),
+            bytes: counter("ztserve_digest_bytes_total", "Bytes read to compute digests."),
+            failures: counter(
+                "ztserve_digest_failures_total",
+                "Files that could not be hashed.",
+            ),
+            pending: gauge("ztserve_digest_pending", "Files waiting to be hashed."),
+            store_hits: counter(
+                "ztserve_digest_store_hits_total",
+                "Files whose computed digests came from the store instead of hashing.",
+            ),
+            rows: counter(
+                "ztserve_digest_rows_total",
+                "Row ranges hashed to be sent under a digest of their own.",
+            ),
+            row_bytes: counter(
+                "ztserve_digest_rows_bytes_total",
+                "Bytes of row ranges hashed.",
+            ),
+            aborts: counter(
+                "ztserve_digest_aborts_total",
+                "Responses cut off because a component failed its digest after their headers went out.",
+            ),
+            verified: counter(
+                "ztserve_digest_verified_total",
+                "Components whose digest the background verifier checked against the file.",
+            ),
+            verified_bytes: counter(
+                "ztserve_digest_verified_bytes_total",
+                "Bytes the background verifier read.",
+            ),
+            unverified: gauge(
+                "ztserve_digest_unverified",
+                "Served components not checked against their digest yet (background verifier's count).",
+            ),
+        }
+    }
 }
 
 impl DigestMetrics {
     /// Counts bytes read to compute digests.
     pub(crate) fn count_hashed(&self, n: u64) {
-        self.bytes.fetch_add(n, Ordering::Relaxed);
+        self.bytes.inc_by(n);
     }
 
     pub(crate) fn count_abort(&self) {
-        self.aborts.fetch_add(1, Ordering::Relaxed);
+        self.aborts.inc();
     }
 
     pub(crate) fn count_verified(&self, bytes: u64) {
-        self.verified.fetch_add(1, Ordering::Relaxed);
-        self.verified_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.verified.inc();
+        self.verified_bytes.inc_by(bytes);
     }
 
     pub(crate) fn set_unverified(&self, n: u64) {
-        self.unverified.store(n, Ordering::Relaxed);
+        self.unverified.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
-    /// Appends the family in Prometheus text format.
-    pub(crate) fn render(&self, out: &mut String) {
-        let rows = [
-            (
-                "files_total",
-                "counter",
-                "Files whose missing digests were computed.",
-                &self.files,
-            ),
-            (
-                "bytes_total",
-                "counter",
-                "Bytes read to compute digests.",
-                &self.bytes,
-            ),
-            (
-                "failures_total",
-                "counter",
-                "Files that could not be hashed.",
-                &self.failures,
-            ),
-            (
-                "pending",
-                "gauge",
-                "Files waiting to be hashed.",
-                &self.pending,
-            ),
-            (
-                "store_hits_total",
-                "counter",
-                "Files whose computed digests came from the store instead of hashing.",
-                &self.store_hits,
-            ),
-            (
-                "rows_total",
-                "counter",
-                "Row ranges hashed to be sent under a digest of their own.",
-                &self.rows,
-            ),
-            (
-                "rows_bytes_total",
-                "counter",
-                "Bytes of row ranges hashed.",
-                &self.row_bytes,
-            ),
-            (
-                "verified_total",
-                "counter",
-                "Components whose digest the background verifier checked against the file.",
-                &self.verified,
-            ),
-            (
-                "verified_bytes_total",
-                "counter",
-                "Bytes the background verifier read.",
-                &self.verified_bytes,
-            ),
-            (
-                "unverified",
-                "gauge",
-                "Served components not checked against their digest yet (background verifier's count).",
-                &self.unverified,
-            ),
-            (
-                "aborts_total",
-                "counter",
-                "Responses cut off because a component failed its digest after their headers went out.",
-                &self.aborts,
-            ),
-        ];
-        for (name, kind, help, v) in rows {
-            let _ = writeln!(out, "# HELP ztserve_digest_{name} {help}\n# TYPE ztserve_digest_{name} {kind}\nztserve_digest_{name} {}", v.load(Ordering::Relaxed));
+    /// Counts a file hashed, or one that could not be.
+    pub(super) fn count_file(&self, hashed: bool) {
+        if hashed {
+            self.files.inc();
+        } else {
+            self.failures.inc();
         }
+    }
+
+    /// Registers the family in the daemon's registry.
+    pub(crate) fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        register(
+            registry,
+            &[
+                &self.files,
+                &self.bytes,
+                &self.failures,
+                &self.store_hits,
+                &self.rows,
+                &self.row_bytes,
+                &self.aborts,
+                &self.verified,
+                &self.verified_bytes,
+            ],
+        )?;
+        register(registry, &[&self.pending, &self.unverified])
     }
 }

@@ -93,28 +93,30 @@ async fn run(queue: Weak<Queue>, rate: u64, settle: Settle) {
             continue;
         }
         let metrics = &q.metrics;
-        metrics.pending.store(pending_count(&q), Ordering::Relaxed);
+        metrics.pending.set(pending_count(&q));
         let started = Instant::now();
         let result = hash(&job, rate, &q).await;
         match &result {
             Ok(_) => {
-                metrics.files.fetch_add(1, Ordering::Relaxed);
+                metrics.count_file(true);
                 tracing::info!(file = %job.found.path, secs = started.elapsed().as_secs_f64(), algorithm = q.algorithm.name(), "digests computed");
             }
             Err(why) => {
-                metrics.failures.fetch_add(1, Ordering::Relaxed);
+                metrics.count_file(false);
                 tracing::warn!(file = %job.found.path, reason = %why, "cannot compute digests");
             }
         }
         let (settle, done) = (Arc::clone(&settle), Arc::clone(&job));
         let _ = tokio::task::spawn_blocking(move || settle(&done, result)).await;
         job.finish();
-        metrics.pending.store(pending_count(&q), Ordering::Relaxed);
+        metrics.pending.set(pending_count(&q));
     }
 }
 
-fn pending_count(q: &Queue) -> u64 {
-    q.jobs.lock().map_or(0, |j| j.len() as u64)
+fn pending_count(q: &Queue) -> i64 {
+    q.jobs
+        .lock()
+        .map_or(0, |j| i64::try_from(j.len()).unwrap_or(i64::MAX))
 }
 
 /// The first wanted job, else the oldest (when hashing in the

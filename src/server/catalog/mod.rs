@@ -34,6 +34,8 @@ mod listing;
 pub(crate) mod pending;
 mod resolve;
 mod served;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -5,12 +5,12 @@
 use anyhow::Result;
 use clap::{Arg, ArgAction, ArgMatches};
 
-use super::keys::{self, Flag};
+use super::keys::Flag;
 use super::{parse_value, FlagValues};
 
 /// One `clap` argument per key that has a flag, its id the dotted key.
 pub fn flag_args() -> Vec<Arg> {
-    keys::all()
+    super::keys()
         .iter()
         .filter_map(|k| {
             let arg = Arg::new(k.name);
@@ -41,7 +41,7 @@ pub fn flag_args() -> Vec<Arg> {
 /// flag.
 pub fn flag_values(m: &ArgMatches) -> Result<FlagValues> {
     let mut out = Vec::new();
-    for k in keys::all() {
+    for k in super::keys() {
         match k.flag {
             Some(Flag::Value(long, _)) => {
                 if let Some(raw) = m.get_one::<String>(k.name) {

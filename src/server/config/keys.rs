@@ -2,8 +2,8 @@
 //! section's struct, and from the same lines its defaults, its keys' kinds
 //! and doc lines, and the command-line flags that set them. Loading
 //! (`super::load`), the `ZTSERVE_*` variables, the flags, and the tests
-//! that check `config/ztserve.toml` and the docs' tables all read
-//! [`all`], so a key is never named twice.
+//! that check `config/ztserve.toml` and the docs' tables all read the
+//! table `super::keys` gathers, so a key is never named twice.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -42,7 +42,7 @@ impl Key {
     /// Its environment variable: `ZTSERVE_` + the key in upper case with
     /// `.` as `_`.
     pub fn env(&self) -> String {
-        super::env_name(self.name)
+        env_name(self.name)
     }
 
     /// The first sentence of its doc, for a flag's help.
@@ -129,17 +129,7 @@ macro_rules! settings {
 }
 pub(crate) use settings;
 
-/// Every key of the configuration, in the order the file lists them.
-pub fn all() -> &'static [Key] {
-    static ALL: std::sync::LazyLock<Vec<Key>> = std::sync::LazyLock::new(|| {
-        let mut out = Vec::new();
-        super::Config::keys(&mut out);
-        out
-    });
-    &ALL
-}
-
-/// The key named `name` (dotted).
-pub fn find(name: &str) -> Option<&'static Key> {
-    all().iter().find(|k| k.name == name)
+/// The environment variable for a dotted key.
+pub fn env_name(key: &str) -> String {
+    format!("ZTSERVE_{}", key.to_uppercase().replace('.', "_"))
 }

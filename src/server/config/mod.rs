@@ -16,7 +16,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 
 pub use flags::{flag_args, flag_values};
-pub use keys::{Key, Kind};
+pub use keys::{env_name, Key, Kind};
 pub use sections::{
     AuthConfig, CatalogConfig, Config, Congestion, CorsConfig, DigestChoice, DigestsConfig,
     LimitsConfig, LogFormat, QuicConfig, StorageConfig, TlsConfig, UiConfig,
@@ -25,9 +25,19 @@ pub use sections::{
 /// The commented default configuration, shipped as `config/ztserve.toml`.
 pub const DEFAULT_CONFIG: &str = include_str!("../../../config/ztserve.toml");
 
-/// The environment variable for a dotted key.
-pub fn env_name(key: &str) -> String {
-    format!("ZTSERVE_{}", key.to_uppercase().replace('.', "_"))
+/// Every key of the configuration, in the order the file lists them.
+pub fn keys() -> &'static [Key] {
+    static ALL: std::sync::LazyLock<Vec<Key>> = std::sync::LazyLock::new(|| {
+        let mut out = Vec::new();
+        Config::keys(&mut out);
+        out
+    });
+    &ALL
+}
+
+/// The key named `name` (dotted).
+pub fn key(name: &str) -> Option<&'static Key> {
+    keys().iter().find(|k| k.name == name)
 }
 
 fn set(table: &mut toml::Table, key: &str, value: toml::Value) {
@@ -103,7 +113,7 @@ pub fn load(sources: &Sources<'_>) -> Result<Config> {
         if !name.starts_with("ZTSERVE_") || name == CONFIG_ENV {
             continue;
         }
-        let Some(key) = keys::all().iter().find(|k| k.env() == *name) else {
+        let Some(key) = keys().iter().find(|k| k.env() == *name) else {
             bail!("unknown environment variable {name}: not a configuration key (see ztserve --print-default-config)");
         };
         set(&mut table, key.name, parse_value(key, name, raw)?);
@@ -213,7 +223,7 @@ mod tests {
         };
         assert_eq!(c, want);
         let in_file = keys_in_file(DEFAULT_CONFIG);
-        for k in keys::all() {
+        for k in keys() {
             let found: Vec<bool> = in_file
                 .iter()
                 .filter(|(n, _)| n == k.name)
@@ -230,7 +240,7 @@ mod tests {
         }
         for (name, _) in &in_file {
             assert!(
-                keys::find(name).is_some(),
+                key(name).is_some(),
                 "config/ztserve.toml: unknown key `{name}`"
             );
         }
@@ -258,25 +268,25 @@ mod tests {
         let mut rows = 0;
         for line in docs.lines() {
             let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-            let [_, key, default, ..] = cells.as_slice() else {
+            let [_, name, default, ..] = cells.as_slice() else {
                 continue;
             };
-            let Some(key) = key.strip_prefix('`').and_then(|k| k.strip_suffix('`')) else {
+            let Some(name) = name.strip_prefix('`').and_then(|k| k.strip_suffix('`')) else {
                 continue;
             };
             assert!(
-                keys::find(key).is_some(),
-                "docs/operations.md: unknown key `{key}`"
+                key(name).is_some(),
+                "docs/operations.md: unknown key `{name}`"
             );
-            let value = key
+            let value = name
                 .split('.')
                 .try_fold(&table, |t, part| t.get(part))
                 .and_then(toml::Value::as_integer)
-                .unwrap_or_else(|| panic!("`{key}` has no integer default"));
+                .unwrap_or_else(|| panic!("`{name}` has no integer default"));
             assert_eq!(
                 doc_number(default),
                 u64::try_from(value).ok(),
-                "docs/operations.md: `{key}` default is {value}, the table says {default}"
+                "docs/operations.md: `{name}` default is {value}, the table says {default}"
             );
             rows += 1;
         }

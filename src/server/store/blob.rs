@@ -40,6 +40,12 @@ impl Blob {
         Blob(Arc::new(object))
     }
 
+    /// Any other source of bytes (files in memory, for tests).
+    #[cfg(test)]
+    pub(crate) fn from_source(source: Arc<dyn ByteSource>) -> Blob {
+        Blob(source)
+    }
+
     /// Whether the bytes may no longer be the version opened
     /// ([`ByteSource::changed`]).
     pub(crate) fn changed(&self) -> bool {

@@ -17,6 +17,8 @@ mod bucket;
 mod dir;
 mod identity;
 mod local;
+#[cfg(test)]
+pub(crate) mod memory;
 pub(crate) mod metrics;
 pub(crate) mod object;
 pub mod object_root;

@@ -1,0 +1,71 @@
+//! The catalog over files in memory (`store::memory`): what it serves, what
+//! it refuses and why, and a file replaced under an entry, without a disk.
+
+use std::sync::Arc;
+
+use zt_format::{DType, Limits, StoreOptions, Writer};
+
+use super::{Catalog, Entry};
+use crate::server::config::DigestsConfig;
+use crate::server::store::memory::MemoryRoot;
+
+/// A one-object `.zt` file whose four f32 values are `v`.
+fn zt_of(v: f32) -> (Vec<u8>, Vec<u8>) {
+    let data: Vec<u8> = [v; 4].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut w = Writer::new(Vec::new(), "m.zt").unwrap();
+    w.add_dense("w", &[4], DType::F32, &data, StoreOptions::default())
+        .unwrap();
+    (w.finish().unwrap(), data)
+}
+
+#[tokio::test]
+async fn files_in_memory_are_served_refused_and_seen_replaced() {
+    let root = Arc::new(MemoryRoot::default());
+    let (file, one) = zt_of(1.0);
+    root.put("m.zt", file);
+    root.put("bad.zt", b"not a zTensor file at all".to_vec());
+    let state = tempfile::tempdir().unwrap();
+    let catalog = Catalog::new(
+        Arc::clone(&root) as _,
+        Limits::default(),
+        &DigestsConfig::default(),
+        state.path(),
+        true,
+    )
+    .unwrap();
+    catalog.rescan().await;
+    let snap = catalog.snapshot();
+
+    let Some(Entry::Served(m)) = snap.get("m.zt") else {
+        panic!("m.zt not served: {:?}", snap.get("m.zt"));
+    };
+    let c = m.manifest.component("w", "data").unwrap();
+    let len = usize::try_from(c.length).unwrap();
+    let got = m.file.read_async(len, c.offset, None).await.unwrap();
+    assert_eq!(&got[..], &one[..]);
+    m.check("w", "data").await.unwrap();
+
+    let Some(Entry::Unavailable(bad)) = snap.get("bad.zt") else {
+        panic!("bad.zt not refused: {:?}", snap.get("bad.zt"));
+    };
+    assert!(bad.reason.contains("bad.zt"), "{}", bad.reason);
+
+    // Replaced under the entry: its reads fail, and the catalog serves the
+    // new version under a new ETag once it loads the path again.
+    let (file, two) = zt_of(2.0);
+    root.put("m.zt", file);
+    assert!(m.changed());
+    assert!(m.file.read_async(len, c.offset, None).await.is_err());
+    catalog.refresh("m.zt").await;
+    let Some(Entry::Served(now)) = catalog.snapshot().get("m.zt").cloned() else {
+        panic!("m.zt not served again");
+    };
+    assert_ne!(now.etag, m.etag);
+    let c = now.manifest.component("w", "data").unwrap();
+    let got = now.file.read_async(len, c.offset, None).await.unwrap();
+    assert_eq!(&got[..], &two[..]);
+
+    root.remove("m.zt");
+    catalog.rescan().await;
+    assert!(catalog.snapshot().get("m.zt").is_none());
+}

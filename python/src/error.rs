@@ -115,7 +115,7 @@ impl From<ClientError> for Failure {
             ClientError::Transport(_) | ClientError::Tls(_) => (Kind::Connect, None),
             // A selection that matches no object names none it has.
             ClientError::Server { status, .. }
-                if status.is_not_found() || status == Status::Ztp(Code::NoMatch) =>
+                if status.is_not_found() || *status == Status::Ztp(Code::NoMatch) =>
             {
                 (Kind::NotFound, None)
             }

@@ -1,4 +1,4 @@
-//! A configuration key, defined once: the [`settings!`] macro declares a
+//! A configuration key, defined once: the `settings!` macro declares a
 //! section's struct, and from the same lines its defaults, its keys' kinds
 //! and doc lines, and the command-line flags that set them. Loading
 //! (`super::load`), the `ZTSERVE_*` variables, the flags, and the tests

@@ -1,6 +1,6 @@
 //! Configuration: built-in defaults, then a TOML file, then `ZTSERVE_*`
 //! environment variables, then command-line flags; later sources win.
-//! Every key is defined once, in [`sections`] (type, default, doc line,
+//! Every key is defined once, in `sections.rs` (type, default, doc line,
 //! flag); `config/ztserve.toml`, which `ztserve --print-default-config`
 //! prints, shows each with its default (a test keeps the two the same).
 //! Unknown keys are refused by name.

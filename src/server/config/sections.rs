@@ -61,7 +61,7 @@ settings! {
         /// serve. Required.
         pub root: PathBuf = PathBuf::new(),
         #[flag("listen", "ADDR")]
-        /// HTTP listen address, such as 0.0.0.0:7070 or [::]:7070.
+        /// HTTP listen address, such as `0.0.0.0:7070` or `[::]:7070`.
         pub listen: SocketAddr = SocketAddr::from(([0, 0, 0, 0], 7070)),
         #[flag("log-format", "FORMAT")]
         /// Log format: text or json.

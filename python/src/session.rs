@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tokio::task::JoinHandle;
 use zt_client::Client;
-use zt_format::{Manifest, ReadOptions, Verify, ZtFile};
+use zt_format::Manifest;
 
 use crate::buffer::Buffer;
 use crate::error::{Failure, Kind};
@@ -60,9 +60,9 @@ fn is_url(s: &str) -> bool {
 
 #[pymethods]
 impl Session {
-    /// Opens `source` (a `quic://` or `http(s)://` URL, or a local path)
-    /// and reads its manifest, restricted to `select` when given;
-    /// `options` as `ClientArgs` reads them.
+    /// Opens `source` (a `quic://` or `http(s)://` URL, or a local path,
+    /// both through zt-client) and reads its manifest, restricted to
+    /// `select` when given; `options` as `ClientArgs` reads them.
     #[staticmethod]
     #[pyo3(signature = (source, select=None, max_buffered_bytes=None, options=None))]
     fn open(
@@ -75,49 +75,32 @@ impl Session {
         let args = ClientArgs::from_dict(options)?;
         let select = select.unwrap_or_default();
         let rt = runtime()?;
-        if !is_url(&source) {
-            let options = ReadOptions {
-                verify: if args.verify {
-                    Verify::Digests
-                } else {
-                    Verify::Skip
-                },
-                ..ReadOptions::default()
-            };
-            let path = source.clone();
-            let file = py
-                .detach(move || ZtFile::open_with(&path, options))
-                .map_err(|e| Failure::from(&e).into_py())?;
-            let manifest = zt_client::select_from(file.manifest(), &select)
-                .map_err(|e| Failure::from(e).into_py())?;
-            let size = file.bytes().len() as u64;
-            return Ok(Session::new(
-                source,
-                manifest,
-                None,
-                size,
-                Source::Local(Arc::new(file)),
-            ));
-        }
         let options = client_options(&args)?;
         let max_buffered = max_buffered_bytes.unwrap_or(256 << 20).max(1 << 20);
         let cap = options.component_cap;
-        let url = source.clone();
+        let at = source.clone();
+        // A local path is read in place through the same client.
         let (client, remote) = py
             .detach(move || {
                 rt.block_on(async move {
-                    let client = Client::connect(&url, options).await?;
+                    let client = if is_url(&at) {
+                        Client::connect(&at, options).await?
+                    } else {
+                        Client::open_local(&at, options).await?
+                    };
                     let remote = client.manifest_of(&select).await?;
                     Ok::<_, zt_client::Error>((client, remote))
                 })
             })
             .map_err(|e| Failure::from(e).into_py())?;
+        // A local file has no server and so no ETag of its own.
+        let etag = (!client.is_local()).then(|| remote.etag.clone());
         let mut s = Session::new(
             source,
             remote.manifest.clone(),
-            Some(remote.etag.clone()),
+            etag,
             remote.size,
-            Source::Remote {
+            Source {
                 client: Arc::new(client),
                 remote: Arc::new(remote),
                 max_buffered,
@@ -166,13 +149,7 @@ impl Session {
                     .close(&format!("{}: the handle was closed", self.label));
                 return Err(closed(&self.label));
             };
-            let task = source.start(
-                runtime()?,
-                &self.manifest,
-                fetch,
-                Arc::clone(&self.table),
-                self.cap,
-            );
+            let task = source.start(runtime()?, fetch, Arc::clone(&self.table), self.cap);
             if let Ok(mut t) = self.tasks.lock() {
                 t.retain(|t| !t.is_finished());
                 t.push(task);

@@ -1,40 +1,27 @@
-//! One client for both transports: `quic://host:port/path.zt` speaks
+//! One client for every transport: `quic://host:port/path.zt` speaks
 //! ztp/1; `http(s)://host:port/any/path.zt` uses Range requests on that URL
 //! (ztserve's `/path` or `/v1/files/path`, or any plain server such as
-//! nginx).
+//! nginx); a local path is read in place ([`Client::open_local`]). Each is
+//! a [`Transport`]; the client never asks which.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
-
-use zt_format::select::Selection;
-use zt_format::Manifest;
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::fetch::Fetch;
 use crate::http::HttpSource;
 use crate::options::{Options, Via};
 use crate::quic::QuicClient;
-use crate::remote::{select_from, Remote, SynthesizedAt};
+use crate::remote::Remote;
+use crate::transport::http::HttpTransport;
+use crate::transport::local::LocalTransport;
+use crate::transport::quic::QuicTransport;
+use crate::transport::Transport;
 
-#[derive(Debug)]
-pub(crate) enum Transport {
-    Quic {
-        client: QuicClient,
-        path: String,
-    },
-    Http {
-        source: HttpSource,
-        /// The manifest last read and the selection it was read for,
-        /// reused by `fetch` instead of asked for again when it holds
-        /// every object the fetch selects ([`covers`]).
-        cached: Mutex<Option<(Vec<String>, Remote)>>,
-    },
-}
-
-/// A remote `.zt` file.
+/// A remote `.zt` file (or a local one, [`Client::open_local`]).
 #[derive(Debug)]
 pub struct Client {
-    pub(crate) transport: Transport,
+    pub(crate) transport: Box<dyn Transport>,
     pub url: String,
     pub options: Arc<Options>,
 }
@@ -66,7 +53,7 @@ impl Client {
             }
         };
         let options = Arc::new(options);
-        let transport = match via {
+        let transport: Box<dyn Transport> = match via {
             Via::Quic => {
                 // Before any packet: a path no file can have fails here.
                 let file = crate::url_path::ztp_path(url)?;
@@ -79,10 +66,11 @@ impl Client {
                         .next()
                         .ok_or_else(|| Error::Transport(format!("{host}: no address")))?,
                 };
-                Transport::Quic {
+                Box::new(QuicTransport {
                     client: QuicClient::connect(addr, &host, Arc::clone(&options)).await?,
                     path: file,
-                }
+                    url: url.to_owned(),
+                })
             }
             Via::Http => {
                 let http_url = if scheme == "quic" {
@@ -90,10 +78,10 @@ impl Client {
                 } else {
                     url.to_owned()
                 };
-                Transport::Http {
-                    source: HttpSource::new(&http_url, &options)?,
-                    cached: Mutex::default(),
-                }
+                Box::new(HttpTransport::new(
+                    HttpSource::new(&http_url, &options)?,
+                    url,
+                ))
             }
         };
         Ok(Client {
@@ -103,13 +91,29 @@ impl Client {
         })
     }
 
+    /// Opens the local file at `path` (any source zt-format reads), to be
+    /// read as a remote one is: its components checked against their
+    /// digests as they are read, unless `options.allow_unverified`.
+    pub async fn open_local(path: &str, options: Options) -> Result<Client> {
+        let transport = LocalTransport::open(path, &options).await?;
+        Ok(Client {
+            transport: Box::new(transport),
+            url: path.to_owned(),
+            options: Arc::new(options),
+        })
+    }
+
+    /// Whether this client reads a local file ([`Client::open_local`]),
+    /// whose ETag is its own name for the version it opened.
+    pub fn is_local(&self) -> bool {
+        self.transport.is_local()
+    }
+
     /// Ends the session: over QUIC, closes the connection and waits
     /// briefly for the server to hear it (dropping a client closes it too,
     /// but a process that exits at once may not get the close out).
     pub async fn close(&self) {
-        if let Transport::Quic { client, .. } = &self.transport {
-            client.close().await;
-        }
+        self.transport.close().await;
     }
 
     /// The remote manifest, with the file's ETag and size.
@@ -123,25 +127,7 @@ impl Client {
     /// for the rest; the ETag may then be the file's provisional one,
     /// which the server keeps accepting while the file is unchanged.
     pub async fn manifest_of(&self, select: &[String]) -> Result<Remote> {
-        match &self.transport {
-            Transport::Quic { client, path } => {
-                let mut f = client.get_manifest(path, select).await?;
-                Ok(Remote {
-                    manifest: std::mem::take(&mut f.manifest),
-                    etag: std::mem::take(&mut f.etag),
-                    size: f.size,
-                    synthesized: SynthesizedAt::None,
-                    api: None,
-                })
-            }
-            Transport::Http { source, cached } => {
-                let r = source.manifest(select).await?;
-                if let Ok(mut c) = cached.lock() {
-                    *c = Some((select.to_vec(), r.clone()));
-                }
-                Ok(r)
-            }
-        }
+        self.transport.manifest(select).await
     }
 
     /// Starts fetching the selected objects; components arrive verified, in completion order.
@@ -170,31 +156,7 @@ impl Client {
         if_match: Option<&str>,
         max_buffered: Option<u64>,
     ) -> Result<Fetch> {
-        match &self.transport {
-            Transport::Quic { client, path } => {
-                client
-                    .request(path, select, &[], if_match, false, max_buffered)
-                    .await
-            }
-            Transport::Http { source, cached } => {
-                // Range requests carry If-Range, so a stale cache cannot mix versions.
-                let remote = match cached.lock().ok().and_then(|mut c| c.take()) {
-                    Some((read_for, r)) if covers(&read_for, &r.manifest, select) => r,
-                    _ => source.manifest(select).await?,
-                };
-                if let Some(want) = if_match {
-                    if remote.etag != want {
-                        return Err(Error::Changed {
-                            url: self.url.clone(),
-                            detail: format!("(ETag {want} is now {})", remote.etag),
-                        });
-                    }
-                }
-                let manifest =
-                    select_from(&remote.manifest, select).map_err(|e| e.within(&self.url))?;
-                source.fetch(Remote { manifest, ..remote }, &[], max_buffered)
-            }
-        }
+        self.transport.fetch(select, if_match, max_buffered).await
     }
 
     /// Byte ranges of the file, as it was when its ETag was `etag`: over
@@ -207,83 +169,14 @@ impl Client {
         ranges: &[std::ops::Range<u64>],
         etag: &str,
     ) -> Result<Vec<Vec<u8>>> {
-        match &self.transport {
-            Transport::Quic { client, path } => {
-                let offered = client
-                    .features()
-                    .is_some_and(|f| f.iter().any(|x| x == ztp_proto::FEATURE_RANGES));
-                if !offered {
-                    return Err(Error::Usage(format!(
-                        "{}: the server does not offer byte ranges over ztp/1 (feature {:?}); fetch a byte-identical copy over http(s), or write a .zt file (-o NAME.zt)",
-                        self.url,
-                        ztp_proto::FEATURE_RANGES
-                    )));
-                }
-                if ranges.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let pairs: Vec<(u64, u64)> = ranges.iter().map(|r| (r.start, r.end)).collect();
-                let mut fetch = client.request_ranges(path, &pairs, etag).await?;
-                let mut out: Vec<Option<Vec<u8>>> = vec![None; ranges.len()];
-                while let Some(d) = fetch.next().await {
-                    let d = d?;
-                    let i = pairs
-                        .iter()
-                        .position(|(a, b)| d.object == ztp_proto::range_object(*a, *b))
-                        .ok_or_else(|| {
-                            Error::Protocol(format!(
-                                "{}: bytes {} were not asked for",
-                                self.url, d.object
-                            ))
-                        })?;
-                    if let Some(slot) = out.get_mut(i) {
-                        *slot = Some(d.data.as_slice().to_vec());
-                    }
-                }
-                out.into_iter()
-                    .zip(&pairs)
-                    .map(|(b, (s, e))| {
-                        b.ok_or_else(|| {
-                            Error::Transport(format!("{}: bytes {s}..{e} did not arrive", self.url))
-                        })
-                    })
-                    .collect()
-            }
-            Transport::Http { source, .. } => {
-                let mut out = Vec::with_capacity(ranges.len());
-                for r in ranges {
-                    out.push(source.read_range(r.clone(), etag).await?);
-                }
-                Ok(out)
-            }
-        }
+        self.transport.read_ranges(ranges, etag).await
     }
 
     /// Hands back a delivered component's buffer once its bytes are no
     /// longer needed, so a later component of this client can reuse it
     /// instead of faulting in fresh memory. Optional: dropping it is fine.
     pub fn recycle(&self, buf: zt_format::AlignedBuf) {
-        match &self.transport {
-            Transport::Quic { client, .. } => client.recycle(buf),
-            Transport::Http { source, .. } => source.recycle(buf),
-        }
-    }
-}
-
-/// Whether a manifest read for `read_for` (restricted to it) holds every
-/// object `select` can match: it was read for every object, or for the
-/// same patterns, or `select` names exact objects that it holds (what
-/// `fetch_to_file` and the Python package ask for after reading it).
-fn covers(read_for: &[String], m: &Manifest, select: &[String]) -> bool {
-    if read_for.is_empty() || read_for == select {
-        return true;
-    }
-    match Selection::new(select) {
-        Ok(s) if !s.is_all() => s
-            .patterns()
-            .iter()
-            .all(|p| p.exact().is_some_and(|name| m.objects.contains_key(&name))),
-        _ => false,
+        self.transport.recycle(buf);
     }
 }
 
@@ -292,39 +185,5 @@ fn join_host(host: &str, port: u16) -> String {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn manifest(names: &[&str]) -> Manifest {
-        let mut m = Manifest::new();
-        for n in names {
-            let o = zt_format::Object {
-                shape: vec![1],
-                format: zt_format::Format::Dense,
-                attributes: Default::default(),
-                components: Default::default(),
-            };
-            m.objects.insert((*n).to_owned(), o);
-        }
-        m
-    }
-
-    #[test]
-    fn a_cached_manifest_is_reused_only_when_it_holds_the_selection() {
-        let s = |v: &[&str]| v.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>();
-        let m = manifest(&["a.0", "a.1"]);
-        assert!(covers(&[], &m, &s(&["b.*"])), "read whole");
-        assert!(covers(&s(&["a.*"]), &m, &s(&["a.*"])), "the same patterns");
-        assert!(
-            covers(&s(&["a.*"]), &m, &s(&["a.0", "a\\.1"])),
-            "names it holds"
-        );
-        assert!(!covers(&s(&["a.*"]), &m, &s(&["b.*"])), "another glob");
-        assert!(!covers(&s(&["a.*"]), &m, &s(&["b.0"])), "a name it lacks");
-        assert!(!covers(&s(&["a.*"]), &m, &[]), "every object");
     }
 }

@@ -20,13 +20,38 @@ use crate::error::{quote, At, Error, Result, Status};
 use crate::fetch::{Event, Fetch};
 use crate::options::Options;
 use crate::pool::BufPool;
-use crate::remote::{Remote, SynthesizedAt};
+use crate::remote::Remote;
 use crate::trust::{watched_config, Refusals};
 use crate::verify::{Check, Delivered};
 
 /// A component part's turn: a connection slot, and for a component's first
 /// part the budget its buffer holds (bounded fetches only).
 type Turn = (OwnedSemaphorePermit, Option<Held>);
+
+/// What reading a file's manifest over HTTP found: the [`Remote`], and
+/// what only this transport needs of it.
+#[derive(Debug, Clone)]
+pub(crate) struct Described {
+    pub(crate) remote: Remote,
+    /// Where synthesized components, which are no byte range of the
+    /// file, come from.
+    pub(crate) synthesized: SynthesizedAt,
+    /// A ztserve's API base for the file (`.../v1/files/{path}`), where
+    /// its components and their rows can be asked for by name.
+    pub(crate) api: Option<String>,
+}
+
+/// Where synthesized components (GGUF string arrays) come from over HTTP.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum SynthesizedAt {
+    /// The client read the header itself and holds their bytes.
+    Here(zt_format::container::Synthesized),
+    /// A ztserve's component route: `{base}/objects/{object}/{component}`.
+    Route(String),
+    /// Nowhere.
+    #[default]
+    None,
+}
 
 /// Components larger than this are fetched as several ranges in parallel.
 const SPLIT: usize = 4 << 20;
@@ -329,14 +354,14 @@ impl HttpSource {
     /// that was still hashing the file can finish between the footer and
     /// the manifest, which then names the file's final ETag: the header
     /// is read again once, under that ETag.
-    pub async fn manifest(&self, select: &[String]) -> Result<Remote> {
+    pub(crate) async fn manifest(&self, select: &[String]) -> Result<Described> {
         match self.manifest_once(select).await {
             Err(Error::Changed { .. }) => self.manifest_once(select).await,
             other => other,
         }
     }
 
-    async fn manifest_once(&self, select: &[String]) -> Result<Remote> {
+    async fn manifest_once(&self, select: &[String]) -> Result<Described> {
         let want = Want::Last(16);
         let (resp, etag, span) = self.send_range(&want, None).await?;
         let described = describedby(&self.url, resp.headers());
@@ -387,10 +412,12 @@ impl HttpSource {
                     crate::remote::select_from(&manifest, select)
                         .map_err(|e| e.within(&self.url))?
                 };
-                Ok(Remote {
-                    manifest,
-                    etag,
-                    size,
+                Ok(Described {
+                    remote: Remote {
+                        manifest,
+                        etag,
+                        size,
+                    },
                     synthesized: SynthesizedAt::Here(parsed.synthesized),
                     api: described.as_deref().map(api_base),
                 })
@@ -406,7 +433,7 @@ impl HttpSource {
         select: &[String],
         size: u64,
         etag: String,
-    ) -> Result<Remote> {
+    ) -> Result<Described> {
         let mut target = reqwest::Url::parse(url).map_err(|e| {
             Error::Protocol(format!("{}: its manifest link {url:?}: {e}", self.url))
         })?;
@@ -445,10 +472,12 @@ impl HttpSource {
             zt_format::container::View::File,
         )?;
         let base = api_base(url);
-        Ok(Remote {
-            manifest,
-            etag,
-            size,
+        Ok(Described {
+            remote: Remote {
+                manifest,
+                etag,
+                size,
+            },
             synthesized: SynthesizedAt::Route(base.clone()),
             api: Some(base),
         })
@@ -456,12 +485,14 @@ impl HttpSource {
 
     /// Starts fetching every object of `remote.manifest` (already filtered
     /// to the selection), explicit `order` first, at most `connections`
-    /// requests at a time; components are delivered as they complete.
-    /// With `max_buffered`, no request goes out for a component whose bytes
-    /// would not fit beside those delivered but not yet taken.
-    pub fn fetch(
+    /// requests at a time; components are delivered as they complete,
+    /// synthesized ones from `synthesized`. With `max_buffered`, no
+    /// request goes out for a component whose bytes would not fit beside
+    /// those delivered but not yet taken.
+    pub(crate) fn fetch(
         &self,
         remote: Remote,
+        synthesized: SynthesizedAt,
         order: &[String],
         max_buffered: Option<u64>,
     ) -> Result<Fetch> {
@@ -483,7 +514,7 @@ impl HttpSource {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let n = items.len() as u64;
-        let synthesized = Arc::new(remote.synthesized);
+        let synthesized = Arc::new(synthesized);
         let files = manifest.files.clone();
         // Every part of every component waits for a turn that one driver
         // hands out strictly in send order, so the first layer's requests

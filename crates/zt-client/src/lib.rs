@@ -65,6 +65,7 @@ mod remote;
 mod rows;
 pub mod sharded;
 mod silence;
+mod transport;
 pub mod trust;
 pub mod udp;
 pub mod url_path;

@@ -1,7 +1,6 @@
 //! What a client knows of a remote file: its manifest (the selection
-//! applied, by the one function the transports share) and identity, and
-//! where the HTTP transport finds the components that are no byte range of
-//! it.
+//! applied, by the one function the transports share) and identity, the
+//! same whichever transport read it.
 
 use zt_format::select::Selection;
 use zt_format::Manifest;
@@ -16,24 +15,6 @@ pub struct Remote {
     pub etag: String,
     /// The file's size in bytes.
     pub size: u64,
-    /// Where the HTTP transport finds synthesized components, which are
-    /// no byte range of the file.
-    pub(crate) synthesized: SynthesizedAt,
-    /// A ztserve's API base for the file (`.../v1/files/{path}`), where
-    /// its components and their rows can be asked for by name.
-    pub(crate) api: Option<String>,
-}
-
-/// Where synthesized components (GGUF string arrays) come from over HTTP.
-#[derive(Debug, Clone, Default)]
-pub(crate) enum SynthesizedAt {
-    /// The client read the header itself and holds their bytes.
-    Here(zt_format::container::Synthesized),
-    /// A ztserve's component route: `{base}/objects/{object}/{component}`.
-    Route(String),
-    /// Nowhere (ztp/1 streams them like any other component).
-    #[default]
-    None,
 }
 
 /// `m` restricted to the objects `select` matches (every object when it

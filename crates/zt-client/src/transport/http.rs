@@ -1,0 +1,222 @@
+//! Range requests over HTTP(S) as a [`Transport`]: any server that
+//! answers them (ztserve's `/path` or `/v1/files/path`, nginx, a CDN).
+//! What a manifest read found beyond the [`Remote`] (where components
+//! that are no byte range of the file come from, a ztserve's API base for
+//! rows) is kept here with the manifest last read, which a fetch reuses
+//! instead of asking again when it holds every object the fetch selects.
+
+use std::ops::Range;
+use std::sync::Mutex;
+
+use futures_util::future::BoxFuture;
+use zt_format::select::Selection;
+use zt_format::{AlignedBuf, Manifest};
+
+use super::{cut_rows, RowsAsked, Transport};
+use crate::error::{Error, Result};
+use crate::fetch::Fetch;
+use crate::http::{Described, HttpSource, SynthesizedAt};
+use crate::remote::{select_from, Remote};
+use crate::verify::{Delivered, Verification};
+
+#[derive(Debug)]
+pub(crate) struct HttpTransport {
+    pub(crate) source: HttpSource,
+    /// The URL the client was given, for errors.
+    pub(crate) url: String,
+    /// The manifest last read and the selection it was read for, taken
+    /// by the next `fetch` when it holds every object the fetch selects
+    /// ([`covers`]).
+    pub(crate) cached: Mutex<Option<(Vec<String>, Described)>>,
+    /// A ztserve's API base for the file (`.../v1/files/{path}`), once a
+    /// manifest read found one: where rows are asked for by name.
+    pub(crate) api: Mutex<Option<String>>,
+}
+
+impl HttpTransport {
+    pub(crate) fn new(source: HttpSource, url: &str) -> HttpTransport {
+        HttpTransport {
+            source,
+            url: url.to_owned(),
+            cached: Mutex::default(),
+            api: Mutex::default(),
+        }
+    }
+
+    /// Reads the manifest, and remembers what it found.
+    async fn describe(&self, select: &[String]) -> Result<Described> {
+        let d = self.source.manifest(select).await?;
+        if let Ok(mut api) = self.api.lock() {
+            api.clone_from(&d.api);
+        }
+        Ok(d)
+    }
+}
+
+impl Transport for HttpTransport {
+    fn manifest<'a>(&'a self, select: &'a [String]) -> BoxFuture<'a, Result<Remote>> {
+        Box::pin(async move {
+            let d = self.describe(select).await?;
+            let remote = d.remote.clone();
+            if let Ok(mut c) = self.cached.lock() {
+                *c = Some((select.to_vec(), d));
+            }
+            Ok(remote)
+        })
+    }
+
+    fn fetch<'a>(
+        &'a self,
+        select: &'a [String],
+        if_match: Option<&'a str>,
+        max_buffered: Option<u64>,
+    ) -> BoxFuture<'a, Result<Fetch>> {
+        Box::pin(async move {
+            // Range requests carry If-Range, so a stale cache cannot mix versions.
+            let cached = self.cached.lock().ok().and_then(|mut c| c.take());
+            let described = match cached {
+                Some((read_for, d)) if covers(&read_for, &d.remote.manifest, select) => d,
+                _ => self.describe(select).await?,
+            };
+            let Described {
+                remote,
+                synthesized,
+                ..
+            } = described;
+            if let Some(want) = if_match {
+                if remote.etag != want {
+                    return Err(Error::Changed {
+                        url: self.url.clone(),
+                        detail: format!("(ETag {want} is now {})", remote.etag),
+                    });
+                }
+            }
+            let manifest =
+                select_from(&remote.manifest, select).map_err(|e| e.within(&self.url))?;
+            self.source.fetch(
+                Remote { manifest, ..remote },
+                synthesized,
+                &[],
+                max_buffered,
+            )
+        })
+    }
+
+    fn read_ranges<'a>(
+        &'a self,
+        ranges: &'a [Range<u64>],
+        etag: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Vec<u8>>>> {
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(ranges.len());
+            for r in ranges {
+                out.push(self.source.read_range(r.clone(), etag).await?);
+            }
+            Ok(out)
+        })
+    }
+
+    /// From a ztserve's component route with `?rows=` (its
+    /// `Content-Digest` checked); from a plain Range server, which has no
+    /// row digests, the whole component is fetched, checked against its
+    /// digest, and the rows copied out.
+    fn read_rows<'a>(&'a self, asked: RowsAsked<'a>) -> BoxFuture<'a, Result<Delivered>> {
+        Box::pin(async move {
+            let api = self.api.lock().ok().and_then(|a| a.clone());
+            let (object, c) = (asked.object, asked.data);
+            match api {
+                Some(base) => {
+                    let (data, digest) = self
+                        .source
+                        .read_rows(&base, &asked.remote.etag, object, asked.rows, asked.len)
+                        .await?;
+                    Ok(Delivered {
+                        object: object.to_owned(),
+                        component: "data".to_owned(),
+                        seq: 0,
+                        dtype: c.dtype,
+                        logical_type: c.logical_type.clone(),
+                        encoding: c.encoding,
+                        uncompressed_length: None,
+                        digest: Some(digest),
+                        data,
+                        verification: Verification::Verified,
+                    })
+                }
+                None => {
+                    let one = [zt_format::select::escape(object)];
+                    let manifest = select_from(&asked.remote.manifest, &one)?;
+                    let whole = Remote {
+                        manifest,
+                        ..asked.remote.clone()
+                    };
+                    // Rows are of raw dense data: never a synthesized component.
+                    let mut f = self.source.fetch(whole, SynthesizedAt::None, &[], None)?;
+                    let d = f.next().await.ok_or_else(|| {
+                        Error::Protocol(format!("{}: {object}: nothing arrived", self.url))
+                    })??;
+                    cut_rows(&self.url, &asked, d)
+                }
+            }
+        })
+    }
+
+    fn recycle(&self, buf: AlignedBuf) {
+        self.source.recycle(buf);
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// Whether a manifest read for `read_for` (restricted to it) holds every
+/// object `select` can match: it was read for every object, or for the
+/// same patterns, or `select` names exact objects that it holds (what
+/// `fetch_to_file` and the Python package ask for after reading it).
+fn covers(read_for: &[String], m: &Manifest, select: &[String]) -> bool {
+    if read_for.is_empty() || read_for == select {
+        return true;
+    }
+    match Selection::new(select) {
+        Ok(s) if !s.is_all() => s
+            .patterns()
+            .iter()
+            .all(|p| p.exact().is_some_and(|name| m.objects.contains_key(&name))),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(names: &[&str]) -> Manifest {
+        let mut m = Manifest::new();
+        for n in names {
+            let o = zt_format::Object {
+                shape: vec![1],
+                format: zt_format::Format::Dense,
+                attributes: Default::default(),
+                components: Default::default(),
+            };
+            m.objects.insert((*n).to_owned(), o);
+        }
+        m
+    }
+
+    #[test]
+    fn a_cached_manifest_is_reused_only_when_it_holds_the_selection() {
+        let s = |v: &[&str]| v.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>();
+        let m = manifest(&["a.0", "a.1"]);
+        assert!(covers(&[], &m, &s(&["b.*"])), "read whole");
+        assert!(covers(&s(&["a.*"]), &m, &s(&["a.*"])), "the same patterns");
+        assert!(
+            covers(&s(&["a.*"]), &m, &s(&["a.0", "a\\.1"])),
+            "names it holds"
+        );
+        assert!(!covers(&s(&["a.*"]), &m, &s(&["b.*"])), "another glob");
+        assert!(!covers(&s(&["a.*"]), &m, &s(&["b.0"])), "a name it lacks");
+        assert!(!covers(&s(&["a.*"]), &m, &[]), "every object");
+    }
+}

@@ -1,0 +1,216 @@
+//! A local file as a [`Transport`], so that a caller opens a path as it
+//! opens a URL: read through zt-format's reader (mapped, every
+//! component checked against its digest on first access unless the
+//! options allow unverified bytes), components delivered in send order
+//! from the blocking pool, rows cut from the checked component. Its ETag
+//! is the client's own name for the version it opened: the file's size
+//! and modification time.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use tokio::sync::mpsc;
+use zt_format::{AlignedBuf, Data, ReadOptions, Verify, ZtFile};
+
+use super::{cut_rows, RowsAsked, Transport};
+use crate::error::{At, Error, Result};
+use crate::fetch::{Event, Fetch};
+use crate::options::Options;
+use crate::remote::{select_from, Remote};
+use crate::verify::{Delivered, Verification};
+
+#[derive(Debug)]
+pub(crate) struct LocalTransport {
+    file: Arc<ZtFile>,
+    etag: String,
+    verified: bool,
+}
+
+impl LocalTransport {
+    /// Opens `path`: its digests checked as components are read, unless
+    /// `options.allow_unverified`.
+    pub(crate) async fn open(path: &str, options: &Options) -> Result<LocalTransport> {
+        let verified = !options.allow_unverified;
+        let read = ReadOptions {
+            verify: if verified {
+                Verify::Digests
+            } else {
+                Verify::Skip
+            },
+            ..ReadOptions::default()
+        };
+        let owned = path.to_owned();
+        let (file, modified) = tokio::task::spawn_blocking(move || {
+            let modified = std::fs::metadata(&owned)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            ZtFile::open_with(&owned, read).map(|f| (f, modified))
+        })
+        .await
+        .map_err(|e| Error::Usage(format!("{path}: opening: {e}")))??;
+        let etag = format!("\"local-{:x}-{modified:x}\"", file.bytes().len());
+        Ok(LocalTransport {
+            file: Arc::new(file),
+            etag,
+            verified,
+        })
+    }
+
+    fn remote(&self, select: &[String]) -> Result<Remote> {
+        Ok(Remote {
+            manifest: select_from(self.file.manifest(), select)
+                .map_err(|e| e.within(self.file.label()))?,
+            etag: self.etag.clone(),
+            size: self.file.bytes().len() as u64,
+        })
+    }
+}
+
+/// One component read and checked by the reader: its stored bytes, or,
+/// for a component in a legacy layout, its decoded bytes delivered as raw.
+fn read(file: &ZtFile, object: &str, role: &str, seq: u64, verified: bool) -> Result<Delivered> {
+    let at = At {
+        object: object.to_owned(),
+        component: role.to_owned(),
+    };
+    let c = file
+        .object(object)
+        .ok()
+        .and_then(|o| o.components.get(role))
+        .ok_or_else(|| Error::Protocol(format!("{}: {at}: no such component", file.label())))?;
+    let copy = |b: &[u8]| AlignedBuf::copy_from(b).map_err(|r| Error::corrupt(&at, r));
+    let (data, encoding, uncompressed_length) = if c.is_transformed() {
+        let data = match file.read(object, role)? {
+            Data::Owned(b) => b,
+            Data::Borrowed(b) => copy(b)?,
+        };
+        (data, zt_format::Encoding::Raw, None)
+    } else {
+        (
+            copy(file.stored(object, role)?)?,
+            c.encoding,
+            c.uncompressed_length,
+        )
+    };
+    let verification = if verified && c.digest.is_some() {
+        Verification::Verified
+    } else {
+        Verification::Unverified
+    };
+    Ok(Delivered {
+        object: object.to_owned(),
+        component: role.to_owned(),
+        seq,
+        dtype: c.dtype,
+        logical_type: c.logical_type.clone(),
+        encoding,
+        uncompressed_length,
+        digest: c.digest.clone(),
+        data,
+        verification,
+    })
+}
+
+impl Transport for LocalTransport {
+    fn manifest<'a>(&'a self, select: &'a [String]) -> BoxFuture<'a, Result<Remote>> {
+        Box::pin(std::future::ready(self.remote(select)))
+    }
+
+    fn fetch<'a>(
+        &'a self,
+        select: &'a [String],
+        if_match: Option<&'a str>,
+        _max_buffered: Option<u64>,
+    ) -> BoxFuture<'a, Result<Fetch>> {
+        Box::pin(async move {
+            if let Some(want) = if_match.filter(|w| *w != self.etag) {
+                return Err(Error::Changed {
+                    url: self.file.label().to_owned(),
+                    detail: format!("(ETag {want} is now {})", self.etag),
+                });
+            }
+            let remote = self.remote(select)?;
+            let order: Vec<(String, String)> = zt_format::send_order(&remote.manifest, &[])
+                .into_iter()
+                .map(|(o, r, _)| (o.to_owned(), r.to_owned()))
+                .collect();
+            let (tx, rx) = mpsc::unbounded_channel();
+            let (file, verified) = (Arc::clone(&self.file), self.verified);
+            let n = order.len() as u64;
+            // Read in order on the blocking pool; a consumer that drops the
+            // fetch stops the reads.
+            tokio::task::spawn_blocking(move || {
+                for (seq, (object, role)) in order.into_iter().enumerate() {
+                    let got = read(&file, &object, &role, seq as u64, verified);
+                    if tx.send((Event::Component(got), None)).is_err() {
+                        return;
+                    }
+                }
+            });
+            Ok(Fetch::new(
+                0,
+                remote.manifest,
+                remote.etag,
+                remote.size,
+                n,
+                rx,
+            ))
+        })
+    }
+
+    fn read_ranges<'a>(
+        &'a self,
+        ranges: &'a [Range<u64>],
+        etag: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Vec<u8>>>> {
+        let label = self.file.label();
+        let got = if etag != self.etag {
+            Err(Error::Changed {
+                url: label.to_owned(),
+                detail: format!("(ETag {etag} is now {})", self.etag),
+            })
+        } else {
+            ranges
+                .iter()
+                .map(|r| {
+                    let bytes = usize::try_from(r.start)
+                        .ok()
+                        .zip(usize::try_from(r.end).ok())
+                        .and_then(|(a, b)| self.file.bytes().get(a..b));
+                    bytes.map(<[u8]>::to_vec).ok_or_else(|| {
+                        Error::Usage(format!(
+                            "{label}: bytes {}..{} are past its end",
+                            r.start, r.end
+                        ))
+                    })
+                })
+                .collect()
+        };
+        Box::pin(std::future::ready(got))
+    }
+
+    fn read_rows<'a>(&'a self, asked: RowsAsked<'a>) -> BoxFuture<'a, Result<Delivered>> {
+        Box::pin(async move {
+            let (file, verified) = (Arc::clone(&self.file), self.verified);
+            let object = asked.object.to_owned();
+            let whole =
+                tokio::task::spawn_blocking(move || read(&file, &object, "data", 0, verified))
+                    .await
+                    .map_err(|e| Error::Usage(format!("{}: reading: {e}", self.file.label())))??;
+            cut_rows(self.file.label(), &asked, whole)
+        })
+    }
+
+    fn recycle(&self, _buf: AlignedBuf) {}
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
+    fn is_local(&self) -> bool {
+        true
+    }
+}

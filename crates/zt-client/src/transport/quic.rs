@@ -1,0 +1,132 @@
+//! ztp/1 as a [`Transport`]: one QUIC connection to a ztserve, the file
+//! named by its path; ranges and rows as `get`s carrying them.
+
+use std::ops::Range;
+
+use futures_util::future::BoxFuture;
+use zt_format::AlignedBuf;
+
+use super::{RowsAsked, Transport};
+use crate::error::{Error, Result};
+use crate::fetch::Fetch;
+use crate::quic::QuicClient;
+use crate::remote::Remote;
+use crate::verify::Delivered;
+
+#[derive(Debug)]
+pub(crate) struct QuicTransport {
+    pub(crate) client: QuicClient,
+    /// The file's path on the server.
+    pub(crate) path: String,
+    /// The URL, for errors.
+    pub(crate) url: String,
+}
+
+impl Transport for QuicTransport {
+    fn manifest<'a>(&'a self, select: &'a [String]) -> BoxFuture<'a, Result<Remote>> {
+        Box::pin(async move {
+            let mut f = self.client.get_manifest(&self.path, select).await?;
+            Ok(Remote {
+                manifest: std::mem::take(&mut f.manifest),
+                etag: std::mem::take(&mut f.etag),
+                size: f.size,
+            })
+        })
+    }
+
+    fn fetch<'a>(
+        &'a self,
+        select: &'a [String],
+        if_match: Option<&'a str>,
+        max_buffered: Option<u64>,
+    ) -> BoxFuture<'a, Result<Fetch>> {
+        Box::pin(
+            self.client
+                .request(&self.path, select, &[], if_match, false, max_buffered),
+        )
+    }
+
+    fn read_ranges<'a>(
+        &'a self,
+        ranges: &'a [Range<u64>],
+        etag: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Vec<u8>>>> {
+        Box::pin(async move {
+            let offered = self
+                .client
+                .features()
+                .is_some_and(|f| f.iter().any(|x| x == ztp_proto::FEATURE_RANGES));
+            if !offered {
+                return Err(Error::Usage(format!(
+                    "{}: the server does not offer byte ranges over ztp/1 (feature {:?}); fetch a byte-identical copy over http(s), or write a .zt file (-o NAME.zt)",
+                    self.url,
+                    ztp_proto::FEATURE_RANGES
+                )));
+            }
+            if ranges.is_empty() {
+                return Ok(Vec::new());
+            }
+            let pairs: Vec<(u64, u64)> = ranges.iter().map(|r| (r.start, r.end)).collect();
+            let mut fetch = self.client.request_ranges(&self.path, &pairs, etag).await?;
+            let mut out: Vec<Option<Vec<u8>>> = vec![None; ranges.len()];
+            while let Some(d) = fetch.next().await {
+                let d = d?;
+                let i = pairs
+                    .iter()
+                    .position(|(a, b)| d.object == ztp_proto::range_object(*a, *b))
+                    .ok_or_else(|| {
+                        Error::Protocol(format!(
+                            "{}: bytes {} were not asked for",
+                            self.url, d.object
+                        ))
+                    })?;
+                if let Some(slot) = out.get_mut(i) {
+                    *slot = Some(d.data.as_slice().to_vec());
+                }
+            }
+            out.into_iter()
+                .zip(&pairs)
+                .map(|(b, (s, e))| {
+                    b.ok_or_else(|| {
+                        Error::Transport(format!("{}: bytes {s}..{e} did not arrive", self.url))
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn read_rows<'a>(&'a self, asked: RowsAsked<'a>) -> BoxFuture<'a, Result<Delivered>> {
+        Box::pin(async move {
+            let (object, rows, len) = (asked.object, asked.rows, asked.len);
+            let mut f = self
+                .client
+                .request_rows(
+                    &self.path,
+                    object,
+                    (rows.start, rows.end),
+                    &asked.remote.etag,
+                )
+                .await?;
+            let d = f.next().await.ok_or_else(|| {
+                Error::Protocol(format!("{}: {object}: no rows arrived", self.url))
+            })??;
+            if d.object != object || d.data.len() as u64 != len {
+                return Err(Error::Protocol(format!(
+                    "{}: asked for {len} bytes of rows of {object:?}, got {} of {:?}",
+                    self.url,
+                    d.data.len(),
+                    d.object
+                )));
+            }
+            Ok(d)
+        })
+    }
+
+    fn recycle(&self, buf: AlignedBuf) {
+        self.client.recycle(buf);
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.client.close())
+    }
+}

@@ -240,19 +240,25 @@ impl Checks {
                         match file.read_async(len, job.c.offset, None).await {
                             Ok(stored) => {
                                 let (obj, c) = (obj.clone(), job.c.clone());
-                                tokio::task::spawn_blocking(move || {
+                                match tokio::task::spawn_blocking(move || {
                                     ragged_offsets(&obj, &c, &stored)
                                 })
                                 .await
-                                .map_err(|e| e.to_string())
+                                {
+                                    Ok(verdict) => Checked::Verdict(verdict),
+                                    Err(e) => Checked::Unreadable(e.to_string()),
+                                }
                             }
-                            Err(e) => Err(format!("reading {len} bytes at {}: {e}", job.c.offset)),
+                            Err(e) => Checked::Unreadable(format!(
+                                "reading {len} bytes at {}: {e}",
+                                job.c.offset
+                            )),
                         }
                     }
-                    (verdict, _) => Ok(verdict),
+                    (verdict, _) => Checked::Verdict(verdict),
                 }
             }
-            Err(unreadable) => Err(unreadable),
+            Err(unreadable) => Checked::Unreadable(unreadable),
         };
         settle(&job, path, object, role, checked)
     }
@@ -277,6 +283,15 @@ struct Job<'a> {
     trusted: bool,
 }
 
+/// What checking a component found.
+enum Checked {
+    /// A verdict on its bytes: they match their digest (and a ragged
+    /// object's offsets their values), or why not.
+    Verdict(Result<(), String>),
+    /// They could not be read.
+    Unreadable(String),
+}
+
 /// The answer of a check: remembered when it is a verdict, not when the
 /// bytes could not be read (the next request tries again).
 fn settle(
@@ -284,16 +299,16 @@ fn settle(
     path: &str,
     object: &str,
     role: &str,
-    checked: Result<Result<(), String>, String>,
+    checked: Checked,
 ) -> Result<(), Refusal> {
     let named = |e: String| format!("{path}: object {object:?}, component {role:?}: {e}");
     match checked {
-        Ok(verdict) => job
+        Checked::Verdict(verdict) => job
             .cell
             .get_or_init(|| verdict.map_err(named))
             .clone()
             .map_err(Refusal::Corrupt),
-        Err(unreadable) => Err(Refusal::Unreadable(named(unreadable))),
+        Checked::Unreadable(why) => Err(Refusal::Unreadable(named(why))),
     }
 }
 

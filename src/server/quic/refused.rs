@@ -7,7 +7,25 @@ use crate::server::serve::Refusal;
 
 /// The `error` that refuses request `id`.
 pub(super) fn error(id: u64, r: Refusal) -> ErrorMsg {
-    let code = match &r {
+    let code = code(&r);
+    let message = match r {
+        Refusal::Internal(why) => {
+            tracing::error!(error = %why, "internal error");
+            "internal error; see the server log".to_owned()
+        }
+        other => other.detail().to_owned(),
+    };
+    ErrorMsg {
+        id: Some(id),
+        code,
+        message,
+    }
+}
+
+/// The code a refusal carries, in an `error` and in the reset of a
+/// component stream it cut.
+pub(super) fn code(r: &Refusal) -> Code {
+    match r {
         Refusal::NotFound(_) => Code::NotFound,
         Refusal::Hashing(_)
         | Refusal::Unavailable(_)
@@ -22,17 +40,5 @@ pub(super) fn error(id: u64, r: Refusal) -> ErrorMsg {
         Refusal::TooLarge(_) => Code::MessageTooLarge,
         Refusal::Unauthorized(_) => Code::Unauthorized,
         Refusal::Internal(_) => Code::Internal,
-    };
-    let message = match r {
-        Refusal::Internal(why) => {
-            tracing::error!(error = %why, "internal error");
-            "internal error; see the server log".to_owned()
-        }
-        other => other.detail().to_owned(),
-    };
-    ErrorMsg {
-        id: Some(id),
-        code,
-        message,
     }
 }

@@ -8,13 +8,15 @@ use futures_util::StreamExt as _;
 use quinn::{Connection, SendStream, VarInt};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use ztp_proto::{frame_header, Close, Code, ComponentHeader, ErrorMsg, Message, ServerSession};
+use ztp_proto::{frame_header, Close, Code, ComponentHeader, Message, ServerSession};
 
 use super::cancel::RequestCtl;
 use super::control::Control;
+use super::refused;
 use crate::server::catalog::Served;
-use crate::server::integrity::checks::Refusal;
+use crate::server::integrity::checks;
 use crate::server::serve::plan::Part;
+use crate::server::serve::Refusal;
 use crate::server::State;
 
 use crate::server::store::READ_CHUNK as CHUNK;
@@ -108,14 +110,11 @@ pub(super) async fn run(
         tasks.spawn(async move {
             let _open = open;
             let sent = send_one(&state, &served, &ctl, &mut stream, &item.header, writing).await;
-            if let Written::Refused(code, why) = &sent {
-                let id = Some(item.header.id);
-                let (code, message) = (*code, why.clone());
-                control
-                    .send(Message::Error(ErrorMsg { id, code, message }))
-                    .await;
+            if let Written::Refused(why) = sent.clone() {
+                let error = refused::error(item.header.id, why);
+                control.send(Message::Error(error)).await;
             }
-            if sent == Written::Stalled {
+            if matches!(sent, Written::Stalled) {
                 let reason = format!(
                     "object {:?}, component {:?}: the client accepted no bytes for {} s",
                     item.header.object, item.header.component, state.config.quic.stall_timeout_secs
@@ -128,7 +127,7 @@ pub(super) async fn run(
                     .await;
             }
             drop(permit);
-            sent == Written::Whole
+            matches!(sent, Written::Whole)
         });
         // Reap finished streams as we go, so counts stay current.
         while let Some(r) = tasks.try_join_next() {
@@ -144,7 +143,7 @@ pub(super) async fn run(
 }
 
 /// How a write ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 enum Written {
     Whole,
     Gone,
@@ -153,8 +152,9 @@ enum Written {
     Stalled,
     /// The component failed its digest check (`corrupt`, nothing of it
     /// was sent) or could not be read (`read_failed`): the stream was reset
-    /// with the code, and the reason goes to the client in an `error`.
-    Refused(Code, String),
+    /// with the refusal's code, and the reason goes to the client in an
+    /// `error`.
+    Refused(Refusal),
 }
 
 /// Sends one component: `Whole` when it was delivered whole.
@@ -187,18 +187,16 @@ async fn send_one(
         true => served.check(&h.object, &h.component).await,
         false => served.check_spans(std::slice::from_ref(&span)).await,
     };
-    match checked {
-        Ok(()) => {}
-        Err(Refusal::Corrupt(why)) => {
-            tracing::warn!(file = %served.path, reason = %why, "refusing a corrupt component");
-            let _ = stream.reset(code(Code::Corrupt));
-            return Written::Refused(Code::Corrupt, why);
+    if let Err(why) = checked {
+        match &why {
+            checks::Refusal::Corrupt(why) => {
+                tracing::warn!(file = %served.path, reason = %why, "refusing a corrupt component");
+            }
+            checks::Refusal::Unreadable(why) => {
+                tracing::warn!(file = %served.path, reason = %why, "component unreadable (file changed?)");
+            }
         }
-        Err(Refusal::Unreadable(why)) => {
-            tracing::warn!(file = %served.path, reason = %why, "component unreadable (file changed?)");
-            let _ = stream.reset(code(Code::ReadFailed));
-            return Written::Refused(Code::ReadFailed, why);
-        }
+        return refuse(stream, why.into());
     }
     let memory = served.synthesized(&h.object, &h.component);
     let end = h.offset.saturating_add(h.length);
@@ -232,12 +230,10 @@ async fn send_one(
         }
         let (buf, n) = match read {
             Ok(read) => read,
-            Err((c, why)) => {
-                let _ = stream.reset(code(c));
-                return match why {
-                    Some(why) => Written::Refused(c, why),
-                    None => Written::Gone,
-                };
+            Err(Some(why)) => return refuse(stream, why),
+            Err(None) => {
+                let _ = stream.reset(code(Code::Internal));
+                return Written::Gone;
             }
         };
         // The write stays pinned across cancellation checks: dropping a
@@ -297,22 +293,22 @@ async fn send_one(
 /// A failed write: the client's STOP_SENDING, which the stream answers with
 /// a reset carrying `cancelled` whatever code the client sent (quinn would
 /// echo the client's code when the stream is dropped), or a lost connection.
-/// `n` bytes of the file at `pos`, read on a blocking thread; on failure
-/// the reset code and, for a read that failed, why.
+/// `n` bytes of the file at `pos`; on failure why (`None`: the daemon is
+/// stopping).
 async fn read_chunk(
     state: &Arc<State>,
     served: &Arc<Served>,
     h: &ComponentHeader,
     pos: u64,
     n: u64,
-) -> Result<bytes::Bytes, (Code, Option<String>)> {
+) -> Result<bytes::Bytes, Option<Refusal>> {
     // The chunk holds its share of the daemon's send budget until quinn
     // drops the last of it, after the client acknowledged it.
     let kib = u32::try_from(n.div_ceil(1024)).unwrap_or(u32::MAX);
     let permit = Arc::clone(&state.send_budget)
         .acquire_many_owned(kib)
         .await
-        .map_err(|_| (Code::Internal, None))?;
+        .map_err(|_| None)?;
     let len = usize::try_from(n).unwrap_or(0);
     match served.file.read_async(len, pos, Some(permit)).await {
         // Read from a file rewritten in place since it was catalogued: the
@@ -326,7 +322,7 @@ async fn read_chunk(
             state.metrics.count_changed_abort();
             tracing::error!(file = %served.path, reason = %why, "the file changed under a component stream; stream reset");
             state.refresh_later(&served.path);
-            Err((Code::ReadFailed, Some(why)))
+            Err(Some(Refusal::Unreadable(why)))
         }
         Ok(b) => Ok(b),
         Err(e) => {
@@ -335,9 +331,16 @@ async fn read_chunk(
                 served.path, h.object, h.component
             );
             tracing::warn!(file = %served.path, reason = %why, "read failed mid-stream (file changed?)");
-            Err((Code::ReadFailed, Some(why)))
+            Err(Some(Refusal::Unreadable(why)))
         }
     }
+}
+
+/// Resets the stream with the refusal's code; its reason goes to the
+/// client in an `error`.
+fn refuse(stream: &mut SendStream, why: Refusal) -> Written {
+    let _ = stream.reset(code(refused::code(&why)));
+    Written::Refused(why)
 }
 
 fn write_failed(stream: &mut SendStream, e: &quinn::WriteError) -> Written {

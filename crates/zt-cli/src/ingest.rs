@@ -163,8 +163,11 @@ pub fn run(out: &mut impl Write, cmd: IngestCommand) -> Result<()> {
                     let json =
                         std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
                     Some(
-                        zt_ingest::symbols::SymbolMap::from_json(&p.display().to_string(), &json)
-                            .map_err(failure)?,
+                        zt_format::atoms::symbols::SymbolMap::from_json(
+                            &p.display().to_string(),
+                            &json,
+                        )
+                        .map_err(|e| failure(e.into()))?,
                     )
                 }
                 None => None,

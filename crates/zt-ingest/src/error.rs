@@ -28,6 +28,17 @@ pub enum Error {
     },
 }
 
+/// A pack's file (its manifest, its symbol map) breaks a rule of
+/// `zt_format::atoms`.
+impl From<zt_format::atoms::ingest::PackFileError> for Error {
+    fn from(e: zt_format::atoms::ingest::PackFileError) -> Error {
+        Error::Verify {
+            file: e.file,
+            why: e.why,
+        }
+    }
+}
+
 impl Error {
     pub(crate) fn map(file: &str, why: impl Into<String>) -> Error {
         Error::Map {

@@ -13,7 +13,7 @@ use zt_format::CborValue;
 use zt_format::{ReadOptions, ZtFile};
 
 use crate::error::{Error, Result};
-use crate::symbols::{Normalization, Symbol, SymbolMap, Whitespace};
+use zt_format::atoms::symbols::{Normalization, Symbol, SymbolMap, Whitespace};
 
 fn read_u64s(b: &[u8]) -> Vec<u64> {
     b.chunks_exact(8)

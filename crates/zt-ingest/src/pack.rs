@@ -13,46 +13,19 @@
 //! The pack is written into a hidden temporary directory beside `out`
 //! and renamed into place only when complete; `out` must not exist.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
+use zt_format::atoms::ingest::{
+    sha256, IngestManifest, ATOM_FILE, MANIFEST_FILE, MAP_FILE, SVG_FILE,
+};
 use zt_format::atoms::pack::{PackOptions, Packer};
 use zt_format::atoms::svg_tensor::SvgHeader;
+use zt_format::atoms::symbols::SymbolMap;
 use zt_format::atoms::AtomDtype;
 
 use crate::clean::{clean, Kind};
 use crate::error::{Error, Result};
-use crate::symbols::SymbolMap;
 use crate::tokenize::Tokenizer;
-
-/// The file names of a pack.
-pub const ATOM_FILE: &str = "matrix_atoms.bin";
-pub const MAP_FILE: &str = "pi_symbol_map.json";
-pub const SVG_FILE: &str = "atoms.svgt";
-pub const MANIFEST_FILE: &str = zt_format::atoms::PACK_MANIFEST;
-
-/// `ingest_manifest.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct IngestManifest {
-    pub version: u32,
-    pub source: String,
-    pub tokenizer: String,
-    pub atom_file: String,
-    pub atom_size: u32,
-    pub dtype: String,
-    /// `sha256:HEX` of the atom file.
-    pub hash: String,
-    /// Every other artifact: file name to `sha256:HEX`.
-    pub artifacts: BTreeMap<String, String>,
-    /// Real tokens, before padding.
-    pub tokens: u64,
-    pub atoms: u64,
-    pub documents: u64,
-    /// The inputs' file names, in packing order.
-    pub inputs: Vec<String>,
-}
 
 /// What to pack.
 #[derive(Debug, Clone)]
@@ -65,13 +38,6 @@ pub struct PackRequest {
     /// `--svg ROWSxCOLS`.
     pub svg: Option<(u16, u16)>,
     pub out: PathBuf,
-}
-
-/// `sha256:HEX` of `bytes`.
-pub fn sha256(bytes: &[u8]) -> String {
-    let d = Sha256::digest(bytes);
-    let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {

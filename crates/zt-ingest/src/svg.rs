@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use zt_format::atoms::svg_tensor::{SvgHeader, HEADER_LEN};
 
 use crate::error::{Error, Result};
-use crate::symbols::SymbolMap;
+use zt_format::atoms::symbols::SymbolMap;
 
 /// The cell size in SVG user units.
 const CELL: u32 = 16;

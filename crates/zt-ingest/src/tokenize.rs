@@ -8,7 +8,7 @@
 
 use unicode_normalization::UnicodeNormalization;
 
-use crate::symbols::{Normalization, SymbolMap, Whitespace};
+use zt_format::atoms::symbols::{Normalization, SymbolMap, Whitespace};
 
 /// A byte trie of the symbols: each node's children sorted by byte, and
 /// the id of the symbol that ends there, if one does.
@@ -135,7 +135,7 @@ impl Tokenizer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::symbols::Symbol;
+    use zt_format::atoms::symbols::Symbol;
 
     fn map(byte_fallback: bool) -> SymbolMap {
         let words = ["a", "ab", "abc", "b", "▁x", "ﬁ"];

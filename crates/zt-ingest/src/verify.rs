@@ -10,8 +10,8 @@ use zt_format::atoms::svg_tensor::SvgHeader;
 use zt_format::atoms::{index, AtomHeader, FLAG_INDEX, HEADER_LEN};
 
 use crate::error::{Error, Result};
-use crate::pack::{sha256, IngestManifest, ATOM_FILE, MANIFEST_FILE, SVG_FILE};
-use crate::symbols::SymbolMap;
+use zt_format::atoms::ingest::{sha256, IngestManifest, ATOM_FILE, MANIFEST_FILE, SVG_FILE};
+use zt_format::atoms::symbols::SymbolMap;
 
 /// What a verified atom file holds.
 #[derive(Debug, Clone)]

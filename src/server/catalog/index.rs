@@ -2,7 +2,7 @@
 //! them (a multi-file entry): a sharded checkpoint's index
 //! (`*.safetensors.index.json`, with its shards) or an ingest pack's
 //! `ingest_manifest.json` (with its atom file, its SVG-Tensor projection
-//! and its symbol map, [`zt_ingest::served`]). Read and parsed at scan
+//! and its symbol map, [`zt_format::source::matrix_atom_pack`]). Read and parsed at scan
 //! time, served raw as itself, and linked to its member files (each an
 //! entry of its own) when a request asks for it.
 
@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use zt_format::container::Synthesized;
+use zt_format::source::matrix_atom_pack::ServedPack;
 use zt_format::source::safetensors_index::Index;
 use zt_format::{Manifest, Source};
-use zt_ingest::served::ServedPack;
 
 use super::served::{Served, Unavailable};
 use super::{settled, Catalog, Entry};
@@ -57,7 +57,7 @@ impl IndexFile {
 
     /// The member files' catalog paths: this file's directory joined with each name.
     pub(super) fn member_path(&self, name: &str) -> String {
-        zt_ingest::served::beside(&self.path, name)
+        zt_format::source::matrix_atom_pack::beside(&self.path, name)
     }
 
     /// The member files, by the names this file gives them.
@@ -183,7 +183,7 @@ impl Catalog {
                 return off_runtime(parse).await;
             }
             let ingest = ServedPack::read_manifest(rel, &raw).map_err(|e| e.to_string())?;
-            let map_rel = zt_ingest::served::beside(rel, &ingest.tokenizer);
+            let map_rel = zt_format::source::matrix_atom_pack::beside(rel, &ingest.tokenizer);
             let map_json = self.root().read_small(&map_rel, cap).await?;
             off_runtime(move || {
                 let pack =
@@ -256,7 +256,7 @@ fn build_index(
             let members = views
                 .iter()
                 .map(|(n, v)| {
-                    let m = zt_ingest::served::Member {
+                    let m = zt_format::source::matrix_atom_pack::Member {
                         manifest: v.manifest,
                         part: v.part,
                     };

@@ -31,6 +31,7 @@
 
 pub(crate) mod gguf;
 mod matrix_atom;
+pub mod matrix_atom_pack;
 mod safetensors;
 pub mod safetensors_index;
 mod zt;

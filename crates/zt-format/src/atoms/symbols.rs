@@ -9,7 +9,9 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use super::ingest::PackFileError;
+
+type Result<T> = std::result::Result<T, PackFileError>;
 
 /// One entry: an id and its text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,7 +74,7 @@ impl SymbolMap {
     /// Reads and checks a map from its JSON; `label` names it in errors.
     pub fn from_json(label: &str, json: &[u8]) -> Result<SymbolMap> {
         let map: SymbolMap = serde_json::from_slice(json)
-            .map_err(|e| Error::map(label, format!("not a symbol map: {e}")))?;
+            .map_err(|e| PackFileError::new(label, format!("not a symbol map: {e}")))?;
         map.check(label)?;
         Ok(map)
     }
@@ -87,13 +89,13 @@ impl SymbolMap {
     /// The rules: version 1, ids unique and below `vocab_size` (the
     /// special ids too), byte fallback's 256 ids inside the vocabulary.
     pub fn check(&self, label: &str) -> Result<()> {
-        let bad = |why: String| Err(Error::map(label, why));
+        let bad = |why: String| Err(PackFileError::new(label, why));
         if self.version != 1 {
             return bad(format!("version {}; this reader knows 1", self.version));
         }
         let within = |name: &str, id: u32| {
             if id >= self.vocab_size {
-                Err(Error::map(
+                Err(PackFileError::new(
                     label,
                     format!("{name} {id} is outside vocab_size {}", self.vocab_size),
                 ))

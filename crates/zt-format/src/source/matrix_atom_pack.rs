@@ -1,6 +1,7 @@
-//! An ingest pack as the daemon serves it: one entry at the path of its
+//! An ingest pack as a server serves it: one entry at the path of its
 //! `ingest_manifest.json` (source `matrix-atom-pack`), whose manifest
-//! joins the pack's files.
+//! joins the pack's files, as a sharded checkpoint's index
+//! (`safetensors_index.rs`) joins its shards.
 //!
 //! - The atom file (`atoms`, `documents`) and its SVG-Tensor projection
 //!   (`grids`) stay entries of their own; the pack's components name them
@@ -18,12 +19,12 @@
 
 use std::collections::BTreeMap;
 
-use zt_format::container::Synthesized;
-use zt_format::{CborValue, Components, DType, FilePart, Format, Manifest, Object, Source};
+use crate::atoms::ingest::{sha256, IngestManifest, PackFileError, SVG_FILE};
+use crate::atoms::symbols::SymbolMap;
+use crate::container::Synthesized;
+use crate::{CborValue, Component, Components, DType, FilePart, Format, Manifest, Object, Source};
 
-use crate::error::{Error, Result};
-use crate::pack::{sha256, IngestManifest, SVG_FILE};
-use crate::symbols::SymbolMap;
+type Result<T> = std::result::Result<T, PackFileError>;
 
 /// A pack's manifest and symbol map, read and checked.
 #[derive(Debug, Clone)]
@@ -58,7 +59,7 @@ impl ServedPack {
     /// the map to read next.
     pub fn read_manifest(label: &str, json: &[u8]) -> Result<IngestManifest> {
         let m: IngestManifest = serde_json::from_slice(json).map_err(|e| {
-            Error::verify(
+            PackFileError::new(
                 label,
                 format!("not an ingest manifest: {e} [pack-manifest]"),
             )
@@ -68,14 +69,14 @@ impl ServedPack {
             .chain(m.artifacts.keys());
         for name in names {
             if !plain(name) {
-                return Err(Error::verify(
+                return Err(PackFileError::new(
                     label,
                     format!("{name:?} is not a file name in the pack's directory [pack-artifact]"),
                 ));
             }
         }
         if !m.artifacts.contains_key(&m.tokenizer) {
-            return Err(Error::verify(
+            return Err(PackFileError::new(
                 label,
                 format!(
                     "artifacts gives no sha256 for the symbol map {:?} [pack-artifact]",
@@ -100,7 +101,7 @@ impl ServedPack {
         let want = ingest.artifacts.get(&ingest.tokenizer);
         let got = sha256(&map_json);
         if want != Some(&got) {
-            return Err(Error::verify(
+            return Err(PackFileError::new(
                 &map_label,
                 // The hash it has stays unsaid: the pack may name any
                 // file under the root, and its reason is shown to clients.
@@ -113,7 +114,7 @@ impl ServedPack {
         let map = SymbolMap::from_json(&map_label, &map_json)?;
         let offsets = (u64::from(map.vocab_size) + 1).saturating_mul(8);
         if offsets > cap {
-            return Err(Error::verify(
+            return Err(PackFileError::new(
                 &map_label,
                 format!(
                     "vocab_size {} needs {offsets} bytes of symbol offsets, over the cap of {cap} [pack-symbols-size]",
@@ -148,23 +149,23 @@ impl ServedPack {
         let ingest = &self.ingest;
         let member = |name: &str| {
             members.get(name).ok_or_else(|| {
-                Error::verify(
+                PackFileError::new(
                     &beside(label, name),
                     "is not served [pack-member]".to_owned(),
                 )
             })
         };
         let counts = |name: &str, what: String| {
-            Error::verify(
+            PackFileError::new(
                 &beside(label, name),
                 format!("{what}, {label} disagrees [pack-counts]"),
             )
         };
         let atoms = member(&ingest.atom_file)?;
-        let h = zt_format::source::atom_header(atoms.manifest)
+        let h = super::atom_header(atoms.manifest)
             .filter(|_| atoms.manifest.source == Source::MatrixAtom)
             .ok_or_else(|| {
-                Error::verify(
+                PackFileError::new(
                     &beside(label, &ingest.atom_file),
                     "is not a MATRIX-ATOM file [pack-member]".to_owned(),
                 )
@@ -239,7 +240,7 @@ impl ServedPack {
             |object: &str, format: Format, shape: u64, parts: Vec<(&str, DType, Vec<u8>)>| {
                 let mut components = Components::new();
                 for (role, dtype, bytes) in parts {
-                    components.insert(role.to_owned(), zt_format::Component::built(dtype, &bytes));
+                    components.insert(role.to_owned(), Component::built(dtype, &bytes));
                     synthesized.insert((object.to_owned(), role.to_owned()), bytes);
                 }
                 let obj = Object {
@@ -278,7 +279,7 @@ impl ServedPack {
                 *t = &s.text;
             }
         }
-        let mut offsets = Vec::with_capacity((rows + 1) * 8);
+        let mut offsets = Vec::with_capacity(rows.saturating_add(1).saturating_mul(8));
         let mut values = Vec::new();
         offsets.extend_from_slice(&0u64.to_le_bytes());
         for t in texts {
@@ -292,7 +293,7 @@ impl ServedPack {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pack::MAP_FILE;
+    use crate::atoms::ingest::MAP_FILE;
 
     const MAP: &str = r#"{"version":1,"vocab_size":4,"unk_id":0,"pad_id":0,"byte_fallback":false,"symbols":[{"id":1,"text":"a"},{"id":3,"text":"ccc"}]}"#;
 
@@ -307,7 +308,7 @@ mod tests {
         .into_bytes()
     }
 
-    fn rule(e: Error) -> String {
+    fn rule(e: PackFileError) -> String {
         let s = e.to_string();
         s.rsplit_once('[')
             .map(|(_, r)| r.trim_end_matches(']').to_owned())

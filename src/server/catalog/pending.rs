@@ -6,7 +6,6 @@
 //! cell stays locked while it is read.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -16,9 +15,11 @@ use tokio::sync::Mutex as Cell;
 use zt_format::atoms::Crc32;
 use zt_format::{DigestAlgorithm, Hasher as DigestHasher};
 
+use crate::server::integrity::tee::Tee;
+
 use super::{Entry, Found, Served};
 use crate::server::integrity::digests::{Computed, DigestMetrics};
-use crate::server::store::blob::{feed, Stop, Visit};
+use crate::server::store::blob::{feed, Stop};
 
 /// A served file whose digests are being computed. A request that needs
 /// every digest waits ([`Pending::wait`]); one that needs some hashes
@@ -146,7 +147,7 @@ impl Pending {
             .ok_or_else(|| format!("{}: not in the manifest", at()))?;
         // A CRC the source stores for these bytes is checked in the same pass.
         let stored = zt_format::source::stored_crc(&f.manifest, object, role);
-        let mut hashing = Hashing {
+        let mut hashing = Tee {
             digest: DigestHasher::new(q.algorithm),
             crc: stored.map(|_| Crc32::new()),
         };
@@ -237,25 +238,6 @@ pub(crate) struct Queue {
     /// object-storage root by default: every replica would download
     /// every object).
     pub(crate) background: bool,
-}
-
-/// A component's digest, and the CRC-32 its source stores, hashed in one
-/// pass.
-struct Hashing {
-    digest: DigestHasher,
-    crc: Option<Crc32>,
-}
-
-impl Visit for Hashing {
-    type Error = Infallible;
-
-    fn piece(&mut self, bytes: &[u8]) -> Result<(), Infallible> {
-        self.digest.update(bytes);
-        if let Some(crc) = &mut self.crc {
-            crc.update(bytes);
-        }
-        Ok(())
-    }
 }
 
 /// How a hashing paces its reads: a request's at full speed, the

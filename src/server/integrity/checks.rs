@@ -18,9 +18,8 @@ use std::sync::OnceLock;
 
 use zt_format::{Component, Digest, DigestAlgorithm, Encoding, Format, Hasher, Manifest, Object};
 
-use std::convert::Infallible;
-
-use crate::server::store::blob::{Blob, Stop, Visit};
+use super::tee::Tee;
+use crate::server::store::blob::{Blob, Stop};
 
 /// Why a component is not sent. Each names the file, object and component.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -345,13 +344,13 @@ async fn hash(file: &Blob, c: &Component) -> Result<Hashed, String> {
     let Some(algorithm) = digest.algorithm() else {
         return Ok((Ok(()), None));
     };
-    let both = Both {
+    let both = Tee {
         digest: Hasher::new(algorithm),
         crc: (algorithm != DigestAlgorithm::Crc32c).then(|| Hasher::new(DigestAlgorithm::Crc32c)),
     };
     // Kept for the send that follows: an object is then read once.
     let range = c.offset..c.offset.saturating_add(c.length);
-    let Both { digest: h, crc } =
+    let Tee { digest: h, crc } =
         file.visit(range, true, both)
             .await
             .map_err(|stop| match stop {
@@ -363,22 +362,4 @@ async fn hash(file: &Blob, c: &Component) -> Result<Hashed, String> {
         .compare(&got)
         .map_err(|rule| format!("{}: {rule}", rule.name()));
     Ok((verdict, Some(crc.map_or(got, Hasher::finish))))
-}
-
-/// A component's digest and its CRC-32C, hashed in one pass.
-struct Both {
-    digest: Hasher,
-    crc: Option<Hasher>,
-}
-
-impl Visit for Both {
-    type Error = Infallible;
-
-    fn piece(&mut self, bytes: &[u8]) -> Result<(), Infallible> {
-        self.digest.update(bytes);
-        if let Some(crc) = &mut self.crc {
-            crc.update(bytes);
-        }
-        Ok(())
-    }
 }

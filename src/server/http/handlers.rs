@@ -244,20 +244,16 @@ async fn answer(
                 "</v1/files/{}/manifest>; rel=\"describedby\"",
                 raw_path(path)
             );
-            let entity = Entity {
-                span: 0..served.size,
-                etag: served.etag.clone(),
-                modified: served.modified,
-                content_type: "application/octet-stream",
+            // A URL pinned to this version may be kept for good.
+            let body = plan::file(Arc::clone(&served), cache_control == IMMUTABLE);
+            let entity = Entity::of(
+                body,
+                "application/octet-stream",
                 cache_control,
-                headers: hv(&link)
+                hv(&link)
                     .map(|v| vec![(header::LINK, v)])
                     .unwrap_or_default(),
-                served: Arc::clone(&served),
-                memory: None,
-                // A URL pinned to this version may be kept for good.
-                recheck: cache_control == IMMUTABLE,
-            };
+            );
             // The Range header is resolved once. The components under
             // each range's first chunk are checked before the headers (a
             // range inside one corrupt component is a clean 409), and the
@@ -452,56 +448,24 @@ async fn component_response(
     role: &str,
 ) -> Result<Response, Stop> {
     let (obj, c) = plan::component(&served, object, role)?;
-    let etag = match c.digest.as_ref().and_then(|d| d.sha256()) {
-        Some(sha) => etag::quoted("sha256", sha),
-        None => etag::derived(
-            "c",
-            &[
-                served.etag.as_bytes(),
-                object.as_bytes(),
-                b"\0",
-                role.as_bytes(),
-            ],
-        ),
-    };
     let decode = query
         .iter()
         .any(|(k, v)| k == "decode" && (v == "1" || v == "true"));
     let mut extra = component_headers(c, &obj.shape);
     if decode && c.encoding == Encoding::Zstd {
         verify(&served, served.check(object, role)).await?;
+        let etag = plan::component_etag(&served, object, role, c);
         return decoded(
             state, method, headers, &served, object, role, c, etag, extra,
         )
         .await;
     }
-    if c.is_transformed() {
-        return Err(Refusal::LegacyLayout(format!(
-            "{}: object {object:?} component {role:?} is stored in a legacy layout; fetch it with ?decode=1",
-            served.path
-        ))
-        .into());
-    }
     extra.push((
         HeaderName::from_static("x-zt-object"),
         hv(object).unwrap_or(HeaderValue::from_static("")),
     ));
-    let memory = served.synthesized(object, role);
-    let span = match &memory {
-        Some(b) => 0..b.len() as u64,
-        None => c.offset..c.offset + c.length,
-    };
-    let mut entity = Entity {
-        span,
-        etag,
-        modified: served.modified,
-        content_type: "application/octet-stream",
-        cache_control,
-        headers: extra,
-        served,
-        memory,
-        recheck: true,
-    };
+    let body = plan::component_bytes(Arc::clone(&served), object, role)?;
+    let mut entity = Entity::of(body, "application/octet-stream", cache_control, extra);
     let ranges = match query.iter().find(|(k, _)| k == "rows") {
         Some((_, text)) => super::rows::ranges(state, &mut entity, object, text).await?,
         None => ranges(state, headers, &entity),

@@ -19,6 +19,7 @@ use super::error::AppError;
 use super::range::{resolve, Ranges};
 use crate::server::catalog::etag::{self, Precondition};
 use crate::server::catalog::Served;
+use crate::server::serve::plan;
 use crate::server::State;
 
 /// A byte range of a served file, with its validators and headers.
@@ -47,6 +48,27 @@ fn http_date(t: SystemTime) -> String {
 }
 
 impl Entity {
+    /// `body` as a response entity: its content type, caching and extra
+    /// headers are HTTP's, the rest is the plan's.
+    pub(crate) fn of(
+        body: plan::Bytes,
+        content_type: &'static str,
+        cache_control: &'static str,
+        headers: Vec<(HeaderName, HeaderValue)>,
+    ) -> Entity {
+        Entity {
+            modified: body.served.modified,
+            served: body.served,
+            span: body.span,
+            etag: body.etag,
+            content_type,
+            cache_control,
+            headers,
+            memory: body.memory,
+            recheck: body.recheck,
+        }
+    }
+
     /// Whether [`respond`] sends bytes of the file for this request (a GET
     /// whose preconditions hold, for satisfiable ranges of bytes in the
     /// file), and so whether reading them first can find the file changed.

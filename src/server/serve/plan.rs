@@ -1,8 +1,9 @@
 //! What a request sends, transport aside: the components of a selection
 //! in send order, byte ranges of a file, or rows of one object, each a
 //! [`Part`] described by the manifest the client is sent. ztp/1 sends each
-//! part as a stream (`quic/send.rs`); HTTP sends one component
-//! ([`component`]).
+//! part as a stream (`quic/send.rs`); HTTP sends the bytes of a whole file
+//! or of one component, a [`Bytes`] plan ([`file`], [`component_bytes`]),
+//! with the headers and ranges it adds.
 
 use std::sync::Arc;
 
@@ -32,6 +33,82 @@ pub(crate) struct Plan {
     pub(crate) served: Arc<Served>,
     pub(crate) manifest: Vec<u8>,
     pub(crate) parts: Vec<Part>,
+}
+
+/// The bytes of an HTTP response, before its headers and ranges: where
+/// they lie in the file (or the bytes themselves), the strong ETag that
+/// names exactly them, and whether the components they carry whole are
+/// hashed again as they are sent (`integrity/recheck.rs`).
+#[derive(Debug)]
+pub(crate) struct Bytes {
+    pub(crate) served: Arc<Served>,
+    pub(crate) span: std::ops::Range<u64>,
+    /// A synthesized component's bytes, which no range of the file holds;
+    /// `span` is then `0..len`.
+    pub(crate) memory: Option<bytes::Bytes>,
+    pub(crate) etag: String,
+    pub(crate) recheck: bool,
+}
+
+/// The whole file, under its ETag; rechecked when the response may be
+/// kept for good (`pinned`: a `?v=` URL).
+pub(crate) fn file(served: Arc<Served>, pinned: bool) -> Bytes {
+    Bytes {
+        span: 0..served.size,
+        etag: served.etag.clone(),
+        memory: None,
+        recheck: pinned,
+        served,
+    }
+}
+
+/// A component's own ETag: its sha256 where it has one (the same bytes
+/// under the same tag in every file and on every replica), else one
+/// derived from the file's version and the component's name.
+pub(crate) fn component_etag(served: &Served, object: &str, role: &str, c: &Component) -> String {
+    use crate::server::catalog::etag;
+    match c.digest.as_ref().and_then(|d| d.sha256()) {
+        Some(sha) => etag::quoted("sha256", sha),
+        None => etag::derived(
+            "c",
+            &[
+                served.etag.as_bytes(),
+                object.as_bytes(),
+                b"\0",
+                role.as_bytes(),
+            ],
+        ),
+    }
+}
+
+/// A component's stored bytes, under its own ETag, always rechecked as
+/// they are sent; one stored in a legacy layout is refused (its bytes
+/// are not what its dtype says until decoded).
+pub(crate) fn component_bytes(
+    served: Arc<Served>,
+    object: &str,
+    role: &str,
+) -> Result<Bytes, Refusal> {
+    let (_, c) = component(&served, object, role)?;
+    if c.is_transformed() {
+        return Err(Refusal::LegacyLayout(format!(
+            "{}: object {object:?} component {role:?} is stored in a legacy layout; fetch it with ?decode=1",
+            served.path
+        )));
+    }
+    let etag = component_etag(&served, object, role, c);
+    let memory = served.synthesized(object, role);
+    let span = match &memory {
+        Some(b) => 0..b.len() as u64,
+        None => c.offset..c.offset.saturating_add(c.length),
+    };
+    Ok(Bytes {
+        span,
+        etag,
+        memory,
+        recheck: true,
+        served,
+    })
 }
 
 /// The object `object` and its component `role` of `served`.

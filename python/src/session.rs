@@ -52,12 +52,6 @@ pub(crate) struct Session {
     cap: u64,
 }
 
-fn is_url(s: &str) -> bool {
-    ["quic://", "http://", "https://"]
-        .iter()
-        .any(|p| s.starts_with(p))
-}
-
 #[pymethods]
 impl Session {
     /// Opens `source` (a `quic://` or `http(s)://` URL, or a local path,
@@ -79,15 +73,11 @@ impl Session {
         let max_buffered = max_buffered_bytes.unwrap_or(256 << 20).max(1 << 20);
         let cap = options.component_cap;
         let at = source.clone();
-        // A local path is read in place through the same client.
+        // A URL or a local path, read in place, through the same client.
         let (client, remote) = py
             .detach(move || {
                 rt.block_on(async move {
-                    let client = if is_url(&at) {
-                        Client::connect(&at, options).await?
-                    } else {
-                        Client::open_local(&at, options).await?
-                    };
+                    let client = Client::open(&at, options).await?;
                     let remote = client.manifest_of(&select).await?;
                     Ok::<_, zt_client::Error>((client, remote))
                 })

@@ -41,6 +41,17 @@ impl Source {
     /// digest of exactly those bytes, or cut from the object's component
     /// after it was checked whole (a plain Range server, a local file).
     pub(crate) fn rows(&self, rt: &Runtime, object: &str, rows: Rows) -> Result<Part, Failure> {
+        // Rows the object cannot have are refused here, naming their rule.
+        if let Some(obj) = self.remote.manifest.objects.get(object) {
+            rows.span(obj).map_err(|e| {
+                let mut f = Failure::new(
+                    Kind::Other,
+                    format!("{}: object {object:?}: {e}", self.client.url),
+                );
+                f.rule = Some(e.rule());
+                f
+            })?;
+        }
         let d = rt
             .block_on(self.client.read_rows(&self.remote, object, rows))
             .map_err(Failure::from)?;
@@ -74,8 +85,11 @@ async fn fetch(
             Err(e) => {
                 let f = Failure::from(e);
                 match f.object.clone() {
-                    // One object failed its check: the others go on.
-                    Some(o) if f.kind == Kind::Integrity => table.fail(Some(by), &o, f),
+                    // One object failed its check (or, from a local file,
+                    // could not be read): the others go on.
+                    Some(o) if f.kind == Kind::Integrity || client.is_local() => {
+                        table.fail(Some(by), &o, f)
+                    }
                     _ => return table.ended(by, names, &f),
                 }
             }

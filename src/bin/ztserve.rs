@@ -154,7 +154,9 @@ fn healthcheck(
 }
 
 fn serve(cli: &Cli, flags: &FlagValues) -> Result<(), Failure> {
-    let config = config::load(&sources(cli, flags)).map_err(|e| Failure(2, e))?;
+    let config = config::load(&sources(cli, flags))
+        .and_then(|c| server::check(&c).map(|()| c))
+        .map_err(|e| Failure(2, e))?;
     if let Some(f) = &cli.check_config {
         println!("{}: ok", f.display());
         return Ok(());

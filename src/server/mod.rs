@@ -13,6 +13,7 @@
 
 mod catalog;
 pub mod config;
+mod families;
 mod http;
 mod integrity;
 mod ops;
@@ -63,6 +64,17 @@ pub struct State {
     pub ready: AtomicBool,
     /// Objects' value summaries, per file version.
     pub(crate) summaries: summary::Cache,
+}
+
+/// What a configuration names beyond its own keys, checked as the daemon
+/// would use it (for `--check-config` and before starting): the token
+/// file parses.
+pub fn check(config: &Config) -> Result<()> {
+    if let Some(f) = &config.auth.token_file {
+        auth::Tokens::load(f)
+            .map_err(|e| anyhow::anyhow!("configuration key `auth.token_file`: {e:#}"))?;
+    }
+    Ok(())
 }
 
 impl State {

@@ -91,6 +91,20 @@ impl Client {
         })
     }
 
+    /// Opens `source`: a `quic://`, `http://` or `https://` URL as
+    /// [`Client::connect`] does, anything else as a local path
+    /// ([`Client::open_local`]).
+    pub async fn open(source: &str, options: Options) -> Result<Client> {
+        let url = ["quic://", "http://", "https://"]
+            .iter()
+            .any(|p| source.starts_with(p));
+        if url {
+            Client::connect(source, options).await
+        } else {
+            Client::open_local(source, options).await
+        }
+    }
+
     /// Opens the local file at `path` (any source zt-format reads), to be
     /// read as a remote one is: its components checked against their
     /// digests as they are read, unless `options.allow_unverified`.

@@ -18,3 +18,15 @@ pub mod tokenize;
 pub mod verify;
 
 pub use error::{Error, Result};
+
+/// The symbol map, now `zt_format::atoms::symbols` (kept here under its
+/// old path).
+pub mod symbols {
+    pub use zt_format::atoms::symbols::*;
+}
+
+/// An ingest pack as a server serves it, now
+/// `zt_format::source::matrix_atom_pack` (kept here under its old path).
+pub mod served {
+    pub use zt_format::source::matrix_atom_pack::*;
+}

@@ -27,6 +27,12 @@
 //! is served while digests are computed, `index` links a multi-file entry
 //! (a sharded checkpoint's index, an ingest pack) to its member files,
 //! `listing` is what `/v1/files` lists, and `etag` makes every ETag.
+//!
+//! May use: `store` (listing, opening and reading the files), `integrity`
+//! (computing the digests files lack, checking a component before its
+//! bytes go out), `config` (the catalog's and digests' settings) and
+//! `zt-format` (every source's header). Knows nothing of requests or
+//! transports.
 
 pub(crate) mod etag;
 mod index;

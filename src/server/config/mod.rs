@@ -4,6 +4,9 @@
 //! flag); `config/ztserve.toml`, which `ztserve --print-default-config`
 //! prints, shows each with its default (a test keeps the two the same).
 //! Unknown keys are refused by name.
+//!
+//! May use: nothing else of the daemon (every other part reads it); the
+//! crates whose defaults it names (`zt-format`, `zt-client`, `ztp-proto`).
 
 mod flags;
 pub mod keys;
@@ -159,10 +162,6 @@ impl Config {
         }
         if self.tls.cert.is_some() != self.tls.key.is_some() {
             bail!("configuration keys `tls.cert` and `tls.key` must be set together");
-        }
-        if let Some(f) = &self.auth.token_file {
-            crate::server::ops::auth::Tokens::load(f)
-                .map_err(|e| anyhow!("configuration key `auth.token_file`: {e:#}"))?;
         }
         tracing_subscriber::EnvFilter::try_new(&self.log_level)
             .map_err(|e| anyhow!("configuration key `log_level`: {e}"))?;

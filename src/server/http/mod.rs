@@ -10,6 +10,10 @@
 //! | `GET\|HEAD /{path}` | the raw file, as `/v1/files/{path}` serves it (not under `/v1/`, `/healthz`, `/readyz`, `/metrics`, `/ui/`) |
 //! | `GET /v1/schema/manifest.json` | the JSON Schema of the manifest JSON |
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
+//!
+//! May use: `serve` (the plans and refusals it carries out), `catalog`,
+//! `integrity` (a body's components hashed again as they stream),
+//! `render`, `store` (a plan's bytes), `ui`, `config` and `zt-format`.
 
 mod body;
 mod conditional;

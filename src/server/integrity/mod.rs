@@ -7,7 +7,8 @@
 //! (`recheck`), and a digest and a CRC hashed in one pass (`tee`).
 //!
 //! May use: `store` (reading bytes), `catalog` (the served entries it
-//! checks and settles) and `zt-format` (digests, rules).
+//! checks and settles), `families` (its metrics) and `zt-format`
+//! (digests, rules).
 
 pub(crate) mod checks;
 pub(crate) mod digests;

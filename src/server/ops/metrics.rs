@@ -1,68 +1,23 @@
 //! Prometheus metrics through one registry per daemon (the `prometheus`
 //! crate): each part of the daemon owns its metric family's handles
-//! (made here with [`counter`], [`gauge`] and the rest) and registers
-//! them in [`Metrics::registry`] when the daemon starts; `/metrics` is
-//! that registry in the text format. HTTP metrics are labelled by route
+//! (made with `crate::server::families`) and registers them in
+//! [`Metrics::registry`] when the daemon starts; `/metrics` is that
+//! registry in the text format. HTTP metrics are labelled by route
 //! template, never by raw path.
 
 use std::time::Duration;
 
-use prometheus::core::Collector;
 use prometheus::{
-    Encoder as _, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder as _, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Registry, TextEncoder,
 };
+
+use crate::server::families::{counter, counter_vec, defined, gauge, gauge_vec, register};
 
 /// Upper bounds of the latency histogram, in seconds.
 const BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
-
-/// A metric this daemon defines: its name and labels are constants, so a
-/// definition the crate refuses is a bug in this file's callers, which
-/// the test of every family catches.
-fn defined<T>(made: prometheus::Result<T>) -> T {
-    made.unwrap_or_else(|e| panic!("metric definition refused: {e}"))
-}
-
-/// A counter named `name`.
-pub(crate) fn counter(name: &str, help: &str) -> IntCounter {
-    defined(IntCounter::new(name, help))
-}
-
-/// A counter of `name` by `labels`.
-pub(crate) fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    defined(IntCounterVec::new(Opts::new(name, help), labels))
-}
-
-/// A gauge named `name`.
-pub(crate) fn gauge(name: &str, help: &str) -> IntGauge {
-    defined(IntGauge::new(name, help))
-}
-
-/// A gauge of `name` by `labels`.
-pub(crate) fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    defined(IntGaugeVec::new(Opts::new(name, help), labels))
-}
-
-/// A histogram of seconds with upper bounds `buckets`.
-pub(crate) fn histogram(name: &str, help: &str, buckets: &[f64]) -> Histogram {
-    defined(Histogram::with_opts(
-        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
-    ))
-}
-
-/// Registers clones of `collectors` (metric handles share their values)
-/// in `registry`.
-pub(crate) fn register<C: Collector + Clone + 'static>(
-    registry: &Registry,
-    collectors: &[&C],
-) -> prometheus::Result<()> {
-    for c in collectors {
-        registry.register(Box::new((*c).clone()))?;
-    }
-    Ok(())
-}
 
 /// The daemon's registry and its own families: requests, bytes sent,
 /// QUIC connections and streams, files changed under a request, files in
@@ -147,16 +102,20 @@ impl Default for Metrics {
         for state in ["served", "unavailable"] {
             m.files.with_label_values(&[state]);
         }
-        let own = (|| {
-            register(&m.registry, &[&m.requests, &m.changed])?;
-            register(&m.registry, &[&m.latency])?;
-            register(&m.registry, &[&m.bytes_sent, &m.quic_bytes_sent])?;
-            register(
-                &m.registry,
-                &[&m.quic_connections, &m.quic_streams, &m.send_budget_held],
-            )?;
-            register(&m.registry, &[&m.files])
-        })();
+        let own = register(
+            &m.registry,
+            &[
+                &m.requests,
+                &m.changed,
+                &m.latency,
+                &m.bytes_sent,
+                &m.quic_bytes_sent,
+                &m.quic_connections,
+                &m.quic_streams,
+                &m.send_budget_held,
+                &m.files,
+            ],
+        );
         defined(own);
         m
     }

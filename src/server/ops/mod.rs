@@ -5,8 +5,8 @@
 //! container health check (`healthcheck`).
 //!
 //! May use: `config`, `catalog` (`watch` rescans it), `store` (`watch`
-//! checks the object store) and `quic` (`tls` loads the certificate its
-//! listener shares).
+//! checks the object store), `families` (the registry's own metrics) and
+//! `quic` (`tls` loads the certificate its listener shares).
 
 pub(crate) mod accept;
 pub(crate) mod auth;

@@ -1,6 +1,11 @@
 //! ztp/1 over QUIC (see `proto/PROTOCOL.md`): the endpoint, its transport
 //! tuning, and the accept loop. Each connection is handled by the private
 //! `conn` module.
+//!
+//! May use: `serve` (the plans and refusals it carries out), `catalog`,
+//! `integrity` (a component checked before its stream opens), `store` (a
+//! part's bytes), `config`, `ztp-proto` (the protocol's rules) and
+//! `zt-format`.
 
 mod cancel;
 pub mod cert;

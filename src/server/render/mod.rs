@@ -6,7 +6,8 @@
 //! page (`summary`).
 //!
 //! May use: `catalog` (the served entry), `integrity` (a component's check
-//! before its values are read), `store` (reading them) and `zt-format`.
+//! before its values are read), `store` (reading them), `families` (its
+//! metrics) and `zt-format`.
 
 pub(crate) mod manifest;
 pub(crate) mod renderings;

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use prometheus::{IntCounterVec, IntGauge, Registry};
 use tokio::sync::OnceCell;
 
-use crate::server::ops::metrics::{counter_vec, gauge, register};
+use crate::server::families::{counter_vec, gauge, register};
 
 /// Which rendering of a file version.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -137,8 +137,7 @@ impl Renderings {
 
     /// Registers the family in the daemon's registry.
     pub(crate) fn register(&self, registry: &Registry) -> prometheus::Result<()> {
-        register(registry, &[&self.results])?;
-        register(registry, &[&self.held])
+        register(registry, &[&self.results, &self.held])
     }
 
     /// Counts an HTTP rendering streamed because it passed the cap.

@@ -16,7 +16,7 @@ use futures_util::stream::BoxStream;
 
 use super::object_root::{ObjectRoot, StoreError};
 use super::root::{read_capped, At, Opened, Root, Seen};
-use super::source::{pieces_with, ByteSource, Gone};
+use super::source::{held, pieces_with, ByteSource, Gone};
 use super::{Blob, Identity};
 
 /// One version of a file.
@@ -60,12 +60,10 @@ impl MemoryRoot {
     }
 
     fn seen(rel: &str, v: &Version) -> Option<Seen> {
-        let size = v.bytes.len() as u64;
-        let modified = SystemTime::UNIX_EPOCH + Duration::from_secs(v.number);
         Some(Seen {
             rel: rel.to_owned(),
-            size,
-            modified,
+            size: v.bytes.len() as u64,
+            modified: modified(v),
             identity: identity(v),
             source: zt_format::source::by_name(rel.rsplit('/').next()?)?,
             at: At::Object(Some(v.number.to_string())),
@@ -77,13 +75,22 @@ impl MemoryRoot {
     }
 }
 
-/// A version's identity: its number in place of the inode.
+/// The device number that marks a file in memory (no device has it; an
+/// object's is `u64::MAX`).
+const MEMORY: u64 = u64::MAX - 1;
+
+/// A version's time: its number, in seconds since the epoch.
+fn modified(v: &Version) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(v.number)
+}
+
+/// A version's identity: its number in place of the inode and its time.
 fn identity(v: &Version) -> Identity {
     Identity {
-        dev: u64::MAX - 1,
+        dev: MEMORY,
         ino: v.number,
         size: v.bytes.len() as u64,
-        mtime_ns: i128::from(v.number),
+        mtime_ns: i128::from(v.number) * 1_000_000_000,
         ctime_ns: 0,
         links: 1,
     }
@@ -191,9 +198,11 @@ impl ByteSource for MemoryFile {
         self: Arc<Self>,
         len: usize,
         pos: u64,
-        _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> BoxFuture<'static, io::Result<Bytes>> {
-        let got = self.slice(pos..pos.saturating_add(len as u64));
+        let got = self
+            .slice(pos..pos.saturating_add(len as u64))
+            .map(|b| held(b, permit));
         Box::pin(std::future::ready(got))
     }
 

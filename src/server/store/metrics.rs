@@ -1,14 +1,14 @@
 //! The `ztserve_store_*` family: an object-storage root's requests by
 //! operation, the ones that failed, bytes read, piece-cache hits and the
 //! bytes it holds, and ranged GETs by duration. Registered in the
-//! daemon's registry (`crate::server::ops::metrics`) when the root is an
+//! daemon's registry (`ops::metrics`) when the root is an
 //! object store.
 
 use std::time::Duration;
 
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 
-use crate::server::ops::metrics::{counter, counter_vec, gauge, histogram, register};
+use crate::server::families::{counter, counter_vec, gauge, histogram, register};
 
 /// Upper bounds, in seconds, of the GET duration histogram.
 const GET_BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
@@ -102,9 +102,16 @@ impl StoreMetrics {
 
     /// Registers the family in the daemon's registry.
     pub(crate) fn register(&self, registry: &Registry) -> prometheus::Result<()> {
-        register(registry, &[&self.requests])?;
-        register(registry, &[&self.failures, &self.bytes, &self.cache_hits])?;
-        register(registry, &[&self.cache_bytes])?;
-        register(registry, &[&self.get_seconds])
+        register(
+            registry,
+            &[
+                &self.requests,
+                &self.failures,
+                &self.bytes,
+                &self.cache_hits,
+                &self.cache_bytes,
+                &self.get_seconds,
+            ],
+        )
     }
 }

@@ -7,9 +7,9 @@
 //! [`Blob`] is what everything above reads through, never asking which
 //! kind it holds.
 //!
-//! May use: `config` (the storage settings) and `zt-format` (read plans of
-//! each source's header). Knows nothing of requests, catalogs or
-//! transports.
+//! May use: `config` (the storage settings), `families` (its metrics) and
+//! `zt-format` (read plans of each source's header). Knows nothing of
+//! requests, catalogs or transports.
 
 pub(crate) mod aws_files;
 pub(crate) mod blob;

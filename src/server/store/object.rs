@@ -12,7 +12,7 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
 use super::object_root::{ObjectRoot, StoreError};
-use super::source::{pieces_with, ByteSource, Gone};
+use super::source::{held, pieces_with, ByteSource, Gone};
 
 /// One version of an object.
 #[derive(Debug, Clone)]
@@ -32,18 +32,6 @@ fn io_error(e: StoreError) -> io::Error {
         StoreError::Config(_) | StoreError::Unreachable { .. } => io::ErrorKind::Other,
     };
     io::Error::new(kind, e.to_string())
-}
-
-/// Bytes from the store, holding a budget until they are dropped.
-struct Held {
-    bytes: Bytes,
-    _held: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl AsRef<[u8]> for Held {
-    fn as_ref(&self) -> &[u8] {
-        &self.bytes
-    }
 }
 
 impl ByteSource for StoredObject {
@@ -114,17 +102,6 @@ impl ByteSource for StoredObject {
     /// `storage.read_ahead` GETs.
     fn read_ahead(&self) -> usize {
         self.root.read_ahead()
-    }
-}
-
-/// `bytes` holding `permit` until the last of them is dropped.
-fn held(bytes: Bytes, permit: Option<tokio::sync::OwnedSemaphorePermit>) -> Bytes {
-    match permit {
-        None => bytes,
-        Some(permit) => Bytes::from_owner(Held {
-            bytes,
-            _held: permit,
-        }),
     }
 }
 

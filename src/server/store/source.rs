@@ -90,6 +90,31 @@ where
         .boxed()
 }
 
+/// Bytes holding a budget until the last of them is dropped.
+struct Held {
+    bytes: Bytes,
+    _held: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// `bytes` holding `permit` until the last of them is dropped: what
+/// [`ByteSource::read_async`] hands back for a source whose bytes are not
+/// read into a buffer that holds it already.
+pub(super) fn held(bytes: Bytes, permit: Option<tokio::sync::OwnedSemaphorePermit>) -> Bytes {
+    match permit {
+        None => bytes,
+        Some(permit) => Bytes::from_owner(Held {
+            bytes,
+            _held: permit,
+        }),
+    }
+}
+
 /// Why [`ByteSource::confirm`] failed.
 #[derive(Debug, Clone)]
 pub(crate) enum Gone {

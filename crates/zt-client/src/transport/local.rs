@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use zt_format::{AlignedBuf, Data, ReadOptions, Verify, ZtFile};
 
 use super::{cut_rows, RowsAsked, Transport};
+use crate::budget::Budget;
 use crate::error::{At, Error, Result};
 use crate::fetch::{Event, Fetch};
 use crate::options::Options;
@@ -24,14 +25,27 @@ use crate::verify::{Delivered, Verification};
 pub(crate) struct LocalTransport {
     file: Arc<ZtFile>,
     etag: String,
+    check: Checking,
+}
+
+/// How components are checked, from the client's options.
+#[derive(Debug, Clone, Copy)]
+struct Checking {
+    /// Digests are checked (`!allow_unverified`).
     verified: bool,
+    /// A component without a digest is refused (`require_digest`).
+    require_digest: bool,
 }
 
 impl LocalTransport {
     /// Opens `path`: its digests checked as components are read, unless
     /// `options.allow_unverified`.
     pub(crate) async fn open(path: &str, options: &Options) -> Result<LocalTransport> {
-        let verified = !options.allow_unverified;
+        let check = Checking {
+            verified: !options.allow_unverified,
+            require_digest: options.require_digest,
+        };
+        let verified = check.verified;
         let read = ReadOptions {
             verify: if verified {
                 Verify::Digests
@@ -55,7 +69,7 @@ impl LocalTransport {
         Ok(LocalTransport {
             file: Arc::new(file),
             etag,
-            verified,
+            check,
         })
     }
 
@@ -70,8 +84,10 @@ impl LocalTransport {
 }
 
 /// One component read and checked by the reader: its stored bytes, or,
-/// for a component in a legacy layout, its decoded bytes delivered as raw.
-fn read(file: &ZtFile, object: &str, role: &str, seq: u64, verified: bool) -> Result<Delivered> {
+/// for a component in a legacy layout, its decoded bytes delivered as raw
+/// (with no digest: the one it carries is of the stored bytes, checked
+/// by the reader).
+fn read(file: &ZtFile, object: &str, role: &str, seq: u64, check: Checking) -> Result<Delivered> {
     let at = At {
         object: object.to_owned(),
         component: role.to_owned(),
@@ -81,21 +97,31 @@ fn read(file: &ZtFile, object: &str, role: &str, seq: u64, verified: bool) -> Re
         .ok()
         .and_then(|o| o.components.get(role))
         .ok_or_else(|| Error::Protocol(format!("{}: {at}: no such component", file.label())))?;
+    if check.require_digest && c.digest.is_none() {
+        return Err(Error::Unverifiable {
+            at: Some(at.clone()),
+            message: format!(
+                "{}: {at} carries no digest, and the client requires one",
+                file.label()
+            ),
+        });
+    }
     let copy = |b: &[u8]| AlignedBuf::copy_from(b).map_err(|r| Error::corrupt(&at, r));
-    let (data, encoding, uncompressed_length) = if c.is_transformed() {
+    let (data, encoding, uncompressed_length, digest) = if c.is_transformed() {
         let data = match file.read(object, role)? {
             Data::Owned(b) => b,
             Data::Borrowed(b) => copy(b)?,
         };
-        (data, zt_format::Encoding::Raw, None)
+        (data, zt_format::Encoding::Raw, None, None)
     } else {
         (
             copy(file.stored(object, role)?)?,
             c.encoding,
             c.uncompressed_length,
+            c.digest.clone(),
         )
     };
-    let verification = if verified && c.digest.is_some() {
+    let verification = if check.verified && c.digest.is_some() {
         Verification::Verified
     } else {
         Verification::Unverified
@@ -108,7 +134,7 @@ fn read(file: &ZtFile, object: &str, role: &str, seq: u64, verified: bool) -> Re
         logical_type: c.logical_type.clone(),
         encoding,
         uncompressed_length,
-        digest: c.digest.clone(),
+        digest,
         data,
         verification,
     })
@@ -123,7 +149,7 @@ impl Transport for LocalTransport {
         &'a self,
         select: &'a [String],
         if_match: Option<&'a str>,
-        _max_buffered: Option<u64>,
+        max_buffered: Option<u64>,
     ) -> BoxFuture<'a, Result<Fetch>> {
         Box::pin(async move {
             if let Some(want) = if_match.filter(|w| *w != self.etag) {
@@ -133,19 +159,31 @@ impl Transport for LocalTransport {
                 });
             }
             let remote = self.remote(select)?;
-            let order: Vec<(String, String)> = zt_format::send_order(&remote.manifest, &[])
+            let order: Vec<(String, String, u64)> = zt_format::send_order(&remote.manifest, &[])
                 .into_iter()
-                .map(|(o, r, _)| (o.to_owned(), r.to_owned()))
+                .map(|(o, r, c)| (o.to_owned(), r.to_owned(), c.length))
                 .collect();
             let (tx, rx) = mpsc::unbounded_channel();
-            let (file, verified) = (Arc::clone(&self.file), self.verified);
+            let (file, check) = (Arc::clone(&self.file), self.check);
+            let budget = max_buffered.map(Budget::new);
             let n = order.len() as u64;
-            // Read in order on the blocking pool; a consumer that drops the
-            // fetch stops the reads.
-            tokio::task::spawn_blocking(move || {
-                for (seq, (object, role)) in order.into_iter().enumerate() {
-                    let got = read(&file, &object, &role, seq as u64, verified);
-                    if tx.send((Event::Component(got), None)).is_err() {
+            // In send order, each read on the blocking pool once the
+            // budget has room for it; a consumer that drops the fetch
+            // stops the reads.
+            tokio::spawn(async move {
+                for (seq, (object, role, length)) in order.into_iter().enumerate() {
+                    let held = match &budget {
+                        Some(b) => b.reserve(length).await,
+                        None => None,
+                    };
+                    let f = Arc::clone(&file);
+                    let at = format!("{}: object {object:?}, component {role:?}", f.label());
+                    let got = tokio::task::spawn_blocking(move || {
+                        read(&f, &object, &role, seq as u64, check)
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(Error::Transport(format!("{at}: reading: {e}"))));
+                    if tx.send((Event::Component(got), held)).is_err() {
                         return;
                     }
                 }
@@ -194,12 +232,11 @@ impl Transport for LocalTransport {
 
     fn read_rows<'a>(&'a self, asked: RowsAsked<'a>) -> BoxFuture<'a, Result<Delivered>> {
         Box::pin(async move {
-            let (file, verified) = (Arc::clone(&self.file), self.verified);
+            let (file, check) = (Arc::clone(&self.file), self.check);
             let object = asked.object.to_owned();
-            let whole =
-                tokio::task::spawn_blocking(move || read(&file, &object, "data", 0, verified))
-                    .await
-                    .map_err(|e| Error::Usage(format!("{}: reading: {e}", self.file.label())))??;
+            let whole = tokio::task::spawn_blocking(move || read(&file, &object, "data", 0, check))
+                .await
+                .map_err(|e| Error::Usage(format!("{}: reading: {e}", self.file.label())))??;
             cut_rows(self.file.label(), &asked, whole)
         })
     }

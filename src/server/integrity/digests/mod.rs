@@ -24,7 +24,7 @@ mod worker;
 
 use prometheus::{IntCounter, IntGauge, Registry};
 
-use crate::server::ops::metrics::{counter, gauge, register};
+use crate::server::families::{counter, gauge, register};
 
 pub(crate) use store::{Computed, Store};
 pub(crate) use verifier::start as start_verifier;
@@ -132,14 +132,15 @@ impl DigestMetrics {
                 &self.files,
                 &self.bytes,
                 &self.failures,
+                &self.pending,
                 &self.store_hits,
                 &self.rows,
                 &self.row_bytes,
                 &self.aborts,
                 &self.verified,
                 &self.verified_bytes,
+                &self.unverified,
             ],
-        )?;
-        register(registry, &[&self.pending, &self.unverified])
+        )
     }
 }

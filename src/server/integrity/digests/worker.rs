@@ -76,6 +76,7 @@ impl Hasher {
         let p = Arc::new(Pending::new(found, Arc::downgrade(&self.queue)));
         if let Ok(mut jobs) = self.queue.jobs.lock() {
             jobs.push_back(Arc::clone(&p));
+            self.queue.metrics.pending.set(count(&jobs));
         }
         self.queue.ready.notify_one();
         p
@@ -88,11 +89,12 @@ async fn run(queue: Weak<Queue>, rate: u64, settle: Settle) {
         let Some(job) = next_job(&q).await else {
             continue;
         };
+        let metrics = &q.metrics;
         if job.is_retired() {
             job.finish();
+            metrics.pending.set(pending_count(&q));
             continue;
         }
-        let metrics = &q.metrics;
         metrics.pending.set(pending_count(&q));
         let started = Instant::now();
         let result = hash(&job, rate, &q).await;
@@ -114,9 +116,11 @@ async fn run(queue: Weak<Queue>, rate: u64, settle: Settle) {
 }
 
 fn pending_count(q: &Queue) -> i64 {
-    q.jobs
-        .lock()
-        .map_or(0, |j| i64::try_from(j.len()).unwrap_or(i64::MAX))
+    q.jobs.lock().map_or(0, |j| count(&j))
+}
+
+fn count<T>(jobs: &std::collections::VecDeque<T>) -> i64 {
+    i64::try_from(jobs.len()).unwrap_or(i64::MAX)
 }
 
 /// The first wanted job, else the oldest (when hashing in the

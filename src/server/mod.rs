@@ -66,6 +66,12 @@ pub struct State {
     pub(crate) summaries: summary::Cache,
 }
 
+/// The ztp/1 send budget (`quic.send_budget_bytes`, at least one read
+/// chunk) in the KiB permits it is counted in.
+fn send_budget_kib(config: &Config) -> u64 {
+    config.quic.send_budget_bytes.max(store::READ_CHUNK) >> 10
+}
+
 /// What a configuration names beyond its own keys, checked as the daemon
 /// would use it (for `--check-config` and before starting): the token
 /// file parses.
@@ -96,9 +102,8 @@ impl State {
         };
         let renderings =
             renderings::Renderings::new(config.limits.render_cache_bytes, config.limits.render_cap);
-        let budget_kib = config.quic.send_budget_bytes.max(store::READ_CHUNK) >> 10;
         let send_budget = Arc::new(tokio::sync::Semaphore::new(
-            usize::try_from(budget_kib).unwrap_or(usize::MAX >> 4),
+            usize::try_from(send_budget_kib(&config)).unwrap_or(usize::MAX >> 4),
         ));
         let metrics = metrics::Metrics::default();
         let registry = metrics.registry();
@@ -117,6 +122,13 @@ impl State {
             ready: AtomicBool::new(false),
             summaries: summary::Cache::default(),
         }))
+    }
+
+    /// Bytes of the ztp/1 send budget held now: read and not yet
+    /// acknowledged by the clients.
+    pub(crate) fn send_budget_held(&self) -> u64 {
+        let free = self.send_budget.available_permits() as u64;
+        send_budget_kib(&self.config).saturating_sub(free) << 10
     }
 
     /// Catalogues `path` again after a request or a transfer found its

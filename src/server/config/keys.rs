@@ -36,6 +36,8 @@ pub struct Key {
     /// The doc comment of its field.
     pub doc: &'static str,
     pub flag: Option<Flag>,
+    /// The values a text key may take, when they are few (an enum's).
+    pub values: &'static [&'static str],
 }
 
 impl Key {
@@ -55,9 +57,11 @@ impl Key {
     }
 }
 
-/// The kind of a field's type.
+/// The kind of a field's type, and the values it may take when they are
+/// few.
 pub trait Setting {
     const KIND: Kind;
+    const VALUES: &'static [&'static str] = &[];
 }
 
 macro_rules! kinds {
@@ -70,12 +74,15 @@ kinds!(List: Vec<String>);
 
 impl<T: Setting> Setting for Option<T> {
     const KIND: Kind = T::KIND;
+    const VALUES: &'static [&'static str] = T::VALUES;
 }
 
 /// Declares a section of the configuration: its struct (serde reads it,
 /// every field optional, unknown keys refused), its `Default` from each
-/// field's `= default`, and `KEYS` (each field's dotted key, kind, doc
-/// and flag). `sections { … }` nests other sections under their names.
+/// field's `= default`, and `keys` (each field's dotted key, kind, doc,
+/// flag and values). A field's `#[flag(…)]` or `#[flag_off(…)]` comes
+/// before its doc lines. `sections { … }` nests other sections under
+/// their names.
 macro_rules! settings {
     (
         $(#[doc = $sdoc:literal])*
@@ -120,6 +127,7 @@ macro_rules! settings {
                         kind: <$ty as Setting>::KIND,
                         doc: concat!($($doc, "\n"),*),
                         flag,
+                        values: <$ty as Setting>::VALUES,
                     });
                 )*
                 $($( <$sty>::keys(out); )*)?

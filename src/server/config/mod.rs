@@ -28,7 +28,7 @@ pub use sections::{
 /// The commented default configuration, shipped as `config/ztserve.toml`.
 pub const DEFAULT_CONFIG: &str = include_str!("../../../config/ztserve.toml");
 
-/// Every key of the configuration, in the order the file lists them.
+/// Every key of the configuration, in the order the sections declare them.
 pub fn keys() -> &'static [Key] {
     static ALL: std::sync::LazyLock<Vec<Key>> = std::sync::LazyLock::new(|| {
         let mut out = Vec::new();

@@ -45,12 +45,15 @@ pub enum DigestChoice {
 
 impl Setting for LogFormat {
     const KIND: Kind = Kind::Text;
+    const VALUES: &'static [&'static str] = &["text", "json"];
 }
 impl Setting for Congestion {
     const KIND: Kind = Kind::Text;
+    const VALUES: &'static [&'static str] = &["cubic", "bbr", "new_reno"];
 }
 impl Setting for DigestChoice {
     const KIND: Kind = Kind::Text;
+    const VALUES: &'static [&'static str] = &["sha256", "crc32c", "off"];
 }
 
 settings! {

@@ -454,11 +454,8 @@ async fn component_response(
     let mut extra = component_headers(c, &obj.shape);
     if decode && c.encoding == Encoding::Zstd {
         verify(&served, served.check(object, role)).await?;
-        let etag = plan::component_etag(&served, object, role, c);
-        return decoded(
-            state, method, headers, &served, object, role, c, etag, extra,
-        )
-        .await;
+        let decoding = plan::decoding(&served, object, role)?;
+        return decoded(state, method, headers, &served, c, decoding, extra).await;
     }
     extra.push((
         HeaderName::from_static("x-zt-object"),
@@ -481,33 +478,31 @@ async fn decoded(
     method: &Method,
     headers: &HeaderMap,
     served: &Arc<Served>,
-    object: &str,
-    role: &str,
     c: &Component,
-    etag: String,
+    decoding: plan::Decoding,
     mut extra: Vec<(HeaderName, HeaderValue)>,
 ) -> Result<Response, Stop> {
-    let tag = etag::suffixed(&etag, "decoded");
-    let what = format!("{}: object {object:?} component {role:?}", served.path);
-    if let Some(answer) = super::conditional::answer(headers, method, &tag, served.modified, &what)
-    {
+    if let Some(answer) = super::conditional::answer(
+        headers,
+        method,
+        &decoding.etag,
+        served.modified,
+        &decoding.label,
+    ) {
         return Ok(answer?);
     }
     let cap = state.config.limits.decompress_cap;
-    let expected = c.uncompressed_length.unwrap_or(u64::MAX);
-    if expected > cap {
-        return Err(Refusal::TooLarge(format!(
-            "{}: object {object:?} component {role:?} decodes to {expected} bytes, over the cap of {cap} (decompress-over-cap)",
-            served.path
-        ))
-        .into());
-    }
+    decoding.within(cap)?;
+    let plan::Decoding {
+        etag: tag,
+        length: expected,
+        label,
+    } = decoding;
     // The caller has already checked the stored bytes against their digest
     // (`verify`, once per component), as for every component response.
     // Read on the runtime (an object's GET awaited), decoded on the
     // blocking pool.
     let len = usize::try_from(c.length).map_err(AppError::internal)?;
-    let label = format!("{}: object {object:?} component {role:?}", served.path);
     let stored = served
         .file
         .read_async(len, c.offset, None)
@@ -574,12 +569,10 @@ pub(crate) async fn readyz(AxState(state): AxState<Arc<State>>) -> Response {
 
 pub(crate) async fn metrics(AxState(state): AxState<Arc<State>>) -> Response {
     let snap = state.catalog.snapshot();
-    let total_kib = state.config.quic.send_budget_bytes.max(READ_CHUNK) >> 10;
-    let held_kib = total_kib.saturating_sub(state.send_budget.available_permits() as u64);
     let text = state.metrics.render(
         snap.served().count(),
         snap.unavailable().count(),
-        held_kib << 10,
+        state.send_budget_held(),
     );
     with_template(
         ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),

@@ -51,7 +51,7 @@ impl Entity {
     /// `body` as a response entity: its content type, caching and extra
     /// headers are HTTP's, the rest is the plan's.
     pub(crate) fn of(
-        body: plan::Bytes,
+        body: plan::Payload,
         content_type: &'static str,
         cache_control: &'static str,
         headers: Vec<(HeaderName, HeaderValue)>,

@@ -187,8 +187,8 @@ async fn send_one(
         true => served.check(&h.object, &h.component).await,
         false => served.check_spans(std::slice::from_ref(&span)).await,
     };
-    if let Err(why) = checked {
-        match &why {
+    if let Err(refusal) = checked {
+        match &refusal {
             checks::Refusal::Corrupt(why) => {
                 tracing::warn!(file = %served.path, reason = %why, "refusing a corrupt component");
             }
@@ -196,7 +196,7 @@ async fn send_one(
                 tracing::warn!(file = %served.path, reason = %why, "component unreadable (file changed?)");
             }
         }
-        return refuse(stream, why.into());
+        return refuse(stream, refusal.into());
     }
     let memory = served.synthesized(&h.object, &h.component);
     let end = h.offset.saturating_add(h.length);
@@ -230,8 +230,8 @@ async fn send_one(
         }
         let (buf, n) = match read {
             Ok(read) => read,
-            Err(Some(why)) => return refuse(stream, why),
-            Err(None) => {
+            Err(Unread::Refused(why)) => return refuse(stream, why),
+            Err(Unread::Stopping) => {
                 let _ = stream.reset(code(Code::Internal));
                 return Written::Gone;
             }
@@ -293,22 +293,29 @@ async fn send_one(
 /// A failed write: the client's STOP_SENDING, which the stream answers with
 /// a reset carrying `cancelled` whatever code the client sent (quinn would
 /// echo the client's code when the stream is dropped), or a lost connection.
-/// `n` bytes of the file at `pos`; on failure why (`None`: the daemon is
-/// stopping).
+/// Why a chunk was not read.
+enum Unread {
+    /// The daemon is stopping (the send budget closed).
+    Stopping,
+    /// The read failed or found the file changed: the stream is refused.
+    Refused(Refusal),
+}
+
+/// `n` bytes of the file at `pos`, or why not.
 async fn read_chunk(
     state: &Arc<State>,
     served: &Arc<Served>,
     h: &ComponentHeader,
     pos: u64,
     n: u64,
-) -> Result<bytes::Bytes, Option<Refusal>> {
+) -> Result<bytes::Bytes, Unread> {
     // The chunk holds its share of the daemon's send budget until quinn
     // drops the last of it, after the client acknowledged it.
     let kib = u32::try_from(n.div_ceil(1024)).unwrap_or(u32::MAX);
     let permit = Arc::clone(&state.send_budget)
         .acquire_many_owned(kib)
         .await
-        .map_err(|_| None)?;
+        .map_err(|_| Unread::Stopping)?;
     let len = usize::try_from(n).unwrap_or(0);
     match served.file.read_async(len, pos, Some(permit)).await {
         // Read from a file rewritten in place since it was catalogued: the
@@ -322,7 +329,7 @@ async fn read_chunk(
             state.metrics.count_changed_abort();
             tracing::error!(file = %served.path, reason = %why, "the file changed under a component stream; stream reset");
             state.refresh_later(&served.path);
-            Err(Some(Refusal::Unreadable(why)))
+            Err(Unread::Refused(Refusal::Unreadable(why)))
         }
         Ok(b) => Ok(b),
         Err(e) => {
@@ -331,7 +338,7 @@ async fn read_chunk(
                 served.path, h.object, h.component
             );
             tracing::warn!(file = %served.path, reason = %why, "read failed mid-stream (file changed?)");
-            Err(Some(Refusal::Unreadable(why)))
+            Err(Unread::Refused(Refusal::Unreadable(why)))
         }
     }
 }

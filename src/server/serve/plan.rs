@@ -2,8 +2,8 @@
 //! in send order, byte ranges of a file, or rows of one object, each a
 //! [`Part`] described by the manifest the client is sent. ztp/1 sends each
 //! part as a stream (`quic/send.rs`); HTTP sends the bytes of a whole file
-//! or of one component, a [`Bytes`] plan ([`file`], [`component_bytes`]),
-//! with the headers and ranges it adds.
+//! or of one component, a [`Payload`] ([`file`], [`component_bytes`]; or
+//! decoded, [`decoding`]), with the headers and ranges it adds.
 
 use std::sync::Arc;
 
@@ -40,7 +40,7 @@ pub(crate) struct Plan {
 /// names exactly them, and whether the components they carry whole are
 /// hashed again as they are sent (`integrity/recheck.rs`).
 #[derive(Debug)]
-pub(crate) struct Bytes {
+pub(crate) struct Payload {
     pub(crate) served: Arc<Served>,
     pub(crate) span: std::ops::Range<u64>,
     /// A synthesized component's bytes, which no range of the file holds;
@@ -52,8 +52,8 @@ pub(crate) struct Bytes {
 
 /// The whole file, under its ETag; rechecked when the response may be
 /// kept for good (`pinned`: a `?v=` URL).
-pub(crate) fn file(served: Arc<Served>, pinned: bool) -> Bytes {
-    Bytes {
+pub(crate) fn file(served: Arc<Served>, pinned: bool) -> Payload {
+    Payload {
         span: 0..served.size,
         etag: served.etag.clone(),
         memory: None,
@@ -88,13 +88,15 @@ pub(crate) fn component_bytes(
     served: Arc<Served>,
     object: &str,
     role: &str,
-) -> Result<Bytes, Refusal> {
+) -> Result<Payload, Refusal> {
     let (_, c) = component(&served, object, role)?;
     if c.is_transformed() {
-        return Err(Refusal::LegacyLayout(format!(
-            "{}: object {object:?} component {role:?} is stored in a legacy layout; fetch it with ?decode=1",
-            served.path
-        )));
+        return Err(legacy_layout(
+            &served,
+            object,
+            role,
+            "is stored in a legacy layout; fetch it with ?decode=1",
+        ));
     }
     let etag = component_etag(&served, object, role, c);
     let memory = served.synthesized(object, role);
@@ -102,13 +104,57 @@ pub(crate) fn component_bytes(
         Some(b) => 0..b.len() as u64,
         None => c.offset..c.offset.saturating_add(c.length),
     };
-    Ok(Bytes {
+    Ok(Payload {
         span,
         etag,
         memory,
         recheck: true,
         served,
     })
+}
+
+/// A zstd component served decoded (`?decode=1`): the tag of its decoded
+/// bytes and how many there are.
+#[derive(Debug)]
+pub(crate) struct Decoding {
+    pub(crate) etag: String,
+    pub(crate) length: u64,
+    /// `path: object …, component …`, for reasons.
+    pub(crate) label: String,
+}
+
+impl Decoding {
+    /// Refused past `cap` (`limits.decompress_cap`).
+    pub(crate) fn within(&self, cap: u64) -> Result<(), Refusal> {
+        if self.length > cap {
+            return Err(Refusal::TooLarge(format!(
+                "{} decodes to {} bytes, over the cap of {cap} (decompress-over-cap)",
+                self.label, self.length
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// [`Decoding`] of `object`'s `role`.
+pub(crate) fn decoding(served: &Served, object: &str, role: &str) -> Result<Decoding, Refusal> {
+    let (_, c) = component(served, object, role)?;
+    let etag =
+        crate::server::catalog::etag::suffixed(&component_etag(served, object, role, c), "decoded");
+    Ok(Decoding {
+        etag,
+        length: c.uncompressed_length.unwrap_or(u64::MAX),
+        label: format!("{}: object {object:?} component {role:?}", served.path),
+    })
+}
+
+/// A component stored in a legacy layout, refused where stored bytes are
+/// sent (`how` says what to do instead).
+fn legacy_layout(served: &Served, object: &str, role: &str, how: &str) -> Refusal {
+    Refusal::LegacyLayout(format!(
+        "{}: object {object:?} component {role:?} {how}",
+        served.path
+    ))
 }
 
 /// The object `object` and its component `role` of `served`.
@@ -167,10 +213,12 @@ pub(crate) async fn selection(
     let mut parts = Vec::new();
     for (name, role, c) in zt_format::send_order(&filtered, order) {
         if c.is_transformed() {
-            return Err(Refusal::LegacyLayout(format!(
-                "{}: object {name:?} component {role:?} is in a legacy layout; convert the file with zt pack",
-                served.path
-            )));
+            return Err(legacy_layout(
+                &served,
+                name,
+                role,
+                "is in a legacy layout; convert the file with zt pack",
+            ));
         }
         parts.push(Part {
             object: name.to_owned(),

@@ -15,7 +15,7 @@ use super::control::Control;
 use super::refused;
 use crate::server::catalog::Served;
 use crate::server::integrity::checks;
-use crate::server::serve::plan::Part;
+use crate::server::serve::plan::{self, Part};
 use crate::server::serve::Refusal;
 use crate::server::State;
 
@@ -183,10 +183,7 @@ async fn send_one(
     // A raw byte range (`@bytes/START-END`, not an object of the file)
     // checks every component it overlaps.
     let span = h.offset..h.offset.saturating_add(h.length);
-    let checked = match served.manifest.objects.contains_key(&h.object) {
-        true => served.check(&h.object, &h.component).await,
-        false => served.check_spans(std::slice::from_ref(&span)).await,
-    };
+    let checked = plan::check_part(served, &h.object, &h.component, span).await;
     if let Err(refusal) = checked {
         match &refusal {
             checks::Refusal::Corrupt(why) => {

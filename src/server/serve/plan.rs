@@ -157,6 +157,22 @@ fn legacy_layout(served: &Served, object: &str, role: &str, how: &str) -> Refusa
     ))
 }
 
+/// Checks what a part sends before its first byte goes out: the
+/// component `object`'s `role`, or, for a byte range of the file (an
+/// `object` the manifest does not hold, such as `@bytes/START-END`),
+/// every component `span` overlaps.
+pub(crate) async fn check_part(
+    served: &Arc<Served>,
+    object: &str,
+    role: &str,
+    span: std::ops::Range<u64>,
+) -> Result<(), crate::server::integrity::checks::Refusal> {
+    match served.manifest.objects.contains_key(object) {
+        true => served.check(object, role).await,
+        false => served.check_spans(std::slice::from_ref(&span)).await,
+    }
+}
+
 /// The object `object` and its component `role` of `served`.
 pub(crate) fn component<'a>(
     served: &'a Served,

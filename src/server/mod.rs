@@ -91,9 +91,7 @@ impl State {
             ..zt_format::Limits::default()
         };
         let root = store::open_root(&config.root, &config.storage)?;
-        // A store's every object is read by every replica that reads it in
-        // the background: off there unless asked for.
-        let background = root.dir().is_some() || config.storage.background_reads;
+        let background = root.reads_in_background(config.storage.background_reads);
         let catalog = Catalog::new(root, limits, &config.digests, &config.state_dir, background)
             .with_context(|| format!("opening root {}", config.root.display()))?;
         let tokens = match &config.auth.token_file {
@@ -191,8 +189,11 @@ pub async fn run(
     state.ready.store(true, Ordering::SeqCst);
     let watcher = watch::spawn(Arc::clone(&state));
     let store_check = watch::spawn_store_check(Arc::clone(&state));
-    let store_reads = state.catalog.root().dir().is_some() || state.config.storage.background_reads;
-    if state.config.digests.verify_background && store_reads {
+    let reads = state
+        .catalog
+        .root()
+        .reads_in_background(state.config.storage.background_reads);
+    if state.config.digests.verify_background && reads {
         digests::start_verifier(&state, state.config.digests.rate_mib_s << 20);
     }
     let token_reloader = state.tokens.is_some().then(|| {

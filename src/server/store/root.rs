@@ -66,6 +66,14 @@ pub(crate) trait Root: Send + Sync + fmt::Debug {
     /// for a store, which has none.
     fn dir(&self) -> Option<&Path>;
 
+    /// Whether files are read ahead of requests (digests computed, every
+    /// component verified in the background): always for local files; for
+    /// a store, whose every object each replica would download, only when
+    /// `storage.background_reads` asks.
+    fn reads_in_background(&self, asked: bool) -> bool {
+        asked || self.dir().is_some()
+    }
+
     /// The object store, for its health checks and metrics; `None` for a
     /// directory.
     fn store(&self) -> Option<&Arc<ObjectRoot>>;

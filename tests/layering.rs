@@ -129,10 +129,7 @@ fn no_two_modules_import_each_other() {
 /// Issue 27: the daemon's layers (the folders of `src/server`, and its
 /// leaf modules such as `families`) depend one way: no two import each
 /// other, whatever modules inside them the imports name. `server` itself
-/// (`State` and `run`, which wire every layer together) is left out. One
-/// pair is known and allowed: the catalog has the digests its entries lack
-/// computed by `integrity`, whose digest worker settles them into the
-/// catalog's pending entries.
+/// (`State` and `run`, which wire every layer together) is left out.
 #[test]
 fn no_two_layers_of_the_daemon_import_each_other() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -149,11 +146,9 @@ fn no_two_layers_of_the_daemon_import_each_other() {
             }
         }
     }
-    let allowed = [("catalog", "integrity")];
     let mutual: Vec<String> = edges
         .iter()
         .filter(|(a, b)| a < b && edges.contains(&(b.clone(), a.clone())))
-        .filter(|(a, b)| !allowed.contains(&(a.as_str(), b.as_str())))
         .map(|(a, b)| format!("{a} <-> {b}"))
         .collect();
     assert!(

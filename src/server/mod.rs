@@ -26,7 +26,6 @@ mod ui;
 pub use ops::healthcheck;
 pub use store::object_root;
 
-use integrity::digests;
 use ops::{accept, auth, metrics, tls, watch};
 use render::{renderings, summary};
 
@@ -194,7 +193,7 @@ pub async fn run(
         .root()
         .reads_in_background(state.config.storage.background_reads);
     if state.config.digests.verify_background && reads {
-        digests::start_verifier(&state, state.config.digests.rate_mib_s << 20);
+        ops::verifier::start(&state, state.config.digests.rate_mib_s << 20);
     }
     let token_reloader = state.tokens.is_some().then(|| {
         let state = Arc::clone(&state);

@@ -26,7 +26,8 @@
 //! its digests (and the hasher's queue of them), `resolve` what a request
 //! is served while digests are computed, `index` links a multi-file entry
 //! (a sharded checkpoint's index, an ingest pack) to its member files,
-//! `listing` is what `/v1/files` lists, and `etag` makes every ETag.
+//! `listing` is what `/v1/files` lists, `etag` makes every ETag, and
+//! `hasher` is the task that computes the digests pending files lack.
 //!
 //! May use: `store` (listing, opening and reading the files), `integrity`
 //! (computing the digests files lack, checking a component before its
@@ -35,6 +36,7 @@
 //! transports.
 
 pub(crate) mod etag;
+mod hasher;
 mod index;
 mod listing;
 pub(crate) mod pending;
@@ -51,10 +53,11 @@ use std::time::SystemTime;
 use zt_format::{DigestAlgorithm, Limits, Source};
 
 use crate::server::config::{DigestChoice, DigestsConfig};
-use crate::server::integrity::digests::{Computed, DigestMetrics, Hasher, Settle, Store};
+use crate::server::integrity::digests::{Computed, DigestMetrics, Store};
 use crate::server::store::object_root::StoreError;
 use crate::server::store::root::{Opened, Root, Seen};
 use futures_util::StreamExt as _;
+use hasher::{Hasher, Settle};
 use pending::Pending;
 
 pub(crate) use crate::server::store::Identity;

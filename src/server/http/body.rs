@@ -25,7 +25,7 @@ use bytes::Bytes;
 use futures_util::stream::{self, Stream, StreamExt};
 
 use crate::server::catalog::Served;
-use crate::server::integrity::recheck::Recheck;
+use crate::server::serve::recheck::Recheck;
 use crate::server::State;
 
 use crate::server::store::READ_CHUNK as CHUNK;

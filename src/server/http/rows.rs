@@ -20,7 +20,7 @@ use super::error::AppError;
 use super::range::Ranges;
 use super::serve::Entity;
 use crate::server::integrity::checks;
-use crate::server::integrity::rows::{slice, RowsFailure};
+use crate::server::serve::rows::{slice, RowsFailure};
 use crate::server::serve::Refusal;
 use crate::server::State;
 

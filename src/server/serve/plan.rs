@@ -11,9 +11,9 @@ use zt_format::rows::Rows;
 use zt_format::select::Selection;
 use zt_format::{Component, Manifest, Object};
 
+use super::rows::slice;
 use super::Refusal;
 use crate::server::catalog::Served;
-use crate::server::integrity::rows::slice;
 use crate::server::render::renderings::{Key, Kind, Rendered};
 use crate::server::State;
 

@@ -6,8 +6,8 @@
 
 use zt_format::rows::RowsError;
 
+use super::rows::RowsFailure;
 use crate::server::integrity::checks;
-use crate::server::integrity::rows::RowsFailure;
 use crate::server::render::renderings::Refused;
 use crate::server::render::summary;
 

@@ -19,16 +19,12 @@
 //! hashed anew. It is a cache: replicas never depend on it.
 
 mod store;
-mod verifier;
-mod worker;
 
 use prometheus::{IntCounter, IntGauge, Registry};
 
 use crate::server::families::{counter, gauge, register};
 
 pub(crate) use store::{Computed, Store};
-pub(crate) use verifier::start as start_verifier;
-pub(crate) use worker::{Hasher, Settle};
 
 /// The `ztserve_digest_*` family.
 #[derive(Debug)]
@@ -36,7 +32,7 @@ pub(crate) struct DigestMetrics {
     files: IntCounter,
     bytes: IntCounter,
     failures: IntCounter,
-    pub(super) pending: IntGauge,
+    pub(crate) pending: IntGauge,
     pub(crate) store_hits: IntCounter,
     /// Row ranges sent under a digest of their own, and their bytes.
     pub(crate) rows: IntCounter,
@@ -116,7 +112,7 @@ impl DigestMetrics {
     }
 
     /// Counts a file hashed, or one that could not be.
-    pub(super) fn count_file(&self, hashed: bool) {
+    pub(crate) fn count_file(&self, hashed: bool) {
         if hashed {
             self.files.inc();
         } else {

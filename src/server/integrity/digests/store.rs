@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use zt_format::{Digest, DigestAlgorithm};
 
-use crate::server::catalog::Identity;
+use crate::server::store::Identity;
 
 /// Digests by object, then component.
 pub(crate) type Computed = BTreeMap<String, BTreeMap<String, String>>;

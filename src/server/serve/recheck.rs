@@ -2,7 +2,7 @@
 //! version of each component its tag names, for the responses a cache may
 //! keep for good (`?v=ETAG`) and those that carry a component whole.
 //!
-//! A component's digest is checked against the file once (`checks.rs`);
+//! A component's digest is checked against the file once (`integrity/checks.rs`);
 //! after that a local file can still be rewritten in place under a
 //! transfer. Every chunk read is followed by an identity check (size,
 //! inode, change time: `Served::changed`), which any write through the

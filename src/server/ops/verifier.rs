@@ -3,7 +3,7 @@
 //! (`digests.rate_mib_s`, shared in spirit with background hashing), so
 //! the first request for a component rarely pays for reading it twice.
 //! It uses the same once-per-component checks as requests
-//! (`checks.rs`): whichever comes first checks, the other finds the
+//! (`integrity/checks.rs`): whichever comes first checks, the other finds the
 //! answer. A component that fails is refused to every request from then
 //! on, naming the file, object, component and rule. Off with
 //! `digests.verify_background = false` (components are then checked on

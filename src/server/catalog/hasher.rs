@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use zt_format::DigestAlgorithm;
 
-use super::{Computed, DigestMetrics};
-use crate::server::catalog::pending::{Pace, Pending, Queue};
-use crate::server::catalog::Found;
+use super::pending::{Pace, Pending, Queue};
+use super::Found;
+use crate::server::integrity::digests::{Computed, DigestMetrics};
 
 /// What the catalog does with a finished job (on the blocking pool: it
 /// writes the digest store): `Ok` holds the computed digests, `Err` why

@@ -106,9 +106,7 @@ impl State {
         let registry = metrics.registry();
         catalog.digest_metrics().register(registry)?;
         renderings.register(registry)?;
-        if let Some(store) = catalog.root().store() {
-            store.register_metrics(registry)?;
-        }
+        catalog.root().register_metrics(registry)?;
         Ok(Arc::new(State {
             tokens,
             renderings,

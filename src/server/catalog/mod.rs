@@ -393,9 +393,8 @@ impl Catalog {
         if let Some(e) = &error {
             tracing::warn!(root = self.root.describe(), error = %e, "cannot list the store; the catalog is kept as it was");
         }
-        if self.root.store().is_some() {
-            self.set_store_error(error);
-        }
+        // A directory's listing never fails: its error stays `None`.
+        self.set_store_error(error);
         listed.ok()
     }
 

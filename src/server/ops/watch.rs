@@ -9,7 +9,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -20,12 +19,12 @@ use crate::server::State;
 pub(crate) fn spawn(state: Arc<State>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let (tx, mut rx) = mpsc::channel::<()>(1);
-        let dir = state.catalog.root().dir().map(ToOwned::to_owned);
-        let _watcher = if let (true, Some(dir)) = (state.config.catalog.watch, dir) {
-            make_watcher(&state, &dir, tx)
-        } else {
-            None
-        };
+        let _events = state
+            .config
+            .catalog
+            .watch
+            .then(|| state.catalog.root().watch(tx))
+            .flatten();
         let debounce = Duration::from_millis(state.config.catalog.debounce_ms);
         let mut interval = tokio::time::interval(Duration::from_secs(
             state.config.catalog.rescan_interval_secs.max(1),
@@ -48,56 +47,33 @@ pub(crate) fn spawn(state: Arc<State>) -> JoinHandle<()> {
     })
 }
 
-fn make_watcher(
-    state: &State,
-    dir: &std::path::Path,
-    tx: mpsc::Sender<()>,
-) -> Option<notify::RecommendedWatcher> {
-    let handler = move |res: notify::Result<notify::Event>| match res {
-        Ok(_) => {
-            let _ = tx.try_send(());
-        }
-        Err(e) => tracing::warn!(error = %e, "file watch error; relying on periodic rescans"),
-    };
-    let mut watcher = match notify::recommended_watcher(handler) {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch files; falling back to periodic rescans");
-            return None;
-        }
-    };
-    match watcher.watch(dir, RecursiveMode::Recursive) {
-        Ok(()) => Some(watcher),
-        Err(e) => {
-            tracing::warn!(error = %e, interval_secs = state.config.catalog.rescan_interval_secs,
-                "cannot watch the root (inotify watches exhausted?); falling back to periodic rescans");
-            None
-        }
-    }
-}
-
-/// Starts the store check of an object-storage root (none for a directory).
+/// Starts the checks of a root that can fail apart from its reads (an
+/// object store; none for a directory), and looks again at once at the
+/// files its reads found replaced.
 pub(crate) fn spawn_store_check(state: Arc<State>) -> Option<JoinHandle<()>> {
-    let store = Arc::clone(state.catalog.root().store()?);
+    // A future made only to learn whether there is one: dropped unpolled.
+    state.catalog.root().check().is_some().then_some(())?;
     let every = Duration::from_secs(state.config.storage.check_interval_secs.max(1));
     Some(tokio::spawn(async move {
+        let root = state.catalog.root();
         let mut interval = tokio::time::interval(every);
         loop {
             tokio::select! {
                 _ = interval.tick() => {}
                 // Reads found objects replaced: list them again now.
-                keys = store.changed() => {
+                keys = root.replaced() => {
                     for k in keys {
                         state.catalog.refresh(&k).await;
                     }
                     continue;
                 }
             }
+            let Some(check) = root.check() else { return };
             // A store cut off may not refuse, only stay silent.
-            let answer = match tokio::time::timeout(every.max(CHECK_TIMEOUT), store.check()).await {
+            let answer = match tokio::time::timeout(every.max(CHECK_TIMEOUT), check).await {
                 Ok(answer) => answer.err(),
                 Err(_) => Some(StoreError::Unreachable {
-                    url: store.url().to_owned(),
+                    url: root.describe().to_owned(),
                     detail: format!(
                         "no answer to a listing within {:?}",
                         every.max(CHECK_TIMEOUT)
@@ -105,12 +81,15 @@ pub(crate) fn spawn_store_check(state: Arc<State>) -> Option<JoinHandle<()>> {
                 }),
             };
             if let Some(e) = &answer {
-                tracing::warn!(root = store.url(), error = %e, "the store does not answer; not ready");
+                tracing::warn!(root = root.describe(), error = %e, "the store does not answer; not ready");
             }
             let ok = answer.is_none();
             let was_failing = state.catalog.set_store_error(answer);
             if ok && was_failing {
-                tracing::info!(root = store.url(), "the store answers again; listing it");
+                tracing::info!(
+                    root = root.describe(),
+                    "the store answers again; listing it"
+                );
                 state.catalog.rescan().await;
             }
         }

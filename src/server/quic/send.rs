@@ -35,6 +35,8 @@ const WRITERS: usize = 2;
 #[derive(Debug, Clone)]
 pub(super) struct Item {
     pub(super) header: ComponentHeader,
+    /// A synthesized component's bytes ([`Part::memory`]).
+    pub(super) memory: Option<bytes::Bytes>,
 }
 
 impl Item {
@@ -55,6 +57,7 @@ impl Item {
                 digest: c.digest.as_ref().map(|d| d.as_str().to_owned()),
                 offset: c.offset,
             },
+            memory: part.memory,
         }
     }
 }
@@ -109,7 +112,7 @@ pub(super) async fn run(
         let open = state.metrics.quic_stream();
         tasks.spawn(async move {
             let _open = open;
-            let sent = send_one(&state, &served, &ctl, &mut stream, &item.header, writing).await;
+            let sent = send_one(&state, &served, &ctl, &mut stream, &item, writing).await;
             if let Written::Refused(why) = sent.clone() {
                 let error = refused::error(item.header.id, why);
                 control.send(Message::Error(error)).await;
@@ -163,9 +166,10 @@ async fn send_one(
     served: &Arc<Served>,
     ctl: &RequestCtl,
     stream: &mut SendStream,
-    h: &ComponentHeader,
+    item: &Item,
     writing: tokio::sync::OwnedSemaphorePermit,
 ) -> Written {
+    let h = &item.header;
     let stall = std::time::Duration::from_secs(state.config.quic.stall_timeout_secs.max(1));
     let Ok(head) = frame_header(h) else {
         return Written::Gone;
@@ -195,7 +199,7 @@ async fn send_one(
         }
         return refuse(stream, refusal.into());
     }
-    let memory = served.synthesized(&h.object, &h.component);
+    let memory = &item.memory;
     let end = h.offset.saturating_add(h.length);
     // An object's chunks are fetched a few at a time (`storage.read_ahead`);
     // a local file's, and bytes in memory, one at a time.
@@ -203,7 +207,6 @@ async fn send_one(
         Some(_) => 1,
         None => served.file.read_ahead(),
     };
-    let memory = &memory;
     let chunks = (h.offset..end)
         .step_by(usize::try_from(CHUNK).unwrap_or(usize::MAX))
         .map(|pos| (pos, CHUNK.min(end - pos)));

@@ -24,6 +24,9 @@ pub(crate) struct Part {
     pub(crate) object: String,
     pub(crate) role: String,
     pub(crate) component: Component,
+    /// A synthesized component's bytes, which no range of the file holds
+    /// (its `offset` is then 0): the part is sent from them.
+    pub(crate) memory: Option<bytes::Bytes>,
 }
 
 /// What a request sends: the manifest that describes it (v1.2 CBOR) and
@@ -236,10 +239,12 @@ pub(crate) async fn selection(
                 "is in a legacy layout; convert the file with zt pack",
             ));
         }
+        let owner = served.owner(name, role);
         parts.push(Part {
             object: name.to_owned(),
             role: role.to_owned(),
             component: c.clone(),
+            memory: owner.as_ref().unwrap_or(&served).synthesized(name, role),
         });
     }
     Ok(Plan {
@@ -290,6 +295,7 @@ pub(crate) fn byte_ranges(served: Arc<Served>, ranges: &[(u64, u64)]) -> Result<
             object: name,
             role: "data".to_owned(),
             component: c,
+            memory: None,
         });
     }
     let manifest = zt_format::manifest_cbor(&m);
@@ -346,6 +352,7 @@ pub(crate) async fn rows(
         object: name,
         role: "data".to_owned(),
         component: c,
+        memory: None,
     };
     Ok(Plan {
         served,

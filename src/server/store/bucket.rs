@@ -2,7 +2,7 @@
 //! that lists no ETags is asked each object's with HEAD), one object
 //! asked for again with HEAD, each opened as one version of an object.
 
-use std::path::Path;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
@@ -69,12 +69,20 @@ impl Root for BucketRoot {
         })
     }
 
-    fn dir(&self) -> Option<&Path> {
-        None
+    fn reads_in_background(&self, asked: bool) -> bool {
+        asked
     }
 
-    fn store(&self) -> Option<&Arc<ObjectRoot>> {
-        Some(&self.0)
+    fn replaced(&self) -> BoxFuture<'_, BTreeSet<String>> {
+        Box::pin(self.0.changed())
+    }
+
+    fn check(&self) -> Option<BoxFuture<'_, Result<(), StoreError>>> {
+        Some(Box::pin(self.0.check()))
+    }
+
+    fn register_metrics(&self, registry: &prometheus::Registry) -> prometheus::Result<()> {
+        self.0.register_metrics(registry)
     }
 }
 

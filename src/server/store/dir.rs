@@ -1,15 +1,18 @@
 //! A directory as a [`Root`]: walked for its files (symlinks followed only
 //! when they resolve inside it, at most `MAX_DEPTH` deep), each opened
-//! as a local file.
+//! as a local file, and watched for file events (inotify, through
+//! `notify`).
 
 use std::fs::File;
 
 use futures_util::future::BoxFuture;
 use std::path::{Component as PathPart, Path, PathBuf};
-use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::object_root::{ObjectRoot, StoreError};
+use notify::{RecursiveMode, Watcher as _};
+use tokio::sync::mpsc;
+
+use super::object_root::StoreError;
 use super::root::{ignored_name, read_capped, At, Opened, Root, Seen, MAX_DEPTH};
 use super::{Blob, Identity};
 
@@ -91,12 +94,32 @@ impl Root for DirRoot {
         })
     }
 
-    fn dir(&self) -> Option<&Path> {
-        Some(&self.dir)
+    fn reads_in_background(&self, _asked: bool) -> bool {
+        true
     }
 
-    fn store(&self) -> Option<&Arc<ObjectRoot>> {
-        None
+    fn watch(&self, tx: mpsc::Sender<()>) -> Option<Box<dyn Send>> {
+        let handler = move |res: notify::Result<notify::Event>| match res {
+            Ok(_) => {
+                let _ = tx.try_send(());
+            }
+            Err(e) => tracing::warn!(error = %e, "file watch error; relying on periodic rescans"),
+        };
+        let mut watcher = match notify::recommended_watcher(handler) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch files; falling back to periodic rescans");
+                return None;
+            }
+        };
+        match watcher.watch(&self.dir, RecursiveMode::Recursive) {
+            Ok(()) => Some(Box::new(watcher)),
+            Err(e) => {
+                tracing::warn!(error = %e, root = self.shown,
+                    "cannot watch the root (inotify watches exhausted?); falling back to periodic rescans");
+                None
+            }
+        }
     }
 }
 

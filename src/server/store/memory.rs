@@ -142,12 +142,8 @@ impl Root for MemoryRoot {
         })
     }
 
-    fn dir(&self) -> Option<&Path> {
-        None
-    }
-
-    fn store(&self) -> Option<&Arc<ObjectRoot>> {
-        None
+    fn reads_in_background(&self, asked: bool) -> bool {
+        asked
     }
 }
 

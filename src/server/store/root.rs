@@ -1,18 +1,20 @@
 //! Where the served files are: a root lists them, looks at one again, and
-//! opens one as a [`Blob`]. A directory (`dir.rs`) or a prefix of an
-//! object store (`bucket.rs`); the catalog holds a `dyn Root` and never
-//! asks which, but where operations differ by nature (file events for a
-//! directory, health checks and metrics for a store).
+//! opens one as a [`Blob`]. A directory (`dir.rs`), a prefix of an object
+//! store (`bucket.rs`) or files in memory (`memory.rs`); the daemon holds
+//! a `dyn Root` and never asks which. What differs by nature is a method
+//! each kind answers its own way: a directory's file events
+//! ([`Root::watch`]), a store's replaced objects ([`Root::replaced`]),
+//! health check ([`Root::check`]) and metrics.
 
+use std::collections::BTreeSet;
 use std::fmt;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use futures_util::future::BoxFuture;
+use tokio::sync::mpsc;
 use zt_format::Source;
 
-use super::object_root::{ObjectRoot, StoreError};
+use super::object_root::StoreError;
 use super::{Blob, Identity};
 
 /// A file a listing found, before it is read.
@@ -62,21 +64,42 @@ pub(crate) trait Root: Send + Sync + fmt::Debug {
     /// map), at most `cap` bytes, if it lies inside the root.
     fn read_small<'a>(&'a self, rel: &'a str, cap: u64) -> BoxFuture<'a, Result<Vec<u8>, String>>;
 
-    /// The directory, whose file events keep the catalog current; `None`
-    /// for a store, which has none.
-    fn dir(&self) -> Option<&Path>;
-
     /// Whether files are read ahead of requests (digests computed, every
-    /// component verified in the background): always for local files; for
-    /// a store, whose every object each replica would download, only when
-    /// `storage.background_reads` asks.
-    fn reads_in_background(&self, asked: bool) -> bool {
-        asked || self.dir().is_some()
+    /// component verified in the background), `asked` being
+    /// `storage.background_reads`: always for local files; for a store,
+    /// whose every object each replica would download, only when asked.
+    fn reads_in_background(&self, asked: bool) -> bool;
+
+    /// Starts what tells of changes between listings: a directory's file
+    /// events, each a `()` on `tx` (the caller lets a burst settle), sent
+    /// while the returned guard is kept. `None` for a root that has none
+    /// (a store) or when they could not be set up (logged; the periodic
+    /// rescans are left).
+    fn watch(&self, tx: mpsc::Sender<()>) -> Option<Box<dyn Send>> {
+        drop(tx);
+        None
     }
 
-    /// The object store, for its health checks and metrics; `None` for a
-    /// directory.
-    fn store(&self) -> Option<&Arc<ObjectRoot>>;
+    /// Waits until reads find files replaced or gone; their paths, to be
+    /// looked at again at once. A root whose reads cannot tell (a
+    /// directory, whose file events do) never answers.
+    fn replaced(&self) -> BoxFuture<'_, BTreeSet<String>> {
+        Box::pin(std::future::pending())
+    }
+
+    /// A cheap check that the root answers (a store: one page of its
+    /// listing), which `/readyz` reports; `None` for a root that cannot
+    /// fail apart from its reads (a directory).
+    fn check(&self) -> Option<BoxFuture<'_, Result<(), StoreError>>> {
+        None
+    }
+
+    /// Registers the root's own metrics family (a store's
+    /// `ztserve_store_*`); none by default.
+    fn register_metrics(&self, registry: &prometheus::Registry) -> prometheus::Result<()> {
+        let _ = registry;
+        Ok(())
+    }
 }
 
 /// A file [`Root::open`] opened: its bytes, and its size and identity as

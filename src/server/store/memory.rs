@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::ops::Range;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -14,7 +13,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
-use super::object_root::{ObjectRoot, StoreError};
+use super::object_root::StoreError;
 use super::root::{read_capped, At, Opened, Root, Seen};
 use super::source::{held, pieces_with, ByteSource, Gone};
 use super::{Blob, Identity};

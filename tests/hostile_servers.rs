@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use quinn::crypto::rustls::QuicServerConfig;
 use quinn::{Connection, Endpoint, RecvStream, SendStream};
-use zt_client::quic::QuicClient;
 use zt_client::trust::Trust;
+use zt_client::ztp::QuicClient;
 use zt_client::Options;
 use zt_format::ZtFile;
 use ztp_proto::{

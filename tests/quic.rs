@@ -10,8 +10,8 @@ use common::quic::raw_connect;
 use common::{curl, sample_root, Server};
 use std::sync::Arc;
 
-use zt_client::quic::QuicClient;
 use zt_client::trust::Trust;
+use zt_client::ztp::QuicClient;
 use zt_client::Options;
 use zt_client::Verification;
 

@@ -18,9 +18,9 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{Endpoint, EndpointConfig, TokioRuntime};
-use zt_client::quic::transport as client_transport;
 use zt_client::trust::{client_config, Trust};
 use zt_client::udp;
+use zt_client::ztp::transport as client_transport;
 use ztserve::server::config::QuicConfig;
 use ztserve::server::quic::{cert, transport as server_transport};
 

@@ -9,14 +9,14 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::fetch::Fetch;
-use crate::http::HttpSource;
 use crate::options::{Options, Via};
-use crate::quic::QuicClient;
+use crate::ranges::HttpSource;
 use crate::remote::Remote;
 use crate::transport::http::HttpTransport;
 use crate::transport::local::LocalTransport;
 use crate::transport::quic::QuicTransport;
 use crate::transport::Transport;
+use crate::ztp::QuicClient;
 
 /// A remote `.zt` file (or a local one, [`Client::open_local`]).
 #[derive(Debug)]

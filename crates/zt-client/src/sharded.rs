@@ -65,7 +65,7 @@ pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -
     let (mut objects, mut bytes, mut resumed) = (0, 0, 0);
     for (name, part) in &remote.manifest.files {
         let shard = Client::connect(
-            &crate::http::beside(&client.url, name)?,
+            &crate::ranges::beside(&client.url, name)?,
             (*client.options).clone(),
         )
         .await?;

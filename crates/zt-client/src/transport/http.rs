@@ -15,7 +15,7 @@ use zt_format::{AlignedBuf, Manifest};
 use super::{cut_rows, RowsAsked, Transport};
 use crate::error::{Error, Result};
 use crate::fetch::Fetch;
-use crate::http::{Described, HttpSource, SynthesizedAt};
+use crate::ranges::{Described, HttpSource, SynthesizedAt};
 use crate::remote::{select_from, Remote};
 use crate::verify::{Delivered, Verification};
 

@@ -1,9 +1,10 @@
 //! The one door a [`crate::Client`] goes through: a transport reads a
 //! file's manifest, fetches its components verified, reads byte ranges
-//! and rows, and takes buffers back. Three implement it: ztp/1 over QUIC
-//! (`quic.rs`), Range requests over HTTP(S) (`http.rs`), and a local file
-//! (`local.rs`, for callers such as the Python package that open a path
-//! and a URL alike). The client holds a `dyn Transport` and never asks
+//! and rows, and takes buffers back. Three implement it, one per kind of
+//! URL: `quic://` (`quic.rs`, over the ztp/1 client of [`crate::ztp`]),
+//! `http(s)://` (`http.rs`, over the Range client of [`crate::ranges`]),
+//! and a local file (`local.rs`, for callers such as the Python package
+//! that open a path and a URL alike). The client holds a `dyn Transport` and never asks
 //! which; what one transport needs to remember of a manifest (where the
 //! HTTP transport finds components that are no byte range of the file)
 //! stays inside it, so a [`Remote`] is the same whichever read it.

@@ -9,9 +9,9 @@ use zt_format::AlignedBuf;
 use super::{RowsAsked, Transport};
 use crate::error::{Error, Result};
 use crate::fetch::Fetch;
-use crate::quic::QuicClient;
 use crate::remote::Remote;
 use crate::verify::Delivered;
+use crate::ztp::QuicClient;
 
 #[derive(Debug)]
 pub(crate) struct QuicTransport {

@@ -9,7 +9,7 @@
 //! asked, `manifest.rs` reads a file's manifest (the file's own, or the
 //! one a ztserve renders with the digests it computed), `fetch.rs` fetches
 //! components, rows and synthesized components. `transport/http.rs` puts
-//! it behind the client's [`Transport`](crate::transport) door.
+//! it behind the client's `Transport` door.
 
 mod fetch;
 mod manifest;

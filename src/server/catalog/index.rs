@@ -172,7 +172,9 @@ impl Catalog {
         let cap = self.limits.manifest_cap;
         let limits = self.limits;
         let read = async {
-            let raw = read_capped(rel, &opened, cap).await?;
+            let raw = read_capped(rel, &opened, cap)
+                .await
+                .map_err(|e| e.to_string())?;
             let owned = rel.to_owned();
             if source != Source::MatrixAtomPack {
                 let parse = move || {
@@ -184,7 +186,11 @@ impl Catalog {
             }
             let ingest = ServedPack::read_manifest(rel, &raw).map_err(|e| e.to_string())?;
             let map_rel = zt_format::source::matrix_atom_pack::beside(rel, &ingest.tokenizer);
-            let map_json = self.root().read_small(&map_rel, cap).await?;
+            let map_json = self
+                .root()
+                .read_small(&map_rel, cap)
+                .await
+                .map_err(|e| e.to_string())?;
             off_runtime(move || {
                 let pack =
                     ServedPack::new(&owned, ingest, map_json, cap).map_err(|e| e.to_string())?;

@@ -415,7 +415,7 @@ impl Catalog {
                 self.pass_over(seen);
                 return None;
             }
-            Err(reason) => return Some(self.unavailable(seen, reason, seen.identity)),
+            Err(reason) => return Some(self.unavailable(seen, reason.to_string(), seen.identity)),
         };
         if let Some(magics) = magics {
             let head = opened.blob.read_async(8, 0, None).await;

@@ -16,7 +16,9 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use zt_format::{Component, Digest, DigestAlgorithm, Encoding, Format, Hasher, Manifest, Object};
+use zt_format::{
+    Component, Digest, DigestAlgorithm, Encoding, Format, Hasher, Manifest, Object, Rule,
+};
 
 use super::tee::Tee;
 use crate::server::store::blob::{Blob, Stop};
@@ -226,47 +228,18 @@ impl Checks {
         if let Some(done) = job.cell.get() {
             return done.clone().map_err(Refusal::Corrupt);
         }
-        let hashed = match job.trusted {
-            true => Ok((Ok(()), None)),
+        let checked = match job.trusted {
+            true => Checked::Passed(None),
             false => hash(file, job.c).await,
         };
-        let checked = match hashed {
-            Ok((verdict, crc)) => {
-                self.kept_if(object, role, &verdict, crc);
-                match (verdict, job.ragged) {
-                    (Ok(()), Some(obj)) => {
-                        let len = usize::try_from(job.c.length).unwrap_or(0);
-                        match file.read_async(len, job.c.offset, None).await {
-                            Ok(stored) => {
-                                let (obj, c) = (obj.clone(), job.c.clone());
-                                match tokio::task::spawn_blocking(move || {
-                                    ragged_offsets(&obj, &c, &stored)
-                                })
-                                .await
-                                {
-                                    Ok(verdict) => Checked::Verdict(verdict),
-                                    Err(e) => Checked::Unreadable(e.to_string()),
-                                }
-                            }
-                            Err(e) => Checked::Unreadable(format!(
-                                "reading {len} bytes at {}: {e}",
-                                job.c.offset
-                            )),
-                        }
-                    }
-                    (verdict, _) => Checked::Verdict(verdict),
-                }
-            }
-            Err(unreadable) => Checked::Unreadable(unreadable),
+        if let Checked::Passed(Some(crc)) = &checked {
+            self.keep(object, role, crc.clone());
+        }
+        let checked = match (checked, job.ragged) {
+            (Checked::Passed(_), Some(obj)) => ragged(file, obj, job.c).await,
+            (checked, _) => checked,
         };
         settle(&job, path, object, role, checked)
-    }
-
-    /// Keeps the CRC-32C of a component that passed.
-    fn kept_if(&self, object: &str, role: &str, verdict: &Result<(), String>, crc: Option<Digest>) {
-        if let (Ok(()), Some(crc)) = (verdict, crc) {
-            self.keep(object, role, crc);
-        }
     }
 }
 
@@ -284,9 +257,12 @@ struct Job<'a> {
 
 /// What checking a component found.
 enum Checked {
-    /// A verdict on its bytes: they match their digest (and a ragged
-    /// object's offsets their values), or why not.
-    Verdict(Result<(), String>),
+    /// Its bytes match their digest (and a ragged object's offsets its
+    /// values), or it has no digest to check; their CRC-32C when they
+    /// were hashed.
+    Passed(Option<Digest>),
+    /// The rule its bytes break.
+    Broke(Rule),
     /// They could not be read.
     Unreadable(String),
 }
@@ -301,26 +277,42 @@ fn settle(
     checked: Checked,
 ) -> Result<(), Refusal> {
     let named = |e: String| format!("{path}: object {object:?}, component {role:?}: {e}");
-    match checked {
-        Checked::Verdict(verdict) => job
-            .cell
-            .get_or_init(|| verdict.map_err(named))
-            .clone()
-            .map_err(Refusal::Corrupt),
-        Checked::Unreadable(why) => Err(Refusal::Unreadable(named(why))),
+    let verdict = match checked {
+        Checked::Passed(_) => Ok(()),
+        Checked::Broke(rule) => Err(named(format!("{}: {rule}", rule.name()))),
+        Checked::Unreadable(why) => return Err(Refusal::Unreadable(named(why))),
+    };
+    job.cell
+        .get_or_init(|| verdict)
+        .clone()
+        .map_err(Refusal::Corrupt)
+}
+
+/// A ragged object's offsets, read whole, checked against its values on
+/// the blocking pool.
+async fn ragged(file: &Blob, obj: &Object, c: &Component) -> Checked {
+    let len = usize::try_from(c.length).unwrap_or(0);
+    let stored = match file.read_async(len, c.offset, None).await {
+        Ok(stored) => stored,
+        Err(e) => return Checked::Unreadable(format!("reading {len} bytes at {}: {e}", c.offset)),
+    };
+    let (obj, c) = (obj.clone(), c.clone());
+    match tokio::task::spawn_blocking(move || ragged_offsets(&obj, &c, &stored)).await {
+        Ok(Ok(())) => Checked::Passed(None),
+        Ok(Err(rule)) => Checked::Broke(rule),
+        Err(e) => Checked::Unreadable(e.to_string()),
     }
 }
 
 /// A ragged object's offsets (`stored`, as the file holds them) checked
-/// against its values: the verdict.
-fn ragged_offsets(obj: &Object, c: &Component, stored: &[u8]) -> Result<(), String> {
+/// against its values: the rule they break, if any.
+fn ragged_offsets(obj: &Object, c: &Component, stored: &[u8]) -> Result<(), Rule> {
     // The manifest's lengths passed `limits.decompress_cap` when the file
     // was catalogued.
     let decoded = match (c.encoding, c.uncompressed_length) {
-        (Encoding::Zstd, Some(n)) => match zt_format::codec::decompress(stored, n, u64::MAX) {
-            Ok(d) => d.as_slice().to_vec(),
-            Err(rule) => return Err(format!("{}: {rule}", rule.name())),
-        },
+        (Encoding::Zstd, Some(n)) => zt_format::codec::decompress(stored, n, u64::MAX)?
+            .as_slice()
+            .to_vec(),
         _ => stored.to_vec(),
     };
     let count = obj
@@ -329,20 +321,16 @@ fn ragged_offsets(obj: &Object, c: &Component, stored: &[u8]) -> Result<(), Stri
         .and_then(|v| v.decoded_length()?.checked_div(v.dtype.size()))
         .unwrap_or(0);
     zt_format::ragged::check_offsets(&decoded, count)
-        .map_err(|rule| format!("{}: {rule}", rule.name()))
 }
 
-/// A component's digest check and the CRC-32C of the bytes checked.
-type Hashed = (Result<(), String>, Option<Digest>);
-
-/// `Err` when the bytes could not be read; otherwise the verdict, and the
-/// bytes' CRC-32C (hashed in the same pass, unless the digest is one).
-async fn hash(file: &Blob, c: &Component) -> Result<Hashed, String> {
+/// The component's bytes against its digest, and their CRC-32C (hashed in
+/// the same pass, unless the digest is one).
+async fn hash(file: &Blob, c: &Component) -> Checked {
     let Some(digest) = &c.digest else {
-        return Ok((Ok(()), None));
+        return Checked::Passed(None);
     };
     let Some(algorithm) = digest.algorithm() else {
-        return Ok((Ok(()), None));
+        return Checked::Passed(None);
     };
     let both = Tee {
         digest: Hasher::new(algorithm),
@@ -350,16 +338,14 @@ async fn hash(file: &Blob, c: &Component) -> Result<Hashed, String> {
     };
     // Kept for the send that follows: an object is then read once.
     let range = c.offset..c.offset.saturating_add(c.length);
-    let Tee { digest: h, crc } =
-        file.visit(range, true, both)
-            .await
-            .map_err(|stop| match stop {
-                Stop::Read(why) => why,
-                Stop::By(never) => match never {},
-            })?;
+    let Tee { digest: h, crc } = match file.visit(range, true, both).await {
+        Ok(both) => both,
+        Err(Stop::Read(e)) => return Checked::Unreadable(e.to_string()),
+        Err(Stop::By(never)) => match never {},
+    };
     let got = h.finish();
-    let verdict = digest
-        .compare(&got)
-        .map_err(|rule| format!("{}: {rule}", rule.name()));
-    Ok((verdict, Some(crc.map_or(got, Hasher::finish))))
+    match digest.compare(&got) {
+        Ok(()) => Checked::Passed(Some(crc.map_or(got, Hasher::finish))),
+        Err(rule) => Checked::Broke(rule),
+    }
 }

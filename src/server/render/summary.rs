@@ -259,7 +259,7 @@ impl Elements<'_> {
         let read = self.holder.file.visit(self.range.clone(), true, pass).await;
         let mut done = read.map_err(|stop| match stop {
             // A read that failed is the file's fault, not the data's.
-            Stop::Read(why) => Refusal::Unreadable((self.at)("unreadable", why)),
+            Stop::Read(why) => Refusal::Unreadable((self.at)("unreadable", why.to_string())),
             Stop::By(rule) => corrupt(rule),
         })?;
         if let Some(d) = done.decoder.take() {

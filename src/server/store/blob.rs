@@ -128,7 +128,7 @@ impl Blob {
         &self,
         range: Range<u64>,
         keep: bool,
-    ) -> BoxStream<'static, Result<Bytes, String>> {
+    ) -> BoxStream<'static, io::Result<Bytes>> {
         Arc::clone(&self.0).pieces(range, READ_CHUNK, keep)
     }
 
@@ -168,7 +168,7 @@ pub(crate) trait Visit: Send + 'static {
 pub(crate) async fn feed<V: Visit>(mut v: V, piece: Bytes) -> Result<V, Stop<V::Error>> {
     off_runtime(move || v.piece(&piece).map(|()| v))
         .await
-        .map_err(|e| Stop::Read(e.to_string()))?
+        .map_err(Stop::Read)?
         .map_err(Stop::By)
 }
 
@@ -176,7 +176,7 @@ pub(crate) async fn feed<V: Visit>(mut v: V, piece: Bytes) -> Result<V, Stop<V::
 #[derive(Debug)]
 pub(crate) enum Stop<E> {
     /// A read failed: "reading N bytes at POS: ...".
-    Read(String),
+    Read(io::Error),
     /// The visitor said so.
     By(E),
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
+use super::error::OpenError;
 use super::object::StoredObject;
 use super::object_root::{Listed, ObjectRoot, StoreError};
 use super::root::{ignored_name, read_capped, At, Opened, Root, Seen, MAX_DEPTH};
@@ -43,27 +44,36 @@ impl Root for BucketRoot {
         })
     }
 
-    fn open<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, String>> {
+    fn open<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, OpenError>> {
         let opened = match &seen.at {
             At::Object(etag) => Ok(self.version(&seen.rel, etag.clone(), seen.size, seen.identity)),
-            At::Path(_) => Err(format!("{}: a local file under a store root", seen.rel)),
+            At::Path(_) => Err(OpenError::OtherRoot {
+                rel: seen.rel.clone(),
+            }),
         };
         Box::pin(std::future::ready(opened))
     }
 
-    fn read_small<'a>(&'a self, rel: &'a str, cap: u64) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+    fn read_small<'a>(
+        &'a self,
+        rel: &'a str,
+        cap: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, OpenError>> {
         Box::pin(async move {
             if rel
                 .split('/')
                 .any(|p| p.is_empty() || p == "." || p == "..")
             {
-                return Err(format!("{rel}: not a key under the root [pack-member]"));
+                return Err(OpenError::NoMember {
+                    rel: rel.to_owned(),
+                    why: "not a key under the root".to_owned(),
+                });
             }
             let l = self
                 .0
                 .head(rel)
                 .await
-                .map_err(|e| format!("{rel}: {e} [pack-member]"))?;
+                .map_err(|e| OpenError::member(rel, &e))?;
             let identity = Identity::of_object(&l);
             read_capped(rel, &self.version(rel, l.etag, l.size, identity), cap).await
         })

@@ -12,6 +12,7 @@ use std::time::SystemTime;
 use notify::{RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
 
+use super::error::OpenError;
 use super::object_root::StoreError;
 use super::root::{ignored_name, read_capped, At, Opened, Root, Seen, MAX_DEPTH};
 use super::{Blob, Identity};
@@ -57,39 +58,46 @@ impl Root for DirRoot {
         Box::pin(async move { Ok(blocking(move || one(&dir, &rel)).await.flatten()) })
     }
 
-    fn open<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, String>> {
+    fn open<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, OpenError>> {
         let rel = seen.rel.clone();
         let at = match &seen.at {
             At::Path(abs) => Ok(abs.clone()),
-            At::Object(_) => Err(format!("{rel}: an object under a directory root")),
+            At::Object(_) => Err(OpenError::OtherRoot { rel: rel.clone() }),
         };
         Box::pin(async move {
             let abs = at?;
+            let stopping = OpenError::Stopping { rel: rel.clone() };
             blocking(move || open_local(&rel, &abs))
                 .await
-                .unwrap_or_else(|| Err("opening: the blocking pool is gone".to_owned()))
+                .unwrap_or(Err(stopping))
         })
     }
 
-    fn read_small<'a>(&'a self, rel: &'a str, cap: u64) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+    fn read_small<'a>(
+        &'a self,
+        rel: &'a str,
+        cap: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, OpenError>> {
         let (dir, owned) = (self.dir.clone(), rel.to_owned());
         Box::pin(async move {
+            let stopping = OpenError::Stopping { rel: owned.clone() };
             let opened = blocking(move || {
                 let path = dir
                     .join(&owned)
                     .canonicalize()
-                    .map_err(|e| format!("{owned}: {e} [pack-member]"))?;
+                    .map_err(|e| OpenError::NoMember {
+                        rel: owned.clone(),
+                        why: e.to_string(),
+                    })?;
                 if !path.starts_with(&dir) {
                     // Where it leads is the operator's to know, not a client's.
                     tracing::warn!(file = owned, target = %path.display(), "a pack member is a symlink out of the root");
-                    return Err(format!(
-                        "{owned}: lies outside the root (a symlink out of it) [pack-member]"
-                    ));
+                    return Err(OpenError::OutsideRoot { rel: owned });
                 }
                 open_local(&owned, &path)
             })
             .await
-            .unwrap_or_else(|| Err("opening: the blocking pool is gone".to_owned()))?;
+            .unwrap_or(Err(stopping))?;
             read_capped(rel, &opened, cap).await
         })
     }
@@ -131,11 +139,16 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 /// Opens the file at `abs` (`rel` under the root), with the identity the
 /// handle has.
-fn open_local(rel: &str, abs: &Path) -> Result<Opened, String> {
-    let file = File::open(abs).map_err(|e| format!("{rel}: opening file: {e}"))?;
-    let m = file
-        .metadata()
-        .map_err(|e| format!("{rel}: reading metadata: {e}"))?;
+fn open_local(rel: &str, abs: &Path) -> Result<Opened, OpenError> {
+    let failed = |doing| {
+        move |source| OpenError::Io {
+            rel: rel.to_owned(),
+            doing,
+            source,
+        }
+    };
+    let file = File::open(abs).map_err(failed("opening file"))?;
+    let m = file.metadata().map_err(failed("reading metadata"))?;
     let identity = Identity::of(&m);
     Ok(Opened {
         blob: Blob::local(file, identity),

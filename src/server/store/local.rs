@@ -60,7 +60,7 @@ impl ByteSource for LocalFile {
         range: Range<u64>,
         piece: u64,
         _keep: bool,
-    ) -> BoxStream<'static, Result<Bytes, String>> {
+    ) -> BoxStream<'static, io::Result<Bytes>> {
         pieces_with(range, piece, 2, move |r| {
             let len = usize::try_from(r.end - r.start).unwrap_or(usize::MAX);
             Arc::clone(&self).read_async(len, r.start, None)

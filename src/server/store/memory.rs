@@ -13,6 +13,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
+use super::error::OpenError;
 use super::object_root::StoreError;
 use super::root::{read_capped, At, Opened, Root, Seen};
 use super::source::{held, pieces_with, ByteSource, Gone};
@@ -113,7 +114,7 @@ impl Root for MemoryRoot {
         Box::pin(std::future::ready(Ok(seen)))
     }
 
-    fn open<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, String>> {
+    fn open<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, OpenError>> {
         let opened = match self.version(&seen.rel) {
             Some(v) if Some(v.number.to_string()) == at_version(&seen.at) => Ok(Opened {
                 size: v.bytes.len() as u64,
@@ -124,19 +125,28 @@ impl Root for MemoryRoot {
                     version: v,
                 })),
             }),
-            _ => Err(format!("{}: replaced or removed since listed", seen.rel)),
+            _ => Err(OpenError::Replaced {
+                rel: seen.rel.clone(),
+            }),
         };
         Box::pin(std::future::ready(opened))
     }
 
-    fn read_small<'a>(&'a self, rel: &'a str, cap: u64) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+    fn read_small<'a>(
+        &'a self,
+        rel: &'a str,
+        cap: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, OpenError>> {
         Box::pin(async move {
             let seen = self
                 .stat(rel)
                 .await
                 .ok()
                 .flatten()
-                .ok_or_else(|| format!("{rel}: no such file [pack-member]"))?;
+                .ok_or_else(|| OpenError::NoMember {
+                    rel: rel.to_owned(),
+                    why: "no such file".to_owned(),
+                })?;
             read_capped(rel, &self.open(&seen).await?, cap).await
         })
     }
@@ -206,7 +216,7 @@ impl ByteSource for MemoryFile {
         range: Range<u64>,
         piece: u64,
         _keep: bool,
-    ) -> BoxStream<'static, Result<Bytes, String>> {
+    ) -> BoxStream<'static, io::Result<Bytes>> {
         pieces_with(range, piece, 1, move |r| std::future::ready(self.slice(r)))
     }
 

@@ -5,7 +5,9 @@
 //! listed ETag, a byte-bounded piece cache, the store's settings and
 //! credentials). Both are a [`source::ByteSource`] with an [`Identity`];
 //! [`Blob`] is what everything above reads through, never asking which
-//! kind it holds.
+//! kind it holds. A root that cannot open a file says why in an
+//! [`error::OpenError`]; a read that fails is an `io::Error` saying how
+//! many bytes at which offset.
 //!
 //! May use: `config` (the storage settings), `families` (its metrics) and
 //! `zt-format` (read plans of each source's header). Knows nothing of
@@ -15,6 +17,7 @@ pub(crate) mod aws_files;
 pub(crate) mod blob;
 mod bucket;
 mod dir;
+pub(crate) mod error;
 mod identity;
 mod local;
 #[cfg(test)]

@@ -68,7 +68,7 @@ impl ByteSource for StoredObject {
         range: Range<u64>,
         piece: u64,
         keep: bool,
-    ) -> BoxStream<'static, Result<Bytes, String>> {
+    ) -> BoxStream<'static, io::Result<Bytes>> {
         let ahead = self.root.read_ahead();
         pieces_with(range, piece, ahead, move |r| {
             let me = Arc::clone(&self);

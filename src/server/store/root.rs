@@ -14,6 +14,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
 use zt_format::Source;
 
+use super::error::OpenError;
 use super::object_root::StoreError;
 use super::{Blob, Identity};
 
@@ -58,11 +59,15 @@ pub(crate) trait Root: Send + Sync + fmt::Debug {
 
     /// Opens a listed file: its bytes, size and identity as of the handle
     /// kept (a local path may already name a newer file).
-    fn open<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, String>>;
+    fn open<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, OpenError>>;
 
     /// The whole of a file of the tree that is no entry (a pack's symbol
     /// map), at most `cap` bytes, if it lies inside the root.
-    fn read_small<'a>(&'a self, rel: &'a str, cap: u64) -> BoxFuture<'a, Result<Vec<u8>, String>>;
+    fn read_small<'a>(
+        &'a self,
+        rel: &'a str,
+        cap: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, OpenError>>;
 
     /// Whether files are read ahead of requests (digests computed, every
     /// component verified in the background), `asked` being
@@ -121,18 +126,29 @@ pub(crate) fn ignored_name(name: &str) -> bool {
 pub(crate) const MAX_DEPTH: usize = 32;
 
 /// The whole of a small file that names others: at most `cap` bytes.
-pub(crate) async fn read_capped(rel: &str, opened: &Opened, cap: u64) -> Result<Vec<u8>, String> {
+pub(crate) async fn read_capped(
+    rel: &str,
+    opened: &Opened,
+    cap: u64,
+) -> Result<Vec<u8>, OpenError> {
     let size = opened.size;
+    let over = || OpenError::OverCap {
+        rel: rel.to_owned(),
+        size,
+        cap,
+    };
     if size > cap {
-        return Err(format!(
-            "{rel}: {size} bytes, over the manifest cap of {cap} [header-over-cap]"
-        ));
+        return Err(over());
     }
-    let len = usize::try_from(size).map_err(|e| e.to_string())?;
+    let len = usize::try_from(size).map_err(|_| over())?;
     let bytes = opened
         .blob
         .read_async(len, 0, None)
         .await
-        .map_err(|e| format!("{rel}: reading: {e}"))?;
+        .map_err(|source| OpenError::Io {
+            rel: rel.to_owned(),
+            doing: "reading",
+            source,
+        })?;
     Ok(bytes.to_vec())
 }

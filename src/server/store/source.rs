@@ -50,7 +50,7 @@ pub(crate) trait ByteSource: Send + Sync + fmt::Debug {
         range: Range<u64>,
         piece: u64,
         keep: bool,
-    ) -> BoxStream<'static, Result<Bytes, String>>;
+    ) -> BoxStream<'static, io::Result<Bytes>>;
 
     /// Finds out now, before a response's headers go out, whether the
     /// version is still there, where its identity cannot tell: reads the
@@ -70,7 +70,7 @@ pub(super) fn pieces_with<F>(
     piece: u64,
     ahead: usize,
     read: impl Fn(Range<u64>) -> F + Send + 'static,
-) -> BoxStream<'static, Result<Bytes, String>>
+) -> BoxStream<'static, io::Result<Bytes>>
 where
     F: std::future::Future<Output = io::Result<Bytes>> + Send + 'static,
 {
@@ -82,8 +82,10 @@ where
             let r = at..at.saturating_add(piece).min(end);
             let got = read(r.clone());
             async move {
-                got.await
-                    .map_err(|e| format!("reading {} bytes at {}: {e}", r.end - r.start, r.start))
+                got.await.map_err(|e| {
+                    let why = format!("reading {} bytes at {}: {e}", r.end - r.start, r.start);
+                    io::Error::new(e.kind(), why)
+                })
             }
         })
         .buffered(ahead.max(1))

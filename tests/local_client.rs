@@ -113,3 +113,37 @@ fn a_corrupt_local_component_fails_alone() {
         assert!(failed[0].contains("digest"), "{failed:?}");
     });
 }
+
+/// `require_digest` holds for a local file as for a server's: a
+/// component that carries no digest is refused naming itself, and read
+/// as it is without the option (the Python package reads its own files
+/// so, docs/python.md).
+#[test]
+fn require_digest_refuses_a_local_component_without_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plain.zt");
+    let data: Vec<u8> = (0..64u8).collect();
+    let mut w = Writer::new(Vec::new(), "plain.zt").unwrap();
+    let bare = StoreOptions {
+        digest: None,
+        ..StoreOptions::default()
+    };
+    w.add_dense("plain", &[64], DType::U8, &data, bare).unwrap();
+    std::fs::write(&path, w.finish().unwrap()).unwrap();
+    rt().block_on(async {
+        let path = path.to_str().unwrap();
+        let strict = Options {
+            require_digest: true,
+            ..Options::default()
+        };
+        let c = Client::open_local(path, strict).await.unwrap();
+        let mut f = c.fetch(&[], None).await.unwrap();
+        let err = f.next().await.unwrap().unwrap_err();
+        assert!(matches!(err, Error::Unverifiable { .. }), "{err}");
+        assert!(err.to_string().contains("plain"), "{err}");
+        let c = Client::open_local(path, Options::default()).await.unwrap();
+        let mut f = c.fetch(&[], None).await.unwrap();
+        let got = f.next().await.unwrap().unwrap();
+        assert_eq!(got.data.as_slice(), &data[..]);
+    });
+}

@@ -69,7 +69,10 @@ impl Session {
         let args = ClientArgs::from_dict(options)?;
         let select = select.unwrap_or_default();
         let rt = runtime()?;
-        let options = client_options(&args)?;
+        let mut options = client_options(&args)?;
+        // A local file is the caller's own: one without digests (a
+        // safetensors or GGUF file) is read as it is (docs/python.md).
+        options.require_digest &= Client::is_url(&source);
         let max_buffered = max_buffered_bytes.unwrap_or(256 << 20).max(1 << 20);
         let cap = options.component_cap;
         let at = source.clone();

@@ -95,10 +95,7 @@ impl Client {
     /// [`Client::connect`] does, anything else as a local path
     /// ([`Client::open_local`]).
     pub async fn open(source: &str, options: Options) -> Result<Client> {
-        let url = ["quic://", "http://", "https://"]
-            .iter()
-            .any(|p| source.starts_with(p));
-        if url {
+        if Client::is_url(source) {
             Client::connect(source, options).await
         } else {
             Client::open_local(source, options).await
@@ -115,6 +112,14 @@ impl Client {
             url: path.to_owned(),
             options: Arc::new(options),
         })
+    }
+
+    /// Whether [`Client::open`] takes `source` for a URL (`quic://`,
+    /// `http://`, `https://`) rather than a local path.
+    pub fn is_url(source: &str) -> bool {
+        ["quic://", "http://", "https://"]
+            .iter()
+            .any(|p| source.starts_with(p))
     }
 
     /// Whether this client reads a local file ([`Client::open_local`]),

@@ -28,13 +28,15 @@ pub(crate) struct LocalTransport {
     check: Checking,
 }
 
-/// How components are checked, from the client's options: against the
-/// digests the file carries (`!allow_unverified`). A local file is the
-/// caller's own, so one without digests (a safetensors or GGUF file) is
-/// read as it is, whatever `require_digest` says of a server's.
+/// How components are checked, from the client's options.
 #[derive(Debug, Clone, Copy)]
 struct Checking {
+    /// Digests are checked (`!allow_unverified`).
     verified: bool,
+    /// A component without a digest is refused (`require_digest`; a
+    /// caller that reads its own files, such as the Python package, turns
+    /// it off for a path).
+    require_digest: bool,
 }
 
 impl LocalTransport {
@@ -43,6 +45,7 @@ impl LocalTransport {
     pub(crate) async fn open(path: &str, options: &Options) -> Result<LocalTransport> {
         let check = Checking {
             verified: !options.allow_unverified,
+            require_digest: options.require_digest,
         };
         let verified = check.verified;
         let read = ReadOptions {
@@ -96,6 +99,15 @@ fn read(file: &ZtFile, object: &str, role: &str, seq: u64, check: Checking) -> R
         .ok()
         .and_then(|o| o.components.get(role))
         .ok_or_else(|| Error::Protocol(format!("{}: {at}: no such component", file.label())))?;
+    if check.require_digest && c.digest.is_none() {
+        return Err(Error::Unverifiable {
+            at: Some(at.clone()),
+            message: format!(
+                "{}: {at} carries no digest, and the client requires one",
+                file.label()
+            ),
+        });
+    }
     let copy = |b: &[u8]| AlignedBuf::copy_from(b).map_err(|r| Error::corrupt(&at, r));
     let (data, encoding, uncompressed_length, digest) = if c.is_transformed() {
         let data = match file.read(object, role)? {

@@ -5,10 +5,9 @@
 //! [`Blob`] that serves it.
 //!
 //! The root is a directory or a prefix in object storage (a `dyn Root` of
-//! the store, which lists the files and opens each as a [`Blob`]). A local
-//! file is read with `pread` through the handle its entry keeps, never
-//! mapped: a file truncated in place makes its requests fail, not the
-//! daemon. A file replaced by rename keeps serving its old bytes to
+//! the store, which lists the files and opens each as a [`Blob`]; how
+//! bytes are read is the store's). An entry keeps the handle it was
+//! opened with: a file replaced by rename keeps serving its old bytes to
 //! requests that already hold the old entry, while new requests get the
 //! new one. An object is keyed by its ETag, size and time as listed; its
 //! header is read with the ranged GETs its source's read plan asks for
@@ -54,7 +53,7 @@ use zt_format::{DigestAlgorithm, Limits, Source};
 
 use crate::server::config::{DigestChoice, DigestsConfig};
 use crate::server::integrity::digests::{Computed, DigestMetrics, Store};
-use crate::server::store::object_root::StoreError;
+use crate::server::store::error::StoreError;
 use crate::server::store::root::{Opened, Root, Seen};
 use futures_util::StreamExt as _;
 use hasher::{Hasher, Settle};

@@ -11,7 +11,7 @@ use zt_format::container::Synthesized;
 use zt_format::{Digest, Manifest, Origin, Source};
 
 use crate::server::catalog::etag;
-use crate::server::integrity::checks::{Checks, Refusal};
+use crate::server::integrity::checks::{CheckFailure, Checks};
 use crate::server::integrity::digests::Computed;
 use crate::server::store::{Blob, Identity};
 
@@ -85,7 +85,11 @@ impl Served {
     /// its own: a request that goes away (its client hung up) does not drop
     /// it half-done, and the requests waiting on it get its answer instead
     /// of starting over.
-    pub(crate) async fn check(self: &Arc<Self>, object: &str, role: &str) -> Result<(), Refusal> {
+    pub(crate) async fn check(
+        self: &Arc<Self>,
+        object: &str,
+        role: &str,
+    ) -> Result<(), CheckFailure> {
         let entry = self.owner(object, role).unwrap_or_else(|| Arc::clone(self));
         if entry.checks.passed(object, role) {
             return Ok(());
@@ -99,7 +103,7 @@ impl Served {
         })
         .await
         .unwrap_or_else(|e| {
-            Err(Refusal::Unreadable(format!(
+            Err(CheckFailure::Unreadable(format!(
                 "{}: object {object:?}, component {role:?}: the check failed: {e}",
                 self.path
             )))
@@ -111,7 +115,7 @@ impl Served {
     pub(crate) async fn check_spans(
         self: &Arc<Self>,
         spans: &[std::ops::Range<u64>],
-    ) -> Result<(), Refusal> {
+    ) -> Result<(), CheckFailure> {
         for span in spans {
             let parts: Vec<(String, String)> = self
                 .checks
@@ -256,7 +260,7 @@ impl Found {
             // the file's modification time.
             let mtime = identity.mtime_ns.to_le_bytes();
             etag::derived(tag, &[&raw, &size.to_le_bytes(), &mtime])
-        } else if filled && identity.is_object() {
+        } else if filled && identity.is_shared() {
             // The store's version names the bytes for every replica alike,
             // whether or not it has computed the digests yet.
             provisional_tag(&manifest, &raw, &identity)
@@ -394,6 +398,6 @@ fn fill(path: &str, m: &mut Manifest, computed: &Computed, strict: bool) -> Resu
 /// store's version, the same on every replica.
 fn provisional_tag(m: &Manifest, raw: &[u8], identity: &Identity) -> String {
     let source = m.source.name().as_bytes();
-    let kind = if identity.is_object() { "o" } else { "p" };
+    let kind = if identity.is_shared() { "o" } else { "p" };
     etag::derived(kind, &[source, b"\0", raw, &identity.bytes()])
 }

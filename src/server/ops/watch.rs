@@ -12,7 +12,6 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::server::store::object_root::StoreError;
 use crate::server::State;
 
 /// Starts the watcher task.
@@ -51,8 +50,9 @@ pub(crate) fn spawn(state: Arc<State>) -> JoinHandle<()> {
 /// object store; none for a directory), and looks again at once at the
 /// files its reads found replaced.
 pub(crate) fn spawn_store_check(state: Arc<State>) -> Option<JoinHandle<()>> {
-    // A future made only to learn whether there is one: dropped unpolled.
-    state.catalog.root().check().is_some().then_some(())?;
+    if !state.catalog.root().is_checked() {
+        return None;
+    }
     let every = Duration::from_secs(state.config.storage.check_interval_secs.max(1));
     Some(tokio::spawn(async move {
         let root = state.catalog.root();
@@ -68,18 +68,7 @@ pub(crate) fn spawn_store_check(state: Arc<State>) -> Option<JoinHandle<()>> {
                     continue;
                 }
             }
-            let Some(check) = root.check() else { return };
-            // A store cut off may not refuse, only stay silent.
-            let answer = match tokio::time::timeout(every.max(CHECK_TIMEOUT), check).await {
-                Ok(answer) => answer.err(),
-                Err(_) => Some(StoreError::Unreachable {
-                    url: root.describe().to_owned(),
-                    detail: format!(
-                        "no answer to a listing within {:?}",
-                        every.max(CHECK_TIMEOUT)
-                    ),
-                }),
-            };
+            let answer = root.check(every.max(CHECK_TIMEOUT)).await.err();
             if let Some(e) = &answer {
                 tracing::warn!(root = root.describe(), error = %e, "the store does not answer; not ready");
             }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
@@ -87,8 +88,21 @@ impl Root for BucketRoot {
         Box::pin(self.0.changed())
     }
 
-    fn check(&self) -> Option<BoxFuture<'_, Result<(), StoreError>>> {
-        Some(Box::pin(self.0.check()))
+    fn is_checked(&self) -> bool {
+        true
+    }
+
+    fn check(&self, within: Duration) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            // A store cut off may not refuse, only stay silent.
+            match tokio::time::timeout(within, self.0.check()).await {
+                Ok(answer) => answer,
+                Err(_) => Err(StoreError::Unreachable {
+                    url: self.0.url().to_owned(),
+                    detail: format!("no answer to a listing within {within:?}"),
+                }),
+            }
+        })
     }
 
     fn register_metrics(&self, registry: &prometheus::Registry) -> prometheus::Result<()> {

@@ -12,9 +12,8 @@ use std::time::SystemTime;
 use notify::{RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
 
-use super::error::OpenError;
-use super::object_root::StoreError;
-use super::root::{ignored_name, read_capped, At, Opened, Root, Seen, MAX_DEPTH};
+use super::error::{OpenError, StoreError};
+use super::root::{ignored_name, read_capped, At, Opened, Root, Seen, Watching, MAX_DEPTH};
 use super::{Blob, Identity};
 
 /// A directory of served files (canonicalized).
@@ -106,7 +105,7 @@ impl Root for DirRoot {
         true
     }
 
-    fn watch(&self, tx: mpsc::Sender<()>) -> Option<Box<dyn Send>> {
+    fn watch(&self, tx: mpsc::Sender<()>) -> Option<Watching> {
         let handler = move |res: notify::Result<notify::Event>| match res {
             Ok(_) => {
                 let _ = tx.try_send(());
@@ -141,10 +140,10 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 /// handle has.
 fn open_local(rel: &str, abs: &Path) -> Result<Opened, OpenError> {
     let failed = |doing| {
-        move |source| OpenError::Io {
+        move |error| OpenError::Io {
             rel: rel.to_owned(),
             doing,
-            source,
+            error,
         }
     };
     let file = File::open(abs).map_err(failed("opening file"))?;

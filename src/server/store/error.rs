@@ -1,11 +1,32 @@
-//! Why a root could not open or read one of its files: each error names
-//! the file (its path under the root) and, where a rule of the catalog's
-//! is at fault, that rule (`[pack-member]`, `[header-over-cap]`). The
-//! catalog keeps the text as the reason a file is unavailable.
+//! Why a root could not answer: a store that did not list, find or keep
+//! an object ([`StoreError`]), or a file a root could not open or read
+//! ([`OpenError`]), each naming the file (its path under the root) and,
+//! where a rule of the catalog's is at fault, that rule (`[pack-member]`,
+//! `[header-over-cap]`). The catalog keeps the text as the reason a file
+//! is unavailable, `/readyz` the store's.
 
 use std::io;
 
-use super::object_root::StoreError;
+/// Why the store could not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The root's URL or settings cannot be used.
+    #[error("{0}")]
+    Config(String),
+    /// The object is not (or no longer) there.
+    #[error("{url}: {key} is not in the store")]
+    NotFound { url: String, key: String },
+    /// The object is no longer the version that was listed.
+    #[error("{url}: {key} changed on the server (its ETag is no longer {etag})")]
+    Changed {
+        url: String,
+        key: String,
+        etag: String,
+    },
+    /// The store did not answer, or refused (after the crate's retries).
+    #[error("{url}: {detail}")]
+    Unreachable { url: String, detail: String },
+}
 
 /// Why [`Root::open`](super::root::Root::open) or
 /// [`Root::read_small`](super::root::Root::read_small) failed.
@@ -27,11 +48,11 @@ pub(crate) enum OpenError {
     #[error("{rel}: {size} bytes, over the manifest cap of {cap} [header-over-cap]")]
     OverCap { rel: String, size: u64, cap: u64 },
     /// The file system or the store failed while `doing` something.
-    #[error("{rel}: {doing}: {source}")]
+    #[error("{rel}: {doing}: {error}")]
     Io {
         rel: String,
         doing: &'static str,
-        source: io::Error,
+        error: io::Error,
     },
     /// A listing of another kind of root (a local path under a store, an
     /// object under a directory): a bug, said plainly.

@@ -82,8 +82,10 @@ impl Identity {
         }
     }
 
-    /// Whether this names an object's version rather than a local file's.
-    pub(crate) fn is_object(&self) -> bool {
+    /// Whether this identity names the same bytes on every replica (an
+    /// object's version in a store, not a local file's inode and times),
+    /// so that a tag made from it holds for good.
+    pub(crate) fn is_shared(&self) -> bool {
         self.dev == Self::OBJECT
     }
 

@@ -13,8 +13,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
-use super::error::OpenError;
-use super::object_root::StoreError;
+use super::error::{OpenError, StoreError};
 use super::root::{read_capped, At, Opened, Root, Seen};
 use super::source::{held, pieces_with, ByteSource, Gone};
 use super::{Blob, Identity};

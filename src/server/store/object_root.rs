@@ -37,26 +37,7 @@ pub fn is_object_url(root: &str) -> bool {
     SCHEMES.iter().any(|s| root.starts_with(s))
 }
 
-/// Why the store could not answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
-    /// The root's URL or settings cannot be used.
-    #[error("{0}")]
-    Config(String),
-    /// The object is not (or no longer) there.
-    #[error("{url}: {key} is not in the store")]
-    NotFound { url: String, key: String },
-    /// The object is no longer the version that was listed.
-    #[error("{url}: {key} changed on the server (its ETag is no longer {etag})")]
-    Changed {
-        url: String,
-        key: String,
-        etag: String,
-    },
-    /// The store did not answer, or refused (after the crate's retries).
-    #[error("{url}: {detail}")]
-    Unreachable { url: String, detail: String },
-}
+pub use super::error::StoreError;
 
 /// A file found by listing the root.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,14 +8,13 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
 use zt_format::Source;
 
-use super::error::OpenError;
-use super::object_root::StoreError;
+use super::error::{OpenError, StoreError};
 use super::{Blob, Identity};
 
 /// A file a listing found, before it is read.
@@ -80,8 +79,7 @@ pub(crate) trait Root: Send + Sync + fmt::Debug {
     /// while the returned guard is kept. `None` for a root that has none
     /// (a store) or when they could not be set up (logged; the periodic
     /// rescans are left).
-    fn watch(&self, tx: mpsc::Sender<()>) -> Option<Box<dyn Send>> {
-        drop(tx);
+    fn watch(&self, _tx: mpsc::Sender<()>) -> Option<Watching> {
         None
     }
 
@@ -92,20 +90,28 @@ pub(crate) trait Root: Send + Sync + fmt::Debug {
         Box::pin(std::future::pending())
     }
 
-    /// A cheap check that the root answers (a store: one page of its
-    /// listing), which `/readyz` reports; `None` for a root that cannot
-    /// fail apart from its reads (a directory).
-    fn check(&self) -> Option<BoxFuture<'_, Result<(), StoreError>>> {
-        None
+    /// Whether the root can fail apart from its reads (a store), and so
+    /// is checked every `storage.check_interval_secs` ([`Root::check`]).
+    fn is_checked(&self) -> bool {
+        false
+    }
+
+    /// A cheap check that the root answers within `within` (a store: one
+    /// page of its listing), which `/readyz` reports.
+    fn check(&self, _within: Duration) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
     }
 
     /// Registers the root's own metrics family (a store's
     /// `ztserve_store_*`); none by default.
-    fn register_metrics(&self, registry: &prometheus::Registry) -> prometheus::Result<()> {
-        let _ = registry;
+    fn register_metrics(&self, _registry: &prometheus::Registry) -> prometheus::Result<()> {
         Ok(())
     }
 }
+
+/// What keeps a root's change events coming ([`Root::watch`]): dropped,
+/// they stop.
+pub(crate) type Watching = Box<dyn Send>;
 
 /// A file [`Root::open`] opened: its bytes, and its size and identity as
 /// of the handle.
@@ -145,10 +151,10 @@ pub(crate) async fn read_capped(
         .blob
         .read_async(len, 0, None)
         .await
-        .map_err(|source| OpenError::Io {
+        .map_err(|error| OpenError::Io {
             rel: rel.to_owned(),
             doing: "reading",
-            source,
+            error,
         })?;
     Ok(bytes.to_vec())
 }

@@ -13,23 +13,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{curl, repo, Server};
+use common::{curl, peak_rss_kib, repo, Server};
 use zt_format::{DType, StoreOptions, Writer};
 
 /// Rules only a read of the component's bytes can find: such files are
 /// served, and the component itself is refused.
 const READ_TIME: &[&str] = &["digest-mismatch", "decompress-over-cap", "ragged-offsets"];
-
-/// The daemon's peak resident memory, in KiB.
-fn peak_rss_kib(s: &Server) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap()
-}
 
 /// A sparse file of 41 GiB whose footer claims a 40 GiB manifest.
 fn claims_40_gib(path: &Path) {

@@ -187,6 +187,8 @@ fn dual_stack_listening() {
     let _ = child.wait();
 }
 
+/// A request for data past the connection cap waits for a slot; a probe
+/// does not (issue 28: `limits.ops_connections`).
 #[test]
 fn connections_beyond_the_cap_wait_for_a_slot() {
     let root = sample_root();
@@ -196,15 +198,17 @@ fn connections_beyond_the_cap_wait_for_a_slot() {
     let s = Server::start(root.path(), &["--config", cfg.to_str().unwrap()]);
     let hog = std::net::TcpStream::connect(&s.addr).unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    let waiting = curl(&["--max-time", "1"], &s.url("/healthz"));
+    let data = s.url("/v1/files/sample.zt/manifest");
+    let waiting = curl(&["--max-time", "1"], &data);
     assert_eq!(
         waiting.status, 0,
-        "a second connection must wait while the only slot is taken"
+        "a second connection's request must wait while the only slot is taken"
     );
+    assert_eq!(curl(&["--max-time", "1"], &s.url("/healthz")).status, 200);
     drop(hog);
     assert!(eventually(Duration::from_secs(5), || curl(
         &["--max-time", "2"],
-        &s.url("/healthz")
+        &data
     )
     .status
         == 200));

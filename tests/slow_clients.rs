@@ -153,3 +153,82 @@ fn oversized_headers_get_431_and_the_daemon_stays_up() {
     assert_eq!(r.status, 431);
     assert_eq!(curl(&[], &s.url("/healthz")).status, 200);
 }
+
+/// Issue 28, item 2: while slow clients hold every slot, `/healthz`,
+/// `/readyz` and `/metrics` are answered at once on a connection past the
+/// slots (before, a probe waited in the kernel's backlog until a slot
+/// freed); any other request on such a connection waits for a slot and is
+/// served once one frees. Connections past the places too are closed at
+/// once, and the places free after `limits.ops_header_timeout_ms`.
+#[test]
+fn probes_are_answered_while_slow_clients_hold_every_slot() {
+    let root = sample_root();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config_file(
+        dir.path(),
+        "[limits]\nmax_connections = 2\nheader_timeout_secs = 3\nops_connections = 4\nops_header_timeout_ms = 500\n",
+    );
+    let s = Server::start(root.path(), &["--config", &cfg]);
+    let lorises: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut c = TcpStream::connect(&s.addr).unwrap();
+            c.write_all(b"GET /v1/files HTTP/1.1\r\nHost: x\r\n")
+                .unwrap();
+            c
+        })
+        .collect();
+    let dribble = {
+        let mut streams: Vec<TcpStream> = lorises.iter().map(|c| c.try_clone().unwrap()).collect();
+        std::thread::spawn(move || {
+            for _ in 0..12 {
+                for c in &mut streams {
+                    let _ = c.write_all(b"X");
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    for route in ["/healthz", "/readyz", "/metrics"] {
+        let start = Instant::now();
+        let r = curl(&["--max-time", "10"], &s.url(route));
+        let took = start.elapsed();
+        assert_eq!(r.status, 200, "{route}");
+        assert!(
+            took < Duration::from_millis(900),
+            "{route} took {took:?} while slow clients held every slot"
+        );
+    }
+    // A request for data waits for a slot, and is served when the header
+    // timeout cuts a slow client off.
+    let start = Instant::now();
+    let r = curl(
+        &["--max-time", "10"],
+        &s.url("/v1/files/sample.zt/manifest"),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+    dribble.join().unwrap();
+
+    // A flood of silent connections: two take the slots (the slow
+    // clients are gone), four the places past them, the rest are closed
+    // at once.
+    let mut flood: Vec<TcpStream> = (0..12)
+        .map(|_| TcpStream::connect(&s.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut closed = 0;
+    for c in &mut flood {
+        closed += usize::from(closed_within(c, Duration::from_millis(100)));
+    }
+    assert!(closed >= 6, "{closed} of 12 connections closed at once");
+    // The places free after the short header timeout: a probe is reached.
+    std::thread::sleep(Duration::from_millis(600));
+    let start = Instant::now();
+    assert_eq!(curl(&["--max-time", "10"], &s.url("/healthz")).status, 200);
+    assert!(start.elapsed() < Duration::from_millis(900));
+}

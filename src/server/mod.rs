@@ -13,6 +13,7 @@
 
 mod catalog;
 pub mod config;
+mod cpu;
 mod families;
 mod http;
 mod integrity;
@@ -63,6 +64,8 @@ pub struct State {
     pub ready: AtomicBool,
     /// Objects' value summaries, per file version.
     pub(crate) summaries: summary::Cache,
+    /// The pool CPU-heavy request work runs on (`limits.cpu_jobs`).
+    pub(crate) cpu: Arc<cpu::CpuPool>,
 }
 
 /// The ztp/1 send budget (`quic.send_budget_bytes`, at least one read
@@ -97,8 +100,15 @@ impl State {
             Some(f) => Some(auth::Tokens::load(f)?),
             None => None,
         };
-        let renderings =
-            renderings::Renderings::new(config.limits.render_cache_bytes, config.limits.render_cap);
+        let cpu = Arc::new(cpu::CpuPool::new(
+            config.limits.cpu_jobs,
+            config.limits.cpu_queue,
+        ));
+        let renderings = renderings::Renderings::new(
+            config.limits.render_cache_bytes,
+            config.limits.render_cap,
+            Arc::clone(&cpu),
+        );
         let send_budget = Arc::new(tokio::sync::Semaphore::new(
             usize::try_from(send_budget_kib(&config)).unwrap_or(usize::MAX >> 4),
         ));
@@ -106,6 +116,9 @@ impl State {
         let registry = metrics.registry();
         catalog.digest_metrics().register(registry)?;
         renderings.register(registry)?;
+        cpu.register(registry)?;
+        let summaries = summary::Cache::default();
+        summaries.register(registry)?;
         catalog.root().register_metrics(registry)?;
         Ok(Arc::new(State {
             tokens,
@@ -115,7 +128,8 @@ impl State {
             catalog,
             metrics,
             ready: AtomicBool::new(false),
-            summaries: summary::Cache::default(),
+            summaries,
+            cpu,
         }))
     }
 

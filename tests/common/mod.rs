@@ -358,3 +358,14 @@ pub fn exported_metrics(text: &str) -> std::collections::BTreeMap<String, String
         })
         .collect()
 }
+
+/// The daemon's peak resident memory so far (`VmHWM`), in KiB.
+pub fn peak_rss_kib(s: &Server) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}

@@ -126,6 +126,25 @@ impl Decoder {
         stored: &[u8],
         mut f: impl FnMut(&[u8]) -> Result<(), E>,
     ) -> Result<(), E> {
+        let mut at = 0;
+        loop {
+            let (took, piece) = self.fill(stored.get(at..).unwrap_or_default())?;
+            at = at.saturating_add(took);
+            match piece {
+                Some(piece) => f(piece)?,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Decodes from `stored` until a piece is full or every byte of
+    /// `stored` is taken, whichever comes first: how many bytes it took,
+    /// and the piece when it is full. At most one piece is decoded per
+    /// call, whatever the frame's ratio, so a caller that hands pieces on
+    /// as they are taken (a response to a slow client) holds one at a
+    /// time. Call again with the rest of `stored` (even none: the decoder
+    /// may hold more output) until it returns no piece.
+    pub fn fill(&mut self, stored: &[u8]) -> Result<(usize, Option<&[u8]>), Rule> {
         use zstd::stream::raw::{InBuffer, Operation as _, OutBuffer};
         let mut input = InBuffer::around(stored);
         loop {
@@ -144,16 +163,15 @@ impl Decoder {
                 return Err(Rule::ZstdLength {
                     actual: self.done,
                     expected: self.expected,
-                }
-                .into());
+                });
             }
             if self.filled == self.piece.len() {
-                f(&self.piece)?;
                 self.filled = 0;
+                return Ok((input.pos(), Some(&self.piece)));
             } else if input.pos() == stored.len() {
                 // Room left and nothing more to read: every byte this
                 // input yields is out.
-                return Ok(());
+                return Ok((input.pos(), None));
             }
         }
     }
@@ -228,6 +246,23 @@ mod tests {
             decompress(b"garbage", 10, 100),
             Err(Rule::ZstdCorrupt { .. })
         ));
+    }
+
+    /// One piece per call, however much the stored bytes decode to: 1 MiB
+    /// of zeros from a few hundred stored bytes comes out 4 KiB a call.
+    #[test]
+    fn fill_decodes_one_piece_a_call() {
+        let z = compress(&vec![0u8; 1 << 20], 3).unwrap();
+        let mut d = Decoder::new(1 << 20, 1 << 20, 4096).unwrap();
+        let (mut at, mut pieces) = (0, 0);
+        while let (took, Some(piece)) = d.fill(z.get(at..).unwrap()).unwrap() {
+            at += took;
+            assert_eq!(piece, &[0u8; 4096][..]);
+            pieces += 1;
+        }
+        assert_eq!(pieces, 256);
+        assert!(z.len() < 4096, "{} stored bytes", z.len());
+        d.finish(|_| Ok::<(), Rule>(())).unwrap();
     }
 
     /// Pieces of exactly the size asked for (the last shorter), the total

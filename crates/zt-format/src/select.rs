@@ -6,10 +6,29 @@
 //! - A pattern without wildcards is an exact name.
 //! - Several patterns select the union of their matches.
 //! - A pattern that matches nothing is an error that names it.
+//! - At most [`MAX_PATTERNS`] patterns of at most [`MAX_PATTERN_CHARS`]
+//!   characters each, of which at most [`MAX_WILDCARD_PATTERNS`] have
+//!   wildcards: a selection is a request's, and its cost is the server's.
+//!
+//! Matching costs at most the name's length times the longest run of
+//! characters between two `*` of the pattern: each run is found at the
+//! leftmost place it fits after the one before (which is where a match
+//! would put it, if there is one), so nothing is tried twice. Exact names
+//! are looked up, not matched.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use crate::Manifest;
+
+/// Most patterns in one selection.
+pub const MAX_PATTERNS: usize = 4096;
+
+/// Most patterns with a wildcard in one selection.
+pub const MAX_WILDCARD_PATTERNS: usize = 64;
+
+/// Most characters in one pattern.
+pub const MAX_PATTERN_CHARS: usize = 1024;
 
 /// One parsed pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,8 +46,12 @@ pub struct Pattern {
 }
 
 impl Pattern {
-    /// Parses a pattern. A trailing lone `\` is an error.
+    /// Parses a pattern. A trailing lone `\` is an error, and so is one of
+    /// more than [`MAX_PATTERN_CHARS`] characters.
     pub fn new(text: &str) -> Result<Self, SelectError> {
+        if text.chars().count() > MAX_PATTERN_CHARS {
+            return Err(SelectError::TooLong(text.chars().take(64).collect()));
+        }
         let mut tokens = Vec::with_capacity(text.len());
         let mut chars = text.chars();
         while let Some(c) = chars.next() {
@@ -53,6 +76,11 @@ impl Pattern {
         &self.text
     }
 
+    /// Whether the pattern has no wildcards.
+    fn is_exact(&self) -> bool {
+        self.tokens.iter().all(|t| matches!(t, Token::Literal(_)))
+    }
+
     /// The exact name this pattern stands for, when it has no wildcards.
     pub fn exact(&self) -> Option<String> {
         self.tokens
@@ -65,51 +93,73 @@ impl Pattern {
     }
 
     /// Whether `name` matches the whole pattern.
-    // Both cursors stay below their slice's length, so `+ 1` cannot overflow.
-    #[allow(clippy::arithmetic_side_effects)]
     pub fn matches(&self, name: &str) -> bool {
         let name: Vec<char> = name.chars().collect();
-        // Iterative wildcard matching with one backtrack point: linear in
-        // practice, never exponential.
-        let (mut p, mut n) = (0usize, 0usize);
-        let mut star: Option<(usize, usize)> = None;
-        while n < name.len() {
-            match self.tokens.get(p) {
-                Some(Token::Any) => {
-                    star = Some((p, n));
-                    p += 1;
-                }
-                Some(Token::One) => {
-                    p += 1;
-                    n += 1;
-                }
-                Some(Token::Literal(c)) if name.get(n) == Some(c) => {
-                    p += 1;
-                    n += 1;
-                }
-                _ => match star {
-                    Some((sp, sn)) => {
-                        p = sp + 1;
-                        n = sn + 1;
-                        star = Some((sp, sn + 1));
-                    }
-                    None => return false,
-                },
+        self.matches_chars(&name)
+    }
+
+    /// Whether `name` (as characters) matches the whole pattern: the runs
+    /// between `*`s placed leftmost in turn, the first at the start and
+    /// the last at the end unless a `*` frees them.
+    fn matches_chars(&self, name: &[char]) -> bool {
+        let mut runs = self.tokens.split(|t| *t == Token::Any);
+        let Some(first) = runs.next() else {
+            return name.is_empty();
+        };
+        if !self.tokens.contains(&Token::Any) {
+            return first.len() == name.len() && fits(first, name);
+        }
+        // The last run is anchored at the end: set it aside first.
+        let mut middle: Vec<&[Token]> = runs.collect();
+        let last = middle.pop().unwrap_or_default();
+        let Some(end) = name.len().checked_sub(last.len()) else {
+            return false;
+        };
+        if !name.get(end..).is_some_and(|tail| fits(last, tail)) || first.len() > end {
+            return false;
+        }
+        if !fits(first, name) {
+            return false;
+        }
+        let (mut at, body) = (first.len(), name.get(..end).unwrap_or_default());
+        for run in middle.iter().filter(|r| !r.is_empty()) {
+            match leftmost(run, body, at) {
+                Some(found) => at = found.saturating_add(run.len()),
+                None => return false,
             }
         }
-        self.tokens
-            .get(p..)
-            .is_some_and(|rest| rest.iter().all(|t| *t == Token::Any))
+        true
     }
+}
+
+/// Whether `run` (literals and `?`) matches the start of `name`.
+fn fits(run: &[Token], name: &[char]) -> bool {
+    run.len() <= name.len()
+        && run.iter().zip(name).all(|(t, c)| match t {
+            Token::Literal(l) => l == c,
+            _ => true,
+        })
+}
+
+/// The first place at or after `from` where `run` fits inside `name`.
+fn leftmost(run: &[Token], name: &[char], from: usize) -> Option<usize> {
+    let last = name.len().checked_sub(run.len())?;
+    (from..=last).find(|&at| name.get(at..).is_some_and(|rest| fits(run, rest)))
 }
 
 /// Why a selection failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SelectError {
     /// A pattern ends in an unpaired `\`.
     TrailingEscape(String),
     /// Patterns that matched no object.
     NoMatch(Vec<String>),
+    /// A pattern longer than [`MAX_PATTERN_CHARS`] (its first characters).
+    TooLong(String),
+    /// More patterns than [`MAX_PATTERNS`], or more with wildcards than
+    /// [`MAX_WILDCARD_PATTERNS`]: how many, and which cap.
+    TooMany { count: usize, cap: usize },
 }
 
 impl fmt::Display for SelectError {
@@ -121,6 +171,17 @@ impl fmt::Display for SelectError {
             SelectError::NoMatch(ps) => {
                 let list: Vec<String> = ps.iter().map(|p| format!("{p:?}")).collect();
                 write!(f, "no object matches {}", list.join(", "))
+            }
+            SelectError::TooLong(start) => write!(
+                f,
+                "pattern {start:?}... is longer than {MAX_PATTERN_CHARS} characters (select-too-long)"
+            ),
+            SelectError::TooMany { count, cap } if *cap == MAX_WILDCARD_PATTERNS => write!(
+                f,
+                "{count} patterns with wildcards, over the cap of {cap} (select-too-many)"
+            ),
+            SelectError::TooMany { count, cap } => {
+                write!(f, "{count} patterns, over the cap of {cap} (select-too-many)")
             }
         }
     }
@@ -145,6 +206,9 @@ pub fn escape(name: &str) -> String {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Selection {
     patterns: Vec<Pattern>,
+    /// The patterns without wildcards, by the name each stands for, and
+    /// the pattern's place in `patterns`.
+    exact: Vec<(String, usize)>,
 }
 
 impl Selection {
@@ -153,13 +217,32 @@ impl Selection {
         Selection::default()
     }
 
-    /// Parses patterns.
+    /// Parses patterns, within the caps ([`MAX_PATTERNS`],
+    /// [`MAX_WILDCARD_PATTERNS`], [`MAX_PATTERN_CHARS`]).
     pub fn new<S: AsRef<str>>(patterns: &[S]) -> Result<Self, SelectError> {
-        let patterns = patterns
+        if patterns.len() > MAX_PATTERNS {
+            return Err(SelectError::TooMany {
+                count: patterns.len(),
+                cap: MAX_PATTERNS,
+            });
+        }
+        let patterns: Vec<Pattern> = patterns
             .iter()
             .map(|p| Pattern::new(p.as_ref()))
             .collect::<Result<_, _>>()?;
-        Ok(Selection { patterns })
+        let exact: Vec<(String, usize)> = patterns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((p.exact()?, i)))
+            .collect();
+        let wild = patterns.len().saturating_sub(exact.len());
+        if wild > MAX_WILDCARD_PATTERNS {
+            return Err(SelectError::TooMany {
+                count: wild,
+                cap: MAX_WILDCARD_PATTERNS,
+            });
+        }
+        Ok(Selection { patterns, exact })
     }
 
     pub fn is_all(&self) -> bool {
@@ -172,7 +255,19 @@ impl Selection {
 
     /// Whether `name` is selected.
     pub fn matches(&self, name: &str) -> bool {
-        self.is_all() || self.patterns.iter().any(|p| p.matches(name))
+        if self.is_all() || self.exact.iter().any(|(e, _)| e == name) {
+            return true;
+        }
+        let chars: Vec<char> = name.chars().collect();
+        self.wildcards().any(|(_, p)| p.matches_chars(&chars))
+    }
+
+    /// The patterns with wildcards, with their places.
+    fn wildcards(&self) -> impl Iterator<Item = (usize, &Pattern)> {
+        self.patterns
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.is_exact())
     }
 
     /// The selected names, in the order given; fails naming every pattern
@@ -182,12 +277,31 @@ impl Selection {
         I: IntoIterator<Item = &'a str>,
     {
         let mut hit = vec![false; self.patterns.len()];
+        let exact: HashMap<&str, Vec<usize>> =
+            self.exact.iter().fold(Default::default(), |mut m, (e, i)| {
+                m.entry(e.as_str()).or_insert_with(Vec::new).push(*i);
+                m
+            });
+        let wild: Vec<(usize, &Pattern)> = self.wildcards().collect();
         let mut out = Vec::new();
+        let mut chars = Vec::new();
         for name in names {
             let mut selected = self.is_all();
-            for (p, h) in self.patterns.iter().zip(hit.iter_mut()) {
-                if p.matches(name) {
+            for &i in exact.get(name).into_iter().flatten() {
+                if let Some(h) = hit.get_mut(i) {
                     *h = true;
+                }
+                selected = true;
+            }
+            if !wild.is_empty() {
+                chars.clear();
+                chars.extend(name.chars());
+            }
+            for &(i, p) in &wild {
+                if p.matches_chars(&chars) {
+                    if let Some(h) = hit.get_mut(i) {
+                        *h = true;
+                    }
                     selected = true;
                 }
             }
@@ -293,5 +407,97 @@ mod tests {
         let name = "a".repeat(5000);
         let p = format!("{}b", "*a".repeat(50));
         assert!(!m(&p, &name));
+    }
+
+    /// Every pattern of a small alphabet against every name of it, up to
+    /// a few characters: the leftmost-run matcher answers as a plain
+    /// backtracking one does.
+    #[test]
+    fn the_matcher_agrees_with_backtracking_everywhere_small() {
+        fn slow(p: &[Token], n: &[char]) -> bool {
+            match p.split_first() {
+                None => n.is_empty(),
+                Some((Token::Any, rest)) => {
+                    (0..=n.len()).any(|i| n.get(i..).is_some_and(|t| slow(rest, t)))
+                }
+                Some((Token::One, rest)) => n.split_first().is_some_and(|(_, t)| slow(rest, t)),
+                Some((Token::Literal(c), rest)) => n
+                    .split_first()
+                    .is_some_and(|(first, t)| first == c && slow(rest, t)),
+            }
+        }
+        fn all(alphabet: &[char], len: usize) -> Vec<String> {
+            let mut out = vec![String::new()];
+            for _ in 0..len {
+                let next: Vec<String> = out
+                    .iter()
+                    .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+                    .collect();
+                out.extend(next);
+            }
+            out.sort();
+            out.dedup();
+            out
+        }
+        let patterns = all(&['a', 'b', '*', '?'], 4);
+        let names = all(&['a', 'b'], 5);
+        let mut checked = 0;
+        for p in &patterns {
+            let pat = Pattern::new(p).unwrap();
+            for n in &names {
+                let chars: Vec<char> = n.chars().collect();
+                assert_eq!(
+                    pat.matches(n),
+                    slow(&pat.tokens, &chars),
+                    "{p:?} against {n:?}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 10_000, "{checked}");
+    }
+
+    /// Issue 28: the attack of two 15 KB patterns against long names is
+    /// refused, and the longest patterns allowed against 1,000-character
+    /// names cost each name about its length times the longest run.
+    #[test]
+    fn patterns_are_capped_in_length_and_count() {
+        let long = format!("{}b", "*a".repeat(7_500));
+        assert!(matches!(Pattern::new(&long), Err(SelectError::TooLong(_))));
+        let wild: Vec<String> = (0..=MAX_WILDCARD_PATTERNS)
+            .map(|i| format!("{i}.*"))
+            .collect();
+        let err = Selection::new(&wild).unwrap_err();
+        assert_eq!(
+            err,
+            SelectError::TooMany {
+                count: MAX_WILDCARD_PATTERNS + 1,
+                cap: MAX_WILDCARD_PATTERNS
+            }
+        );
+        assert!(err.to_string().contains("select-too-many"), "{err}");
+        // Exact names are looked up: thousands are fine.
+        let exact: Vec<String> = (0..MAX_PATTERNS).map(|i| format!("t.{i}")).collect();
+        let names: Vec<String> = (0..MAX_PATTERNS).map(|i| format!("t.{i}")).collect();
+        let s = Selection::new(&exact).unwrap();
+        assert_eq!(
+            s.apply(names.iter().map(String::as_str)).unwrap().len(),
+            MAX_PATTERNS
+        );
+        let too_many: Vec<String> = (0..=MAX_PATTERNS).map(|i| format!("t.{i}")).collect();
+        assert!(matches!(
+            Selection::new(&too_many),
+            Err(SelectError::TooMany { .. })
+        ));
+        // The costliest allowed: 64 patterns of about 1,024 characters of
+        // `*a*a...*b*` against names of 1,000 `a`s: each run placed once,
+        // the `b` looked for across the rest of the name once.
+        let worst: Vec<String> = (0..MAX_WILDCARD_PATTERNS)
+            .map(|i| format!("{}*b{i}*", "*a".repeat(MAX_PATTERN_CHARS / 2 - 4)))
+            .collect();
+        let s = Selection::new(&worst).unwrap();
+        let name = "a".repeat(1000);
+        let names = vec![name.as_str(); 200];
+        assert!(matches!(s.apply(names), Err(SelectError::NoMatch(_))));
     }
 }

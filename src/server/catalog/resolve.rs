@@ -47,10 +47,16 @@ impl Catalog {
             Need::Object(name) => wanted(BTreeSet::from([name.to_owned()])),
             // A selection that is malformed or matches nothing is given
             // every object; the request then fails on it by name.
-            Need::Select(globs) => match selected(&p.found.manifest, globs) {
-                Some(names) => wanted(names),
-                None => Some((BTreeSet::new(), None)),
-            },
+            // Matching a large manifest is CPU work: off the runtime.
+            Need::Select(globs) => {
+                let (of, globs) = (Arc::clone(&p), globs.to_vec());
+                let names =
+                    tokio::task::spawn_blocking(move || selected(&of.found.manifest, &globs));
+                match names.await.ok().flatten() {
+                    Some(names) => wanted(names),
+                    None => Some((BTreeSet::new(), None)),
+                }
+            }
         };
         if let Some((hash, keep)) = plan {
             return Some(provisional(&p, hash, keep).await);

@@ -201,7 +201,10 @@ mod tests {
                 None => (false, line),
             };
             if let Some((name, _)) = body.split_once(" = ") {
-                if name.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                if name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                {
                     out.push((format!("{section}{name}"), commented));
                 }
             }

@@ -125,8 +125,25 @@ settings! {
         pub render_cache_bytes: u64 = 64 << 20,
         /// Largest decoded component for `?decode=1`, in bytes.
         pub decompress_cap: u64 = 1 << 30,
+        /// Most CPU-heavy request jobs (matching selections, rendering
+        /// manifests and objects tables) run at once; 0: one per core.
+        pub cpu_jobs: usize = 0,
+        /// Most CPU-heavy request jobs waiting for a turn; past it a
+        /// request is refused as busy (HTTP 503 with Retry-After, ztp/1
+        /// `unavailable`).
+        pub cpu_queue: usize = 256,
         /// Most concurrent HTTP connections.
         pub max_connections: usize = 4096,
+        /// Connections accepted past `max_connections`: `/healthz`,
+        /// `/readyz` and `/metrics` are answered on them at once, any other
+        /// request waits for a slot (`header_timeout_secs` at most, then
+        /// 503 busy); past these too, connections are closed at once.
+        pub ops_connections: usize = 256,
+        /// Milliseconds a connection past `max_connections` has to send its
+        /// request (and its TLS handshake).
+        pub ops_header_timeout_ms: u64 = 1000,
+        /// Most concurrent requests (streams) on one HTTP/2 connection.
+        pub http2_max_streams: u64 = 16,
         /// Seconds a request may take to arrive and be answered before it
         /// is cut off.
         pub request_timeout_secs: u64 = 3600,

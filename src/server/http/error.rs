@@ -80,11 +80,12 @@ impl From<Refusal> for AppError {
             Refusal::Rows(RowsError::NotRawDense(_), _) => (S::CONFLICT, "rows_not_raw_dense"),
             Refusal::CannotSummarise(_) => (S::UNPROCESSABLE_ENTITY, "cannot_summarise"),
             Refusal::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized"),
+            Refusal::Busy(_) => (S::SERVICE_UNAVAILABLE, "busy"),
             Refusal::Internal(why) => return AppError::internal(why),
         };
         let mut e = AppError::new(status, error, r.detail());
         match r {
-            Refusal::Changing(_) => e
+            Refusal::Changing(_) | Refusal::Busy(_) => e
                 .headers
                 .push((header::RETRY_AFTER, HeaderValue::from_static("1"))),
             Refusal::Unauthorized(_) => e

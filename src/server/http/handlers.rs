@@ -274,7 +274,12 @@ async fn answer(
         Target::Summary { object } => {
             Ok(super::summary::respond(state, served, object.clone(), method, headers).await?)
         }
-        Target::Objects => Ok(super::objects::respond(&served, &globs, method, headers)?),
+        Target::Objects => {
+            let (method, headers, globs) = (method.clone(), headers.clone(), globs.clone());
+            let table = move || super::objects::respond(&served, &globs, &method, &headers);
+            let answer = state.cpu.run("the objects table", table).await;
+            Ok(answer.map_err(Refusal::from)??)
+        }
         Target::Component { object, component } => {
             // A shard's component is served by the shard's entry.
             let served = served.owner(object, component).unwrap_or(served);
@@ -500,45 +505,22 @@ async fn decoded(
     } = decoding;
     // The caller has already checked the stored bytes against their digest
     // (`verify`, once per component), as for every component response.
-    // Read on the runtime (an object's GET awaited), decoded on the
-    // blocking pool.
-    let len = usize::try_from(c.length).map_err(AppError::internal)?;
-    let stored = served
-        .file
-        .read_async(len, c.offset, None)
-        .await
-        .map_err(|e| {
-            // Shorter than listed, or replaced in the store.
-            let gone = matches!(
-                e.kind(),
-                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::NotFound
-            );
-            match gone || served.changed() {
-                true => Stop::Changed {
-                    path: served.path.clone(),
-                    why: format!("{label}: {e}"),
-                },
-                false => AppError::internal(e).into(),
-            }
-        })?;
-    let out = tokio::task::spawn_blocking(move || {
-        zt_format::codec::decompress(&stored, expected, cap)
-            .map(bytes::Bytes::from_owner)
-            .map_err(|rule| Refusal::Corrupt(format!("{label}: {}: {rule}", rule.name())))
-    })
-    .await
-    .map_err(AppError::internal)??;
-    state.metrics.add_bytes(out.len() as u64);
+    // `HEAD` decodes nothing.
+    let body = match *method == Method::HEAD {
+        true => Body::empty(),
+        false => super::decoded::body(state, served, c, expected, cap, label).await?,
+    };
     extra.retain(|(k, _)| k != "repr-digest" && k != "x-zt-digest");
     let mut b = Response::builder()
         .header(header::ETAG, &tag)
         .header(header::CACHE_CONTROL, REVALIDATE)
         .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header(header::CONTENT_LENGTH, expected)
         .header("x-zt-decoded", "1");
     for (k, v) in extra {
         b = b.header(k, v);
     }
-    Ok(b.body(Body::from(out)).map_err(AppError::internal)?)
+    Ok(b.body(body).map_err(AppError::internal)?)
 }
 
 pub(crate) async fn healthz() -> Response {

@@ -11,12 +11,14 @@
 //! | `GET /v1/schema/manifest.json` | the JSON Schema of the manifest JSON |
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
 //!
-//! May use: `serve` (the plans and refusals it carries out), `catalog`,
-//! `integrity` (a body's components hashed again as they stream),
-//! `render`, `store` (a plan's bytes), `ui`, `config` and `zt-format`.
+//! May use: `serve` (the plans and refusals it carries out, a body's
+//! components hashed again as they stream), `catalog`, `integrity` (the
+//! checks a response's first chunk waits for), `render`, `store` (a
+//! plan's bytes), `cpu` (decoding), `ui`, `config` and `zt-format`.
 
 mod body;
 mod conditional;
+mod decoded;
 mod error;
 /// The fuzz target's body, built only for fuzzing and the corpus replay.
 #[cfg(feature = "fuzzing")]

@@ -65,7 +65,7 @@ pub(super) async fn preflight(
     headers: &HeaderMap,
     entity: &Entity,
     ranges: &Ranges,
-    check: impl std::future::Future<Output = Result<(), checks::Refusal>>,
+    check: impl std::future::Future<Output = Result<(), checks::CheckFailure>>,
 ) -> Result<Option<Bytes>, Stop> {
     let served = &entity.served;
     let sends = entity.sends_bytes(method, headers, ranges);
@@ -144,19 +144,11 @@ async fn confirm(served: &Arc<Served>, spans: &[Range<u64>]) -> Result<(), Stop>
 /// is catalogued again and checked as it is.
 pub(super) async fn verify(
     served: &Arc<Served>,
-    check: impl std::future::Future<Output = Result<(), checks::Refusal>>,
+    check: impl std::future::Future<Output = Result<(), checks::CheckFailure>>,
 ) -> Result<(), Stop> {
     let Err(refusal) = check.await else {
         return Ok(());
     };
     unchanged(served)?;
-    match &refusal {
-        checks::Refusal::Corrupt(why) => {
-            tracing::warn!(file = %served.path, reason = %why, "refusing a corrupt component");
-        }
-        checks::Refusal::Unreadable(why) => {
-            tracing::warn!(file = %served.path, reason = %why, "component unreadable");
-        }
-    }
-    Err(Refusal::from(refusal).into())
+    Err(crate::server::serve::plan::refused(served, refusal).into())
 }

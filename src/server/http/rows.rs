@@ -44,7 +44,7 @@ pub(super) async fn ranges(
     }
     let got = slice(&entity.served, object, rows, state.catalog.digest_metrics()).await;
     let s = got.map_err(|failure| {
-        if let RowsFailure::Refused(checks::Refusal::Corrupt(why)) = &failure {
+        if let RowsFailure::Refused(checks::CheckFailure::Corrupt(why)) = &failure {
             tracing::warn!(file = %path, reason = %why, "refusing a corrupt component");
         }
         Refusal::from(failure)

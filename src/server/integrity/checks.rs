@@ -10,7 +10,7 @@
 //! A check also keeps the component's CRC-32C (its digest itself when that
 //! is one), computed in the same pass: responses that must prove again, as
 //! they stream, that they carry exactly this version's bytes
-//! ([`crate::server::integrity::recheck`]) compare against it at memory speed
+//! ([`crate::server::serve::recheck`]) compare against it at memory speed
 //! instead of hashing sha256 on every request.
 
 use std::collections::HashMap;
@@ -25,17 +25,17 @@ use crate::server::store::blob::{Blob, Stop};
 
 /// Why a component is not sent. Each names the file, object and component.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Refusal {
+pub(crate) enum CheckFailure {
     /// The stored bytes do not match the digest (and the rule that failed).
     Corrupt(String),
     /// The bytes could not be read.
     Unreadable(String),
 }
 
-impl std::fmt::Display for Refusal {
+impl std::fmt::Display for CheckFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Refusal::Corrupt(why) | Refusal::Unreadable(why) => f.write_str(why),
+            CheckFailure::Corrupt(why) | CheckFailure::Unreadable(why) => f.write_str(why),
         }
     }
 }
@@ -171,7 +171,7 @@ impl Checks {
         m: &'a Manifest,
         object: &str,
         role: &str,
-    ) -> Result<Option<Job<'a>>, Refusal> {
+    ) -> Result<Option<Job<'a>>, CheckFailure> {
         let (Some(index), Some(c)) = (
             self.cell_index(object, role),
             m.objects.get(object).and_then(|o| o.components.get(role)),
@@ -187,7 +187,7 @@ impl Checks {
             return Ok(None);
         }
         if let Some(done) = cell.get() {
-            return done.clone().map(|()| None).map_err(Refusal::Corrupt);
+            return done.clone().map(|()| None).map_err(CheckFailure::Corrupt);
         }
         let ragged = m
             .objects
@@ -217,7 +217,7 @@ impl Checks {
         m: &Manifest,
         object: &str,
         role: &str,
-    ) -> Result<(), Refusal> {
+    ) -> Result<(), CheckFailure> {
         let Some(job) = self.job(m, object, role)? else {
             return Ok(());
         };
@@ -226,7 +226,7 @@ impl Checks {
             None => None,
         };
         if let Some(done) = job.cell.get() {
-            return done.clone().map_err(Refusal::Corrupt);
+            return done.clone().map_err(CheckFailure::Corrupt);
         }
         let checked = match job.trusted {
             true => Checked::Passed(None),
@@ -275,17 +275,17 @@ fn settle(
     object: &str,
     role: &str,
     checked: Checked,
-) -> Result<(), Refusal> {
+) -> Result<(), CheckFailure> {
     let named = |e: String| format!("{path}: object {object:?}, component {role:?}: {e}");
     let verdict = match checked {
         Checked::Passed(_) => Ok(()),
         Checked::Broke(rule) => Err(named(format!("{}: {rule}", rule.name()))),
-        Checked::Unreadable(why) => return Err(Refusal::Unreadable(named(why))),
+        Checked::Unreadable(why) => return Err(CheckFailure::Unreadable(named(why))),
     };
     job.cell
         .get_or_init(|| verdict)
         .clone()
-        .map_err(Refusal::Corrupt)
+        .map_err(CheckFailure::Corrupt)
 }
 
 /// A ragged object's offsets, read whole, checked against its values on

@@ -1,24 +1,36 @@
 //! The HTTP and HTTPS accept loop, and everything that keeps slow or
 //! hostile clients from exhausting the daemon:
 //!
-//! - at most `limits.max_connections` connections at once; further ones
-//!   wait in the kernel's backlog until a slot frees;
+//! - at most `limits.max_connections` connections at once; past them, up
+//!   to `limits.ops_connections` more are accepted, each with
+//!   `limits.ops_header_timeout_ms` to send one request: `/healthz`,
+//!   `/readyz` and `/metrics` are answered at once (probes and scrapes
+//!   stay answerable while slow clients hold every slot), any other request
+//!   waits for a slot (at most `limits.header_timeout_secs`, then `503
+//!   busy`); past those too, a connection is closed at once, so the
+//!   kernel's backlog drains and a probe behind a flood is reached;
 //! - `TCP_NODELAY` (headers and body leave in separate writes; Nagle's
 //!   algorithm with delayed ACKs would stall small responses ~40 ms);
 //! - a TLS handshake, and a request's headers, must arrive within
 //!   `limits.header_timeout_secs` (slowloris);
-//! - headers are capped at `limits.max_header_bytes` (431 beyond);
+//! - headers are capped at `limits.max_header_bytes` (431 beyond), and an
+//!   HTTP/2 connection at `limits.http2_max_streams` requests at once;
 //! - a connection on which no byte moves either way for
 //!   `limits.idle_timeout_secs` is closed (idle keep-alive, a client that
 //!   stopped sending or stopped reading);
 //! - on shutdown, connections finish the request in hand and close.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
+use axum::body::Body;
+use axum::http::Request;
+use axum::response::Response;
 use axum::Router;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -38,6 +50,12 @@ pub(crate) struct Limits {
     pub header_timeout: Duration,
     pub max_header_bytes: usize,
     pub idle_timeout: Duration,
+    /// Connections accepted past `max_connections`, for operations.
+    pub ops_connections: usize,
+    /// How long one of those has to send its request.
+    pub ops_header_timeout: Duration,
+    /// Most concurrent streams on one HTTP/2 connection.
+    pub http2_max_streams: u32,
 }
 
 impl Limits {
@@ -47,38 +65,126 @@ impl Limits {
             header_timeout: Duration::from_secs(l.header_timeout_secs.max(1)),
             max_header_bytes: l.max_header_bytes,
             idle_timeout: Duration::from_secs(l.idle_timeout_secs.max(1)),
+            ops_connections: l.ops_connections,
+            ops_header_timeout: Duration::from_millis(l.ops_header_timeout_ms.max(1)),
+            http2_max_streams: u32::try_from(l.http2_max_streams.max(1)).unwrap_or(u32::MAX),
         }
     }
 }
 
-fn builder(limits: &Limits) -> Builder<TokioExecutor> {
+/// The connection builder: `ops` for one past every slot (HTTP/1.1, one
+/// request, the short header timeout).
+fn builder(limits: &Limits, ops: bool) -> Builder<TokioExecutor> {
     let mut b = Builder::new(TokioExecutor::new());
+    let header_timeout = match ops {
+        true => limits.ops_header_timeout,
+        false => limits.header_timeout,
+    };
     b.http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
+        .header_read_timeout(header_timeout)
         // hyper's smallest read buffer is 8 KiB; headers past it get 431.
         .max_buf_size(limits.max_header_bytes.max(8192))
-        .keep_alive(true);
+        .keep_alive(!ops);
     b.http2()
         .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.http2_max_streams)
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    if ops {
+        b = b.http1_only();
+    }
     b
 }
 
-async fn serve_one<I>(
+async fn serve_one<I, S>(
     io: I,
-    app: Router,
+    service: S,
     b: Arc<Builder<TokioExecutor>>,
     watcher: hyper_util::server::graceful::Watcher,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: tower::Service<Request<Incoming>, Response = Response, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
 {
     let conn = b
-        .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(app))
+        .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
         .into_owned();
     if let Err(e) = watcher.watch(conn).await {
         tracing::debug!(error = %e, "connection ended with an error");
     }
+}
+
+/// One accepted connection, to serve.
+struct Conn {
+    app: Router,
+    /// For a connection past every slot: the slots its requests wait
+    /// for, and how long.
+    past: Option<(Arc<Semaphore>, Duration)>,
+    b: Arc<Builder<TokioExecutor>>,
+    watcher: hyper_util::server::graceful::Watcher,
+}
+
+impl Conn {
+    async fn serve<I>(self, io: I)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Some((slots, wait)) = self.past else {
+            return serve_one(io, self.app, self.b, self.watcher).await;
+        };
+        let app = self.app;
+        let past = tower::service_fn(move |req: Request<Incoming>| {
+            let (app, slots) = (app.clone(), Arc::clone(&slots));
+            async move { Ok::<_, Infallible>(past_the_slots(req, app, slots, wait).await) }
+        });
+        serve_one(io, past, self.b, self.watcher).await;
+    }
+}
+
+/// Whether a request is for an operations route, answered on a connection
+/// past every slot without waiting for one.
+fn is_ops(req: &Request<Incoming>) -> bool {
+    matches!(req.uri().path(), "/healthz" | "/readyz" | "/metrics")
+}
+
+/// A request on a connection past every slot: an operations route at
+/// once; any other once a slot frees, holding it until its body is sent
+/// (at most `wait` for it, else `503 busy` with `Retry-After: 1`).
+async fn past_the_slots(
+    req: Request<Incoming>,
+    app: Router,
+    slots: Arc<Semaphore>,
+    wait: Duration,
+) -> Response {
+    use tower::ServiceExt as _;
+    if is_ops(&req) {
+        return app
+            .oneshot(req)
+            .await
+            .unwrap_or_else(|never| match never {});
+    }
+    let Ok(Ok(slot)) = tokio::time::timeout(wait, slots.acquire_owned()).await else {
+        let refusal = crate::server::serve::Refusal::Busy(format!(
+            "every connection slot is taken (limits.max_connections) and none freed within {wait:?}; retry shortly"
+        ));
+        return axum::response::IntoResponse::into_response(crate::server::http::AppError::from(
+            refusal,
+        ));
+    };
+    let resp = app
+        .oneshot(req)
+        .await
+        .unwrap_or_else(|never| match never {});
+    resp.map(|body| {
+        use futures_util::StreamExt as _;
+        Body::from_stream(body.into_data_stream().map(move |piece| {
+            let _held = &slot;
+            piece
+        }))
+    })
 }
 
 /// Serves `app` on `listener` until `stop` resolves, then gives open
@@ -92,14 +198,14 @@ pub(crate) async fn serve(
     deadline: Duration,
 ) -> Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let spare = Arc::new(Semaphore::new(limits.ops_connections));
     let graceful = GracefulShutdown::new();
-    let b = Arc::new(builder(&limits));
+    let (b, ops_b) = (
+        Arc::new(builder(&limits, false)),
+        Arc::new(builder(&limits, true)),
+    );
     tokio::pin!(stop);
     loop {
-        let permit = tokio::select! {
-            p = Arc::clone(&slots).acquire_owned() => p?,
-            () = &mut stop => break,
-        };
         let (stream, _peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
@@ -113,18 +219,47 @@ pub(crate) async fn serve(
             },
             () = &mut stop => break,
         };
+        // A slot, else a place past the slots, else closed at once.
+        let (permit, ops) = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(p) => (p, false),
+            Err(_) => match Arc::clone(&spare).try_acquire_owned() {
+                Ok(p) => (p, true),
+                Err(_) => {
+                    tracing::debug!(
+                        "every slot and every place past them taken; connection closed"
+                    );
+                    continue;
+                }
+            },
+        };
         let _ = stream.set_nodelay(true);
-        let io = IdleTimeout::new(stream, limits.idle_timeout);
-        let (app, b, watcher) = (app.clone(), Arc::clone(&b), graceful.watcher());
+        let io = match ops {
+            true => {
+                IdleTimeout::first_within(stream, limits.idle_timeout, limits.ops_header_timeout)
+            }
+            false => IdleTimeout::new(stream, limits.idle_timeout),
+        };
+        let watcher = graceful.watcher();
         let tls = tls.as_ref().map(current);
+        let handshake = if ops {
+            limits.ops_header_timeout
+        } else {
+            limits.header_timeout
+        };
+        let conn = Conn {
+            app: app.clone(),
+            past: ops.then(|| (Arc::clone(&slots), limits.header_timeout)),
+            b: Arc::clone(if ops { &ops_b } else { &b }),
+            watcher,
+        };
         tokio::spawn(async move {
             let _permit = permit;
             match tls {
-                None => serve_one(io, app, b, watcher).await,
+                None => conn.serve(io).await,
                 Some(config) => {
                     let accept = tokio_rustls::TlsAcceptor::from(config).accept(io);
-                    match tokio::time::timeout(limits.header_timeout, accept).await {
-                        Ok(Ok(tls_io)) => serve_one(tls_io, app, b, watcher).await,
+                    match tokio::time::timeout(handshake, accept).await {
+                        Ok(Ok(tls_io)) => conn.serve(tls_io).await,
                         Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!("TLS handshake timed out"),
                     }

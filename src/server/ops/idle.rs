@@ -22,10 +22,18 @@ pub(crate) struct IdleTimeout<T> {
 
 impl<T> IdleTimeout<T> {
     pub(crate) fn new(inner: T, idle: Duration) -> Self {
+        IdleTimeout::first_within(inner, idle, idle)
+    }
+
+    /// `inner`, whose first bytes must arrive within `first`, and which
+    /// then times out after `idle` as [`IdleTimeout::new`]'s does (a
+    /// connection past every slot that sends nothing gives its place up
+    /// soon).
+    pub(crate) fn first_within(inner: T, idle: Duration, first: Duration) -> Self {
         IdleTimeout {
             inner,
             idle,
-            timer: Box::pin(tokio::time::sleep(idle)),
+            timer: Box::pin(tokio::time::sleep(first)),
         }
     }
 

@@ -7,8 +7,9 @@
 //!
 //! May use: `config`, `catalog` (`watch` rescans it, `verifier` walks
 //! it), `integrity` (the checks `verifier` runs), `store` (`watch`
-//! checks the object store), `families` (the registry's own metrics) and
-//! `quic` (`tls` loads the certificate its listener shares).
+//! checks the object store), `families` (the registry's own metrics),
+//! `quic` (`tls` loads the certificate its listener shares), and `http`
+//! and `serve` (`accept` answers a request past every slot `503 busy`).
 
 pub(crate) mod accept;
 pub(crate) mod auth;

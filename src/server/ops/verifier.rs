@@ -14,7 +14,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crate::server::catalog::{Entry, Served};
-use crate::server::integrity::checks::Refusal;
+use crate::server::integrity::checks::CheckFailure;
 use crate::server::State;
 
 /// How long the verifier rests when nothing is left to check.
@@ -70,11 +70,11 @@ async fn run(state: Weak<State>, rate: u64) {
                 let metrics = st.catalog.digest_metrics();
                 match served.check(&object, &role).await {
                     Ok(()) => metrics.count_verified(len),
-                    Err(Refusal::Corrupt(why)) => {
+                    Err(CheckFailure::Corrupt(why)) => {
                         metrics.count_verified(len);
                         tracing::error!(file = %served.path, reason = %why, "background verification: component failed its digest; it will be refused");
                     }
-                    Err(Refusal::Unreadable(why)) => {
+                    Err(CheckFailure::Unreadable(why)) => {
                         tracing::warn!(file = %served.path, reason = %why, "background verification: component unreadable; the file is left to requests until it changes");
                         unreadable.push(Arc::downgrade(&served));
                         break;

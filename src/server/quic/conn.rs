@@ -74,6 +74,14 @@ pub(super) async fn handle(
                 Err(_) => break 'read,
             };
             match received {
+                // The token first: a `get` without one causes no work
+                // (no hashing, reading or rendering).
+                Received::Serve(g) if !authorized(&state, &g) => {
+                    let refusal = Refusal::Unauthorized("a valid token is required".to_owned());
+                    control
+                        .send(Message::Error(refused::error(g.id, refusal)))
+                        .await;
+                }
                 Received::Serve(g) if state.catalog.is_pending(&g.path) => {
                     // Its digests are being computed: wait beside the
                     // control loop, which keeps reading.
@@ -166,8 +174,7 @@ async fn get(
         Arc::clone(slots),
     );
     tokio::spawn(async move {
-        let (sent, cancelled) =
-            send::run(&state, &conn, &served, items, &ctl, &control, slots).await;
+        let (sent, cancelled) = send::run(&state, &conn, items, &ctl, &control, slots).await;
         // The id is free before `done` says so: a client may reuse it at once.
         if let Ok(mut s) = session.lock() {
             s.finish(id);
@@ -181,21 +188,21 @@ async fn get(
     });
 }
 
-/// What a `get` is sent (`serve`): its token checked first; the file as
-/// it is now, at the version `if_match` names; then rows, byte ranges or
-/// the selection's components. `resolved` is the entry
-/// [`crate::server::Catalog::resolve`] gave, for a file that needed it.
-async fn plan(state: &Arc<State>, g: &Get, resolved: Option<Entry>) -> Result<Plan, Refusal> {
+/// Whether a `get` carries a token the daemon accepts (any, when it
+/// requires none).
+fn authorized(state: &State, g: &Get) -> bool {
     let token = g.token.as_deref().map(|t| format!("Bearer {t}"));
-    if state
+    state
         .tokens
         .as_ref()
-        .is_some_and(|t| !t.allows(token.as_deref()))
-    {
-        return Err(Refusal::Unauthorized(
-            "a valid token is required".to_owned(),
-        ));
-    }
+        .is_none_or(|t| t.allows(token.as_deref()))
+}
+
+/// What an authorized `get` is sent (`serve`): the file as it is now, at
+/// the version `if_match` names; then rows, byte ranges or the
+/// selection's components. `resolved` is the entry
+/// [`crate::server::Catalog::resolve`] gave, for a file that needed it.
+async fn plan(state: &Arc<State>, g: &Get, resolved: Option<Entry>) -> Result<Plan, Refusal> {
     let served = entry::current(state, &g.path, need(g), resolved).await?;
     let served = entry::matching(served, g.if_match.as_deref())?;
     if let Some((start, end)) = g.rows {

@@ -32,7 +32,8 @@ pub(super) fn code(r: &Refusal) -> Code {
         | Refusal::Changing(_)
         | Refusal::LegacyLayout(_)
         | Refusal::StoreUnreachable(_)
-        | Refusal::CannotSummarise(_) => Code::Unavailable,
+        | Refusal::CannotSummarise(_)
+        | Refusal::Busy(_) => Code::Unavailable,
         Refusal::VersionGone(_) | Refusal::PreconditionFailed(_) => Code::PreconditionFailed,
         Refusal::Corrupt(_) => Code::Corrupt,
         Refusal::Unreadable(_) => Code::ReadFailed,

@@ -14,7 +14,6 @@ use super::cancel::RequestCtl;
 use super::control::Control;
 use super::refused;
 use crate::server::catalog::Served;
-use crate::server::integrity::checks;
 use crate::server::serve::plan::{self, Part};
 use crate::server::serve::Refusal;
 use crate::server::State;
@@ -37,6 +36,9 @@ pub(super) struct Item {
     pub(super) header: ComponentHeader,
     /// A synthesized component's bytes ([`Part::memory`]).
     pub(super) memory: Option<bytes::Bytes>,
+    /// Where it is read and checked ([`Part::from`], [`Part::check`]).
+    pub(super) from: Arc<Served>,
+    pub(super) check: plan::Check,
 }
 
 impl Item {
@@ -58,6 +60,8 @@ impl Item {
                 offset: c.offset,
             },
             memory: part.memory,
+            from: part.from,
+            check: part.check,
         }
     }
 }
@@ -71,7 +75,6 @@ fn code(c: Code) -> VarInt {
 pub(super) async fn run(
     state: &Arc<State>,
     conn: &Connection,
-    served: &Arc<Served>,
     items: Vec<Item>,
     ctl: &Arc<RequestCtl>,
     control: &Control,
@@ -103,16 +106,11 @@ pub(super) async fn run(
         let Ok(writing) = Arc::clone(&writers).acquire_owned().await else {
             break;
         };
-        let (state, served, ctl, control) = (
-            Arc::clone(state),
-            Arc::clone(served),
-            Arc::clone(ctl),
-            control.clone(),
-        );
+        let (state, ctl, control) = (Arc::clone(state), Arc::clone(ctl), control.clone());
         let open = state.metrics.quic_stream();
         tasks.spawn(async move {
             let _open = open;
-            let sent = send_one(&state, &served, &ctl, &mut stream, &item, writing).await;
+            let sent = send_one(&state, &ctl, &mut stream, &item, writing).await;
             if let Written::Refused(why) = sent.clone() {
                 let error = refused::error(item.header.id, why);
                 control.send(Message::Error(error)).await;
@@ -163,7 +161,6 @@ enum Written {
 /// Sends one component: `Whole` when it was delivered whole.
 async fn send_one(
     state: &Arc<State>,
-    served: &Arc<Served>,
     ctl: &RequestCtl,
     stream: &mut SendStream,
     item: &Item,
@@ -179,25 +176,15 @@ async fn send_one(
         Ok(Err(e)) => return write_failed(stream, &e),
         Err(_) => return Written::Stalled,
     }
-    // A shard's component is read from the shard's entry.
-    let owner = served.owner(&h.object, &h.component);
-    let served = owner.as_ref().unwrap_or(served);
-    // The digest is checked once per component, before any of its bytes
-    // go out; the header tells the client which component was refused.
-    // A raw byte range (`@bytes/START-END`, not an object of the file)
-    // checks every component it overlaps.
+    // Read and checked where the plan says (a shard's component from the
+    // shard's entry): its digest once per component, before any of its
+    // bytes go out; the header tells the client which component was
+    // refused.
+    let served = &item.from;
     let span = h.offset..h.offset.saturating_add(h.length);
-    let checked = plan::check_part(served, &h.object, &h.component, span).await;
+    let checked = plan::check_part(served, item.check, &h.object, &h.component, span).await;
     if let Err(refusal) = checked {
-        match &refusal {
-            checks::Refusal::Corrupt(why) => {
-                tracing::warn!(file = %served.path, reason = %why, "refusing a corrupt component");
-            }
-            checks::Refusal::Unreadable(why) => {
-                tracing::warn!(file = %served.path, reason = %why, "component unreadable (file changed?)");
-            }
-        }
-        return refuse(stream, refusal.into());
+        return refuse(stream, refusal);
     }
     let memory = &item.memory;
     let end = h.offset.saturating_add(h.length);

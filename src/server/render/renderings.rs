@@ -1,8 +1,12 @@
 //! Manifest renderings (JSON and CBOR, whole or `?select=`ed, and the
 //! ztp/1 manifest), made once per file version and shared: concurrent
 //! requests for the same rendering wait for the one being made, and later
-//! ones take it from a cache bounded in bytes (least recently used out
-//! first). A rendering larger than a quarter of the cache is shared by
+//! ones take it from a cache bounded in bytes and in entries (least
+//! recently used out first). Refusals (a selection that matches nothing)
+//! are kept too, so a flood of distinct selections costs the cache what
+//! each one holds: every entry is charged its key, its bytes and the
+//! map's own share, and the gauge reports that sum. A rendering larger
+//! than a quarter of the cache is shared by
 //! the requests that wait for it, then dropped: the next request makes it
 //! again. A rendering is made off the async runtime, written straight to
 //! its buffer (no JSON tree), and stops, refused, once it passes the
@@ -20,6 +24,7 @@ use bytes::Bytes;
 use prometheus::{IntCounterVec, IntGauge, Registry};
 use tokio::sync::OnceCell;
 
+use crate::server::cpu::{CpuError, CpuPool};
 use crate::server::families::{counter_vec, gauge, register};
 
 /// Which rendering of a file version.
@@ -69,7 +74,29 @@ pub(crate) enum Refused {
     TooLarge(String),
     /// The rendering task failed (a bug: details in the log).
     Failed(String),
+    /// No turn on the CPU pool (`limits.cpu_queue`): retry shortly.
+    Busy(String),
 }
+
+impl Refused {
+    /// Why, in words.
+    fn text(&self) -> &str {
+        match self {
+            Refused::BadSelect(t)
+            | Refused::NoMatch(t)
+            | Refused::TooLarge(t)
+            | Refused::Failed(t)
+            | Refused::Busy(t) => t,
+        }
+    }
+}
+
+/// What an entry costs beyond its key and bytes: the map's slot, the
+/// shared cell and the rendering's own allocation headers.
+const ENTRY: u64 = 256;
+
+/// Most renderings kept, however small: eviction scans them all.
+const MAX_ENTRIES: usize = 4096;
 
 type Slot = Arc<OnceCell<Arc<Rendered>>>;
 
@@ -88,6 +115,8 @@ pub struct Renderings {
     capacity: u64,
     /// Most bytes one rendering may take.
     cap: u64,
+    /// Where renderings are made.
+    cpu: Arc<CpuPool>,
     state: Mutex<State>,
     /// `ztserve_manifest_renderings_total`, by result: a rendering made
     /// (miss), shared or cached (hit), past the cap (refused), or an HTTP
@@ -98,10 +127,11 @@ pub struct Renderings {
 }
 
 impl Renderings {
-    pub fn new(capacity: u64, cap: u64) -> Renderings {
+    pub(crate) fn new(capacity: u64, cap: u64, cpu: Arc<CpuPool>) -> Renderings {
         let r = Renderings {
             capacity,
             cap,
+            cpu,
             state: Mutex::default(),
             results: counter_vec(
                 "ztserve_manifest_renderings_total",
@@ -153,8 +183,10 @@ impl Renderings {
     }
 
     /// The rendering `key` names: from the cache, from the request
-    /// making it now, or made here by `render` (on the blocking pool,
-    /// handed a writer that refuses to grow past the cap).
+    /// making it now, or made here by `render` (on the CPU pool, handed a
+    /// writer that refuses to grow past the cap). A rendering the pool
+    /// had no turn for is refused as busy to those waiting for it, and
+    /// not kept.
     pub(crate) async fn get<F>(&self, key: Key, render: F) -> Arc<Rendered>
     where
         F: FnOnce(&mut Capped) -> Rendered + Send + 'static,
@@ -179,13 +211,16 @@ impl Renderings {
         let got = slot
             .get_or_init(|| async {
                 made = true;
-                let job = tokio::task::spawn_blocking(move || {
+                let job = self.cpu.run("rendering a manifest", move || {
                     let mut w = Capped::new(cap);
                     render(&mut w)
                 });
-                let rendered = job.await.unwrap_or_else(|e| {
-                    tracing::error!(error = %e, "manifest rendering failed");
-                    Rendered::Refused(Refused::Failed(format!("rendering failed: {e}")))
+                let rendered = job.await.unwrap_or_else(|e| match e {
+                    CpuError::Busy { .. } => Rendered::Refused(Refused::Busy(e.to_string())),
+                    CpuError::Failed { .. } => {
+                        tracing::error!(error = %e, "manifest rendering failed");
+                        Rendered::Refused(Refused::Failed(format!("rendering failed: {e}")))
+                    }
                 });
                 Arc::new(rendered)
             })
@@ -196,7 +231,7 @@ impl Renderings {
             if matches!(&*got, Rendered::Refused(Refused::TooLarge(_))) {
                 self.count("refused");
             }
-            self.admit(&key, &slot, size(&got));
+            self.admit(&key, &slot, cost(&key, &got));
         } else {
             self.count("hit");
         }
@@ -204,20 +239,27 @@ impl Renderings {
     }
 
     /// Counts a finished rendering against the capacity, evicting the
-    /// least recently used ones (never one being made) until it fits; one
-    /// larger than a quarter of the capacity is served but not kept.
+    /// least recently used ones (never one being made) until it fits and
+    /// at most [`MAX_ENTRIES`] are kept; one larger than a quarter of the
+    /// capacity is served but not kept.
     fn admit(&self, key: &Key, slot: &Slot, bytes: u64) {
         let mut st = self.lock();
         let still_mine = st.slots.get(key).is_some_and(|(s, _)| Arc::ptr_eq(s, slot));
         if !still_mine {
             return;
         }
-        if bytes > self.capacity / 4 {
+        let now_only = slot.get().is_some_and(|r| {
+            matches!(
+                &**r,
+                Rendered::Refused(Refused::Busy(_) | Refused::Failed(_))
+            )
+        });
+        if bytes > self.capacity / 4 || now_only {
             st.slots.remove(key);
             return;
         }
         st.bytes += bytes;
-        while st.bytes > self.capacity {
+        while st.bytes > self.capacity || st.slots.len() > MAX_ENTRIES {
             let oldest = st
                 .slots
                 .iter()
@@ -226,18 +268,23 @@ impl Renderings {
                 .map(|(k, _)| k.clone());
             let Some(oldest) = oldest else { break };
             if let Some((s, _)) = st.slots.remove(&oldest) {
-                st.bytes = st.bytes.saturating_sub(s.get().map_or(0, |r| size(r)));
+                let freed = s.get().map_or(0, |r| cost(&oldest, r));
+                st.bytes = st.bytes.saturating_sub(freed);
             }
         }
         self.held.set(i64::try_from(st.bytes).unwrap_or(i64::MAX));
     }
 }
 
-fn size(r: &Rendered) -> u64 {
-    match r {
-        Rendered::Body { bytes, etag, .. } => (bytes.len() + etag.len()) as u64,
-        Rendered::Refused(_) => 0,
-    }
+/// What keeping `r` under `key` costs the cache, in bytes.
+fn cost(key: &Key, r: &Rendered) -> u64 {
+    let strings = std::mem::size_of::<String>();
+    let key_bytes = key.etag.len() + key.select.iter().map(|s| s.len() + strings).sum::<usize>();
+    let held = match r {
+        Rendered::Body { bytes, etag, .. } => bytes.len() + etag.len(),
+        Rendered::Refused(why) => why.text().len(),
+    };
+    ENTRY + (key_bytes + held) as u64
 }
 
 /// A buffer that refuses to grow past its cap.
@@ -310,9 +357,19 @@ mod tests {
         }
     }
 
+    fn pool() -> Arc<CpuPool> {
+        Arc::new(CpuPool::new(2, 64))
+    }
+
+    /// What `key(k)` with `body(len)` costs: one letter of key.
+    fn costs(len: u64) -> u64 {
+        ENTRY + 1 + len
+    }
+
     #[tokio::test]
     async fn renders_once_keeps_within_capacity_and_refuses_past_the_cap() {
-        let r = Renderings::new(160, 60);
+        let full = 4 * costs(40);
+        let r = Renderings::new(full, 60, pool());
         let a = r.get(key("a"), body(40)).await;
         let again = r.get(key("a"), body(999)).await;
         assert!(
@@ -323,27 +380,66 @@ mod tests {
         for k in ["b", "c", "d"] {
             r.get(key(k), body(40)).await;
         }
-        assert_eq!(r.held(), 160);
+        assert_eq!(r.held(), full);
         // A fifth evicts the least recently used (a).
         r.get(key("e"), body(40)).await;
-        assert_eq!(r.held(), 160);
+        assert_eq!(r.held(), full);
         r.get(key("a"), body(40)).await;
         assert_eq!(r.counted("miss"), 6);
         // Over a quarter of the capacity: served, not kept.
         r.get(key("f"), body(41)).await;
-        assert_eq!(r.held(), 160);
+        assert_eq!(r.held(), full);
         r.get(key("f"), body(41)).await;
         assert_eq!(r.counted("miss"), 8);
-        // Past the per-request cap: refused, nothing held for it.
+        // Past the per-request cap: refused, and the refusal is charged
+        // what it holds.
         let big = r.get(key("g"), body(61)).await;
         assert!(matches!(&*big, Rendered::Refused(Refused::TooLarge(_))));
         assert_eq!(r.counted("refused"), 1);
-        assert!(r.held() <= 160);
+        assert!(r.held() <= full);
+    }
+
+    /// Issue 28: distinct selections that match nothing are refused, and
+    /// each refusal kept is charged its key and reason: however many come,
+    /// the cache holds at most its capacity and `MAX_ENTRIES`, and the
+    /// gauge says what it holds.
+    #[tokio::test]
+    async fn a_flood_of_refused_selections_stays_within_the_cache() {
+        let capacity = 1 << 20;
+        let r = Renderings::new(capacity, 1 << 20, pool());
+        for i in 0..(3 * MAX_ENTRIES) {
+            let k = Key {
+                etag: "\"v\"".to_owned(),
+                kind: Kind::Json,
+                select: vec![format!("{i}-{}", "x".repeat(400))],
+            };
+            let got = r
+                .get(k, |_: &mut Capped| {
+                    Rendered::Refused(Refused::NoMatch("no object matches".repeat(10)))
+                })
+                .await;
+            assert!(matches!(&*got, Rendered::Refused(Refused::NoMatch(_))));
+            let held = r.held();
+            assert!(held > 0, "refusals are charged what they hold");
+            assert!(held <= capacity, "{held} bytes held, over {capacity}");
+            assert_eq!(r.held.get(), i64::try_from(held).unwrap());
+        }
+        assert!(r.lock().slots.len() <= MAX_ENTRIES);
+        // Small refusals: the entry cap, not the bytes, is what bounds them.
+        let r = Renderings::new(u64::MAX >> 1, 1 << 20, pool());
+        for i in 0..(MAX_ENTRIES + 100) {
+            let k = key(&i.to_string());
+            r.get(k, |_: &mut Capped| {
+                Rendered::Refused(Refused::NoMatch(String::new()))
+            })
+            .await;
+        }
+        assert_eq!(r.lock().slots.len(), MAX_ENTRIES);
     }
 
     #[tokio::test]
     async fn concurrent_requests_share_one_rendering() {
-        let r = Arc::new(Renderings::new(1 << 20, 1 << 20));
+        let r = Arc::new(Renderings::new(1 << 20, 1 << 20, pool()));
         let made = Arc::new(AtomicU64::new(0));
         let mut tasks = Vec::new();
         for _ in 0..16 {

@@ -10,13 +10,21 @@
 //! the histogram), after the component's digest check; a zstd component
 //! is decoded as it is read, a piece at a time (`zt_format::Decoder`), and
 //! only within `limits.render_cap`. Elements are read as numbers by
-//! `zt_format::Values`. Summaries are kept per file version (by ETag).
+//! `zt_format::Values`. Summaries are kept per file version (by ETag) in
+//! a cache bounded in entries and bytes ([`Cache`]): concurrent requests
+//! for one summary share one computation, and what is evicted first is
+//! what is cheapest to make again, not merely what is oldest.
 //! Refused by name: formats other than dense (GGUF blocks, sparse,
 //! quantized groups, ragged) and complex or unknown logical types.
 //! Booleans count as 0 and 1.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use prometheus::{IntCounterVec, IntGauge, Registry};
+use tokio::sync::OnceCell;
+
+use crate::server::families::{counter_vec, gauge, register};
 
 use serde::Serialize;
 use zt_format::{Decoder, Encoding, Format, Object, Rule, Values};
@@ -30,8 +38,10 @@ use crate::server::catalog::Served;
 const BINS: usize = 64;
 /// Most grid cells along each side.
 const GRID: u64 = 64;
-/// Most summaries kept; past it the oldest half is dropped.
+/// Most summaries kept.
 const KEEP: usize = 1024;
+/// Most bytes of summaries kept (a 2-D tensor's grid is up to 64 KiB).
+const KEEP_BYTES: u64 = 16 << 20;
 
 /// What a summary says (serialized as the endpoint's JSON).
 #[derive(Debug, Clone, Serialize)]
@@ -274,15 +284,70 @@ impl Elements<'_> {
     }
 }
 
-/// Summaries kept per file version.
-#[derive(Debug, Default)]
+/// A summary being made, or made: shared by every request for it.
+type Slot = Arc<OnceCell<Result<Arc<Summary>, Refusal>>>;
+
+/// Summaries kept per file version: at most [`KEEP`] of them and
+/// [`KEEP_BYTES`] of their bytes. Eviction is by cost (greedy-dual): each
+/// summary's priority is the cache's clock plus the bytes read to make it
+/// per byte it holds, renewed on each use; the lowest goes first, and the
+/// clock moves up to it. A cheap summary used once is evicted before an
+/// expensive one, which a stream of cheap ones cannot push out.
+#[derive(Debug)]
 pub(crate) struct Cache {
-    kept: Mutex<HashMap<(String, String), Arc<Summary>>>,
+    state: Mutex<Kept>,
+    /// `ztserve_summaries_total`, by result: made, or shared or kept
+    /// (hit).
+    results: IntCounterVec,
+    /// `ztserve_summary_cache_bytes`.
+    held: IntGauge,
+}
+
+impl Default for Cache {
+    fn default() -> Cache {
+        let c = Cache {
+            state: Mutex::default(),
+            results: counter_vec(
+                "ztserve_summaries_total",
+                "Summary requests by where their summary came from: made (miss), or shared with a request making it or kept (hit).",
+                &["result"],
+            ),
+            held: gauge(
+                "ztserve_summary_cache_bytes",
+                "Bytes of value summaries kept for later requests.",
+            ),
+        };
+        for result in ["miss", "hit"] {
+            c.results.with_label_values(&[result]);
+        }
+        c
+    }
+}
+
+#[derive(Debug, Default)]
+struct Kept {
+    slots: HashMap<(String, String), Entry>,
+    /// Bytes of the summaries held.
+    bytes: u64,
+    /// The priority of the last one evicted.
+    clock: f64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    slot: Slot,
+    /// Eviction priority (`clock + cost / size` when last used).
+    priority: f64,
+    /// Bytes read to make it, and the bytes it holds (0 while made).
+    cost: u64,
+    size: u64,
 }
 
 impl Cache {
-    /// The summary of `object` of `served` (it reads the object the first
-    /// time: on the runtime, the elements summed on the blocking pool).
+    /// The summary of `object` of `served`: kept, being made by another
+    /// request (waited for), or made now (read on the runtime, summed on
+    /// the blocking pool, in a task of its own: a request that goes away
+    /// leaves it to those waiting). Refusals are not kept.
     pub(crate) async fn get(
         &self,
         served: &Arc<Served>,
@@ -290,20 +355,110 @@ impl Cache {
         cap: u64,
     ) -> Result<Arc<Summary>, Refusal> {
         let key = (served.etag.clone(), object.to_owned());
-        if let Some(s) = self.kept.lock().ok().and_then(|k| k.get(&key).cloned()) {
-            return Ok(s);
-        }
-        let s = Arc::new(summarise(served, object, cap).await?);
-        if let Ok(mut kept) = self.kept.lock() {
-            if kept.len() >= KEEP {
-                let drop: Vec<_> = kept.keys().take(KEEP / 2).cloned().collect();
-                for k in drop {
-                    kept.remove(&k);
-                }
+        let slot = {
+            let mut kept = self.lock();
+            let clock = kept.clock;
+            let entry = kept.slots.entry(key.clone()).or_insert_with(|| Entry {
+                slot: Slot::default(),
+                priority: clock,
+                cost: 0,
+                size: 0,
+            });
+            if entry.size > 0 {
+                entry.priority = clock + entry.cost as f64 / entry.size as f64;
             }
-            kept.insert(key, Arc::clone(&s));
+            Arc::clone(&entry.slot)
+        };
+        let (of, name) = (Arc::clone(served), object.to_owned());
+        let mut miss = false;
+        let made = slot
+            .get_or_init(|| async {
+                miss = true;
+                let made = tokio::spawn(async move { summarise(&of, &name, cap).await });
+                match made.await {
+                    Ok(made) => made.map(Arc::new),
+                    Err(e) => Err(Refusal::Unreadable(format!("summarising failed: {e}"))),
+                }
+            })
+            .await
+            .clone();
+        let result = if miss { "miss" } else { "hit" };
+        self.results.with_label_values(&[result]).inc();
+        self.settle(&key, &slot, &made, served, object);
+        made
+    }
+
+    /// Registers the `ztserve_summar*` family in the daemon's registry.
+    pub(crate) fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        register(registry, &[&self.results, &self.held])
+    }
+
+    /// Keeps a finished summary (its cost: the stored bytes read to make
+    /// it), or forgets a refusal; evicts past the bounds.
+    fn settle(
+        &self,
+        key: &(String, String),
+        slot: &Slot,
+        made: &Result<Arc<Summary>, Refusal>,
+        served: &Served,
+        object: &str,
+    ) {
+        let mut kept = self.lock();
+        let clock = kept.clock;
+        let Some(entry) = kept
+            .slots
+            .get_mut(key)
+            .filter(|e| Arc::ptr_eq(&e.slot, slot))
+        else {
+            return;
+        };
+        if entry.size > 0 {
+            return;
         }
-        Ok(s)
+        let Ok(summary) = made else {
+            kept.slots.remove(key);
+            return;
+        };
+        let cost = served
+            .manifest
+            .objects
+            .get(object)
+            .map_or(1, |o| o.stored_bytes().max(1));
+        let size = summary.held_bytes();
+        entry.cost = cost;
+        entry.size = size;
+        entry.priority = clock + cost as f64 / size as f64;
+        kept.bytes += size;
+        while kept.slots.len() > KEEP || kept.bytes > KEEP_BYTES {
+            let lowest = kept
+                .slots
+                .iter()
+                .filter(|(k, e)| e.size > 0 && *k != key)
+                .min_by(|a, b| a.1.priority.total_cmp(&b.1.priority))
+                .map(|(k, e)| (k.clone(), e.priority));
+            let Some((k, priority)) = lowest else { break };
+            if let Some(gone) = kept.slots.remove(&k) {
+                kept.bytes = kept.bytes.saturating_sub(gone.size);
+                kept.clock = priority;
+            }
+        }
+        self.held.set(i64::try_from(kept.bytes).unwrap_or(i64::MAX));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+}
+
+impl Summary {
+    /// About what it holds in memory.
+    fn held_bytes(&self) -> u64 {
+        let grid = self.grid.as_ref().map_or(0, |g| g.values.len() * 16);
+        let strings = self.object.len() + self.dtype.len() + self.logical_type.len();
+        (std::mem::size_of::<Summary>() + strings + self.shape.len() * 8 + BINS * 8 + grid) as u64
     }
 }
 
@@ -343,8 +498,8 @@ async fn summarise(served: &Arc<Served>, object: &str, cap: u64) -> Result<Summa
         _ => None,
     };
     served.check(object, "data").await.map_err(|r| match r {
-        crate::server::integrity::checks::Refusal::Corrupt(why) => Refusal::Corrupt(why),
-        crate::server::integrity::checks::Refusal::Unreadable(why) => Refusal::Unreadable(why),
+        crate::server::integrity::checks::CheckFailure::Corrupt(why) => Refusal::Corrupt(why),
+        crate::server::integrity::checks::CheckFailure::Unreadable(why) => Refusal::Unreadable(why),
     })?;
     let owner = served.owner(object, "data");
     let holder = owner.as_ref().unwrap_or(served);

@@ -14,6 +14,7 @@ use zt_format::{Component, Manifest, Object};
 use super::rows::slice;
 use super::Refusal;
 use crate::server::catalog::Served;
+use crate::server::integrity::checks::CheckFailure;
 use crate::server::render::renderings::{Key, Kind, Rendered};
 use crate::server::State;
 
@@ -27,6 +28,20 @@ pub(crate) struct Part {
     /// A synthesized component's bytes, which no range of the file holds
     /// (its `offset` is then 0): the part is sent from them.
     pub(crate) memory: Option<bytes::Bytes>,
+    /// The entry whose file holds the bytes (a shard's, for a component
+    /// of a sharded checkpoint) and checks them.
+    pub(crate) from: Arc<Served>,
+    /// What is checked before the part's first byte goes out.
+    pub(crate) check: Check,
+}
+
+/// What a part is checked as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// Its component, against the component's digest.
+    Component,
+    /// A byte range of the file: every component it overlaps.
+    Bytes,
 }
 
 /// What a request sends: the manifest that describes it (v1.2 CBOR) and
@@ -41,7 +56,7 @@ pub(crate) struct Plan {
 /// The bytes of an HTTP response, before its headers and ranges: where
 /// they lie in the file (or the bytes themselves), the strong ETag that
 /// names exactly them, and whether the components they carry whole are
-/// hashed again as they are sent (`integrity/recheck.rs`).
+/// hashed again as they are sent (`serve/recheck.rs`).
 #[derive(Debug)]
 pub(crate) struct Payload {
     pub(crate) served: Arc<Served>,
@@ -160,20 +175,35 @@ fn legacy_layout(served: &Served, object: &str, role: &str, how: &str) -> Refusa
     ))
 }
 
-/// Checks what a part sends before its first byte goes out: the
-/// component `object`'s `role`, or, for a byte range of the file (an
-/// `object` the manifest does not hold, such as `@bytes/START-END`),
-/// every component `span` overlaps.
+/// Checks what a part sends before its first byte goes out, as the plan
+/// said ([`Check`]): the component `object`'s `role` of `from`, or every
+/// component of `from` that `span` overlaps.
 pub(crate) async fn check_part(
-    served: &Arc<Served>,
+    from: &Arc<Served>,
+    check: Check,
     object: &str,
     role: &str,
     span: std::ops::Range<u64>,
-) -> Result<(), crate::server::integrity::checks::Refusal> {
-    match served.manifest.objects.contains_key(object) {
-        true => served.check(object, role).await,
-        false => served.check_spans(std::slice::from_ref(&span)).await,
+) -> Result<(), Refusal> {
+    let checked = match check {
+        Check::Component => from.check(object, role).await,
+        Check::Bytes => from.check_spans(std::slice::from_ref(&span)).await,
+    };
+    checked.map_err(|failure| refused(from, failure))
+}
+
+/// A failed check as the request's refusal, logged once, alike for both
+/// transports: the file, and why.
+pub(crate) fn refused(from: &Served, failure: CheckFailure) -> Refusal {
+    match &failure {
+        CheckFailure::Corrupt(why) => {
+            tracing::warn!(file = %from.path, reason = %why, "refusing a corrupt component");
+        }
+        CheckFailure::Unreadable(why) => {
+            tracing::warn!(file = %from.path, reason = %why, "component unreadable (file changed?)");
+        }
     }
+    failure.into()
 }
 
 /// The object `object` and its component `role` of `served`.
@@ -228,30 +258,51 @@ pub(crate) async fn selection(
             parts: Vec::new(),
         });
     }
-    let filtered = selected(&served, select)?;
-    let mut parts = Vec::new();
-    for (name, role, c) in zt_format::send_order(&filtered, order) {
-        if c.is_transformed() {
-            return Err(legacy_layout(
-                &served,
-                name,
-                role,
-                "is in a legacy layout; convert the file with zt pack",
-            ));
-        }
-        let owner = served.owner(name, role);
-        parts.push(Part {
-            object: name.to_owned(),
-            role: role.to_owned(),
-            component: c.clone(),
-            memory: owner.as_ref().unwrap_or(&served).synthesized(name, role),
-        });
-    }
+    let (of, select, order) = (Arc::clone(&served), select.to_vec(), order.to_vec());
+    let parts = state
+        .cpu
+        .run("planning a selection's send order", move || {
+            parts_of(&of, &select, &order)
+        })
+        .await??;
     Ok(Plan {
         served,
         manifest,
         parts,
     })
+}
+
+/// The components of the objects `select` names, in the send order
+/// `order` asks for (CPU-heavy for a large manifest: run on the CPU pool).
+fn parts_of(
+    served: &Arc<Served>,
+    select: &[String],
+    order: &[String],
+) -> Result<Vec<Part>, Refusal> {
+    let filtered = selected(served, select)?;
+    let mut parts = Vec::new();
+    for (name, role, c) in zt_format::send_order(&filtered, order) {
+        if c.is_transformed() {
+            return Err(legacy_layout(
+                served,
+                name,
+                role,
+                "is in a legacy layout; convert the file with zt pack",
+            ));
+        }
+        let from = served
+            .owner(name, role)
+            .unwrap_or_else(|| Arc::clone(served));
+        parts.push(Part {
+            object: name.to_owned(),
+            role: role.to_owned(),
+            component: c.clone(),
+            memory: from.synthesized(name, role),
+            from,
+            check: Check::Component,
+        });
+    }
+    Ok(parts)
 }
 
 /// `served`'s manifest restricted to the objects `select` names.
@@ -296,6 +347,8 @@ pub(crate) fn byte_ranges(served: Arc<Served>, ranges: &[(u64, u64)]) -> Result<
             role: "data".to_owned(),
             component: c,
             memory: None,
+            from: Arc::clone(&served),
+            check: Check::Bytes,
         });
     }
     let manifest = zt_format::manifest_cbor(&m);
@@ -316,7 +369,11 @@ pub(crate) async fn rows(
     select: &[String],
     rows: Rows,
 ) -> Result<Plan, Refusal> {
-    let picked = selected(&served, select)?;
+    let (of, wanted) = (Arc::clone(&served), select.to_vec());
+    let picked = state
+        .cpu
+        .run("matching a selection", move || selected(&of, &wanted))
+        .await??;
     let (name, mut obj) = match picked.objects.into_iter().collect::<Vec<_>>().as_slice() {
         [(name, obj)] => (name.clone(), obj.clone()),
         other => {
@@ -349,10 +406,14 @@ pub(crate) async fn rows(
     };
     let manifest = zt_format::manifest_cbor(&m);
     let part = Part {
+        from: served
+            .owner(&name, "data")
+            .unwrap_or_else(|| Arc::clone(&served)),
         object: name,
         role: "data".to_owned(),
         component: c,
         memory: None,
+        check: Check::Component,
     };
     Ok(Plan {
         served,

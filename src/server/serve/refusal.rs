@@ -7,6 +7,7 @@
 use zt_format::rows::RowsError;
 
 use super::rows::RowsFailure;
+use crate::server::cpu::CpuError;
 use crate::server::integrity::checks;
 use crate::server::render::renderings::Refused;
 use crate::server::render::summary;
@@ -48,6 +49,8 @@ pub(crate) enum Refusal {
     CannotSummarise(String),
     /// No valid token.
     Unauthorized(String),
+    /// No turn for CPU-heavy work (`limits.cpu_queue`): retry shortly.
+    Busy(String),
     /// A failure of the daemon's own (details in its log).
     Internal(String),
 }
@@ -72,6 +75,7 @@ impl Refusal {
             | Refusal::Rows(_, d)
             | Refusal::CannotSummarise(d)
             | Refusal::Unauthorized(d)
+            | Refusal::Busy(d)
             | Refusal::Internal(d) => d,
         }
     }
@@ -83,11 +87,11 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-impl From<checks::Refusal> for Refusal {
-    fn from(r: checks::Refusal) -> Refusal {
+impl From<checks::CheckFailure> for Refusal {
+    fn from(r: checks::CheckFailure) -> Refusal {
         match r {
-            checks::Refusal::Corrupt(why) => Refusal::Corrupt(why),
-            checks::Refusal::Unreadable(why) => Refusal::Unreadable(why),
+            checks::CheckFailure::Corrupt(why) => Refusal::Corrupt(why),
+            checks::CheckFailure::Unreadable(why) => Refusal::Unreadable(why),
         }
     }
 }
@@ -99,6 +103,16 @@ impl From<Refused> for Refusal {
             Refused::NoMatch(m) => Refusal::NoMatch(m),
             Refused::TooLarge(m) => Refusal::TooLarge(m),
             Refused::Failed(m) => Refusal::Internal(m),
+            Refused::Busy(m) => Refusal::Busy(m),
+        }
+    }
+}
+
+impl From<CpuError> for Refusal {
+    fn from(e: CpuError) -> Refusal {
+        match e {
+            CpuError::Busy { .. } => Refusal::Busy(e.to_string()),
+            CpuError::Failed { .. } => Refusal::Internal(e.to_string()),
         }
     }
 }

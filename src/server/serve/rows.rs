@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::server::catalog::Served;
 
-use crate::server::integrity::checks::Refusal;
+use crate::server::integrity::checks::CheckFailure;
 use crate::server::integrity::digests::DigestMetrics;
 use crate::server::store::blob::{Stop, Visit};
 
@@ -34,7 +34,7 @@ pub(crate) struct Slice {
 pub(crate) enum RowsFailure {
     NoObject(String),
     Rows(String, RowsError),
-    Refused(Refusal),
+    Refused(CheckFailure),
 }
 
 /// Rows `rows` of `object` in `served`: the whole component checked on
@@ -72,7 +72,7 @@ pub(crate) async fn slice(
             Stop::Read(why) => why,
             Stop::By(never) => match never {},
         };
-        RowsFailure::Refused(Refusal::Unreadable(format!(
+        RowsFailure::Refused(CheckFailure::Unreadable(format!(
             "{}: object {object:?}, component \"data\": reading rows {}:{}: {why}",
             holder.path, rows.start, rows.end
         )))

@@ -6,13 +6,11 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use common::fetch::zt;
 use common::quic::metric;
 use common::{config_file, curl, Server};
-use safetensors::tensor::{Dtype, TensorView};
 use zt_format::{DigestAlgorithm, ReadOptions, ZtFile};
 
 /// 64 MiB: at the 1 MiB/s the test sets, the background hasher needs a
@@ -22,20 +20,7 @@ const BIG: usize = 64 << 20;
 /// A safetensors file with a big tensor that sorts (and is hashed) first,
 /// and a small one; returns the small one's bytes.
 fn write(path: &Path) -> Vec<u8> {
-    let big: Vec<u8> = (0..BIG).map(|i| (i % 253) as u8).collect();
-    let small: Vec<u8> = (0..4096).map(|i| (i * 7 % 251) as u8).collect();
-    let views = vec![
-        (
-            "a.big",
-            TensorView::new(Dtype::U8, vec![BIG], &big).unwrap(),
-        ),
-        (
-            "b.small",
-            TensorView::new(Dtype::U8, vec![4096], &small).unwrap(),
-        ),
-    ];
-    safetensors::serialize_to_file(views, None::<HashMap<String, String>>, path).unwrap();
-    small
+    common::cold_safetensors(path, BIG)
 }
 
 #[test]

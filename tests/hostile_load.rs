@@ -6,38 +6,17 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::path::Path;
 use std::process::Command;
 
 use common::fetch::zt;
 use common::quic::metric;
 use common::{config_file, curl, peak_rss_kib, Server};
-use safetensors::tensor::{Dtype, TensorView};
 use zt_format::{DType, DigestAlgorithm, StoreOptions, Writer};
 
 /// 64 MiB: at the 1 MiB/s the test sets, the background hasher needs a
 /// minute for it; a request that waited for the whole file would have it
 /// hashed at full speed in well under a second.
 const BIG: usize = 64 << 20;
-
-/// A safetensors file with a big tensor and a small one, whose digests
-/// the daemon computes.
-fn write(path: &Path) {
-    let big: Vec<u8> = (0..BIG).map(|i| (i % 253) as u8).collect();
-    let small: Vec<u8> = (0..4096).map(|i| (i * 7 % 251) as u8).collect();
-    let views = vec![
-        (
-            "a.big",
-            TensorView::new(Dtype::U8, vec![BIG], &big).unwrap(),
-        ),
-        (
-            "b.small",
-            TensorView::new(Dtype::U8, vec![4096], &small).unwrap(),
-        ),
-    ];
-    safetensors::serialize_to_file(views, None::<HashMap<String, String>>, path).unwrap();
-}
 
 /// Issue 28, item 6: no request without a valid token causes hashing,
 /// reading or rendering, on either transport. Every route that would
@@ -48,7 +27,7 @@ fn write(path: &Path) {
 #[test]
 fn a_request_without_a_valid_token_causes_no_work() {
     let root = tempfile::tempdir().unwrap();
-    write(&root.path().join("m.safetensors"));
+    common::cold_safetensors(&root.path().join("m.safetensors"), BIG);
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, "good-token\n").unwrap();

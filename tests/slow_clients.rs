@@ -39,6 +39,35 @@ fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
     }
 }
 
+/// `n` slowloris clients: each sends the start of `head` and then a
+/// header byte every `every` for `bytes` rounds (bytes keep moving, so
+/// only the header timeout can end them); the thread that dribbles.
+fn lorises(
+    s: &Server,
+    n: usize,
+    head: &[u8],
+    every: Duration,
+    bytes: usize,
+) -> (Vec<TcpStream>, std::thread::JoinHandle<()>) {
+    let clients: Vec<TcpStream> = (0..n)
+        .map(|_| {
+            let mut c = TcpStream::connect(&s.addr).unwrap();
+            c.write_all(head).unwrap();
+            c
+        })
+        .collect();
+    let mut streams: Vec<TcpStream> = clients.iter().map(|c| c.try_clone().unwrap()).collect();
+    let dribble = std::thread::spawn(move || {
+        for _ in 0..bytes {
+            for c in &mut streams {
+                let _ = c.write_all(b"X");
+            }
+            std::thread::sleep(every);
+        }
+    });
+    (clients, dribble)
+}
+
 /// Time for one plain request to be answered.
 fn served_after(s: &Server) -> Duration {
     let start = Instant::now();
@@ -52,27 +81,9 @@ fn slowloris_clients_are_cut_off_and_others_served() {
     let root = sample_root();
     let dir = tempfile::tempdir().unwrap();
     let s = tight(root.path(), dir.path());
-    // Fill both slots with clients that send a header byte every 300 ms:
-    // bytes keep moving, so only the header timeout can end them.
-    let mut lorises: Vec<TcpStream> = (0..2)
-        .map(|_| {
-            let mut c = TcpStream::connect(&s.addr).unwrap();
-            c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-                .unwrap();
-            c
-        })
-        .collect();
-    let dribble = {
-        let mut streams: Vec<TcpStream> = lorises.iter().map(|c| c.try_clone().unwrap()).collect();
-        std::thread::spawn(move || {
-            for _ in 0..20 {
-                for c in &mut streams {
-                    let _ = c.write_all(b"X");
-                }
-                std::thread::sleep(Duration::from_millis(300));
-            }
-        })
-    };
+    // Fill both slots with clients that send a header byte every 300 ms.
+    let head = b"GET /healthz HTTP/1.1\r\nHost: x\r\n";
+    let (mut lorises, dribble) = lorises(&s, 2, head, Duration::from_millis(300), 20);
     std::thread::sleep(Duration::from_millis(200));
     let waited = served_after(&s);
     assert!(
@@ -169,25 +180,8 @@ fn probes_are_answered_while_slow_clients_hold_every_slot() {
         "[limits]\nmax_connections = 2\nheader_timeout_secs = 3\nops_connections = 4\nops_header_timeout_ms = 500\n",
     );
     let s = Server::start(root.path(), &["--config", &cfg]);
-    let lorises: Vec<TcpStream> = (0..2)
-        .map(|_| {
-            let mut c = TcpStream::connect(&s.addr).unwrap();
-            c.write_all(b"GET /v1/files HTTP/1.1\r\nHost: x\r\n")
-                .unwrap();
-            c
-        })
-        .collect();
-    let dribble = {
-        let mut streams: Vec<TcpStream> = lorises.iter().map(|c| c.try_clone().unwrap()).collect();
-        std::thread::spawn(move || {
-            for _ in 0..12 {
-                for c in &mut streams {
-                    let _ = c.write_all(b"X");
-                }
-                std::thread::sleep(Duration::from_millis(250));
-            }
-        })
-    };
+    let head = b"GET /v1/files HTTP/1.1\r\nHost: x\r\n";
+    let (_lorises, dribble) = lorises(&s, 2, head, Duration::from_millis(250), 12);
     std::thread::sleep(Duration::from_millis(200));
     for route in ["/healthz", "/readyz", "/metrics"] {
         let start = Instant::now();

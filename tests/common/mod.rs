@@ -369,3 +369,25 @@ pub fn peak_rss_kib(s: &Server) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap()
 }
+
+/// A safetensors file of a `big`-byte tensor that sorts (and is hashed)
+/// first, `a.big`, and a 4 KiB one, `b.small`, whose digests the daemon
+/// computes; returns the small one's bytes.
+pub fn cold_safetensors(path: &Path, big: usize) -> Vec<u8> {
+    use safetensors::tensor::{Dtype, TensorView};
+    let large: Vec<u8> = (0..big).map(|i| (i % 253) as u8).collect();
+    let small: Vec<u8> = (0..4096).map(|i| (i * 7 % 251) as u8).collect();
+    let views = vec![
+        (
+            "a.big",
+            TensorView::new(Dtype::U8, vec![big], &large).unwrap(),
+        ),
+        (
+            "b.small",
+            TensorView::new(Dtype::U8, vec![4096], &small).unwrap(),
+        ),
+    ];
+    let meta: Option<std::collections::HashMap<String, String>> = None;
+    safetensors::serialize_to_file(views, meta, path).unwrap();
+    small
+}

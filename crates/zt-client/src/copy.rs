@@ -3,7 +3,6 @@
 //! their layout, the bytes between components, and the check of a copy
 //! found on disk.
 
-use std::fs::File;
 use std::path::Path;
 
 use zt_format::{Manifest, Source};
@@ -49,15 +48,17 @@ pub(crate) fn check_copy(
     local: &Manifest,
     client: &Client,
 ) -> Result<()> {
-    let label = part.display().to_string();
-    let f = File::open(part).map_err(|e| Error::io(format!("reading {label}"), e))?;
-    let limits = zt_format::Limits {
-        manifest_cap: client.options.manifest_cap,
-        ..zt_format::Limits::default()
+    let options = zt_format::ReadOptions {
+        limits: zt_format::Limits {
+            manifest_cap: client.options.manifest_cap,
+            ..zt_format::Limits::default()
+        },
+        // Only where the header places each component is compared here;
+        // the components were verified as they arrived.
+        verify: zt_format::Verify::Skip,
     };
-    let got = zt_format::read_source_at(&f, source, &label, &limits)?
-        .parsed
-        .manifest;
+    let copy = zt_format::ZtFile::open_as(part, source, options)?;
+    let got = copy.manifest();
     for (o, r, want) in local.components() {
         let have = got.component(o, r);
         let same = have.is_some_and(|h| {

@@ -14,10 +14,10 @@
 //! - A manifest is read one way: [`source::Probe`] reads every served kind
 //!   of file (`.zt`, safetensors, GGUF, MATRIX-ATOM) into the same
 //!   [`Manifest`] through a plan of byte-range reads, without doing I/O
-//!   itself (a server drives it with its own reads); [`source::parse`]
-//!   runs it over bytes in memory, [`read_source_at`] with `pread`, and
-//!   [`ZtFile`] over a mapped or buffered file, with its bytes.
-//!   [`container::decode_manifest`] decodes a manifest a server sent.
+//!   itself (a server drives it with its own reads), and [`ZtFile`] runs
+//!   it over a file by path (mapped, or read when small) or bytes in
+//!   memory, with the file's bytes. [`container::decode_manifest`]
+//!   decodes the bare manifest a server sends (no file around it).
 //!   [`layout`] places a file's blobs for writers that write out of order.
 //! - [`manifest_json`] is the one JSON rendering of a manifest
 //!   (`docs/manifest-json.md`), shared by `zt info --json` and the server.
@@ -71,7 +71,6 @@ mod mmap;
 mod options;
 mod order;
 mod parse_v1;
-mod pread;
 pub mod ragged;
 mod reader;
 pub mod rows;
@@ -102,7 +101,6 @@ pub use manifest::{
 pub use mmap::MappedFile;
 pub use options::{Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP};
 pub use order::send_order;
-pub use pread::read_source_at;
 pub use reader::{ComponentReport, ComponentStatus, ZtFile};
 pub use validate::BlobArea;
 pub use values::{NoValues, Values};

@@ -16,7 +16,7 @@ use crate::container::{self, Parsed};
 use crate::digest::DigestAlgorithm;
 use crate::element::{Data, Tensor};
 use crate::error::{Error, Location, Result, Rule};
-use crate::manifest::{Format, Manifest, Object};
+use crate::manifest::{Format, Manifest, Object, Source};
 use crate::options::{ReadOptions, Verify};
 use crate::warning::Warning;
 
@@ -84,8 +84,23 @@ impl ZtFile {
         Self::open_with(path, ReadOptions::default())
     }
 
-    /// Opens a file by path with explicit options.
+    /// Opens a file by path with explicit options; its name says its
+    /// source (`.safetensors`, `.gguf`, ...; `.zt` when it names none).
     pub fn open_with(path: impl AsRef<Path>, options: ReadOptions) -> Result<Self> {
+        Self::open_source(path, None, options)
+    }
+
+    /// Opens a file by path as a file of `source`, whatever its name says
+    /// (a copy still named `*.part`).
+    pub fn open_as(path: impl AsRef<Path>, source: Source, options: ReadOptions) -> Result<Self> {
+        Self::open_source(path, Some(source), options)
+    }
+
+    fn open_source(
+        path: impl AsRef<Path>,
+        source: Option<Source>,
+        options: ReadOptions,
+    ) -> Result<Self> {
         let path = path.as_ref();
         let label = path.display().to_string();
         let at = Location::file(&label);
@@ -103,12 +118,12 @@ impl ZtFile {
         } else {
             Backing::Map(crate::mmap::map(&file).map_err(|e| Error::io(at, "mapping file", e))?)
         };
-        Self::with_backing(label, backing, options)
+        Self::with_backing(label, backing, options, source)
     }
 
     /// Reads a file held in an aligned buffer. `label` names it in errors.
     pub fn from_buffer(label: &str, buf: AlignedBuf, options: ReadOptions) -> Result<Self> {
-        Self::with_backing(label.to_owned(), Backing::Buf(buf), options)
+        Self::with_backing(label.to_owned(), Backing::Buf(buf), options, None)
     }
 
     /// Copies `bytes` into an aligned buffer and reads it.
@@ -118,9 +133,15 @@ impl ZtFile {
         Self::from_buffer(label, buf, options)
     }
 
-    fn with_backing(label: String, backing: Backing, options: ReadOptions) -> Result<Self> {
-        // The file's name says its source, as it does for the server.
-        let mut parsed = match crate::source::by_name(&label) {
+    fn with_backing(
+        label: String,
+        backing: Backing,
+        options: ReadOptions,
+        source: Option<Source>,
+    ) -> Result<Self> {
+        // The file's name says its source, as it does for the server,
+        // unless the caller says.
+        let mut parsed = match source.or_else(|| crate::source::by_name(&label)) {
             Some(crate::Source::Zt) | None => {
                 container::parse(&label, backing.bytes(), &options.limits)?
             }

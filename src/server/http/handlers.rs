@@ -282,7 +282,7 @@ async fn answer(
         }
         Target::Component { object, component } => {
             // A shard's component is served by the shard's entry.
-            let served = served.owner(object, component).unwrap_or(served);
+            let served = plan::holder(&served, object, component);
             component_response(
                 state,
                 method,

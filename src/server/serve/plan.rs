@@ -206,6 +206,14 @@ pub(crate) fn refused(from: &Served, failure: CheckFailure) -> Refusal {
     failure.into()
 }
 
+/// The entry whose file holds `object`'s `role` and checks it: a shard's,
+/// for a component of a sharded checkpoint, else `served` itself.
+pub(crate) fn holder(served: &Arc<Served>, object: &str, role: &str) -> Arc<Served> {
+    served
+        .owner(object, role)
+        .unwrap_or_else(|| Arc::clone(served))
+}
+
 /// The object `object` and its component `role` of `served`.
 pub(crate) fn component<'a>(
     served: &'a Served,
@@ -290,9 +298,7 @@ fn parts_of(
                 "is in a legacy layout; convert the file with zt pack",
             ));
         }
-        let from = served
-            .owner(name, role)
-            .unwrap_or_else(|| Arc::clone(served));
+        let from = holder(served, name, role);
         parts.push(Part {
             object: name.to_owned(),
             role: role.to_owned(),
@@ -406,9 +412,7 @@ pub(crate) async fn rows(
     };
     let manifest = zt_format::manifest_cbor(&m);
     let part = Part {
-        from: served
-            .owner(&name, "data")
-            .unwrap_or_else(|| Arc::clone(&served)),
+        from: holder(&served, &name, "data"),
         object: name,
         role: "data".to_owned(),
         component: c,

@@ -253,8 +253,9 @@ fn incomplete(label: &str) -> Error {
     )
 }
 
-/// Parses a whole file held in memory.
-pub fn parse(source: Source, label: &str, data: &[u8], limits: &Limits) -> Result<Loaded> {
+/// Parses a whole file held in memory (what [`crate::ZtFile`] does with
+/// its bytes).
+pub(crate) fn parse(source: Source, label: &str, data: &[u8], limits: &Limits) -> Result<Loaded> {
     let probe = Probe::new(source, label, data.len() as u64, *limits);
     probe.run(|r| {
         let start = usize::try_from(r.start).unwrap_or(usize::MAX);

@@ -5,7 +5,10 @@
 //! workers, which keep answering `/healthz` and moving bytes), and at most
 //! `limits.cpu_queue` wait for a turn; a request past that is refused as
 //! busy (HTTP `503` with `Retry-After`, ztp/1 `unavailable`) instead of
-//! queueing without bound. A response already under way waits for its
+//! queueing without bound. Work small enough to cost less than the hop
+//! (a selection against a manifest of a few thousand names at most) runs
+//! where it is asked for ([`CpuPool::run_sized`]). A response already
+//! under way waits for its
 //! next turn instead ([`CpuPool::wait_turn`]): the queue bounds the
 //! requests let in, and each holds at most one place. A leaf, like
 //! `families`: the renderers and the serving layer share one pool.
@@ -18,6 +21,11 @@ use prometheus::{IntCounter, IntGauge, Registry};
 use tokio::sync::Semaphore;
 
 use crate::server::families::{counter, gauge, register};
+
+/// Work small enough to do on an async worker (a few thousand names or
+/// name-pattern pairs: tens of microseconds), as [`CpuPool::run_sized`]
+/// estimates it.
+pub(crate) const INLINE_WORK: usize = 4096;
 
 /// Why a job did not run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -96,6 +104,22 @@ impl CpuPool {
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, CpuError> {
         self.job(what, f, true).await
+    }
+
+    /// Runs `f` here, on the caller's worker, when its `work` (names times
+    /// patterns, objects listed: the caller's estimate) is small enough
+    /// that the hop to the pool would cost more than the job; else as
+    /// [`CpuPool::run`] does.
+    pub(crate) async fn run_sized<T: Send + 'static>(
+        &self,
+        what: &str,
+        work: usize,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, CpuError> {
+        if work <= INLINE_WORK {
+            return Ok(f());
+        }
+        self.run(what, f).await
     }
 
     /// Runs `f` as [`CpuPool::run`] does, but waits for a turn whatever

@@ -275,9 +275,10 @@ async fn answer(
             Ok(super::summary::respond(state, served, object.clone(), method, headers).await?)
         }
         Target::Objects => {
+            let work = plan::matching_work(&served, &globs);
             let (method, headers, globs) = (method.clone(), headers.clone(), globs.clone());
             let table = move || super::objects::respond(&served, &globs, &method, &headers);
-            let answer = state.cpu.run("the objects table", table).await;
+            let answer = state.cpu.run_sized("the objects table", work, table).await;
             Ok(answer.map_err(Refusal::from)??)
         }
         Target::Component { object, component } => {

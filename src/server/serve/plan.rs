@@ -266,10 +266,11 @@ pub(crate) async fn selection(
             parts: Vec::new(),
         });
     }
+    let work = matching_work(&served, select);
     let (of, select, order) = (Arc::clone(&served), select.to_vec(), order.to_vec());
     let parts = state
         .cpu
-        .run("planning a selection's send order", move || {
+        .run_sized("planning a selection's send order", work, move || {
             parts_of(&of, &select, &order)
         })
         .await??;
@@ -278,6 +279,16 @@ pub(crate) async fn selection(
         manifest,
         parts,
     })
+}
+
+/// What matching `select` against `served`'s objects costs, in
+/// name-pattern pairs (for [`crate::server::cpu::CpuPool::run_sized`]).
+pub(crate) fn matching_work(served: &Served, select: &[String]) -> usize {
+    served
+        .manifest
+        .objects
+        .len()
+        .saturating_mul(select.len().saturating_add(1))
 }
 
 /// The components of the objects `select` names, in the send order
@@ -375,10 +386,11 @@ pub(crate) async fn rows(
     select: &[String],
     rows: Rows,
 ) -> Result<Plan, Refusal> {
+    let work = matching_work(&served, select);
     let (of, wanted) = (Arc::clone(&served), select.to_vec());
     let picked = state
         .cpu
-        .run("matching a selection", move || selected(&of, &wanted))
+        .run_sized("matching a selection", work, move || selected(&of, &wanted))
         .await??;
     let (name, mut obj) = match picked.objects.into_iter().collect::<Vec<_>>().as_slice() {
         [(name, obj)] => (name.clone(), obj.clone()),

@@ -136,8 +136,8 @@ settings! {
         pub max_connections: usize = 4096,
         /// Connections accepted past `max_connections`: `/healthz`,
         /// `/readyz` and `/metrics` are answered on them at once, any other
-        /// request waits for a slot (`header_timeout_secs` at most, then
-        /// 503 busy); past these too, connections are closed at once.
+        /// request waits for a slot (twice `header_timeout_secs` at most,
+        /// then 503 busy); past these too, connections are closed at once.
         pub ops_connections: usize = 256,
         /// Milliseconds a connection past `max_connections` has to send its
         /// request (and its TLS handshake).

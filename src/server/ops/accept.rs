@@ -6,8 +6,8 @@
 //!   `limits.ops_header_timeout_ms` to send one request: `/healthz`,
 //!   `/readyz` and `/metrics` are answered at once (probes and scrapes
 //!   stay answerable while slow clients hold every slot), any other request
-//!   waits for a slot (at most `limits.header_timeout_secs`, then `503
-//!   busy`); past those too, a connection is closed at once, so the
+//!   waits for a slot (at most twice `limits.header_timeout_secs`, then
+//!   `503 busy`); past those too, a connection is closed at once, so the
 //!   kernel's backlog drains and a probe behind a flood is reached;
 //! - `TCP_NODELAY` (headers and body leave in separate writes; Nagle's
 //!   algorithm with delayed ACKs would stall small responses ~40 ms);
@@ -246,9 +246,12 @@ pub(crate) async fn serve(
         } else {
             limits.header_timeout
         };
+        // A request past the slots waits for one at most twice the header
+        // timeout: every slot held by a client still sending its headers
+        // frees within one of its own.
         let conn = Conn {
             app: app.clone(),
-            past: ops.then(|| (Arc::clone(&slots), limits.header_timeout)),
+            past: ops.then(|| (Arc::clone(&slots), limits.header_timeout * 2)),
             b: Arc::clone(if ops { &ops_b } else { &b }),
             watcher,
         };

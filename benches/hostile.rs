@@ -1,0 +1,397 @@
+//! Hostile load against a release daemon with default settings, on
+//! loopback (issue 28): for each attack, the daemon's peak RSS during it
+//! (`VmHWM`, reset before each by `clear_refs`), the latency of `/healthz`
+//! asked every 20 ms on a fresh connection meanwhile (p50, p99, worst; a
+//! probe that fails counts as 10 s),
+//! and whether a good client got its bytes, verified, meanwhile. The
+//! attacks are the ones issue 28 lists that the daemon bounds so far:
+//!
+//! - 5,000 connections sending their headers a byte a second (slowloris);
+//! - 8 concurrent `?decode=1` of a zstd component that decodes to 512 MiB
+//!   from a small file;
+//! - 16 concurrent first requests for the summary of a 128 MiB tensor;
+//! - 20,000 manifest requests with distinct selections that match nothing;
+//! - 40 objects tables selected with a 1,024-character `*a*a…b` pattern
+//!   against 10,000 names of 1,000 characters.
+//!
+//! `cargo bench --bench hostile` (as root: `clear_refs` needs it). Not part
+//! of `.ci/run`; `tests/hostile_load.rs` holds the short versions.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use zt_format::{DType, DigestAlgorithm, StoreOptions, Writer};
+
+/// The daemon under attack.
+struct Daemon {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Daemon {
+    fn start(root: &Path, state: &Path) -> Result<Daemon> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let child = Command::new(env!("CARGO_BIN_EXE_ztserve"))
+            .args(["--root", root.to_str().context("root")?])
+            .args(["--listen", &addr, "--log-level", "warn"])
+            .args(["--state-dir", state.to_str().context("state")?])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let d = Daemon { child, addr };
+        let start = Instant::now();
+        while !get(&d.addr, "/readyz").is_ok_and(|r| r.0 == 200) {
+            anyhow::ensure!(start.elapsed() < Duration::from_secs(60), "not ready");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(d)
+    }
+
+    fn status(&self, key: &str) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix(key))
+                    .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// Resets the peak RSS to the current RSS.
+    fn reset_peak(&self) {
+        let _ = std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5");
+    }
+}
+
+/// One request on a fresh connection: status and body.
+fn get(addr: &str, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+    let mut c = TcpStream::connect(addr)?;
+    c.set_read_timeout(Some(Duration::from_secs(120)))?;
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut all = Vec::new();
+    c.read_to_end(&mut all)?;
+    let end = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(all.len());
+    let status = std::str::from_utf8(all.get(9..12).unwrap_or_default())
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Ok((status, all.split_off((end + 4).min(all.len()))))
+}
+
+/// One request on a fresh connection, its body read and dropped: status
+/// and body length.
+fn get_len(addr: &str, path: &str) -> std::io::Result<(u16, u64)> {
+    let mut c = TcpStream::connect(addr)?;
+    c.set_read_timeout(Some(Duration::from_secs(120)))?;
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        c.read_exact(&mut byte)?;
+        head.push(byte[0]);
+    }
+    let status = std::str::from_utf8(head.get(9..12).unwrap_or_default())
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let len = std::io::copy(&mut c, &mut std::io::sink())?;
+    Ok((status, len))
+}
+
+/// Requests on one kept-alive connection: the status of each.
+struct KeepAlive(TcpStream);
+
+impl KeepAlive {
+    fn get(&mut self, path: &str) -> std::io::Result<u16> {
+        // One write: split, Nagle's algorithm and delayed ACKs would cost
+        // each request 40 ms.
+        self.0.set_nodelay(true)?;
+        self.0
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())?;
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            self.0.read_exact(&mut byte)?;
+            head.push(byte[0]);
+        }
+        let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        let len: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        std::io::copy(&mut (&mut self.0).take(len), &mut std::io::sink())?;
+        Ok(text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0))
+    }
+}
+
+/// `/healthz` every 20 ms until `stop`: each latency (a failure counts as
+/// 10 s).
+fn probe(addr: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Duration>> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            let t = Instant::now();
+            let ok = get(&addr, "/healthz").is_ok_and(|r| r.0 == 200);
+            out.push(if ok {
+                t.elapsed()
+            } else {
+                Duration::from_secs(10)
+            });
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        out
+    })
+}
+
+fn quantile(v: &mut [Duration], q: f64) -> Duration {
+    v.sort();
+    let i = ((v.len() as f64 - 1.0) * q).round() as usize;
+    v.get(i).copied().unwrap_or_default()
+}
+
+/// Runs `attack` with the prober and a good client: prints the row.
+fn measure(name: &str, d: &Daemon, good: &(String, Vec<u8>), attack: impl FnOnce() -> String) {
+    d.reset_peak();
+    let idle = d.status("VmRSS:");
+    let stop = Arc::new(AtomicBool::new(false));
+    let prober = probe(d.addr.clone(), Arc::clone(&stop));
+    let (addr, (path, want)) = (d.addr.clone(), good.clone());
+    let good_client = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        get(&addr, &path).is_ok_and(|(s, body)| s == 200 && body == want)
+    });
+    let t = Instant::now();
+    let said = attack();
+    let took = t.elapsed();
+    let good_ok = good_client.join().unwrap_or(false);
+    stop.store(true, Ordering::SeqCst);
+    let mut lat = prober.join().unwrap_or_default();
+    let peak = d.status("VmHWM:");
+    let (p50, p99) = (quantile(&mut lat, 0.5), quantile(&mut lat, 0.99));
+    let worst = lat.last().copied().unwrap_or_default();
+    let failed = lat
+        .iter()
+        .filter(|l| **l >= Duration::from_secs(10))
+        .count();
+    println!(
+        "{name:<44} {:>7.1} s  RSS {:>5} -> peak {:>5} MiB  /healthz p50 {:>6.1} ms p99 {:>7.1} ms worst {:>7.1} ms ({} probes, {failed} failed)  good client {}  {said}",
+        took.as_secs_f64(),
+        idle >> 10,
+        peak >> 10,
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3,
+        worst.as_secs_f64() * 1e3,
+        lat.len(),
+        if good_ok { "verified" } else { "FAILED" },
+    );
+}
+
+/// Runs `n` copies of `f` at once; how many returned true.
+fn at_once(n: usize, f: impl Fn(usize) -> bool + Send + Sync + 'static) -> usize {
+    let f = Arc::new(f);
+    let threads: Vec<_> = (0..n)
+        .map(|i| {
+            let f = Arc::clone(&f);
+            std::thread::spawn(move || f(i))
+        })
+        .collect();
+    threads
+        .into_iter()
+        .map(|t| t.join().unwrap_or(false))
+        .filter(|ok| *ok)
+        .count()
+}
+
+fn write_zt(
+    path: &Path,
+    objects: &[(String, Vec<u64>, DType, Vec<u8>)],
+    opts: StoreOptions,
+) -> Result<()> {
+    let mut w = Writer::new(Vec::new(), "bench.zt")?;
+    for (name, shape, dtype, data) in objects {
+        w.add_dense(name, shape, *dtype, data, opts)?;
+    }
+    std::fs::write(path, w.finish()?)?;
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let work = tempfile::tempdir()?;
+    let (root, state) = (work.path().join("root"), work.path().join("state"));
+    std::fs::create_dir_all(&root)?;
+    eprintln!(
+        "writing the files (a 512 MiB zstd component, a 128 MiB tensor, 10,000 long names)..."
+    );
+    let sha = StoreOptions {
+        zstd_level: None,
+        digest: Some(DigestAlgorithm::Sha256),
+    };
+    let bomb: Vec<u8> = (0..(512usize << 20)).map(|i| (i >> 16) as u8).collect();
+    write_zt(
+        &root.join("bomb.zt"),
+        &[("w".into(), vec![bomb.len() as u64], DType::U8, bomb)],
+        StoreOptions {
+            zstd_level: Some(3),
+            ..sha
+        },
+    )?;
+    let values: Vec<u8> = (0..(32usize << 20))
+        .flat_map(|i| (i as f32).to_le_bytes())
+        .collect();
+    write_zt(
+        &root.join("big.zt"),
+        &[("t".into(), vec![8192, 4096], DType::F32, values)],
+        sha,
+    )?;
+    let names: Vec<(String, Vec<u64>, DType, Vec<u8>)> = (0..10_000)
+        .map(|i| {
+            (
+                format!("{i:05}.{}", "a".repeat(994)),
+                vec![1],
+                DType::U8,
+                vec![1],
+            )
+        })
+        .collect();
+    write_zt(&root.join("names.zt"), &names, sha)?;
+    let good: Vec<u8> = (0..(4usize << 20)).map(|i| (i * 7 % 251) as u8).collect();
+    write_zt(
+        &root.join("good.zt"),
+        &[("g".into(), vec![good.len() as u64], DType::U8, good.clone())],
+        sha,
+    )?;
+    let d = Daemon::start(&root, &state)?;
+    let good = ("/v1/files/good.zt/objects/g/data".to_owned(), good);
+    println!("# hostile load, release build, default settings, 127.0.0.1; issue 28's attacks");
+
+    measure("5,000 slowloris connections, 10 s", &d, &good, || {
+        let mut conns: Vec<TcpStream> = (0..5000)
+            .filter_map(|_| TcpStream::connect(&d.addr).ok())
+            .collect();
+        for c in &mut conns {
+            let _ = c.set_nonblocking(true);
+            let _ = c.write(b"GET /healthz HTTP/1.1\r\n");
+        }
+        let opened = conns.len();
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_secs(1));
+            for c in &mut conns {
+                let _ = c.write(b"X");
+            }
+        }
+        format!("{opened} opened")
+    });
+
+    let addr = d.addr.clone();
+    measure(
+        "8 x ?decode=1 of 512 MiB (from 0.1 MB)",
+        &d,
+        &good,
+        move || {
+            let ok = at_once(8, move |_| {
+                get_len(&addr, "/v1/files/bomb.zt/objects/w/data?decode=1")
+                    .is_ok_and(|(s, n)| s == 200 && n == 512 << 20)
+            });
+            format!("{ok}/8 complete")
+        },
+    );
+
+    let addr = d.addr.clone();
+    measure(
+        "16 x first summary of a 128 MiB tensor",
+        &d,
+        &good,
+        move || {
+            let ok = at_once(16, move |_| {
+                get(&addr, "/v1/files/big.zt/summaries/t").is_ok_and(|(s, _)| s == 200)
+            });
+            format!("{ok}/16 answered")
+        },
+    );
+
+    let addr = d.addr.clone();
+    measure(
+        "20,000 distinct selections matching nothing",
+        &d,
+        &good,
+        move || {
+            let ok = at_once(4, move |t| {
+                let Ok(c) = TcpStream::connect(&addr) else {
+                    return false;
+                };
+                let mut c = KeepAlive(c);
+                (0..5000).all(|i| {
+                    let path = format!(
+                        "/v1/files/good.zt/manifest?select=none.{t}.{i}.{}",
+                        "x".repeat(200)
+                    );
+                    c.get(&path).is_ok_and(|s| s == 404)
+                })
+            });
+            format!("{ok}/4 threads all 404")
+        },
+    );
+
+    let addr = d.addr.clone();
+    measure(
+        "40 x objects?select=*a*a…b (1,024 chars) x 10,000 names",
+        &d,
+        &good,
+        move || {
+            let pattern = format!("{}b", "%2Aa".repeat(511));
+            let ok = at_once(2, move |_| {
+                (0..20).all(|_| {
+                    get(
+                        &addr,
+                        &format!("/v1/files/names.zt/objects?select={pattern}"),
+                    )
+                    .is_ok_and(|(s, _)| s == 200 || s == 503)
+                })
+            });
+            format!("{ok}/2 threads answered")
+        },
+    );
+    println!("render cache and summary cache after: {}", caches(&d.addr));
+    Ok(())
+}
+
+/// The two caches' gauges, from `/metrics`.
+fn caches(addr: &str) -> String {
+    let text = get(addr, "/metrics")
+        .map(|r| String::from_utf8_lossy(&r.1).into_owned())
+        .unwrap_or_default();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("ztserve_manifest_render_cache_bytes ")
+                || l.starts_with("ztserve_summary_cache_bytes ")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -137,7 +137,8 @@ settings! {
         /// Connections accepted past `max_connections`: `/healthz`,
         /// `/readyz` and `/metrics` are answered on them at once, any other
         /// request waits for a slot (twice `header_timeout_secs` at most,
-        /// then 503 busy); past these too, connections are closed at once.
+        /// then 503 busy); when all are taken, the oldest that has sent
+        /// nothing gives its place to the newcomer.
         pub ops_connections: usize = 256,
         /// Milliseconds a connection past `max_connections` has to send its
         /// request (and its TLS handshake).

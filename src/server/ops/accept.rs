@@ -7,8 +7,11 @@
 //!   `/readyz` and `/metrics` are answered at once (probes and scrapes
 //!   stay answerable while slow clients hold every slot), any other request
 //!   waits for a slot (at most twice `limits.header_timeout_secs`, then
-//!   `503 busy`); past those too, a connection is closed at once, so the
-//!   kernel's backlog drains and a probe behind a flood is reached;
+//!   `503 busy`); when every place is taken, the oldest place whose
+//!   connection has sent nothing gives it up to the newcomer (a flood's
+//!   silent connections take each other's places, a probe is served), and
+//!   with none such a connection is closed at once, so the kernel's
+//!   backlog drains and a probe behind a flood is reached;
 //! - `TCP_NODELAY` (headers and body leave in separate writes; Nagle's
 //!   algorithm with delayed ACKs would stall small responses ~40 ms);
 //! - a TLS handshake, and a request's headers, must arrive within
@@ -20,9 +23,11 @@
 //!   stopped sending or stopped reading);
 //! - on shutdown, connections finish the request in hand and close.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -37,7 +42,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::server::config::LimitsConfig;
 use crate::server::ops::idle::IdleTimeout;
@@ -121,8 +126,8 @@ async fn serve_one<I, S>(
 struct Conn {
     app: Router,
     /// For a connection past every slot: the slots its requests wait
-    /// for, and how long.
-    past: Option<(Arc<Semaphore>, Duration)>,
+    /// for, how long, and the flag its first request sets.
+    past: Option<(Arc<Semaphore>, Duration, Arc<AtomicBool>)>,
     b: Arc<Builder<TokioExecutor>>,
     watcher: hyper_util::server::graceful::Watcher,
 }
@@ -132,15 +137,60 @@ impl Conn {
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let Some((slots, wait)) = self.past else {
+        let Some((slots, wait, asked)) = self.past else {
             return serve_one(io, self.app, self.b, self.watcher).await;
         };
         let app = self.app;
         let past = tower::service_fn(move |req: Request<Incoming>| {
+            asked.store(true, Ordering::SeqCst);
             let (app, slots) = (app.clone(), Arc::clone(&slots));
             async move { Ok::<_, Infallible>(past_the_slots(req, app, slots, wait).await) }
         });
         serve_one(io, past, self.b, self.watcher).await;
+    }
+}
+
+/// A connection holding a place past the slots, until its first request
+/// arrives.
+struct Place {
+    asked: Arc<AtomicBool>,
+    evict: oneshot::Sender<()>,
+}
+
+/// The places past the slots, oldest first. When every place is taken,
+/// the oldest whose connection has not sent a request yet gives it up to
+/// the newcomer: a flood's silent connections then take each other's
+/// places, and a probe, which sends its request at once, is served.
+#[derive(Default)]
+struct Places(Mutex<VecDeque<Place>>);
+
+impl Places {
+    /// Keeps `place` in line; at most about twice `cap` are kept (places
+    /// whose connections asked or ended are dropped first).
+    fn join(&self, place: Place, cap: usize) {
+        let mut q = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if q.len() >= cap.saturating_mul(2).max(16) {
+            q.retain(|p| !p.asked.load(Ordering::SeqCst) && !p.evict.is_closed());
+        }
+        q.push_back(place);
+    }
+
+    /// Closes the oldest connection that holds a place without having
+    /// asked anything: whether there was one.
+    fn evict_oldest(&self) -> bool {
+        let mut q = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while let Some(p) = q.pop_front() {
+            if !p.asked.load(Ordering::SeqCst) && p.evict.send(()).is_ok() {
+                return true;
+            }
+        }
+        false
     }
 }
 
@@ -187,6 +237,22 @@ async fn past_the_slots(
     })
 }
 
+/// A place past the slots: a free one, else the oldest silent one's (it
+/// is closed and its place taken, within 100 ms).
+async fn place(spare: &Arc<Semaphore>, places: &Places) -> Option<OwnedSemaphorePermit> {
+    if let Ok(p) = Arc::clone(spare).try_acquire_owned() {
+        return Some(p);
+    }
+    if !places.evict_oldest() {
+        return None;
+    }
+    let freed = Arc::clone(spare).acquire_owned();
+    tokio::time::timeout(Duration::from_millis(100), freed)
+        .await
+        .ok()?
+        .ok()
+}
+
 /// Serves `app` on `listener` until `stop` resolves, then gives open
 /// connections `deadline` to finish.
 pub(crate) async fn serve(
@@ -199,6 +265,7 @@ pub(crate) async fn serve(
 ) -> Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let spare = Arc::new(Semaphore::new(limits.ops_connections));
+    let places = Places::default();
     let graceful = GracefulShutdown::new();
     let (b, ops_b) = (
         Arc::new(builder(&limits, false)),
@@ -219,12 +286,13 @@ pub(crate) async fn serve(
             },
             () = &mut stop => break,
         };
-        // A slot, else a place past the slots, else closed at once.
+        // A slot, else a place past the slots (the oldest silent one's,
+        // when every place is taken), else closed at once.
         let (permit, ops) = match Arc::clone(&slots).try_acquire_owned() {
             Ok(p) => (p, false),
-            Err(_) => match Arc::clone(&spare).try_acquire_owned() {
-                Ok(p) => (p, true),
-                Err(_) => {
+            Err(_) => match place(&spare, &places).await {
+                Some(p) => (p, true),
+                None => {
                     tracing::debug!(
                         "every slot and every place past them taken; connection closed"
                     );
@@ -249,24 +317,42 @@ pub(crate) async fn serve(
         // A request past the slots waits for one at most twice the header
         // timeout: every slot held by a client still sending its headers
         // frees within one of its own.
+        let asked = Arc::new(AtomicBool::new(false));
+        let evicted = ops.then(|| {
+            let (evict, evicted) = oneshot::channel();
+            let asked = Arc::clone(&asked);
+            places.join(Place { asked, evict }, limits.ops_connections);
+            evicted
+        });
         let conn = Conn {
             app: app.clone(),
-            past: ops.then(|| (Arc::clone(&slots), limits.header_timeout * 2)),
+            past: ops.then(|| (Arc::clone(&slots), limits.header_timeout * 2, asked)),
             b: Arc::clone(if ops { &ops_b } else { &b }),
             watcher,
         };
         tokio::spawn(async move {
             let _permit = permit;
-            match tls {
-                None => conn.serve(io).await,
-                Some(config) => {
-                    let accept = tokio_rustls::TlsAcceptor::from(config).accept(io);
-                    match tokio::time::timeout(handshake, accept).await {
-                        Ok(Ok(tls_io)) => conn.serve(tls_io).await,
-                        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!("TLS handshake timed out"),
+            let serving = async move {
+                match tls {
+                    None => conn.serve(io).await,
+                    Some(config) => {
+                        let accept = tokio_rustls::TlsAcceptor::from(config).accept(io);
+                        match tokio::time::timeout(handshake, accept).await {
+                            Ok(Ok(tls_io)) => conn.serve(tls_io).await,
+                            Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                            Err(_) => tracing::debug!("TLS handshake timed out"),
+                        }
                     }
                 }
+            };
+            match evicted {
+                None => serving.await,
+                Some(evicted) => tokio::select! {
+                    () = serving => {}
+                    Ok(()) = evicted => {
+                        tracing::debug!("a silent connection past the slots gave its place up");
+                    }
+                },
             }
         });
     }

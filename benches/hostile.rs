@@ -80,46 +80,50 @@ impl Daemon {
     }
 }
 
-/// One request on a fresh connection: status and body.
-fn get(addr: &str, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
-    let mut c = TcpStream::connect(addr)?;
+/// Sends a request in one write (split, Nagle's algorithm and delayed
+/// ACKs would cost it 40 ms); `close`: on a fresh connection that ends
+/// after it.
+fn ask(c: &mut TcpStream, path: &str, close: bool) -> std::io::Result<()> {
+    c.set_nodelay(true)?;
     c.set_read_timeout(Some(Duration::from_secs(120)))?;
-    write!(
-        c,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut all = Vec::new();
-    c.read_to_end(&mut all)?;
-    let end = all
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or(all.len());
-    let status = std::str::from_utf8(all.get(9..12).unwrap_or_default())
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((status, all.split_off((end + 4).min(all.len()))))
+    let close = if close { "Connection: close\r\n" } else { "" };
+    c.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n{close}\r\n").as_bytes())
 }
 
-/// One request on a fresh connection, its body read and dropped: status
-/// and body length.
-fn get_len(addr: &str, path: &str) -> std::io::Result<(u16, u64)> {
-    let mut c = TcpStream::connect(addr)?;
-    c.set_read_timeout(Some(Duration::from_secs(120)))?;
-    write!(
-        c,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )?;
+/// A response's head: its status and its `Content-Length` (0 when none).
+fn read_head(c: &mut TcpStream) -> std::io::Result<(u16, u64)> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
         c.read_exact(&mut byte)?;
         head.push(byte[0]);
     }
-    let status = std::str::from_utf8(head.get(9..12).unwrap_or_default())
-        .ok()
-        .and_then(|s| s.parse().ok())
+    let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let len = text
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    Ok((status, len))
+}
+
+/// One request on a fresh connection: status and body.
+fn get(addr: &str, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+    let mut c = TcpStream::connect(addr)?;
+    ask(&mut c, path, true)?;
+    let (status, _) = read_head(&mut c)?;
+    let mut body = Vec::new();
+    c.read_to_end(&mut body)?;
+    Ok((status, body))
+}
+
+/// One request on a fresh connection, its body read and dropped: status
+/// and body length.
+fn get_len(addr: &str, path: &str) -> std::io::Result<(u16, u64)> {
+    let mut c = TcpStream::connect(addr)?;
+    ask(&mut c, path, true)?;
+    let (status, _) = read_head(&mut c)?;
     let len = std::io::copy(&mut c, &mut std::io::sink())?;
     Ok((status, len))
 }
@@ -129,25 +133,10 @@ struct KeepAlive(TcpStream);
 
 impl KeepAlive {
     fn get(&mut self, path: &str) -> std::io::Result<u16> {
-        // One write: split, Nagle's algorithm and delayed ACKs would cost
-        // each request 40 ms.
-        self.0.set_nodelay(true)?;
-        self.0
-            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())?;
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            self.0.read_exact(&mut byte)?;
-            head.push(byte[0]);
-        }
-        let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
-        let len: u64 = text
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
+        ask(&mut self.0, path, false)?;
+        let (status, len) = read_head(&mut self.0)?;
         std::io::copy(&mut (&mut self.0).take(len), &mut std::io::sink())?;
-        Ok(text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0))
+        Ok(status)
     }
 }
 

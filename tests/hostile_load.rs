@@ -18,6 +18,28 @@ use zt_format::{DType, DigestAlgorithm, StoreOptions, Writer};
 /// hashed at full speed in well under a second.
 const BIG: usize = 64 << 20;
 
+/// `zt fetch quic://…/PATH -o DIR/m.zt EXTRA…` against `s`.
+fn quic_fetch(
+    s: &Server,
+    path: &str,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> std::process::Output {
+    let (q, fp) = s.quic.clone().unwrap();
+    let url = format!("quic://{q}/{path}");
+    let dest = dir.join("m.zt");
+    let mut args = vec![
+        "fetch",
+        &url,
+        "-o",
+        dest.to_str().unwrap(),
+        "--cert-fingerprint",
+        &fp,
+    ];
+    args.extend(extra);
+    zt(&args)
+}
+
 /// Issue 28, item 6: no request without a valid token causes hashing,
 /// reading or rendering, on either transport. Every route that would
 /// hash the whole cold file (its manifest, a component, a summary, a
@@ -51,23 +73,10 @@ fn a_request_without_a_valid_token_causes_no_work() {
             assert_eq!(r.status, 401, "{route} {auth:?}");
         }
     }
-    let (q, fp) = s.quic.clone().unwrap();
     let out = tempfile::tempdir().unwrap();
     for select in [None, Some("a.*")] {
-        let dest = out.path().join("m.zt");
-        let url = format!("quic://{q}/m.safetensors");
-        let mut args = vec![
-            "fetch",
-            &url,
-            "-o",
-            dest.to_str().unwrap(),
-            "--cert-fingerprint",
-            &fp,
-        ];
-        if let Some(sel) = select {
-            args.extend(["--select", sel]);
-        }
-        let o = zt(&args);
+        let extra: Vec<&str> = select.map(|sel| vec!["--select", sel]).unwrap_or_default();
+        let o = quic_fetch(&s, "m.safetensors", out.path(), &extra);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && err.contains("unauthorized"), "{err}");
     }
@@ -133,20 +142,8 @@ fn pathological_selections_are_refused_by_name() {
     let body = String::from_utf8_lossy(&r.body);
     assert_eq!(r.status, 400, "{body}");
     assert!(body.contains("select-too-many"), "{body}");
-    let (q, fp) = s.quic.clone().unwrap();
     let out = tempfile::tempdir().unwrap();
-    let dest = out.path().join("m.zt");
-    let url = format!("quic://{q}/sample.zt");
-    let o = zt(&[
-        "fetch",
-        &url,
-        "-o",
-        dest.to_str().unwrap(),
-        "--cert-fingerprint",
-        &fp,
-        "--select",
-        &long,
-    ]);
+    let o = quic_fetch(&s, "sample.zt", out.path(), &["--select", &long]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success() && err.contains("select-too-long"),

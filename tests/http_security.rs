@@ -188,28 +188,32 @@ fn dual_stack_listening() {
 }
 
 /// A request for data past the connection cap waits for a slot; a probe
-/// does not (issue 28: `limits.ops_connections`).
+/// does not (issue 28: `limits.ops_connections`). The connection holding
+/// the slot has sent nothing: once it has been silent for a second, the
+/// waiting request closes it and takes its slot.
 #[test]
 fn connections_beyond_the_cap_wait_for_a_slot() {
+    use std::io::Read;
     let root = sample_root();
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("c.toml");
     std::fs::write(&cfg, "root = \"/unused\"\n[limits]\nmax_connections = 1\n").unwrap();
     let s = Server::start(root.path(), &["--config", cfg.to_str().unwrap()]);
-    let hog = std::net::TcpStream::connect(&s.addr).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let mut hog = std::net::TcpStream::connect(&s.addr).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
     let data = s.url("/v1/files/sample.zt/manifest");
-    let waiting = curl(&["--max-time", "1"], &data);
+    let waiting = curl(&["--max-time", "0.3"], &data);
     assert_eq!(
         waiting.status, 0,
         "a second connection's request must wait while the only slot is taken"
     );
     assert_eq!(curl(&["--max-time", "1"], &s.url("/healthz")).status, 200);
-    drop(hog);
-    assert!(eventually(Duration::from_secs(5), || curl(
-        &["--max-time", "2"],
-        &data
-    )
-    .status
-        == 200));
+    assert_eq!(curl(&["--max-time", "10"], &data).status, 200);
+    hog.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(hog.read(&mut [0u8; 16]).unwrap(), 0, "the silent hog is closed");
+    let metrics = String::from_utf8(curl(&[], &s.url("/metrics")).body).unwrap();
+    assert!(
+        metrics.contains("ztserve_http_connections_closed_total{reason=\"slots\"} 1"),
+        "{metrics}"
+    );
 }

@@ -66,6 +66,9 @@ pub struct State {
     pub(crate) summaries: summary::Cache,
     /// The pool CPU-heavy request work runs on (`limits.cpu_jobs`).
     pub(crate) cpu: Arc<cpu::CpuPool>,
+    /// HTTP response bodies' memory budget, and the connections holding
+    /// it (`limits.body_memory_bytes`).
+    pub(crate) flows: Arc<http::flow::Flows>,
 }
 
 /// The ztp/1 send budget (`quic.send_budget_bytes`, at least one read
@@ -119,6 +122,8 @@ impl State {
         cpu.register(registry)?;
         let summaries = summary::Cache::default();
         summaries.register(registry)?;
+        let flows = http::flow::Flows::new(&config.limits);
+        flows.register(registry)?;
         catalog.root().register_metrics(registry)?;
         Ok(Arc::new(State {
             tokens,
@@ -130,6 +135,7 @@ impl State {
             ready: AtomicBool::new(false),
             summaries,
             cpu,
+            flows,
         }))
     }
 
@@ -287,6 +293,7 @@ pub async fn run(
         app,
         tls.as_ref().map(|(c, _)| c.clone()),
         accept::Limits::from_config(&state.config.limits),
+        Arc::clone(&state.flows),
         stopped(stop_rx.clone()),
         deadline,
     )

@@ -361,10 +361,19 @@ pub fn exported_metrics(text: &str) -> std::collections::BTreeMap<String, String
 
 /// The daemon's peak resident memory so far (`VmHWM`), in KiB.
 pub fn peak_rss_kib(s: &Server) -> u64 {
+    status_kib(s, "VmHWM:")
+}
+
+/// The daemon's resident memory now (`VmRSS`), in KiB.
+pub fn rss_kib(s: &Server) -> u64 {
+    status_kib(s, "VmRSS:")
+}
+
+fn status_kib(s: &Server, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap()

@@ -145,6 +145,17 @@ settings! {
         pub ops_header_timeout_ms: u64 = 1000,
         /// Most concurrent requests (streams) on one HTTP/2 connection.
         pub http2_max_streams: u64 = 16,
+        /// Most bytes read for HTTP responses and not yet written to their
+        /// connections, daemon-wide; a response waits for room before it
+        /// reads, and closes the most stalled connection while it waits.
+        pub body_memory_bytes: u64 = 256 << 20,
+        /// Most response bytes one HTTP connection holds unwritten (its
+        /// HTTP/2 streams together): what a client that stops reading
+        /// keeps in the daemon.
+        pub body_window_bytes: u64 = 1 << 20,
+        /// Seconds a connection may hold response bytes without sending
+        /// a piece of them before it is closed.
+        pub send_timeout_secs: u64 = 30,
         /// Seconds a request may take to arrive and be answered before it
         /// is cut off.
         pub request_timeout_secs: u64 = 3600,

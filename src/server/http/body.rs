@@ -1,6 +1,10 @@
-//! Response bodies read from a file with `pread`, in bounded chunks.
+//! Response bodies read from a file with `pread`, in bounded pieces.
 //!
-//! Memory per response is one chunk at a time. Before a chunk is read,
+//! Each piece is charged to the connection's window and the daemon's
+//! budget before it is read, until the connection has written it
+//! (`flow.rs`): a client that does not read holds its window at most, and
+//! pieces shrink as the budget fills. An object's pieces are whole read
+//! chunks, the ones its piece cache keeps. Before a piece is read,
 //! every component it touches is checked against its digest (once per
 //! component, remembered; see `checks.rs`), so a response spanning many
 //! components (a whole-file GET) starts after its first component is
@@ -24,6 +28,7 @@ use axum::body::Body;
 use bytes::Bytes;
 use futures_util::stream::{self, Stream, StreamExt};
 
+use super::flow::Flow;
 use crate::server::catalog::Served;
 use crate::server::serve::recheck::Recheck;
 use crate::server::State;
@@ -37,9 +42,19 @@ pub(crate) enum Part {
     File(Range<u64>),
 }
 
+/// Bytes of `served` a response reads at once now: a whole chunk of an
+/// object, else what the budget allows ([`super::flow::Flows::piece`]).
+pub(super) fn piece(served: &Served, state: &State) -> u64 {
+    match served.file.whole_chunks() {
+        true => CHUNK,
+        false => state.flows.piece(),
+    }
+}
+
 fn file_stream(
     served: Arc<Served>,
     state: Arc<State>,
+    flow: Arc<Flow>,
     range: Range<u64>,
     recheck: bool,
     first: Option<Bytes>,
@@ -58,15 +73,18 @@ fn file_stream(
         Some(b) => range.start.saturating_add(b.len() as u64),
         None => range.start,
     };
-    let chunks = (from..end)
-        .step_by(usize::try_from(CHUNK).unwrap_or(usize::MAX))
-        .map(move |pos| pos..(pos + CHUNK).min(end));
+    // Each piece's size is chosen as it is reached.
     let (s, st) = (Arc::clone(&served), Arc::clone(&state));
-    let read = stream::iter(chunks)
+    let pieces = stream::unfold(from, move |pos| {
+        let next = pos.saturating_add(piece(&s, &st)).min(end);
+        std::future::ready((pos < end).then_some((pos..next, next)))
+    });
+    let (s, st) = (Arc::clone(&served), Arc::clone(&state));
+    let read = pieces
         .map(move |span| {
-            let (served, state) = (Arc::clone(&s), Arc::clone(&st));
+            let (served, state, flow) = (Arc::clone(&s), Arc::clone(&st), Arc::clone(&flow));
             async move {
-                let bytes = read(&served, &state, span.clone()).await?;
+                let bytes = read(&served, &state, &flow, span.clone(), ahead).await?;
                 unchanged(&served, &state, &span, bytes)
             }
         })
@@ -140,12 +158,26 @@ fn changed(served: &Served, state: &Arc<State>, why: String) -> io::Error {
     io::Error::other(why)
 }
 
-/// One chunk of a response, the components under it checked first (the
-/// first check of a component reads it whole); bytes already checked and
-/// in the page cache are read on the runtime, without a hop to the
-/// blocking pool. Whether the file is still the version served is the
-/// caller's to ask, after the read.
+/// One piece of a response, charged to `flow` (one of `ahead` in flight)
+/// and the budget first, then the components under it checked (the first
+/// check of a component reads it whole); bytes already checked and in the
+/// page cache are read on the runtime, without a hop to the blocking pool.
+/// Whether the file is still the version served is the caller's to ask,
+/// after the read.
 pub(super) async fn read(
+    served: &Arc<Served>,
+    state: &Arc<State>,
+    flow: &Arc<Flow>,
+    span: Range<u64>,
+    ahead: usize,
+) -> io::Result<Bytes> {
+    let n = span.end - span.start;
+    let charge = state.flows.charge(flow, n, ahead).await;
+    let bytes = read_uncharged(served, state, span).await?;
+    Ok(charge.hold(bytes))
+}
+
+async fn read_uncharged(
     served: &Arc<Served>,
     state: &Arc<State>,
     span: Range<u64>,
@@ -191,6 +223,7 @@ fn unchanged(
 pub(crate) fn body(
     served: Arc<Served>,
     state: Arc<State>,
+    flow: Arc<Flow>,
     parts: Vec<Part>,
     recheck: bool,
     first: Option<Bytes>,
@@ -201,6 +234,7 @@ pub(crate) fn body(
         Part::File(r) => file_stream(
             Arc::clone(&served),
             Arc::clone(&state),
+            Arc::clone(&flow),
             r,
             recheck,
             first.take(),

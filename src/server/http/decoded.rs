@@ -3,7 +3,8 @@
 //! CPU pool one decoded piece ([`PIECE`]) per turn, as the client takes
 //! them: a response holds one stored piece and one decoded piece (and
 //! zstd's window), whatever the component decodes to, and a client that
-//! stops reading stops the decoding. The first piece is decoded before
+//! stops reading stops the decoding. Each decoded piece is charged to the
+//! connection and the budget (`flow.rs`) before it is made. The first piece is decoded before
 //! the headers, so a busy pool or a corrupt frame is a clean refusal; a
 //! frame that decodes to other than its claimed length later, or a file
 //! that changes under the response, ends the body short (the client sees
@@ -18,6 +19,7 @@ use futures_util::stream::{self, BoxStream, StreamExt as _};
 use zt_format::codec::Decoder;
 use zt_format::{Component, Rule};
 
+use super::flow::Flow;
 use super::preflight::Stop;
 use crate::server::catalog::Served;
 use crate::server::serve::Refusal;
@@ -29,6 +31,8 @@ const PIECE: usize = 1 << 20;
 /// A component being decoded for one response.
 struct Decoding {
     state: Arc<State>,
+    /// The connection its pieces are charged to.
+    flow: Arc<Flow>,
     served: Arc<Served>,
     /// `path: object …, component …`, for reasons.
     label: String,
@@ -48,6 +52,7 @@ struct Decoding {
 /// [`Stop::Changed`]: the request is answered from what is there now.
 pub(super) async fn body(
     state: &Arc<State>,
+    flow: &Arc<Flow>,
     served: &Arc<Served>,
     c: &Component,
     expected: u64,
@@ -59,6 +64,7 @@ pub(super) async fn body(
     let range = c.offset..c.offset.saturating_add(c.length);
     let mut d = Decoding {
         state: Arc::clone(state),
+        flow: Arc::clone(flow),
         served: Arc::clone(served),
         label,
         decoder: Some(decoder),
@@ -96,6 +102,7 @@ impl Decoding {
     /// `first`: refused at once when the CPU pool's queue is full (a later
     /// piece waits for its turn instead).
     async fn next(&mut self, first: bool) -> Result<Option<Bytes>, Refusal> {
+        let mut charge = None;
         loop {
             let Some(decoder) = self.decoder.take() else {
                 return Ok(None);
@@ -120,6 +127,10 @@ impl Decoding {
                 self.pending.clone(),
                 self.read_all && self.pending.is_empty(),
             );
+            if charge.is_none() {
+                let flows = &self.state.flows;
+                charge = Some(flows.charge(&self.flow, PIECE as u64, 1).await);
+            }
             let job = move || step(decoder, &stored, last);
             let cpu = &self.state.cpu;
             let done = match first {
@@ -134,7 +145,10 @@ impl Decoding {
             self.pending.advance(took);
             if let Some(piece) = piece {
                 self.state.metrics.add_bytes(piece.len() as u64);
-                return Ok(Some(piece));
+                return Ok(Some(match charge {
+                    Some(c) => c.hold(piece),
+                    None => piece,
+                }));
             }
             if last {
                 return Ok(None);

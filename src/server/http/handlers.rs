@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::body::Body;
-use axum::extract::{RawQuery, State as AxState};
+use axum::extract::{Extension, RawQuery, State as AxState};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
@@ -12,6 +12,7 @@ use serde_json::json;
 use zt_format::{Component, Encoding};
 
 use super::error::AppError;
+use super::flow::Flow;
 use super::preflight::{preflight, unchanged, verify, Stop};
 use super::route::{split, Target};
 use super::serve::{ranges, respond, spans, Entity};
@@ -118,9 +119,11 @@ pub(crate) async fn file(
     uri: Uri,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    flow: Option<Extension<Arc<Flow>>>,
 ) -> Response {
     let rest = uri.path().strip_prefix("/v1/files/").unwrap_or_default();
-    serve(state, method, rest, query, headers, Api::V1).await
+    let flow = flow.map_or_else(|| state.flows.open(), |f| f.0);
+    serve(state, method, rest, query, headers, Api::V1, flow).await
 }
 
 /// Path prefixes that are the server's own, never a file's plain path (a
@@ -144,13 +147,15 @@ pub(crate) async fn fallback(
     uri: Uri,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    flow: Option<Extension<Arc<Flow>>>,
 ) -> Response {
     let path = uri.path();
     if !matches!(method, Method::GET | Method::HEAD) || reserved(path) || path == "/" {
         return not_found(uri).await;
     }
     let rest = path.strip_prefix('/').unwrap_or(path);
-    serve(state, method, rest, query, headers, Api::Plain).await
+    let flow = flow.map_or_else(|| state.flows.open(), |f| f.0);
+    serve(state, method, rest, query, headers, Api::Plain, flow).await
 }
 
 /// Which URL form a request came in by.
@@ -169,6 +174,7 @@ async fn serve(
     query: Option<String>,
     headers: HeaderMap,
     api: Api,
+    flow: Arc<Flow>,
 ) -> Response {
     let snap = state.catalog.snapshot();
     let fallback_template = match api {
@@ -197,7 +203,8 @@ async fn serve(
     let query = query_pairs(query.as_deref());
     let mut again = false;
     loop {
-        let (stale, why) = match answer(&state, &method, &path, &target, &query, &headers).await {
+        let asked = answer(&state, &method, &path, &target, &query, &headers, &flow);
+        let (stale, why) = match asked.await {
             Ok(r) => return with_template(r, template),
             Err(Stop::Refused(e)) => return with_template(e.into_response(), template),
             Err(Stop::Changed { path, why }) => (path, why),
@@ -219,6 +226,7 @@ async fn answer(
     target: &Target,
     query: &[(String, String)],
     headers: &HeaderMap,
+    flow: &Arc<Flow>,
 ) -> Result<Response, Stop> {
     let globs: Vec<String> = query
         .iter()
@@ -253,6 +261,7 @@ async fn answer(
                 hv(&link)
                     .map(|v| vec![(header::LINK, v)])
                     .unwrap_or_default(),
+                flow,
             );
             // The Range header is resolved once. The components under
             // each range's first chunk are checked before the headers (a
@@ -293,6 +302,7 @@ async fn answer(
                 served,
                 object,
                 component,
+                flow,
             )
             .await
         }
@@ -452,6 +462,7 @@ async fn component_response(
     served: Arc<Served>,
     object: &str,
     role: &str,
+    flow: &Arc<Flow>,
 ) -> Result<Response, Stop> {
     let (obj, c) = plan::component(&served, object, role)?;
     let decode = query
@@ -461,14 +472,15 @@ async fn component_response(
     if decode && c.encoding == Encoding::Zstd {
         verify(&served, served.check(object, role)).await?;
         let decoding = plan::decoding(&served, object, role)?;
-        return decoded(state, method, headers, &served, c, decoding, extra).await;
+        let asked = (method, headers, flow);
+        return decoded(state, asked, &served, c, decoding, extra).await;
     }
     extra.push((
         HeaderName::from_static("x-zt-object"),
         hv(object).unwrap_or(HeaderValue::from_static("")),
     ));
     let body = plan::component_bytes(Arc::clone(&served), object, role)?;
-    let mut entity = Entity::of(body, "application/octet-stream", cache_control, extra);
+    let mut entity = Entity::of(body, "application/octet-stream", cache_control, extra, flow);
     let ranges = match query.iter().find(|(k, _)| k == "rows") {
         Some((_, text)) => super::rows::ranges(state, &mut entity, object, text).await?,
         None => ranges(state, headers, &entity),
@@ -478,11 +490,9 @@ async fn component_response(
     Ok(respond(state, method, headers, entity, ranges, read))
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn decoded(
     state: &Arc<State>,
-    method: &Method,
-    headers: &HeaderMap,
+    (method, headers, flow): (&Method, &HeaderMap, &Arc<Flow>),
     served: &Arc<Served>,
     c: &Component,
     decoding: plan::Decoding,
@@ -509,7 +519,7 @@ async fn decoded(
     // `HEAD` decodes nothing.
     let body = match *method == Method::HEAD {
         true => Body::empty(),
-        false => super::decoded::body(state, served, c, expected, cap, label).await?,
+        false => super::decoded::body(state, flow, served, c, expected, cap, label).await?,
     };
     extra.retain(|(k, _)| k != "repr-digest" && k != "x-zt-digest");
     let mut b = Response::builder()

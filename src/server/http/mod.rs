@@ -20,6 +20,7 @@ mod body;
 mod conditional;
 mod decoded;
 mod error;
+pub(crate) mod flow;
 /// The fuzz target's body, built only for fuzzing and the corpus replay.
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

@@ -88,7 +88,9 @@ pub(super) async fn preflight(
         unchanged(served)?;
         return Ok(None);
     };
-    let read = super::body::read(served, state, first).await;
+    let piece = super::body::piece(served, state);
+    let first = first.start..first.end.min(first.start.saturating_add(piece));
+    let read = super::body::read(served, state, &entity.flow, first, 1).await;
     // After the read: a write that landed before it changed the identity.
     unchanged(served)?;
     match read {

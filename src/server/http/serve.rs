@@ -16,6 +16,7 @@ use bytes::Bytes;
 
 use super::body::{body, Part};
 use super::error::AppError;
+use super::flow::Flow;
 use super::range::{resolve, Ranges};
 use crate::server::catalog::etag::{self, Precondition};
 use crate::server::catalog::Served;
@@ -41,6 +42,8 @@ pub(crate) struct Entity {
     /// again as they are sent (a response caches may keep for good, or a
     /// component's own URL): see `recheck.rs`.
     pub(crate) recheck: bool,
+    /// The connection its pieces are charged to (`flow.rs`).
+    pub(crate) flow: Arc<Flow>,
 }
 
 fn http_date(t: SystemTime) -> String {
@@ -55,6 +58,7 @@ impl Entity {
         content_type: &'static str,
         cache_control: &'static str,
         headers: Vec<(HeaderName, HeaderValue)>,
+        flow: &Arc<Flow>,
     ) -> Entity {
         Entity {
             modified: body.served.modified,
@@ -66,6 +70,7 @@ impl Entity {
             headers,
             memory: body.memory,
             recheck: body.recheck,
+            flow: Arc::clone(flow),
         }
     }
 
@@ -266,6 +271,7 @@ pub(crate) fn respond(
         body(
             Arc::clone(&entity.served),
             Arc::clone(state),
+            Arc::clone(&entity.flow),
             parts,
             entity.recheck,
             first.filter(|_| entity.memory.is_none()),

@@ -21,6 +21,12 @@
 //! - a connection on which no byte moves either way for
 //!   `limits.idle_timeout_secs` is closed (idle keep-alive, a client that
 //!   stopped sending or stopped reading);
+//! - each connection has a flow (`http::flow`): its responses' bytes are
+//!   charged to its window and the daemon's budget, it is closed when it
+//!   holds bytes it does not send for `limits.send_timeout_secs`, and a
+//!   request waiting for a slot closes the most stalled connection (one
+//!   holding bytes it does not send, or idle between requests, for a
+//!   second at least) every 100 ms;
 //! - on shutdown, connections finish the request in hand and close.
 
 use std::collections::VecDeque;
@@ -45,6 +51,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::server::config::LimitsConfig;
+use crate::server::http::flow::{Flow, Flows, Pressure, EVICT_AFTER};
 use crate::server::ops::idle::IdleTimeout;
 use crate::server::ops::tls::{current, TlsConfig};
 
@@ -125,9 +132,10 @@ async fn serve_one<I, S>(
 /// One accepted connection, to serve.
 struct Conn {
     app: Router,
+    flow: Arc<Flow>,
     /// For a connection past every slot: the slots its requests wait
     /// for, how long, and the flag its first request sets.
-    past: Option<(Arc<Semaphore>, Duration, Arc<AtomicBool>)>,
+    past: Option<Past>,
     b: Arc<Builder<TokioExecutor>>,
     watcher: hyper_util::server::graceful::Watcher,
 }
@@ -137,16 +145,71 @@ impl Conn {
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let Some((slots, wait, asked)) = self.past else {
-            return serve_one(io, self.app, self.b, self.watcher).await;
+        let (app, flow) = (self.app, self.flow);
+        let Some(past) = self.past else {
+            let flowed = tower::service_fn(move |req: Request<Incoming>| {
+                let (app, flow) = (app.clone(), Arc::clone(&flow));
+                async move { Ok::<_, Infallible>(flowed(req, app, flow).await) }
+            });
+            return serve_one(io, flowed, self.b, self.watcher).await;
         };
-        let app = self.app;
-        let past = tower::service_fn(move |req: Request<Incoming>| {
-            asked.store(true, Ordering::SeqCst);
-            let (app, slots) = (app.clone(), Arc::clone(&slots));
-            async move { Ok::<_, Infallible>(past_the_slots(req, app, slots, wait).await) }
+        let svc = tower::service_fn(move |req: Request<Incoming>| {
+            past.asked.store(true, Ordering::SeqCst);
+            let (app, flow, past) = (app.clone(), Arc::clone(&flow), past.clone());
+            async move { Ok::<_, Infallible>(past_the_slots(req, app, flow, past).await) }
         });
-        serve_one(io, past, self.b, self.watcher).await;
+        serve_one(io, svc, self.b, self.watcher).await;
+    }
+}
+
+/// What a connection past every slot waits with: the slots, how long,
+/// the flag its first request sets, and the flows to close the most
+/// stalled of while it waits.
+#[derive(Clone)]
+struct Past {
+    slots: Arc<Semaphore>,
+    wait: Duration,
+    asked: Arc<AtomicBool>,
+    flows: Arc<Flows>,
+}
+
+/// `req` answered by `app`, in hand on `flow` (which its response's
+/// pieces are charged to) until its body is written or dropped.
+async fn flowed(mut req: Request<Incoming>, app: Router, flow: Arc<Flow>) -> Response {
+    use tower::ServiceExt as _;
+    let busy = flow.begin();
+    req.extensions_mut().insert(flow);
+    let resp = app
+        .oneshot(req)
+        .await
+        .unwrap_or_else(|never| match never {});
+    resp.map(|body| Body::new(Holding { body, _held: busy }))
+}
+
+/// A body that holds `_held` until it is dropped, with the size and end
+/// its inner body says (a `Content-Length` hyper sets from it stays).
+struct Holding<T> {
+    body: Body,
+    _held: T,
+}
+
+impl<T: Unpin> hyper::body::Body for Holding<T> {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -202,39 +265,51 @@ fn is_ops(req: &Request<Incoming>) -> bool {
 
 /// A request on a connection past every slot: an operations route at
 /// once; any other once a slot frees, holding it until its body is sent
-/// (at most `wait` for it, else `503 busy` with `Retry-After: 1`).
+/// (at most `wait` for it, else `503 busy` with `Retry-After: 1`). While
+/// it waits, the most stalled connection is closed every 100 ms.
 async fn past_the_slots(
     req: Request<Incoming>,
     app: Router,
-    slots: Arc<Semaphore>,
-    wait: Duration,
+    flow: Arc<Flow>,
+    past: Past,
 ) -> Response {
-    use tower::ServiceExt as _;
     if is_ops(&req) {
-        return app
-            .oneshot(req)
-            .await
-            .unwrap_or_else(|never| match never {});
+        return flowed(req, app, flow).await;
     }
-    let Ok(Ok(slot)) = tokio::time::timeout(wait, slots.acquire_owned()).await else {
+    // In hand while it waits: never closed as idle by another waiter.
+    let waiting = flow.begin();
+    let Some(slot) = slot_within(&past).await else {
         let refusal = crate::server::serve::Refusal::Busy(format!(
-            "every connection slot is taken (limits.max_connections) and none freed within {wait:?}; retry shortly"
+            "every connection slot is taken (limits.max_connections) and none freed within {:?}; retry shortly",
+            past.wait
         ));
         return axum::response::IntoResponse::into_response(crate::server::http::AppError::from(
             refusal,
         ));
     };
-    let resp = app
-        .oneshot(req)
-        .await
-        .unwrap_or_else(|never| match never {});
-    resp.map(|body| {
-        use futures_util::StreamExt as _;
-        Body::from_stream(body.into_data_stream().map(move |piece| {
-            let _held = &slot;
-            piece
-        }))
-    })
+    let resp = flowed(req, app, flow).await;
+    drop(waiting);
+    resp.map(|body| Body::new(Holding { body, _held: slot }))
+}
+
+/// A slot, within `past.wait`, closing the most stalled connection (a
+/// slow reader, an idle keep-alive) each time one has not freed within
+/// [`EVICT_AFTER`].
+async fn slot_within(past: &Past) -> Option<OwnedSemaphorePermit> {
+    let deadline = tokio::time::Instant::now() + past.wait;
+    loop {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        let step = EVICT_AFTER.min(deadline - now);
+        match tokio::time::timeout(step, Arc::clone(&past.slots).acquire_owned()).await {
+            Ok(slot) => return slot.ok(),
+            Err(_) => {
+                past.flows.close_most_stalled(Pressure::Slots);
+            }
+        }
+    }
 }
 
 /// A place past the slots: a free one, else the oldest silent one's (it
@@ -260,6 +335,7 @@ pub(crate) async fn serve(
     app: Router,
     tls: Option<TlsConfig>,
     limits: Limits,
+    flows: Arc<Flows>,
     stop: impl Future<Output = ()>,
     deadline: Duration,
 ) -> Result<()> {
@@ -324,9 +400,16 @@ pub(crate) async fn serve(
             places.join(Place { asked, evict }, limits.ops_connections);
             evicted
         });
+        let flow = flows.open();
         let conn = Conn {
             app: app.clone(),
-            past: ops.then(|| (Arc::clone(&slots), limits.header_timeout * 2, asked)),
+            flow: Arc::clone(&flow),
+            past: ops.then(|| Past {
+                slots: Arc::clone(&slots),
+                wait: limits.header_timeout * 2,
+                asked,
+                flows: Arc::clone(&flows),
+            }),
             b: Arc::clone(if ops { &ops_b } else { &b }),
             watcher,
         };
@@ -345,14 +428,24 @@ pub(crate) async fn serve(
                     }
                 }
             };
-            match evicted {
-                None => serving.await,
-                Some(evicted) => tokio::select! {
-                    () = serving => {}
-                    Ok(()) = evicted => {
-                        tracing::debug!("a silent connection past the slots gave its place up");
-                    }
-                },
+            // Resolves only when the place is given up.
+            let evicted = async move {
+                match evicted {
+                    Some(evicted) => match evicted.await {
+                        Ok(()) => {}
+                        Err(_) => std::future::pending().await,
+                    },
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = serving => {}
+                () = evicted => {
+                    tracing::debug!("a silent connection past the slots gave its place up");
+                }
+                reason = flow.closed() => {
+                    tracing::debug!(reason, "connection closed: it held response bytes it did not send");
+                }
             }
         });
     }

@@ -154,6 +154,12 @@ impl Blob {
     pub(crate) fn read_ahead(&self) -> usize {
         self.0.read_ahead()
     }
+
+    /// Whether responses read it in whole chunks
+    /// ([`ByteSource::whole_chunks`]).
+    pub(crate) fn whole_chunks(&self) -> bool {
+        self.0.whole_chunks()
+    }
 }
 
 /// What [`Blob::visit`] hands the pieces to: a hash, a decoder, a sum.

@@ -103,6 +103,11 @@ impl ByteSource for StoredObject {
     fn read_ahead(&self) -> usize {
         self.root.read_ahead()
     }
+
+    /// The piece cache keeps whole chunks, as the digest check read them.
+    fn whole_chunks(&self) -> bool {
+        true
+    }
 }
 
 /// A confirming read's answer.

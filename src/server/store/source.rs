@@ -60,6 +60,12 @@ pub(crate) trait ByteSource: Send + Sync + fmt::Debug {
 
     /// Reads one reader keeps in flight.
     fn read_ahead(&self) -> usize;
+
+    /// Whether a response reads it in whole [`super::READ_CHUNK`] pieces
+    /// (the pieces its cache keeps), rather than in pieces of any size.
+    fn whole_chunks(&self) -> bool {
+        false
+    }
 }
 
 /// The pieces of `range`, `piece` bytes each, read with `read` (`ahead`

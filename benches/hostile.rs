@@ -3,9 +3,14 @@
 //! (`VmHWM`, reset before each by `clear_refs`), the latency of `/healthz`
 //! asked every 20 ms on a fresh connection meanwhile (p50, p99, worst; a
 //! probe that fails counts as 10 s),
-//! and whether a good client got its bytes, verified, meanwhile. The
+//! and whether a good client's `zt fetch` of a 4 MiB file, which verifies
+//! its digest, succeeded meanwhile. The
 //! attacks are the ones issue 28 lists that the daemon bounds so far:
 //!
+//! - 4,200 connections each asking for a 128 MiB file and reading 1 KiB
+//!   of it a second, for 20 s (slow readers);
+//! - 13 HTTP/2 connections (prior knowledge) of 16 streams each of a 128
+//!   MiB file, with a shut flow-control window, for 20 s;
 //! - 5,000 connections sending their headers a byte a second (slowloris);
 //! - 8 concurrent `?decode=1` of a zstd component that decodes to 512 MiB
 //!   from a small file;
@@ -165,16 +170,39 @@ fn quantile(v: &mut [Duration], q: f64) -> Duration {
     v.get(i).copied().unwrap_or_default()
 }
 
-/// Runs `attack` with the prober and a good client: prints the row.
-fn measure(name: &str, d: &Daemon, good: &(String, Vec<u8>), attack: impl FnOnce() -> String) {
+/// A good client: `zt fetch http://ADDR/good.zt` (release `zt`, beside
+/// the daemon), which verifies every digest; whether it succeeded.
+fn good_fetch(addr: &str) -> bool {
+    let zt = Path::new(env!("CARGO_BIN_EXE_ztserve")).with_file_name("zt");
+    let Ok(out) = tempfile::tempdir() else {
+        return false;
+    };
+    Command::new(zt)
+        .args(["fetch", &format!("http://{addr}/good.zt"), "-o"])
+        .arg(out.path().join("good.zt"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Runs `attack` with the prober and a good client (starting 2 s in, when
+/// the attack has taken hold): prints the row.
+fn measure(name: &str, d: &Daemon, attack: impl FnOnce() -> String) {
+    // `ZT_HOSTILE_ONLY=HTTP/2,slow…`: only the attacks whose names hold one.
+    if let Ok(only) = std::env::var("ZT_HOSTILE_ONLY") {
+        if !only.split(',').any(|o| name.contains(o)) {
+            return;
+        }
+    }
     d.reset_peak();
     let idle = d.status("VmRSS:");
     let stop = Arc::new(AtomicBool::new(false));
     let prober = probe(d.addr.clone(), Arc::clone(&stop));
-    let (addr, (path, want)) = (d.addr.clone(), good.clone());
+    let addr = d.addr.clone();
     let good_client = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(500));
-        get(&addr, &path).is_ok_and(|(s, body)| s == 200 && body == want)
+        std::thread::sleep(Duration::from_secs(2));
+        good_fetch(&addr)
     });
     let t = Instant::now();
     let said = attack();
@@ -183,6 +211,8 @@ fn measure(name: &str, d: &Daemon, good: &(String, Vec<u8>), attack: impl FnOnce
     stop.store(true, Ordering::SeqCst);
     let mut lat = prober.join().unwrap_or_default();
     let peak = d.status("VmHWM:");
+    std::thread::sleep(Duration::from_secs(5));
+    let after = d.status("VmRSS:");
     let (p50, p99) = (quantile(&mut lat, 0.5), quantile(&mut lat, 0.99));
     let worst = lat.last().copied().unwrap_or_default();
     let failed = lat
@@ -190,10 +220,11 @@ fn measure(name: &str, d: &Daemon, good: &(String, Vec<u8>), attack: impl FnOnce
         .filter(|l| **l >= Duration::from_secs(10))
         .count();
     println!(
-        "{name:<44} {:>7.1} s  RSS {:>5} -> peak {:>5} MiB  /healthz p50 {:>6.1} ms p99 {:>7.1} ms worst {:>7.1} ms ({} probes, {failed} failed)  good client {}  {said}",
+        "{name:<44} {:>7.1} s  RSS {:>5} -> peak {:>5} MiB, {:>5} MiB 5 s after  /healthz p50 {:>6.1} ms p99 {:>7.1} ms worst {:>7.1} ms ({} probes, {failed} failed)  good client {}  {said}",
         took.as_secs_f64(),
         idle >> 10,
         peak >> 10,
+        after >> 10,
         p50.as_secs_f64() * 1e3,
         p99.as_secs_f64() * 1e3,
         worst.as_secs_f64() * 1e3,
@@ -277,10 +308,20 @@ fn main() -> Result<()> {
         sha,
     )?;
     let d = Daemon::start(&root, &state)?;
-    let good = ("/v1/files/good.zt/objects/g/data".to_owned(), good);
+    anyhow::ensure!(good_fetch(&d.addr), "zt fetch failed before any attack");
     println!("# hostile load, release build, default settings, 127.0.0.1; issue 28's attacks");
 
-    measure("5,000 slowloris connections, 10 s", &d, &good, || {
+    measure("4,200 slow readers of 128 MiB, 1 KiB/s, 20 s", &d, || {
+        slow_readers(&d.addr, 4200, Duration::from_secs(20))
+    });
+
+    measure(
+        "13 HTTP/2 x 16 stalled streams of 128 MiB, 20 s",
+        &d,
+        || stalled_h2(&d.addr, 13, 16, Duration::from_secs(20)),
+    );
+
+    measure("5,000 slowloris connections, 10 s", &d, || {
         let mut conns: Vec<TcpStream> = (0..5000)
             .filter_map(|_| TcpStream::connect(&d.addr).ok())
             .collect();
@@ -299,37 +340,26 @@ fn main() -> Result<()> {
     });
 
     let addr = d.addr.clone();
-    measure(
-        "8 x ?decode=1 of 512 MiB (from 0.1 MB)",
-        &d,
-        &good,
-        move || {
-            let ok = at_once(8, move |_| {
-                get_len(&addr, "/v1/files/bomb.zt/objects/w/data?decode=1")
-                    .is_ok_and(|(s, n)| s == 200 && n == 512 << 20)
-            });
-            format!("{ok}/8 complete")
-        },
-    );
+    measure("8 x ?decode=1 of 512 MiB (from 0.1 MB)", &d, move || {
+        let ok = at_once(8, move |_| {
+            get_len(&addr, "/v1/files/bomb.zt/objects/w/data?decode=1")
+                .is_ok_and(|(s, n)| s == 200 && n == 512 << 20)
+        });
+        format!("{ok}/8 complete")
+    });
 
     let addr = d.addr.clone();
-    measure(
-        "16 x first summary of a 128 MiB tensor",
-        &d,
-        &good,
-        move || {
-            let ok = at_once(16, move |_| {
-                get(&addr, "/v1/files/big.zt/summaries/t").is_ok_and(|(s, _)| s == 200)
-            });
-            format!("{ok}/16 answered")
-        },
-    );
+    measure("16 x first summary of a 128 MiB tensor", &d, move || {
+        let ok = at_once(16, move |_| {
+            get(&addr, "/v1/files/big.zt/summaries/t").is_ok_and(|(s, _)| s == 200)
+        });
+        format!("{ok}/16 answered")
+    });
 
     let addr = d.addr.clone();
     measure(
         "20,000 distinct selections matching nothing",
         &d,
-        &good,
         move || {
             let ok = at_once(4, move |t| {
                 let Ok(c) = TcpStream::connect(&addr) else {
@@ -352,7 +382,6 @@ fn main() -> Result<()> {
     measure(
         "40 x objects?select=*a*a…b (1,024 chars) x 10,000 names",
         &d,
-        &good,
         move || {
             let pattern = format!("{}b", "%2Aa".repeat(511));
             let ok = at_once(2, move |_| {
@@ -369,6 +398,118 @@ fn main() -> Result<()> {
     );
     println!("render cache and summary cache after: {}", caches(&d.addr));
     Ok(())
+}
+
+/// `n` connections each asking for `/big.zt` (128 MiB) with a 4 KiB
+/// receive buffer, then reading 1 KiB a second each, for `time`.
+fn slow_readers(addr: &str, n: usize, time: Duration) -> String {
+    let Ok(at) = addr.parse::<std::net::SocketAddr>() else {
+        return "bad address".into();
+    };
+    let mut conns: Vec<socket2::Socket> = (0..n)
+        .filter_map(|_| {
+            let c =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
+            c.set_recv_buffer_size(4096).ok()?;
+            c.connect(&at.into()).ok()?;
+            (&c).write_all(b"GET /big.zt HTTP/1.1\r\nHost: x\r\n\r\n")
+                .ok()?;
+            c.set_nonblocking(true).ok()?;
+            Some(c)
+        })
+        .collect();
+    let opened = conns.len();
+    let t = Instant::now();
+    let mut got = 0u64;
+    while t.elapsed() < time {
+        std::thread::sleep(Duration::from_secs(1));
+        let mut buf = [0u8; 1024];
+        for c in &mut conns {
+            if let Ok(k) = c.read(&mut buf) {
+                got += k as u64;
+            }
+        }
+    }
+    format!(
+        "{opened} opened, {} MiB read, {} bytes held, closed: {}",
+        got >> 20,
+        metric_line(addr, "ztserve_http_body_bytes_held "),
+        metric_line(addr, "ztserve_http_connections_closed_total")
+    )
+}
+
+/// `conns` HTTP/2 connections with `streams` streams each of `/big.zt`
+/// and a stream window of 0, held for `time`.
+fn stalled_h2(addr: &str, conns: usize, streams: usize, time: Duration) -> String {
+    let Ok(rt) = tokio::runtime::Runtime::new() else {
+        return "no runtime".into();
+    };
+    let addr = addr.to_owned();
+    let heads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let opened = rt.block_on(async {
+        let mut held = Vec::new();
+        for _ in 0..conns {
+            let Ok(tcp) = tokio::net::TcpStream::connect(&addr).await else {
+                continue;
+            };
+            let Ok((client, conn)) = h2::client::Builder::new()
+                .initial_window_size(0)
+                .handshake::<_, bytes::Bytes>(tcp)
+                .await
+            else {
+                continue;
+            };
+            held.push(tokio::spawn(async move {
+                let _ = conn.await;
+            }));
+            let mut client = client;
+            for _ in 0..streams {
+                let Ok(ready) = client.ready().await else {
+                    break;
+                };
+                client = ready;
+                let Ok(req) = axum::http::Request::get(format!("http://{addr}/big.zt")).body(())
+                else {
+                    break;
+                };
+                if let Ok((resp, _)) = client.send_request(req, true) {
+                    let heads = Arc::clone(&heads);
+                    held.push(tokio::spawn(async move {
+                        // Kept, unread: a response dropped would reset its
+                        // stream, and the server drop its body.
+                        let resp = resp.await;
+                        if resp.as_ref().is_ok_and(|r| r.status() == 200) {
+                            heads.fetch_add(1, Ordering::SeqCst);
+                        }
+                        std::future::pending::<()>().await;
+                        drop(resp);
+                    }));
+                }
+            }
+        }
+        tokio::time::sleep(time).await;
+        let held_now = metric_line(&addr, "ztserve_http_body_bytes_held ");
+        (held.len(), held_now)
+    });
+    format!(
+        "{} tasks, {} responses begun (200), {} bytes held, closed: {}",
+        opened.0,
+        heads.load(Ordering::SeqCst),
+        opened.1,
+        metric_line(&addr, "ztserve_http_connections_closed_total")
+    )
+}
+
+/// The lines of `/metrics` that start with `prefix`, joined.
+fn metric_line(addr: &str, prefix: &str) -> String {
+    let text = get(addr, "/metrics")
+        .map(|r| String::from_utf8_lossy(&r.1).into_owned())
+        .unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(|l| l.trim_start_matches(prefix))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The two caches' gauges, from `/metrics`.

@@ -210,7 +210,11 @@ fn connections_beyond_the_cap_wait_for_a_slot() {
     assert_eq!(curl(&["--max-time", "1"], &s.url("/healthz")).status, 200);
     assert_eq!(curl(&["--max-time", "10"], &data).status, 200);
     hog.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    assert_eq!(hog.read(&mut [0u8; 16]).unwrap(), 0, "the silent hog is closed");
+    assert_eq!(
+        hog.read(&mut [0u8; 16]).unwrap(),
+        0,
+        "the silent hog is closed"
+    );
     let metrics = String::from_utf8(curl(&[], &s.url("/metrics")).body).unwrap();
     assert!(
         metrics.contains("ztserve_http_connections_closed_total{reason=\"slots\"} 1"),

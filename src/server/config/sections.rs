@@ -148,7 +148,7 @@ settings! {
         /// Most bytes read for HTTP responses and not yet written to their
         /// connections, daemon-wide; a response waits for room before it
         /// reads, and closes the most stalled connection while it waits.
-        pub body_memory_bytes: u64 = 256 << 20,
+        pub body_memory_bytes: u64 = 128 << 20,
         /// Most response bytes one HTTP connection holds unwritten (its
         /// HTTP/2 streams together): what a client that stops reading
         /// keeps in the daemon.

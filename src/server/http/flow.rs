@@ -13,13 +13,13 @@
 //! - when it has held response bytes for `limits.send_timeout_secs`
 //!   without sending a piece (a client that stopped reading, an HTTP/2
 //!   stream whose flow-control window stays shut);
-//! - under pressure, when it has gone longest without progress: a
-//!   response that waited [`EVICT_AFTER`] for the budget closes the
-//!   connection that has held bytes longest without sending any, and a
-//!   request waiting for a connection slot closes that one or one idle
-//!   between requests, in both cases only one that has been so for at
-//!   least [`MIN_STALL`]. Slow clients then cannot keep a good one waiting
-//!   for long.
+//! - under pressure, when it has gone [`MIN_STALL`] without progress: a
+//!   response that waited [`EVICT_AFTER`] for the budget closes every
+//!   connection that has held bytes that long without sending a piece
+//!   (under pressure a client must take a piece, 64 KiB then, a second),
+//!   and a request waiting for a connection slot closes the one stalled
+//!   longest, or idle between requests longest. Slow clients then cannot
+//!   keep a good one waiting for long.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -34,13 +34,18 @@ use crate::server::config::LimitsConfig;
 use crate::server::families::{counter_vec, gauge, register};
 use crate::server::store::READ_CHUNK;
 
-/// How long a response waits for the budget before it closes the most
-/// stalled connection (and again after each such close).
+/// How long a response waits for the budget before it closes the
+/// stalled connections (and again after each such search).
 pub(crate) const EVICT_AFTER: Duration = Duration::from_millis(100);
 
 /// The least time without progress that makes a connection one to close
 /// under pressure.
 pub(crate) const MIN_STALL: Duration = Duration::from_secs(1);
+
+/// The least time between two searches for a connection to close,
+/// daemon-wide: thousands of waiters each searching every
+/// [`EVICT_AFTER`] would otherwise keep the workers scanning.
+const CLOSE_EVERY: Duration = Duration::from_millis(5);
 
 /// The smallest piece a response reads, however full the budget.
 const MIN_PIECE: u64 = 64 << 10;
@@ -56,6 +61,9 @@ pub(crate) struct Flows {
     epoch: Instant,
     open: Mutex<HashMap<u64, Weak<Flow>>>,
     next_id: AtomicU64,
+    /// When the last search for connections to close began, for each
+    /// kind of [`Pressure`].
+    last_search: [AtomicU64; 2],
     held: IntGauge,
     closed: IntCounterVec,
 }
@@ -63,11 +71,11 @@ pub(crate) struct Flows {
 /// Why a connection was closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pressure {
-    /// A response waited for the budget: close one holding bytes.
-    Budget,
+    /// A response waited for the budget: close those holding bytes.
+    Budget = 0,
     /// A request waited for a connection slot: close one holding bytes,
     /// or one idle between requests.
-    Slots,
+    Slots = 1,
 }
 
 impl Pressure {
@@ -104,6 +112,7 @@ impl Flows {
             epoch: Instant::now(),
             open: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
+            last_search: [AtomicU64::new(0), AtomicU64::new(0)],
             held: gauge(
                 "ztserve_http_body_bytes_held",
                 "Bytes read for HTTP responses and not yet written to their connections (limits.body_memory_bytes bounds it).",
@@ -147,12 +156,12 @@ impl Flows {
     }
 
     /// Bytes a response reads at once: a window's half while the budget
-    /// is mostly free, less as it fills (a 256th of what is free, a power
+    /// is mostly free, less as it fills (a 128th of what is free, a power
     /// of two, at least 64 KiB), at most [`READ_CHUNK`].
     pub(crate) fn piece(&self) -> u64 {
         let free = (self.budget.available_permits() as u64) << 10;
         let most = (u64::from(self.window_kib) << 9).clamp(MIN_PIECE, READ_CHUNK);
-        let share = (free / 256).max(MIN_PIECE);
+        let share = (free / 128).max(MIN_PIECE);
         // The largest power of two not above the share.
         let share = 1u64 << share.ilog2();
         share.clamp(MIN_PIECE, most)
@@ -178,7 +187,7 @@ impl Flows {
                     let wait = Arc::clone(&self.budget).acquire_many_owned(want);
                     match tokio::time::timeout(EVICT_AFTER, wait).await {
                         Ok(p) => break p.ok(),
-                        Err(_) => self.close_most_stalled(Pressure::Budget),
+                        Err(_) => self.close_stalled(Pressure::Budget),
                     };
                 }
             }
@@ -193,30 +202,46 @@ impl Flows {
         }
     }
 
-    /// Closes the open connection that has gone longest without progress
-    /// (at least [`MIN_STALL`]): for `pressure`, one that holds response
-    /// bytes it has not sent, or (for slots) one idle between requests.
-    /// Whether there was one.
-    pub(crate) fn close_most_stalled(&self, pressure: Pressure) -> bool {
+    /// Under `pressure`, closes the connections that have gone at least
+    /// [`MIN_STALL`] without progress: for the budget, every one holding
+    /// response bytes it has not sent (their bytes go to the responses
+    /// waiting, oldest first); for a slot, the one stalled longest of
+    /// those, or of those idle between requests. At most one search per
+    /// [`CLOSE_EVERY`] for each kind of pressure. How many it closed.
+    pub(crate) fn close_stalled(&self, pressure: Pressure) -> usize {
         self.close_stalled_for(pressure, MIN_STALL)
     }
 
-    fn close_stalled_for(&self, pressure: Pressure, least: Duration) -> bool {
+    fn close_stalled_for(&self, pressure: Pressure, least: Duration) -> usize {
         let now = self.now();
+        let last_search = &self.last_search[pressure as usize];
+        let last = last_search.load(Ordering::Relaxed);
+        let every = u64::try_from(CLOSE_EVERY.as_millis()).unwrap_or(u64::MAX);
+        // 0: none yet.
+        let turn = (last == 0 || now >= last.saturating_add(every))
+            && last_search
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
+        if !turn {
+            return 0;
+        }
         let stall = u64::try_from(least.as_millis()).unwrap_or(u64::MAX);
-        let worst = {
+        let mut stalled: Vec<Arc<Flow>> = {
             let mut open = self.lock();
             open.retain(|_, f| f.strong_count() > 0);
             open.values()
                 .filter_map(Weak::upgrade)
                 .filter(|f| f.closable(pressure) && now.saturating_sub(f.since()) >= stall)
-                .min_by_key(|f| f.since())
+                .collect()
         };
-        let Some(flow) = worst else {
-            return false;
-        };
-        flow.close(pressure.label());
-        true
+        if pressure == Pressure::Slots {
+            stalled.sort_by_key(|f| f.since());
+            stalled.truncate(1);
+        }
+        for flow in &stalled {
+            flow.close(pressure.label());
+        }
+        stalled.len()
     }
 }
 
@@ -398,12 +423,13 @@ mod tests {
 
     #[tokio::test]
     async fn pieces_shrink_as_the_budget_fills() {
-        let f = flows(256 << 20, 1 << 20);
-        assert_eq!(
-            f.piece(),
-            512 << 10,
-            "half a window while the budget is free"
-        );
+        let f = flows(128 << 20, 1 << 20);
+        let half = 512 << 10;
+        assert_eq!(f.piece(), half, "half a window while the budget is free");
+        let other = f.open();
+        let some = f.charge(&other, 32 << 20, 1).await;
+        assert_eq!(f.piece(), half, "half a window while most is free");
+        drop((some, other));
         let flow = f.open();
         let mut held = Vec::new();
         // Other connections' charges, until 1 MiB is left.
@@ -413,7 +439,7 @@ mod tests {
         }
         assert_eq!(f.piece(), MIN_PIECE);
         drop(held);
-        assert_eq!(f.piece(), 512 << 10);
+        assert_eq!(f.piece(), half);
         drop(flow);
         assert!(f.lock().is_empty(), "a dropped flow stays registered");
     }
@@ -437,7 +463,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn pressure_closes_the_connection_stalled_longest() {
+    async fn pressure_closes_stalled_connections() {
         let f = flows(64 << 20, 1 << 20);
         let (idle, old, new) = (f.open(), f.open(), f.open());
         // Busy, holding nothing: never closed.
@@ -447,15 +473,19 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let _asked_later = new.begin();
         let _new = f.charge(&new, 64 << 10, 1).await;
-        assert!(f.close_stalled_for(Pressure::Budget, Duration::ZERO));
+        assert_eq!(f.close_stalled_for(Pressure::Budget, Duration::ZERO), 2);
         let cut = tokio::time::timeout(Duration::from_secs(1), old.closed()).await;
         assert_eq!(cut.ok(), Some("budget"));
-        assert!(!f.close_stalled_for(Pressure::Budget, Duration::from_secs(60)));
+        // Searches are a few milliseconds apart at least.
+        assert_eq!(f.close_stalled_for(Pressure::Budget, Duration::ZERO), 0);
+        tokio::time::sleep(CLOSE_EVERY * 2).await;
+        assert_eq!(f.close_stalled_for(Pressure::Budget, Duration::ZERO), 0);
         // Idle between requests: closed for a slot, not for the budget.
         drop((_busy, _asked, _asked_later, _old, _new));
-        assert!(!f.close_stalled_for(Pressure::Budget, Duration::ZERO));
-        assert!(f.close_stalled_for(Pressure::Slots, Duration::ZERO));
-        assert_eq!(f.closed.with_label_values(&["budget"]).get(), 1);
+        tokio::time::sleep(CLOSE_EVERY * 2).await;
+        assert_eq!(f.close_stalled_for(Pressure::Budget, Duration::ZERO), 0);
+        assert_eq!(f.close_stalled_for(Pressure::Slots, Duration::ZERO), 1);
+        assert_eq!(f.closed.with_label_values(&["budget"]).get(), 2);
         assert_eq!(f.closed.with_label_values(&["slots"]).get(), 1);
     }
 }

@@ -306,7 +306,7 @@ async fn slot_within(past: &Past) -> Option<OwnedSemaphorePermit> {
         match tokio::time::timeout(step, Arc::clone(&past.slots).acquire_owned()).await {
             Ok(slot) => return slot.ok(),
             Err(_) => {
-                past.flows.close_most_stalled(Pressure::Slots);
+                past.flows.close_stalled(Pressure::Slots);
             }
         }
     }

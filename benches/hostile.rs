@@ -15,6 +15,9 @@
 //! - 8 concurrent `?decode=1` of a zstd component that decodes to 512 MiB
 //!   from a small file;
 //! - 16 concurrent first requests for the summary of a 128 MiB tensor;
+//! - 64 concurrent JSON manifests of a `.zt` file of 100,000 objects;
+//! - a safetensors file whose 77 MB header holds a million tensors, moved
+//!   into the root (refused by name, `manifest-over-memory`);
 //! - 20,000 manifest requests with distinct selections that match nothing;
 //! - 40 objects tables selected with a 1,024-character `*a*a…b` pattern
 //!   against 10,000 names of 1,000 characters.
@@ -307,6 +310,16 @@ fn main() -> Result<()> {
         &[("g".into(), vec![good.len() as u64], DType::U8, good.clone())],
         sha,
     )?;
+    let moe: Vec<(String, Vec<u64>, DType, Vec<u8>)> = (0..100_000u32)
+        .map(|i| {
+            let name = format!("model.layers.{}.experts.{}.w", i / 1000, i % 1000);
+            (name, vec![1], DType::U32, i.to_le_bytes().to_vec())
+        })
+        .collect();
+    write_zt(&root.join("moe.zt"), &moe, StoreOptions::default())?;
+    // Outside the root until its attack moves it in.
+    let million = work.path().join("million.safetensors");
+    tiny_tensors(&million, 1_000_000)?;
     let d = Daemon::start(&root, &state)?;
     anyhow::ensure!(good_fetch(&d.addr), "zt fetch failed before any attack");
     println!("# hostile load, release build, default settings, 127.0.0.1; issue 28's attacks");
@@ -355,6 +368,37 @@ fn main() -> Result<()> {
         });
         format!("{ok}/16 answered")
     });
+
+    let addr = d.addr.clone();
+    measure("64 x the JSON manifest of 100,000 objects", &d, move || {
+        let ok = at_once(64, move |_| {
+            get_len(&addr, "/v1/files/moe.zt/manifest").is_ok_and(|(s, n)| s == 200 && n > 0)
+        });
+        format!("{ok}/64 complete")
+    });
+
+    let (addr, into) = (d.addr.clone(), root.join("million.safetensors"));
+    measure(
+        "a safetensors header of 1,000,000 tensors (77 MB)",
+        &d,
+        move || {
+            if std::fs::rename(&million, &into).is_err() {
+                return "not moved in".into();
+            }
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(60) {
+                let listing = get(&addr, "/v1/files")
+                    .map(|r| String::from_utf8_lossy(&r.1).into_owned())
+                    .unwrap_or_default();
+                if let Some(at) = listing.find("manifest-over-memory") {
+                    let end = listing.len().min(at + 120);
+                    return format!("refused: …{}", listing.get(at..end).unwrap_or(""));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            "not refused within 60 s".into()
+        },
+    );
 
     let addr = d.addr.clone();
     measure(
@@ -510,6 +554,30 @@ fn metric_line(addr: &str, prefix: &str) -> String {
         .map(|l| l.trim_start_matches(prefix))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// A safetensors file at `path` whose header holds `n` tensors of one
+/// byte each.
+fn tiny_tensors(path: &Path, n: usize) -> Result<()> {
+    use std::fmt::Write as _;
+    let mut header = String::with_capacity(n * 80);
+    header.push('{');
+    for i in 0..n {
+        if i > 0 {
+            header.push(',');
+        }
+        write!(
+            header,
+            r#""model.t{i:07}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{}]}}"#,
+            i + 1
+        )?;
+    }
+    header.push('}');
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header.as_bytes());
+    file.resize(file.len() + n, 7);
+    std::fs::write(path, file)?;
+    Ok(())
 }
 
 /// The two caches' gauges, from `/metrics`.

@@ -49,7 +49,7 @@ fn model() -> Model {
         encoding: c.encoding.name().to_owned(),
         length: c.length,
         uncompressed_length: c.uncompressed_length,
-        digest: c.digest.as_ref().map(|d| d.as_str().to_owned()),
+        digest: c.digest.as_ref().map(|d| d.to_string()),
         offset: c.offset,
     };
     assert!(

@@ -91,7 +91,7 @@ fn safetensors_are_served_with_computed_digests_over_both_transports() {
         let c = &o["components"]["data"];
         assert_eq!(c["digest_by"], "server", "{name}");
         let want = zt_format::DigestAlgorithm::Sha256.digest(bytes);
-        assert_eq!(c["digest"], want.as_str(), "{name}");
+        assert_eq!(c["digest"], want.to_string(), "{name}");
         // The offsets are the file's: curl -r gets the tensor's bytes.
         let (off, len) = (c["offset"].as_u64().unwrap(), c["length"].as_u64().unwrap());
         let got = &file[off as usize..(off + len) as usize];

@@ -93,6 +93,7 @@ impl State {
         let limits = zt_format::Limits {
             manifest_cap: config.limits.manifest_cap,
             decompress_cap: config.limits.decompress_cap,
+            manifest_memory: config.limits.manifest_memory,
             ..zt_format::Limits::default()
         };
         let root = store::open_root(&config.root, &config.storage)?;

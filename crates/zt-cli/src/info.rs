@@ -66,10 +66,7 @@ pub fn print(out: &mut impl Write, m: &Manifest, warnings: &[Warning], json: boo
                 Some(t) => format!("{}/{}", c.dtype, t),
                 None => c.dtype.to_string(),
             };
-            let digest = c
-                .digest
-                .as_ref()
-                .map_or("-".to_owned(), |d| d.as_str().to_owned());
+            let digest = c.digest.as_ref().map_or("-".to_owned(), |d| d.to_string());
             [
                 name.to_owned(),
                 o.format.name().to_owned(),

@@ -60,10 +60,11 @@ pub struct Component {
     /// The file the bytes are in, for a multi-file entry (a name in
     /// [`crate::Manifest::files`]); `None` for the served file itself. `offset`
     /// is an offset in that file.
-    pub file: Option<String>,
+    pub file: Option<std::sync::Arc<str>>,
     /// How to turn a legacy blob into this component's bytes; `None` for
     /// v1.2 components and for legacy ones that need no transformation.
-    pub(crate) legacy: Option<crate::legacy_layout::Extract>,
+    /// Boxed: rare, and a manifest may hold a million components.
+    pub(crate) legacy: Option<Box<crate::legacy_layout::Extract>>,
     /// Index of this component's verification cache in its open file.
     pub(crate) slot: usize,
 }

@@ -76,6 +76,10 @@ impl Components {
                 .get_mut(i)
                 .map(|e| std::mem::replace(&mut e.1, c)),
             Err(i) => {
+                // Exactly: most objects have one component, and a vector's
+                // first growth would make room for four (a manifest of a
+                // million objects held 528 MB of empty slots).
+                self.entries.reserve_exact(1);
                 self.entries.insert(i, (role(name), c));
                 None
             }

@@ -159,7 +159,7 @@ pub(crate) fn decode(
     let inv = |rule| Error::invalid(at.clone(), rule);
     let mut warnings = Vec::new();
     let manifest = match loc.kind {
-        Kind::V1 => parse_v1::manifest(bytes, file, limits.max_depth, &mut warnings)?,
+        Kind::V1 => parse_v1::manifest(bytes, file, limits, &mut warnings)?,
         Kind::Header => {
             return Err(inv(Rule::Header {
                 rule: "not-zt",
@@ -259,7 +259,7 @@ pub fn decode_manifest(
         ));
     }
     let mut warnings = Vec::new();
-    let manifest = parse_v1::manifest(bytes, file, limits.max_depth, &mut warnings)?;
+    let manifest = parse_v1::manifest(bytes, file, limits, &mut warnings)?;
     // A `.zt` file keeps its blobs between header and footer; other
     // sources' headers and tensors may lie anywhere in the file.
     let area = if manifest.source.is_aligned() {

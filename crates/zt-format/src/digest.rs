@@ -28,10 +28,15 @@ impl DigestAlgorithm {
     }
 }
 
-/// A parsed digest. The text is kept exactly as the file wrote it.
+/// A parsed digest. The text is kept exactly as the file wrote it: as
+/// the value alone when it is the canonical spelling (`sha256:` and 64
+/// lower-case hex digits, `crc32c:0x` and 8 upper-case ones), which a
+/// manifest of a million components then holds in 32 bytes each, not a
+/// 71-byte string besides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Digest {
-    text: String,
+    /// The text, when it is not the canonical spelling of `value`.
+    text: Option<Box<str>>,
     value: DigestValue,
 }
 
@@ -44,6 +49,21 @@ pub enum DigestValue {
     Unknown {
         algorithm: String,
     },
+}
+
+/// The canonical spelling of `value`.
+fn canonical(value: &DigestValue) -> String {
+    match value {
+        DigestValue::Sha256(b) => format!("sha256:{}", hex::encode(b)),
+        DigestValue::Crc32c(v) => format!("crc32c:0x{v:08X}"),
+        DigestValue::Unknown { algorithm } => format!("{algorithm}:"),
+    }
+}
+
+impl std::fmt::Display for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.as_str())
+    }
 }
 
 impl Digest {
@@ -87,15 +107,19 @@ impl Digest {
                 algorithm: other.to_owned(),
             },
         };
+        let canonical = canonical(&value);
         Ok(Digest {
-            text: text.to_owned(),
+            text: (canonical != text).then(|| text.into()),
             value,
         })
     }
 
     /// The digest as the file wrote it.
-    pub fn as_str(&self) -> &str {
-        &self.text
+    pub fn as_str(&self) -> std::borrow::Cow<'_, str> {
+        match &self.text {
+            Some(text) => std::borrow::Cow::Borrowed(text),
+            None => std::borrow::Cow::Owned(canonical(&self.value)),
+        }
     }
 
     pub fn value(&self) -> &DigestValue {
@@ -119,13 +143,13 @@ impl Digest {
         }
     }
 
+    /// The CRC-32C digest of value `value`.
+    pub fn from_crc32c(value: u32) -> Digest {
+        Digest::from_value(DigestValue::Crc32c(value))
+    }
+
     fn from_value(value: DigestValue) -> Digest {
-        let text = match &value {
-            DigestValue::Sha256(b) => format!("sha256:{}", hex::encode(b)),
-            DigestValue::Crc32c(v) => format!("crc32c:0x{v:08X}"),
-            DigestValue::Unknown { algorithm } => format!("{algorithm}:"),
-        };
-        Digest { text, value }
+        Digest { text: None, value }
     }
 
     /// Checks `data` against this digest. The computed value is compared
@@ -156,8 +180,8 @@ impl Digest {
             Ok(())
         } else {
             Err(Rule::DigestMismatch {
-                expected: self.text.clone(),
-                actual: actual.text.clone(),
+                expected: self.as_str().into_owned(),
+                actual: actual.as_str().into_owned(),
             })
         }
     }
@@ -224,7 +248,22 @@ mod tests {
             s.as_str(),
             "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
-        assert_eq!(Digest::parse(s.as_str()).unwrap(), s);
+        assert_eq!(Digest::parse(&s.as_str()).unwrap(), s);
+    }
+
+    /// A digest spelled otherwise than canonically keeps its spelling;
+    /// a canonical one is kept as its value alone.
+    #[test]
+    fn spellings_are_kept() {
+        let lower = "crc32c:0xe3069283";
+        let d = Digest::parse(lower).unwrap();
+        assert_eq!(d.as_str(), lower);
+        assert_eq!(d.value(), &DigestValue::Crc32c(0xE306_9283));
+        assert_ne!(d, DigestAlgorithm::Crc32c.digest(b"123456789"));
+        let canonical = Digest::parse("crc32c:0xE3069283").unwrap();
+        assert_eq!(canonical, DigestAlgorithm::Crc32c.digest(b"123456789"));
+        assert!(canonical.text.is_none());
+        assert!(d.compare(&canonical).is_ok());
     }
 
     /// Pieces of any size hash like the whole (the transports feed

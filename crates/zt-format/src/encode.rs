@@ -33,7 +33,7 @@ fn component(c: &Component) -> Value {
         m.push((text("encoding"), text(Encoding::Zstd.name())));
     }
     if let Some(d) = &c.digest {
-        m.push((text("digest"), text(d.as_str())));
+        m.push((text("digest"), text(&d.as_str())));
         if c.digest_computed {
             m.push((text("digest_by"), text("server")));
         }

@@ -69,6 +69,12 @@ pub enum Rule {
     FooterMagic { found: String },
     #[error("manifest size {size} exceeds the cap of {cap} bytes")]
     ManifestOverCap { size: u64, cap: u64 },
+    #[error("{objects} objects or more would take about {estimate} bytes in memory, over the cap of {cap} bytes")]
+    ManifestOverMemory {
+        objects: u64,
+        estimate: u64,
+        cap: u64,
+    },
     #[error("manifest size {size} does not fit in a {file_size}-byte file (at most {max})")]
     ManifestTooLarge { size: u64, file_size: u64, max: u64 },
     #[error("manifest is not valid CBOR: {detail}")]
@@ -192,6 +198,7 @@ impl Rule {
             Rule::HeaderMagic { .. } => "header-magic",
             Rule::FooterMagic { .. } => "footer-magic",
             Rule::ManifestOverCap { .. } => "manifest-over-cap",
+            Rule::ManifestOverMemory { .. } => "manifest-over-memory",
             Rule::ManifestTooLarge { .. } => "manifest-larger-than-file",
             Rule::CborSyntax { .. } => "cbor-syntax",
             Rule::CborTooDeep { .. } => "cbor-too-deep",

@@ -281,10 +281,12 @@ fn tensor_v0_1(t: &Map<'_>, at: &Location) -> Result<Object> {
         digest_computed: false,
         synthesized: false,
         file: None,
-        legacy: ((big_endian && dtype.size() > 1) || part != Part::Whole).then_some(Extract {
-            big_endian,
-            width: dtype.size(),
-            part,
+        legacy: ((big_endian && dtype.size() > 1) || part != Part::Whole).then(|| {
+            Box::new(Extract {
+                big_endian,
+                width: dtype.size(),
+                part,
+            })
         }),
         slot: 0,
     };
@@ -324,10 +326,12 @@ fn tensor_v0_1(t: &Map<'_>, at: &Location) -> Result<Object> {
                             digest_computed: false,
                             synthesized: false,
                             file: None,
-                            legacy: big_endian.then_some(Extract {
-                                big_endian,
-                                width: 8,
-                                part: Part::Whole,
+                            legacy: big_endian.then(|| {
+                                Box::new(Extract {
+                                    big_endian,
+                                    width: 8,
+                                    part: Part::Whole,
+                                })
                             }),
                             slot: 0,
                         },

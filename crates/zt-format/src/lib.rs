@@ -99,7 +99,9 @@ pub use manifest::{
     element_count, Attributes, CborValue, FilePart, Format, Manifest, Object, Origin, Source,
 };
 pub use mmap::MappedFile;
-pub use options::{Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP};
+pub use options::{
+    Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP, DEFAULT_MANIFEST_MEMORY, OBJECT_MEMORY,
+};
 pub use order::send_order;
 pub use reader::{ComponentReport, ComponentStatus, ZtFile};
 pub use validate::BlobArea;

@@ -191,7 +191,7 @@ impl Serialize for ComponentDoc<'_> {
         map.serialize_entry("digest_by", &c.digest.as_ref().map(by))?;
         map.serialize_entry("dtype", c.dtype.name())?;
         map.serialize_entry("encoding", c.encoding.name())?;
-        map.serialize_entry("file", &c.file)?;
+        map.serialize_entry("file", &c.file.as_deref())?;
         map.serialize_entry("length", &c.length)?;
         map.serialize_entry("offset", &c.offset)?;
         let placement = if c.synthesized { "synthesized" } else { "file" };

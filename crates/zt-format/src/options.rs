@@ -6,6 +6,17 @@ use crate::codec::DEFAULT_DECOMPRESS_CAP;
 /// Default manifest cap: 1 GiB, as the specification suggests.
 pub const DEFAULT_MANIFEST_CAP: u64 = 1 << 30;
 
+/// Default cap on a manifest's estimated size in memory: 1 GiB.
+pub const DEFAULT_MANIFEST_MEMORY: u64 = 1 << 30;
+
+/// About what one object of a manifest costs a server at its peak: its
+/// name, one component, its check, and the digest a server computes for
+/// it while both the file's pending and served forms are held. The
+/// estimate [`Limits::within_memory`] counts; measured on a safetensors
+/// header of a million one-byte tensors (`docs/RELIABILITY.md`: about 520
+/// bytes an object catalogued, 1.2 KB at the peak of computing digests).
+pub const OBJECT_MEMORY: u64 = 1024;
+
 /// Resource caps applied while reading untrusted files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -15,6 +26,27 @@ pub struct Limits {
     pub decompress_cap: u64,
     /// Deepest CBOR nesting accepted.
     pub max_depth: usize,
+    /// Largest estimated size of a manifest in memory, in bytes: its
+    /// header bytes and [`OBJECT_MEMORY`] per object. A file past it is
+    /// refused (`manifest-over-memory`) as its objects are read, before
+    /// the rest are built.
+    pub manifest_memory: u64,
+}
+
+impl Limits {
+    /// `Ok` while a manifest of `objects` objects read from `header` bytes
+    /// stays within `manifest_memory`.
+    pub fn within_memory(&self, objects: u64, header: u64) -> Result<(), crate::Rule> {
+        let estimate = objects.saturating_mul(OBJECT_MEMORY).saturating_add(header);
+        match estimate > self.manifest_memory {
+            true => Err(crate::Rule::ManifestOverMemory {
+                objects,
+                estimate,
+                cap: self.manifest_memory,
+            }),
+            false => Ok(()),
+        }
+    }
 }
 
 impl Default for Limits {
@@ -23,6 +55,7 @@ impl Default for Limits {
             manifest_cap: DEFAULT_MANIFEST_CAP,
             decompress_cap: DEFAULT_DECOMPRESS_CAP,
             max_depth: DEFAULT_MAX_DEPTH,
+            manifest_memory: DEFAULT_MANIFEST_MEMORY,
         }
     }
 }

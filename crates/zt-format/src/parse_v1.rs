@@ -102,10 +102,13 @@ type Parse<T> = std::result::Result<T, Located>;
 pub(crate) fn manifest(
     bytes: &[u8],
     file: &str,
-    max_depth: usize,
+    limits: &crate::Limits,
     warnings: &mut Vec<Warning>,
 ) -> Result<Manifest> {
     let at = Location::file(file);
+    let max_depth = limits.max_depth;
+    // Objects past `limits.manifest_memory` are refused as they are read.
+    let room = |count: usize| limits.within_memory(count as u64, bytes.len() as u64);
     let mut r = Reader::new(bytes, max_depth);
     let head = r.head().map_err(|rule| Error::invalid(at.clone(), rule))?;
     if !matches!(head, Head::Map(_)) {
@@ -141,7 +144,7 @@ pub(crate) fn manifest(
                     // Check the version before reading a schema it may not share.
                     check_version(v, &at, warnings).map_err(|e| Located::from(error_rule(e)))?;
                     version_checked = true;
-                    objects = Some(object_map(r)?);
+                    objects = Some(object_map(r, &room)?);
                 } else {
                     deferred = Some(r.position());
                     r.skip()?;
@@ -171,9 +174,8 @@ pub(crate) fn manifest(
     }
     let objects = match (objects, deferred) {
         (Some(o), _) => o,
-        (None, Some(pos)) => {
-            object_map(&mut Reader::at(bytes, pos, max_depth)).map_err(|e| e.into_error(file))?
-        }
+        (None, Some(pos)) => object_map(&mut Reader::at(bytes, pos, max_depth), &room)
+            .map_err(|e| e.into_error(file))?,
         (None, None) => return Err(Error::invalid(at, Rule::MissingField { field: "objects" })),
     };
     Ok(Manifest {
@@ -196,9 +198,13 @@ fn error_rule(e: Error) -> Rule {
     }
 }
 
-fn object_map(r: &mut Reader<'_>) -> Parse<BTreeMap<String, Object>> {
+fn object_map(
+    r: &mut Reader<'_>,
+    room: &dyn Fn(usize) -> std::result::Result<(), Rule>,
+) -> Parse<BTreeMap<String, Object>> {
     let mut list: Vec<(String, Object)> = Vec::new();
     r.map::<Located>("objects", "objects", |r, name| {
+        room(list.len().saturating_add(1))?;
         let name = name.text()?;
         let obj = object(r).map_err(|e| e.in_object(name))?;
         list.push((name.to_owned(), obj));
@@ -320,7 +326,7 @@ fn component(r: &mut Reader<'_>) -> Parse<Component> {
                     .map(|d| Digest::parse(&d))
                     .transpose()?
             }
-            Some(7) => file = optional_text(r, "file")?.map(|f| f.into_owned()),
+            Some(7) => file = optional_text(r, "file")?.map(|f| std::sync::Arc::from(&*f)),
             Some(8) => {
                 synthesized = flag(r, "placement", "synthesized", "\"file\" or \"synthesized\"")?
             }
@@ -450,7 +456,36 @@ mod tests {
             ciborium::ser::into_writer(&v, &mut out).unwrap();
             out
         };
-        let m = manifest(&bytes, "t", 64, &mut Vec::new()).unwrap();
+        let m = manifest(&bytes, "t", &crate::Limits::default(), &mut Vec::new()).unwrap();
         assert!(m.objects.is_empty());
+    }
+
+    /// A `.zt` file of more objects than `limits.manifest_memory` holds is
+    /// refused by name as its objects are read.
+    #[test]
+    fn manifests_past_the_memory_cap_are_refused_as_they_are_read() {
+        let mut w = crate::Writer::new(Vec::new(), "t.zt").unwrap();
+        for i in 0..50u8 {
+            let name = format!("o{i:02}");
+            w.add_dense(&name, &[1], crate::DType::U8, &[i], Default::default())
+                .unwrap();
+        }
+        let file = w.finish().unwrap();
+        let limits = |memory| crate::Limits {
+            manifest_memory: memory,
+            ..crate::Limits::default()
+        };
+        let open = |memory| {
+            let options = crate::ReadOptions {
+                limits: limits(memory),
+                ..crate::ReadOptions::default()
+            };
+            crate::ZtFile::from_bytes("t.zt", &file, options)
+        };
+        assert!(open(u64::MAX).is_ok());
+        let e = open(crate::OBJECT_MEMORY * 20).unwrap_err();
+        assert_eq!(e.rule().unwrap().name(), "manifest-over-memory");
+        assert!(e.to_string().starts_with("t.zt"), "{e}");
+        assert!(e.to_string().contains("objects or more"), "{e}");
     }
 }

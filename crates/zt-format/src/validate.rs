@@ -75,12 +75,16 @@ pub(crate) fn manifest_with(
             // A component of another file lies anywhere in that file.
             let area = match &c.file {
                 None => area,
-                Some(f) => match m.files.get(f) {
+                Some(f) => match m.files.get(&**f) {
                     Some(part) => BlobArea {
                         start: 0,
                         end: part.size,
                     },
-                    None => return Err(inv(Rule::UnknownFile { file: f.clone() })),
+                    None => {
+                        return Err(inv(Rule::UnknownFile {
+                            file: f.to_string(),
+                        }))
+                    }
                 },
             };
             if c.offset < area.start || end > area.end {

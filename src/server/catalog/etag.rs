@@ -25,9 +25,18 @@ use sha2::{Digest as _, Sha256};
 /// `"KIND-HEX"` over `parts`, hashed in order as given (callers put a
 /// separator between parts that could run into each other).
 pub(crate) fn derived(kind: &str, parts: &[&[u8]]) -> String {
+    derived_from(kind, parts.iter().copied())
+}
+
+/// [`derived`] of parts that come one at a time (none is kept: a tag of a
+/// million components' digests is hashed as they are listed).
+pub(crate) fn derived_from(
+    kind: &str,
+    parts: impl IntoIterator<Item = impl AsRef<[u8]>>,
+) -> String {
     let mut h = Sha256::new();
     for p in parts {
-        h.update(p);
+        h.update(p.as_ref());
     }
     let sum = h.finalize();
     quoted(kind, sum.get(..16).unwrap_or_default())

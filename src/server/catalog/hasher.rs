@@ -154,7 +154,7 @@ async fn hash(job: &Pending, rate: u64, q: &Queue) -> Result<Computed, String> {
     for (o, r) in job.missing() {
         job.running()?;
         let d = job.digest_of(o, r, q, false, &mut pace).await?;
-        out.entry(o.clone()).or_default().insert(r.clone(), d);
+        out.insert(o, r, d);
     }
     Ok(out)
 }

@@ -477,7 +477,7 @@ impl Catalog {
         }
         let fm = match file.header(source, rel, size, &self.limits).await {
             Ok(fm) => fm,
-            Err(e) => return self.unavailable(seen, e.to_string(), identity),
+            Err(e) => return self.unavailable(seen, named(&e), identity),
         };
         let found = Found {
             path: rel.to_owned(),
@@ -623,5 +623,14 @@ fn replace(current: &Current, pending: &Arc<Pending>, entry: Entry) {
         let mut entries = guard.entries.clone();
         entries.insert(path.clone(), entry);
         *guard = Arc::new(Snapshot { entries });
+    }
+}
+
+/// A file's refusal as the listing gives it: the error, naming the file
+/// (and object), and the rule's stable name.
+fn named(e: &zt_format::Error) -> String {
+    match e.rule() {
+        Some(rule) => format!("{e} [{}]", rule.name()),
+        None => e.to_string(),
     }
 }

@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
-use tokio::sync::Mutex as Cell;
 use zt_format::atoms::Crc32;
-use zt_format::{DigestAlgorithm, Hasher as DigestHasher};
+use zt_format::{Digest, DigestAlgorithm, Hasher as DigestHasher};
 
+use crate::server::integrity::inflight::Inflight;
 use crate::server::integrity::tee::Tee;
 
 use super::{Entry, Found, Served};
@@ -29,10 +29,14 @@ use crate::server::store::blob::{feed, Stop};
 #[derive(Debug)]
 pub struct Pending {
     pub(crate) found: Found,
-    /// Each component that lacks a digest, by (object, role): its digest
-    /// once computed.
-    /// A cell stays locked while its component is read.
-    cells: BTreeMap<(String, String), Cell<Option<String>>>,
+    /// Each component that lacks a digest, (object, role), in manifest
+    /// order (so found by binary search); the object's name shared by its
+    /// components, each role's by every object.
+    names: Vec<(Arc<str>, Arc<str>)>,
+    /// Each one's digest, once computed.
+    cells: Vec<OnceLock<Digest>>,
+    /// Held while a component is read, so it is hashed once.
+    reading: Inflight,
     /// A request waits for every digest: hash at full speed, before
     /// anything else.
     pub(crate) wanted: AtomicBool,
@@ -52,16 +56,27 @@ pub struct Pending {
 
 impl Pending {
     pub(crate) fn new(found: Found, queue: Weak<Queue>) -> Pending {
-        let cells = found
+        let mut names: Vec<(Arc<str>, Arc<str>)> = Vec::new();
+        let mut roles: BTreeMap<&str, Arc<str>> = BTreeMap::new();
+        for (o, r, _) in found
             .manifest
             .components()
             .filter(|(_, _, c)| c.digest.is_none())
-            .map(|(o, r, _)| ((o.to_owned(), r.to_owned()), Cell::new(None)))
-            .collect();
+        {
+            let object = match names.last() {
+                Some((last, _)) if **last == *o => Arc::clone(last),
+                _ => Arc::from(o),
+            };
+            let role = Arc::clone(roles.entry(r).or_insert_with(|| Arc::from(r)));
+            names.push((object, role));
+        }
+        let cells = names.iter().map(|_| OnceLock::new()).collect();
         let (done, _) = tokio::sync::watch::channel(false);
         Pending {
             found,
+            names,
             cells,
+            reading: Inflight::default(),
             wanted: AtomicBool::new(false),
             hurry: AtomicUsize::new(0),
             retired: AtomicBool::new(false),
@@ -95,9 +110,9 @@ impl Pending {
         let _hurry = Hurry::new(&self.hurry);
         let mut pace = Pace::full();
         let mut out = Computed::new();
-        for (o, r) in self.cells.keys().filter(|(o, _)| objects.contains(o)) {
+        for (o, r) in self.names.iter().filter(|(o, _)| objects.contains(&**o)) {
             let d = self.digest_of(o, r, &q, true, &mut pace).await?;
-            out.entry(o.clone()).or_default().insert(r.clone(), d);
+            out.insert(o, r, d);
         }
         Ok(out)
     }
@@ -105,17 +120,17 @@ impl Pending {
     /// Every digest computed so far (not waiting for one being computed).
     pub(crate) fn known(&self) -> Computed {
         let mut out = Computed::new();
-        for ((o, r), cell) in &self.cells {
-            if let Some(d) = cell.try_lock().ok().and_then(|g| g.clone()) {
-                out.entry(o.clone()).or_default().insert(r.clone(), d);
+        for ((o, r), cell) in self.names.iter().zip(&self.cells) {
+            if let Some(d) = cell.get() {
+                out.insert(o, r, d.clone());
             }
         }
         out
     }
 
     /// Every component that lacks a digest, in manifest order.
-    pub(crate) fn missing(&self) -> impl Iterator<Item = &(String, String)> {
-        self.cells.keys()
+    pub(crate) fn missing(&self) -> impl Iterator<Item = &(Arc<str>, Arc<str>)> {
+        self.names.iter()
     }
 
     /// One component's digest: the one already computed, or hashed now
@@ -129,16 +144,18 @@ impl Pending {
         q: &Queue,
         keep: bool,
         pace: &mut Pace,
-    ) -> Result<String, String> {
+    ) -> Result<Digest, String> {
         let f = &self.found;
         let at = || format!("{}: object {object:?}, component {role:?}", f.path);
-        let key = (object.to_owned(), role.to_owned());
-        let cell = self
-            .cells
-            .get(&key)
-            .ok_or_else(|| format!("{}: it carries a digest of its own", at()))?;
-        let mut cell = cell.lock().await;
-        if let Some(d) = &*cell {
+        let index = self
+            .names
+            .binary_search_by(|(o, r)| (&**o, &**r).cmp(&(object, role)))
+            .ok();
+        let Some((index, cell)) = index.and_then(|i| Some((i, self.cells.get(i)?))) else {
+            return Err(format!("{}: it carries a digest of its own", at()));
+        };
+        let _reading = self.reading.lock(index).await;
+        if let Some(d) = cell.get() {
             return Ok(d.clone());
         }
         let c = f
@@ -152,6 +169,7 @@ impl Pending {
             crc: stored.map(|_| Crc32::new()),
         };
         if c.synthesized {
+            let key = (object.to_owned(), role.to_owned());
             let bytes = f.synthesized.get(&key).map_or(&[][..], Vec::as_slice);
             hashing.digest.update(bytes);
         } else {
@@ -178,9 +196,8 @@ impl Pending {
                 ));
             }
         }
-        let d = hashing.digest.finish().as_str().to_owned();
-        *cell = Some(d.clone());
-        Ok(d)
+        let d = hashing.digest.finish();
+        Ok(cell.get_or_init(|| d).clone())
     }
 
     /// An error once the catalog no longer lists this version.

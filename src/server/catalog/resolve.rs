@@ -98,9 +98,7 @@ async fn provisional(
     // hashing half-done (those waiting on its components get them).
     let built = tokio::spawn(async move {
         let mut computed = job.hash_now(&hash).await?;
-        for (o, roles) in job.known() {
-            computed.entry(o).or_default().extend(roles);
-        }
+        computed.extend(job.known());
         let path = job.found.path.clone();
         tokio::task::spawn_blocking(move || job.found.provisional(keep.as_ref(), &computed))
             .await

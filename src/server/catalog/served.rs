@@ -67,7 +67,7 @@ impl Served {
     /// knows the object by the same name.
     pub fn owner(&self, object: &str, role: &str) -> Option<Arc<Served>> {
         let c = self.manifest.objects.get(object)?.components.get(role)?;
-        self.shards.get(c.file.as_ref()?).cloned()
+        self.shards.get(c.file.as_deref()?).cloned()
     }
 
     /// A synthesized component's bytes; `None` for one that is a range of
@@ -165,13 +165,13 @@ impl Served {
 
     /// A passed component's CRC-32C, kept from its check (see `checks.rs`).
     pub(crate) fn kept_crc(&self, object: &str, role: &str) -> Option<Digest> {
-        self.checks.kept(object, role).cloned()
+        self.checks.kept(object, role)
     }
 
     /// Keeps a passed component's CRC-32C, computed by a response that
     /// checked its bytes against the digest itself.
     pub(crate) fn keep_crc(&self, object: &str, role: &str, crc: Digest) {
-        self.checks.keep(object, role, crc);
+        self.checks.keep(object, role, &crc);
     }
 
     /// Whether every component overlapping `span` was checked and passed
@@ -265,10 +265,14 @@ impl Found {
             // whether or not it has computed the digests yet.
             provisional_tag(&manifest, &raw, &identity)
         } else if filled {
-            let digests: Vec<u8> = manifest
-                .components()
-                .flat_map(|(o, r, c)| {
-                    let d = c.digest.as_ref().map(Digest::as_str).unwrap_or_default();
+            // Each component's names and digest, hashed as they are listed
+            // (the same bytes as ever: the tags stay the same).
+            use std::borrow::Cow;
+            let size = size.to_le_bytes();
+            let head = [Cow::Borrowed(&raw[..]), Cow::Borrowed(&size[..])];
+            let each = manifest.components().map(|(o, r, c)| {
+                let d = c.digest.as_ref().map(Digest::to_string).unwrap_or_default();
+                Cow::Owned(
                     [
                         o.as_bytes(),
                         b"\0",
@@ -277,10 +281,10 @@ impl Found {
                         d.as_bytes(),
                         b"\0",
                     ]
-                    .concat()
-                })
-                .collect();
-            etag::derived(tag, &[&raw, &size.to_le_bytes(), &digests])
+                    .concat(),
+                )
+            });
+            etag::derived_from(tag, head.into_iter().chain(each))
         } else {
             // Unchanged for `.zt` files with digests: the manifest names
             // every component's digest.
@@ -376,7 +380,7 @@ fn fill(path: &str, m: &mut Manifest, computed: &Computed, strict: bool) -> Resu
             if c.digest.is_some() {
                 continue;
             }
-            let Some(text) = computed.get(o).and_then(|m| m.get(r)) else {
+            let Some(digest) = computed.get(o, r) else {
                 if strict {
                     return Err(format!(
                         "{path}: no computed digest for object {o:?}, component {r:?}"
@@ -384,7 +388,7 @@ fn fill(path: &str, m: &mut Manifest, computed: &Computed, strict: bool) -> Resu
                 }
                 continue;
             };
-            c.digest = Some(Digest::parse(text).map_err(|e| format!("{path}: {e}"))?);
+            c.digest = Some(digest.clone());
             c.digest_computed = true;
             filled = true;
         }

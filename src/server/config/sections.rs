@@ -116,6 +116,11 @@ settings! {
         pub max_ranges: usize = 64,
         /// Largest manifest accepted when scanning, in bytes.
         pub manifest_cap: u64 = zt_format::DEFAULT_MANIFEST_CAP,
+        /// Largest estimated size in memory of one file's manifest, in
+        /// bytes (its header and about 1 KiB per object); a file past
+        /// it is refused by name when it is catalogued
+        /// (`manifest-over-memory`), its objects counted as they are read.
+        pub manifest_memory: u64 = 256 << 20,
         /// Most bytes one manifest rendering may hold in memory (JSON or
         /// CBOR, whole or selected, and the ztp/1 manifest); past it an
         /// HTTP request gets the rendering streamed and a ztp/1 request is

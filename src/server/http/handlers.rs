@@ -443,7 +443,7 @@ fn component_headers(c: &Component, shape: &[u64]) -> Vec<(HeaderName, HeaderVal
         push("x-zt-uncompressed-length", hv(&u.to_string()));
     }
     if let Some(d) = &c.digest {
-        push("x-zt-digest", hv(d.as_str()));
+        push("x-zt-digest", hv(&d.as_str()));
         if let Some(sha) = d.sha256() {
             let b64 = base64::engine::general_purpose::STANDARD.encode(sha);
             push("repr-digest", hv(&format!("sha-256=:{b64}:")));

@@ -54,7 +54,7 @@ pub(super) fn respond(
             "dtype": data.map(|c| c.dtype.name()),
             "type": data.and_then(|c| c.logical_type.as_ref().map(|t| t.name().to_owned())),
             "encoding": data.map(|c| c.encoding.name()),
-            "digest": data.and_then(|c| c.digest.as_ref().map(|d| d.as_str().to_owned())),
+            "digest": data.and_then(|c| c.digest.as_ref().map(|d| d.to_string())),
             "components": o.components.len(),
             // A byte range of this file (for `curl -r`), when it is one.
             "offset": data.filter(|c| !c.synthesized && c.file.is_none()).map(|c| c.offset),

@@ -14,10 +14,13 @@
 //! instead of hashing sha256 on every request.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+
+use super::inflight::Inflight;
 
 use zt_format::{
-    Component, Digest, DigestAlgorithm, Encoding, Format, Hasher, Manifest, Object, Rule,
+    Component, Digest, DigestAlgorithm, DigestValue, Encoding, Format, Hasher, Manifest, Object,
+    Rule,
 };
 
 use super::tee::Tee;
@@ -41,21 +44,28 @@ impl std::fmt::Display for CheckFailure {
 }
 
 /// The outcome of each component's check, filled in on first use.
+///
+/// Compact, as a manifest may hold a million components: per component a
+/// cell (its verdict), its CRC-32C once known, and its names (each object's
+/// name shared by its components, each role's by every object); cells are
+/// in the manifest's order, by object, then role, so a component is found
+/// by binary search. A component being read for its check holds a lock
+/// only while it is read.
 #[derive(Debug, Default)]
 pub(crate) struct Checks {
-    cells: Vec<OnceLock<Result<(), String>>>,
+    cells: Vec<OnceLock<Result<(), Box<str>>>>,
     /// Each passed component's CRC-32C, once known.
-    kept: Vec<OnceLock<Digest>>,
+    kept: Vec<OnceLock<u32>>,
+    /// Each cell's (object, role), in order.
+    names: Vec<(Arc<str>, Arc<str>)>,
     /// Held while a component is read for its check, so that requests
-    /// asking for it at once read it once (the others wait, then find
-    /// the answer); one per cell.
-    reading: Vec<tokio::sync::Mutex<()>>,
-    /// Each component's cell, by object, then role (looked up by `&str`).
-    index: HashMap<String, HashMap<String, usize>>,
+    /// asking for it at once read it once (the others wait, then find the
+    /// answer); only for the components being read.
+    reading: Inflight,
     /// The components that are byte ranges of this file, by offset
-    /// (start, end, object, role, cell): components never overlap, so the
-    /// ones a span touches are found by binary search.
-    by_offset: Vec<(u64, u64, String, String, usize)>,
+    /// (start, end, cell): components never overlap, so the ones a span
+    /// touches are found by binary search.
+    by_offset: Vec<(u64, u64, u32)>,
     /// Digests just computed from this very file handle's bytes: hashing
     /// them again on first use would read the same bytes twice for
     /// nothing. Their other rules still run.
@@ -66,36 +76,51 @@ impl Checks {
     /// One unfilled cell per component of `m`; `fresh` when its computed
     /// digests were just hashed from the file being served.
     pub(crate) fn new(m: &Manifest, fresh: bool) -> Checks {
-        let mut index: HashMap<String, HashMap<String, usize>> = HashMap::new();
+        let mut roles: HashMap<&str, Arc<str>> = HashMap::new();
+        let mut names = Vec::new();
         let mut by_offset = Vec::new();
+        let mut last: Option<Arc<str>> = None;
         for (cell, (o, r, c)) in m.components().enumerate() {
-            index
-                .entry(o.to_owned())
-                .or_default()
-                .insert(r.to_owned(), cell);
+            let object = match &last {
+                Some(l) if **l == *o => Arc::clone(l),
+                _ => Arc::<str>::from(o),
+            };
+            last = Some(Arc::clone(&object));
+            let role = Arc::clone(roles.entry(r).or_insert_with(|| Arc::from(r)));
+            names.push((object, role));
             if !c.synthesized && c.file.is_none() && c.length > 0 {
                 let end = c.offset.saturating_add(c.length);
-                by_offset.push((c.offset, end, o.to_owned(), r.to_owned(), cell));
+                let cell = u32::try_from(cell).unwrap_or(u32::MAX);
+                by_offset.push((c.offset, end, cell));
             }
         }
         by_offset.sort_unstable();
-        let count = m.components().count();
+        let count = names.len();
         Checks {
             cells: (0..count).map(|_| OnceLock::new()).collect(),
             kept: (0..count).map(|_| OnceLock::new()).collect(),
-            reading: (0..count).map(|_| tokio::sync::Mutex::new(())).collect(),
-            index,
+            names,
+            reading: Inflight::default(),
             by_offset,
             fresh,
         }
     }
 
-    fn cell(&self, object: &str, role: &str) -> Option<&OnceLock<Result<(), String>>> {
+    fn cell(&self, object: &str, role: &str) -> Option<&OnceLock<Result<(), Box<str>>>> {
         self.cells.get(self.cell_index(object, role)?)
     }
 
     fn cell_index(&self, object: &str, role: &str) -> Option<usize> {
-        Some(*self.index.get(object)?.get(role)?)
+        self.names
+            .binary_search_by(|(o, r)| (&**o, &**r).cmp(&(object, role)))
+            .ok()
+    }
+
+    /// A cell's (object, role).
+    fn named(&self, cell: u32) -> (&str, &str) {
+        self.names
+            .get(cell as usize)
+            .map_or(("", ""), |(o, r)| (&**o, &**r))
     }
 
     /// The components whose stored bytes overlap `span`, by (object, role).
@@ -104,7 +129,7 @@ impl Checks {
         span: &std::ops::Range<u64>,
     ) -> impl Iterator<Item = (&str, &str)> {
         self.overlapping_rows(span)
-            .map(|(_, _, o, r, _)| (o.as_str(), r.as_str()))
+            .map(|(_, _, cell)| self.named(*cell))
     }
 
     /// The components whose stored bytes lie wholly within `span`, with
@@ -115,35 +140,40 @@ impl Checks {
     ) -> impl Iterator<Item = (std::ops::Range<u64>, &str, &str)> {
         let (start, stop) = (span.start, span.end);
         self.overlapping_rows(span)
-            .filter(move |(at, end, _, _, _)| *at >= start && *end <= stop)
-            .map(|(at, end, o, r, _)| (*at..*end, o.as_str(), r.as_str()))
+            .filter(move |(at, end, _)| *at >= start && *end <= stop)
+            .map(|(at, end, cell)| {
+                let (o, r) = self.named(*cell);
+                (*at..*end, o, r)
+            })
     }
 
     fn overlapping_rows(
         &self,
         span: &std::ops::Range<u64>,
-    ) -> impl Iterator<Item = &(u64, u64, String, String, usize)> {
+    ) -> impl Iterator<Item = &(u64, u64, u32)> {
         let (start, stop) = (span.start, span.end);
-        let first = self
-            .by_offset
-            .partition_point(|(_, end, _, _, _)| *end <= start);
+        let first = self.by_offset.partition_point(|(_, end, _)| *end <= start);
         self.by_offset
             .get(first..)
             .unwrap_or_default()
             .iter()
-            .take_while(move |(at, _, _, _, _)| *at < stop)
+            .take_while(move |(at, _, _)| *at < stop)
     }
 
     /// The CRC-32C of a passed component's bytes, when it is known.
-    pub(crate) fn kept(&self, object: &str, role: &str) -> Option<&Digest> {
-        self.kept.get(self.cell_index(object, role)?)?.get()
+    pub(crate) fn kept(&self, object: &str, role: &str) -> Option<Digest> {
+        let crc = self.kept.get(self.cell_index(object, role)?)?.get()?;
+        Some(Digest::from_crc32c(*crc))
     }
 
     /// Keeps a passed component's CRC-32C, computed by a response that
     /// checked its bytes against the digest itself.
-    pub(crate) fn keep(&self, object: &str, role: &str, crc: Digest) {
+    pub(crate) fn keep(&self, object: &str, role: &str, crc: &Digest) {
+        let DigestValue::Crc32c(value) = crc.value() else {
+            return;
+        };
         if let Some(cell) = self.cell_index(object, role).and_then(|i| self.kept.get(i)) {
-            let _ = cell.set(crc);
+            let _ = cell.set(*value);
         }
     }
 
@@ -158,8 +188,15 @@ impl Checks {
     pub(crate) fn unchecked(&self) -> Vec<(String, String, u64)> {
         self.by_offset
             .iter()
-            .filter(|(_, _, _, _, cell)| self.cells.get(*cell).is_some_and(|c| c.get().is_none()))
-            .map(|(start, end, o, r, _)| (o.clone(), r.clone(), end - start))
+            .filter(|(_, _, cell)| {
+                self.cells
+                    .get(*cell as usize)
+                    .is_some_and(|c| c.get().is_none())
+            })
+            .map(|(start, end, cell)| {
+                let (o, r) = self.named(*cell);
+                (o.to_owned(), r.to_owned(), end - start)
+            })
             .collect()
     }
 
@@ -187,7 +224,7 @@ impl Checks {
             return Ok(None);
         }
         if let Some(done) = cell.get() {
-            return done.clone().map(|()| None).map_err(CheckFailure::Corrupt);
+            return done.clone().map(|()| None).map_err(corrupt);
         }
         let ragged = m
             .objects
@@ -221,19 +258,16 @@ impl Checks {
         let Some(job) = self.job(m, object, role)? else {
             return Ok(());
         };
-        let _reading = match self.reading.get(job.index) {
-            Some(lock) => Some(lock.lock().await),
-            None => None,
-        };
+        let _reading = self.reading.lock(job.index).await;
         if let Some(done) = job.cell.get() {
-            return done.clone().map_err(CheckFailure::Corrupt);
+            return done.clone().map_err(corrupt);
         }
         let checked = match job.trusted {
             true => Checked::Passed(None),
             false => hash(file, job.c).await,
         };
         if let Checked::Passed(Some(crc)) = &checked {
-            self.keep(object, role, crc.clone());
+            self.keep(object, role, crc);
         }
         let checked = match (checked, job.ragged) {
             (Checked::Passed(_), Some(obj)) => ragged(file, obj, job.c).await,
@@ -243,10 +277,14 @@ impl Checks {
     }
 }
 
+fn corrupt(why: Box<str>) -> CheckFailure {
+    CheckFailure::Corrupt(why.into())
+}
+
 /// A component to check, and where its answer goes.
 struct Job<'a> {
     index: usize,
-    cell: &'a OnceLock<Result<(), String>>,
+    cell: &'a OnceLock<Result<(), Box<str>>>,
     c: &'a Component,
     /// The object, when the component is a ragged object's offsets.
     ragged: Option<&'a Object>,
@@ -279,13 +317,10 @@ fn settle(
     let named = |e: String| format!("{path}: object {object:?}, component {role:?}: {e}");
     let verdict = match checked {
         Checked::Passed(_) => Ok(()),
-        Checked::Broke(rule) => Err(named(format!("{}: {rule}", rule.name()))),
+        Checked::Broke(rule) => Err(named(format!("{}: {rule}", rule.name())).into()),
         Checked::Unreadable(why) => return Err(CheckFailure::Unreadable(named(why))),
     };
-    job.cell
-        .get_or_init(|| verdict)
-        .clone()
-        .map_err(CheckFailure::Corrupt)
+    job.cell.get_or_init(|| verdict).clone().map_err(corrupt)
 }
 
 /// A ragged object's offsets, read whole, checked against its values on

@@ -12,4 +12,5 @@
 
 pub(crate) mod checks;
 pub(crate) mod digests;
+pub(crate) mod inflight;
 pub(crate) mod tee;

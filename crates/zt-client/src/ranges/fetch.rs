@@ -80,12 +80,15 @@ impl HttpSource {
             let (src, etag) = match &item.1.file {
                 None => (self.clone(), remote.etag.clone()),
                 Some(f) => {
-                    let part = files.get(f).and_then(|p| p.etag.clone()).ok_or_else(|| {
-                        Error::Protocol(format!(
-                            "{}: the manifest gives no ETag for file {f:?}",
-                            self.url
-                        ))
-                    })?;
+                    let part = files
+                        .get(&**f)
+                        .and_then(|p| p.etag.clone())
+                        .ok_or_else(|| {
+                            Error::Protocol(format!(
+                                "{}: the manifest gives no ETag for file {f:?}",
+                                self.url
+                            ))
+                        })?;
                     (self.for_file(f)?, part)
                 }
             };

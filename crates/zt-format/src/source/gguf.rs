@@ -121,7 +121,7 @@ impl Plan {
 
     pub(super) fn feed(&mut self, bytes: &[u8], label: &str, limits: &Limits) -> Result<()> {
         self.have.extend_from_slice(bytes);
-        match parse_header(label, &self.have, self.size) {
+        match parse_header(label, &self.have, self.size, limits) {
             Err(Short) if (self.have.len() as u64) < self.size => {
                 let next = self.want.saturating_mul(2).min(self.size);
                 if next > limits.manifest_cap {
@@ -403,15 +403,20 @@ fn value(
 }
 
 /// Parses the header in `buf` (a prefix of a `size`-byte file).
-fn parse_header(label: &str, buf: &[u8], size: u64) -> Step {
-    match parse_inner(label, buf, size) {
+fn parse_header(label: &str, buf: &[u8], size: u64, limits: &Limits) -> Step {
+    match parse_inner(label, buf, size, limits) {
         Ok(p) => Ok(Ok(p)),
         Err(Fault::Short) => Err(Short),
         Err(Fault::Rule(e)) => Ok(Err(e)),
     }
 }
 
-fn parse_inner(label: &str, buf: &[u8], size: u64) -> std::result::Result<Parsed, Fault> {
+fn parse_inner(
+    label: &str,
+    buf: &[u8],
+    size: u64,
+    limits: &Limits,
+) -> std::result::Result<Parsed, Fault> {
     let at = Location::file(label);
     let fail = |rule, detail| Fault::Rule(header_error(at.clone(), rule, detail));
     let mut c = Cursor { buf, pos: 0 };
@@ -447,6 +452,10 @@ fn parse_inner(label: &str, buf: &[u8], size: u64) -> std::result::Result<Parsed
             ),
         ));
     }
+    // Refused before any is read when they would not fit.
+    limits
+        .within_memory(tensors, 0)
+        .map_err(|rule| Fault::Rule(Error::invalid(at.clone(), rule)))?;
     let mut attributes = Attributes::new();
     let mut objects: Vec<(String, Object)> = Vec::new();
     let mut synthesized = Synthesized::new();
@@ -706,6 +715,20 @@ mod tests {
 
     fn parse(f: &[u8]) -> Result<Loaded> {
         super::super::parse(Source::Gguf, "t.gguf", f, &Limits::default())
+    }
+
+    /// A tensor count past `limits.manifest_memory` is refused before any
+    /// tensor is read.
+    #[test]
+    fn tensor_counts_past_the_memory_cap_are_refused() {
+        let f = sample();
+        let tiny = Limits {
+            manifest_memory: 1,
+            ..Limits::default()
+        };
+        let e = super::super::parse(Source::Gguf, "t.gguf", &f, &tiny).unwrap_err();
+        assert_eq!(e.rule().unwrap().name(), "manifest-over-memory");
+        assert!(e.to_string().starts_with("t.gguf"), "{e}");
     }
 
     #[test]

@@ -210,10 +210,11 @@ impl ServedPack {
                 }
                 m.attributes.extend(part.manifest.attributes.clone());
             }
+            let file: std::sync::Arc<str> = std::sync::Arc::from(name);
             for (object, obj) in &part.manifest.objects {
                 let mut obj = obj.clone();
                 for (_, c) in obj.components.iter_mut() {
-                    c.file = Some(name.to_owned());
+                    c.file = Some(std::sync::Arc::clone(&file));
                 }
                 m.objects.insert(object.clone(), obj);
             }

@@ -212,6 +212,18 @@ impl Probe {
         if self.next_read().is_some() {
             return Err(incomplete(&self.label));
         }
+        let limits = self.limits;
+        let loaded = self.finish_source(at.clone())?;
+        // Every source's objects, however they were read, against
+        // `limits.manifest_memory` (each source also refuses as it reads).
+        let objects = loaded.parsed.manifest.objects.len() as u64;
+        limits
+            .within_memory(objects, loaded.raw.len() as u64)
+            .map_err(|rule| Error::invalid(at, rule))?;
+        Ok(loaded)
+    }
+
+    fn finish_source(self, at: Location) -> Result<Loaded> {
         match self.state {
             State::Zt(p) => p.finish(&self.label, &self.limits),
             State::Safetensors(p) => p.finish(&self.label, self.size, &self.limits),

@@ -13,7 +13,7 @@
 
 use std::ops::Range;
 
-use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -71,10 +71,13 @@ const OPAQUE: [(&str, u64, &str); 4] = [
 #[derive(Debug)]
 pub(super) struct Plan {
     size: u64,
+    /// The bytes read so far, from the file's start (the rest of the
+    /// header is appended as it comes).
     prefix: Option<Vec<u8>>,
     /// `N`, once the prefix is in.
     header_len: u64,
-    rest: Option<Vec<u8>>,
+    /// Whether the rest of the header was read.
+    rest_read: bool,
 }
 
 impl Plan {
@@ -83,7 +86,7 @@ impl Plan {
             size,
             prefix: None,
             header_len: 0,
-            rest: None,
+            rest_read: false,
         }
     }
 
@@ -97,12 +100,16 @@ impl Plan {
             None => return Some(0..self.size.min(PREFIX)),
             Some(p) => p.len() as u64,
         };
-        (self.rest.is_none() && prefix < self.header_end()).then(|| prefix..self.header_end())
+        (!self.rest_read && prefix < self.header_end()).then(|| prefix..self.header_end())
     }
 
     pub(super) fn feed(&mut self, bytes: &[u8], label: &str, limits: &Limits) -> Result<()> {
-        if self.prefix.is_some() {
-            self.rest = Some(bytes.to_vec());
+        if let Some(prefix) = &mut self.prefix {
+            // Onto the prefix at once: a large header is held once, not
+            // as two pieces joined later.
+            prefix.reserve_exact(bytes.len());
+            prefix.extend_from_slice(bytes);
+            self.rest_read = true;
             return Ok(());
         }
         let fail = |rule, detail| Err(header_error(Location::file(label), rule, detail));
@@ -141,14 +148,16 @@ impl Plan {
     pub(super) fn finish(self, label: &str, size: u64, limits: &Limits) -> Result<Loaded> {
         let end = usize::try_from(self.header_end()).unwrap_or(usize::MAX);
         let mut raw = self.prefix.unwrap_or_default();
-        raw.extend(self.rest.unwrap_or_default());
-        let raw = raw.get(8..end).map(<[u8]>::to_vec).ok_or_else(|| {
-            header_error(
+        if raw.len() < end || end < 8 {
+            return Err(header_error(
                 Location::file(label),
                 "incomplete-read",
                 "the header was not read to its end".to_owned(),
-            )
-        })?;
+            ));
+        }
+        // In place: a large header is not copied again.
+        raw.truncate(end);
+        raw.drain(..8);
         let parsed = parse_header(label, &raw, size, limits)?;
         Ok(Loaded { parsed, raw })
     }
@@ -235,8 +244,84 @@ pub(super) fn entries(
     Ok(e.list)
 }
 
+/// The header's entries read one at a time into a manifest, each tensor's
+/// info parsed and turned into its object as it comes (the header's JSON
+/// is never held as a list besides the manifest), counted against
+/// `limits.manifest_memory`.
+struct Tensors<'a> {
+    /// The objects in file order; a map is built from them at once, its
+    /// nodes full (inserting them one by one left a map of a million
+    /// objects half empty: 445 bytes an entry instead of about 120).
+    objects: Vec<(String, Object)>,
+    metadata: Option<Box<RawValue>>,
+    data_start: u64,
+    header: u64,
+    at: &'a Location,
+    limits: &'a Limits,
+    /// Why reading stopped, when it was for a rule of ours.
+    failed: Option<Error>,
+}
+
+impl<'de> DeserializeSeed<'de> for &mut Tensors<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for &mut Tensors<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+        use serde::de::Error as _;
+        let mut stop = |e: Error| {
+            self.failed = Some(e);
+            A::Error::custom("stopped")
+        };
+        while let Some(name) = map.next_key::<String>()? {
+            let value = map.next_value::<Box<RawValue>>()?;
+            let duplicate = |key: &str| {
+                let rule = Rule::DuplicateKey {
+                    key: key.to_owned(),
+                    context: "the header".to_owned(),
+                };
+                Error::invalid(self.at.clone(), rule)
+            };
+            if name == "__metadata__" {
+                if self.metadata.replace(value).is_some() {
+                    return Err(stop(duplicate(&name)));
+                }
+                continue;
+            }
+            let count = (self.objects.len() as u64).saturating_add(1);
+            if let Err(rule) = self.limits.within_memory(count, self.header) {
+                return Err(stop(Error::invalid(self.at.clone(), rule)));
+            }
+            let oat = self.at.object(&name);
+            let info: Info = match serde_json::from_str(value.get()) {
+                Ok(info) => info,
+                Err(e) => {
+                    return Err(stop(header_error(
+                        oat,
+                        "tensor-info",
+                        format!("tensor info is not {{dtype, shape, data_offsets}}: {e}"),
+                    )))
+                }
+            };
+            let object = object(&info, self.data_start, &oat).map_err(&mut stop)?;
+            self.objects.push((name, object));
+        }
+        Ok(())
+    }
+}
+
 /// Parses and validates a header of `raw` bytes in a `size`-byte file.
-pub(super) fn parse_header(label: &str, raw: &[u8], size: u64, _limits: &Limits) -> Result<Parsed> {
+pub(super) fn parse_header(label: &str, raw: &[u8], size: u64, limits: &Limits) -> Result<Parsed> {
     let at = Location::file(label);
     let text = std::str::from_utf8(raw).map_err(|e| {
         header_error(
@@ -245,27 +330,61 @@ pub(super) fn parse_header(label: &str, raw: &[u8], size: u64, _limits: &Limits)
             format!("header is not UTF-8: {e}"),
         )
     })?;
+    if !text.trim_start().starts_with('{') {
+        return Err(Error::invalid(
+            at.clone(),
+            Rule::ManifestNotMap {
+                found: "not an object",
+                expected: "JSON object",
+            },
+        ));
+    }
     let data_start = (raw.len() as u64).saturating_add(8);
+    let mut tensors = Tensors {
+        objects: Vec::new(),
+        metadata: None,
+        data_start,
+        header: raw.len() as u64,
+        at: &at,
+        limits,
+        failed: None,
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    let read = (&mut tensors).deserialize(&mut de).and_then(|()| de.end());
+    if let Some(e) = tensors.failed.take() {
+        return Err(e);
+    }
+    read.map_err(|e| {
+        header_error(
+            at.clone(),
+            "header-json",
+            format!("the header is not valid JSON: {e}"),
+        )
+    })?;
+    let mut objects = tensors.objects;
+    // Stable: a name given twice is found next to itself, in file order.
+    objects.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(pair) = objects
+        .windows(2)
+        .find(|w| w.first().map(|a| &a.0) == w.get(1).map(|b| &b.0))
+    {
+        let key = pair.first().map(|a| a.0.clone()).unwrap_or_default();
+        return Err(Error::invalid(
+            at.clone(),
+            Rule::DuplicateKey {
+                key,
+                context: "the header".to_owned(),
+            },
+        ));
+    }
     let mut manifest = Manifest {
         source: Source::Safetensors,
         origin: Origin::V1,
+        objects: objects.into_iter().collect(),
         ..Manifest::new()
     };
-    for (name, value) in entries(text, &at, "the header")? {
-        if name == "__metadata__" {
-            manifest.attributes = metadata(value.get(), &at)?;
-            continue;
-        }
-        let oat = at.object(&name);
-        let info: Info = serde_json::from_str(value.get()).map_err(|e| {
-            header_error(
-                oat.clone(),
-                "tensor-info",
-                format!("tensor info is not {{dtype, shape, data_offsets}}: {e}"),
-            )
-        })?;
-        let object = object(&info, data_start, &oat)?;
-        manifest.objects.insert(name, object);
+    if let Some(m) = tensors.metadata {
+        manifest.attributes = metadata(m.get(), &at)?;
     }
     let blob_area = BlobArea {
         start: data_start,
@@ -453,6 +572,37 @@ mod tests {
         let b = &m.objects["b"].components["data"];
         assert_eq!((b.offset, b.dtype), (8 + h.len() as u64 + 16, DType::BF16));
         assert_eq!(l.raw, h.as_bytes());
+    }
+
+    /// A header of more tensors than `limits.manifest_memory` holds is
+    /// refused by name as its entries are read, naming the count reached.
+    #[test]
+    fn headers_past_the_memory_cap_are_refused_as_they_are_read() {
+        let entries: Vec<String> = (0..100)
+            .map(|i| {
+                format!(
+                    r#""t{i:03}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{}]}}"#,
+                    i + 1
+                )
+            })
+            .collect();
+        let h = format!("{{{}}}", entries.join(","));
+        let f = file(&h, 100);
+        let room = |memory| Limits {
+            manifest_memory: memory,
+            ..Limits::default()
+        };
+        let fits = crate::OBJECT_MEMORY * 100 + h.len() as u64;
+        let parse =
+            |memory| super::super::parse(Source::Safetensors, "t.safetensors", &f, &room(memory));
+        assert_eq!(parse(fits).unwrap().parsed.manifest.objects.len(), 100);
+        let e = parse(fits - 1).unwrap_err();
+        assert_eq!(e.rule().unwrap().name(), "manifest-over-memory");
+        assert!(e.to_string().starts_with("t.safetensors"), "{e}");
+        assert!(e.to_string().contains("100 objects"), "{e}");
+        // Refused at the first object past the cap, the rest unread.
+        let e = parse(h.len() as u64 + crate::OBJECT_MEMORY * 10).unwrap_err();
+        assert!(e.to_string().contains(" 11 objects or more"), "{e}");
     }
 
     #[test]

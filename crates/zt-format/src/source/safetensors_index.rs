@@ -160,6 +160,8 @@ pub fn merge(label: &str, index: &Index, shards: &BTreeMap<String, Shard<'_>>) -
         attributes: index.metadata.clone(),
         ..Manifest::new()
     };
+    // Each shard's name, shared by its components.
+    let mut names: BTreeMap<&str, std::sync::Arc<str>> = BTreeMap::new();
     for (tensor, shard_name) in &index.weight_map {
         let shard = shards.get(shard_name).ok_or_else(|| {
             header_error(
@@ -176,7 +178,10 @@ pub fn merge(label: &str, index: &Index, shards: &BTreeMap<String, Shard<'_>>) -
             )
         })?;
         for (_, c) in obj.components.iter_mut() {
-            c.file = Some(shard_name.clone());
+            let name = names
+                .entry(shard_name)
+                .or_insert_with(|| std::sync::Arc::from(shard_name.as_str()));
+            c.file = Some(std::sync::Arc::clone(name));
         }
         m.objects.insert(tensor.clone(), obj);
         m.files.insert(shard_name.clone(), shard.part.clone());

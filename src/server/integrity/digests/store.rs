@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -16,15 +17,146 @@ use zt_format::{Digest, DigestAlgorithm};
 
 use crate::server::store::Identity;
 
-/// Digests by object, then component.
-pub(crate) type Computed = BTreeMap<String, BTreeMap<String, String>>;
+/// Computed digests, by object, then component, in that order: one
+/// entry per component, the names shared with the manifest's order of
+/// things to hash, the digest as its value (a million components hold
+/// about 90 MB, not nested maps of strings). On disk, the JSON map of
+/// object to component to digest text it always was.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Computed {
+    entries: Vec<(Arc<str>, Arc<str>, Digest)>,
+}
 
-#[derive(Debug, Serialize, Deserialize)]
+impl Computed {
+    pub(crate) fn new() -> Computed {
+        Computed::default()
+    }
+
+    fn find(&self, object: &str, role: &str) -> Result<usize, usize> {
+        self.entries
+            .binary_search_by(|(o, r, _)| (&**o, &**r).cmp(&(object, role)))
+    }
+
+    /// Sets a component's digest (cheaply when they come in order).
+    pub(crate) fn insert(&mut self, object: &Arc<str>, role: &Arc<str>, digest: Digest) {
+        let last = self.entries.last().map(|(o, r, _)| (&**o, &**r));
+        if last.is_none_or(|l| l < (&**object, &**role)) {
+            self.entries
+                .push((Arc::clone(object), Arc::clone(role), digest));
+            return;
+        }
+        match self.find(object, role) {
+            Ok(i) => {
+                if let Some(e) = self.entries.get_mut(i) {
+                    e.2 = digest;
+                }
+            }
+            Err(i) => self
+                .entries
+                .insert(i, (Arc::clone(object), Arc::clone(role), digest)),
+        }
+    }
+
+    /// Every digest of `other`, added (or replacing).
+    pub(crate) fn extend(&mut self, other: Computed) {
+        for (o, r, d) in other.entries {
+            self.insert(&o, &r, d);
+        }
+    }
+
+    /// A component's digest.
+    pub(crate) fn get(&self, object: &str, role: &str) -> Option<&Digest> {
+        let i = self.find(object, role).ok()?;
+        self.entries.get(i).map(|(_, _, d)| d)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether every digest is of `algorithm`.
+    fn all_of(&self, algorithm: DigestAlgorithm) -> bool {
+        self.entries
+            .iter()
+            .all(|(_, _, d)| d.algorithm() == Some(algorithm))
+    }
+}
+
+impl Serialize for Computed {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        let mut rest = self.entries.as_slice();
+        while let Some((object, _, _)) = rest.first() {
+            let n = rest.iter().take_while(|(o, _, _)| o == object).count();
+            let (one, others) = rest.split_at(n);
+            map.serialize_entry(&**object, &Roles(one))?;
+            rest = others;
+        }
+        map.end()
+    }
+}
+
+/// One object's entries, serialized as a map of component to digest.
+struct Roles<'a>(&'a [(Arc<str>, Arc<str>, Digest)]);
+
+impl Serialize for Roles<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(_, r, d)| (&**r, d.to_string())))
+    }
+}
+
+impl<'de> Deserialize<'de> for Computed {
+    /// One object's map at a time, each digest parsed as it comes: a
+    /// record of a million components is never held as nested maps.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Computed, D::Error> {
+        struct Objects;
+        impl<'de> serde::de::Visitor<'de> for Objects {
+            type Value = Computed;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of object to component to digest")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Computed, A::Error> {
+                use serde::de::Error as _;
+                let mut out = Computed::new();
+                let mut roles: BTreeMap<String, Arc<str>> = BTreeMap::new();
+                while let Some(object) = map.next_key::<String>()? {
+                    let object: Arc<str> = Arc::from(object);
+                    let digests = map.next_value::<BTreeMap<String, String>>()?;
+                    for (role, text) in digests {
+                        let digest = Digest::parse(&text).map_err(A::Error::custom)?;
+                        let role = roles
+                            .entry(role)
+                            .or_insert_with_key(|r| Arc::from(r.as_str()));
+                        out.insert(&object, role, digest);
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(Objects)
+    }
+}
+
+#[derive(Debug, Deserialize)]
 struct Record {
     path: String,
     identity: Identity,
     algorithm: String,
     digests: Computed,
+}
+
+/// A record as written, borrowing what it holds.
+#[derive(Serialize)]
+struct RecordOut<'a> {
+    path: &'a str,
+    identity: &'a Identity,
+    algorithm: &'static str,
+    digests: &'a Computed,
 }
 
 /// The records of one state directory.
@@ -55,13 +187,8 @@ impl Store {
         let bytes = std::fs::read(self.record_path(path)).ok()?;
         let r: Record = serde_json::from_slice(&bytes).ok()?;
         let current = r.path == path && r.identity == *identity;
-        let digests_parse = r.digests.values().flat_map(|m| m.values()).all(|d| {
-            Digest::parse(d)
-                .ok()
-                .and_then(|d| d.algorithm())
-                .is_some_and(|a| a == algorithm)
-        });
-        (current && r.algorithm == algorithm.name() && digests_parse).then_some(r.digests)
+        let same = r.algorithm == algorithm.name() && r.digests.all_of(algorithm);
+        (current && same).then_some(r.digests)
     }
 
     /// Records `digests`; a failure is logged and otherwise ignored (the
@@ -73,11 +200,11 @@ impl Store {
         algorithm: DigestAlgorithm,
         digests: &Computed,
     ) {
-        let record = Record {
-            path: path.to_owned(),
-            identity: *identity,
-            algorithm: algorithm.name().to_owned(),
-            digests: digests.clone(),
+        let record = RecordOut {
+            path,
+            identity,
+            algorithm: algorithm.name(),
+            digests,
         };
         let target = self.record_path(path);
         let tmp = zt_format::temp_path(&target);
@@ -98,4 +225,40 @@ impl Store {
 
 fn hex_prefix(h: &[u8]) -> String {
     h.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On disk a record's digests are the JSON map of object to component
+    /// to digest text they always were; read back, they are the same.
+    #[test]
+    fn computed_digests_keep_their_json_form() {
+        let sha = |b: &[u8]| DigestAlgorithm::Sha256.digest(b);
+        let (a, b, data, offsets) = (
+            Arc::<str>::from("a"),
+            Arc::<str>::from("b"),
+            Arc::<str>::from("data"),
+            Arc::<str>::from("offsets"),
+        );
+        let mut c = Computed::new();
+        c.insert(&b, &data, sha(b"2"));
+        // Out of order, and one replaced.
+        c.insert(&a, &offsets, sha(b"0"));
+        c.insert(&a, &data, sha(b"x"));
+        c.insert(&a, &data, sha(b"1"));
+        assert_eq!(c.len(), 3);
+        assert_eq!(c.get("a", "data"), Some(&sha(b"1")));
+        let json = serde_json::to_value(&c).unwrap();
+        let want = serde_json::json!({
+            "a": {"data": sha(b"1").to_string(), "offsets": sha(b"0").to_string()},
+            "b": {"data": sha(b"2").to_string()},
+        });
+        assert_eq!(json, want);
+        let back: Computed = serde_json::from_value(json).unwrap();
+        assert_eq!(back, c);
+        let bad = serde_json::json!({"a": {"data": "sha256:zz"}});
+        assert!(serde_json::from_value::<Computed>(bad).is_err());
+    }
 }

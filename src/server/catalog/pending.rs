@@ -100,21 +100,19 @@ impl Pending {
         let _ = rx.wait_for(|done| *done).await;
     }
 
-    /// The digests of every component of `objects` that lacks one,
-    /// hashed now at full speed where nobody has yet.
-    pub(crate) async fn hash_now(&self, objects: &BTreeSet<String>) -> Result<Computed, String> {
+    /// Hashes every component of `objects` that lacks a digest, now, at
+    /// full speed where nobody has yet ([`Pending::known`] has them then).
+    pub(crate) async fn hash_now(&self, objects: &BTreeSet<String>) -> Result<(), String> {
         let q = self
             .queue
             .upgrade()
             .ok_or_else(|| format!("{}: the daemon is shutting down", self.found.path))?;
         let _hurry = Hurry::new(&self.hurry);
         let mut pace = Pace::full();
-        let mut out = Computed::new();
         for (o, r) in self.names.iter().filter(|(o, _)| objects.contains(&**o)) {
-            let d = self.digest_of(o, r, &q, true, &mut pace).await?;
-            out.insert(o, r, d);
+            self.digest_of(o, r, &q, true, &mut pace).await?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Every digest computed so far (not waiting for one being computed).

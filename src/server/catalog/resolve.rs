@@ -97,8 +97,9 @@ async fn provisional(
     // A task of its own: a request that goes away does not drop the
     // hashing half-done (those waiting on its components get them).
     let built = tokio::spawn(async move {
-        let mut computed = job.hash_now(&hash).await?;
-        computed.extend(job.known());
+        // Every digest known by then: those just hashed among them.
+        job.hash_now(&hash).await?;
+        let computed = job.known();
         let path = job.found.path.clone();
         tokio::task::spawn_blocking(move || job.found.provisional(keep.as_ref(), &computed))
             .await

@@ -152,14 +152,14 @@ settings! {
         pub http2_max_streams: u64 = 16,
         /// Most bytes read for HTTP responses and not yet written to their
         /// connections, daemon-wide; a response waits for room before it
-        /// reads, and closes the most stalled connection while it waits.
+        /// reads, and closes the stalled connections while it waits.
         pub body_memory_bytes: u64 = 128 << 20,
         /// Most response bytes one HTTP connection holds unwritten (its
         /// HTTP/2 streams together): what a client that stops reading
         /// keeps in the daemon.
         pub body_window_bytes: u64 = 1 << 20,
-        /// Seconds a connection may hold response bytes without sending
-        /// a piece of them before it is closed.
+        /// Seconds a piece of a response read for a connection may wait
+        /// unwritten before the connection is closed.
         pub send_timeout_secs: u64 = 30,
         /// Seconds a request may take to arrive and be answered before it
         /// is cut off.

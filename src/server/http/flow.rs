@@ -9,19 +9,22 @@
 //! reads, instead of growing the daemon. Pieces shrink as the budget
 //! fills ([`Flows::piece`]), so that many slow clients hold less each.
 //!
-//! A connection is closed ([`Flow::closed`]):
-//! - when it has held response bytes for `limits.send_timeout_secs`
-//!   without sending a piece (a client that stopped reading, an HTTP/2
-//!   stream whose flow-control window stays shut);
-//! - under pressure, when it has gone [`MIN_STALL`] without progress: a
-//!   response that waited [`EVICT_AFTER`] for the budget closes every
-//!   connection that has held bytes that long without sending a piece
+//! A connection is stalled while a piece read for it waits unwritten,
+//! counted from the oldest such piece: its other streams' progress does
+//! not hide it. It is closed ([`Flow::closed`]):
+//! - when it has been stalled for `limits.send_timeout_secs` (a client
+//!   that stopped reading, an HTTP/2 stream whose flow-control window
+//!   stays shut);
+//! - under pressure, once stalled for [`MIN_STALL`]: a response waiting
+//!   for the budget closes, every [`EVICT_AFTER`], every such connection
 //!   (under pressure a client must take a piece, 64 KiB then, a second),
 //!   and a request waiting for a connection slot closes the one stalled
-//!   longest, or idle between requests longest. Slow clients then cannot
-//!   keep a good one waiting for long.
+//!   longest, or idle between requests longest (never one past the slots:
+//!   that frees none). Slow clients then cannot keep a good one waiting
+//!   for long. A piece charged and still being read (its component
+//!   checked, an object's GET under way) does not count.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -97,7 +100,7 @@ impl Flows {
         let budget_kib = kib(limits.body_memory_bytes).max(window_kib);
         let closed = counter_vec(
             "ztserve_http_connections_closed_total",
-            "HTTP connections the daemon closed for holding response bytes without sending them (send_timeout), or as the most stalled under pressure (budget, slots).",
+            "HTTP connections the daemon closed for holding a piece of a response unwritten past limits.send_timeout_secs (send_timeout), or as stalled under pressure (budget, slots).",
             &["reason"],
         );
         // Every reason shows, at 0, from the start.
@@ -127,7 +130,8 @@ impl Flows {
     }
 
     /// A new connection's flow, registered until it is dropped.
-    pub(crate) fn open(self: &Arc<Self>) -> Arc<Flow> {
+    /// `past`: a connection accepted past the slots.
+    pub(crate) fn open(self: &Arc<Self>, past: bool) -> Arc<Flow> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let flow = Arc::new(Flow {
             id,
@@ -138,7 +142,8 @@ impl Flows {
             since: AtomicU64::new(self.now()),
             cut: Notify::new(),
             cut_for: OnceLock::new(),
-            waiting: AtomicUsize::new(0),
+            out: Mutex::new(BTreeMap::new()),
+            past,
         });
         self.lock().insert(id, Arc::downgrade(&flow));
         flow
@@ -170,7 +175,7 @@ impl Flows {
     /// Charges `bytes` (a piece about to be read) to `flow`'s window (at
     /// most `1/ahead` of it: an object's pieces are read `ahead` at once)
     /// and to the budget, waiting for room in each; while the budget has
-    /// none, closes the most stalled connection every [`EVICT_AFTER`].
+    /// none, closes the stalled connections every [`EVICT_AFTER`].
     pub(crate) async fn charge(&self, flow: &Arc<Flow>, bytes: u64, ahead: usize) -> Charge {
         let share = self.window_kib / u32::try_from(ahead.max(1)).unwrap_or(u32::MAX);
         let want = kib(bytes).max(1);
@@ -182,13 +187,17 @@ impl Flows {
         let budget = match Arc::clone(&self.budget).try_acquire_many_owned(want) {
             Ok(p) => Some(p),
             Err(_) => {
-                let _waiting = Waiting::on(flow);
+                // One place in the queue, kept while it waits: the
+                // stalled are closed beside it, every EVICT_AFTER.
+                let wait = Arc::clone(&self.budget).acquire_many_owned(want);
+                tokio::pin!(wait);
                 loop {
-                    let wait = Arc::clone(&self.budget).acquire_many_owned(want);
-                    match tokio::time::timeout(EVICT_AFTER, wait).await {
-                        Ok(p) => break p.ok(),
-                        Err(_) => self.close_stalled(Pressure::Budget),
-                    };
+                    tokio::select! {
+                        p = &mut wait => break p.ok(),
+                        () = tokio::time::sleep(EVICT_AFTER) => {
+                            self.close_stalled(Pressure::Budget);
+                        }
+                    }
                 }
             }
         };
@@ -197,6 +206,7 @@ impl Flows {
         Charge {
             flow: Arc::clone(flow),
             bytes,
+            out_at: None,
             _window: window,
             _budget: budget,
         }
@@ -226,18 +236,23 @@ impl Flows {
             return 0;
         }
         let stall = u64::try_from(least.as_millis()).unwrap_or(u64::MAX);
-        let mut stalled: Vec<Arc<Flow>> = {
+        // Taken out under the lock, judged after it: the last reference
+        // to a flow may be one of these, and a flow's drop takes the lock.
+        let open: Vec<Arc<Flow>> = {
             let mut open = self.lock();
             open.retain(|_, f| f.strong_count() > 0);
-            open.values()
-                .filter_map(Weak::upgrade)
-                .filter(|f| f.closable(pressure) && now.saturating_sub(f.since()) >= stall)
-                .collect()
+            open.values().filter_map(Weak::upgrade).collect()
         };
+        let mut stalled: Vec<(u64, Arc<Flow>)> = open
+            .into_iter()
+            .filter_map(|f| Some((f.stalled_since(pressure)?, f)))
+            .filter(|(since, _)| now.saturating_sub(*since) >= stall)
+            .collect();
         if pressure == Pressure::Slots {
-            stalled.sort_by_key(|f| f.since());
+            stalled.sort_by_key(|(since, _)| *since);
             stalled.truncate(1);
         }
+        let stalled: Vec<Arc<Flow>> = stalled.into_iter().map(|(_, f)| f).collect();
         for flow in &stalled {
             flow.close(pressure.label());
         }
@@ -257,14 +272,18 @@ pub(crate) struct Flow {
     held: AtomicU64,
     /// Requests in hand (read, and their response not yet all written).
     busy: AtomicUsize,
-    /// When it last made progress (a piece written, a request begun or
-    /// ended), in [`Flows::now`]'s milliseconds.
+    /// When a request last began or ended, in [`Flows::now`]'s
+    /// milliseconds: how long it has been idle, when none is in hand.
     since: AtomicU64,
+    /// The pieces read and not yet written, by when they were read (how
+    /// many at each millisecond): the oldest says how long the connection
+    /// has not taken what it was handed, whatever its other streams do.
+    out: Mutex<BTreeMap<u64, u32>>,
+    /// Whether it was accepted past the slots (closing it frees none).
+    past: bool,
     cut: Notify,
     /// Why it was closed, once it is.
     cut_for: OnceLock<&'static str>,
-    /// Its responses waiting for the budget.
-    waiting: AtomicUsize,
 }
 
 impl Drop for Flow {
@@ -278,21 +297,40 @@ impl Flow {
         self.since.load(Ordering::Relaxed)
     }
 
+    fn out(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, u32>> {
+        self.out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// When the oldest piece it was handed and has not written was read.
+    fn oldest_out(&self) -> Option<u64> {
+        self.out().keys().next().copied()
+    }
+
     fn touch(&self) {
         self.since.store(self.flows.now(), Ordering::Relaxed);
     }
 
-    /// Whether it is one to close for `pressure` (how long it has been so
-    /// is the caller's to judge).
-    fn closable(&self, pressure: Pressure) -> bool {
+    /// Since when it has been one to close for `pressure`, if it is: it
+    /// holds a piece it has not written (since that piece was read), or,
+    /// for a slot, it is idle between requests (since the last ended).
+    /// How long is the caller's to judge.
+    fn stalled_since(&self, pressure: Pressure) -> Option<u64> {
         if self.cut_for.get().is_some() {
-            return false;
+            return None;
         }
-        let holds = self.held.load(Ordering::Relaxed) > 0;
-        let idle = self.busy.load(Ordering::Relaxed) == 0;
+        let held = self.oldest_out();
         match pressure {
-            Pressure::Budget => holds && self.waiting.load(Ordering::Relaxed) == 0,
-            Pressure::Slots => holds || idle,
+            Pressure::Budget => held,
+            Pressure::Slots if self.past => None,
+            Pressure::Slots => {
+                let idle = (self.busy.load(Ordering::Relaxed) == 0).then(|| self.since());
+                match (held, idle) {
+                    (Some(h), Some(i)) => Some(h.min(i)),
+                    (h, i) => h.or(i),
+                }
+            }
         }
     }
 
@@ -311,23 +349,23 @@ impl Flow {
         Busy(Arc::clone(self))
     }
 
-    /// Resolves when the connection is to be closed: the reason. It has
-    /// held response bytes for `limits.send_timeout_secs` without sending
-    /// a piece, or it was the most stalled under pressure.
+    /// Resolves when the connection is to be closed: the reason. A piece
+    /// read for it has waited `limits.send_timeout_secs` unwritten, or it
+    /// was stalled under pressure.
     pub(crate) async fn closed(&self) -> &'static str {
         let timeout = self.flows.send_timeout;
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         let stalled = async {
             loop {
-                let quiet = self.flows.now().saturating_sub(self.since());
-                let holds = self.held.load(Ordering::Relaxed) > 0;
-                if holds && quiet >= timeout_ms {
-                    return;
-                }
-                let left = timeout_ms.saturating_sub(quiet).max(1);
-                let wait = match holds {
-                    true => Duration::from_millis(left),
-                    false => timeout,
+                let wait = match self.oldest_out() {
+                    Some(at) => {
+                        let quiet = self.flows.now().saturating_sub(at);
+                        if quiet >= timeout_ms {
+                            return;
+                        }
+                        Duration::from_millis(timeout_ms.saturating_sub(quiet).max(1))
+                    }
+                    None => timeout,
                 };
                 tokio::time::sleep(wait).await;
             }
@@ -337,22 +375,6 @@ impl Flow {
             () = stalled => self.close("send_timeout"),
         }
         self.cut_for.get().copied().unwrap_or("send_timeout")
-    }
-}
-
-/// A response of a flow waiting for the budget, until dropped.
-struct Waiting<'a>(&'a Flow);
-
-impl<'a> Waiting<'a> {
-    fn on(flow: &'a Flow) -> Waiting<'a> {
-        flow.waiting.fetch_add(1, Ordering::Relaxed);
-        Waiting(flow)
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -373,12 +395,23 @@ impl Drop for Busy {
 pub(crate) struct Charge {
     flow: Arc<Flow>,
     bytes: u64,
+    /// When its piece was read, once it is ([`Charge::hold`]).
+    out_at: Option<u64>,
     _window: Option<OwnedSemaphorePermit>,
     _budget: Option<OwnedSemaphorePermit>,
 }
 
 impl Drop for Charge {
     fn drop(&mut self) {
+        if let Some(at) = self.out_at {
+            let mut out = self.flow.out();
+            if let Some(n) = out.get_mut(&at) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    out.remove(&at);
+                }
+            }
+        }
         self.flow.held.fetch_sub(self.bytes, Ordering::Relaxed);
         self.flow
             .flows
@@ -389,8 +422,12 @@ impl Drop for Charge {
 }
 
 impl Charge {
-    /// `bytes`, holding this charge until the last of them is dropped.
-    pub(crate) fn hold(self, bytes: Bytes) -> Bytes {
+    /// `bytes`, read now, holding this charge until the last of them is
+    /// dropped; from now on they count as handed to the connection.
+    pub(crate) fn hold(mut self, bytes: Bytes) -> Bytes {
+        let at = self.flow.flows.now();
+        *self.flow.out().entry(at).or_insert(0) += 1;
+        self.out_at = Some(at);
         Bytes::from_owner(Charged {
             bytes,
             _charge: self,
@@ -426,15 +463,15 @@ mod tests {
         let f = flows(128 << 20, 1 << 20);
         let half = 512 << 10;
         assert_eq!(f.piece(), half, "half a window while the budget is free");
-        let other = f.open();
+        let other = f.open(false);
         let some = f.charge(&other, 32 << 20, 1).await;
         assert_eq!(f.piece(), half, "half a window while most is free");
         drop((some, other));
-        let flow = f.open();
+        let flow = f.open(false);
         let mut held = Vec::new();
         // Other connections' charges, until 1 MiB is left.
         while f.budget.available_permits() > 1024 {
-            let other = f.open();
+            let other = f.open(false);
             held.push((f.charge(&other, 1 << 20, 1).await, other));
         }
         assert_eq!(f.piece(), MIN_PIECE);
@@ -447,7 +484,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_holds_at_most_its_window() {
         let f = flows(64 << 20, 256 << 10);
-        let flow = f.open();
+        let flow = f.open(false);
         let first = f.charge(&flow, 256 << 10, 1).await;
         let second = f.charge(&flow, 64 << 10, 1);
         tokio::pin!(second);
@@ -465,27 +502,67 @@ mod tests {
     #[tokio::test]
     async fn pressure_closes_stalled_connections() {
         let f = flows(64 << 20, 1 << 20);
-        let (idle, old, new) = (f.open(), f.open(), f.open());
-        // Busy, holding nothing: never closed.
-        let _busy = idle.begin();
+        let piece = || Bytes::from(vec![0u8; 64 << 10]);
+        let (busy, old, new, reading) =
+            (f.open(false), f.open(false), f.open(false), f.open(false));
+        // Busy, holding nothing yet: never closed.
+        let _busy = busy.begin();
         let _asked = old.begin();
-        let _old = f.charge(&old, 64 << 10, 1).await;
+        let old_piece = f.charge(&old, 64 << 10, 1).await.hold(piece());
         tokio::time::sleep(Duration::from_millis(20)).await;
         let _asked_later = new.begin();
-        let _new = f.charge(&new, 64 << 10, 1).await;
-        assert_eq!(f.close_stalled_for(Pressure::Budget, Duration::ZERO), 2);
+        let new_piece = f.charge(&new, 64 << 10, 1).await.hold(piece());
+        // Charged, its piece still being read: not stalled.
+        let _reading = f.charge(&reading, 64 << 10, 1).await;
+        assert_eq!(
+            f.close_stalled_for(Pressure::Budget, Duration::from_millis(10)),
+            1
+        );
         let cut = tokio::time::timeout(Duration::from_secs(1), old.closed()).await;
         assert_eq!(cut.ok(), Some("budget"));
         // Searches are a few milliseconds apart at least.
         assert_eq!(f.close_stalled_for(Pressure::Budget, Duration::ZERO), 0);
         tokio::time::sleep(CLOSE_EVERY * 2).await;
-        assert_eq!(f.close_stalled_for(Pressure::Budget, Duration::ZERO), 0);
-        // Idle between requests: closed for a slot, not for the budget.
-        drop((_busy, _asked, _asked_later, _old, _new));
+        assert_eq!(f.close_stalled_for(Pressure::Budget, Duration::ZERO), 1);
+        // A piece written (dropped): nothing held, and idle between
+        // requests once its request ends: closed for a slot, not for the
+        // budget; one past the slots never for a slot.
+        drop((old_piece, new_piece, _busy, _asked, _asked_later, _reading));
+        let past = f.open(true);
         tokio::time::sleep(CLOSE_EVERY * 2).await;
         assert_eq!(f.close_stalled_for(Pressure::Budget, Duration::ZERO), 0);
         assert_eq!(f.close_stalled_for(Pressure::Slots, Duration::ZERO), 1);
         assert_eq!(f.closed.with_label_values(&["budget"]).get(), 2);
         assert_eq!(f.closed.with_label_values(&["slots"]).get(), 1);
+        assert!(past.cut_for.get().is_none());
+    }
+
+    /// Another stream's progress does not hide a piece held: the send
+    /// timeout counts from the oldest piece not written.
+    #[tokio::test]
+    async fn the_oldest_piece_held_sets_the_send_timeout() {
+        let f = Flows::new(&LimitsConfig {
+            send_timeout_secs: 1,
+            ..LimitsConfig::default()
+        });
+        let flow = f.open(false);
+        let _stuck = f
+            .charge(&flow, 64 << 10, 1)
+            .await
+            .hold(Bytes::from(vec![1u8; 10]));
+        let busy = async {
+            loop {
+                // Requests begin and end, pieces are written, all the time.
+                let _req = flow.begin();
+                drop(f.charge(&flow, 64 << 10, 1).await.hold(Bytes::new()));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let cut = tokio::select! {
+            r = flow.closed() => Some(r),
+            () = busy => None,
+            () = tokio::time::sleep(Duration::from_secs(5)) => None,
+        };
+        assert_eq!(cut, Some("send_timeout"));
     }
 }

@@ -122,7 +122,7 @@ pub(crate) async fn file(
     flow: Option<Extension<Arc<Flow>>>,
 ) -> Response {
     let rest = uri.path().strip_prefix("/v1/files/").unwrap_or_default();
-    let flow = flow.map_or_else(|| state.flows.open(), |f| f.0);
+    let flow = flow.map_or_else(|| state.flows.open(false), |f| f.0);
     serve(state, method, rest, query, headers, Api::V1, flow).await
 }
 
@@ -154,7 +154,7 @@ pub(crate) async fn fallback(
         return not_found(uri).await;
     }
     let rest = path.strip_prefix('/').unwrap_or(path);
-    let flow = flow.map_or_else(|| state.flows.open(), |f| f.0);
+    let flow = flow.map_or_else(|| state.flows.open(false), |f| f.0);
     serve(state, method, rest, query, headers, Api::Plain, flow).await
 }
 
@@ -472,8 +472,7 @@ async fn component_response(
     if decode && c.encoding == Encoding::Zstd {
         verify(&served, served.check(object, role)).await?;
         let decoding = plan::decoding(&served, object, role)?;
-        let asked = (method, headers, flow);
-        return decoded(state, asked, &served, c, decoding, extra).await;
+        return decoded(state, method, headers, flow, &served, c, decoding, extra).await;
     }
     extra.push((
         HeaderName::from_static("x-zt-object"),
@@ -490,9 +489,12 @@ async fn component_response(
     Ok(respond(state, method, headers, entity, ranges, read))
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn decoded(
     state: &Arc<State>,
-    (method, headers, flow): (&Method, &HeaderMap, &Arc<Flow>),
+    method: &Method,
+    headers: &HeaderMap,
+    flow: &Arc<Flow>,
     served: &Arc<Served>,
     c: &Component,
     decoding: plan::Decoding,

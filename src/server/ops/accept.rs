@@ -22,11 +22,11 @@
 //!   `limits.idle_timeout_secs` is closed (idle keep-alive, a client that
 //!   stopped sending or stopped reading);
 //! - each connection has a flow (`http::flow`): its responses' bytes are
-//!   charged to its window and the daemon's budget, it is closed when it
-//!   holds bytes it does not send for `limits.send_timeout_secs`, and a
-//!   request waiting for a slot closes the most stalled connection (one
-//!   holding bytes it does not send, or idle between requests, for a
-//!   second at least) every 100 ms;
+//!   charged to its window and the daemon's budget, it is closed when a
+//!   piece read for it waits unwritten for `limits.send_timeout_secs`,
+//!   and a request waiting for a slot closes the most stalled connection
+//!   with a slot (one holding such a piece, or idle between requests, for
+//!   a second at least) every 100 ms;
 //! - on shutdown, connections finish the request in hand and close.
 
 use std::collections::VecDeque;
@@ -296,16 +296,15 @@ async fn past_the_slots(
 /// slow reader, an idle keep-alive) each time one has not freed within
 /// [`EVICT_AFTER`].
 async fn slot_within(past: &Past) -> Option<OwnedSemaphorePermit> {
-    let deadline = tokio::time::Instant::now() + past.wait;
+    // One place in the queue, kept while it waits.
+    let slot = Arc::clone(&past.slots).acquire_owned();
+    let deadline = tokio::time::sleep(past.wait);
+    tokio::pin!(slot, deadline);
     loop {
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            return None;
-        }
-        let step = EVICT_AFTER.min(deadline - now);
-        match tokio::time::timeout(step, Arc::clone(&past.slots).acquire_owned()).await {
-            Ok(slot) => return slot.ok(),
-            Err(_) => {
+        tokio::select! {
+            slot = &mut slot => return slot.ok(),
+            () = &mut deadline => return None,
+            () = tokio::time::sleep(EVICT_AFTER) => {
                 past.flows.close_stalled(Pressure::Slots);
             }
         }
@@ -400,7 +399,7 @@ pub(crate) async fn serve(
             places.join(Place { asked, evict }, limits.ops_connections);
             evicted
         });
-        let flow = flows.open();
+        let flow = flows.open(ops);
         let conn = Conn {
             app: app.clone(),
             flow: Arc::clone(&flow),
@@ -444,7 +443,7 @@ pub(crate) async fn serve(
                     tracing::debug!("a silent connection past the slots gave its place up");
                 }
                 reason = flow.closed() => {
-                    tracing::debug!(reason, "connection closed: it held response bytes it did not send");
+                    tracing::debug!(reason, "connection closed: stalled (holding response bytes it did not send, or idle) under pressure or past the send timeout");
                 }
             }
         });

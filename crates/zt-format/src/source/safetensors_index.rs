@@ -141,6 +141,11 @@ pub fn parse(label: &str, bytes: &[u8], limits: &Limits) -> Result<Index> {
             },
         ));
     }
+    // The merged manifest holds every tensor of the map (its shards are
+    // each held to the same cap).
+    limits
+        .within_memory(index.weight_map.len() as u64, bytes.len() as u64)
+        .map_err(|rule| Error::invalid(at, rule))?;
     Ok(index)
 }
 

@@ -57,13 +57,6 @@ impl Computed {
         }
     }
 
-    /// Every digest of `other`, added (or replacing).
-    pub(crate) fn extend(&mut self, other: Computed) {
-        for (o, r, d) in other.entries {
-            self.insert(&o, &r, d);
-        }
-    }
-
     /// A component's digest.
     pub(crate) fn get(&self, object: &str, role: &str) -> Option<&Digest> {
         let i = self.find(object, role).ok()?;

@@ -210,21 +210,28 @@ struct Info {
     data_offsets: (u64, u64),
 }
 
+/// `Ok` when `text` is a JSON object, by its first character (the parse
+/// that follows says whether it is valid).
+fn an_object(text: &str, at: &Location) -> Result<()> {
+    match text.trim_start().starts_with('{') {
+        true => Ok(()),
+        false => Err(Error::invalid(
+            at.clone(),
+            Rule::ManifestNotMap {
+                found: "not an object",
+                expected: "JSON object",
+            },
+        )),
+    }
+}
+
 /// An object map parsed strictly: valid JSON, an object, no repeated key.
 pub(super) fn entries(
     text: &str,
     at: &Location,
     what: &str,
 ) -> Result<Vec<(String, Box<RawValue>)>> {
-    if !text.trim_start().starts_with('{') {
-        return Err(Error::invalid(
-            at.clone(),
-            Rule::ManifestNotMap {
-                found: "not an object",
-                expected: "JSON object",
-            },
-        ));
-    }
+    an_object(text, at)?;
     let e: Entries = serde_json::from_str(text).map_err(|e| {
         header_error(
             at.clone(),
@@ -330,15 +337,7 @@ pub(super) fn parse_header(label: &str, raw: &[u8], size: u64, limits: &Limits) 
             format!("header is not UTF-8: {e}"),
         )
     })?;
-    if !text.trim_start().starts_with('{') {
-        return Err(Error::invalid(
-            at.clone(),
-            Rule::ManifestNotMap {
-                found: "not an object",
-                expected: "JSON object",
-            },
-        ));
-    }
+    an_object(text, &at)?;
     let data_start = (raw.len() as u64).saturating_add(8);
     let mut tensors = Tensors {
         objects: Vec::new(),

@@ -333,6 +333,27 @@ struct Kept {
     clock: f64,
 }
 
+impl Kept {
+    /// Evicts the finished summaries of lowest priority, never `keep`,
+    /// until at most `entries` and `bytes` are held; the clock moves up to
+    /// each one evicted.
+    fn evict(&mut self, keep: &(String, String), entries: usize, bytes: u64) {
+        while self.slots.len() > entries || self.bytes > bytes {
+            let lowest = self
+                .slots
+                .iter()
+                .filter(|(k, e)| e.size > 0 && *k != keep)
+                .min_by(|a, b| a.1.priority.total_cmp(&b.1.priority))
+                .map(|(k, e)| (k.clone(), e.priority));
+            let Some((k, priority)) = lowest else { break };
+            if let Some(gone) = self.slots.remove(&k) {
+                self.bytes = self.bytes.saturating_sub(gone.size);
+                self.clock = priority;
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     slot: Slot,
@@ -429,19 +450,7 @@ impl Cache {
         entry.size = size;
         entry.priority = clock + cost as f64 / size as f64;
         kept.bytes += size;
-        while kept.slots.len() > KEEP || kept.bytes > KEEP_BYTES {
-            let lowest = kept
-                .slots
-                .iter()
-                .filter(|(k, e)| e.size > 0 && *k != key)
-                .min_by(|a, b| a.1.priority.total_cmp(&b.1.priority))
-                .map(|(k, e)| (k.clone(), e.priority));
-            let Some((k, priority)) = lowest else { break };
-            if let Some(gone) = kept.slots.remove(&k) {
-                kept.bytes = kept.bytes.saturating_sub(gone.size);
-                kept.clock = priority;
-            }
-        }
+        kept.evict(key, KEEP, KEEP_BYTES);
         self.held.set(i64::try_from(kept.bytes).unwrap_or(i64::MAX));
     }
 
@@ -576,5 +585,42 @@ mod tests {
         assert_eq!(g.cells[0], (1.0, 1));
         assert_eq!(g.cells[3], (0.0, 0));
         assert_eq!(g.cells[5], (0.0, 0));
+    }
+
+    /// Kept summaries are bounded by count and bytes, and evicted by cost
+    /// per byte: a stream of cheap summaries pushes out one another, never
+    /// the expensive one.
+    #[test]
+    fn the_cache_evicts_the_cheapest_to_make_again_first() {
+        let mut kept = Kept::default();
+        let key = |n: usize| (format!("\"e{n}\""), "t".to_owned());
+        let add = |kept: &mut Kept, n: usize, cost: u64, size: u64| {
+            let priority = kept.clock + cost as f64 / size as f64;
+            let entry = Entry {
+                slot: Slot::default(),
+                priority,
+                cost,
+                size,
+            };
+            kept.slots.insert(key(n), entry);
+            kept.bytes += size;
+            kept.evict(&key(n), 4, 10_000);
+        };
+        // One expensive summary (512 MiB read for 1 KB), then cheap ones.
+        add(&mut kept, 0, 512 << 20, 1000);
+        for n in 1..50 {
+            add(&mut kept, n, 1000, 1000);
+            assert!(kept.slots.len() <= 4 && kept.bytes <= 10_000);
+            assert!(
+                kept.slots.contains_key(&key(0)),
+                "the expensive one went at {n}"
+            );
+            assert!(kept.slots.contains_key(&key(n)), "the newest went at {n}");
+        }
+        // Past the bytes: a large cheap one pushes out small cheap ones
+        // until the bytes fit.
+        add(&mut kept, 50, 1000, 8000);
+        assert_eq!((kept.slots.len(), kept.bytes), (3, 10_000));
+        assert!(kept.slots.contains_key(&key(0)) && kept.slots.contains_key(&key(50)));
     }
 }

@@ -137,7 +137,6 @@ impl Flows {
             id,
             flows: Arc::clone(self),
             window: Arc::new(Semaphore::new(self.window_kib as usize)),
-            held: AtomicU64::new(0),
             busy: AtomicUsize::new(0),
             since: AtomicU64::new(self.now()),
             cut: Notify::new(),
@@ -201,7 +200,6 @@ impl Flows {
                 }
             }
         };
-        flow.held.fetch_add(bytes, Ordering::Relaxed);
         self.held.add(i64::try_from(bytes).unwrap_or(i64::MAX));
         Charge {
             flow: Arc::clone(flow),
@@ -268,8 +266,6 @@ pub(crate) struct Flow {
     flows: Arc<Flows>,
     /// The window, in KiB permits.
     window: Arc<Semaphore>,
-    /// Bytes charged and not yet written.
-    held: AtomicU64,
     /// Requests in hand (read, and their response not yet all written).
     busy: AtomicUsize,
     /// When a request last began or ended, in [`Flows::now`]'s
@@ -412,7 +408,6 @@ impl Drop for Charge {
                 }
             }
         }
-        self.flow.held.fetch_sub(self.bytes, Ordering::Relaxed);
         self.flow
             .flows
             .held

@@ -302,6 +302,10 @@ fn concurrent_summaries_share_one_computation() {
     let shared = metric(&s, "ztserve_summaries_total{result=\"hit\"}");
     assert_eq!((made, shared), (1, 7), "the summary was made {made} times");
     assert!(metric(&s, "ztserve_summary_cache_bytes") > 0);
+    // Summed on the CPU pool, a turn per 4 MiB piece of each of the two
+    // passes over the 16 MiB tensor (none on the async workers).
+    let jobs = metric(&s, "ztserve_cpu_jobs_total");
+    assert!(jobs >= 8, "{jobs} CPU jobs for the summary");
 }
 
 /// Issue 28, item 1: an HTTP/2 connection is held to

@@ -1,6 +1,6 @@
 //! The pool for requests' CPU-heavy work: matching a selection against a
 //! manifest, rendering manifests and objects tables, decoding components
-//! (`?decode=1`). At most
+//! (`?decode=1`), summarising values. At most
 //! `limits.cpu_jobs` run at once, on the blocking pool (never on the async
 //! workers, which keep answering `/healthz` and moving bytes), and at most
 //! `limits.cpu_queue` wait for a turn; a request past that is refused as

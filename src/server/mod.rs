@@ -121,7 +121,7 @@ impl State {
         catalog.digest_metrics().register(registry)?;
         renderings.register(registry)?;
         cpu.register(registry)?;
-        let summaries = summary::Cache::default();
+        let summaries = summary::Cache::new(Arc::clone(&cpu));
         summaries.register(registry)?;
         let flows = http::flow::Flows::new(&config.limits);
         flows.register(registry)?;

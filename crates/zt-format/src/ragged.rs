@@ -30,22 +30,78 @@ pub(crate) fn check_object(obj: &Object) -> Result<(), (&'static str, Rule)> {
 /// elements; the server checks a ragged object's offsets with this before
 /// it sends them, as readers do when they read them.
 pub fn check_offsets(offsets: &[u8], count: u64) -> Result<(), Rule> {
-    let bad = |detail: String| Err(Rule::RaggedOffsets { detail });
-    let mut prev: Option<u64> = None;
-    for (i, chunk) in offsets.chunks_exact(8).enumerate() {
-        let mut le = [0u8; 8];
-        le.copy_from_slice(chunk);
-        let at = u64::from_le_bytes(le);
-        match prev {
+    let mut check = OffsetsCheck::new(count);
+    check.feed(offsets)?;
+    check.finish()
+}
+
+/// [`check_offsets`] a piece at a time, for offsets read (or decoded) as
+/// they arrive: the pieces may split a position anywhere, and nothing but
+/// the last position and a split one's bytes is kept.
+#[derive(Debug, Clone)]
+pub struct OffsetsCheck {
+    count: u64,
+    prev: Option<u64>,
+    row: u64,
+    /// The first bytes of a position split between pieces.
+    split: [u8; 8],
+    held: usize,
+}
+
+impl OffsetsCheck {
+    /// A check of offsets into `values` of `count` elements.
+    pub fn new(count: u64) -> OffsetsCheck {
+        OffsetsCheck {
+            count,
+            prev: None,
+            row: 0,
+            split: [0; 8],
+            held: 0,
+        }
+    }
+
+    /// The next bytes of the offsets, in order.
+    pub fn feed(&mut self, mut bytes: &[u8]) -> Result<(), Rule> {
+        while !bytes.is_empty() {
+            let room = self.split.get_mut(self.held..).unwrap_or_default();
+            let take = room.len().min(bytes.len());
+            let (now, rest) = bytes.split_at(take);
+            room.get_mut(..take)
+                .unwrap_or_default()
+                .copy_from_slice(now);
+            bytes = rest;
+            self.held = self.held.saturating_add(take);
+            if self.held == self.split.len() {
+                self.held = 0;
+                self.position(u64::from_le_bytes(self.split))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn position(&mut self, at: u64) -> Result<(), Rule> {
+        let bad = |detail: String| Err(Rule::RaggedOffsets { detail });
+        match self.prev {
             None if at != 0 => return bad(format!("start at {at}, not 0")),
-            Some(p) if at < p => return bad(format!("decrease at row {i}: {at} after {p}")),
+            Some(p) if at < p => {
+                return bad(format!("decrease at row {}: {at} after {p}", self.row))
+            }
             _ => {}
         }
-        prev = Some(at);
+        self.prev = Some(at);
+        self.row = self.row.saturating_add(1);
+        Ok(())
     }
-    match prev {
-        Some(last) if last != count => bad(format!("end at {last}, but values holds {count}")),
-        _ => Ok(()),
+
+    /// The rule the offsets break as a whole (the last position against
+    /// the values' count), once every byte is fed.
+    pub fn finish(self) -> Result<(), Rule> {
+        match self.prev {
+            Some(last) if last != self.count => Err(Rule::RaggedOffsets {
+                detail: format!("end at {last}, but values holds {}", self.count),
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -109,5 +165,28 @@ mod tests {
         assert!(check_offsets(&le(&[1, 2, 5]), 5).is_err());
         assert!(check_offsets(&le(&[0, 3, 2, 5]), 5).is_err());
         assert!(check_offsets(&le(&[0, 2, 4]), 5).is_err());
+    }
+
+    /// The check fed in pieces split anywhere agrees with the check of
+    /// the whole.
+    #[test]
+    fn offsets_checked_in_pieces_agree_with_the_whole() {
+        let cases: [(&[u64], u64); 5] = [
+            (&[0, 2, 2, 5], 5),
+            (&[1, 2, 5], 5),
+            (&[0, 3, 2, 5], 5),
+            (&[0, 2, 4], 5),
+            (&[0, 7, 9, 9, 12, 30], 30),
+        ];
+        for (offsets, count) in cases {
+            let bytes = le(offsets);
+            let whole = check_offsets(&bytes, count).map_err(|e| e.to_string());
+            for step in 1..=bytes.len() {
+                let mut check = OffsetsCheck::new(count);
+                let fed = bytes.chunks(step).try_for_each(|p| check.feed(p));
+                let pieces = fed.and_then(|()| check.finish()).map_err(|e| e.to_string());
+                assert_eq!(pieces, whole, "{offsets:?} in pieces of {step}");
+            }
+        }
     }
 }

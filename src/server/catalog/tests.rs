@@ -6,7 +6,7 @@ use std::sync::Arc;
 use zt_format::{DType, Limits, StoreOptions, Writer};
 
 use super::{Catalog, Entry};
-use crate::server::config::DigestsConfig;
+use crate::server::config::{DigestChoice, DigestsConfig};
 use crate::server::store::memory::MemoryRoot;
 
 /// A one-object `.zt` file whose four f32 values are `v`.
@@ -68,4 +68,54 @@ async fn files_in_memory_are_served_refused_and_seen_replaced() {
     root.remove("m.zt");
     catalog.rescan().await;
     assert!(catalog.snapshot().get("m.zt").is_none());
+}
+
+/// Issue 28: a ragged object's zstd-compressed offsets are decoded and
+/// checked a piece at a time, and a decrease among them is still caught
+/// by name. The file is written with good offsets, then their stored
+/// bytes are swapped for the compression of bad ones of the same length
+/// (no digest stands in the way).
+#[tokio::test]
+async fn compressed_ragged_offsets_are_checked_as_they_are_decoded() {
+    let zstd = StoreOptions {
+        zstd_level: Some(3),
+        digest: None,
+    };
+    let rows: [&[u8]; 2] = [b"ab", b"cde"];
+    let mut w = Writer::new(Vec::new(), "r.zt").unwrap();
+    w.add_ragged("t", &rows, zstd).unwrap();
+    let mut file = w.finish().unwrap();
+    let le = |v: [u64; 3]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let good = zstd::encode_all(&le([0, 2, 5])[..], 3).unwrap();
+    let bad = zstd::encode_all(&le([0, 5, 2])[..], 3).unwrap();
+    assert_eq!(good.len(), bad.len());
+    let at = file
+        .windows(good.len())
+        .position(|w| w == good)
+        .expect("the stored offsets");
+    file[at..at + bad.len()].copy_from_slice(&bad);
+
+    let root = Arc::new(MemoryRoot::default());
+    root.put("r.zt", file);
+    let state = tempfile::tempdir().unwrap();
+    let catalog = Catalog::new(
+        Arc::clone(&root) as _,
+        Limits::default(),
+        &DigestsConfig {
+            algorithm: DigestChoice::Off,
+            ..DigestsConfig::default()
+        },
+        state.path(),
+        true,
+    )
+    .unwrap();
+    catalog.rescan().await;
+    let Some(Entry::Served(r)) = catalog.snapshot().get("r.zt").cloned() else {
+        panic!("r.zt not served: {:?}", catalog.snapshot().get("r.zt"));
+    };
+    r.check("t", "values").await.unwrap();
+    let e = r.check("t", "offsets").await.unwrap_err().to_string();
+    assert!(e.contains("ragged-offsets"), "{e}");
+    assert!(e.contains("decrease at row 2: 2 after 5"), "{e}");
+    assert!(e.contains("\"t\"") && e.contains("offsets"), "{e}");
 }

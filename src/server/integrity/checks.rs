@@ -18,13 +18,14 @@ use std::sync::{Arc, OnceLock};
 
 use super::inflight::Inflight;
 
+use zt_format::ragged::OffsetsCheck;
 use zt_format::{
-    Component, Digest, DigestAlgorithm, DigestValue, Encoding, Format, Hasher, Manifest, Object,
-    Rule,
+    Component, Decoder, Digest, DigestAlgorithm, DigestValue, Encoding, Format, Hasher, Manifest,
+    Object, Rule,
 };
 
 use super::tee::Tee;
-use crate::server::store::blob::{Blob, Stop};
+use crate::server::store::blob::{Blob, Stop, Visit};
 
 /// Why a component is not sent. Each names the file, object and component.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -323,39 +324,63 @@ fn settle(
     job.cell.get_or_init(|| verdict).clone().map_err(corrupt)
 }
 
-/// A ragged object's offsets, read whole, checked against its values on
-/// the blocking pool.
+/// A ragged object's offsets checked against its values as they are
+/// read (and decoded, a piece at a time: never whole), on the blocking
+/// pool.
 async fn ragged(file: &Blob, obj: &Object, c: &Component) -> Checked {
-    let len = usize::try_from(c.length).unwrap_or(0);
-    let stored = match file.read_async(len, c.offset, None).await {
-        Ok(stored) => stored,
-        Err(e) => return Checked::Unreadable(format!("reading {len} bytes at {}: {e}", c.offset)),
-    };
-    let (obj, c) = (obj.clone(), c.clone());
-    match tokio::task::spawn_blocking(move || ragged_offsets(&obj, &c, &stored)).await {
-        Ok(Ok(())) => Checked::Passed(None),
-        Ok(Err(rule)) => Checked::Broke(rule),
-        Err(e) => Checked::Unreadable(e.to_string()),
-    }
-}
-
-/// A ragged object's offsets (`stored`, as the file holds them) checked
-/// against its values: the rule they break, if any.
-fn ragged_offsets(obj: &Object, c: &Component, stored: &[u8]) -> Result<(), Rule> {
-    // The manifest's lengths passed `limits.decompress_cap` when the file
-    // was catalogued.
-    let decoded = match (c.encoding, c.uncompressed_length) {
-        (Encoding::Zstd, Some(n)) => zt_format::codec::decompress(stored, n, u64::MAX)?
-            .as_slice()
-            .to_vec(),
-        _ => stored.to_vec(),
-    };
     let count = obj
         .components
         .get("values")
         .and_then(|v| v.decoded_length()?.checked_div(v.dtype.size()))
         .unwrap_or(0);
-    zt_format::ragged::check_offsets(&decoded, count)
+    // The manifest's lengths passed `limits.decompress_cap` when the file
+    // was catalogued.
+    let decoder = match (c.encoding, c.uncompressed_length) {
+        (Encoding::Zstd, Some(n)) => match Decoder::new(n, u64::MAX, DECODED_PIECE) {
+            Ok(d) => Some(d),
+            Err(rule) => return Checked::Broke(rule),
+        },
+        _ => None,
+    };
+    let offsets = Offsets {
+        decoder,
+        check: OffsetsCheck::new(count),
+    };
+    let range = c.offset..c.offset.saturating_add(c.length);
+    let mut done = match file.visit(range, false, offsets).await {
+        Ok(done) => done,
+        Err(Stop::Read(e)) => return Checked::Unreadable(e.to_string()),
+        Err(Stop::By(rule)) => return Checked::Broke(rule),
+    };
+    let ended = match done.decoder.take() {
+        Some(d) => d.finish(|p| done.check.feed(p)),
+        None => Ok(()),
+    };
+    match ended.and_then(|()| done.check.finish()) {
+        Ok(()) => Checked::Passed(None),
+        Err(rule) => Checked::Broke(rule),
+    }
+}
+
+/// The decoded bytes a ragged object's offsets are checked in.
+const DECODED_PIECE: usize = 1 << 20;
+
+/// A ragged object's offsets, fed to their check as they are read.
+struct Offsets {
+    decoder: Option<Decoder>,
+    check: OffsetsCheck,
+}
+
+impl Visit for Offsets {
+    type Error = Rule;
+
+    fn piece(&mut self, bytes: &[u8]) -> Result<(), Rule> {
+        let check = &mut self.check;
+        match &mut self.decoder {
+            Some(d) => d.feed(bytes, |p| check.feed(p)),
+            None => check.feed(bytes),
+        }
+    }
 }
 
 /// The component's bytes against its digest, and their CRC-32C (hashed in

@@ -9,7 +9,9 @@
 //! `READ_CHUNK` (the first for the moments and the grid, the second for
 //! the histogram), after the component's digest check; a zstd component
 //! is decoded as it is read, a piece at a time (`zt_format::Decoder`), and
-//! only within `limits.render_cap`. Elements are read as numbers by
+//! only within `limits.render_cap`. Each piece is summed in a turn of the
+//! CPU pool (`crate::server::cpu`), which lets a summary in as one job or
+//! refuses it as busy. Elements are read as numbers by
 //! `zt_format::Values`. Summaries are kept per file version (by ETag) in
 //! a cache bounded in entries and bytes ([`Cache`]): concurrent requests
 //! for one summary share one computation, and what is evicted first is
@@ -19,7 +21,10 @@
 //! Booleans count as 0 and 1.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
 
 use prometheus::{IntCounterVec, IntGauge, Registry};
 use tokio::sync::OnceCell;
@@ -29,7 +34,8 @@ use crate::server::families::{counter_vec, gauge, register};
 use serde::Serialize;
 use zt_format::{Decoder, Encoding, Format, Object, Rule, Values};
 
-use crate::server::store::blob::{Stop, Visit};
+use crate::server::cpu::{CpuError, CpuPool};
+use crate::server::store::blob::Visit;
 use crate::server::store::READ_CHUNK;
 
 use crate::server::catalog::Served;
@@ -93,6 +99,8 @@ pub(crate) enum Refusal {
     Corrupt(String),
     /// The bytes could not be read.
     Unreadable(String),
+    /// Every CPU turn is taken and the queue is full, or the job failed.
+    Cpu(CpuError),
 }
 
 /// The first pass: moments (Welford), extremes, non-finite counts, grid sums.
@@ -249,6 +257,10 @@ struct Elements<'a> {
     values: Values,
     /// Names the file, object and rule in a refusal.
     at: &'a (dyn Fn(&str, String) -> String + Sync),
+    cpu: &'a CpuPool,
+    /// Whether the summary was let in by the pool (its first piece's
+    /// turn): later pieces wait for their turn whatever the queue.
+    admitted: AtomicBool,
 }
 
 impl Elements<'_> {
@@ -261,26 +273,33 @@ impl Elements<'_> {
             Some(n) => Some(Decoder::new(n, self.cap, piece).map_err(corrupt)?),
             None => None,
         };
-        let pass = Pass {
+        let mut pass = Pass {
             decoder,
             values: self.values,
             sink,
         };
-        let read = self.holder.file.visit(self.range.clone(), true, pass).await;
-        let mut done = read.map_err(|stop| match stop {
+        let mut pieces = self.holder.file.pieces(self.range.clone(), true);
+        while let Some(read) = pieces.next().await {
             // A read that failed is the file's fault, not the data's.
-            Stop::Read(why) => Refusal::Unreadable((self.at)("unreadable", why.to_string())),
-            Stop::By(rule) => corrupt(rule),
-        })?;
-        if let Some(d) = done.decoder.take() {
-            let (values, sink) = (&done.values, &mut done.sink);
+            let bytes =
+                read.map_err(|e| Refusal::Unreadable((self.at)("unreadable", e.to_string())))?;
+            let job = move || pass.piece(&bytes).map(|()| pass);
+            let what = "summarising values";
+            let summed = match self.admitted.swap(true, Ordering::Relaxed) {
+                false => self.cpu.run(what, job).await,
+                true => self.cpu.wait_turn(what, job).await,
+            };
+            pass = summed.map_err(Refusal::Cpu)?.map_err(corrupt)?;
+        }
+        if let Some(d) = pass.decoder.take() {
+            let (values, sink) = (&pass.values, &mut pass.sink);
             d.finish(|p| {
                 values.each(p, |x| sink.add(x));
                 Ok::<(), Rule>(())
             })
             .map_err(corrupt)?;
         }
-        Ok(done.sink)
+        Ok(pass.sink)
     }
 }
 
@@ -301,12 +320,17 @@ pub(crate) struct Cache {
     results: IntCounterVec,
     /// `ztserve_summary_cache_bytes`.
     held: IntGauge,
+    /// Where the values are summed: a summary is let in as one CPU-heavy
+    /// job (or refused as busy), and sums each piece in a turn of its own.
+    cpu: Arc<CpuPool>,
 }
 
-impl Default for Cache {
-    fn default() -> Cache {
+impl Cache {
+    /// An empty cache whose summaries are summed on `cpu`.
+    pub(crate) fn new(cpu: Arc<CpuPool>) -> Cache {
         let c = Cache {
             state: Mutex::default(),
+            cpu,
             results: counter_vec(
                 "ztserve_summaries_total",
                 "Summary requests by where their summary came from: made (miss), or shared with a request making it or kept (hit).",
@@ -367,8 +391,9 @@ struct Entry {
 impl Cache {
     /// The summary of `object` of `served`: kept, being made by another
     /// request (waited for), or made now (read on the runtime, summed on
-    /// the blocking pool, in a task of its own: a request that goes away
-    /// leaves it to those waiting). Refusals are not kept.
+    /// the CPU pool, which lets it in as one job or refuses it as busy, in
+    /// a task of its own: a request that goes away leaves it to those
+    /// waiting). Refusals are not kept.
     pub(crate) async fn get(
         &self,
         served: &Arc<Served>,
@@ -395,7 +420,8 @@ impl Cache {
         let made = slot
             .get_or_init(|| async {
                 miss = true;
-                let made = tokio::spawn(async move { summarise(&of, &name, cap).await });
+                let cpu = Arc::clone(&self.cpu);
+                let made = tokio::spawn(async move { summarise(&of, &name, cap, &cpu).await });
                 match made.await {
                     Ok(made) => made.map(Arc::new),
                     Err(e) => Err(Refusal::Unreadable(format!("summarising failed: {e}"))),
@@ -472,7 +498,12 @@ impl Summary {
 }
 
 /// Reads and summarises `object`'s `data` component (checked first).
-async fn summarise(served: &Arc<Served>, object: &str, cap: u64) -> Result<Summary, Refusal> {
+async fn summarise(
+    served: &Arc<Served>,
+    object: &str,
+    cap: u64,
+    cpu: &CpuPool,
+) -> Result<Summary, Refusal> {
     let at =
         |rule: &str, why: String| format!("{}: object {object:?}: {why} [{rule}]", served.path);
     let unsupported = |rule: &str, why: String| Refusal::Unsupported(at(rule, why));
@@ -519,6 +550,8 @@ async fn summarise(served: &Arc<Served>, object: &str, cap: u64) -> Result<Summa
         cap,
         values,
         at: &at,
+        cpu,
+        admitted: AtomicBool::new(false),
     };
     let m = elements.pass(Moments::new(&obj.shape)).await?;
     let (lo, hi) = (m.min, m.max);

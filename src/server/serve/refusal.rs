@@ -124,6 +124,7 @@ impl From<summary::Refusal> for Refusal {
             summary::Refusal::Unsupported(why) => Refusal::CannotSummarise(why),
             summary::Refusal::Corrupt(why) => Refusal::Corrupt(why),
             summary::Refusal::Unreadable(why) => Refusal::Unreadable(why),
+            summary::Refusal::Cpu(e) => e.into(),
         }
     }
 }

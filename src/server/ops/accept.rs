@@ -460,3 +460,34 @@ pub(crate) async fn serve(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 28: the line of places past the slots stays bounded under a
+    /// flood of connections that asked or ended (pruned once it holds
+    /// twice the cap), and an eviction closes the oldest connection still
+    /// silent, passing over those that asked or ended.
+    #[test]
+    fn the_line_of_places_is_pruned_and_evicts_the_oldest_silent() {
+        let places = Places::default();
+        let cap = 8;
+        let mut silent = Vec::new();
+        for i in 0..1000 {
+            let asked = Arc::new(AtomicBool::new(i % 2 == 0));
+            let (evict, rx) = oneshot::channel();
+            places.join(Place { asked, evict }, cap);
+            // A few stay silent and open; the rest asked, or ended (their
+            // receiver dropped).
+            if i % 2 == 1 && silent.len() < cap {
+                silent.push(rx);
+            }
+            let held = places.0.lock().map(|q| q.len()).unwrap_or(usize::MAX);
+            assert!(held <= 16.max(2 * cap), "{held} places held after {i}");
+        }
+        assert!(places.evict_oldest());
+        assert_eq!(silent[0].try_recv(), Ok(()), "the oldest silent one");
+        assert!(silent[1].try_recv().is_err(), "only one evicted");
+    }
+}

@@ -27,10 +27,13 @@ FROM ${BUILD_IMAGE} AS build
 LABEL org.ztserve.stage=build
 WORKDIR /src
 COPY . .
+# make: the daemon's allocator (jemalloc) is built from source.
 RUN if [ -x /out/ztserve ] && [ -x /out/zt ]; then \
         echo "using the ztserve and zt binaries of the build image"; \
     else \
-        cargo build --release --locked --bin ztserve --bin zt \
+        { command -v make >/dev/null \
+          || { apt-get update && apt-get install -y --no-install-recommends make; }; } \
+        && cargo build --release --locked --bin ztserve --bin zt \
         && mkdir -p /out \
         && cp target/release/ztserve target/release/zt /out/ \
         && strip /out/ztserve /out/zt; \

@@ -9,6 +9,12 @@ use tracing_subscriber::EnvFilter;
 use ztserve::server::config::{self, FlagValues, LogFormat, Sources};
 use ztserve::server::{self, State};
 
+/// The daemon's allocator: jemalloc, whose background threads give the
+/// memory freed after a burst (a flood of slow readers, a manifest
+/// rendered) back to the system; glibc's malloc kept it (issue 28).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "ztserve",

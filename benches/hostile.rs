@@ -20,7 +20,11 @@
 //!   into the root (refused by name, `manifest-over-memory`);
 //! - 20,000 manifest requests with distinct selections that match nothing;
 //! - 40 objects tables selected with a 1,024-character `*a*a…b` pattern
-//!   against 10,000 names of 1,000 characters.
+//!   against 10,000 names of 1,000 characters;
+//! - 64 ztp/1 clients asking for a cold 512 MiB file again and again for
+//!   10 s, without a token or with a wrong one, each on a fresh
+//!   connection, against a second daemon that wants a token and hashes in
+//!   the background at 1 MiB/s: what they made it hash and its CPU time.
 //!
 //! `cargo bench --bench hostile` (as root: `clear_refs` needs it). Not part
 //! of `.ci/run`; `tests/hostile_load.rs` holds the short versions.
@@ -40,6 +44,8 @@ use zt_format::{DType, DigestAlgorithm, StoreOptions, Writer};
 struct Daemon {
     child: Child,
     addr: String,
+    /// The bearer token its data routes want, if any.
+    token: Option<String>,
 }
 
 impl Drop for Daemon {
@@ -51,6 +57,12 @@ impl Drop for Daemon {
 
 impl Daemon {
     fn start(root: &Path, state: &Path) -> Result<Daemon> {
+        Daemon::start_with(root, state, &[], None)
+    }
+
+    /// A daemon with `args` besides the root, address and state, whose
+    /// data routes want `token`.
+    fn start_with(root: &Path, state: &Path, args: &[&str], token: Option<&str>) -> Result<Daemon> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -59,16 +71,38 @@ impl Daemon {
             .args(["--root", root.to_str().context("root")?])
             .args(["--listen", &addr, "--log-level", "warn"])
             .args(["--state-dir", state.to_str().context("state")?])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        let d = Daemon { child, addr };
+        let d = Daemon {
+            child,
+            addr,
+            token: token.map(str::to_owned),
+        };
         let start = Instant::now();
         while !get(&d.addr, "/readyz").is_ok_and(|r| r.0 == 200) {
             anyhow::ensure!(start.elapsed() < Duration::from_secs(60), "not ready");
             std::thread::sleep(Duration::from_millis(100));
         }
         Ok(d)
+    }
+
+    /// User and system CPU time used so far, in clock ticks.
+    fn cpu_ticks(&self) -> u64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Past the command's name in parentheses: state is field 3, utime
+        // and stime fields 14 and 15.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let tick = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        tick(11) + tick(12)
     }
 
     fn status(&self, key: &str) -> u64 {
@@ -175,13 +209,16 @@ fn quantile(v: &mut [Duration], q: f64) -> Duration {
 
 /// A good client: `zt fetch http://ADDR/good.zt` (release `zt`, beside
 /// the daemon), which verifies every digest; whether it succeeded.
-fn good_fetch(addr: &str) -> bool {
+fn good_fetch(addr: &str, token: Option<&str>) -> bool {
     let zt = Path::new(env!("CARGO_BIN_EXE_ztserve")).with_file_name("zt");
     let Ok(out) = tempfile::tempdir() else {
         return false;
     };
-    Command::new(zt)
-        .args(["fetch", &format!("http://{addr}/good.zt"), "-o"])
+    let mut cmd = Command::new(zt);
+    if let Some(token) = token {
+        cmd.env("ZT_TOKEN", token);
+    }
+    cmd.args(["fetch", &format!("http://{addr}/good.zt"), "-o"])
         .arg(out.path().join("good.zt"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -202,10 +239,10 @@ fn measure(name: &str, d: &Daemon, attack: impl FnOnce() -> String) {
     let idle = d.status("VmRSS:");
     let stop = Arc::new(AtomicBool::new(false));
     let prober = probe(d.addr.clone(), Arc::clone(&stop));
-    let addr = d.addr.clone();
+    let (addr, token) = (d.addr.clone(), d.token.clone());
     let good_client = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(2));
-        good_fetch(&addr)
+        good_fetch(&addr, token.as_deref())
     });
     let t = Instant::now();
     let said = attack();
@@ -321,7 +358,10 @@ fn main() -> Result<()> {
     let million = work.path().join("million.safetensors");
     tiny_tensors(&million, 1_000_000)?;
     let d = Daemon::start(&root, &state)?;
-    anyhow::ensure!(good_fetch(&d.addr), "zt fetch failed before any attack");
+    anyhow::ensure!(
+        good_fetch(&d.addr, None),
+        "zt fetch failed before any attack"
+    );
     println!("# hostile load, release build, default settings, 127.0.0.1; issue 28's attacks");
 
     measure("4,200 slow readers of 128 MiB, 1 KiB/s, 20 s", &d, || {
@@ -441,6 +481,129 @@ fn main() -> Result<()> {
         },
     );
     println!("render cache and summary cache after: {}", caches(&d.addr));
+    drop(d);
+
+    // A daemon that wants a token, with a cold 512 MiB safetensors file
+    // hashed in the background at 1 MiB/s: work a request without a valid
+    // token caused would show as digest bytes past that rate.
+    let locked = work.path().join("locked");
+    std::fs::create_dir_all(&locked)?;
+    std::fs::copy(root.join("good.zt"), locked.join("good.zt"))?;
+    cold_safetensors(&locked.join("cold.safetensors"), 512 << 20)?;
+    let tokens = work.path().join("tokens");
+    std::fs::write(&tokens, "bench-token\n")?;
+    let config = work.path().join("locked.toml");
+    std::fs::write(&config, "[digests]\nrate_mib_s = 1\n")?;
+    let args = [
+        "--token-file",
+        tokens.to_str().context("tokens")?,
+        "--config",
+        config.to_str().context("config")?,
+    ];
+    let d = Daemon::start_with(
+        &locked,
+        &work.path().join("state2"),
+        &args,
+        Some("bench-token"),
+    )?;
+    let before = (
+        metric_value(&d.addr, "ztserve_digest_bytes_total"),
+        d.cpu_ticks(),
+        Instant::now(),
+    );
+    measure(
+        "ztp/1 gets without a valid token, 64 connections, 10 s",
+        &d,
+        || {
+            let said = unauthenticated_quic(&d.addr, 64, Duration::from_secs(10));
+            let hashed = metric_value(&d.addr, "ztserve_digest_bytes_total") - before.0;
+            let ticks = d.cpu_ticks() - before.1;
+            format!(
+                "{said}; {:.1} MiB hashed in {:.1} s (the background allows 1 MiB/s), daemon CPU {:.2} s",
+                hashed / f64::from(1 << 20),
+                before.2.elapsed().as_secs_f64(),
+                ticks as f64 / 100.0
+            )
+        },
+    );
+    Ok(())
+}
+
+/// `conns` ztp/1 clients asking for everything in `cold.safetensors`
+/// again and again for `time`, half with no token and half with a wrong
+/// one, each on a fresh connection: how many were refused `unauthorized`,
+/// and the first other answer.
+fn unauthenticated_quic(addr: &str, conns: usize, time: Duration) -> String {
+    use zt_client::{trust::Trust, Client, Options};
+    let Ok(rt) = tokio::runtime::Runtime::new() else {
+        return "no runtime".into();
+    };
+    let url = format!("quic://{addr}/cold.safetensors");
+    let until = Instant::now() + time;
+    let tasks: Vec<_> = (0..conns)
+        .map(|i| {
+            let url = url.clone();
+            rt.spawn(async move {
+                let (mut refused, mut other) = (0u64, None::<String>);
+                while Instant::now() < until {
+                    let options = Options {
+                        trust: Trust::Insecure,
+                        token: (i % 2 == 1).then(|| "wrong".to_owned()),
+                        ..Options::default()
+                    };
+                    let asked = match Client::connect(&url, options).await {
+                        Ok(c) => {
+                            let r = c.fetch(&["*".to_owned()], None).await.map(|_| ());
+                            c.close().await;
+                            r
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match asked {
+                        Err(e) if e.to_string().contains("unauthorized") => refused += 1,
+                        Err(e) => {
+                            other.get_or_insert_with(|| e.to_string());
+                        }
+                        Ok(()) => {
+                            other.get_or_insert_with(|| "served".into());
+                        }
+                    }
+                }
+                (refused, other)
+            })
+        })
+        .collect();
+    let (mut refused, mut other) = (0, None);
+    for t in tasks {
+        if let Ok((r, o)) = rt.block_on(t) {
+            refused += r;
+            other = other.or(o);
+        }
+    }
+    format!(
+        "{refused} refused unauthorized{}",
+        other.map(|o| format!(", other: {o}")).unwrap_or_default()
+    )
+}
+
+/// One sample's value from `/metrics` (0 when absent).
+fn metric_value(addr: &str, name: &str) -> f64 {
+    let text = get(addr, "/metrics")
+        .map(|r| String::from_utf8_lossy(&r.1).into_owned())
+        .unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A safetensors file of one `U8` tensor `w` of `len` bytes, which
+/// carries no digests (the daemon computes them).
+fn cold_safetensors(path: &Path, len: usize) -> Result<()> {
+    let header = format!(r#"{{"w":{{"dtype":"U8","shape":[{len}],"data_offsets":[0,{len}]}}}}"#);
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header.as_bytes());
+    file.resize(file.len() + len, 3);
+    std::fs::write(path, file)?;
     Ok(())
 }
 

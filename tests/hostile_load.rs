@@ -459,14 +459,16 @@ fn memory_a_burst_held_goes_back_to_the_system() {
         metric(&s, "ztserve_http_body_bytes_held") == 0
     });
     assert!(empty, "the slow readers' bytes were not given back");
-    let back = common::eventually(std::time::Duration::from_secs(10), || {
+    // Within 20 s: the blocking pool's idle threads (10 s) hand back what
+    // their caches hold when they end.
+    let back = common::eventually(std::time::Duration::from_secs(20), || {
         common::rss_kib(&s) < before + (32 << 10)
     });
     let after = common::rss_kib(&s);
     eprintln!("RSS {before} KiB before, {held} KiB with the budget full, {after} KiB after");
     assert!(
         back,
-        "RSS {after} KiB 10 s after the burst, more than 32 MiB over {before} KiB before it"
+        "RSS {after} KiB 20 s after the burst, more than 32 MiB over {before} KiB before it"
     );
 }
 

@@ -153,7 +153,10 @@ fn rendering_a_manifest_costs_at_most_twice_its_size() {
     let small = "/v1/files/moe.zt/manifest?select=model.layers.0.experts.0.w";
     assert_eq!(curl(&[], &s.url(small)).status, 200);
     std::thread::sleep(Duration::from_millis(500));
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+    // Resets the peak RSS (`VmHWM`) to the current RSS; the daemon is this
+    // test's child, run by the same user.
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+        .expect("resetting the daemon's peak RSS through /proc/PID/clear_refs");
     let before = status_kib(pid, "VmHWM:");
     let (status, body) = get(&s.addr, "/v1/files/moe.zt/manifest");
     assert_eq!(status, 200);

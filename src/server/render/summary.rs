@@ -229,6 +229,20 @@ struct Pass<S> {
     sink: S,
 }
 
+impl<S: Sink> Pass<S> {
+    /// Decodes what the decoder still holds, and gives the sink back.
+    fn finish(mut self) -> Result<S, Rule> {
+        if let Some(d) = self.decoder.take() {
+            let (values, sink) = (&self.values, &mut self.sink);
+            d.finish(|p| {
+                values.each(p, |x| sink.add(x));
+                Ok::<(), Rule>(())
+            })?;
+        }
+        Ok(self.sink)
+    }
+}
+
 impl<S: Sink> Visit for Pass<S> {
     type Error = Rule;
 
@@ -258,6 +272,8 @@ struct Elements<'a> {
     /// Names the file, object and rule in a refusal.
     at: &'a (dyn Fn(&str, String) -> String + Sync),
     cpu: &'a CpuPool,
+    /// Names the file and object in a refusal as busy.
+    what: &'a str,
     /// Whether the summary was let in by the pool (its first piece's
     /// turn): later pieces wait for their turn whatever the queue.
     admitted: AtomicBool,
@@ -283,23 +299,28 @@ impl Elements<'_> {
             // A read that failed is the file's fault, not the data's.
             let bytes =
                 read.map_err(|e| Refusal::Unreadable((self.at)("unreadable", e.to_string())))?;
-            let job = move || pass.piece(&bytes).map(|()| pass);
-            let what = "summarising values";
-            let summed = match self.admitted.swap(true, Ordering::Relaxed) {
-                false => self.cpu.run(what, job).await,
-                true => self.cpu.wait_turn(what, job).await,
-            };
-            pass = summed.map_err(Refusal::Cpu)?.map_err(corrupt)?;
+            pass = self
+                .turn(move || pass.piece(&bytes).map(|()| pass))
+                .await?
+                .map_err(corrupt)?;
         }
-        if let Some(d) = pass.decoder.take() {
-            let (values, sink) = (&pass.values, &mut pass.sink);
-            d.finish(|p| {
-                values.each(p, |x| sink.add(x));
-                Ok::<(), Rule>(())
-            })
-            .map_err(corrupt)?;
+        if pass.decoder.is_none() {
+            return Ok(pass.sink);
         }
-        Ok(pass.sink)
+        self.turn(move || pass.finish()).await?.map_err(corrupt)
+    }
+
+    /// Runs `job` in a turn of the CPU pool: the summary's first job is
+    /// let in (or refused as busy), the later ones wait for their turn.
+    async fn turn<T: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Refusal> {
+        let done = match self.admitted.swap(true, Ordering::Relaxed) {
+            false => self.cpu.run(self.what, job).await,
+            true => self.cpu.wait_turn(self.what, job).await,
+        };
+        done.map_err(Refusal::Cpu)
     }
 }
 
@@ -541,6 +562,7 @@ async fn summarise(
         crate::server::integrity::checks::CheckFailure::Corrupt(why) => Refusal::Corrupt(why),
         crate::server::integrity::checks::CheckFailure::Unreadable(why) => Refusal::Unreadable(why),
     })?;
+    let what = format!("{}: the summary of {object:?}", served.path);
     let owner = served.owner(object, "data");
     let holder = owner.as_ref().unwrap_or(served);
     let elements = Elements {
@@ -551,6 +573,7 @@ async fn summarise(
         values,
         at: &at,
         cpu,
+        what: &what,
         admitted: AtomicBool::new(false),
     };
     let m = elements.pass(Moments::new(&obj.shape)).await?;

@@ -360,6 +360,24 @@ fn big_file_server(send_timeout: u64) -> (tempfile::TempDir, Server, u64) {
     (root, s, rss)
 }
 
+/// `n` connections each asking for `/m.safetensors` with a 4 KiB receive
+/// buffer and reading nothing.
+fn slow_readers(s: &Server, n: usize) -> Vec<socket2::Socket> {
+    use std::io::Write;
+    (0..n)
+        .map(|_| {
+            let c =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            c.set_recv_buffer_size(4096).unwrap();
+            let addr: std::net::SocketAddr = s.addr.parse().unwrap();
+            c.connect(&addr.into()).unwrap();
+            (&c).write_all(b"GET /m.safetensors HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap();
+            c
+        })
+        .collect()
+}
+
 /// `ztserve_http_connections_closed_total` for `reason`, 0 before any.
 fn closed(s: &Server, reason: &str) -> u64 {
     let text = String::from_utf8(curl(&[], &s.url("/metrics")).body).unwrap();
@@ -379,20 +397,8 @@ fn closed(s: &Server, reason: &str) -> u64 {
 /// slow clients leave, every byte is given back.
 #[test]
 fn slow_readers_hold_the_budget_and_give_way_to_a_good_client() {
-    use std::io::Write;
     let (_root, s, before) = big_file_server(60);
-    let slow: Vec<socket2::Socket> = (0..64)
-        .map(|_| {
-            let c =
-                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-            c.set_recv_buffer_size(4096).unwrap();
-            let addr: std::net::SocketAddr = s.addr.parse().unwrap();
-            c.connect(&addr.into()).unwrap();
-            (&c).write_all(b"GET /m.safetensors HTTP/1.1\r\nHost: t\r\n\r\n")
-                .unwrap();
-            c
-        })
-        .collect();
+    let slow = slow_readers(&s, 64);
     let full = common::eventually(std::time::Duration::from_secs(20), || {
         metric(&s, "ztserve_http_body_bytes_held") > (4 << 20) - (512 << 10)
     });
@@ -422,7 +428,6 @@ fn slow_readers_hold_the_budget_and_give_way_to_a_good_client() {
 /// the daemon's allocator is jemalloc, which gives it back).
 #[test]
 fn memory_a_burst_held_goes_back_to_the_system() {
-    use std::io::Write;
     let root = tempfile::tempdir().unwrap();
     common::cold_safetensors(&root.path().join("m.safetensors"), 48 << 20);
     let s = Server::start(root.path(), &[]);
@@ -435,18 +440,7 @@ fn memory_a_burst_held_goes_back_to_the_system() {
     assert!(hashed, "the file was not hashed");
     std::thread::sleep(std::time::Duration::from_secs(3));
     let before = common::rss_kib(&s);
-    let slow: Vec<socket2::Socket> = (0..200)
-        .map(|_| {
-            let c =
-                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-            c.set_recv_buffer_size(4096).unwrap();
-            let addr: std::net::SocketAddr = s.addr.parse().unwrap();
-            c.connect(&addr.into()).unwrap();
-            (&c).write_all(b"GET /m.safetensors HTTP/1.1\r\nHost: t\r\n\r\n")
-                .unwrap();
-            c
-        })
-        .collect();
+    let slow = slow_readers(&s, 200);
     // Those that stall a second while others wait for the budget are
     // closed: it fills and empties by turns.
     let full = common::eventually(std::time::Duration::from_secs(30), || {

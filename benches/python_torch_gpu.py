@@ -4,7 +4,7 @@ HTTP and ztp/1 from a ztserve on loopback) against safetensors' own
 load_file(device="cuda:0"); every tensor compared with the original.
 
 Needs a CUDA GPU, torch, safetensors and the package (`pip install ./python`):
-`ZTSERVE_BIN=target/release/ztserve python3 benches/python_torch_gpu.py`.
+`ZT_DAEMON_BIN=target/release/ztserve python3 benches/python_torch_gpu.py`.
 Not part of `.ci/run` (CI has no GPU)."""
 import os, subprocess, sys, time, statistics, json
 import torch
@@ -23,7 +23,7 @@ save_file(want, path)
 size = os.path.getsize(path)
 print(f"model {size} bytes, {len(want)} tensors; torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
 
-d = subprocess.Popen([os.environ.get("ZTSERVE_BIN", "target/release/ztserve"), "--root", root, "--listen", "127.0.0.1:7070", "--state-dir", "/tmp/state", "--log-level", "warn"])
+d = subprocess.Popen([os.environ.get("ZT_DAEMON_BIN", "target/release/ztserve"), "--root", root, "--listen", "127.0.0.1:7070", "--state-dir", "/tmp/state", "--log-level", "warn"])
 for _ in range(300):
     try:
         ztserve.load("http://127.0.0.1:7070/m.safetensors", select=["layers.0.w"])

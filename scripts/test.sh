@@ -16,6 +16,8 @@ step() {
 
 step "system tools the tests drive (curl, nginx as a plain Range server; chromium for the web page; ip and iptables for the lossy and dying network tests; debootstrap and docker-compose for the container tests)"
 missing=()
+# The daemon's allocator, jemalloc, is built from source with make.
+command -v make >/dev/null || missing+=(make)
 command -v curl >/dev/null || missing+=(curl)
 command -v nginx >/dev/null || missing+=(nginx-light)
 # The web page's tests drive a headless Chromium (tests/ui_browser.rs).

@@ -41,7 +41,7 @@ fn model() -> Model {
     let (role, c) = obj.components.iter().next().unwrap();
     let first = ComponentHeader {
         id: 1,
-        object: name.clone(),
+        object: name.to_owned(),
         component: role.to_owned(),
         seq: 0,
         dtype: c.dtype.name().to_owned(),

@@ -44,7 +44,7 @@ fn fetch_and_info_work_against_nginx_serving_raw_files() {
     }
 
     // A glob selection fetches only what it names.
-    let first = want.manifest().objects.keys().next().unwrap().clone();
+    let first = want.manifest().objects.keys().next().unwrap().to_owned();
     let prefix: String = first.chars().take(3).collect();
     let out = dir.path().join("some.zt");
     let r = zt(&[

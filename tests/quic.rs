@@ -134,11 +134,11 @@ async fn components_arrive_in_layer_order_when_streams_are_serialized() {
         &f.manifest
             .objects
             .iter()
-            .map(|(n, o)| (n.clone(), o.first_offset().unwrap()))
+            .map(|(n, o)| (n.to_owned(), o.first_offset().unwrap()))
             .collect::<Vec<_>>(),
     );
-    let names: Vec<&String> = f.manifest.objects.keys().collect();
-    let expected: Vec<&str> = plan.iter().map(|&i| names[i].as_str()).collect();
+    let names: Vec<&str> = f.manifest.objects.keys().collect();
+    let expected: Vec<&str> = plan.iter().map(|&i| names[i]).collect();
     assert_eq!(expected[0], "model.embed_tokens.weight");
     assert_eq!(
         &expected[expected.len() - 2..],

@@ -112,7 +112,7 @@ impl Session {
             .map(|(name, o)| {
                 let first = o.components.values().min_by_key(|c| (&c.file, c.offset));
                 let file = first.and_then(|c| c.file.as_deref());
-                (file, first.map_or(0, |c| c.offset), name.as_str())
+                (file, first.map_or(0, |c| c.offset), name)
             })
             .collect();
         names.sort();

@@ -62,12 +62,7 @@ pub fn run(file: &ZtFile, output: &Path) -> Result<usize> {
                 c.type_name()
             );
         };
-        datas.push((
-            name.clone(),
-            dt,
-            obj.shape.clone(),
-            file.read(name, "data")?,
-        ));
+        datas.push((name, dt, obj.shape.clone(), file.read(name, "data")?));
     }
     let mut views = Vec::with_capacity(datas.len());
     for (name, dt, shape, data) in &datas {
@@ -77,7 +72,7 @@ pub fn run(file: &ZtFile, output: &Path) -> Result<usize> {
             .collect::<Result<_, _>>()?;
         let view = TensorView::new(*dt, shape, data)
             .with_context(|| format!("{}: object {name:?}", file.label()))?;
-        views.push((name.clone(), view));
+        views.push((*name, view));
     }
     let metadata: HashMap<String, String> = m
         .attributes

@@ -76,9 +76,9 @@ pub(crate) fn check_copy(
         .objects
         .iter()
         .filter(|(n, obj)| {
-            obj.components.values().all(|c| !c.synthesized) && !local.objects.contains_key(*n)
+            obj.components.values().all(|c| !c.synthesized) && !local.objects.contains_key(n)
         })
-        .map(|(n, _)| n.as_str())
+        .map(|(n, _)| n)
         .next();
     if let Some(n) = extra {
         return Err(Error::Protocol(format!(

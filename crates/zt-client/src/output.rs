@@ -234,7 +234,7 @@ pub async fn fetch_to_file(
         .filter(|(o, obj)| {
             obj.components
                 .keys()
-                .any(|r| !done.contains(&((*o).clone(), r.to_owned())))
+                .any(|r| !done.contains(&((*o).to_owned(), r.to_owned())))
         })
         .map(|(o, _)| zt_format::select::escape(o))
         .collect();
@@ -275,7 +275,7 @@ pub async fn fetch_to_file(
             .flat_map(|(o, obj)| {
                 obj.components
                     .keys()
-                    .filter(|r| !done.contains(&(o.clone(), (*r).to_owned())))
+                    .filter(|r| !done.contains(&(o.to_owned(), (*r).to_owned())))
                     .map(move |r| format!("object {o:?}, component {r:?}"))
             })
             .collect();

@@ -6,12 +6,9 @@
 //! [`crate::manifest_json::ManifestDoc`] or [`crate::write_manifest_cbor`]
 //! writes whole.
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
-
 use crate::encode::{cbor_head, cbor_object};
 use crate::manifest_json::{json_head, json_object, json_tail};
-use crate::{Manifest, Object};
+use crate::Manifest;
 
 /// Which document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +60,7 @@ impl Chunked {
                     }
                     self.phase = Phase::Objects(None);
                 }
-                Phase::Objects(after) => match after_key(&m.objects, after.as_deref()) {
+                Phase::Objects(after) => match m.objects.next_after(after.as_deref()) {
                     Some((name, o)) => {
                         match self.form {
                             DocForm::Json => json_object(after.is_none(), name, o, &mut out)?,
@@ -82,18 +79,6 @@ impl Chunked {
             }
         }
     }
-}
-
-/// The first object after `after` (the first of all when `None`).
-fn after_key<'a>(
-    objects: &'a BTreeMap<String, Object>,
-    after: Option<&str>,
-) -> Option<(&'a str, &'a Object)> {
-    let from = after.map_or(Bound::Unbounded, Bound::Excluded);
-    objects
-        .range::<str, _>((from, Bound::Unbounded))
-        .next()
-        .map(|(k, o)| (k.as_str(), o))
 }
 
 #[cfg(test)]

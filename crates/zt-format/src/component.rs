@@ -66,7 +66,7 @@ pub struct Component {
     /// Boxed: rare, and a manifest may hold a million components.
     pub(crate) legacy: Option<Box<crate::legacy_layout::Extract>>,
     /// Index of this component's verification cache in its open file.
-    pub(crate) slot: usize,
+    pub(crate) slot: u32,
 }
 
 impl PartialEq for Component {

@@ -31,13 +31,19 @@ impl DigestAlgorithm {
 /// A parsed digest. The text is kept exactly as the file wrote it: as
 /// the value alone when it is the canonical spelling (`sha256:` and 64
 /// lower-case hex digits, `crc32c:0x` and 8 upper-case ones), which a
-/// manifest of a million components then holds in 32 bytes each, not a
-/// 71-byte string besides.
+/// manifest of a million components then holds in 40 bytes each, not a
+/// 71-byte string besides; any other spelling is boxed with its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Digest {
-    /// The text, when it is not the canonical spelling of `value`.
-    text: Option<Box<str>>,
-    value: DigestValue,
+    repr: Repr,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Repr {
+    /// The canonical spelling of the value.
+    Canonical(DigestValue),
+    /// Another spelling, as written, and its value.
+    Spelled(Box<(Box<str>, DigestValue)>),
 }
 
 /// The value of a digest.
@@ -107,28 +113,31 @@ impl Digest {
                 algorithm: other.to_owned(),
             },
         };
-        let canonical = canonical(&value);
-        Ok(Digest {
-            text: (canonical != text).then(|| text.into()),
-            value,
-        })
+        let repr = match canonical(&value) == text {
+            true => Repr::Canonical(value),
+            false => Repr::Spelled(Box::new((text.into(), value))),
+        };
+        Ok(Digest { repr })
     }
 
     /// The digest as the file wrote it.
     pub fn as_str(&self) -> std::borrow::Cow<'_, str> {
-        match &self.text {
-            Some(text) => std::borrow::Cow::Borrowed(text),
-            None => std::borrow::Cow::Owned(canonical(&self.value)),
+        match &self.repr {
+            Repr::Spelled(spelled) => std::borrow::Cow::Borrowed(&spelled.0),
+            Repr::Canonical(value) => std::borrow::Cow::Owned(canonical(value)),
         }
     }
 
     pub fn value(&self) -> &DigestValue {
-        &self.value
+        match &self.repr {
+            Repr::Canonical(value) => value,
+            Repr::Spelled(spelled) => &spelled.1,
+        }
     }
 
     /// The algorithm, when this crate knows it.
     pub fn algorithm(&self) -> Option<DigestAlgorithm> {
-        match self.value {
+        match self.value() {
             DigestValue::Sha256(_) => Some(DigestAlgorithm::Sha256),
             DigestValue::Crc32c(_) => Some(DigestAlgorithm::Crc32c),
             DigestValue::Unknown { .. } => None,
@@ -137,7 +146,7 @@ impl Digest {
 
     /// The sha256 bytes, when this is a sha256 digest.
     pub fn sha256(&self) -> Option<&[u8; 32]> {
-        match &self.value {
+        match self.value() {
             DigestValue::Sha256(b) => Some(b),
             _ => None,
         }
@@ -149,13 +158,15 @@ impl Digest {
     }
 
     fn from_value(value: DigestValue) -> Digest {
-        Digest { text: None, value }
+        Digest {
+            repr: Repr::Canonical(value),
+        }
     }
 
     /// Checks `data` against this digest. The computed value is compared
     /// as a number; its text is made only for the error.
     pub fn check(&self, data: &[u8]) -> Result<(), Rule> {
-        let actual = match self.value {
+        let actual = match self.value() {
             DigestValue::Sha256(_) => DigestValue::Sha256(Sha256::digest(data).into()),
             // CRC-32C fits in 32 bits; crc-fast hands every width back as u64.
             DigestValue::Crc32c(_) => DigestValue::Crc32c(crc_fast::checksum(
@@ -164,7 +175,7 @@ impl Digest {
             ) as u32),
             DigestValue::Unknown { .. } => return Err(self.unknown()),
         };
-        if self.value == actual {
+        if *self.value() == actual {
             Ok(())
         } else {
             self.compare(&Digest::from_value(actual))
@@ -173,10 +184,10 @@ impl Digest {
 
     /// Compares with a digest computed by a [`Hasher`].
     pub fn compare(&self, actual: &Digest) -> Result<(), Rule> {
-        if matches!(self.value, DigestValue::Unknown { .. }) {
+        if matches!(self.value(), DigestValue::Unknown { .. }) {
             return Err(self.unknown());
         }
-        if self.value == actual.value {
+        if self.value() == actual.value() {
             Ok(())
         } else {
             Err(Rule::DigestMismatch {
@@ -187,7 +198,7 @@ impl Digest {
     }
 
     fn unknown(&self) -> Rule {
-        let algorithm = match &self.value {
+        let algorithm = match self.value() {
             DigestValue::Unknown { algorithm } => algorithm.clone(),
             _ => String::new(),
         };
@@ -262,7 +273,7 @@ mod tests {
         assert_ne!(d, DigestAlgorithm::Crc32c.digest(b"123456789"));
         let canonical = Digest::parse("crc32c:0xE3069283").unwrap();
         assert_eq!(canonical, DigestAlgorithm::Crc32c.digest(b"123456789"));
-        assert!(canonical.text.is_none());
+        assert!(matches!(canonical.repr, Repr::Canonical(_)));
         assert!(d.compare(&canonical).is_ok());
     }
 

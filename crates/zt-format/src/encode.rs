@@ -120,7 +120,7 @@ pub(crate) fn cbor_head(m: &Manifest, mut w: impl std::io::Write) -> std::io::Re
         source: m.source,
         files: m.files.clone(),
         attributes: m.attributes.clone(),
-        objects: std::collections::BTreeMap::new(),
+        objects: crate::Objects::new(),
     };
     let Value::Map(mut root) = manifest_value(&head, crate::SPEC_VERSION) else {
         return Ok(());

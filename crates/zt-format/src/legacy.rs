@@ -190,7 +190,7 @@ pub(crate) fn manifest_v1_0(
         source: crate::Source::Zt,
         files: Default::default(),
         attributes,
-        objects,
+        objects: objects.into_iter().collect(),
     })
 }
 
@@ -236,7 +236,7 @@ pub(crate) fn manifest_v0_1(root: &Value, at: &Location) -> Result<Manifest> {
         source: crate::Source::Zt,
         files: Default::default(),
         attributes: Attributes::new(),
-        objects,
+        objects: objects.into_iter().collect(),
     })
 }
 

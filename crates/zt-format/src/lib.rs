@@ -45,6 +45,8 @@
 mod aligned;
 mod atomic;
 pub mod atoms;
+mod attributes;
+mod by_name;
 mod cbor;
 mod cbor_reader;
 pub mod chunked;
@@ -83,6 +85,7 @@ mod writer;
 
 pub use aligned::{alignment_for, AlignedBuf, ALIGNMENT, PAGE_ALIGNED_FROM, PAGE_ALIGNMENT};
 pub use atomic::{flush, temp_path, write_atomic};
+pub use by_name::ByName;
 pub use cbor::DEFAULT_MAX_DEPTH;
 pub use codec::{Decoder, DEFAULT_DECOMPRESS_CAP};
 pub use component::{Component, Encoding};
@@ -96,7 +99,8 @@ pub use error::{Error, Location, Result, Rule};
 pub use layer::{layer_index, layer_order};
 pub use legacy::LEGACY_DTYPE_ATTRIBUTE;
 pub use manifest::{
-    element_count, Attributes, CborValue, FilePart, Format, Manifest, Object, Origin, Source,
+    element_count, Attributes, CborValue, FilePart, Format, Manifest, Object, Objects, Origin,
+    Source,
 };
 pub use mmap::MappedFile;
 pub use options::{

@@ -2,14 +2,15 @@
 
 use std::collections::BTreeMap;
 
+use crate::by_name::ByName;
 use crate::component::Component;
 use crate::components::Components;
 
-/// A CBOR value, as kept for attributes.
-pub use ciborium::Value as CborValue;
+pub use crate::attributes::{Attributes, CborValue};
 
-/// Attribute maps (file and object level) keep their values as CBOR.
-pub type Attributes = BTreeMap<String, CborValue>;
+/// A manifest's objects by name, in name order (a sorted vector: see
+/// [`ByName`]).
+pub type Objects = ByName<Object>;
 
 /// Which revision of the container a manifest was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +109,7 @@ pub struct Manifest {
     /// File attributes.
     pub attributes: Attributes,
     /// Objects by name; iteration is in name order, as v1.2 writers emit them.
-    pub objects: BTreeMap<String, Object>,
+    pub objects: Objects,
 }
 
 impl Manifest {
@@ -120,7 +121,7 @@ impl Manifest {
             source: Source::Zt,
             files: BTreeMap::new(),
             attributes: Attributes::new(),
-            objects: BTreeMap::new(),
+            objects: Objects::new(),
         }
     }
 
@@ -131,11 +132,9 @@ impl Manifest {
 
     /// Every component, with the object and role it belongs to.
     pub fn components(&self) -> impl Iterator<Item = (&str, &str, &Component)> {
-        self.objects.iter().flat_map(|(o, obj)| {
-            obj.components
-                .iter()
-                .map(move |(c, comp)| (o.as_str(), c, comp))
-        })
+        self.objects
+            .iter()
+            .flat_map(|(o, obj)| obj.components.iter().map(move |(c, comp)| (o, c, comp)))
     }
 }
 

@@ -13,8 +13,9 @@ pub const DEFAULT_MANIFEST_MEMORY: u64 = 1 << 30;
 /// name, one component, its check, and the digest a server computes for
 /// it while both the file's pending and served forms are held. The
 /// estimate [`Limits::within_memory`] counts; measured on a safetensors
-/// header of a million one-byte tensors (`docs/RELIABILITY.md`: about 520
-/// bytes an object catalogued, 1.2 KB at the peak of computing digests).
+/// header of a million one-byte tensors (`docs/RELIABILITY.md`: about 260
+/// bytes an object once served, about 900 at the peak of computing
+/// digests).
 pub const OBJECT_MEMORY: u64 = 1024;
 
 /// Resource caps applied while reading untrusted files.

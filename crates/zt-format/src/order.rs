@@ -16,7 +16,7 @@ pub fn send_order<'m>(
     let mut objects: Vec<&'m str> = Vec::with_capacity(m.objects.len());
     for name in explicit {
         if let Some((k, _)) = m.objects.get_key_value(name.as_str()) {
-            if first.insert(k.as_str()) {
+            if first.insert(k) {
                 objects.push(k);
             }
         }
@@ -24,8 +24,8 @@ pub fn send_order<'m>(
     let rest: Vec<(&'m str, u64)> = m
         .objects
         .iter()
-        .filter(|(k, _)| !first.contains(k.as_str()))
-        .map(|(k, o)| (k.as_str(), o.first_offset().unwrap_or(0)))
+        .filter(|(k, _)| !first.contains(k))
+        .map(|(k, o)| (k, o.first_offset().unwrap_or(0)))
         .collect();
     objects.extend(
         layer_order(&rest)

@@ -13,7 +13,7 @@ use crate::components::{parsed_role, Role};
 use crate::digest::Digest;
 use crate::dtype::{unknown_dtype_hint, DType, LogicalType};
 use crate::error::{Error, Location, Result, Rule};
-use crate::manifest::{Attributes, FilePart, Format, Manifest, Object, Origin, Source};
+use crate::manifest::{Attributes, FilePart, Format, Manifest, Object, Objects, Origin, Source};
 use crate::warning::Warning;
 
 /// The major and minor version this crate implements.
@@ -125,7 +125,7 @@ pub(crate) fn manifest(
     let mut source = Source::Zt;
     let mut files = BTreeMap::new();
     let mut attributes = Attributes::new();
-    let mut objects: Option<BTreeMap<String, Object>> = None;
+    let mut objects: Option<Objects> = None;
     let mut deferred: Option<usize> = None;
     let mut version_checked = false;
     let root = r.map::<Located>("manifest", "manifest", |r, key| {
@@ -201,7 +201,7 @@ fn error_rule(e: Error) -> Rule {
 fn object_map(
     r: &mut Reader<'_>,
     room: &dyn Fn(usize) -> std::result::Result<(), Rule>,
-) -> Parse<BTreeMap<String, Object>> {
+) -> Parse<Objects> {
     let mut list: Vec<(String, Object)> = Vec::new();
     r.map::<Located>("objects", "objects", |r, name| {
         room(list.len().saturating_add(1))?;
@@ -210,7 +210,7 @@ fn object_map(
         list.push((name.to_owned(), obj));
         Ok(())
     })?;
-    // Keys are unique (checked above) and usually sorted, so this bulk-builds.
+    // Keys are unique (checked above); sorted once.
     Ok(list.into_iter().collect())
 }
 

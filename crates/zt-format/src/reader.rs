@@ -152,7 +152,7 @@ impl ZtFile {
         let mut n = 0usize;
         for obj in parsed.manifest.objects.values_mut() {
             for (_, c) in obj.components.iter_mut() {
-                c.slot = n;
+                c.slot = u32::try_from(n).unwrap_or(u32::MAX);
                 n = n.saturating_add(1);
             }
         }
@@ -214,7 +214,7 @@ impl ZtFile {
                 },
             )
         })?;
-        Ok((obj, comp, comp.slot))
+        Ok((obj, comp, comp.slot as usize))
     }
 
     fn raw_slice(&self, c: &Component) -> &[u8] {

@@ -331,7 +331,7 @@ impl Selection {
         if self.is_all() {
             return Ok(m.clone());
         }
-        let names = self.apply(m.objects.keys().map(String::as_str))?;
+        let names = self.apply(m.objects.keys())?;
         Ok(Manifest {
             version: m.version.clone(),
             origin: m.origin,
@@ -341,7 +341,7 @@ impl Selection {
             objects: names
                 .into_iter()
                 .filter_map(|n| m.objects.get_key_value(n))
-                .map(|(k, o)| (k.clone(), o.clone()))
+                .map(|(k, o)| (k, o.clone()))
                 .collect(),
         })
     }

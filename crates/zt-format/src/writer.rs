@@ -1,6 +1,7 @@
 //! The streaming, append-only writer: blobs at 64-byte boundaries with zero
 //! padding, then the manifest, its size and the footer magic. It never seeks.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use crate::aligned::ALIGNMENT;
@@ -49,6 +50,9 @@ pub struct Writer<W: Write> {
     pos: u64,
     label: String,
     manifest: Manifest,
+    /// The objects written so far, in whatever order they come: the
+    /// manifest's table is built from them once, at the end.
+    objects: BTreeMap<String, Object>,
 }
 
 const ZEROS: [u8; ALIGNMENT as usize] = [0; ALIGNMENT as usize];
@@ -64,6 +68,7 @@ impl<W: Write> Writer<W> {
             pos: MAGIC.len() as u64,
             label: label.to_owned(),
             manifest: Manifest::new(),
+            objects: BTreeMap::new(),
         })
     }
 
@@ -137,7 +142,7 @@ impl<W: Write> Writer<W> {
         store: StoreOptions,
     ) -> Result<()> {
         let at = Location::file(&self.label);
-        if self.manifest.objects.contains_key(name) {
+        if self.objects.contains_key(name) {
             return Err(Error::invalid(
                 at.object(name),
                 Rule::DuplicateKey {
@@ -204,7 +209,7 @@ impl<W: Write> Writer<W> {
                 comp.digest = store.digest.map(|a| a.digest(stored));
             }
         }
-        self.manifest.objects.insert(name.to_owned(), obj);
+        self.objects.insert(name.to_owned(), obj);
         Ok(())
     }
 
@@ -226,6 +231,7 @@ impl<W: Write> Writer<W> {
     /// Writes the manifest and footer and returns the output.
     pub fn finish(mut self) -> Result<W> {
         let at = Location::file(&self.label);
+        self.manifest.objects = std::mem::take(&mut self.objects).into_iter().collect();
         let area = BlobArea {
             start: MAGIC.len() as u64,
             end: self.pos,
@@ -237,10 +243,5 @@ impl<W: Write> Writer<W> {
             .map_err(io)?;
         self.out.flush().map_err(io)?;
         Ok(self.out)
-    }
-
-    /// The manifest written so far.
-    pub fn manifest(&self) -> &Manifest {
-        &self.manifest
     }
 }

@@ -159,7 +159,7 @@ fn zt_items(file: &ZtFile) -> Result<(Vec<Item<'_>>, Attributes)> {
             });
         }
         items.push(Item {
-            name: name.clone(),
+            name: name.to_owned(),
             position: obj.first_offset().unwrap_or(0),
             shape: obj.shape.clone(),
             format: obj.format.clone(),

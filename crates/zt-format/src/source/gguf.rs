@@ -545,6 +545,9 @@ fn parse_inner(
         .filter_map(|i| data_start.checked_add(i.3))
         .collect();
     starts.sort_unstable();
+    // Tensors come in the file's order, not their names': the manifest's
+    // table is built from this map once, at the end.
+    let mut tensors = std::collections::BTreeMap::new();
     for (name, shape, type_id, rel) in infos {
         let oat = at.object(&name);
         let rule = |rule, detail| Fault::Rule(header_error(oat.clone(), rule, detail));
@@ -641,7 +644,7 @@ fn parse_inner(
                 }
             }
         };
-        if manifest.objects.insert(name.clone(), object).is_some() {
+        if tensors.insert(name.clone(), object).is_some() {
             return Err(Fault::Rule(Error::invalid(
                 at.clone(),
                 Rule::DuplicateKey {
@@ -652,14 +655,15 @@ fn parse_inner(
         }
     }
     for (name, object) in objects {
-        if manifest.objects.contains_key(&name) {
+        if tensors.contains_key(&name) {
             return Err(fail(
                 "name-collision",
                 format!("metadata array object {name:?} has the name of a tensor"),
             ));
         }
-        manifest.objects.insert(name, object);
+        tensors.insert(name, object);
     }
+    manifest.objects = tensors.into_iter().collect();
     // Tensors lie in the data section; metadata arrays in the header.
     for (name, obj) in &manifest.objects {
         for c in obj.components.values() {

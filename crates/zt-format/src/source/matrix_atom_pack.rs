@@ -216,7 +216,7 @@ impl ServedPack {
                 for (_, c) in obj.components.iter_mut() {
                     c.file = Some(std::sync::Arc::clone(&file));
                 }
-                m.objects.insert(object.clone(), obj);
+                m.objects.insert(object, obj);
             }
             m.files.insert(name.to_owned(), part.part.clone());
         }

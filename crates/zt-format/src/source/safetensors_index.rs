@@ -191,6 +191,7 @@ pub fn merge(label: &str, index: &Index, shards: &BTreeMap<String, Shard<'_>>) -
         m.objects.insert(tensor.clone(), obj);
         m.files.insert(shard_name.clone(), shard.part.clone());
     }
+    m.objects.shrink_to_fit();
     let mut warnings = Vec::new();
     validate::manifest(&m, BlobArea { start: 0, end: 0 }, &at, &mut warnings)?;
     Ok(m)

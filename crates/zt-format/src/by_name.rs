@@ -1,0 +1,249 @@
+//! Values by name in one vector sorted by name, with no node or
+//! allocation of its own per value beyond its name: a manifest's objects
+//! ([`crate::Objects`]). A manifest may hold a million objects; a B-tree
+//! kept each in a node with room to spare, and an object's place in the
+//! order had no number.
+//!
+//! Lookups are binary searches. [`ByName::insert`] keeps the order by
+//! shifting what follows, so a table of many values is built at once
+//! ([`FromIterator`]), which sorts once.
+
+use std::ops::Index;
+
+/// Values by name, iterated in name order; each has a place
+/// ([`ByName::index_of`], [`ByName::get_index`]) that stays the same
+/// while the table is not changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ByName<V> {
+    entries: Vec<(Box<str>, V)>,
+}
+
+impl<V> Default for ByName<V> {
+    fn default() -> Self {
+        ByName {
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl<V> ByName<V> {
+    pub fn new() -> Self {
+        ByName::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.entries.binary_search_by(|(n, _)| (**n).cmp(name))
+    }
+
+    /// The place of `name` in the order, if there is such an object.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.find(name).ok()
+    }
+
+    /// The object at place `index` in the order, with its name.
+    pub fn get_index(&self, index: usize) -> Option<(&str, &V)> {
+        self.entries.get(index).map(|(n, o)| (&**n, o))
+    }
+
+    /// The first object after `name` in the order (the first of all for
+    /// `None`), whether or not `name` is one.
+    pub fn next_after(&self, name: Option<&str>) -> Option<(&str, &V)> {
+        let at = match name.map(|n| self.find(n)) {
+            None => 0,
+            Some(Ok(i)) => i.saturating_add(1),
+            Some(Err(i)) => i,
+        };
+        self.get_index(at)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&V> {
+        self.get_key_value(name).map(|(_, o)| o)
+    }
+
+    pub fn get_key_value(&self, name: &str) -> Option<(&str, &V)> {
+        self.get_index(self.index_of(name)?)
+    }
+
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut V> {
+        let i = self.index_of(name)?;
+        self.entries.get_mut(i).map(|(_, o)| o)
+    }
+
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.find(name).is_ok()
+    }
+
+    /// Inserts or replaces; returns the replaced object. Appending in
+    /// name order is cheap; anything else shifts the objects after it.
+    pub fn insert(&mut self, name: impl Into<Box<str>>, value: V) -> Option<V> {
+        let name = name.into();
+        match self.find(&name) {
+            Ok(i) => self
+                .entries
+                .get_mut(i)
+                .map(|e| std::mem::replace(&mut e.1, value)),
+            Err(i) => {
+                self.entries.insert(i, (name, value));
+                None
+            }
+        }
+    }
+
+    /// Gives back the room left by inserting one at a time.
+    pub fn shrink_to_fit(&mut self) {
+        self.entries.shrink_to_fit();
+    }
+
+    /// Keeps only the values `keep` says yes to.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str, &mut V) -> bool) {
+        self.entries.retain_mut(|(n, o)| keep(n, o));
+        self.entries.shrink_to_fit();
+    }
+
+    pub fn iter(&self) -> Iter<'_, V> {
+        Iter(self.entries.iter())
+    }
+
+    pub fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = (&str, &mut V)> {
+        self.entries.iter_mut().map(|(n, o)| (&**n, o))
+    }
+
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &str> + ExactSizeIterator {
+        self.entries.iter().map(|(n, _)| &**n)
+    }
+
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &V> + ExactSizeIterator {
+        self.entries.iter().map(|(_, o)| o)
+    }
+
+    pub fn values_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut V> {
+        self.entries.iter_mut().map(|(_, o)| o)
+    }
+
+    pub fn into_keys(self) -> impl DoubleEndedIterator<Item = String> {
+        self.entries.into_iter().map(|(n, _)| n.into_string())
+    }
+}
+
+impl<N: Into<Box<str>>, V> FromIterator<(N, V)> for ByName<V> {
+    /// Sorts once; of two values with one name, the later wins, as with
+    /// a map.
+    fn from_iter<I: IntoIterator<Item = (N, V)>>(iter: I) -> Self {
+        let mut entries: Vec<(Box<str>, V)> =
+            iter.into_iter().map(|(n, o)| (n.into(), o)).collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.dedup_by(|later, earlier| {
+            if later.0 == earlier.0 {
+                std::mem::swap(later, earlier);
+                true
+            } else {
+                false
+            }
+        });
+        entries.shrink_to_fit();
+        ByName { entries }
+    }
+}
+
+impl<V> IntoIterator for ByName<V> {
+    type Item = (String, V);
+    type IntoIter =
+        std::iter::Map<std::vec::IntoIter<(Box<str>, V)>, fn((Box<str>, V)) -> (String, V)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.into_iter().map(|(n, o)| (n.into_string(), o))
+    }
+}
+
+impl<'a, V> IntoIterator for &'a ByName<V> {
+    type Item = (&'a str, &'a V);
+    type IntoIter = Iter<'a, V>;
+    fn into_iter(self) -> Iter<'a, V> {
+        self.iter()
+    }
+}
+
+impl<V> Index<&str> for ByName<V> {
+    type Output = V;
+    /// Panics when there is no such name, like indexing a map.
+    fn index(&self, name: &str) -> &V {
+        match self.get(name) {
+            Some(v) => v,
+            None => panic!("no entry {name:?}"),
+        }
+    }
+}
+
+/// The values with their names, in name order.
+#[derive(Debug, Clone)]
+pub struct Iter<'a, V>(std::slice::Iter<'a, (Box<str>, V)>);
+
+impl<'a, V> Iterator for Iter<'a, V> {
+    type Item = (&'a str, &'a V);
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next().map(|(n, o)| (&**n, o))
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl<V> DoubleEndedIterator for Iter<'_, V> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.0.next_back().map(|(n, o)| (&**n, o))
+    }
+}
+
+impl<V> ExactSizeIterator for Iter<'_, V> {}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Components, Format, Object, Objects};
+
+    fn object(rows: u64) -> Object {
+        Object {
+            shape: vec![rows],
+            format: Format::Dense,
+            attributes: Default::default(),
+            components: Components::new(),
+        }
+    }
+
+    #[test]
+    fn built_at_once_is_sorted_and_the_later_of_two_names_wins() {
+        let objects: Objects = [("b", object(1)), ("a", object(2)), ("b", object(3))]
+            .into_iter()
+            .collect();
+        let names: Vec<&str> = objects.keys().collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(
+            objects.get("b").and_then(|o| o.shape.first().copied()),
+            Some(3)
+        );
+        assert_eq!(objects.index_of("b"), Some(1));
+        assert_eq!(objects.get_index(0).map(|(n, _)| n), Some("a"));
+        assert_eq!(objects.get("c"), None);
+    }
+
+    #[test]
+    fn inserting_keeps_the_order_and_replaces() {
+        let mut objects = Objects::new();
+        for (n, rows) in [("m", 1), ("z", 2), ("a", 3), ("m", 4)] {
+            objects.insert(n, object(rows));
+        }
+        let all: Vec<(&str, u64)> = objects
+            .iter()
+            .map(|(n, o)| (n, o.shape.iter().sum()))
+            .collect();
+        assert_eq!(all, [("a", 3), ("m", 4), ("z", 2)]);
+        objects.retain(|n, _| n != "m");
+        assert_eq!(objects.keys().collect::<Vec<_>>(), ["a", "z"]);
+    }
+}

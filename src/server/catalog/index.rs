@@ -284,7 +284,7 @@ fn build_index(
         provisional: None,
         checks: Checks::new(&Manifest::default(), false),
         manifest,
-        manifest_raw: ix.raw.clone(),
+        cbor: None,
         computed: true,
         warnings: Vec::new(),
         identity: ix.identity,

@@ -34,9 +34,10 @@ pub struct Served {
     pub(super) provisional: Option<String>,
     /// With every digest the file lacks filled in by the digest store.
     pub manifest: Manifest,
-    /// The source's header bytes as stored (a `.zt` file's CBOR manifest,
-    /// a safetensors file's JSON header).
-    pub manifest_raw: Vec<u8>,
+    /// The manifest's CBOR as the file stores it, kept only where it is
+    /// served as it is ([`Served::stored_cbor`]); other headers are not
+    /// kept once the ETag is made from them.
+    pub(super) cbor: Option<Box<[u8]>>,
     /// Whether the digest store filled in any digest.
     pub computed: bool,
     /// The bytes of synthesized components (GGUF string arrays), by
@@ -91,7 +92,7 @@ impl Served {
         role: &str,
     ) -> Result<(), CheckFailure> {
         let entry = self.owner(object, role).unwrap_or_else(|| Arc::clone(self));
-        if entry.checks.passed(object, role) {
+        if entry.checks.passed(&entry.manifest, object, role) {
             return Ok(());
         }
         let (o, r) = (object.to_owned(), role.to_owned());
@@ -119,7 +120,7 @@ impl Served {
         for span in spans {
             let parts: Vec<(String, String)> = self
                 .checks
-                .overlapping(span)
+                .overlapping(&self.manifest, span)
                 .map(|(o, r)| (o.to_owned(), r.to_owned()))
                 .collect();
             for (o, r) in parts {
@@ -158,43 +159,52 @@ impl Served {
         span: &std::ops::Range<u64>,
     ) -> Vec<(std::ops::Range<u64>, String, String)> {
         self.checks
-            .within(span)
+            .within(&self.manifest, span)
             .map(|(at, o, r)| (at, o.to_owned(), r.to_owned()))
             .collect()
     }
 
     /// A passed component's CRC-32C, kept from its check (see `checks.rs`).
     pub(crate) fn kept_crc(&self, object: &str, role: &str) -> Option<Digest> {
-        self.checks.kept(object, role)
+        self.checks.kept(&self.manifest, object, role)
     }
 
     /// Keeps a passed component's CRC-32C, computed by a response that
     /// checked its bytes against the digest itself.
     pub(crate) fn keep_crc(&self, object: &str, role: &str, crc: Digest) {
-        self.checks.keep(object, role, &crc);
+        self.checks.keep(&self.manifest, object, role, &crc);
     }
 
     /// Whether every component overlapping `span` was checked and passed
     /// (no check would block).
     pub(crate) fn is_checked_span(&self, span: &std::ops::Range<u64>) -> bool {
         self.checks
-            .overlapping(span)
-            .all(|(o, r)| self.checks.passed(o, r))
+            .overlapping(&self.manifest, span)
+            .all(|(o, r)| self.checks.passed(&self.manifest, o, r))
     }
 
-    /// The components of this file not checked yet, with their stored
-    /// lengths (for the background verifier).
-    pub(crate) fn unchecked(&self) -> Vec<(String, String, u64)> {
+    /// The components of this file not checked yet, by number (for the
+    /// background verifier: [`Served::unchecked_component`] names each).
+    pub(crate) fn unchecked(&self) -> Vec<u32> {
         self.checks.unchecked()
+    }
+
+    /// An unchecked component's object, role and stored length.
+    pub(crate) fn unchecked_component(&self, cell: u32) -> Option<(String, String, u64)> {
+        self.checks.named(&self.manifest, cell)
     }
 
     /// The manifest's CBOR as the file stores it, when nothing was added
     /// to it (a v1.2 `.zt` file whose components all carry digests).
     pub fn stored_cbor(&self) -> Option<&[u8]> {
-        let m = &self.manifest;
-        (m.source == Source::Zt && m.origin == Origin::V1 && !self.computed)
-            .then_some(self.manifest_raw.as_slice())
+        self.cbor.as_deref()
     }
+}
+
+/// Whether a manifest is served as the file stores it: a v1.2 `.zt`
+/// file's, when nothing was added to it (all its components carry digests).
+fn stored_as_is(m: &Manifest, computed: bool) -> bool {
+    m.source == Source::Zt && m.origin == Origin::V1 && !computed
 }
 
 /// A file that exists but is not served.
@@ -296,6 +306,7 @@ impl Found {
             "serving file"
         );
         let checks = Checks::new(&manifest, fresh);
+        let cbor = stored_as_is(&manifest, filled).then(|| raw.into_boxed_slice());
         Ok(Served {
             path,
             file,
@@ -305,7 +316,7 @@ impl Found {
             provisional,
             checks,
             manifest,
-            manifest_raw: raw,
+            cbor,
             computed: filled,
             warnings,
             identity,
@@ -356,7 +367,7 @@ impl Found {
             // Computed digests were hashed from this file handle's bytes.
             checks: Checks::new(&manifest, true),
             manifest,
-            manifest_raw: Vec::new(),
+            cbor: None,
             computed: true,
             warnings: self.warnings.clone(),
             identity: self.identity,

@@ -14,7 +14,8 @@
 //! instead of hashing sha256 on every request.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use super::inflight::Inflight;
 
@@ -46,159 +47,271 @@ impl std::fmt::Display for CheckFailure {
 
 /// The outcome of each component's check, filled in on first use.
 ///
-/// Compact, as a manifest may hold a million components: per component a
-/// cell (its verdict), its CRC-32C once known, and its names (each object's
-/// name shared by its components, each role's by every object); cells are
-/// in the manifest's order, by object, then role, so a component is found
-/// by binary search. A component being read for its check holds a lock
+/// Compact, as a manifest may hold a million components: per component
+/// one word (its verdict and, once known, its CRC-32C) and its place in
+/// the offset order, and per object the number of its first component.
+/// Names, offsets and lengths are read from the manifest the checks were
+/// made for, which every method is given: cells are in its order, by
+/// object, then role. A component being read for its check holds a lock
 /// only while it is read.
 #[derive(Debug, Default)]
 pub(crate) struct Checks {
-    cells: Vec<OnceLock<Result<(), Box<str>>>>,
-    /// Each passed component's CRC-32C, once known.
-    kept: Vec<OnceLock<u32>>,
-    /// Each cell's (object, role), in order.
-    names: Vec<(Arc<str>, Arc<str>)>,
+    /// Each component's [`State`], in the manifest's order.
+    cells: Vec<AtomicU64>,
+    /// The number of objects of the manifest the checks were made for: a
+    /// manifest with another number is not theirs, and finds no cell.
+    objects: usize,
+    /// Each object's first cell, by its place in the manifest; empty when
+    /// every object has exactly one component (its cell is its place).
+    first: Vec<u32>,
+    /// Why each failed component failed; a cell is marked failed only once
+    /// its reason is here (at most one per cell).
+    failures: Mutex<HashMap<u32, Box<str>>>,
     /// Held while a component is read for its check, so that requests
     /// asking for it at once read it once (the others wait, then find the
     /// answer); only for the components being read.
     reading: Inflight,
-    /// The components that are byte ranges of this file, by offset
-    /// (start, end, cell): components never overlap, so the ones a span
-    /// touches are found by binary search.
-    by_offset: Vec<(u64, u64, u32)>,
+    /// The cells of the components that are byte ranges of this file, by
+    /// offset: components never overlap, so the ones a span touches are
+    /// found by binary search.
+    by_offset: Vec<u32>,
     /// Digests just computed from this very file handle's bytes: hashing
     /// them again on first use would read the same bytes twice for
     /// nothing. Their other rules still run.
     fresh: bool,
 }
 
+/// A cell's word: the verdict in the low bits, then whether the CRC-32C
+/// is known, and the CRC-32C in the high half.
+struct State;
+
+impl State {
+    const VERDICT: u64 = 0b11;
+    const PASSED: u64 = 0b01;
+    const FAILED: u64 = 0b10;
+    const KEPT: u64 = 0b100;
+
+    fn crc(word: u64) -> Option<u32> {
+        (word & State::KEPT != 0).then_some((word >> 32) as u32)
+    }
+
+    fn with_crc(crc: u32) -> u64 {
+        State::KEPT | (u64::from(crc) << 32)
+    }
+}
+
+/// A component's place: the manifest's objects by place, then each one's
+/// components in role order.
+struct Located<'m> {
+    object: &'m str,
+    role: &'m str,
+    c: &'m Component,
+}
+
 impl Checks {
     /// One unfilled cell per component of `m`; `fresh` when its computed
     /// digests were just hashed from the file being served.
     pub(crate) fn new(m: &Manifest, fresh: bool) -> Checks {
-        let mut roles: HashMap<&str, Arc<str>> = HashMap::new();
-        let mut names = Vec::new();
-        let mut by_offset = Vec::new();
-        let mut last: Option<Arc<str>> = None;
-        for (cell, (o, r, c)) in m.components().enumerate() {
-            let object = match &last {
-                Some(l) if **l == *o => Arc::clone(l),
-                _ => Arc::<str>::from(o),
-            };
-            last = Some(Arc::clone(&object));
-            let role = Arc::clone(roles.entry(r).or_insert_with(|| Arc::from(r)));
-            names.push((object, role));
-            if !c.synthesized && c.file.is_none() && c.length > 0 {
-                let end = c.offset.saturating_add(c.length);
-                let cell = u32::try_from(cell).unwrap_or(u32::MAX);
-                by_offset.push((c.offset, end, cell));
+        let mut first: Vec<u32> = Vec::with_capacity(m.objects.len());
+        let mut spans: Vec<(u64, u32)> = Vec::new();
+        let mut count = 0u32;
+        for obj in m.objects.values() {
+            first.push(count);
+            for c in obj.components.values() {
+                if !c.synthesized && c.file.is_none() && c.length > 0 {
+                    spans.push((c.offset, count));
+                }
+                count = count.saturating_add(1);
             }
         }
-        by_offset.sort_unstable();
-        let count = names.len();
+        spans.sort_unstable();
+        if m.objects.values().all(|o| o.components.len() == 1) {
+            // One component each: the cell of an object is its place.
+            first = Vec::new();
+        } else {
+            first.shrink_to_fit();
+        }
         Checks {
-            cells: (0..count).map(|_| OnceLock::new()).collect(),
-            kept: (0..count).map(|_| OnceLock::new()).collect(),
-            names,
+            objects: m.objects.len(),
+            cells: (0..count).map(|_| AtomicU64::new(0)).collect(),
+            first,
+            failures: Mutex::new(HashMap::new()),
             reading: Inflight::default(),
-            by_offset,
+            by_offset: spans.into_iter().map(|(_, cell)| cell).collect(),
             fresh,
         }
     }
 
-    fn cell(&self, object: &str, role: &str) -> Option<&OnceLock<Result<(), Box<str>>>> {
-        self.cells.get(self.cell_index(object, role)?)
+    /// The cell of `object`'s `role` in `m`.
+    fn cell_index(&self, m: &Manifest, object: &str, role: &str) -> Option<usize> {
+        if m.objects.len() != self.objects {
+            return None;
+        }
+        let place = m.objects.index_of(object)?;
+        let (_, obj) = m.objects.get_index(place)?;
+        let nth = obj.components.keys().position(|r| r == role)?;
+        let first = usize::try_from(self.first_of(place)?).ok()?;
+        Some(first.saturating_add(nth))
     }
 
-    fn cell_index(&self, object: &str, role: &str) -> Option<usize> {
-        self.names
-            .binary_search_by(|(o, r)| (&**o, &**r).cmp(&(object, role)))
-            .ok()
+    /// The first cell of the object at `place`.
+    fn first_of(&self, place: usize) -> Option<u32> {
+        match self.first.is_empty() {
+            true => u32::try_from(place).ok(),
+            false => self.first.get(place).copied(),
+        }
     }
 
-    /// A cell's (object, role).
-    fn named(&self, cell: u32) -> (&str, &str) {
-        self.names
-            .get(cell as usize)
-            .map_or(("", ""), |(o, r)| (&**o, &**r))
+    /// The place of the object that cell `cell` is a component of.
+    fn place_of(&self, cell: u32) -> Option<usize> {
+        match self.first.is_empty() {
+            true => usize::try_from(cell).ok(),
+            false => self.first.partition_point(|f| *f <= cell).checked_sub(1),
+        }
+    }
+
+    /// What cell `cell` of `m` is.
+    fn locate<'m>(&self, m: &'m Manifest, cell: u32) -> Option<Located<'m>> {
+        if m.objects.len() != self.objects {
+            return None;
+        }
+        let place = self.place_of(cell)?;
+        let (object, obj) = m.objects.get_index(place)?;
+        let nth = cell.checked_sub(self.first_of(place)?)?;
+        let (role, c) = obj.components.iter().nth(usize::try_from(nth).ok()?)?;
+        Some(Located { object, role, c })
+    }
+
+    /// The stored span of cell `cell` (empty when it is not a component).
+    fn span(&self, m: &Manifest, cell: u32) -> std::ops::Range<u64> {
+        self.locate(m, cell)
+            .map_or(0..0, |l| l.c.offset..l.c.offset.saturating_add(l.c.length))
+    }
+
+    fn word(&self, cell: usize) -> u64 {
+        self.cells
+            .get(cell)
+            .map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
+    /// The verdict of cell `cell`, once there is one.
+    fn verdict(&self, cell: usize) -> Option<Result<(), Box<str>>> {
+        match self.word(cell) & State::VERDICT {
+            State::PASSED => Some(Ok(())),
+            State::FAILED => {
+                let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+                let why = u32::try_from(cell).ok().and_then(|c| failures.get(&c));
+                Some(Err(why.cloned().unwrap_or_default()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Records the first verdict of cell `cell`; returns the one recorded.
+    fn decide(&self, cell: usize, verdict: Result<(), Box<str>>) -> Result<(), Box<str>> {
+        let Some(word) = self.cells.get(cell) else {
+            return verdict;
+        };
+        let mark = match verdict {
+            Ok(()) => State::PASSED,
+            Err(why) => {
+                let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+                if let Ok(c) = u32::try_from(cell) {
+                    failures.entry(c).or_insert(why);
+                }
+                State::FAILED
+            }
+        };
+        let _ = word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+            (w & State::VERDICT == 0).then_some(w | mark)
+        });
+        self.verdict(cell).unwrap_or(Ok(()))
     }
 
     /// The components whose stored bytes overlap `span`, by (object, role).
-    pub(crate) fn overlapping(
-        &self,
+    pub(crate) fn overlapping<'m>(
+        &'m self,
+        m: &'m Manifest,
         span: &std::ops::Range<u64>,
-    ) -> impl Iterator<Item = (&str, &str)> {
-        self.overlapping_rows(span)
-            .map(|(_, _, cell)| self.named(*cell))
+    ) -> impl Iterator<Item = (&'m str, &'m str)> {
+        self.overlapping_cells(m, span)
+            .filter_map(move |cell| self.locate(m, cell))
+            .map(|l| (l.object, l.role))
     }
 
     /// The components whose stored bytes lie wholly within `span`, with
     /// their spans, by offset.
-    pub(crate) fn within(
-        &self,
+    pub(crate) fn within<'m>(
+        &'m self,
+        m: &'m Manifest,
         span: &std::ops::Range<u64>,
-    ) -> impl Iterator<Item = (std::ops::Range<u64>, &str, &str)> {
+    ) -> impl Iterator<Item = (std::ops::Range<u64>, &'m str, &'m str)> {
         let (start, stop) = (span.start, span.end);
-        self.overlapping_rows(span)
-            .filter(move |(at, end, _)| *at >= start && *end <= stop)
-            .map(|(at, end, cell)| {
-                let (o, r) = self.named(*cell);
-                (*at..*end, o, r)
-            })
+        self.overlapping_cells(m, span).filter_map(move |cell| {
+            let l = self.locate(m, cell)?;
+            let at = l.c.offset..l.c.offset.saturating_add(l.c.length);
+            (at.start >= start && at.end <= stop).then_some((at, l.object, l.role))
+        })
     }
 
-    fn overlapping_rows(
-        &self,
+    fn overlapping_cells<'m>(
+        &'m self,
+        m: &'m Manifest,
         span: &std::ops::Range<u64>,
-    ) -> impl Iterator<Item = &(u64, u64, u32)> {
+    ) -> impl Iterator<Item = u32> + 'm {
         let (start, stop) = (span.start, span.end);
-        let first = self.by_offset.partition_point(|(_, end, _)| *end <= start);
+        let first = self
+            .by_offset
+            .partition_point(|cell| self.span(m, *cell).end <= start);
         self.by_offset
             .get(first..)
             .unwrap_or_default()
             .iter()
-            .take_while(move |(at, _, _)| *at < stop)
+            .copied()
+            .take_while(move |cell| self.span(m, *cell).start < stop)
     }
 
     /// The CRC-32C of a passed component's bytes, when it is known.
-    pub(crate) fn kept(&self, object: &str, role: &str) -> Option<Digest> {
-        let crc = self.kept.get(self.cell_index(object, role)?)?.get()?;
-        Some(Digest::from_crc32c(*crc))
+    pub(crate) fn kept(&self, m: &Manifest, object: &str, role: &str) -> Option<Digest> {
+        let crc = State::crc(self.word(self.cell_index(m, object, role)?))?;
+        Some(Digest::from_crc32c(crc))
     }
 
     /// Keeps a passed component's CRC-32C, computed by a response that
     /// checked its bytes against the digest itself.
-    pub(crate) fn keep(&self, object: &str, role: &str, crc: &Digest) {
+    pub(crate) fn keep(&self, m: &Manifest, object: &str, role: &str, crc: &Digest) {
         let DigestValue::Crc32c(value) = crc.value() else {
             return;
         };
-        if let Some(cell) = self.cell_index(object, role).and_then(|i| self.kept.get(i)) {
-            let _ = cell.set(*value);
+        if let Some(word) = self
+            .cell_index(m, object, role)
+            .and_then(|i| self.cells.get(i))
+        {
+            let _ = word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (w & State::KEPT == 0).then_some(w | State::with_crc(*value))
+            });
         }
     }
 
     /// Whether the component was checked and passed.
-    pub(crate) fn passed(&self, object: &str, role: &str) -> bool {
-        self.cell(object, role)
-            .and_then(|c| c.get())
-            .is_some_and(Result::is_ok)
+    pub(crate) fn passed(&self, m: &Manifest, object: &str, role: &str) -> bool {
+        self.cell_index(m, object, role)
+            .is_some_and(|i| self.word(i) & State::VERDICT == State::PASSED)
     }
 
-    /// The components not checked yet, with their stored lengths.
-    pub(crate) fn unchecked(&self) -> Vec<(String, String, u64)> {
+    /// The cells of the components not checked yet, by offset.
+    pub(crate) fn unchecked(&self) -> Vec<u32> {
         self.by_offset
             .iter()
-            .filter(|(_, _, cell)| {
-                self.cells
-                    .get(*cell as usize)
-                    .is_some_and(|c| c.get().is_none())
-            })
-            .map(|(start, end, cell)| {
-                let (o, r) = self.named(*cell);
-                (o.to_owned(), r.to_owned(), end - start)
-            })
+            .copied()
+            .filter(|cell| self.word(*cell as usize) & State::VERDICT == 0)
             .collect()
+    }
+
+    /// Cell `cell`'s object and role, and its stored length.
+    pub(crate) fn named(&self, m: &Manifest, cell: u32) -> Option<(String, String, u64)> {
+        let l = self.locate(m, cell)?;
+        Some((l.object.to_owned(), l.role.to_owned(), l.c.length))
     }
 
     /// What checking `object`'s `role` takes: `None` when nothing is left
@@ -210,13 +323,13 @@ impl Checks {
         object: &str,
         role: &str,
     ) -> Result<Option<Job<'a>>, CheckFailure> {
-        let (Some(index), Some(c)) = (
-            self.cell_index(object, role),
-            m.objects.get(object).and_then(|o| o.components.get(role)),
-        ) else {
+        let Some(index) = self.cell_index(m, object, role) else {
             return Ok(None);
         };
-        let Some(cell) = self.cells.get(index) else {
+        let (Some(obj), true) = (m.objects.get(object), index < self.cells.len()) else {
+            return Ok(None);
+        };
+        let Some(c) = obj.components.get(role) else {
             return Ok(None);
         };
         if c.synthesized {
@@ -224,16 +337,12 @@ impl Checks {
             // range to check it against.
             return Ok(None);
         }
-        if let Some(done) = cell.get() {
-            return done.clone().map(|()| None).map_err(corrupt);
+        if let Some(done) = self.verdict(index) {
+            return done.map(|()| None).map_err(corrupt);
         }
-        let ragged = m
-            .objects
-            .get(object)
-            .filter(|o| o.format == Format::Ragged && role == "offsets");
+        let ragged = (obj.format == Format::Ragged && role == "offsets").then_some(obj);
         Ok(Some(Job {
             index,
-            cell,
             c,
             ragged,
             // Digests just computed from this very file handle's bytes.
@@ -260,21 +369,28 @@ impl Checks {
             return Ok(());
         };
         let _reading = self.reading.lock(job.index).await;
-        if let Some(done) = job.cell.get() {
-            return done.clone().map_err(corrupt);
+        if let Some(done) = self.verdict(job.index) {
+            return done.map_err(corrupt);
         }
         let checked = match job.trusted {
             true => Checked::Passed(None),
             false => hash(file, job.c).await,
         };
         if let Checked::Passed(Some(crc)) = &checked {
-            self.keep(object, role, crc);
+            self.keep(m, object, role, crc);
         }
         let checked = match (checked, job.ragged) {
             (Checked::Passed(_), Some(obj)) => ragged(file, obj, job.c).await,
             (checked, _) => checked,
         };
-        settle(&job, path, object, role, checked)
+        let named = |e: String| format!("{path}: object {object:?}, component {role:?}: {e}");
+        let verdict = match checked {
+            Checked::Passed(_) => Ok(()),
+            Checked::Broke(rule) => Err(named(format!("{}: {rule}", rule.name())).into()),
+            // Not remembered: the next request tries again.
+            Checked::Unreadable(why) => return Err(CheckFailure::Unreadable(named(why))),
+        };
+        self.decide(job.index, verdict).map_err(corrupt)
     }
 }
 
@@ -285,7 +401,6 @@ fn corrupt(why: Box<str>) -> CheckFailure {
 /// A component to check, and where its answer goes.
 struct Job<'a> {
     index: usize,
-    cell: &'a OnceLock<Result<(), Box<str>>>,
     c: &'a Component,
     /// The object, when the component is a ragged object's offsets.
     ragged: Option<&'a Object>,
@@ -304,24 +419,6 @@ enum Checked {
     Broke(Rule),
     /// They could not be read.
     Unreadable(String),
-}
-
-/// The answer of a check: remembered when it is a verdict, not when the
-/// bytes could not be read (the next request tries again).
-fn settle(
-    job: &Job<'_>,
-    path: &str,
-    object: &str,
-    role: &str,
-    checked: Checked,
-) -> Result<(), CheckFailure> {
-    let named = |e: String| format!("{path}: object {object:?}, component {role:?}: {e}");
-    let verdict = match checked {
-        Checked::Passed(_) => Ok(()),
-        Checked::Broke(rule) => Err(named(format!("{}: {rule}", rule.name())).into()),
-        Checked::Unreadable(why) => return Err(CheckFailure::Unreadable(named(why))),
-    };
-    job.cell.get_or_init(|| verdict).clone().map_err(corrupt)
 }
 
 /// A ragged object's offsets checked against its values as they are

@@ -56,7 +56,11 @@ async fn run(state: Weak<State>, rate: u64) {
         // earns no burst.
         let (started, mut read) = (Instant::now(), 0u64);
         for (served, components) in work {
-            for (object, role, len) in components {
+            for cell in components {
+                let Some((object, role, len)) = served.unchecked_component(cell) else {
+                    left = left.saturating_sub(1);
+                    continue;
+                };
                 let Some(st) = state.upgrade() else { return };
                 // A file replaced or removed since the pass began is
                 // skipped: its new entry comes up in the next pass.

@@ -369,6 +369,12 @@ pub fn rss_kib(s: &Server) -> u64 {
     status_kib(s, "VmRSS:")
 }
 
+/// The daemon's anonymous resident memory now (`RssAnon`: what it
+/// allocated, not the pages of its binary it has run), in KiB.
+pub fn anon_rss_kib(s: &Server) -> u64 {
+    status_kib(s, "RssAnon:")
+}
+
 fn status_kib(s: &Server, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
     status

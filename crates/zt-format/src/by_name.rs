@@ -133,21 +133,27 @@ impl<V> ByName<V> {
     }
 }
 
+/// Sorts `entries` by key, once; of two entries with one key, the later
+/// is kept, as a map keeps the value inserted last.
+pub(crate) fn sort_keys<K: Ord, V>(entries: &mut Vec<(K, V)>) {
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    entries.dedup_by(|later, earlier| {
+        if later.0 == earlier.0 {
+            std::mem::swap(later, earlier);
+            true
+        } else {
+            false
+        }
+    });
+}
+
 impl<N: Into<Box<str>>, V> FromIterator<(N, V)> for ByName<V> {
     /// Sorts once; of two values with one name, the later wins, as with
     /// a map.
     fn from_iter<I: IntoIterator<Item = (N, V)>>(iter: I) -> Self {
         let mut entries: Vec<(Box<str>, V)> =
             iter.into_iter().map(|(n, o)| (n.into(), o)).collect();
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        entries.dedup_by(|later, earlier| {
-            if later.0 == earlier.0 {
-                std::mem::swap(later, earlier);
-                true
-            } else {
-                false
-            }
-        });
+        sort_keys(&mut entries);
         entries.shrink_to_fit();
         ByName { entries }
     }

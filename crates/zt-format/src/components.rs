@@ -226,16 +226,7 @@ impl Components {
 impl FromIterator<(Role, Component)> for Components {
     fn from_iter<I: IntoIterator<Item = (Role, Component)>>(iter: I) -> Self {
         let mut entries: Vec<(Role, Component)> = iter.into_iter().collect();
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        // Later duplicates win, as with a map.
-        entries.dedup_by(|later, earlier| {
-            if later.0 == earlier.0 {
-                std::mem::swap(later, earlier);
-                true
-            } else {
-                false
-            }
-        });
+        crate::by_name::sort_keys(&mut entries);
         Components {
             entries: Entries::from_vec(entries),
         }

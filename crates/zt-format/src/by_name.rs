@@ -151,9 +151,13 @@ impl<N: Into<Box<str>>, V> FromIterator<(N, V)> for ByName<V> {
     /// Sorts once; of two values with one name, the later wins, as with
     /// a map.
     fn from_iter<I: IntoIterator<Item = (N, V)>>(iter: I) -> Self {
-        let mut entries: Vec<(Box<str>, V)> =
-            iter.into_iter().map(|(n, o)| (n.into(), o)).collect();
-        sort_keys(&mut entries);
+        let iter = iter.into_iter();
+        let mut entries: Vec<(Box<str>, V)> = Vec::with_capacity(iter.size_hint().0);
+        entries.extend(iter.map(|(n, o)| (n.into(), o)));
+        // A manifest's names usually come sorted and unique: checked, not sorted.
+        if !entries.is_sorted_by(|a, b| a.0 < b.0) {
+            sort_keys(&mut entries);
+        }
         entries.shrink_to_fit();
         ByName { entries }
     }

@@ -178,9 +178,7 @@ impl Served {
     /// Whether every component overlapping `span` was checked and passed
     /// (no check would block).
     pub(crate) fn is_checked_span(&self, span: &std::ops::Range<u64>) -> bool {
-        self.checks
-            .overlapping(&self.manifest, span)
-            .all(|(o, r)| self.checks.passed(&self.manifest, o, r))
+        self.checks.span_passed(&self.manifest, span)
     }
 
     /// The components of this file not checked yet, by number (for the

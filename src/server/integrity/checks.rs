@@ -299,6 +299,13 @@ impl Checks {
             .is_some_and(|i| self.word(i) & State::VERDICT == State::PASSED)
     }
 
+    /// Whether every component whose stored bytes overlap `span` was
+    /// checked and passed.
+    pub(crate) fn span_passed(&self, m: &Manifest, span: &std::ops::Range<u64>) -> bool {
+        self.overlapping_cells(m, span)
+            .all(|cell| self.word(cell as usize) & State::VERDICT == State::PASSED)
+    }
+
     /// The cells of the components not checked yet, by offset.
     pub(crate) fn unchecked(&self) -> Vec<u32> {
         self.by_offset

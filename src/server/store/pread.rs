@@ -1,15 +1,18 @@
-//! Positioned reads of a local file, without zeroing the buffer first:
-//! the kernel writes straight into the vector's spare capacity (rustix's
-//! `pread` into `spare_capacity`), which grows the vector by what was
-//! read. A buffer the size of a read chunk would otherwise be `memset`
-//! before every read.
+//! Positioned reads of a local file into pooled buffers, never zeroed
+//! twice.
 //!
-//! Chunks on their way to a client ([`read_pooled`]) come from a small
-//! pool and go back to it when the transport drops them (once sent over
-//! HTTP, once acknowledged over QUIC): the allocator would otherwise hand
-//! freed chunks back to the kernel and fault in (and zero) fresh pages
-//! for the next. [`read_cached`] reads from the page cache without
-//! blocking, or not at all.
+//! Chunks on their way to a client come from a small pool and go back to
+//! it when the transport drops them (once sent over HTTP, once
+//! acknowledged over QUIC): the allocator would otherwise hand freed
+//! chunks back to the kernel, and each read would fault in (and zero)
+//! fresh pages, or `memset` its buffer before the kernel overwrites it
+//! (a fifth of the daemon's CPU under many small ranges). A pooled buffer
+//! keeps what it has initialized: reused, it is read into as it is. A
+//! fresh one read on the blocking pool ([`read_pooled`]) is read into its
+//! spare capacity (rustix's `pread` into `spare_capacity`), never zeroed;
+//! one read on the runtime ([`read_cached`]) is zeroed once, then reused.
+//! [`read_cached`] reads from the page cache without blocking, or not at
+//! all.
 
 use std::fs::File;
 use std::io;
@@ -30,8 +33,34 @@ pub(crate) fn read_pooled(
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> io::Result<Bytes> {
     let mut buf = take(len);
-    match fill(file, &mut buf, len, pos) {
-        Ok(()) => Ok(Bytes::from_owner(Pooled { buf, _held: permit })),
+    // A fresh buffer is read into as it is; a reused one's bytes past
+    // what it has initialized are zeroed first (few, or none).
+    let read = match buf.is_empty() {
+        true => fill_spare(file, &mut buf, len, pos),
+        false => {
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            fill_init(file, buf.get_mut(..len).unwrap_or_default(), pos)
+        }
+    };
+    shared(buf, len, read, permit)
+}
+
+/// The pooled `buf`'s first `len` bytes as [`Bytes`] once `read` went
+/// well; `buf` back to the pool otherwise.
+fn shared(
+    buf: Vec<u8>,
+    len: usize,
+    read: io::Result<()>,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+) -> io::Result<Bytes> {
+    match read {
+        Ok(()) => Ok(Bytes::from_owner(Pooled {
+            buf,
+            len,
+            _held: permit,
+        })),
         Err(e) => {
             give(buf);
             Err(e)
@@ -39,11 +68,11 @@ pub(crate) fn read_pooled(
     }
 }
 
-/// Free read buffers, emptied.
+/// Free read buffers, each with what it has initialized as its length.
 static FREE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
-/// Most buffers kept (64 MiB at [`super::READ_CHUNK`]).
-const KEEP: usize = 16;
+/// Most bytes the free buffers hold (their capacity).
+const KEEP_BYTES: usize = 16 << 20;
 
 /// Smaller buffers are not worth keeping.
 const KEEP_FROM: usize = 64 << 10;
@@ -51,43 +80,55 @@ const KEEP_FROM: usize = 64 << 10;
 /// Larger buffers are no chunk's.
 const KEEP_UP_TO: usize = super::READ_CHUNK as usize;
 
-/// An empty buffer with room for exactly `len` bytes (a larger one would
-/// have `pread` read past `len`, work thrown away).
+/// A buffer with room for `len` bytes: a free one no more than half
+/// again as large (the smallest such), or a fresh one of exactly `len`
+/// (a larger one would have a read into its spare capacity read past
+/// `len`, work thrown away). Its length is what it has initialized.
 fn take(len: usize) -> Vec<u8> {
-    let reused = FREE.lock().ok().and_then(|mut free| {
-        let i = free.iter().position(|b| b.capacity() == len)?;
-        Some(free.swap_remove(i))
-    });
+    let most = len.saturating_add(len / 2);
+    let reused = (len >= KEEP_FROM)
+        .then(|| {
+            let mut free = FREE.lock().ok()?;
+            let (i, _) = free
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| (len..=most).contains(&b.capacity()))
+                .min_by_key(|(_, b)| b.capacity())?;
+            Some(free.swap_remove(i))
+        })
+        .flatten();
     reused.unwrap_or_else(|| Vec::with_capacity(len))
 }
 
-fn give(mut buf: Vec<u8>) {
+fn give(buf: Vec<u8>) {
     // A buffer larger than a chunk (a whole component read at once) is
     // not kept: the pool would hold it for good.
     if !(KEEP_FROM..=KEEP_UP_TO).contains(&buf.capacity()) {
         return;
     }
-    buf.clear();
     if let Ok(mut free) = FREE.lock() {
-        // The oldest goes first, so sizes no longer asked for age out.
-        if free.len() >= KEEP {
-            free.remove(0);
+        // The oldest go first, so sizes no longer asked for age out.
+        let mut held: usize = free.iter().map(Vec::capacity).sum();
+        while held + buf.capacity() > KEEP_BYTES && !free.is_empty() {
+            held -= free.remove(0).capacity();
         }
         free.push(buf);
     }
 }
 
-/// A pooled buffer owned by [`Bytes`]; dropping it returns the buffer
-/// (and then the budget it held, if any).
+/// A pooled buffer owned by [`Bytes`], of which the first `len` bytes
+/// were read; dropping it returns the buffer (and then the budget it
+/// held, if any).
 struct Pooled {
     buf: Vec<u8>,
+    len: usize,
     /// Released after the buffer goes back to the pool.
     _held: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl AsRef<[u8]> for Pooled {
     fn as_ref(&self) -> &[u8] {
-        &self.buf
+        self.buf.get(..self.len).unwrap_or_default()
     }
 }
 
@@ -104,13 +145,20 @@ pub(crate) const CACHED_READ_MAX: u64 = 1 << 20;
 /// cache (`preadv2` with `RWF_NOWAIT`), without blocking, so the caller
 /// can stay on the async runtime; `None` when some are not (or the kernel
 /// cannot say): read them on the blocking pool instead. For reads up to
-/// [`CACHED_READ_MAX`], where zeroing the buffer costs less than the hop.
+/// [`CACHED_READ_MAX`]; what `preadv2` reads into must be initialized, so
+/// a buffer that is not yet is zeroed (once: it is pooled).
 pub(crate) fn read_cached(file: &File, len: usize, pos: u64) -> Option<io::Result<Bytes>> {
     use rustix::io::{Errno, ReadWriteFlags};
-    let mut buf = vec![0u8; len];
+    let mut buf = take(len);
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
     let mut done = 0;
-    while done < len {
-        let rest = buf.get_mut(done..).unwrap_or_default();
+    let read = loop {
+        if done >= len {
+            break Ok(());
+        }
+        let rest = buf.get_mut(done..len).unwrap_or_default();
         let at = pos.saturating_add(done as u64);
         let read = rustix::io::preadv2(
             file,
@@ -119,36 +167,52 @@ pub(crate) fn read_cached(file: &File, len: usize, pos: u64) -> Option<io::Resul
             ReadWriteFlags::NOWAIT,
         );
         match read {
-            Ok(0) => {
-                return Some(Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("the file ended at {at}, {} bytes short", len - done),
-                )))
-            }
+            Ok(0) => break Err(short(at, len - done)),
             Ok(n) => done += n,
-            Err(Errno::AGAIN | Errno::NOSYS | Errno::OPNOTSUPP | Errno::INVAL) => return None,
-            Err(e) => return Some(Err(e.into())),
+            Err(Errno::AGAIN | Errno::NOSYS | Errno::OPNOTSUPP | Errno::INVAL) => {
+                give(buf);
+                return None;
+            }
+            Err(e) => break Err(e.into()),
         }
-    }
-    Some(Ok(Bytes::from(buf)))
+    };
+    Some(shared(buf, len, read, None))
 }
 
-/// Reads exactly `len` bytes at `pos` into the empty `buf`.
-fn fill(file: &File, buf: &mut Vec<u8>, len: usize, pos: u64) -> io::Result<()> {
+fn short(at: u64, missing: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!("the file ended at {at}, {missing} bytes short"),
+    )
+}
+
+/// Reads exactly `buf.len()` bytes at `pos` into `buf`.
+fn fill_init(file: &File, buf: &mut [u8], pos: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let at = pos.saturating_add(done as u64);
+        let rest = buf.get_mut(done..).unwrap_or_default();
+        match rustix::io::pread(file, &mut *rest, at)? {
+            0 => return Err(short(at, rest.len())),
+            n => done += n,
+        }
+    }
+    Ok(())
+}
+
+/// Reads exactly `len` bytes at `pos` into the empty `buf`'s spare
+/// capacity, never zeroing it.
+fn fill_spare(file: &File, buf: &mut Vec<u8>, len: usize, pos: u64) -> io::Result<()> {
     buf.reserve(len);
     while buf.len() < len {
         let at = pos.saturating_add(buf.len() as u64);
         let n = rustix::io::pread(file, rustix::buffer::spare_capacity(&mut *buf), at)?;
         if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("the file ended at {at}, {} bytes short", len - buf.len()),
-            ));
+            return Err(short(at, len - buf.len()));
         }
     }
-    // A fresh buffer may have more capacity than asked; what was read
-    // past `len` belongs to the next chunk.
-    buf.truncate(len);
+    // A buffer may have more capacity than asked; what was read past
+    // `len` belongs to the next chunk, but is initialized all the same.
     Ok(())
 }
 
@@ -194,8 +258,8 @@ mod tests {
         assert_eq!(&first[..], &data[7..300_007]);
         let at = first.as_ptr();
         drop(first);
-        // A smaller read gets its own buffer: the kept one would read more.
-        let small = read_pooled(&f, 200_000, 0, None).unwrap();
+        // A read of less than two thirds of a kept buffer gets its own.
+        let small = read_pooled(&f, 190_000, 0, None).unwrap();
         assert_ne!(small.as_ptr(), at);
         // No other unit test reads through the pool, so the buffer just
         // handed back is the one that fits.
@@ -203,6 +267,30 @@ mod tests {
         assert_eq!(&second[..], &data[400_000..700_000]);
         assert_eq!(second.as_ptr(), at, "the dropped chunk's buffer was reused");
         assert!(read_pooled(&f, 1000, 999_500, None).is_err());
+    }
+
+    /// A kept buffer is read into again as it is, by either kind of read,
+    /// whatever it held, and only up to the length asked for.
+    #[test]
+    fn reused_buffers_hold_exactly_the_bytes_read() {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..2_000_000u32).map(|i| (i % 239) as u8).collect();
+        f.write_all(&data).unwrap();
+        let (a, b) = (1_500_000, 1_400_000);
+        drop(read_pooled(&f, a, 11, None).unwrap());
+        // Reuses the buffer of `a` bytes: a shorter read sees none of
+        // what it held past its own length.
+        let got = read_pooled(&f, b, 300_000, None).unwrap();
+        assert_eq!(&got[..], &data[300_000..300_000 + b]);
+        drop(got);
+        if let Some(got) = read_cached(&f, b - 1, 3) {
+            assert_eq!(&got.unwrap()[..], &data[3..3 + b - 1]);
+        }
+        // A read past the end hands its buffer back and says so.
+        let e = read_pooled(&f, b, 1_999_000, None).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        let got = read_pooled(&f, a, 0, None).unwrap();
+        assert_eq!(&got[..], &data[..a]);
     }
 
     /// A buffer larger than a chunk (a whole component read at once) is

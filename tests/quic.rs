@@ -407,3 +407,52 @@ fn too_small_udp_buffers_are_logged_and_quic_still_serves() {
     assert_eq!(warned["fields"]["wanted"], 1073741824u64);
     assert!(warned["fields"]["recv"].as_u64().unwrap() < 1073741824);
 }
+
+/// Issue 29, item 1: on loopback a connection's datagrams grow past
+/// Ethernet's size (MTU discovery up to what the interface carries, or
+/// `quic.max_udp_payload`), and the kernel takes several per send (GSO)
+/// where it offers to: both read from `/metrics` once the connection
+/// ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datagrams_grow_past_ethernet_on_loopback_and_are_sent_in_batches() {
+    let root = tempfile::tempdir().unwrap();
+    common::cold_safetensors(&root.path().join("m.safetensors"), 24 << 20);
+    let auto: &[&str] = &[];
+    for (flags, bound) in [
+        (auto, zt_client::udp::GSO_PAYLOAD_MAX),
+        (&["--quic-max-udp-payload", "3000"][..], 3000),
+    ] {
+        let s = Server::start_quic(root.path(), flags);
+        let fp = s.quic.clone().unwrap().1;
+        let client = connect(&s, options(&fp)).await;
+        let mut f = client.get("m.safetensors", &[], &[], None).await.unwrap();
+        let mut bytes = 0;
+        while let Some(c) = f.next().await {
+            bytes += c.unwrap().data.len();
+        }
+        assert!(bytes > 24 << 20);
+        client.close().await;
+        let ended = common::eventually(Duration::from_secs(10), || {
+            common::quic::metric(&s, "ztserve_quic_path_mtu_bytes_count") == 1
+        });
+        assert!(ended, "the connection's path was not recorded");
+        let value = |name: &str| common::quic::metric(&s, name);
+        let mtu = value("ztserve_quic_path_mtu_bytes_sum");
+        assert!(
+            mtu > 1472 && mtu <= u64::from(bound),
+            "{flags:?}: the path MTU reached {mtu} bytes, not past 1472 up to {bound}"
+        );
+        let sent = value(r#"ztserve_quic_udp_total{direction="tx",what="datagrams"}"#);
+        let calls = value(r#"ztserve_quic_udp_total{direction="tx",what="calls"}"#);
+        assert!(
+            sent > 1000 && calls > 0,
+            "{sent} datagrams in {calls} calls"
+        );
+        if value("ztserve_quic_gso_segments") > 1 {
+            assert!(
+                sent > 2 * calls,
+                "GSO offered, yet {sent} datagrams took {calls} calls"
+            );
+        }
+    }
+}

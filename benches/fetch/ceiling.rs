@@ -17,7 +17,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use quinn::{Endpoint, EndpointConfig, TokioRuntime};
+use quinn::{Endpoint, TokioRuntime};
 use zt_client::trust::{client_config, Trust};
 use zt_client::udp;
 use zt_client::ztp::transport as client_transport;
@@ -38,14 +38,22 @@ pub(crate) fn server(state_dir: &Path) -> Result<Endpoint> {
     crypto.alpn_protocols = vec![ALPN.to_vec()];
     let mut config =
         quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(crypto)?));
-    config.transport_config(Arc::new(server_transport(&QuicConfig::default())?));
+    let mut t = server_transport(&QuicConfig::default())?;
+    udp::discover_up_to(&mut t, loopback_payload());
+    config.transport_config(Arc::new(t));
     let sock = udp::bind("127.0.0.1:0".parse()?, udp::DEFAULT_BUFFER_BYTES)?;
     Ok(Endpoint::new(
-        EndpointConfig::default(),
+        udp::endpoint_config(loopback_payload()),
         Some(config),
         sock,
         Arc::new(TokioRuntime),
     )?)
+}
+
+/// The datagram bound ztserve and `zt` pick on loopback, so that bare
+/// quinn runs with the same settings.
+fn loopback_payload() -> u16 {
+    udp::max_payload(None, std::net::Ipv4Addr::LOCALHOST.into())
 }
 
 pub(crate) fn client() -> Result<Endpoint> {
@@ -55,10 +63,12 @@ pub(crate) fn client() -> Result<Endpoint> {
 fn client_for(alpn: &[u8]) -> Result<Endpoint> {
     let tls = client_config(&Trust::Insecure, alpn)?;
     let mut config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
-    config.transport_config(Arc::new(client_transport(zt_client::IDLE_TIMEOUT)));
+    let mut t = client_transport(zt_client::IDLE_TIMEOUT);
+    udp::discover_up_to(&mut t, loopback_payload());
+    config.transport_config(Arc::new(t));
     let sock = udp::bind("127.0.0.1:0".parse()?, udp::DEFAULT_BUFFER_BYTES)?;
     let mut ep = Endpoint::new(
-        EndpointConfig::default(),
+        udp::endpoint_config(loopback_payload()),
         None,
         sock,
         Arc::new(TokioRuntime),

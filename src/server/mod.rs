@@ -251,7 +251,7 @@ pub async fn run(
         tracing::info!(quic = %local, fingerprint = %bound.fingerprint, "listening (ztp/1)");
         let endpoint = bound.endpoint.clone();
         let (closing_tx, closing) = tokio::sync::watch::channel(false);
-        let serve = tokio::spawn(quic::serve(Arc::clone(&state), bound.endpoint, closing));
+        let serve = tokio::spawn(quic::serve(Arc::clone(&state), bound, closing));
         let rx = stop_rx.clone();
         Some(tokio::spawn(async move {
             stopped(rx).await;

@@ -38,6 +38,10 @@ pub struct RemoteArgs {
     /// (repeatable); `zt fetch` tries each address of a name as a mirror
     #[arg(long = "resolve", value_name = "HOST:PORT:ADDR[,ADDR...]", value_parser = zt_client::Resolve::parse)]
     pub resolve: Vec<zt_client::Resolve>,
+    /// Largest UDP datagram payload ztp/1 may grow to, in bytes (1200 to
+    /// 6500; default: what the interface facing the server carries)
+    #[arg(long, value_name = "BYTES")]
+    pub max_udp_payload: Option<u16>,
 }
 
 /// What `zt fetch` accepts besides verified components.
@@ -66,6 +70,7 @@ impl RemoteArgs {
             connections: self.connections.max(1),
             write_ahead: self.write_ahead_mib.max(1) << 20,
             resolve: self.resolve.clone(),
+            max_udp_payload: self.max_udp_payload,
             allow_unverified: accept.allow_unverified,
             require_digest: accept.require_digest,
             via: self

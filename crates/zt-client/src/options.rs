@@ -59,6 +59,10 @@ pub struct Options {
     /// The one address to connect to, whatever the URL's host resolves to
     /// (set by [`crate::mirrors`] for each address it tries).
     pub connect_to: Option<SocketAddr>,
+    /// The largest UDP datagram payload ztp/1 may grow to, in bytes
+    /// (1,200 to 6,500); `None`: what the interface facing the server
+    /// carries ([`crate::udp::max_payload`]).
+    pub max_udp_payload: Option<u16>,
 }
 
 /// The addresses of `host` for URLs with `port`.
@@ -134,6 +138,7 @@ impl Default for Options {
             write_ahead: 128 << 20,
             resolve: Vec::new(),
             connect_to: None,
+            max_udp_payload: None,
         }
     }
 }

@@ -67,7 +67,7 @@ pub trait Setting {
 macro_rules! kinds {
     ($kind:ident: $($t:ty),*) => { $(impl Setting for $t { const KIND: Kind = Kind::$kind; })* };
 }
-kinds!(Int: u64, usize);
+kinds!(Int: u64, usize, u16);
 kinds!(Bool: bool);
 kinds!(Text: String, PathBuf, SocketAddr);
 kinds!(List: Vec<String>);

@@ -242,6 +242,11 @@ settings! {
         pub connection_window: u64 = 64 << 20,
         /// UDP socket send and receive buffer sizes requested, in bytes.
         pub udp_buffer_bytes: usize = zt_client::udp::DEFAULT_BUFFER_BYTES,
+        #[flag("quic-max-udp-payload", "BYTES")]
+        /// Largest UDP datagram payload a connection's MTU discovery may
+        /// reach, in bytes (1200 to 6500); unset: what the interface
+        /// facing each peer carries (loopback: 6500; Ethernet: 1472).
+        pub max_udp_payload: Option<u16> = None,
         /// Congestion controller for the data the server sends: cubic,
         /// bbr or new_reno.
         pub congestion: Congestion = Congestion::Cubic,

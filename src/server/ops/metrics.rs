@@ -8,11 +8,13 @@
 use std::time::Duration;
 
 use prometheus::{
-    Encoder as _, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Registry, TextEncoder,
+    Encoder as _, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Registry, TextEncoder,
 };
 
-use crate::server::families::{counter, counter_vec, defined, gauge, gauge_vec, register};
+use crate::server::families::{
+    counter, counter_vec, defined, gauge, gauge_vec, histogram, register,
+};
 
 /// Upper bounds of the latency histogram, in seconds.
 const BUCKETS: [f64; 12] = [
@@ -36,6 +38,60 @@ pub struct Metrics {
     changed: IntCounterVec,
     files: IntGaugeVec,
     send_budget_held: IntGauge,
+    quic_path: QuicPath,
+}
+
+/// What ended QUIC connections reported of their UDP path, and the
+/// socket's offloads.
+#[derive(Debug)]
+struct QuicPath {
+    mtu: Histogram,
+    udp: IntCounterVec,
+    lost: IntCounterVec,
+    gso: IntGauge,
+    gro: IntGauge,
+}
+
+/// Buckets of the path MTU reached: QUIC's least, Ethernet under IPv6 and
+/// IPv4, then larger links.
+const MTU_BUCKETS: &[f64] = &[1200.0, 1452.0, 1472.0, 3000.0, 6000.0, 6500.0];
+
+impl QuicPath {
+    fn new() -> QuicPath {
+        let udp = counter_vec(
+            "ztserve_quic_udp_total",
+            "UDP traffic of ended QUIC connections: datagrams and the system calls that carried them, by direction (tx: datagrams per call above 1 means segmentation offload, GSO, is in use).",
+            &["direction", "what"],
+        );
+        let lost = counter_vec(
+            "ztserve_quic_lost_total",
+            "Packets and bytes that ended QUIC connections declared lost.",
+            &["what"],
+        );
+        for labels in [["tx", "datagrams"], ["tx", "calls"], ["rx", "datagrams"]] {
+            udp.with_label_values(&labels);
+        }
+        for what in ["packets", "bytes"] {
+            lost.with_label_values(&[what]);
+        }
+        QuicPath {
+            mtu: histogram(
+                "ztserve_quic_path_mtu_bytes",
+                "The largest UDP payload each ended QUIC connection's MTU discovery reached (quic.max_udp_payload bounds it).",
+                MTU_BUCKETS,
+            ),
+            udp,
+            lost,
+            gso: gauge(
+                "ztserve_quic_gso_segments",
+                "Most datagrams the kernel takes in one send on the QUIC socket (1: no segmentation offload).",
+            ),
+            gro: gauge(
+                "ztserve_quic_gro_segments",
+                "Most datagrams the kernel may coalesce into one receive on the QUIC socket (1: no receive offload).",
+            ),
+        }
+    }
 }
 
 /// One open thing counted by a gauge, for as long as it is held.
@@ -93,6 +149,7 @@ impl Default for Metrics {
                 "ztserve_quic_send_budget_held_bytes",
                 "Component bytes read for ztp/1 and not yet acknowledged by the clients (quic.send_budget_bytes bounds it).",
             ),
+            quic_path: QuicPath::new(),
         };
         // Both labels of each are known now: they show as 0 before the
         // first such event.
@@ -114,6 +171,11 @@ impl Default for Metrics {
                 &m.quic_streams,
                 &m.send_budget_held,
                 &m.files,
+                &m.quic_path.mtu,
+                &m.quic_path.udp,
+                &m.quic_path.lost,
+                &m.quic_path.gso,
+                &m.quic_path.gro,
             ],
         );
         defined(own);
@@ -151,6 +213,26 @@ impl Metrics {
     /// Counts an open QUIC connection until the returned value is dropped.
     pub fn quic_connection(&self) -> Held {
         Held::new(&self.quic_connections)
+    }
+
+    /// Adds what an ended QUIC connection reported of its path.
+    pub fn quic_ended(&self, stats: &quinn::ConnectionStats) {
+        let p = &self.quic_path;
+        p.mtu.observe(f64::from(stats.path.current_mtu));
+        let add = |labels: &[&str], n: u64| p.udp.with_label_values(labels).inc_by(n);
+        add(&["tx", "datagrams"], stats.udp_tx.datagrams);
+        add(&["tx", "calls"], stats.udp_tx.ios);
+        add(&["rx", "datagrams"], stats.udp_rx.datagrams);
+        let lost = |what: &str, n: u64| p.lost.with_label_values(&[what]).inc_by(n);
+        lost("packets", stats.path.lost_packets);
+        lost("bytes", stats.path.lost_bytes);
+    }
+
+    /// Records the offloads the kernel grants the QUIC socket.
+    pub fn quic_offloads(&self, gso: usize, gro: usize) {
+        let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        self.quic_path.gso.set(n(gso));
+        self.quic_path.gro.set(n(gro));
     }
 
     /// Counts an open component stream until the returned value is dropped.

@@ -11,6 +11,7 @@ mod cancel;
 pub mod cert;
 mod conn;
 mod control;
+mod path;
 mod refused;
 mod send;
 
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use quinn::crypto::rustls::QuicServerConfig;
-use quinn::{Endpoint, EndpointConfig, IdleTimeout, TokioRuntime, TransportConfig, VarInt};
+use quinn::{Endpoint, IdleTimeout, TokioRuntime, TransportConfig, VarInt};
 use tokio::sync::{watch, Semaphore};
 use tracing::Instrument;
 
@@ -53,11 +54,13 @@ pub fn transport(q: &QuicConfig) -> Result<TransportConfig> {
     Ok(t)
 }
 
-/// A bound QUIC endpoint and the certificate fingerprint it presents.
+/// A bound QUIC endpoint, the certificate fingerprint it presents, and
+/// the server configuration for each kind of peer.
 #[derive(Debug)]
 pub struct Bound {
     pub endpoint: Endpoint,
     pub fingerprint: String,
+    paths: Arc<path::Paths>,
 }
 
 /// Builds and binds the endpoint.
@@ -75,13 +78,22 @@ pub fn bind(state: &State, addr: SocketAddr) -> Result<Bound> {
     .with_single_cert(id.chain, id.key)
     .context("building the QUIC TLS configuration")?;
     crypto.alpn_protocols = vec![ztp_proto::ALPN.to_vec()];
-    let mut server =
-        quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(crypto)?));
-    server.transport_config(Arc::new(transport(&state.config.quic)?));
-    let sock = zt_client::udp::bind(addr, state.config.quic.udp_buffer_bytes)?;
+    let crypto = Arc::new(QuicServerConfig::try_from(crypto)?);
+    let q = &state.config.quic;
+    let paths = path::Paths::new(q.max_udp_payload, |bound| {
+        let mut server = quinn::ServerConfig::with_crypto(Arc::clone(&crypto) as _);
+        let mut t = transport(q)?;
+        zt_client::udp::discover_up_to(&mut t, bound);
+        server.transport_config(Arc::new(t));
+        Ok(server)
+    })?;
+    let sock = zt_client::udp::bind(addr, q.udp_buffer_bytes)?;
+    let (gso, gro) = path::Paths::offloads(&sock);
+    state.metrics.quic_offloads(gso, gro);
+    // Peers may send datagrams as large as the larger bound.
     let endpoint = Endpoint::new(
-        EndpointConfig::default(),
-        Some(server),
+        zt_client::udp::endpoint_config(paths.largest()),
+        Some(paths.any().as_ref().clone()),
         sock,
         Arc::new(TokioRuntime),
     )
@@ -89,13 +101,17 @@ pub fn bind(state: &State, addr: SocketAddr) -> Result<Bound> {
     Ok(Bound {
         endpoint,
         fingerprint,
+        paths: Arc::new(paths),
     })
 }
 
 /// Accepts connections until the endpoint is closed. Once `closing` turns
 /// true (the shutdown deadline passed), each open connection announces
 /// `shutting_down` on its control stream and closes.
-pub async fn serve(state: Arc<State>, endpoint: Endpoint, closing: watch::Receiver<bool>) {
+pub async fn serve(state: Arc<State>, bound: Bound, closing: watch::Receiver<bool>) {
+    let Bound {
+        endpoint, paths, ..
+    } = bound;
     let slots = Arc::new(Semaphore::new(state.config.quic.max_connections));
     while let Some(incoming) = endpoint.accept().await {
         let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
@@ -103,16 +119,21 @@ pub async fn serve(state: Arc<State>, endpoint: Endpoint, closing: watch::Receiv
             tracing::warn!("QUIC connection refused: connection limit reached");
             continue;
         };
-        let (state, closing) = (Arc::clone(&state), closing.clone());
+        let (state, closing, paths) = (Arc::clone(&state), closing.clone(), Arc::clone(&paths));
         tokio::spawn(async move {
             let remote = incoming.remote_address();
-            match incoming.await {
-                // Every log line of the connection carries the peer's address.
-                Ok(c) => {
-                    conn::handle(state, c, closing)
-                        .instrument(tracing::info_span!("quic", %remote))
-                        .await;
-                }
+            let connecting = incoming.accept_with(paths.config_for(remote.ip()));
+            match connecting {
+                Ok(connecting) => match connecting.await {
+                    // Every log line of the connection carries the peer's address.
+                    Ok(c) => {
+                        conn::handle(Arc::clone(&state), c.clone(), closing)
+                            .instrument(tracing::info_span!("quic", %remote))
+                            .await;
+                        state.metrics.quic_ended(&c.stats());
+                    }
+                    Err(e) => tracing::debug!(%remote, error = %e, "QUIC handshake failed"),
+                },
                 Err(e) => tracing::debug!(%remote, error = %e, "QUIC handshake failed"),
             }
             drop(permit);

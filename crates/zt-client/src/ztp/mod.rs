@@ -85,7 +85,11 @@ impl QuicClient {
         let quic_tls = QuicClientConfig::try_from(tls)
             .map_err(|e| Error::Usage(format!("TLS for QUIC: {e}")))?;
         let mut config = quinn::ClientConfig::new(Arc::new(quic_tls));
-        config.transport_config(Arc::new(transport(options.idle_timeout)));
+        // Datagrams as large as the path to `addr` carries (udp.rs).
+        let payload = crate::udp::max_payload(options.max_udp_payload, addr.ip());
+        let mut t = transport(options.idle_timeout);
+        crate::udp::discover_up_to(&mut t, payload);
+        config.transport_config(Arc::new(t));
         let bind = match addr {
             SocketAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
             SocketAddr::V4(_) => SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)),
@@ -96,7 +100,7 @@ impl QuicClient {
         let sock =
             crate::udp::bind(bind, crate::udp::DEFAULT_BUFFER_BYTES).map_err(|e| transport(&e))?;
         let mut endpoint = Endpoint::new(
-            quinn::EndpointConfig::default(),
+            crate::udp::endpoint_config(payload),
             None,
             sock,
             Arc::new(quinn::TokioRuntime),

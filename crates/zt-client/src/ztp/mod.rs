@@ -28,7 +28,8 @@ use routes::{Route, Routes};
 #[derive(Debug)]
 pub struct QuicClient {
     conn: Connection,
-    endpoint: Endpoint,
+    /// Held for as long as the connection: its socket.
+    _endpoint: Endpoint,
     control: tokio::sync::Mutex<quinn::SendStream>,
     routes: Routes,
     options: Arc<Options>,
@@ -60,18 +61,31 @@ impl Drop for QuicClient {
     }
 }
 
-/// How long [`QuicClient::close`] waits for the server to acknowledge.
+/// The most [`QuicClient::close`] waits for its close to leave.
 const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl QuicClient {
-    /// Closes the connection with `ok` and waits (at most half a second)
-    /// until the close has reached the server, so a process that exits
-    /// next does not leave the server holding the connection until its
-    /// idle timeout.
+    /// Closes the connection with `ok` and waits until the close has been
+    /// sent (at most half a second), so a process that exits next does not
+    /// leave the server holding the connection until its idle timeout. It
+    /// does not wait out the closing connection's draining period (three
+    /// probe timeouts, about 80 ms on loopback), which only absorbs late
+    /// packets: `zt info quic://` took 90 ms where HTTP took 6.
     pub async fn close(&self) {
+        let before = self.conn.stats().udp_tx.datagrams;
         self.conn
             .close(quinn::VarInt::from_u32(Code::Ok.value()), b"client done");
-        let _ = tokio::time::timeout(CLOSE_WAIT, self.endpoint.wait_idle()).await;
+        let sent = async {
+            // A closed connection sends nothing but its close; its driver
+            // builds the datagram and hands it to the socket in one turn.
+            // One more millisecond covers an acknowledgement that went out
+            // between `before` and the close.
+            while self.conn.stats().udp_tx.datagrams == before {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        };
+        let _ = tokio::time::timeout(CLOSE_WAIT, sent).await;
     }
 
     /// Connects to `addr`, verifying the server as `server_name` under the trust policy.
@@ -137,7 +151,7 @@ impl QuicClient {
         ));
         Ok(QuicClient {
             conn,
-            endpoint,
+            _endpoint: endpoint,
             control: tokio::sync::Mutex::new(send),
             routes,
             options,

@@ -39,8 +39,8 @@ pub struct RemoteArgs {
     #[arg(long = "resolve", value_name = "HOST:PORT:ADDR[,ADDR...]", value_parser = zt_client::Resolve::parse)]
     pub resolve: Vec<zt_client::Resolve>,
     /// Largest UDP datagram payload ztp/1 may grow to, in bytes (1200 to
-    /// 6500; default: what the interface facing the server carries)
-    #[arg(long, value_name = "BYTES")]
+    /// 6500; default: what the interfaces carry)
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u16).range(1200..=6500))]
     pub max_udp_payload: Option<u16>,
 }
 

@@ -60,8 +60,8 @@ pub struct Options {
     /// (set by [`crate::mirrors`] for each address it tries).
     pub connect_to: Option<SocketAddr>,
     /// The largest UDP datagram payload ztp/1 may grow to, in bytes
-    /// (1,200 to 6,500); `None`: what the interface facing the server
-    /// carries ([`crate::udp::max_payload`]).
+    /// (1,200 to 6,500); `None`: what the interfaces carry
+    /// ([`crate::udp::max_payload`]).
     pub max_udp_payload: Option<u16>,
 }
 

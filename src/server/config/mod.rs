@@ -157,6 +157,16 @@ impl Config {
                 ztp_proto::MAX_CLIENT_MESSAGE
             );
         }
+        let (least, most) = (zt_client::udp::PAYLOAD_MIN, zt_client::udp::GSO_PAYLOAD_MAX);
+        if let Some(p) = self
+            .quic
+            .max_udp_payload
+            .filter(|p| !(least..=most).contains(p))
+        {
+            bail!(
+                "configuration key `quic.max_udp_payload` is {p}: it must be {least} to {most} (QUIC's least datagram; quinn's segmentation offload's most)"
+            );
+        }
         if self.limits.max_connections == 0 {
             bail!("configuration key `limits.max_connections` must be at least 1");
         }
@@ -381,6 +391,22 @@ mod tests {
         })
         .unwrap_err();
         assert!(format!("{err:#}").contains("ZTSERVE_BOGUS"), "{err:#}");
+        // A datagram bound outside what QUIC and quinn's offload allow.
+        for bad in ["1000", "9000"] {
+            let err = load(&Sources {
+                env: env(&[
+                    ("ZTSERVE_ROOT", "/m"),
+                    ("ZTSERVE_QUIC_MAX_UDP_PAYLOAD", bad),
+                ]),
+                ..Sources::default()
+            })
+            .unwrap_err();
+            let text = format!("{err:#}");
+            assert!(
+                text.contains("quic.max_udp_payload") && text.contains("1200 to 6500"),
+                "{text}"
+            );
+        }
         let err = load(&Sources::default()).unwrap_err();
         assert!(format!("{err:#}").contains("root"), "{err:#}");
     }

@@ -244,8 +244,9 @@ settings! {
         pub udp_buffer_bytes: usize = zt_client::udp::DEFAULT_BUFFER_BYTES,
         #[flag("quic-max-udp-payload", "BYTES")]
         /// Largest UDP datagram payload a connection's MTU discovery may
-        /// reach, in bytes (1200 to 6500); unset: what the interface
-        /// facing each peer carries (loopback: 6500; Ethernet: 1472).
+        /// reach, in bytes (1200 to 6500); unset: the largest MTU of the
+        /// interfaces that are up, less the headers (loopback: 6500;
+        /// Ethernet: 1472 for IPv4, 1452 for IPv6).
         pub max_udp_payload: Option<u16> = None,
         /// Congestion controller for the data the server sends: cubic,
         /// bbr or new_reno.

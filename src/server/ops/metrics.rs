@@ -65,19 +65,19 @@ impl QuicPath {
         );
         let lost = counter_vec(
             "ztserve_quic_lost_total",
-            "Packets and bytes that ended QUIC connections declared lost.",
+            "Packets and bytes that ended QUIC connections declared lost, and MTU probes lost (not among the packets).",
             &["what"],
         );
         for labels in [["tx", "datagrams"], ["tx", "calls"], ["rx", "datagrams"]] {
             udp.with_label_values(&labels);
         }
-        for what in ["packets", "bytes"] {
+        for what in ["packets", "bytes", "mtu_probes"] {
             lost.with_label_values(&[what]);
         }
         QuicPath {
             mtu: histogram(
                 "ztserve_quic_path_mtu_bytes",
-                "The largest UDP payload each ended QUIC connection's MTU discovery reached (quic.max_udp_payload bounds it).",
+                "The UDP payload size (path MTU) each QUIC connection had when it ended, as its MTU discovery left it (quic.max_udp_payload bounds it).",
                 MTU_BUCKETS,
             ),
             udp,
@@ -226,6 +226,7 @@ impl Metrics {
         let lost = |what: &str, n: u64| p.lost.with_label_values(&[what]).inc_by(n);
         lost("packets", stats.path.lost_packets);
         lost("bytes", stats.path.lost_bytes);
+        lost("mtu_probes", stats.path.lost_plpmtud_probes);
     }
 
     /// Records the offloads the kernel grants the QUIC socket.

@@ -78,15 +78,9 @@ pub fn bind(state: &State, addr: SocketAddr) -> Result<Bound> {
     .with_single_cert(id.chain, id.key)
     .context("building the QUIC TLS configuration")?;
     crypto.alpn_protocols = vec![ztp_proto::ALPN.to_vec()];
-    let crypto = Arc::new(QuicServerConfig::try_from(crypto)?);
+    let base = quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(crypto)?));
     let q = &state.config.quic;
-    let paths = path::Paths::new(q.max_udp_payload, |bound| {
-        let mut server = quinn::ServerConfig::with_crypto(Arc::clone(&crypto) as _);
-        let mut t = transport(q)?;
-        zt_client::udp::discover_up_to(&mut t, bound);
-        server.transport_config(Arc::new(t));
-        Ok(server)
-    })?;
+    let paths = path::Paths::new(q.max_udp_payload, &base, || transport(q))?;
     let sock = zt_client::udp::bind(addr, q.udp_buffer_bytes)?;
     let (gso, gro) = path::Paths::offloads(&sock);
     state.metrics.quic_offloads(gso, gro);

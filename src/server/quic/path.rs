@@ -4,43 +4,58 @@
 //! `/metrics` (`ztserve_quic_path_mtu_bytes`, `ztserve_quic_udp_total`).
 //!
 //! The bound on a connection's datagrams is `quic.max_udp_payload`, else
-//! what the interface facing the peer carries ([`zt_client::udp`]): a
-//! loopback peer and a remote one get different bounds, so the endpoint
-//! keeps a server configuration for each and picks one per incoming
-//! connection.
+//! what the interfaces carry ([`zt_client::udp::max_payload`]): a loopback
+//! peer, a remote IPv4 one and a remote IPv6 one get different bounds, so
+//! the endpoint keeps a server configuration for each (one configuration
+//! but for its transport settings: one certificate, one token key) and
+//! picks one per incoming connection.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use quinn::ServerConfig;
+use quinn::{ServerConfig, TransportConfig};
 
 /// The server configurations by kind of peer.
 #[derive(Debug)]
 pub(super) struct Paths {
     loopback: Arc<ServerConfig>,
-    remote: Arc<ServerConfig>,
+    remote_v4: Arc<ServerConfig>,
+    remote_v6: Arc<ServerConfig>,
     largest: u16,
 }
 
 impl Paths {
-    /// `make(bound)`: a server configuration whose MTU discovery stops at
-    /// `bound` bytes; `configured`: `quic.max_udp_payload`.
+    /// `base` with, for each kind of peer, `transport()` whose MTU
+    /// discovery stops at that kind's bound; `configured`:
+    /// `quic.max_udp_payload`.
     pub(super) fn new(
         configured: Option<u16>,
-        make: impl Fn(u16) -> anyhow::Result<ServerConfig>,
+        base: &ServerConfig,
+        transport: impl Fn() -> anyhow::Result<TransportConfig>,
     ) -> anyhow::Result<Paths> {
-        // Any loopback address, and any other (one for documentation).
-        let near = zt_client::udp::max_payload(configured, Ipv4Addr::LOCALHOST.into());
-        let far = zt_client::udp::max_payload(configured, Ipv4Addr::new(192, 0, 2, 1).into());
+        let bound = |peer: IpAddr| zt_client::udp::max_payload(configured, peer);
+        // Any loopback address, and any other (ones for documentation).
+        let near = bound(Ipv4Addr::LOCALHOST.into());
+        let far_v4 = bound(Ipv4Addr::new(192, 0, 2, 1).into());
+        let far_v6 = bound(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1).into());
         tracing::info!(
             loopback = near,
-            remote = far,
+            remote_ipv4 = far_v4,
+            remote_ipv6 = far_v6,
             "ztp/1 datagrams grow (MTU discovery) up to these payload sizes (quic.max_udp_payload)"
         );
+        let make = |up_to: u16| -> anyhow::Result<Arc<ServerConfig>> {
+            let mut t = transport()?;
+            zt_client::udp::discover_up_to(&mut t, up_to);
+            let mut config = base.clone();
+            config.transport_config(Arc::new(t));
+            Ok(Arc::new(config))
+        };
         Ok(Paths {
-            loopback: Arc::new(make(near)?),
-            remote: Arc::new(make(far)?),
-            largest: near.max(far),
+            loopback: make(near)?,
+            remote_v4: make(far_v4)?,
+            remote_v6: make(far_v6)?,
+            largest: near.max(far_v4).max(far_v6),
         })
     }
 
@@ -52,16 +67,19 @@ impl Paths {
     /// The configuration the endpoint starts with (each incoming
     /// connection is then given its own: [`Paths::config_for`]).
     pub(super) fn any(&self) -> Arc<ServerConfig> {
-        Arc::clone(&self.remote)
+        Arc::clone(&self.remote_v6)
     }
 
     /// The configuration for a connection from `peer`.
     pub(super) fn config_for(&self, peer: IpAddr) -> Arc<ServerConfig> {
-        let loopback = zt_client::udp::is_loopback(peer);
-        Arc::clone(if loopback {
-            &self.loopback
-        } else {
-            &self.remote
+        let v4 = match peer {
+            IpAddr::V4(_) => true,
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().is_some(),
+        };
+        Arc::clone(match (zt_client::udp::is_loopback(peer), v4) {
+            (true, _) => &self.loopback,
+            (false, true) => &self.remote_v4,
+            (false, false) => &self.remote_v6,
         })
     }
 

@@ -68,8 +68,17 @@ fn shared(
     }
 }
 
-/// Free read buffers, each with what it has initialized as its length.
-static FREE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+/// Free read buffers, oldest first, each with what it has initialized as
+/// its length, and their capacity in all.
+static FREE: Mutex<Free> = Mutex::new(Free {
+    bufs: Vec::new(),
+    bytes: 0,
+});
+
+struct Free {
+    bufs: Vec<Vec<u8>>,
+    bytes: usize,
+}
 
 /// Most bytes the free buffers hold (their capacity).
 const KEEP_BYTES: usize = 16 << 20;
@@ -90,11 +99,15 @@ fn take(len: usize) -> Vec<u8> {
         .then(|| {
             let mut free = FREE.lock().ok()?;
             let (i, _) = free
+                .bufs
                 .iter()
                 .enumerate()
                 .filter(|(_, b)| (len..=most).contains(&b.capacity()))
                 .min_by_key(|(_, b)| b.capacity())?;
-            Some(free.swap_remove(i))
+            // In order: the others keep their age.
+            let buf = free.bufs.remove(i);
+            free.bytes -= buf.capacity();
+            Some(buf)
         })
         .flatten();
     reused.unwrap_or_else(|| Vec::with_capacity(len))
@@ -108,11 +121,12 @@ fn give(buf: Vec<u8>) {
     }
     if let Ok(mut free) = FREE.lock() {
         // The oldest go first, so sizes no longer asked for age out.
-        let mut held: usize = free.iter().map(Vec::capacity).sum();
-        while held + buf.capacity() > KEEP_BYTES && !free.is_empty() {
-            held -= free.remove(0).capacity();
+        while free.bytes + buf.capacity() > KEEP_BYTES && !free.bufs.is_empty() {
+            let old = free.bufs.remove(0);
+            free.bytes -= old.capacity();
         }
-        free.push(buf);
+        free.bytes += buf.capacity();
+        free.bufs.push(buf);
     }
 }
 
@@ -301,7 +315,12 @@ mod tests {
         let len = (super::super::READ_CHUNK as usize) + 4096;
         f.write_all(&vec![7u8; len]).unwrap();
         drop(read_pooled(&f, len, 0, None).unwrap());
-        let kept = FREE.lock().unwrap().iter().any(|b| b.capacity() >= len);
+        let kept = FREE
+            .lock()
+            .unwrap()
+            .bufs
+            .iter()
+            .any(|b| b.capacity() >= len);
         assert!(!kept, "a buffer past a chunk stayed in the pool");
     }
 }

@@ -24,6 +24,8 @@ pub(crate) struct ClientArgs {
     pub(crate) connections: Option<usize>,
     /// Seconds a server may stay silent before the connection counts as lost.
     pub(crate) timeout: Option<f64>,
+    /// Largest UDP datagram payload ztp/1 may grow to.
+    pub(crate) max_udp_payload: Option<u16>,
 }
 
 impl ClientArgs {
@@ -38,6 +40,7 @@ impl ClientArgs {
             ca: None,
             connections: None,
             timeout: None,
+            max_udp_payload: None,
         };
         let Some(dict) = dict else { return Ok(a) };
         for (k, v) in dict.iter() {
@@ -53,6 +56,7 @@ impl ClientArgs {
                 "ca" => a.ca = Some(v.extract()?),
                 "connections" => a.connections = Some(v.extract()?),
                 "timeout" => a.timeout = Some(v.extract()?),
+                "max_udp_payload" => a.max_udp_payload = Some(v.extract()?),
                 other => return Err(PyTypeError::new_err(format!("unknown option {other:?}"))),
             }
         }
@@ -77,6 +81,15 @@ pub(crate) fn client_options(a: &ClientArgs) -> PyResult<Options> {
     };
     if let Some(n) = a.connections {
         options.connections = n.max(1);
+    }
+    if let Some(p) = a.max_udp_payload {
+        let (least, most) = (zt_client::udp::PAYLOAD_MIN, zt_client::udp::GSO_PAYLOAD_MAX);
+        if !(least..=most).contains(&p) {
+            return Err(PyValueError::new_err(format!(
+                "max_udp_payload={p}: it must be {least} to {most}"
+            )));
+        }
+        options.max_udp_payload = Some(p);
     }
     if let Some(secs) = a.timeout {
         let t = Duration::try_from_secs_f64(secs)

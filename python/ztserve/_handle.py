@@ -55,6 +55,7 @@ class safe_open:
     ``connections`` (parallel HTTP requests), ``max_buffered_bytes``
     (received bytes held ahead of the caller per fetch), ``timeout``
     (seconds a server may stay silent, and each wait's limit),
+    ``max_udp_payload`` (the largest datagram ztp/1 may grow to),
     ``progress`` (``True`` for a tqdm bar, or a callable
     ``(name, done_bytes, total_bytes)``).
 

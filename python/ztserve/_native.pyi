@@ -35,6 +35,7 @@ class ClientOptions(TypedDict, total=False):
     ca: str
     connections: int
     timeout: float
+    max_udp_payload: int
 
 class Session:
     @staticmethod

@@ -283,6 +283,17 @@ def test_an_unknown_option_is_a_type_error(served):
         ztserve.safe_open(urls(port)["http"], tokne="x")
 
 
+def test_a_datagram_bound_is_taken_or_refused_by_name(served):
+    """Issue 29, item 1: max_udp_payload bounds ztp/1's datagrams; outside
+    what QUIC and quinn's offload allow it is a ValueError naming it."""
+    port, original = served
+    got = ztserve.load(urls(port)["quic"], insecure=True, max_udp_payload=1500)
+    same(got, original)
+    for bad in [1000, 9000]:
+        with pytest.raises(ValueError, match="max_udp_payload=%d" % bad):
+            ztserve.load(urls(port)["quic"], insecure=True, max_udp_payload=bad)
+
+
 def test_closing_cancels_what_is_in_flight(served):
     port, _ = served
     f = ztserve.safe_open(urls(port)["quic"], insecure=True, max_buffered_bytes=1 << 20)

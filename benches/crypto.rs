@@ -1,0 +1,94 @@
+//! The per-byte costs a transfer pays, by implementation, on this machine:
+//! the digests a client verifies (sha256 from the `sha2` crate we use,
+//! ring and aws-lc-rs; BLAKE3 on one thread; CRC-32C), and QUIC's packet
+//! protection (AES-128-GCM sealing packets of 1,400 and 6,500 bytes) by
+//! the two rustls providers available as crates, ring (ours) and
+//! aws-lc-rs. Ratios are against what ztserve uses.
+//!
+//! `cargo bench --features bench-crypto --bench crypto` (medians of 7
+//! passes over 256 MiB in memory). Not part of `.ci/run`.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+/// GB/s of `f` over `bytes`, the median of 7 passes.
+fn rate(bytes: usize, mut f: impl FnMut()) -> f64 {
+    let mut v: Vec<f64> = (0..7)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            bytes as f64 / t.elapsed().as_secs_f64() / 1e9
+        })
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v.get(3).copied().unwrap_or(f64::NAN)
+}
+
+fn row(name: &str, gbs: f64, ours: f64) {
+    println!("{name:<44} {gbs:>6.2} GB/s   {:.3}x ours", gbs / ours);
+}
+
+fn digests(data: &[u8]) {
+    use sha2::Digest;
+    let n = data.len();
+    println!("# digests of {n} bytes; ours: sha256 from the sha2 crate");
+    let ours = rate(n, || {
+        black_box(sha2::Sha256::digest(data));
+    });
+    row("sha256 (sha2, ours)", ours, ours);
+    let ring = rate(n, || {
+        black_box(ring::digest::digest(&ring::digest::SHA256, data));
+    });
+    row("sha256 (ring)", ring, ours);
+    let aws = rate(n, || {
+        black_box(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data));
+    });
+    row("sha256 (aws-lc-rs)", aws, ours);
+    let b3 = rate(n, || {
+        black_box(blake3::hash(data));
+    });
+    row("BLAKE3, one thread", b3, ours);
+    let crc = rate(n, || {
+        black_box(crc32c::crc32c(data));
+    });
+    row("CRC-32C", crc, ours);
+}
+
+fn packet_protection(packet: usize) {
+    let key = [7u8; 16];
+    let count = (64usize << 20) / packet;
+    let bytes = count * packet;
+    let mut buf = vec![0u8; packet];
+    println!("# AES-128-GCM sealing {count} packets of {packet} bytes; ours: ring");
+    let rk = ring::aead::LessSafeKey::new(
+        ring::aead::UnboundKey::new(&ring::aead::AES_128_GCM, &key).expect("a 16-byte key"),
+    );
+    let ours = rate(bytes, || {
+        for i in 0..count {
+            let nonce = ring::aead::Nonce::assume_unique_for_key([(i % 251) as u8; 12]);
+            let tag = rk.seal_in_place_separate_tag(nonce, ring::aead::Aad::empty(), &mut buf);
+            black_box(tag.ok());
+        }
+    });
+    row("ring (ours)", ours, ours);
+    let ak = aws_lc_rs::aead::LessSafeKey::new(
+        aws_lc_rs::aead::UnboundKey::new(&aws_lc_rs::aead::AES_128_GCM, &key)
+            .expect("a 16-byte key"),
+    );
+    let aws = rate(bytes, || {
+        for i in 0..count {
+            let nonce = aws_lc_rs::aead::Nonce::assume_unique_for_key([(i % 251) as u8; 12]);
+            let tag = ak.seal_in_place_separate_tag(nonce, aws_lc_rs::aead::Aad::empty(), &mut buf);
+            black_box(tag.ok());
+        }
+    });
+    row("aws-lc-rs", aws, ours);
+}
+
+fn main() {
+    let data: Vec<u8> = (0..256usize << 20).map(|i| (i * 31 % 251) as u8).collect();
+    digests(&data);
+    for packet in [1400, 6500] {
+        packet_protection(packet);
+    }
+}

@@ -89,6 +89,33 @@ const KEEP_FROM: usize = 64 << 10;
 /// Larger buffers are no chunk's.
 const KEEP_UP_TO: usize = super::READ_CHUNK as usize;
 
+impl Free {
+    /// The smallest free buffer of `len..=most` bytes' capacity.
+    fn take(&mut self, len: usize, most: usize) -> Option<Vec<u8>> {
+        let (i, _) = self
+            .bufs
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| (len..=most).contains(&b.capacity()))
+            .min_by_key(|(_, b)| b.capacity())?;
+        // In order: the others keep their age.
+        let buf = self.bufs.remove(i);
+        self.bytes -= buf.capacity();
+        Some(buf)
+    }
+
+    /// Keeps `buf`, dropping the oldest buffers past [`KEEP_BYTES`], so
+    /// sizes no longer asked for age out.
+    fn give(&mut self, buf: Vec<u8>) {
+        while self.bytes + buf.capacity() > KEEP_BYTES && !self.bufs.is_empty() {
+            let old = self.bufs.remove(0);
+            self.bytes -= old.capacity();
+        }
+        self.bytes += buf.capacity();
+        self.bufs.push(buf);
+    }
+}
+
 /// A buffer with room for `len` bytes: a free one no more than half
 /// again as large (the smallest such), or a fresh one of exactly `len`
 /// (a larger one would have a read into its spare capacity read past
@@ -96,19 +123,7 @@ const KEEP_UP_TO: usize = super::READ_CHUNK as usize;
 fn take(len: usize) -> Vec<u8> {
     let most = len.saturating_add(len / 2);
     let reused = (len >= KEEP_FROM)
-        .then(|| {
-            let mut free = FREE.lock().ok()?;
-            let (i, _) = free
-                .bufs
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| (len..=most).contains(&b.capacity()))
-                .min_by_key(|(_, b)| b.capacity())?;
-            // In order: the others keep their age.
-            let buf = free.bufs.remove(i);
-            free.bytes -= buf.capacity();
-            Some(buf)
-        })
+        .then(|| FREE.lock().ok()?.take(len, most))
         .flatten();
     reused.unwrap_or_else(|| Vec::with_capacity(len))
 }
@@ -120,13 +135,7 @@ fn give(buf: Vec<u8>) {
         return;
     }
     if let Ok(mut free) = FREE.lock() {
-        // The oldest go first, so sizes no longer asked for age out.
-        while free.bytes + buf.capacity() > KEEP_BYTES && !free.bufs.is_empty() {
-            let old = free.bufs.remove(0);
-            free.bytes -= old.capacity();
-        }
-        free.bytes += buf.capacity();
-        free.bufs.push(buf);
+        free.give(buf);
     }
 }
 
@@ -305,6 +314,29 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
         let got = read_pooled(&f, a, 0, None).unwrap();
         assert_eq!(&got[..], &data[..a]);
+    }
+
+    /// The pool holds at most `KEEP_BYTES` however many buffers come
+    /// back, dropping the oldest first.
+    #[test]
+    fn the_pool_is_bounded_in_bytes_and_drops_the_oldest() {
+        let mut free = Free {
+            bufs: Vec::new(),
+            bytes: 0,
+        };
+        let mb = 1 << 20;
+        for i in 0..100 {
+            let mut b = Vec::with_capacity(mb + i);
+            b.push(i as u8);
+            free.give(b);
+            let held: usize = free.bufs.iter().map(Vec::capacity).sum();
+            assert_eq!(held, free.bytes);
+            assert!(free.bytes <= KEEP_BYTES, "{} bytes kept", free.bytes);
+        }
+        // The newest are kept; the first ones aged out.
+        assert!(free.take(mb, mb + 10).is_none());
+        let newest = free.take(mb + 99, mb + 99).unwrap();
+        assert_eq!(newest[0], 99);
     }
 
     /// A buffer larger than a chunk (a whole component read at once) is

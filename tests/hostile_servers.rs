@@ -476,3 +476,66 @@ async fn a_servers_error_text_is_quoted_cut_short() {
         "{e:?}"
     );
 }
+
+/// A server from before the `shares` feature ignores a spread fetch's
+/// `share` and sends the whole selection; the client, seeing no `shares`
+/// in the manifest's features, takes it all from the one connection and
+/// opens no other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_shares_answers_a_spread_fetch_whole() {
+    let (addr, fp, server) = serve(|mut s| async move {
+        assert_eq!(
+            s.get.share,
+            Some((0, 4)),
+            "the first share asks as one of four"
+        );
+        s.manifest(2).await;
+        let file = ZtFile::from_bytes("m.zt", &s.model.bytes, Default::default()).unwrap();
+        for (seq, (object, role, c)) in (0u64..).zip(file.manifest().components()) {
+            let h = ComponentHeader {
+                id: s.get.id,
+                object: object.to_owned(),
+                component: role.to_owned(),
+                seq,
+                offset: c.offset,
+                length: c.length,
+                digest: c.digest.as_ref().map(|d| d.to_string()),
+                ..s.model.first.clone()
+            };
+            let mut bytes = frame_header(&h).unwrap();
+            bytes.extend_from_slice(
+                &s.model.bytes[c.offset as usize..(c.offset + c.length) as usize],
+            );
+            s.stream(&bytes).await;
+        }
+        s.done(2).await;
+        s
+    })
+    .await;
+    let options = Options {
+        trust: Trust::fingerprint(&fp).unwrap(),
+        connections: Some(4),
+        connect_to: Some(addr),
+        ..Options::default()
+    };
+    let c = zt_client::Client::connect("quic://localhost/m.zt", options)
+        .await
+        .unwrap();
+    let mut f = c.fetch(&[], None).await.unwrap();
+    let mut seqs = Vec::new();
+    while let Some(d) = f.next().await {
+        let d = d.unwrap();
+        assert_eq!(d.verification, zt_client::Verification::Verified);
+        seqs.push(d.seq);
+    }
+    seqs.sort_unstable();
+    assert_eq!(seqs, [0, 1], "both components, from the one connection");
+    drop(f);
+    c.close().await;
+    drop(c);
+    let conn = tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(closed_with(&conn), Some(OK));
+}

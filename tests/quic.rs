@@ -226,6 +226,72 @@ async fn under_a_bandwidth_limit_layer_0_finishes_first_with_default_settings() 
     assert_eq!(inversions, 0, "{order:?}");
 }
 
+/// A fetch spread over four connections (`connections`, the `shares`
+/// feature): every component once, verified, from all four, and still in
+/// layer order overall; one tensor stays on one connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_spread_over_connections_keeps_layer_order() {
+    let root = tempfile::tempdir().unwrap();
+    common::layered_model(&root.path().join("layers.zt"), (0..24).rev());
+    let s = Server::start_quic(root.path(), &[]);
+    let (addr, fp) = s.quic.clone().unwrap();
+    let relay = common::relay::Relay::udp(addr.parse().unwrap(), 40_000_000);
+    let open = || common::quic::metric(&s, "ztserve_quic_connections");
+    let spread = Options {
+        connections: Some(4),
+        ..options(&fp)
+    };
+    let url = format!("quic://localhost:{}/layers.zt", relay.addr.port());
+    let spread = Options {
+        connect_to: Some(relay.addr),
+        ..spread
+    };
+
+    let client = zt_client::Client::connect(&url, spread).await.unwrap();
+    let mut one = client
+        .fetch(&["model.layers.5.w".to_owned()], None)
+        .await
+        .unwrap();
+    assert_eq!(
+        one.next().await.unwrap().unwrap().object,
+        "model.layers.5.w"
+    );
+    assert!(one.next().await.is_none());
+    assert_eq!(open(), 1, "one component, one connection");
+
+    let mut f = client.fetch(&[], None).await.unwrap();
+    assert_eq!(f.streams, 24);
+    let (mut order, mut seqs) = (Vec::new(), Vec::new());
+    while let Some(c) = f.next().await {
+        let c = c.unwrap();
+        assert_eq!(c.verification, Verification::Verified);
+        if order.is_empty() {
+            assert_eq!(open(), 4, "the fetch went over four connections");
+        }
+        order.push(zt_format::layer_index(&c.object).unwrap());
+        seqs.push(c.seq);
+    }
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..24).collect::<Vec<u64>>(), "every component once");
+    let at = |l: u64| order.iter().position(|&x| x == l).unwrap();
+    assert!(at(0) < 4, "layer 0 is among the first four: {order:?}");
+    assert!(
+        order.iter().take_while(|&&l| l != 0).all(|&l| l < 4),
+        "every connection starts on its first layer, so only layers 1 to 3 may come before 0: {order:?}"
+    );
+    // Each connection keeps the layer order of its share (layer l is seq l
+    // by the layer rule, whatever the file's order; its share is l % 4), give or take
+    // neighbours verified in parallel. How the connections' rates compare
+    // is their congestion controllers' business.
+    for share in 0..4 {
+        let mine: Vec<u64> = order.iter().copied().filter(|l| l % 4 == share).collect();
+        let inversions = mine.windows(2).filter(|w| w[0] > w[1] + 4).count();
+        assert_eq!(inversions, 0, "share {share}: {mine:?} (all: {order:?})");
+    }
+    drop(f);
+    client.close().await;
+}
+
 async fn close_code(conn: &quinn::Connection) -> Option<u64> {
     common::quic::close_code_within(conn, Duration::from_secs(5)).await
 }

@@ -17,6 +17,8 @@ const MIB: u64 = 1 << 20;
 /// Components of 1 MiB.
 const COMPONENTS: u64 = 240;
 const FILE: &str = "write-ahead.zt";
+/// Connections of the QUIC fetches: a spread fetch bounded all the same.
+const QUIC_CONNECTIONS: usize = 2;
 
 fn sent(s: &Server) -> u64 {
     metric(s, "ztserve_bytes_sent_total")
@@ -29,7 +31,13 @@ async fn client(url: &str, fp: &str) -> Client {
         } else {
             Trust::Insecure
         },
-        connections: 4,
+        // HTTP: parallel requests; QUIC: connections, each with its own
+        // flow-control window.
+        connections: Some(if url.starts_with("quic") {
+            QUIC_CONNECTIONS
+        } else {
+            4
+        }),
         ..Options::default()
     };
     Client::connect(url, options).await.unwrap()
@@ -88,12 +96,16 @@ async fn a_slow_consumer_holds_a_bounded_fetch_back() {
     let s = Server::start_quic(root.path(), &[]);
     let (q, fp) = s.quic.clone().unwrap();
     // HTTP: the budget plus the requests already out. QUIC: the budget
-    // plus what flow control lets the daemon count as sent ahead: the
-    // client's 64 MiB connection window and the daemon's 64 MiB of
-    // unacknowledged data in quinn's send buffer.
+    // plus what flow control lets the daemon count as sent ahead: each
+    // connection's 64 MiB window at the client and the daemon's 64 MiB of
+    // unacknowledged data in quinn's send buffers.
+    let windows = QUIC_CONNECTIONS as u64 * 64 * MIB;
     for (url, most) in [
         (s.url(&format!("/v1/files/{FILE}")), 8 * MIB + 8 * MIB),
-        (format!("quic://{q}/{FILE}"), 8 * MIB + 128 * MIB + 4 * MIB),
+        (
+            format!("quic://{q}/{FILE}"),
+            8 * MIB + windows + 64 * MIB + 4 * MIB,
+        ),
     ] {
         let unbounded = pause_after_one(&s, &url, &fp, None, Some(most)).await;
         assert!(

@@ -67,12 +67,17 @@ impl Bench {
             &[("ZTSERVE_QUIC_CONGESTION", "bbr")],
         )?;
         let bbr = format!("quic://127.0.0.1:{bbr_port}/{FILE}");
-        for (via, url) in [
-            ("http", self.zhttp(FILE)),
-            ("quic", self.zquic(FILE)),
-            ("quic (bbr)", bbr),
-        ] {
-            let t = rounds(n, || peers::timed(&mut peers::zt_fetch(&url, out)))?;
+        // ztp/1 by connections per fetch (the default is 2).
+        let quic = self.zquic(FILE);
+        let variants: [(&str, &str, &[&str]); 5] = [
+            ("http", &self.zhttp(FILE), &[]),
+            ("quic", &quic, &[]),
+            ("quic --connections 1", &quic, &["--connections", "1"]),
+            ("quic --connections 4", &quic, &["--connections", "4"]),
+            ("quic (bbr)", &bbr, &[]),
+        ];
+        for (via, url, args) in variants {
+            let t = rounds(n, || peers::timed(peers::zt_fetch(url, out).args(args)))?;
             row(
                 &format!("{loss}% loss: zt fetch {via} <- ztserve"),
                 t,

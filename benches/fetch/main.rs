@@ -66,11 +66,12 @@ struct Loaded {
 /// Fetches every component of `url`; `keep` holds every delivered buffer
 /// until the end (a model loaded into memory), otherwise each is handed
 /// back for later components (a loader that copies tensors to a device).
-async fn load(url: &str, via: Via, keep: bool) -> Result<Loaded> {
+async fn load(url: &str, via: Via, keep: bool, connections: Option<usize>) -> Result<Loaded> {
     let start = Instant::now();
     let options = Options {
         trust: Trust::Insecure,
         via: Some(via),
+        connections,
         ..Options::default()
     };
     let client = Client::connect(url, options).await?;
@@ -253,6 +254,20 @@ impl Bench {
                 fetch(url, &["--write-ahead-mib", "512"]),
             ));
         }
+        // ztp/1 by connections per fetch (the default is 2).
+        for n in ["1", "4"] {
+            variants.push((
+                format!("zt fetch quic <- ztserve, crc32c, --connections {n}"),
+                fetch(
+                    self.zquic("layers-crc32c.zt"),
+                    if n == "1" {
+                        &["--connections", "1"]
+                    } else {
+                        &["--connections", "4"]
+                    },
+                ),
+            ));
+        }
         variants.push((
             "zt fetch http <- ztserve, crc32c, --no-direct-io".into(),
             fetch(own.clone(), &["--no-direct-io"]),
@@ -292,23 +307,67 @@ impl Bench {
         // the bare receiver, the consumer keeps nothing (buffers go back
         // to the client); the last variant keeps every tensor.
         let state = self.data.join("state");
+        // Label, transport, URL, whether the consumer keeps every tensor,
+        // connections (`None`: the default).
+        let quic = self.zquic("layers-crc32c.zt");
         let urls = [
-            ("Quic", Via::Quic, self.zquic("layers-crc32c.zt"), false),
-            ("Http", Via::Http, self.zhttp("layers-crc32c.zt"), false),
             (
-                "Quic keeping every tensor",
+                "Quic, 1 connection",
                 Via::Quic,
-                self.zquic("layers-crc32c.zt"),
+                quic.clone(),
+                false,
+                Some(1),
+            ),
+            (
+                "Http",
+                Via::Http,
+                self.zhttp("layers-crc32c.zt"),
+                false,
+                None,
+            ),
+            (
+                "Quic keeping every tensor, 1 connection",
+                Via::Quic,
+                quic.clone(),
                 true,
+                Some(1),
+            ),
+            (
+                "Quic, 2 connections",
+                Via::Quic,
+                quic.clone(),
+                false,
+                Some(2),
+            ),
+            (
+                "Quic, 3 connections",
+                Via::Quic,
+                quic.clone(),
+                false,
+                Some(3),
+            ),
+            (
+                "Quic, 4 connections",
+                Via::Quic,
+                quic.clone(),
+                false,
+                Some(4),
+            ),
+            (
+                "Quic, 8 connections",
+                Via::Quic,
+                quic.clone(),
+                false,
+                Some(8),
             ),
         ];
-        let mut loads: [Vec<Loaded>; 3] = Default::default();
+        let mut loads: Vec<Vec<Loaded>> = urls.iter().map(|_| Vec::new()).collect();
         // The ceiling moves the served file's own bytes (ceiling.rs says why).
         let payload = bytes::Bytes::from(std::fs::read(self.data.join("root/layers-crc32c.zt"))?);
         let (mut bare, mut hot) = (Vec::new(), Vec::new());
         for _ in 0..n {
-            for ((_, via, url, keep), runs) in urls.iter().zip(loads.iter_mut()) {
-                runs.push(self.rt.block_on(load(url, *via, *keep))?);
+            for ((_, via, url, keep, conns), runs) in urls.iter().zip(loads.iter_mut()) {
+                runs.push(self.rt.block_on(load(url, *via, *keep, *conns))?);
             }
             bare.push(self.rt.block_on(ceiling::bare_quinn(
                 &payload,
@@ -327,7 +386,7 @@ impl Bench {
             .zip(loads.first().into_iter().flatten())
             .map(|(b, q)| b / q.total)
             .collect();
-        let mut totals = [f64::NAN; 3];
+        let mut totals = vec![f64::NAN; urls.len()];
         for (i, ((label, ..), runs)) in urls.iter().zip(loads).enumerate() {
             let total = median(runs.iter().map(|r| r.total).collect());
             let first = median(runs.iter().map(|r| r.first_layer).collect());
@@ -347,12 +406,21 @@ impl Bench {
                 *t = total;
             }
         }
-        let [quic, http, quic_kept] = totals;
+        let http = totals.get(1).copied().unwrap_or(f64::NAN);
+        println!(
+            "# 2b. ztp/1 by connections per fetch; ratio = speed against our HTTP (8 connections)"
+        );
+        for ((label, via, ..), t) in urls.iter().zip(&totals) {
+            if *via == Via::Quic {
+                row(label, *t, size, http, "our HTTP");
+            }
+        }
+        let (quic, quic_kept) = (totals[0], totals[2]);
         println!(
             "# 3. QUIC ceiling: bare quinn, one connection, one stream, the model's {size} bytes from memory"
         );
         let (ceiling, hot) = (median(bare), median(hot));
-        let fetch = "ztp/1 library fetch, crc32c checked";
+        let fetch = "ztp/1 library fetch, 1 connection, crc32c checked";
         for (name, secs, against, peer) in [
             ("bare quinn", ceiling, ceiling, "ceiling"),
             (
@@ -364,7 +432,7 @@ impl Bench {
             (fetch, quic, ceiling, "ceiling"),
             (fetch, quic, hot, "cache-resident resend"),
             (
-                "ztp/1 library fetch, keeping every tensor",
+                "ztp/1 library fetch, 1 connection, keeping every tensor",
                 quic_kept,
                 ceiling,
                 "ceiling",

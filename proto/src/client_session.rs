@@ -60,6 +60,9 @@ struct Request<R> {
     streams: Option<u64>,
     /// Component headers seen.
     headers: u64,
+    /// The request's `share` (`[0, 1]` without one): its streams' `seq`s
+    /// are `index`, `index + count`, ...
+    share: (u64, u64),
     /// Its `done` came: no more control messages for it.
     done: bool,
 }
@@ -111,6 +114,7 @@ impl<R> ClientSession<R> {
                 handle: Some(handle),
                 streams: None,
                 headers: 0,
+                share: get.share.unwrap_or((0, 1)),
                 done: false,
             },
         );
@@ -194,6 +198,11 @@ impl<R> ClientSession<R> {
             return Err(Violation(format!("a second manifest for request {id}")));
         }
         r.streams = Some(m.streams);
+        // A server without the feature ignored the share and sends the
+        // whole selection (PROTOCOL.md, "Features").
+        if !m.features.iter().any(|f| f == crate::FEATURE_SHARES) {
+            r.share = (0, 1);
+        }
         if self.features.is_none() {
             self.features = Some(m.features.clone());
         }
@@ -288,9 +297,21 @@ impl<R> ClientSession<R> {
             )));
         };
         if let Some(n) = r.streams {
-            if h.seq >= n || r.headers >= n {
+            // A share's `n` streams are the `seq`s `index + k * count`.
+            let (index, count) = r.share;
+            let last = n
+                .checked_sub(1)
+                .and_then(|k| k.checked_mul(count))
+                .and_then(|k| k.checked_add(index));
+            let placed = h.seq % count.max(1) == index && last.is_some_and(|l| h.seq <= l);
+            if !placed || r.headers >= n {
+                let of = if count > 1 {
+                    format!(" (share {index} of {count})")
+                } else {
+                    String::new()
+                };
                 return Err(Violation(format!(
-                    "component stream {} of request {}, which announced {n} (object {:?}, component {:?})",
+                    "component stream {} of request {}{of}, which announced {n} (object {:?}, component {:?})",
                     h.seq, h.id, h.object, h.component
                 )));
             }
@@ -335,13 +356,17 @@ mod tests {
     }
 
     fn manifest(id: u64, streams: u64) -> Result<Message, FrameError> {
+        offering(id, streams, &["rows"])
+    }
+
+    fn offering(id: u64, streams: u64, features: &[&str]) -> Result<Message, FrameError> {
         Ok(Message::Manifest(ManifestMsg {
             id,
             etag: "\"e\"".into(),
             size: 10,
             manifest: vec![0xa0],
             streams,
-            features: vec!["rows".into()],
+            features: features.iter().map(|f| (*f).to_owned()).collect(),
         }))
     }
 
@@ -420,6 +445,35 @@ mod tests {
         assert!(s.on_header(&header(id, 5)).is_ok());
         s.on_frame(manifest(id, 2)).unwrap();
         violation(s.on_header(&header(id, 2)), "which announced 2");
+    }
+
+    #[test]
+    fn a_share_takes_only_its_own_positions() {
+        let mut s = ClientSession::default();
+        let share = |index| Get {
+            path: "m.zt".into(),
+            share: Some((index, 3)),
+            ..Get::default()
+        };
+        // Share 1 of 3 of seven components: seq 1 and 4.
+        let id = s.request(share(1), "one").id;
+        s.on_frame(offering(id, 2, &["shares"])).unwrap();
+        violation(s.on_header(&header(id, 0)), "(share 1 of 3)");
+        violation(s.on_header(&header(id, 2)), "which announced 2");
+        violation(s.on_header(&header(id, 7)), "component stream 7");
+        assert_eq!(s.on_header(&header(id, 4)).unwrap(), Some(&"one"));
+        assert_eq!(s.on_header(&header(id, 1)).unwrap(), Some(&"one"));
+        violation(s.on_header(&header(id, 1)), "which announced 2");
+        // A share with nothing in it takes no stream.
+        let empty = s.request(share(2), "none").id;
+        s.on_frame(offering(empty, 0, &["shares"])).unwrap();
+        violation(s.on_header(&header(empty, 2)), "which announced 0");
+        // A server without the feature sends the whole selection.
+        let whole = s.request(share(1), "whole").id;
+        s.on_frame(manifest(whole, 3)).unwrap();
+        for seq in [0, 1, 2] {
+            assert_eq!(s.on_header(&header(whole, seq)).unwrap(), Some(&"whole"));
+        }
     }
 
     #[test]

@@ -162,6 +162,7 @@ mod tests {
                 manifest_only: true,
                 ranges: vec![(0, 8), (16, 16)],
                 rows: Some((3, 9)),
+                share: Some((1, 4)),
             }),
             Message::Get(Get {
                 id: 1,

@@ -51,6 +51,14 @@ pub const FEATURE_RANGES: &str = "ranges";
 /// bytes sent.
 pub const FEATURE_ROWS: &str = "rows";
 
+/// The feature a server names in `manifest.features` when it answers a
+/// `get` with `share`: every `count`-th component of the selection, so
+/// that one fetch can be spread over several connections.
+pub const FEATURE_SHARES: &str = "shares";
+
+/// The most requests one fetch may be spread over (`share`'s `count`).
+pub const MAX_SHARES: u64 = 64;
+
 /// The object a `ranges` request's manifest names for bytes
 /// `start..end` of the file (its one component is `data`).
 pub fn range_object(start: u64, end: u64) -> String {

@@ -32,6 +32,11 @@ pub struct Get {
     /// `select` names, sent instead of its whole `data` (feature
     /// [`crate::FEATURE_ROWS`]), under a digest of exactly those bytes.
     pub rows: Option<(u64, u64)>,
+    /// `[index, count]`: only the components whose position in the
+    /// request's order (`seq`) is `index` modulo `count` (feature
+    /// [`crate::FEATURE_SHARES`]); one fetch spread over `count` requests,
+    /// one per connection, keeps its order on each.
+    pub share: Option<(u64, u64)>,
 }
 
 /// `cancel`: stop sending a request's components, or one of them.
@@ -157,6 +162,7 @@ impl Message {
                 ),
                 ("ranges", ranges(&g.ranges)),
                 ("rows", g.rows.map(|(a, b)| pair(a, b))),
+                ("share", g.share.map(|(a, b)| pair(a, b))),
             ]),
             Message::Cancel(c) => map(vec![
                 ("t", text("cancel")),
@@ -204,6 +210,7 @@ impl Message {
                 },
                 ranges: f.ranges("ranges")?,
                 rows: f.pair("rows")?,
+                share: f.pair("share")?,
             }),
             "cancel" => Message::Cancel(Cancel {
                 id: f.uint("id")?,

@@ -103,6 +103,15 @@ impl<R: Clone> ServerSession<R> {
                 g.id
             )));
         }
+        if let Some((index, count)) = g.share {
+            if count == 0 || count > crate::MAX_SHARES || index >= count {
+                return Received::Close(Close::violation(format!(
+                    "request {}: share [{index}, {count}] is not [index, count] with 0 <= index < count <= {}",
+                    g.id,
+                    crate::MAX_SHARES
+                )));
+            }
+        }
         if self.requests.len() >= self.max_requests {
             return Received::Answer(ErrorMsg {
                 id: Some(g.id),
@@ -252,6 +261,32 @@ mod tests {
             Code::ProtocolViolation,
             "",
         );
+    }
+
+    #[test]
+    fn a_share_outside_its_count_closes_the_connection() {
+        let mut s: ServerSession<&str> = ServerSession::new(4);
+        let share = |id, share| {
+            Ok(Message::Get(Get {
+                id,
+                path: "m.zt".into(),
+                share: Some(share),
+                ..Get::default()
+            }))
+        };
+        for ok in [(0, 1), (3, 4), (63, crate::MAX_SHARES)] {
+            assert!(
+                matches!(s.on_frame(share(1, ok)), Received::Serve(_)),
+                "{ok:?}"
+            );
+        }
+        for bad in [(0, 0), (4, 4), (9, 2), (0, crate::MAX_SHARES + 1)] {
+            closes_with(
+                s.on_frame(share(2, bad)),
+                Code::ProtocolViolation,
+                &format!("request 2: share [{}, {}]", bad.0, bad.1),
+            );
+        }
     }
 
     #[test]

@@ -80,7 +80,12 @@ pub(crate) fn client_options(a: &ClientArgs) -> PyResult<Options> {
         (false, None, None) => Trust::System,
     };
     if let Some(n) = a.connections {
-        options.connections = n.max(1);
+        if n == 0 {
+            return Err(PyValueError::new_err(
+                "connections=0: a fetch needs at least one connection",
+            ));
+        }
+        options.connections = Some(n);
     }
     if let Some(p) = a.max_udp_payload {
         let (least, most) = (zt_client::udp::PAYLOAD_MIN, zt_client::udp::GSO_PAYLOAD_MAX);

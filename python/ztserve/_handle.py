@@ -52,7 +52,9 @@ class safe_open:
     ``False`` accepts them unverified), ``token`` (bearer token),
     ``insecure`` (trust any certificate), ``cert_fingerprint`` (trust
     exactly this certificate), ``ca`` (a PEM file of trusted roots),
-    ``connections`` (parallel HTTP requests), ``max_buffered_bytes``
+    ``connections`` (per fetch: parallel HTTP requests, default 8, or
+    QUIC connections each carrying every n-th component, default 2),
+    ``max_buffered_bytes``
     (received bytes held ahead of the caller per fetch), ``timeout``
     (seconds a server may stay silent, and each wait's limit),
     ``max_udp_payload`` (the largest datagram ztp/1 may grow to),

@@ -28,9 +28,11 @@ pub struct RemoteArgs {
     /// Transport, overriding the URL's scheme
     #[arg(long, value_parser = ["quic", "http"])]
     pub via: Option<String>,
-    /// Parallel HTTP requests
-    #[arg(long, default_value_t = 8)]
-    pub connections: usize,
+    /// Connections per fetch: parallel Range requests over HTTP (default
+    /// 8), QUIC connections over ztp/1, each carrying every N-th component
+    /// in layer order (default 2; at most 64)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub connections: Option<u16>,
     /// Most MiB a fetch holds received ahead of its file writer
     #[arg(long, value_name = "MIB", default_value_t = zt_client::Options::default().write_ahead >> 20)]
     pub write_ahead_mib: u64,
@@ -67,7 +69,7 @@ impl RemoteArgs {
         Ok(Options {
             trust,
             token: self.token.clone(),
-            connections: self.connections.max(1),
+            connections: self.connections.map(usize::from),
             write_ahead: self.write_ahead_mib.max(1) << 20,
             resolve: self.resolve.clone(),
             max_udp_payload: self.max_udp_payload,

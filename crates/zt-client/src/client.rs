@@ -16,7 +16,7 @@ use crate::transport::http::HttpTransport;
 use crate::transport::local::LocalTransport;
 use crate::transport::quic::QuicTransport;
 use crate::transport::Transport;
-use crate::ztp::QuicClient;
+use crate::ztp::spread::Spread;
 
 /// A remote `.zt` file (or a local one, [`Client::open_local`]).
 #[derive(Debug)]
@@ -67,7 +67,7 @@ impl Client {
                         .ok_or_else(|| Error::Transport(format!("{host}: no address")))?,
                 };
                 Box::new(QuicTransport {
-                    client: QuicClient::connect(addr, &host, Arc::clone(&options)).await?,
+                    conns: Spread::connect(addr, &host, Arc::clone(&options)).await?,
                     path: file,
                     url: url.to_owned(),
                 })

@@ -38,8 +38,13 @@ pub struct Fetch {
     received: u64,
     rx: mpsc::UnboundedReceiver<Arrival>,
     ok: u64,
-    /// Components sent whole, once the server's `done` has said so.
+    /// Components sent whole, once every share's `done` has said so.
     done_sent: Option<u64>,
+    /// How many requests the fetch is spread over (each ends with a
+    /// `done`), how many `done`s came, and what they said was sent.
+    shares: u64,
+    dones: u64,
+    sent: u64,
     /// A ztp/1 request's connection, failing a wait it stays silent through
     /// (HTTP has its sockets' read timeout instead).
     watch: Option<Watch>,
@@ -83,6 +88,9 @@ impl Fetch {
             rx,
             ok: 0,
             done_sent: None,
+            shares: 1,
+            dones: 0,
+            sent: 0,
             watch: None,
             release: None,
         }
@@ -91,6 +99,13 @@ impl Fetch {
     /// Runs `release` once this fetch is dropped.
     pub(crate) fn on_drop(mut self, release: impl FnOnce() + Send + Sync + 'static) -> Self {
         self.release = Some(Release(Box::new(release)));
+        self
+    }
+
+    /// The fetch is spread over `shares` requests, each ending with its
+    /// own `done` ([`crate::ztp`]'s spread fetches).
+    pub(crate) fn in_shares(mut self, shares: u64) -> Self {
+        self.shares = shares.max(1);
         self
     }
 
@@ -117,7 +132,11 @@ impl Fetch {
             let item = match arrival.transpose() {
                 Some(Err(silent)) => Err(silent),
                 Some(Ok((Event::Done { sent }, _))) => {
-                    self.done_sent = Some(sent);
+                    self.dones += 1;
+                    self.sent = self.sent.saturating_add(sent);
+                    if self.dones >= self.shares {
+                        self.done_sent = Some(self.sent);
+                    }
                     continue;
                 }
                 Some(Ok((Event::Component(item), _held))) => item,

@@ -74,6 +74,6 @@ pub mod ztp;
 pub use client::Client;
 pub use error::{At, Error, Result, Status};
 pub use fetch::Fetch;
-pub use options::{Options, Resolve, Via, IDLE_TIMEOUT};
+pub use options::{Options, Resolve, Via, HTTP_CONNECTIONS, IDLE_TIMEOUT, QUIC_CONNECTIONS};
 pub use remote::{select_from, Remote};
 pub use verify::{Delivered, Verification};

@@ -23,8 +23,11 @@ pub struct Options {
     pub trust: Trust,
     /// Bearer token sent with every request.
     pub token: Option<String>,
-    /// Parallel HTTP requests.
-    pub connections: usize,
+    /// Connections one fetch uses: parallel Range requests over HTTP,
+    /// QUIC connections over ztp/1 (each carrying every n-th component of
+    /// the fetch's order). `None`: [`HTTP_CONNECTIONS`] or
+    /// [`QUIC_CONNECTIONS`].
+    pub connections: Option<usize>,
     /// Accept components whose digest algorithm is unknown.
     pub allow_unverified: bool,
     /// Refuse components that carry no digest (before their bytes are read).
@@ -112,11 +115,29 @@ impl Options {
 
     /// Where a URL of `host` and `port` connects: [`Options::connect_to`],
     /// else the first listed address, else `None` (resolve the name).
+    /// Parallel Range requests of an HTTP fetch (at least one).
+    pub fn http_connections(&self) -> usize {
+        self.connections.unwrap_or(HTTP_CONNECTIONS).max(1)
+    }
+
+    /// QUIC connections of a ztp/1 fetch (1 to [`ztp_proto::MAX_SHARES`]).
+    pub fn quic_connections(&self) -> usize {
+        let most = usize::try_from(ztp_proto::MAX_SHARES).unwrap_or(usize::MAX);
+        self.connections.unwrap_or(QUIC_CONNECTIONS).clamp(1, most)
+    }
+
     pub(crate) fn pinned(&self, host: &str, port: u16) -> Option<SocketAddr> {
         self.connect_to
             .or_else(|| self.listed(host, port).and_then(|a| a.first().copied()))
     }
 }
+
+/// Parallel Range requests of an HTTP fetch by default.
+pub const HTTP_CONNECTIONS: usize = 8;
+
+/// QUIC connections of a ztp/1 fetch by default (docs/benchmarks.md,
+/// "Connections per fetch").
+pub const QUIC_CONNECTIONS: usize = 2;
 
 /// The idle timeout by default.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -126,7 +147,7 @@ impl Default for Options {
         Options {
             trust: Trust::System,
             token: None,
-            connections: 8,
+            connections: None,
             allow_unverified: false,
             require_digest: false,
             via: None,

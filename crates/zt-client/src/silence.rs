@@ -15,10 +15,11 @@ use crate::error::{Error, Result};
 /// How often a waiting request looks at its connection's counters, at most.
 const LOOK: Duration = Duration::from_millis(250);
 
-/// A request's connection, watched for silence while the request waits.
+/// A request's connections (several for a fetch spread over them),
+/// watched together for silence while the request waits.
 #[derive(Debug, Clone)]
 pub(crate) struct Watch {
-    conn: Connection,
+    conns: Vec<Connection>,
     /// The file asked for, to name in the error.
     path: String,
     /// How long the connection may receive no stream data.
@@ -28,17 +29,27 @@ pub(crate) struct Watch {
 impl Watch {
     pub(crate) fn new(conn: Connection, path: &str, silence: Duration) -> Self {
         Watch {
-            conn,
+            conns: vec![conn],
             path: path.to_owned(),
             silence,
         }
     }
 
-    /// STREAM and RESET_STREAM frames received so far: these move while the
-    /// server sends anything for any request (pings and acks do not count).
+    /// Watches `conn` too: the request is silent only while every one of
+    /// its connections is.
+    pub(crate) fn and(mut self, conn: Connection) -> Self {
+        self.conns.push(conn);
+        self
+    }
+
+    /// STREAM and RESET_STREAM frames received so far on the connections:
+    /// these move while the server sends anything for any request (pings
+    /// and acks do not count).
     fn progress(&self) -> u64 {
-        let f = self.conn.stats().frame_rx;
-        f.stream.saturating_add(f.reset_stream)
+        self.conns.iter().fold(0u64, |sum, c| {
+            let f = c.stats().frame_rx;
+            sum.saturating_add(f.stream).saturating_add(f.reset_stream)
+        })
     }
 
     /// `fut`'s output, or a transport error naming the file and what was

@@ -19,7 +19,11 @@ use crate::server::State;
 
 /// What this server supports beyond ztp/1 as first published (the
 /// `features` of every manifest message; PROTOCOL.md section 4).
-const FEATURES: &[&str] = &[ztp_proto::FEATURE_RANGES, ztp_proto::FEATURE_ROWS];
+const FEATURES: &[&str] = &[
+    ztp_proto::FEATURE_RANGES,
+    ztp_proto::FEATURE_ROWS,
+    ztp_proto::FEATURE_SHARES,
+];
 
 /// Serves one connection until it closes. `closing` turns true when the
 /// daemon's shutdown deadline has passed: the connection is then closed
@@ -134,10 +138,18 @@ async fn get(
         Ok(plan) => plan,
         Err(r) => return control.send(Message::Error(refused::error(id, r))).await,
     };
+    // Positions in the whole request's order, kept in a share: `seq`
+    // tells the client where each component stands among all of them.
+    let (index, count) = g.share.unwrap_or((0, 1));
+    let items: Vec<Item> = (0u64..)
+        .zip(parts)
+        .filter(|(seq, _)| seq % count == index)
+        .map(|(seq, part)| Item::of(id, seq, part))
+        .collect();
     let streams = if g.manifest_only {
         0
     } else {
-        parts.len() as u64
+        items.len() as u64
     };
     let msg = Message::Manifest(ManifestMsg {
         id,
@@ -158,10 +170,6 @@ async fn get(
         };
         return control.send(Message::Done(done)).await;
     }
-    let items: Vec<Item> = (0u64..)
-        .zip(parts)
-        .map(|(seq, part)| Item::of(id, seq, part))
-        .collect();
     let ctl = Arc::new(RequestCtl::default());
     if let Ok(mut s) = session.lock() {
         s.start(id, Arc::clone(&ctl));
@@ -174,7 +182,9 @@ async fn get(
         Arc::clone(slots),
     );
     tokio::spawn(async move {
-        let (sent, cancelled) = send::run(&state, &conn, items, &ctl, &control, slots).await;
+        let writers = send::writers(count);
+        let (sent, cancelled) =
+            send::run(&state, &conn, items, &ctl, &control, slots, writers).await;
         // The id is free before `done` says so: a client may reuse it at once.
         if let Ok(mut s) = session.lock() {
             s.finish(id);

@@ -27,8 +27,19 @@ use crate::server::store::READ_CHUNK as CHUNK;
 /// send buffer holds the earliest components' bytes and its stream
 /// priorities have something to choose from: without this, every open
 /// stream would refill the buffer in turn and layer 0 would get only its
-/// share of it.
+/// share of it. A share of a fetch spread over several connections gets
+/// one writer (`writers`), so that the fetch as a whole still reads only
+/// about two components ahead and its first layer is not diluted.
 const WRITERS: usize = 2;
+
+/// Writers for one of `shares` requests that make up a fetch.
+pub(super) fn writers(shares: u64) -> usize {
+    if shares > 1 {
+        1
+    } else {
+        WRITERS
+    }
+}
 
 /// One component to send, as its stream's header announces it.
 #[derive(Debug, Clone)]
@@ -79,11 +90,18 @@ pub(super) async fn run(
     ctl: &Arc<RequestCtl>,
     control: &Control,
     slots: Arc<Semaphore>,
+    writers: usize,
 ) -> (u64, u64) {
     let mut sent = 0u64;
     let mut tasks = JoinSet::new();
-    let writers = Arc::new(Semaphore::new(WRITERS));
-    let n = items.len();
+    let writers = Arc::new(Semaphore::new(writers));
+    // Priorities count down from the request's last position (a share's
+    // `seq`s are positions in the whole request, not in the share).
+    let n = items.last().map_or(0, |i| {
+        usize::try_from(i.header.seq)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1)
+    });
     for item in items {
         let h = &item.header;
         if ctl.is_cancelled(&h.object, &h.component) {

@@ -102,7 +102,7 @@ impl HttpSource {
                 let _ = tx.send((Event::Component(r), held));
             });
         }
-        let slots = Arc::new(Semaphore::new(self.options.connections.max(1)));
+        let slots = Arc::new(Semaphore::new(self.options.http_connections()));
         let budget = max_buffered.map(Budget::new);
         tokio::spawn(async move {
             for (turn, length) in turns {

@@ -58,7 +58,7 @@ impl HttpSource {
         }
         let client = builder
             .use_preconfigured_tls(tls)
-            .pool_max_idle_per_host(options.connections.max(1))
+            .pool_max_idle_per_host(options.http_connections())
             .tcp_nodelay(true)
             .connect_timeout(silent)
             .read_timeout(silent)

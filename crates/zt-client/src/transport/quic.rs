@@ -11,11 +11,12 @@ use crate::error::{Error, Result};
 use crate::fetch::Fetch;
 use crate::remote::Remote;
 use crate::verify::Delivered;
-use crate::ztp::QuicClient;
+use crate::ztp::spread::{Asking, Spread};
 
 #[derive(Debug)]
 pub(crate) struct QuicTransport {
-    pub(crate) client: QuicClient,
+    /// The client's connection, and the others a fetch spreads over.
+    pub(crate) conns: Spread,
     /// The file's path on the server.
     pub(crate) path: String,
     /// The URL, for errors.
@@ -25,7 +26,7 @@ pub(crate) struct QuicTransport {
 impl Transport for QuicTransport {
     fn manifest<'a>(&'a self, select: &'a [String]) -> BoxFuture<'a, Result<Remote>> {
         Box::pin(async move {
-            let mut f = self.client.get_manifest(&self.path, select).await?;
+            let mut f = self.conns.first.get_manifest(&self.path, select).await?;
             Ok(Remote {
                 manifest: std::mem::take(&mut f.manifest),
                 etag: std::mem::take(&mut f.etag),
@@ -40,10 +41,12 @@ impl Transport for QuicTransport {
         if_match: Option<&'a str>,
         max_buffered: Option<u64>,
     ) -> BoxFuture<'a, Result<Fetch>> {
-        Box::pin(
-            self.client
-                .request(&self.path, select, &[], if_match, false, max_buffered),
-        )
+        Box::pin(self.conns.fetch(Asking {
+            path: &self.path,
+            select,
+            if_match,
+            max_buffered,
+        }))
     }
 
     fn read_ranges<'a>(
@@ -53,7 +56,8 @@ impl Transport for QuicTransport {
     ) -> BoxFuture<'a, Result<Vec<Vec<u8>>>> {
         Box::pin(async move {
             let offered = self
-                .client
+                .conns
+                .first
                 .features()
                 .is_some_and(|f| f.iter().any(|x| x == ztp_proto::FEATURE_RANGES));
             if !offered {
@@ -67,7 +71,11 @@ impl Transport for QuicTransport {
                 return Ok(Vec::new());
             }
             let pairs: Vec<(u64, u64)> = ranges.iter().map(|r| (r.start, r.end)).collect();
-            let mut fetch = self.client.request_ranges(&self.path, &pairs, etag).await?;
+            let mut fetch = self
+                .conns
+                .first
+                .request_ranges(&self.path, &pairs, etag)
+                .await?;
             let mut out: Vec<Option<Vec<u8>>> = vec![None; ranges.len()];
             while let Some(d) = fetch.next().await {
                 let d = d?;
@@ -99,7 +107,8 @@ impl Transport for QuicTransport {
         Box::pin(async move {
             let (object, rows, len) = (asked.object, asked.rows, asked.len);
             let mut f = self
-                .client
+                .conns
+                .first
                 .request_rows(
                     &self.path,
                     object,
@@ -123,10 +132,10 @@ impl Transport for QuicTransport {
     }
 
     fn recycle(&self, buf: AlignedBuf) {
-        self.client.recycle(buf);
+        self.conns.first.recycle(buf);
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {
-        Box::pin(self.client.close())
+        Box::pin(self.conns.close())
     }
 }

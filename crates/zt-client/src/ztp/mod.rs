@@ -4,6 +4,7 @@
 //! `streams`.
 
 mod routes;
+pub(crate) mod spread;
 mod streams;
 
 use std::net::SocketAddr;
@@ -13,7 +14,7 @@ use quinn::crypto::rustls::QuicClientConfig;
 use quinn::{Connection, Endpoint};
 use tokio::sync::{mpsc, oneshot};
 use zt_format::{AlignedBuf, Limits};
-use ztp_proto::{frame, Cancel, Code, Get, Message, ALPN};
+use ztp_proto::{frame, Cancel, Code, Get, ManifestMsg, Message, ALPN};
 
 use crate::budget::Budget;
 use crate::error::{Error, Result};
@@ -34,6 +35,27 @@ pub struct QuicClient {
     routes: Routes,
     options: Arc<Options>,
     pool: Arc<BufPool>,
+}
+
+/// A request sent and answered with its manifest.
+struct Asked {
+    routed: Routed,
+    msg: ManifestMsg,
+}
+
+/// A request's place in its connection's routes, given up when dropped
+/// (its fetch dropped, or the request failed).
+pub(super) struct Routed {
+    routes: Routes,
+    pub(super) id: u64,
+}
+
+impl Drop for Routed {
+    fn drop(&mut self) {
+        if let Ok(mut session) = self.routes.lock() {
+            session.forget(self.id);
+        }
+    }
 }
 
 /// The client's transport settings: windows as large as the server's
@@ -102,6 +124,17 @@ impl QuicClient {
         server_name: &str,
         options: Arc<Options>,
     ) -> Result<Self> {
+        Self::connect_sharing(addr, server_name, options, Arc::default()).await
+    }
+
+    /// [`QuicClient::connect`], taking component buffers from `pool` (a
+    /// spread fetch's connections share one).
+    async fn connect_sharing(
+        addr: SocketAddr,
+        server_name: &str,
+        options: Arc<Options>,
+        pool: Arc<BufPool>,
+    ) -> Result<Self> {
         crate::trust::install_provider();
         let (tls, refusals) = watched_config(&options.trust, ALPN)?;
         let quic_tls = QuicClientConfig::try_from(tls)
@@ -150,7 +183,6 @@ impl QuicClient {
             options.manifest_cap,
             conn.clone(),
         ));
-        let pool = Arc::new(BufPool::default());
         tokio::spawn(streams::accept_streams(
             conn.clone(),
             Arc::clone(&routes),
@@ -260,14 +292,60 @@ impl QuicClient {
             zt_format::container::View::File
         };
         let path = get.path.clone();
+        let (dtx, drx) = mpsc::unbounded_channel();
+        let asked = self
+            .send_get(get, dtx, max_buffered.map(Budget::new))
+            .await?;
+        let manifest = self.decode(&path, &asked.msg, view)?;
+        let m = asked.msg;
+        let routed = asked.routed;
+        Ok(
+            Fetch::new(routed.id, manifest, m.etag, m.size, m.streams, drx)
+                .watched(self.watch(&path))
+                // The request stays routable until the fetch is dropped: its
+                // last streams may be read after its `done`.
+                .on_drop(move || drop(routed)),
+        )
+    }
+
+    /// The manifest a `manifest` message carries, decoded and validated.
+    fn decode(
+        &self,
+        path: &str,
+        m: &ManifestMsg,
+        view: zt_format::container::View,
+    ) -> Result<zt_format::Manifest> {
+        let limits = Limits {
+            manifest_cap: self.options.manifest_cap,
+            ..Limits::default()
+        };
+        let (manifest, _) =
+            zt_format::container::decode_manifest(path, &m.manifest, m.size, &limits, view)?;
+        Ok(manifest)
+    }
+
+    /// This connection, watched for silence on behalf of a request for `path`.
+    fn watch(&self, path: &str) -> Watch {
+        Watch::new(self.conn.clone(), path, self.options.silence_timeout)
+    }
+
+    /// Sends `get` and waits for its `manifest` message (not decoded); its
+    /// components go to `deliver`, each after reserving its length in
+    /// `budget` when given.
+    async fn send_get(
+        &self,
+        get: Get,
+        deliver: routes::Delivery,
+        budget: Option<Budget>,
+    ) -> Result<Asked> {
+        let path = get.path.clone();
         let path = path.as_str();
         let (mtx, mrx) = oneshot::channel();
-        let (dtx, drx) = mpsc::unbounded_channel();
         let route = Route {
             path: path.to_owned(),
             manifest: Some(mtx),
-            deliver: dtx,
-            budget: max_buffered.map(Budget::new),
+            deliver,
+            budget,
         };
         // The session hands out the id and routes the request's messages
         // and streams until it is forgotten (the fetch dropped, or a failure).
@@ -275,48 +353,21 @@ impl QuicClient {
             Ok(mut session) => session.request(get, route),
             Err(_) => return Err(Error::Transport(format!("{path}: the connection failed"))),
         };
-        let id = get.id;
-        let forget = {
-            let routes = Arc::clone(&self.routes);
-            move || {
-                if let Ok(mut session) = routes.lock() {
-                    session.forget(id);
-                }
-            }
+        let routed = Routed {
+            routes: Arc::clone(&self.routes),
+            id: get.id,
         };
-        if let Err(e) = self.send(&Message::Get(get)).await {
-            forget();
-            return Err(e);
-        }
-        let watch = Watch::new(self.conn.clone(), path, self.options.silence_timeout);
-        let answer = async {
-            let m = watch
-                .unless_silent("its manifest", mrx)
-                .await?
-                .map_err(|_| {
-                    Error::Transport(format!(
-                        "{path}: connection closed before the manifest arrived"
-                    ))
-                })??;
-            let limits = Limits {
-                manifest_cap: self.options.manifest_cap,
-                ..Limits::default()
-            };
-            let (manifest, _) =
-                zt_format::container::decode_manifest(path, &m.manifest, m.size, &limits, view)?;
-            Ok((m, manifest))
-        };
-        match answer.await {
-            // The request stays routable until the fetch is dropped: its
-            // last streams may be read after its `done`.
-            Ok((m, manifest)) => Ok(Fetch::new(id, manifest, m.etag, m.size, m.streams, drx)
-                .watched(watch)
-                .on_drop(forget)),
-            Err(e) => {
-                forget();
-                Err(e)
-            }
-        }
+        self.send(&Message::Get(get)).await?;
+        let msg = self
+            .watch(path)
+            .unless_silent("its manifest", mrx)
+            .await?
+            .map_err(|_| {
+                Error::Transport(format!(
+                    "{path}: connection closed before the manifest arrived"
+                ))
+            })??;
+        Ok(Asked { routed, msg })
     }
 
     /// The manifest of `path` alone (`manifest_only`), restricted to the

@@ -1,0 +1,171 @@
+//! One fetch spread over several connections to one server. Share `i` of
+//! `n` (a `get` with `share`, the feature `shares`: PROTOCOL.md section 4)
+//! carries the components at positions `i`, `i + n`, ... of the fetch's
+//! order, so every connection starts on layer 0 and together they keep
+//! the per-layer order. Each connection is a congestion window and a
+//! driver task of its own: one connection is mostly one core.
+//!
+//! The first share goes out at once on the client's own connection. Its
+//! manifest says how many components there are (a fetch of one tensor
+//! stays on one connection) and under which ETag; the other shares ask for
+//! exactly that version (`if_match`). The other connections are opened the
+//! first time a fetch has components for them and kept for later fetches;
+//! one that cannot be opened leaves its share to the first. Every share is
+//! verified as any request is, and all of them feed one [`Fetch`], which
+//! ends once every share's `done` is in.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use tokio::sync::{mpsc, Mutex};
+use ztp_proto::{Get, FEATURE_SHARES};
+
+use super::QuicClient;
+use crate::budget::Budget;
+use crate::error::{Error, Result};
+use crate::fetch::Fetch;
+
+/// The client's connection, and the others it opened for spread fetches.
+#[derive(Debug)]
+pub(crate) struct Spread {
+    pub(crate) first: QuicClient,
+    /// Where the first connection went and whom it verified, for the others.
+    addr: SocketAddr,
+    server_name: String,
+    more: Mutex<Vec<Arc<QuicClient>>>,
+}
+
+/// What a fetch asks for: the file, its selection and version.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Asking<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) select: &'a [String],
+    pub(crate) if_match: Option<&'a str>,
+    pub(crate) max_buffered: Option<u64>,
+}
+
+impl Spread {
+    /// Connects the first connection; the others wait for a fetch.
+    pub(crate) async fn connect(
+        addr: SocketAddr,
+        server_name: &str,
+        options: Arc<crate::Options>,
+    ) -> Result<Self> {
+        Ok(Spread {
+            first: QuicClient::connect(addr, server_name, options).await?,
+            addr,
+            server_name: server_name.to_owned(),
+            more: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Fetches the selection over up to `options.quic_connections()`
+    /// connections.
+    pub(crate) async fn fetch(&self, a: Asking<'_>) -> Result<Fetch> {
+        let first = &self.first;
+        let n = first.options.quic_connections() as u64;
+        // Once a manifest on the connection has said the server lacks the
+        // feature, no share is asked for. Before then the first `get` may
+        // carry one: a server without the feature ignores it and sends the
+        // whole selection, and its answer's `features` says so.
+        let offered = first
+            .features()
+            .is_none_or(|f| f.iter().any(|x| x == FEATURE_SHARES));
+        if n == 1 || !offered {
+            let (path, select) = (a.path, a.select);
+            return first
+                .request(path, select, &[], a.if_match, false, a.max_buffered)
+                .await;
+        }
+        let get = |index: u64, if_match: Option<&str>| Get {
+            path: a.path.to_owned(),
+            select: a.select.to_vec(),
+            token: first.options.token.clone(),
+            if_match: if_match.map(str::to_owned),
+            share: Some((index, n)),
+            ..Get::default()
+        };
+        let (deliver, delivered) = mpsc::unbounded_channel();
+        let budget = a.max_buffered.map(Budget::new);
+        let asked = first
+            .send_get(get(0, a.if_match), deliver.clone(), budget.clone())
+            .await?;
+        let manifest = first.decode(a.path, &asked.msg, zt_format::container::View::File)?;
+        let m = asked.msg;
+        let spread = m.features.iter().any(|f| f == FEATURE_SHARES);
+        let components = manifest.components().count() as u64;
+        let shares = if spread { n.min(components).max(1) } else { 1 };
+        let id = asked.routed.id;
+        let mut routed = vec![asked.routed];
+        let mut streams = m.streams;
+        let mut watch = first.watch(a.path);
+        if shares > 1 {
+            let others = self.others(shares - 1).await;
+            let on = |i: u64| -> &QuicClient {
+                usize::try_from(i - 1)
+                    .ok()
+                    .and_then(|k| others.get(k))
+                    .map_or(first, |c| c)
+            };
+            let answers =
+                join_all((1..shares).map(|i| {
+                    on(i).send_get(get(i, Some(&m.etag)), deliver.clone(), budget.clone())
+                }))
+                .await;
+            for (i, answer) in (1..shares).zip(answers) {
+                let share = answer?;
+                if share.msg.etag != m.etag || share.msg.size != m.size {
+                    return Err(Error::Protocol(format!(
+                        "{}: share {i} of {shares} answered for version {} ({} bytes), the first for {} ({} bytes)",
+                        a.path, share.msg.etag, share.msg.size, m.etag, m.size
+                    )));
+                }
+                streams += share.msg.streams;
+                routed.push(share.routed);
+            }
+            for c in &others {
+                watch = watch.and(c.conn.clone());
+            }
+        }
+        Ok(Fetch::new(id, manifest, m.etag, m.size, streams, delivered)
+            .in_shares(shares)
+            .watched(watch)
+            // Every share stays routable until the fetch is dropped.
+            .on_drop(move || drop(routed)))
+    }
+
+    /// Up to `count` open connections besides the first, opening what is
+    /// missing (concurrently) and dropping those that have closed.
+    async fn others(&self, count: u64) -> Vec<Arc<QuicClient>> {
+        let count = usize::try_from(count).unwrap_or(usize::MAX);
+        let mut more = self.more.lock().await;
+        more.retain(|c| c.conn.close_reason().is_none());
+        if more.len() < count {
+            let options = &self.first.options;
+            let opened = join_all((more.len()..count).map(|_| {
+                QuicClient::connect_sharing(
+                    self.addr,
+                    &self.server_name,
+                    Arc::clone(options),
+                    Arc::clone(&self.first.pool),
+                )
+            }))
+            .await;
+            for c in opened {
+                match c {
+                    Ok(c) => more.push(Arc::new(c)),
+                    // Its share goes to the first connection instead.
+                    Err(e) => tracing::debug!(error = %e, "opening another connection"),
+                }
+            }
+        }
+        more.iter().take(count).cloned().collect()
+    }
+
+    /// Closes every connection ([`QuicClient::close`]).
+    pub(crate) async fn close(&self) {
+        let more = self.more.lock().await.clone();
+        tokio::join!(join_all(more.iter().map(|c| c.close())), self.first.close());
+    }
+}

@@ -294,6 +294,18 @@ def test_a_datagram_bound_is_taken_or_refused_by_name(served):
             ztserve.load(urls(port)["quic"], insecure=True, max_udp_payload=bad)
 
 
+def test_a_fetch_spreads_over_the_connections_asked_for(served):
+    """Issue 29, item 2: connections= spreads a ztp/1 load over that many
+    QUIC connections (and an HTTP one over that many requests); the
+    tensors are the same; fewer than one is a ValueError naming it."""
+    port, original = served
+    for url in urls(port).values():
+        for n in [1, 3]:
+            same(ztserve.load(url, insecure=True, connections=n), original)
+        with pytest.raises(ValueError, match="connections=0"):
+            ztserve.load(url, insecure=True, connections=0)
+
+
 def test_closing_cancels_what_is_in_flight(served):
     port, _ = served
     f = ztserve.safe_open(urls(port)["quic"], insecure=True, max_buffered_bytes=1 << 20)

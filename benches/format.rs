@@ -1,13 +1,17 @@
 //! Format-core benchmarks against their peers, in one run, with medians and ratios.
 //!
 //! `cargo bench --bench format` (set `ZT_BENCH_QUICK=1` for fewer rounds,
-//! `ZT_BENCH_MODEL=path.safetensors` to add `zt pack` against `cp`).
+//! `ZT_BENCH_MODEL=path.safetensors` to add `zt pack` against `cp`,
+//! `ZT_BENCH_ONLY=1,4` to run only those sections).
 //!
 //! 1. Open a file of 10,000 small tensors and touch every tensor, against
 //!    the `safetensors` crate on the same tensors.
 //! 2. Read one 1 GiB tensor: zero-copy, and with crc32c / sha256 verification,
 //!    against a plain `read` of the same bytes.
 //! 3. `zt pack` of a real model against `cp` of the same file.
+//! 4. Decode and validate the manifest of the 10,000 tensors of 1 (what a
+//!    client does with every manifest it receives), against the
+//!    `safetensors` crate reading its JSON header of the same tensors.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -129,6 +133,26 @@ fn bench_many_small() {
         });
         report(label, ours, "safetensors crate", safetensors_time);
     }
+}
+
+fn bench_manifest() {
+    let (zt, st, _) = many_small(&data_dir());
+    println!("\n# decode and validate the header of 10,000 tensors");
+    let f = ZtFile::open(&zt).unwrap();
+    let cbor = zt_format::manifest_cbor(f.manifest());
+    let size = std::fs::metadata(&zt).unwrap().len();
+    let header = std::fs::read(&st).unwrap();
+    let peer = median(|| {
+        black_box(SafeTensors::read_metadata(&header).unwrap());
+    });
+    let limits = zt_format::Limits::default();
+    let ours = median(|| {
+        let view = zt_format::container::View::File;
+        let decoded = zt_format::container::decode_manifest("m.zt", &cbor, size, &limits, view);
+        black_box(decoded.unwrap());
+    });
+    let what = format!("zt manifest, {} bytes of CBOR", cbor.len());
+    report(&what, ours, "safetensors header", peer);
 }
 
 fn one_gib(dir: &Path, alg: DigestAlgorithm) -> PathBuf {
@@ -271,7 +295,18 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    bench_many_small();
-    bench_one_gib();
-    bench_pack();
+    // `ZT_BENCH_ONLY=1,4` runs only those sections.
+    let only = std::env::var("ZT_BENCH_ONLY").unwrap_or_default();
+    let run = |n: &str| only.is_empty() || only.split(',').any(|s| s.trim() == n);
+    let sections: [(&str, fn()); 4] = [
+        ("1", bench_many_small),
+        ("2", bench_one_gib),
+        ("3", bench_pack),
+        ("4", bench_manifest),
+    ];
+    for (n, bench) in sections {
+        if run(n) {
+            bench();
+        }
+    }
 }

@@ -177,6 +177,18 @@ impl<'a> Reader<'a> {
         Ok(Some(v))
     }
 
+    /// How many entries the map that comes next announces (`None`: not a
+    /// definite-length map, or more entries than the bytes left could hold,
+    /// two bytes at least each); nothing is consumed. A size hint only:
+    /// the map is read and checked as usual afterwards.
+    pub(crate) fn peek_map_len(&self) -> Option<u64> {
+        let left = self.buf.len().saturating_sub(self.pos) as u64;
+        match Reader::at(self.buf, self.pos, self.max_depth).raw_head() {
+            Ok(Head::Map(Some(len))) if len <= left / 2 => Some(len),
+            _ => None,
+        }
+    }
+
     pub(crate) fn peek_is_break(&self) -> bool {
         self.buf.get(self.pos) == Some(&BREAK)
     }

@@ -66,6 +66,21 @@ fn canonical(value: &DigestValue) -> String {
     }
 }
 
+/// Whether `value_text`, the text after `algorithm:` that parsed as
+/// `value`, is its canonical spelling (what [`canonical`] writes), decided
+/// without writing it: a manifest's every component takes this test.
+fn is_canonical(value: &DigestValue, value_text: &str) -> bool {
+    let digits = |t: &str, ok: fn(&u8) -> bool| t.bytes().all(|b| ok(&b));
+    match value {
+        // Lower-case hex; `parse` checked there are 64 hex digits.
+        DigestValue::Sha256(_) => digits(value_text, |b| !b.is_ascii_uppercase()),
+        DigestValue::Crc32c(_) => value_text.strip_prefix("0x").is_some_and(|d| {
+            d.len() == 8 && digits(d, |b| b.is_ascii_digit() || b.is_ascii_uppercase())
+        }),
+        DigestValue::Unknown { .. } => value_text.is_empty(),
+    }
+}
+
 impl std::fmt::Display for Digest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.as_str())
@@ -113,7 +128,7 @@ impl Digest {
                 algorithm: other.to_owned(),
             },
         };
-        let repr = match canonical(&value) == text {
+        let repr = match is_canonical(&value, hex_part) {
             true => Repr::Canonical(value),
             false => Repr::Spelled(Box::new((text.into(), value))),
         };
@@ -275,6 +290,31 @@ mod tests {
         assert_eq!(canonical, DigestAlgorithm::Crc32c.digest(b"123456789"));
         assert!(matches!(canonical.repr, Repr::Canonical(_)));
         assert!(d.compare(&canonical).is_ok());
+    }
+
+    /// The test without writing agrees with writing the canonical
+    /// spelling and comparing, on every kind of spelling.
+    #[test]
+    fn canonical_is_decided_as_if_written() {
+        let sha = "sha256:".to_owned() + &"0a".repeat(32);
+        let sha_upper = "sha256:".to_owned() + &"0A".repeat(32);
+        for text in [
+            "crc32c:0xE3069283",
+            "crc32c:0xe3069283",
+            "crc32c:0XE3069283",
+            "crc32c:0x0000ABCD",
+            "crc32c:0xABCD",
+            "crc32c:0x00000000",
+            sha.as_str(),
+            sha_upper.as_str(),
+            "blake3:",
+            "blake3:00",
+        ] {
+            let d = Digest::parse(text).unwrap();
+            let written = canonical(d.value()) == text;
+            assert_eq!(matches!(d.repr, Repr::Canonical(_)), written, "{text}");
+            assert_eq!(d.as_str(), text, "{text}: the spelling is kept either way");
+        }
     }
 
     /// Pieces of any size hash like the whole (the transports feed

@@ -3,6 +3,7 @@
 //! `cargo run --release --example make_bench_model -- OUT.zt one-tensor GIB`
 //! `cargo run --release --example make_bench_model -- OUT.zt layers N_LAYERS MIB_PER_LAYER`
 //! `cargo run --release --example make_bench_model -- OUT.zt many N_OBJECTS`
+//! `cargo run --release --example make_bench_model -- OUT.safetensors layers-safetensors N_LAYERS MIB_PER_LAYER`
 
 use std::path::PathBuf;
 
@@ -11,7 +12,8 @@ use zt_format::DigestAlgorithm;
 #[path = "../benches/support/model.rs"]
 mod model;
 
-const USAGE: &str = "usage: OUT.zt one-tensor GIB | layers N MIB | many N";
+const USAGE: &str =
+    "usage: OUT.zt one-tensor GIB | layers N MIB | many N | OUT.safetensors layers-safetensors N MIB";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -26,6 +28,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             args.get(2).map_or(Ok(32), |s| s.parse())?,
             args.get(3).map_or(Ok(32), |s| s.parse())?,
             crc,
+        )?,
+        Some("layers-safetensors") => model::layers_safetensors(
+            &out,
+            args.get(2).map_or(Ok(32), |s| s.parse())?,
+            args.get(3).map_or(Ok(32), |s| s.parse())?,
         )?,
         Some("many") => model::many_objects(&out, args.get(2).map_or(Ok(10_000), |s| s.parse())?)?,
         _ => return Err(USAGE.into()),

@@ -479,8 +479,7 @@ async fn a_servers_error_text_is_quoted_cut_short() {
 
 /// A server from before the `shares` feature ignores a spread fetch's
 /// `share` and sends the whole selection; the client, seeing no `shares`
-/// in the manifest's features, takes it all from the one connection and
-/// opens no other.
+/// in the manifest's features, takes it all from the one connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_without_shares_answers_a_spread_fetch_whole() {
     let (addr, fp, server) = serve(|mut s| async move {

@@ -288,6 +288,16 @@ async fn a_fetch_spread_over_connections_keeps_layer_order() {
         let inversions = mine.windows(2).filter(|w| w[0] > w[1] + 4).count();
         assert_eq!(inversions, 0, "share {share}: {mine:?} (all: {order:?})");
     }
+    // Each of the four connections carried its quarter (six of the 24 MiB,
+    // give or take what QUIC adds, and the one-tensor fetch before).
+    let per_connection = relay.bytes_to_clients();
+    assert_eq!(per_connection.len(), 4, "{per_connection:?}");
+    for bytes in &per_connection {
+        assert!(
+            (6 << 20..9 << 20).contains(bytes),
+            "every connection carried about a quarter: {per_connection:?}"
+        );
+    }
     drop(f);
     client.close().await;
 }

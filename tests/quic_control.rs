@@ -1,7 +1,8 @@
 //! The control stream against the real daemon, read by a bare quinn
 //! client: the manifest arrives before any component stream however busy
-//! the connection is, and a close during a transfer reaches a client whose
-//! receive buffers were full, with its code.
+//! the connection is, a close during a transfer reaches a client whose
+//! receive buffers were full, with its code, and a `share` of a request
+//! carries its positions alone and counts them in its `done`.
 
 mod common;
 
@@ -234,4 +235,91 @@ fn a_close_during_a_transfer_reaches_a_client_whose_buffers_were_full() {
     assert_eq!(closed, Some(violation));
     // The daemon serves on.
     assert_eq!(common::curl(&[], &s.url("/healthz")).status, 200);
+}
+
+/// A `get` with `share: [1, 3]`: the manifest is the whole selection's,
+/// its `streams` and the `done` count this share alone, and the streams
+/// are exactly the positions 1, 4, 7, ... of the request's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_is_every_nth_component_and_its_done_counts_only_it() {
+    let root = common::sample_root();
+    let s = Server::start_quic(root.path(), &[]);
+    let (addr, fp) = s.quic.clone().unwrap();
+    let conn = common::quic::raw_connect(&addr, &fp, None).await;
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let share = Get {
+        id: 9,
+        path: "sample.zt".into(),
+        share: Some((1, 3)),
+        ..Get::default()
+    };
+    send.write_all(&frame(&Message::Get(share)).unwrap())
+        .await
+        .unwrap();
+    // 39 components in all: share 1 of 3 is seq 1, 4, ..., 37.
+    let want: Vec<u64> = (0..39).filter(|s| s % 3 == 1).collect();
+    let streams = {
+        let (conn, n) = (conn.clone(), want.len());
+        tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            while seqs.len() < n {
+                let mut s = conn.accept_uni().await.unwrap();
+                let bytes = s.read_to_end(64 << 20).await.unwrap();
+                let mut d = Deframer::new(ztp_proto::MAX_CLIENT_MESSAGE);
+                d.push(&bytes);
+                seqs.push(d.next_header().unwrap().unwrap().seq);
+            }
+            seqs
+        })
+    };
+    let mut d = Deframer::new(64 << 20);
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut manifest, mut done) = (None, None);
+    while done.is_none() {
+        while let Some(m) = d.next_message().unwrap() {
+            match m {
+                Message::Manifest(m) => manifest = Some(m),
+                Message::Done(x) => done = Some(x),
+                other => panic!("{other:?}"),
+            }
+        }
+        if done.is_none() {
+            let n = recv
+                .read(&mut buf)
+                .await
+                .unwrap()
+                .expect("control stream open");
+            d.push(&buf[..n]);
+        }
+    }
+    let manifest = manifest.expect("the manifest came before done");
+    assert_eq!(manifest.streams, want.len() as u64);
+    assert!(manifest.features.iter().any(|f| f == "shares"));
+    let decoded = zt_format::ZtFile::from_bytes(
+        "sample.zt",
+        &std::fs::read(root.path().join("sample.zt")).unwrap(),
+        Default::default(),
+    )
+    .unwrap();
+    let limits = zt_format::Limits::default();
+    let (whole, _) = zt_format::container::decode_manifest(
+        "sample.zt",
+        &manifest.manifest,
+        std::fs::metadata(root.path().join("sample.zt"))
+            .unwrap()
+            .len(),
+        &limits,
+        zt_format::container::View::File,
+    )
+    .unwrap();
+    assert_eq!(
+        whole.objects.len(),
+        decoded.manifest().objects.len(),
+        "the whole manifest"
+    );
+    let done = done.unwrap();
+    assert_eq!((done.sent, done.cancelled), (want.len() as u64, 0));
+    let mut seqs = streams.await.unwrap();
+    seqs.sort_unstable();
+    assert_eq!(seqs, want);
 }

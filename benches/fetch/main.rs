@@ -39,6 +39,9 @@ mod zt_bin;
 const LAYERS: u64 = 32;
 const MIB_PER_LAYER: usize = 32;
 const MANY: usize = 10_000;
+/// The layers model's tensors as a safetensors file (no digests of its
+/// own: the daemon computes sha256 digests for it).
+const SAFETENSORS: &str = "layers.safetensors";
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -155,6 +158,12 @@ fn ensure_models(root: &Path) -> Result<()> {
             model::layers(&p, LAYERS, MIB_PER_LAYER, digest).map_err(|e| anyhow::anyhow!("{e}"))?;
         }
     }
+    let st = root.join(SAFETENSORS);
+    if !st.exists() {
+        eprintln!("writing {}", st.display());
+        model::layers_safetensors(&st, LAYERS, MIB_PER_LAYER)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     let lossy = root.join(lossy::FILE);
     if !lossy.exists() {
         model::layers(&lossy, 8, MIB_PER_LAYER, Some(DigestAlgorithm::Crc32c))
@@ -199,6 +208,10 @@ impl Bench {
         );
         let peer = self.nhttp("layers-crc32c.zt");
         let own = self.zhttp("layers-crc32c.zt");
+        // The daemon computes the safetensors file's digests once; its
+        // manifest waits for them, so no round pays for them.
+        let manifest = format!("{}/manifest", self.zhttp(SAFETENSORS));
+        peers::timed(&mut peers::curl(&manifest, Path::new("/dev/null")))?;
         type Run<'a> = Box<dyn Fn() -> Result<f64> + 'a>;
         let curl_from = |url: String| -> Run<'_> {
             Box::new(move || {
@@ -268,6 +281,29 @@ impl Bench {
                 ),
             ));
         }
+        // A byte-identical copy of a safetensors file, checked against the
+        // daemon's sha256 digests, against curl of the same file.
+        let copy = out.with_extension("safetensors");
+        variants.push((
+            "curl <- nginx (the safetensors file)".into(),
+            Box::new({
+                let (url, copy) = (self.nhttp(SAFETENSORS), copy.clone());
+                move || {
+                    peers::remove_output(&copy);
+                    peers::timed(&mut peers::curl(&url, &copy))
+                }
+            }),
+        ));
+        for (via, url) in [
+            ("http", self.zhttp(SAFETENSORS)),
+            ("quic", self.zquic(SAFETENSORS)),
+        ] {
+            let copy = copy.clone();
+            variants.push((
+                format!("zt fetch {via} <- ztserve, safetensors copy, sha256"),
+                Box::new(move || peers::timed(&mut peers::zt_fetch(&url, &copy))),
+            ));
+        }
         variants.push((
             "zt fetch http <- ztserve, crc32c, --no-direct-io".into(),
             fetch(own.clone(), &["--no-direct-io"]),
@@ -292,6 +328,7 @@ impl Bench {
             println!("{:>8.1} MiB  {key}", median(kib.clone()) / 1024.0);
         }
         peers::remove_output(out);
+        peers::remove_output(&out.with_extension("safetensors"));
         Ok(())
     }
 

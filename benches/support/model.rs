@@ -98,6 +98,42 @@ pub(crate) fn layers(
     Ok(())
 }
 
+/// The tensors of [`layers`] (no digests: a safetensors file has none) as
+/// one safetensors file: what a byte-identical copy is measured on.
+pub(crate) fn layers_safetensors(
+    out: &Path,
+    layers: u64,
+    mib: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use safetensors::tensor::TensorView;
+    let half = (mib << 20) / 2;
+    let mut tensors: Vec<(String, Vec<u8>)> =
+        vec![("model.embed_tokens.weight".into(), noise(1 << 20, 99))];
+    for l in 0..layers {
+        for (i, part) in ["self_attn.qkv_proj.weight", "mlp.up_proj.weight"]
+            .iter()
+            .enumerate()
+        {
+            tensors.push((
+                format!("model.layers.{l}.{part}"),
+                noise(half, l * 2 + i as u64 + 1),
+            ));
+        }
+    }
+    tensors.push(("model.norm.weight".into(), noise(4096, 98)));
+    let views = tensors
+        .iter()
+        .map(|(name, data)| {
+            let view = TensorView::new(safetensors::Dtype::BF16, vec![data.len() / 2], data)?;
+            Ok((name.as_str(), view))
+        })
+        .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()?;
+    let part = out.with_extension("safetensors.part");
+    safetensors::serialize_to_file(views, None, &part)?;
+    std::fs::rename(part, out)?;
+    Ok(())
+}
+
 /// `n` tiny objects: a manifest-heavy file for connect-and-manifest latency.
 pub(crate) fn many_objects(out: &Path, n: usize) -> Result<(), Box<dyn std::error::Error>> {
     let label = out.display().to_string();

@@ -39,6 +39,9 @@ impl Throttle {
 pub struct Relay {
     pub addr: SocketAddr,
     _stop: tokio::sync::oneshot::Sender<()>,
+    /// UDP: bytes sent back to each client address (each QUIC connection
+    /// of a client has one).
+    to_clients: Arc<Mutex<HashMap<SocketAddr, u64>>>,
 }
 
 impl Relay {
@@ -64,7 +67,18 @@ impl Relay {
             });
         });
         let addr = rx.recv().expect("relay bound");
-        Relay { addr, _stop: stop }
+        Relay {
+            addr,
+            _stop: stop,
+            to_clients: Arc::default(),
+        }
+    }
+
+    /// UDP: bytes relayed back to each client address so far, largest first.
+    pub fn bytes_to_clients(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.to_clients.lock().unwrap().values().copied().collect();
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        v
     }
 
     fn throttle(bytes_per_sec: u64) -> Arc<Throttle> {
@@ -111,7 +125,10 @@ impl Relay {
     /// upstream socket per client address.
     pub fn udp_delayed(upstream: SocketAddr, bytes_per_sec: u64, delay: Duration) -> Relay {
         let throttle = Relay::throttle(bytes_per_sec);
-        Relay::run(move |bound| async move {
+        let counts: Arc<Mutex<HashMap<SocketAddr, u64>>> = Arc::default();
+        let counted = Arc::clone(&counts);
+        let mut relay = Relay::run(move |bound| async move {
+            let counts = counted;
             let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
             let _ = bound.send(front.local_addr().unwrap());
             // Datagrams to the client leave through one delayed queue.
@@ -140,9 +157,11 @@ impl Relay {
                         flows.insert(from, Arc::clone(&s));
                         let (throttle, s2, out) =
                             (Arc::clone(&throttle), Arc::clone(&s), to_client.clone());
+                        let counts = Arc::clone(&counts);
                         tokio::spawn(async move {
                             let mut buf = vec![0u8; 65536];
                             while let Ok(n) = s2.recv(&mut buf).await {
+                                *counts.lock().unwrap().entry(from).or_default() += n as u64;
                                 throttle.take(n).await;
                                 if out
                                     .send((Instant::now(), (buf[..n].to_vec(), from)))
@@ -166,7 +185,9 @@ impl Relay {
                     });
                 }
             }
-        })
+        });
+        relay.to_clients = counts;
+        relay
     }
 }
 

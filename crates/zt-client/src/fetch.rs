@@ -18,6 +18,9 @@ pub(crate) enum Event {
     /// The server's `done`: how many components it sent whole (streams
     /// cancelled before they opened never arrive).
     Done { sent: u64 },
+    /// The request's connection is gone (or broke the protocol): nothing
+    /// more will come for it, and the fetch fails with this error.
+    Lost(Error),
 }
 
 /// An event, with the budget it holds until the consumer takes it
@@ -45,6 +48,9 @@ pub struct Fetch {
     shares: u64,
     dones: u64,
     sent: u64,
+    /// A connection of the fetch was lost: the fetch has failed, and says
+    /// so once.
+    lost: bool,
     /// A ztp/1 request's connection, failing a wait it stays silent through
     /// (HTTP has its sockets' read timeout instead).
     watch: Option<Watch>,
@@ -91,6 +97,7 @@ impl Fetch {
             shares: 1,
             dones: 0,
             sent: 0,
+            lost: false,
             watch: None,
             release: None,
         }
@@ -120,6 +127,9 @@ impl Fetch {
     /// its bytes back to a bounded fetch's budget.
     pub async fn next(&mut self) -> Option<Result<Delivered>> {
         loop {
+            if self.lost {
+                return None;
+            }
             match self.done_sent {
                 Some(sent) if self.ok >= sent => return None,
                 None if self.received >= self.streams => return None,
@@ -140,6 +150,12 @@ impl Fetch {
                     continue;
                 }
                 Some(Ok((Event::Component(item), _held))) => item,
+                // The other shares' components are no use without this
+                // one's: the fetch ends here, whatever else is in flight.
+                Some(Ok((Event::Lost(e), _))) => {
+                    self.lost = true;
+                    Err(e)
+                }
                 None => Err(Error::Transport(
                     "connection lost before every component arrived".into(),
                 )),

@@ -28,8 +28,9 @@ use crate::server::store::READ_CHUNK as CHUNK;
 /// priorities have something to choose from: without this, every open
 /// stream would refill the buffer in turn and layer 0 would get only its
 /// share of it. A share of a fetch spread over several connections gets
-/// one writer (`writers`), so that the fetch as a whole still reads only
-/// about two components ahead and its first layer is not diluted.
+/// one writer (`writers`): `n` connections then read `n` components ahead,
+/// not `2n`, which kept the first layer sooner and cost no throughput
+/// (docs/benchmarks.md, "Connections per fetch").
 const WRITERS: usize = 2;
 
 /// Writers for one of `shares` requests that make up a fetch.
@@ -95,6 +96,7 @@ pub(super) async fn run(
     let mut sent = 0u64;
     let mut tasks = JoinSet::new();
     let writers = Arc::new(Semaphore::new(writers));
+    let count = items.len() as u64;
     // Priorities count down from the request's last position (a share's
     // `seq`s are positions in the whole request, not in the share).
     let n = items.last().map_or(0, |i| {
@@ -158,7 +160,7 @@ pub(super) async fn run(
     }
     // Everything not sent whole was cancelled: by the client, refused,
     // failed, or never opened because the connection went.
-    (sent, (n as u64).saturating_sub(sent))
+    (sent, count.saturating_sub(sent))
 }
 
 /// How a write ended.

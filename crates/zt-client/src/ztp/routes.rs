@@ -28,14 +28,15 @@ pub(super) struct Route {
 }
 
 impl Route {
-    /// Fails the request: its manifest wait, or its fetch.
+    /// Fails the request: its manifest wait, or its fetch, which gets
+    /// nothing more from this connection.
     fn fail(mut self, e: Error) {
         match self.manifest.take() {
             Some(tx) => {
                 let _ = tx.send(Err(e));
             }
             None => {
-                let _ = self.deliver.send((Event::Component(Err(e)), None));
+                let _ = self.deliver.send((Event::Lost(e), None));
             }
         }
     }

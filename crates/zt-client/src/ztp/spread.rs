@@ -10,18 +10,23 @@
 //! stays on one connection) and under which ETag; the other shares ask for
 //! exactly that version (`if_match`). The other connections are opened the
 //! first time a fetch has components for them and kept for later fetches;
-//! one that cannot be opened leaves its share to the first. Every share is
-//! verified as any request is, and all of them feed one [`Fetch`], which
-//! ends once every share's `done` is in.
+//! one that cannot be opened (within 3 s; none is tried again for 30 s
+//! after a failure), and a share answered otherwise than asked (another
+//! version: another connection may reach another replica; no `shares`
+//! feature there; an error), leave the share to the first connection.
+//! Every share is verified as any request is, and all of them feed one
+//! [`Fetch`], which ends once every share's `done` is in, or at once when
+//! any of its connections is lost.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use tokio::sync::{mpsc, Mutex};
-use ztp_proto::{Get, FEATURE_SHARES};
+use ztp_proto::{Get, ManifestMsg, FEATURE_SHARES};
 
-use super::QuicClient;
+use super::{Asked, QuicClient};
 use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::fetch::Fetch;
@@ -33,7 +38,40 @@ pub(crate) struct Spread {
     /// Where the first connection went and whom it verified, for the others.
     addr: SocketAddr,
     server_name: String,
-    more: Mutex<Vec<Arc<QuicClient>>>,
+    more: Mutex<More>,
+}
+
+/// The connections a client opened besides its first.
+#[derive(Debug, Default)]
+struct More {
+    open: Vec<Arc<QuicClient>>,
+    /// When opening one last failed.
+    failed: Option<Instant>,
+}
+
+/// How long opening another connection may take before its share goes to
+/// the first connection instead.
+const OPEN_WAIT: Duration = Duration::from_secs(3);
+
+/// How long after a failure to open another connection none is tried.
+const OPEN_BACKOFF: Duration = Duration::from_secs(30);
+
+/// `share`, if it answered as a share (the server there names the
+/// feature) for the version the first share's manifest `first` names.
+fn same_version(share: Asked, first: &ManifestMsg) -> Result<Asked> {
+    let m = &share.msg;
+    if !m.features.iter().any(|f| f == FEATURE_SHARES) {
+        return Err(Error::Protocol(
+            "the server there does not name the feature \"shares\"".into(),
+        ));
+    }
+    if m.etag != first.etag || m.size != first.size {
+        return Err(Error::Protocol(format!(
+            "version {} ({} bytes) where the first share had {} ({} bytes)",
+            m.etag, m.size, first.etag, first.size
+        )));
+    }
+    Ok(share)
 }
 
 /// What a fetch asks for: the file, its selection and version.
@@ -56,7 +94,7 @@ impl Spread {
             first: QuicClient::connect(addr, server_name, options).await?,
             addr,
             server_name: server_name.to_owned(),
-            more: Mutex::new(Vec::new()),
+            more: Mutex::default(),
         })
     }
 
@@ -114,13 +152,27 @@ impl Spread {
                 }))
                 .await;
             for (i, answer) in (1..shares).zip(answers) {
-                let share = answer?;
-                if share.msg.etag != m.etag || share.msg.size != m.size {
-                    return Err(Error::Protocol(format!(
-                        "{}: share {i} of {shares} answered for version {} ({} bytes), the first for {} ({} bytes)",
-                        a.path, share.msg.etag, share.msg.size, m.etag, m.size
-                    )));
-                }
+                let share = match answer.and_then(|s| same_version(s, &m)) {
+                    Ok(share) => share,
+                    // Another connection may reach another replica (one
+                    // with another version of the file, or without the
+                    // feature), or fail: the first connection, which gave
+                    // the manifest, carries the share instead.
+                    Err(e) => {
+                        tracing::debug!(share = i, of = shares, error = %e, "asking the first connection");
+                        let again = first
+                            .send_get(get(i, Some(&m.etag)), deliver.clone(), budget.clone())
+                            .await
+                            .and_then(|s| same_version(s, &m));
+                        again.map_err(|again| {
+                            let on = on(i).conn.remote_address();
+                            Error::Transport(format!(
+                                "{}: share {i} of {shares} failed on the connection to {on} ({e}) and on the first ({again})",
+                                a.path
+                            ))
+                        })?
+                    }
+                };
                 streams += share.msg.streams;
                 routed.push(share.routed);
             }
@@ -136,36 +188,48 @@ impl Spread {
     }
 
     /// Up to `count` open connections besides the first, opening what is
-    /// missing (concurrently) and dropping those that have closed.
+    /// missing (concurrently, each within [`OPEN_WAIT`]) and dropping those
+    /// that have closed. After a failure to open one, none is tried for
+    /// [`OPEN_BACKOFF`]: their shares go to the first connection.
     async fn others(&self, count: u64) -> Vec<Arc<QuicClient>> {
         let count = usize::try_from(count).unwrap_or(usize::MAX);
         let mut more = self.more.lock().await;
-        more.retain(|c| c.conn.close_reason().is_none());
-        if more.len() < count {
+        more.open.retain(|c| c.conn.close_reason().is_none());
+        let resting = more.failed.is_some_and(|t| t.elapsed() < OPEN_BACKOFF);
+        if more.open.len() < count && !resting {
             let options = &self.first.options;
-            let opened = join_all((more.len()..count).map(|_| {
-                QuicClient::connect_sharing(
+            let opened = join_all((more.open.len()..count).map(|_| {
+                let open = QuicClient::connect_sharing(
                     self.addr,
                     &self.server_name,
                     Arc::clone(options),
                     Arc::clone(&self.first.pool),
-                )
+                );
+                tokio::time::timeout(OPEN_WAIT, open)
             }))
             .await;
             for c in opened {
-                match c {
-                    Ok(c) => more.push(Arc::new(c)),
-                    // Its share goes to the first connection instead.
-                    Err(e) => tracing::debug!(error = %e, "opening another connection"),
+                let why = match c {
+                    Ok(Ok(c)) => {
+                        more.open.push(Arc::new(c));
+                        continue;
+                    }
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => format!("no handshake within {} s", OPEN_WAIT.as_secs()),
+                };
+                if more.failed.is_none() {
+                    tracing::warn!(server = %self.addr, error = %why,
+                        "could not open another connection; its share of each fetch goes to the first");
                 }
+                more.failed = Some(Instant::now());
             }
         }
-        more.iter().take(count).cloned().collect()
+        more.open.iter().take(count).cloned().collect()
     }
 
     /// Closes every connection ([`QuicClient::close`]).
     pub(crate) async fn close(&self) {
-        let more = self.more.lock().await.clone();
+        let more = self.more.lock().await.open.clone();
         tokio::join!(join_all(more.iter().map(|c| c.close())), self.first.close());
     }
 }

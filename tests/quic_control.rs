@@ -237,53 +237,56 @@ fn a_close_during_a_transfer_reaches_a_client_whose_buffers_were_full() {
     assert_eq!(common::curl(&[], &s.url("/healthz")).status, 200);
 }
 
-/// A `get` with `share: [1, 3]`: the manifest is the whole selection's,
-/// its `streams` and the `done` count this share alone, and the streams
-/// are exactly the positions 1, 4, 7, ... of the request's order.
+/// The three shares of a request (`share: [i, 3]`), each on the same
+/// connection: every manifest is the whole selection's, its `streams` and
+/// its `done` count that share alone, and together they carry every
+/// position of the request's order exactly once, balanced by bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_share_is_every_nth_component_and_its_done_counts_only_it() {
+async fn the_shares_of_a_request_carry_each_component_once_balanced_by_bytes() {
     let root = common::sample_root();
     let s = Server::start_quic(root.path(), &[]);
     let (addr, fp) = s.quic.clone().unwrap();
     let conn = common::quic::raw_connect(&addr, &fp, None).await;
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    let share = Get {
-        id: 9,
-        path: "sample.zt".into(),
-        share: Some((1, 3)),
-        ..Get::default()
-    };
-    send.write_all(&frame(&Message::Get(share)).unwrap())
-        .await
-        .unwrap();
-    // 39 components in all: share 1 of 3 is seq 1, 4, ..., 37.
-    let want: Vec<u64> = (0..39).filter(|s| s % 3 == 1).collect();
+    for index in 0..3u64 {
+        let share = Get {
+            id: index,
+            path: "sample.zt".into(),
+            share: Some((index, 3)),
+            ..Get::default()
+        };
+        send.write_all(&frame(&Message::Get(share)).unwrap())
+            .await
+            .unwrap();
+    }
+    // 39 components in all.
     let streams = {
-        let (conn, n) = (conn.clone(), want.len());
+        let conn = conn.clone();
         tokio::spawn(async move {
-            let mut seqs = Vec::new();
-            while seqs.len() < n {
+            let mut got = Vec::new();
+            while got.len() < 39 {
                 let mut s = conn.accept_uni().await.unwrap();
                 let bytes = s.read_to_end(64 << 20).await.unwrap();
                 let mut d = Deframer::new(ztp_proto::MAX_CLIENT_MESSAGE);
                 d.push(&bytes);
-                seqs.push(d.next_header().unwrap().unwrap().seq);
+                let h = d.next_header().unwrap().unwrap();
+                got.push((h.id, h.seq, h.length));
             }
-            seqs
+            got
         })
     };
     let mut d = Deframer::new(64 << 20);
     let mut buf = vec![0u8; 64 * 1024];
-    let (mut manifest, mut done) = (None, None);
-    while done.is_none() {
+    let (mut manifests, mut dones) = (Vec::new(), Vec::new());
+    while dones.len() < 3 {
         while let Some(m) = d.next_message().unwrap() {
             match m {
-                Message::Manifest(m) => manifest = Some(m),
-                Message::Done(x) => done = Some(x),
+                Message::Manifest(m) => manifests.push(m),
+                Message::Done(x) => dones.push(x),
                 other => panic!("{other:?}"),
             }
         }
-        if done.is_none() {
+        if dones.len() < 3 {
             let n = recv
                 .read(&mut buf)
                 .await
@@ -292,34 +295,41 @@ async fn a_share_is_every_nth_component_and_its_done_counts_only_it() {
             d.push(&buf[..n]);
         }
     }
-    let manifest = manifest.expect("the manifest came before done");
-    assert_eq!(manifest.streams, want.len() as u64);
-    assert!(manifest.features.iter().any(|f| f == "shares"));
-    let decoded = zt_format::ZtFile::from_bytes(
-        "sample.zt",
-        &std::fs::read(root.path().join("sample.zt")).unwrap(),
-        Default::default(),
-    )
-    .unwrap();
+    let got = streams.await.unwrap();
+    let file = std::fs::read(root.path().join("sample.zt")).unwrap();
+    let whole = zt_format::ZtFile::from_bytes("sample.zt", &file, Default::default()).unwrap();
     let limits = zt_format::Limits::default();
-    let (whole, _) = zt_format::container::decode_manifest(
-        "sample.zt",
-        &manifest.manifest,
-        std::fs::metadata(root.path().join("sample.zt"))
-            .unwrap()
-            .len(),
-        &limits,
-        zt_format::container::View::File,
-    )
-    .unwrap();
-    assert_eq!(
-        whole.objects.len(),
-        decoded.manifest().objects.len(),
-        "the whole manifest"
-    );
-    let done = done.unwrap();
-    assert_eq!((done.sent, done.cancelled), (want.len() as u64, 0));
-    let mut seqs = streams.await.unwrap();
+    let mut load = [0u64; 3];
+    for m in &manifests {
+        assert!(m.features.iter().any(|f| f == "shares"));
+        let (manifest, _) = zt_format::container::decode_manifest(
+            "sample.zt",
+            &m.manifest,
+            file.len() as u64,
+            &limits,
+            zt_format::container::View::File,
+        )
+        .unwrap();
+        assert_eq!(
+            manifest.objects.len(),
+            whole.manifest().objects.len(),
+            "the whole manifest"
+        );
+        let mine: Vec<_> = got.iter().filter(|(id, ..)| *id == m.id).collect();
+        assert_eq!(m.streams, mine.len() as u64, "share {}", m.id);
+        let done = dones.iter().find(|x| x.id == m.id).unwrap();
+        assert_eq!(
+            (done.sent, done.cancelled),
+            (mine.len() as u64, 0),
+            "share {}",
+            m.id
+        );
+        load[m.id as usize] = mine.iter().map(|(.., len)| len).sum();
+    }
+    let mut seqs: Vec<u64> = got.iter().map(|(_, seq, _)| *seq).collect();
     seqs.sort_unstable();
-    assert_eq!(seqs, want);
+    assert_eq!(seqs, (0..39).collect::<Vec<u64>>(), "every position once");
+    let largest = got.iter().map(|(.., len)| *len).max().unwrap();
+    let (most, least) = (load.iter().max().unwrap(), load.iter().min().unwrap());
+    assert!(most - least <= largest, "balanced by bytes: {load:?}");
 }

@@ -297,18 +297,15 @@ impl<R> ClientSession<R> {
             )));
         };
         if let Some(n) = r.streams {
-            // A share's `n` streams are the `seq`s `index + k * count`.
-            let (index, count) = r.share;
-            let last = n
-                .checked_sub(1)
-                .and_then(|k| k.checked_mul(count))
-                .and_then(|k| k.checked_add(index));
-            let placed = h.seq % count.max(1) == index && last.is_some_and(|l| h.seq <= l);
-            if !placed || r.headers >= n {
-                let of = if count > 1 {
-                    format!(" (share {index} of {count})")
-                } else {
+            // A share's streams are its own pick of the request's
+            // positions (ztp_proto::share): only their number is known.
+            let whole = r.share.1 <= 1;
+            if (whole && h.seq >= n) || r.headers >= n {
+                let (index, count) = r.share;
+                let of = if whole {
                     String::new()
+                } else {
+                    format!(" (share {index} of {count})")
                 };
                 return Err(Violation(format!(
                     "component stream {} of request {}{of}, which announced {n} (object {:?}, component {:?})",
@@ -448,32 +445,36 @@ mod tests {
     }
 
     #[test]
-    fn a_share_takes_only_its_own_positions() {
+    fn a_share_takes_as_many_streams_as_it_announced() {
         let mut s = ClientSession::default();
         let share = |index| Get {
             path: "m.zt".into(),
             share: Some((index, 3)),
             ..Get::default()
         };
-        // Share 1 of 3 of seven components: seq 1 and 4.
+        // Its positions are the server's pick: any two, then no more.
         let id = s.request(share(1), "one").id;
         s.on_frame(offering(id, 2, &["shares"])).unwrap();
-        violation(s.on_header(&header(id, 0)), "(share 1 of 3)");
-        violation(s.on_header(&header(id, 2)), "which announced 2");
-        violation(s.on_header(&header(id, 7)), "component stream 7");
-        assert_eq!(s.on_header(&header(id, 4)).unwrap(), Some(&"one"));
+        assert_eq!(s.on_header(&header(id, 9)).unwrap(), Some(&"one"));
         assert_eq!(s.on_header(&header(id, 1)).unwrap(), Some(&"one"));
-        violation(s.on_header(&header(id, 1)), "which announced 2");
+        violation(
+            s.on_header(&header(id, 4)),
+            "(share 1 of 3), which announced 2",
+        );
         // A share with nothing in it takes no stream.
         let empty = s.request(share(2), "none").id;
         s.on_frame(offering(empty, 0, &["shares"])).unwrap();
         violation(s.on_header(&header(empty, 2)), "which announced 0");
-        // A server without the feature sends the whole selection.
+        // A server without the feature sends the whole selection, whose
+        // positions are bounded by their number.
         let whole = s.request(share(1), "whole").id;
         s.on_frame(manifest(whole, 3)).unwrap();
         for seq in [0, 1, 2] {
             assert_eq!(s.on_header(&header(whole, seq)).unwrap(), Some(&"whole"));
         }
+        let again = s.request(share(1), "again").id;
+        s.on_frame(manifest(again, 3)).unwrap();
+        violation(s.on_header(&header(again, 3)), "component stream 3");
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod framing;
 pub mod fuzz;
 mod message;
 mod server_session;
+pub mod share;
 mod value;
 
 pub use client_session::{ClientSession, Event, Violation};

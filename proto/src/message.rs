@@ -32,10 +32,10 @@ pub struct Get {
     /// `select` names, sent instead of its whole `data` (feature
     /// [`crate::FEATURE_ROWS`]), under a digest of exactly those bytes.
     pub rows: Option<(u64, u64)>,
-    /// `[index, count]`: only the components whose position in the
-    /// request's order (`seq`) is `index` modulo `count` (feature
-    /// [`crate::FEATURE_SHARES`]); one fetch spread over `count` requests,
-    /// one per connection, keeps its order on each.
+    /// `[index, count]`: only the components [`crate::share::assign`]
+    /// gives share `index` of `count` (feature [`crate::FEATURE_SHARES`]);
+    /// one fetch spread over `count` requests, one per connection, each
+    /// moving through the order at the same pace in bytes.
     pub share: Option<(u64, u64)>,
 }
 

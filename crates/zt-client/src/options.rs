@@ -24,8 +24,8 @@ pub struct Options {
     /// Bearer token sent with every request.
     pub token: Option<String>,
     /// Connections one fetch uses: parallel Range requests over HTTP,
-    /// QUIC connections over ztp/1 (each carrying every n-th component of
-    /// the fetch's order). `None`: [`HTTP_CONNECTIONS`] or
+    /// QUIC connections over ztp/1 (each carrying a share of the
+    /// components, in the fetch's order, balanced by bytes). `None`: [`HTTP_CONNECTIONS`] or
     /// [`QUIC_CONNECTIONS`].
     pub connections: Option<usize>,
     /// Accept components whose digest algorithm is unknown.

@@ -138,13 +138,15 @@ async fn get(
         Ok(plan) => plan,
         Err(r) => return control.send(Message::Error(refused::error(id, r))).await,
     };
-    // Positions in the whole request's order, kept in a share: `seq`
-    // tells the client where each component stands among all of them.
+    // A share's components (balanced by bytes: ztp_proto::share) keep
+    // their positions in the whole request's order as `seq`.
     let (index, count) = g.share.unwrap_or((0, 1));
+    let shares = ztp_proto::share::assign(parts.iter().map(|p| p.component.length), count);
     let items: Vec<Item> = (0u64..)
         .zip(parts)
-        .filter(|(seq, _)| seq % count == index)
-        .map(|(seq, part)| Item::of(id, seq, part))
+        .zip(shares)
+        .filter(|(_, share)| *share == index)
+        .map(|((seq, part), _)| Item::of(id, seq, part))
         .collect();
     let streams = if g.manifest_only {
         0

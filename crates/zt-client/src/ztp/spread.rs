@@ -1,8 +1,8 @@
 //! One fetch spread over several connections to one server. Share `i` of
 //! `n` (a `get` with `share`, the feature `shares`: PROTOCOL.md section 4)
-//! carries the components at positions `i`, `i + n`, ... of the fetch's
-//! order, so every connection starts on layer 0 and together they keep
-//! the per-layer order. Each connection is a congestion window and a
+//! carries the components the server deals it, in the fetch's order and
+//! balanced by bytes, so every connection starts on layer 0 and together
+//! they keep the per-layer order. Each connection is a congestion window and a
 //! driver task of its own: one connection is mostly one core.
 //!
 //! The first share goes out at once on the client's own connection. Its

@@ -9,14 +9,6 @@
 //! zeroes on first touch, with no extra pass over its bytes. (Asking the
 //! allocator for 64-byte alignment directly would make it `memset` the
 //! whole buffer first.)
-//!
-//! Buffers of [`MAPPED_FROM`] bytes or more are anonymous memory mappings
-//! instead (zeroed by the kernel, page aligned, made safely by `memmap2`)
-//! that ask for transparent huge pages: filling one then takes a page
-//! fault per 2 MiB instead of one per 4 KiB, which was most of what a
-//! client paid for loading a model into fresh memory (docs/benchmarks.md).
-//! Where the kernel gives no huge pages (they are off, or none is free),
-//! it is an ordinary mapping.
 
 use std::fmt;
 
@@ -31,50 +23,10 @@ pub const PAGE_ALIGNMENT: usize = 4096;
 /// Buffers at least this long start on a page boundary.
 pub const PAGE_ALIGNED_FROM: usize = 1 << 20;
 
-/// Buffers at least this long are anonymous mappings that ask for huge
-/// pages (one huge page's worth: smaller ones could not use one).
-pub(crate) const MAPPED_FROM: usize = 2 << 20;
-
-/// Where a buffer's bytes live.
-enum Storage {
-    Heap(Vec<u8>),
-    Mapped(memmap2::MmapMut),
-}
-
-impl Storage {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Storage::Heap(v) => v,
-            Storage::Mapped(m) => m,
-        }
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        match self {
-            Storage::Heap(v) => v,
-            Storage::Mapped(m) => m,
-        }
-    }
-
-    /// `len` zero bytes, mapped (huge pages asked for, best effort) or on
-    /// the heap. `None` when the memory cannot be had.
-    fn zeroed(len: usize, mapped: bool) -> Option<Storage> {
-        if !mapped {
-            return bytemuck::allocation::try_zeroed_vec::<u8>(len)
-                .ok()
-                .map(Storage::Heap);
-        }
-        let map = memmap2::MmapMut::map_anon(len).ok()?;
-        #[cfg(target_os = "linux")]
-        let _ = map.advise(memmap2::Advice::HugePage);
-        Some(Storage::Mapped(map))
-    }
-}
-
 /// An owned byte buffer that starts on a 64-byte boundary (a page
 /// boundary from [`PAGE_ALIGNED_FROM`] bytes on).
 pub struct AlignedBuf {
-    bytes: Storage,
+    bytes: Vec<u8>,
     /// Where the aligned view starts in `bytes`.
     start: usize,
     len: usize,
@@ -121,8 +73,8 @@ impl AlignedBuf {
         let total = len
             .checked_add(align.saturating_sub(1))
             .ok_or_else(too_big)?;
-        let bytes = Storage::zeroed(total, len >= MAPPED_FROM).ok_or_else(too_big)?;
-        let start = boundary(bytes.bytes(), align);
+        let bytes = bytemuck::allocation::try_zeroed_vec::<u8>(total).map_err(|()| too_big())?;
+        let start = boundary(&bytes, align);
         Ok(AlignedBuf {
             bytes,
             start,
@@ -148,7 +100,6 @@ impl AlignedBuf {
 
     pub fn as_slice(&self) -> &[u8] {
         self.bytes
-            .bytes()
             .get(self.start..self.start.saturating_add(self.len))
             .unwrap_or_default()
     }
@@ -156,7 +107,6 @@ impl AlignedBuf {
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         let (start, len) = (self.start, self.len);
         self.bytes
-            .bytes_mut()
             .get_mut(start..start.saturating_add(len))
             .unwrap_or_default()
     }
@@ -169,7 +119,7 @@ impl AlignedBuf {
 
     /// The most bytes this buffer can hold without a new allocation.
     pub fn capacity(&self) -> usize {
-        self.bytes.bytes().len().saturating_sub(self.start)
+        self.bytes.len().saturating_sub(self.start)
     }
 
     /// Whether [`AlignedBuf::reuse`] can make this buffer `len` bytes
@@ -206,7 +156,7 @@ impl Default for AlignedBuf {
     /// An empty buffer (63 bytes of slack, so that even its view is aligned).
     fn default() -> Self {
         AlignedBuf::zeroed(0).unwrap_or(AlignedBuf {
-            bytes: Storage::Heap(Vec::new()),
+            bytes: Vec::new(),
             start: 0,
             len: 0,
             align: ALIGNMENT as usize,
@@ -218,49 +168,20 @@ impl Clone for AlignedBuf {
     /// A copy in a new allocation, whose boundary may lie elsewhere: the
     /// bytes are moved to it.
     fn clone(&self) -> Self {
-        match &self.bytes {
-            Storage::Heap(v) => {
-                let mut bytes = v.clone();
-                let start = if bytes.is_empty() {
-                    0
-                } else {
-                    boundary(&bytes, self.align)
-                };
-                if start != self.start {
-                    bytes.copy_within(self.start..self.start.saturating_add(self.len), start);
-                }
-                AlignedBuf {
-                    bytes: Storage::Heap(bytes),
-                    start,
-                    len: self.len,
-                    align: self.align,
-                }
-            }
-            // A mapping starts on a page boundary, so the copy's view
-            // starts where this one's does; it keeps the capacity.
-            Storage::Mapped(m) => {
-                let view = self.start..self.start.saturating_add(self.len);
-                let copy = Storage::zeroed(m.len(), true).map(|mut bytes| {
-                    let to = bytes.bytes_mut().get_mut(view.clone());
-                    if let (Some(to), Some(from)) = (to, m.get(view.clone())) {
-                        to.copy_from_slice(from);
-                    }
-                    bytes
-                });
-                match copy {
-                    Some(bytes) => AlignedBuf {
-                        bytes,
-                        start: self.start,
-                        len: self.len,
-                        align: self.align,
-                    },
-                    // As `Vec::clone` does when memory runs out.
-                    None => std::alloc::handle_alloc_error(
-                        std::alloc::Layout::array::<u8>(m.len())
-                            .unwrap_or(std::alloc::Layout::new::<u8>()),
-                    ),
-                }
-            }
+        let mut bytes = self.bytes.clone();
+        let start = if bytes.is_empty() {
+            0
+        } else {
+            boundary(&bytes, self.align)
+        };
+        if start != self.start {
+            bytes.copy_within(self.start..self.start.saturating_add(self.len), start);
+        }
+        AlignedBuf {
+            bytes,
+            start,
+            len: self.len,
+            align: self.align,
         }
     }
 }
@@ -282,25 +203,6 @@ impl AsRef<[u8]> for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn large_buffers_are_mappings_of_zeroes() {
-        let small = AlignedBuf::zeroed(MAPPED_FROM as u64 - 1).unwrap();
-        assert!(matches!(small.bytes, Storage::Heap(_)));
-        let mut b = AlignedBuf::zeroed(MAPPED_FROM as u64).unwrap();
-        assert!(matches!(b.bytes, Storage::Mapped(_)));
-        assert_eq!(b.as_slice().as_ptr() as usize % PAGE_ALIGNMENT, 0);
-        assert!(b.as_slice().iter().all(|&x| x == 0));
-        b.as_mut_slice().fill(7);
-        b.truncate(10);
-        assert!(b.reuse(MAPPED_FROM));
-        let (kept, tail) = b.as_slice().split_at(10);
-        assert!(kept.iter().all(|&x| x == 7));
-        assert!(
-            tail.iter().all(|&x| x == 0),
-            "truncated bytes read zero again"
-        );
-    }
 
     #[test]
     fn aligned_and_sized() {

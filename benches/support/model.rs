@@ -130,6 +130,10 @@ pub(crate) fn layers_safetensors(
         .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()?;
     let part = out.with_extension("safetensors.part");
     safetensors::serialize_to_file(views, None, &part)?;
+    // Readable by a web server running as another user (nginx), as the
+    // .zt files are.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&part, std::fs::Permissions::from_mode(0o644))?;
     std::fs::rename(part, out)?;
     Ok(())
 }

@@ -3,10 +3,15 @@
 //! Large components go to disk with direct I/O where the filesystem
 //! allows it: no copy into the page cache, no dirty pages for the final
 //! sync to wait on, and none of the machine's cache evicted by a download
-//! much larger than memory. Everything else (small components, the last
-//! partial page of a large one, the manifest) goes through the page
-//! cache, flushed in the background as it grows. Writes run on blocking
-//! threads, so a large write never stalls the transport.
+//! much larger than memory. A component whose place in the file is not on
+//! a page boundary (a byte-identical copy of a safetensors file, whose
+//! tensors are 8-byte aligned) has its whole pages copied through a small
+//! page-aligned bounce buffer and written directly all the same: a copy in
+//! memory costs far less than the page cache's writeback. Everything else
+//! (small components, the partial pages at either end of a large one, the
+//! manifest) goes through the page cache, flushed in the background as it
+//! grows. Writes run on blocking threads, so a large write never stalls
+//! the transport.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -37,7 +42,14 @@ pub(super) struct PartWriter {
     label: String,
     unflushed: u64,
     flushing: Option<JoinHandle<io::Result<()>>>,
+    /// The page-aligned buffer unaligned components' pages are copied
+    /// through on their way to direct I/O (made on first use).
+    bounce: Option<AlignedBuf>,
 }
+
+/// The bounce buffer's size: what one direct write of an unaligned
+/// component's pages takes at most.
+const BOUNCE: usize = 8 << 20;
 
 impl PartWriter {
     /// Opens (or creates) `path` without truncating it: a resumed fetch
@@ -65,6 +77,7 @@ impl PartWriter {
             label: path.display().to_string(),
             unflushed: 0,
             flushing: None,
+            bounce: None,
         })
     }
 
@@ -77,13 +90,20 @@ impl PartWriter {
     /// the file.
     pub(super) async fn write(&mut self, data: AlignedBuf, offset: u64) -> Result<AlignedBuf> {
         let (file, direct) = (Arc::clone(&self.file), self.direct.clone());
-        let (data, cached) = joined(
+        let mut bounce = self.bounce.take();
+        let (data, cached, bounce) = joined(
             spawn_blocking(move || {
-                write_at(&file, direct.as_deref(), data.as_slice(), offset).map(|w| (data, w))
+                let to = Target {
+                    file: &file,
+                    direct: direct.as_deref(),
+                };
+                to.write(data.as_slice(), offset, &mut bounce)
+                    .map(|w| (data, w, bounce))
             })
             .await,
         )
         .map_err(|e| Error::io(format!("writing {}", self.label), e))?;
+        self.bounce = bounce;
         if cached.refused {
             tracing::debug!(part = %self.label, "direct I/O refused; writing through the page cache");
             self.direct = None;
@@ -141,42 +161,100 @@ struct Cached {
     refused: bool,
 }
 
-/// Writes `data` at `offset`: its whole pages through `direct` when that
-/// is open and both the buffer and the offset sit on a page boundary, the
-/// rest through `file`. A filesystem that refuses the direct write
-/// (`EINVAL`) gets all of it through `file`.
-fn write_at(file: &File, direct: Option<&File>, data: &[u8], offset: u64) -> io::Result<Cached> {
-    let page = PAGE_ALIGNMENT;
-    let aligned = offset % page as u64 == 0 && (data.as_ptr() as usize) % page == 0;
-    let whole = match direct {
-        Some(_) if aligned => data.len() - data.len() % page,
-        _ => 0,
-    };
-    let (pages, rest) = data.split_at(whole);
-    if let (Some(d), false) = (direct, pages.is_empty()) {
-        match d.write_all_at(pages, offset) {
+/// Where one write goes: the file through the page cache, and the same
+/// file opened for direct I/O where that is open.
+struct Target<'a> {
+    file: &'a File,
+    direct: Option<&'a File>,
+}
+
+impl Target<'_> {
+    /// Writes `data` at `offset`: its whole pages through `direct` when that
+    /// is open (straight from `data` when both it and `offset` sit on a page
+    /// boundary, through `bounce` when a large component's do not), the
+    /// rest through `file`. A filesystem that refuses the direct write
+    /// (`EINVAL`) gets all of it through `file`.
+    fn write(
+        &self,
+        data: &[u8],
+        offset: u64,
+        bounce: &mut Option<AlignedBuf>,
+    ) -> io::Result<Cached> {
+        let page = PAGE_ALIGNMENT as u64;
+        let Some(direct) = self.direct else {
+            return self.cached(data, offset, false);
+        };
+        // The whole pages of the file the component covers.
+        let end = offset + data.len() as u64;
+        let first = offset.div_ceil(page) * page;
+        let last = end / page * page;
+        let skip = usize::try_from(first - offset).unwrap_or(usize::MAX);
+        let pages = usize::try_from(last.saturating_sub(first)).unwrap_or(0);
+        let in_place = skip == 0 && (data.as_ptr() as usize) % PAGE_ALIGNMENT == 0;
+        let written = if pages == 0 {
+            // Not one whole page: all of it through the page cache.
+            return self.cached(data, offset, false);
+        } else if in_place {
+            direct.write_all_at(data.get(..pages).unwrap_or_default(), first)
+        } else if pages >= zt_format::PAGE_ALIGNED_FROM {
+            let whole = data.get(skip..skip + pages).unwrap_or_default();
+            bounced(direct, whole, first, bounce)
+        } else {
+            return self.cached(data, offset, false);
+        };
+        match written {
             Ok(()) => {
-                file.write_all_at(rest, offset + whole as u64)?;
-                return Ok(Cached {
-                    bytes: rest.len() as u64,
+                // The partial pages at either end.
+                let head = data.get(..skip).unwrap_or_default();
+                let tail = data.get(skip + pages..).unwrap_or_default();
+                self.file.write_all_at(head, offset)?;
+                self.file.write_all_at(tail, last.max(first))?;
+                Ok(Cached {
+                    bytes: (head.len() + tail.len()) as u64,
                     refused: false,
-                });
+                })
             }
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
-                file.write_all_at(data, offset)?;
-                return Ok(Cached {
-                    bytes: data.len() as u64,
-                    refused: true,
-                });
+                self.cached(data, offset, true)
             }
-            Err(e) => return Err(e),
+            Err(e) => Err(e),
         }
     }
-    file.write_all_at(data, offset)?;
-    Ok(Cached {
-        bytes: data.len() as u64,
-        refused: false,
-    })
+
+    /// All of `data` through the page cache.
+    fn cached(&self, data: &[u8], offset: u64, refused: bool) -> io::Result<Cached> {
+        self.file.write_all_at(data, offset)?;
+        Ok(Cached {
+            bytes: data.len() as u64,
+            refused,
+        })
+    }
+}
+
+/// Writes `pages` (whole pages, not page-aligned in memory) at the
+/// page-aligned `offset` through `direct`, [`BOUNCE`] bytes at a time
+/// copied into `bounce`.
+fn bounced(
+    direct: &File,
+    pages: &[u8],
+    offset: u64,
+    bounce: &mut Option<AlignedBuf>,
+) -> io::Result<()> {
+    let buf = match bounce {
+        Some(b) => b,
+        None => bounce.insert(AlignedBuf::zeroed(BOUNCE as u64).map_err(io::Error::other)?),
+    };
+    let mut at = offset;
+    for piece in pages.chunks(BOUNCE) {
+        let to = buf
+            .as_mut_slice()
+            .get_mut(..piece.len())
+            .unwrap_or_default();
+        to.copy_from_slice(piece);
+        direct.write_all_at(to, at)?;
+        at += piece.len() as u64;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -204,12 +282,26 @@ mod tests {
                 let mut w = PartWriter::open(&path, direct_io).unwrap();
                 let big = pattern(zt_format::PAGE_ALIGNED_FROM + 100);
                 let small = pattern(1000);
-                // Page-aligned, unaligned, and small, out of order.
-                let at = [(8192u64, &big), (64, &small), (4096 * 600 + 64, &big)];
+                // Larger than the bounce buffer: its pages go in pieces.
+                let huge = pattern(BOUNCE * 2 + 4096 * 3 + 5);
+                // Page-aligned, unaligned (a safetensors copy's 8-byte
+                // offsets), small (one across a page boundary), out of order.
+                let at = [
+                    (8192u64, &big),
+                    (64, &small),
+                    (4096 * 600 + 64, &big),
+                    (4096 * 2000 + 8, &huge),
+                    (4096 * 400 - 10, &small),
+                    (4096 * 900 + 24, &big),
+                ];
                 for (off, b) in at {
                     w.write((*b).clone(), off).await.unwrap();
                 }
-                let end = 4096 * 600 + 64 + big.len() as u64;
+                let end = at
+                    .iter()
+                    .map(|(off, b)| off + b.len() as u64)
+                    .max()
+                    .unwrap();
                 w.finish(b"tail".to_vec(), end).await.unwrap();
                 let got = std::fs::read(&path).unwrap();
                 assert_eq!(&got[..8], zt_format::MAGIC);

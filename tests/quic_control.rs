@@ -49,6 +49,12 @@ fn take_buffered(recv: &mut RecvStream, d: &mut Deframer) {
     }
 }
 
+/// Reads what the control stream has next into `d`.
+async fn read_more(recv: &mut RecvStream, d: &mut Deframer, buf: &mut [u8]) {
+    let n = recv.read(buf).await.unwrap().expect("control stream open");
+    d.push(&buf[..n]);
+}
+
 /// Reads control messages until `done` for `id`, checking each is whole.
 async fn until_done(recv: &mut RecvStream, d: &mut Deframer, id: u64) {
     let mut buf = vec![0u8; 64 * 1024];
@@ -58,12 +64,7 @@ async fn until_done(recv: &mut RecvStream, d: &mut Deframer, id: u64) {
                 return;
             }
         }
-        let n = recv
-            .read(&mut buf)
-            .await
-            .unwrap()
-            .expect("control stream open");
-        d.push(&buf[..n]);
+        read_more(recv, d, &mut buf).await;
     }
 }
 
@@ -287,12 +288,7 @@ async fn the_shares_of_a_request_carry_each_component_once_balanced_by_bytes() {
             }
         }
         if dones.len() < 3 {
-            let n = recv
-                .read(&mut buf)
-                .await
-                .unwrap()
-                .expect("control stream open");
-            d.push(&buf[..n]);
+            read_more(&mut recv, &mut d, &mut buf).await;
         }
     }
     let got = streams.await.unwrap();

@@ -195,6 +195,71 @@ mod tests {
         ]
     }
 
+    /// The keys each map rule of `ztp.cddl` lists, by rule name.
+    fn cddl_keys() -> std::collections::HashMap<String, std::collections::BTreeSet<String>> {
+        let mut rules = std::collections::HashMap::new();
+        let mut rule: Option<String> = None;
+        for line in include_str!("../ztp.cddl").lines() {
+            let line = line.split(';').next().unwrap_or_default().trim();
+            if let Some(name) = line.strip_suffix("= {") {
+                rule = Some(name.trim().to_owned());
+            } else if line.starts_with('}') {
+                rule = None;
+            } else if let (Some(r), Some((key, _))) =
+                (&rule, line.trim_start_matches("? ").split_once(':'))
+            {
+                rules
+                    .entry(r.clone())
+                    .or_insert_with(std::collections::BTreeSet::new)
+                    .insert(key.trim().to_owned());
+            }
+        }
+        rules
+    }
+
+    /// The keys `v` (a map) holds.
+    fn keys(v: &ciborium::Value) -> std::collections::BTreeSet<String> {
+        v.as_map()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.as_text().unwrap().to_owned())
+            .collect()
+    }
+
+    /// What the encoder writes and what ztp.cddl specifies agree: every
+    /// key written is listed under its rule, and a `get` with every field
+    /// set writes every key its rule lists (a new field must reach the
+    /// specification, and the other way round).
+    #[test]
+    fn the_cddl_lists_every_key_the_encoder_writes() {
+        let rules = cddl_keys();
+        for m in all_messages() {
+            let written = keys(&m.to_value());
+            let listed = &rules[m.kind()];
+            assert!(
+                written.is_subset(listed),
+                "{}: {written:?} against {listed:?}",
+                m.kind()
+            );
+        }
+        let full = keys(&all_messages()[0].to_value());
+        assert_eq!(&full, &rules["get"], "a get with every field set");
+        let header = crate::ComponentHeader {
+            id: 1,
+            object: "w".into(),
+            component: "data".into(),
+            seq: 0,
+            dtype: "u8".into(),
+            logical_type: Some("bf16".into()),
+            encoding: "raw".into(),
+            length: 1,
+            uncompressed_length: Some(1),
+            digest: Some("crc32c:0x00000000".into()),
+            offset: 64,
+        };
+        assert_eq!(keys(&header.to_value()), rules["component-header"]);
+    }
+
     #[test]
     fn messages_round_trip_in_pieces() {
         let mut d = Deframer::new(MAX_CLIENT_MESSAGE);

@@ -7,22 +7,24 @@
 //! embedding fall a layer or more behind the others).
 
 /// The share (`0..count`) of each component, given their lengths in the
-/// request's order; `count` of 0 counts as 1.
+/// request's order; `count` of 0 counts as 1, more than
+/// [`crate::MAX_SHARES`] as that many. A heap keeps the least-loaded share
+/// at hand: a million components cost a million heap steps, not a
+/// million scans of the shares.
 pub fn assign(lengths: impl IntoIterator<Item = u64>, count: u64) -> Vec<u64> {
-    let count = usize::try_from(count.max(1)).unwrap_or(usize::MAX);
-    let mut load: Vec<u64> = vec![0; count.min(crate::MAX_SHARES as usize).max(1)];
+    use std::cmp::Reverse;
+    let count = count.clamp(1, crate::MAX_SHARES);
+    // (bytes so far, index), least first: ties go to the lowest index.
+    let mut least: std::collections::BinaryHeap<Reverse<(u64, u64)>> =
+        (0..count).map(|i| Reverse((0, i))).collect();
     lengths
         .into_iter()
-        .map(|len| {
-            let (least, _) = load
-                .iter()
-                .enumerate()
-                .min_by_key(|&(i, &bytes)| (bytes, i))
-                .unwrap_or((0, &0));
-            if let Some(bytes) = load.get_mut(least) {
-                *bytes = bytes.saturating_add(len);
+        .map(|len| match least.pop() {
+            Some(Reverse((bytes, index))) => {
+                least.push(Reverse((bytes.saturating_add(len), index)));
+                index
             }
-            least as u64
+            None => 0,
         })
         .collect()
 }

@@ -140,13 +140,17 @@ async fn get(
     };
     // A share's components (balanced by bytes: ztp_proto::share) keep
     // their positions in the whole request's order as `seq`.
-    let (index, count) = g.share.unwrap_or((0, 1));
-    let shares = ztp_proto::share::assign(parts.iter().map(|p| p.component.length), count);
+    let count = g.share.map_or(1, |(_, count)| count);
+    let mine: Option<Vec<bool>> = g.share.map(|(index, count)| {
+        let lengths = parts.iter().map(|p| p.component.length);
+        let shares = ztp_proto::share::assign(lengths, count);
+        shares.into_iter().map(|s| s == index).collect()
+    });
     let items: Vec<Item> = (0u64..)
         .zip(parts)
-        .zip(shares)
-        .filter(|(_, share)| *share == index)
-        .map(|((seq, part), _)| Item::of(id, seq, part))
+        .enumerate()
+        .filter(|(i, _)| mine.as_ref().is_none_or(|m| m.get(*i) == Some(&true)))
+        .map(|(_, (seq, part))| Item::of(id, seq, part))
         .collect();
     let streams = if g.manifest_only {
         0

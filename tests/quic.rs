@@ -265,12 +265,10 @@ async fn a_fetch_spread_over_connections_keeps_layer_order() {
     while let Some(c) = f.next().await {
         let c = c.unwrap();
         assert_eq!(c.verification, Verification::Verified);
-        if order.is_empty() {
-            assert_eq!(open(), 4, "the fetch went over four connections");
-        }
         order.push(zt_format::layer_index(&c.object).unwrap());
         seqs.push(c.seq);
     }
+    assert_eq!(open(), 4, "the fetch went over four connections");
     seqs.sort_unstable();
     assert_eq!(seqs, (0..24).collect::<Vec<u64>>(), "every component once");
     let at = |l: u64| order.iter().position(|&x| x == l).unwrap();
@@ -300,6 +298,52 @@ async fn a_fetch_spread_over_connections_keeps_layer_order() {
     }
     drop(f);
     client.close().await;
+}
+
+/// A spread fetch is handed over once its first share's manifest is in:
+/// its components arrive while the other connections are still being
+/// opened. Here no other connection can open (the relay admits the
+/// client's first connection only), so the second share waits out the
+/// open's 3 s and is then asked on the first connection; the first
+/// components were delivered long before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spread_fetch_delivers_its_first_share_while_the_others_are_set_up() {
+    let root = tempfile::tempdir().unwrap();
+    common::layered_model(&root.path().join("layers.zt"), 0..24);
+    let s = Server::start_quic(root.path(), &[]);
+    let (addr, fp) = s.quic.clone().unwrap();
+    let relay = common::relay::Relay::udp_first_flow_only(addr.parse().unwrap(), 40_000_000);
+    let url = format!("quic://localhost:{}/layers.zt", relay.addr.port());
+    let spread = Options {
+        connections: Some(2),
+        connect_to: Some(relay.addr),
+        ..options(&fp)
+    };
+    let client = zt_client::Client::connect(&url, spread).await.unwrap();
+    let asked = std::time::Instant::now();
+    let mut f = client.fetch(&[], None).await.unwrap();
+    assert_eq!(f.streams, 24);
+    let first = f.next().await.unwrap().unwrap();
+    let waited = asked.elapsed();
+    assert!(
+        waited < Duration::from_secs(3),
+        "the first component ({}) came {waited:?} after the fetch was asked: \
+         after the other connection's open gave up, not before",
+        first.object
+    );
+    let mut seqs = vec![first.seq];
+    while let Some(c) = f.next().await {
+        let c = c.unwrap();
+        assert_eq!(c.verification, Verification::Verified);
+        seqs.push(c.seq);
+    }
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..24).collect::<Vec<u64>>(), "every component once");
+    assert_eq!(
+        relay.bytes_to_clients().len(),
+        1,
+        "one connection carried it all"
+    );
 }
 
 async fn close_code(conn: &quinn::Connection) -> Option<u64> {

@@ -67,7 +67,7 @@ impl Bench {
             &[("ZTSERVE_QUIC_CONGESTION", "bbr")],
         )?;
         let bbr = format!("quic://127.0.0.1:{bbr_port}/{FILE}");
-        // ztp/1 by connections per fetch (the default is 1).
+        // ztp/1 by connections per fetch (the default is 2).
         let quic = self.zquic(FILE);
         let variants: [(&str, &str, &[&str]); 5] = [
             ("http", &self.zhttp(FILE), &[]),

@@ -267,7 +267,7 @@ impl Bench {
                 fetch(url, &["--write-ahead-mib", "512"]),
             ));
         }
-        // ztp/1 by connections per fetch (the default is 1).
+        // ztp/1 by connections per fetch (the default is 2).
         for n in ["1", "4"] {
             variants.push((
                 format!("zt fetch quic <- ztserve, crc32c, --connections {n}"),

@@ -124,6 +124,18 @@ impl Relay {
     /// [`Relay::udp`], with every datagram held for `delay` each way; one
     /// upstream socket per client address.
     pub fn udp_delayed(upstream: SocketAddr, bytes_per_sec: u64, delay: Duration) -> Relay {
+        Relay::udp_flows(upstream, bytes_per_sec, delay, usize::MAX)
+    }
+
+    /// [`Relay::udp`] for its first client address alone: datagrams from
+    /// any other (another connection of the same client) are dropped, so
+    /// no other connection opens through it.
+    pub fn udp_first_flow_only(upstream: SocketAddr, bytes_per_sec: u64) -> Relay {
+        Relay::udp_flows(upstream, bytes_per_sec, Duration::ZERO, 1)
+    }
+
+    /// [`Relay::udp_delayed`], relaying for at most `most` client addresses.
+    fn udp_flows(upstream: SocketAddr, bytes_per_sec: u64, delay: Duration, most: usize) -> Relay {
         let throttle = Relay::throttle(bytes_per_sec);
         let counts: Arc<Mutex<HashMap<SocketAddr, u64>>> = Arc::default();
         let counted = Arc::clone(&counts);
@@ -146,6 +158,7 @@ impl Relay {
             while let Ok((n, from)) = front.recv_from(&mut buf).await {
                 let back = match flows.get(&from) {
                     Some(s) => Arc::clone(s),
+                    None if flows.len() >= most => continue,
                     None => {
                         let Ok(s) = UdpSocket::bind("127.0.0.1:0").await else {
                             continue;

@@ -67,7 +67,7 @@ impl Client {
                         .ok_or_else(|| Error::Transport(format!("{host}: no address")))?,
                 };
                 Box::new(QuicTransport {
-                    conns: Spread::connect(addr, &host, Arc::clone(&options)).await?,
+                    conns: Arc::new(Spread::connect(addr, &host, Arc::clone(&options)).await?),
                     path: file,
                     url: url.to_owned(),
                 })

@@ -21,6 +21,8 @@ pub(crate) enum Event {
     /// The request's connection is gone (or broke the protocol): nothing
     /// more will come for it, and the fetch fails with this error.
     Lost(Error),
+    /// Another share of a spread fetch was set up, on `conn`.
+    Joined { conn: quinn::Connection },
 }
 
 /// An event, with the budget it holds until the consumer takes it
@@ -44,8 +46,10 @@ pub struct Fetch {
     /// Components sent whole, once every share's `done` has said so.
     done_sent: Option<u64>,
     /// How many requests the fetch is spread over (each ends with a
-    /// `done`), how many `done`s came, and what they said was sent.
+    /// `done`), how many of them are set up (their streams counted), how
+    /// many `done`s came, and what they said was sent.
     shares: u64,
+    joined: u64,
     dones: u64,
     sent: u64,
     /// A connection of the fetch was lost: the fetch has failed, and says
@@ -95,6 +99,7 @@ impl Fetch {
             ok: 0,
             done_sent: None,
             shares: 1,
+            joined: 1,
             dones: 0,
             sent: 0,
             lost: false,
@@ -110,7 +115,9 @@ impl Fetch {
     }
 
     /// The fetch is spread over `shares` requests, each ending with its
-    /// own `done` ([`crate::ztp`]'s spread fetches).
+    /// own `done` ([`crate::ztp`]'s spread fetches): the first share was
+    /// set up when the fetch was made, each other one says so with
+    /// [`Event::Joined`].
     pub(crate) fn in_shares(mut self, shares: u64) -> Self {
         self.shares = shares.max(1);
         self
@@ -132,7 +139,7 @@ impl Fetch {
             }
             match self.done_sent {
                 Some(sent) if self.ok >= sent => return None,
-                None if self.received >= self.streams => return None,
+                None if self.joined >= self.shares && self.received >= self.streams => return None,
                 _ => {}
             }
             let arrival = match &self.watch {
@@ -147,6 +154,11 @@ impl Fetch {
                     if self.dones >= self.shares {
                         self.done_sent = Some(self.sent);
                     }
+                    continue;
+                }
+                Some(Ok((Event::Joined { conn }, _))) => {
+                    self.joined += 1;
+                    self.watch = self.watch.take().map(|w| w.and(conn));
                     continue;
                 }
                 Some(Ok((Event::Component(item), _held))) => item,

@@ -137,7 +137,7 @@ pub const HTTP_CONNECTIONS: usize = 8;
 
 /// QUIC connections of a ztp/1 fetch by default (docs/benchmarks.md,
 /// "Connections per fetch").
-pub const QUIC_CONNECTIONS: usize = 1;
+pub const QUIC_CONNECTIONS: usize = 2;
 
 /// The idle timeout by default.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -16,7 +16,7 @@ use crate::ztp::spread::{Asking, Spread};
 #[derive(Debug)]
 pub(crate) struct QuicTransport {
     /// The client's connection, and the others a fetch spreads over.
-    pub(crate) conns: Spread,
+    pub(crate) conns: std::sync::Arc<Spread>,
     /// The file's path on the server.
     pub(crate) path: String,
     /// The URL, for errors.

@@ -7,8 +7,11 @@
 //!
 //! The first share goes out at once on the client's own connection. Its
 //! manifest says how many components there are (a fetch of one tensor
-//! stays on one connection) and under which ETag; the other shares ask for
-//! exactly that version (`if_match`). The other connections are opened the
+//! stays on one connection) and under which ETag, and the fetch is handed
+//! over then: the first share's components (layer 0 among them) are
+//! delivered while the other shares are set up, in a task of their own.
+//! They ask for exactly that version (`if_match`) and join the fetch as
+//! their manifests come in. The other connections are opened the
 //! first time a fetch has components for them and kept for later fetches;
 //! one that cannot be opened (within 3 s; none is tried again for 30 s
 //! after a failure), and a share answered otherwise than asked (another
@@ -24,12 +27,13 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use tokio::sync::{mpsc, Mutex};
-use ztp_proto::{Get, ManifestMsg, FEATURE_SHARES};
+use ztp_proto::{Get, FEATURE_SHARES};
 
+use super::routes::Delivery;
 use super::{Asked, QuicClient};
 use crate::budget::Budget;
 use crate::error::{Error, Result};
-use crate::fetch::Fetch;
+use crate::fetch::{Event, Fetch};
 
 /// The client's connection, and the others it opened for spread fetches.
 #[derive(Debug)]
@@ -56,22 +60,30 @@ const OPEN_WAIT: Duration = Duration::from_secs(3);
 /// How long after a failure to open another connection none is tried.
 const OPEN_BACKOFF: Duration = Duration::from_secs(30);
 
-/// `share`, if it answered as a share (the server there names the
-/// feature) for the version the first share's manifest `first` names.
-fn same_version(share: Asked, first: &ManifestMsg) -> Result<Asked> {
-    let m = &share.msg;
-    if !m.features.iter().any(|f| f == FEATURE_SHARES) {
-        return Err(Error::Protocol(
-            "the server there does not name the feature \"shares\"".into(),
-        ));
+/// The version of the file a spread fetch's first share found.
+struct Version {
+    etag: String,
+    size: u64,
+}
+
+impl Version {
+    /// `share`, if it answered as a share (the server there names the
+    /// feature) for this version.
+    fn check(&self, share: Asked) -> Result<Asked> {
+        let m = &share.msg;
+        if !m.features.iter().any(|f| f == FEATURE_SHARES) {
+            return Err(Error::Protocol(
+                "the server there does not name the feature \"shares\"".into(),
+            ));
+        }
+        if m.etag != self.etag || m.size != self.size {
+            return Err(Error::Protocol(format!(
+                "version {} ({} bytes) where the first share had {} ({} bytes)",
+                m.etag, m.size, self.etag, self.size
+            )));
+        }
+        Ok(share)
     }
-    if m.etag != first.etag || m.size != first.size {
-        return Err(Error::Protocol(format!(
-            "version {} ({} bytes) where the first share had {} ({} bytes)",
-            m.etag, m.size, first.etag, first.size
-        )));
-    }
-    Ok(share)
 }
 
 /// What a fetch asks for: the file, its selection and version.
@@ -99,8 +111,10 @@ impl Spread {
     }
 
     /// Fetches the selection over up to `options.quic_connections()`
-    /// connections.
-    pub(crate) async fn fetch(&self, a: Asking<'_>) -> Result<Fetch> {
+    /// connections. The fetch is handed over as soon as the first share's
+    /// manifest is in, and delivers that share's components at once; the
+    /// other shares join it as they are set up ([`Spread::join`]).
+    pub(crate) async fn fetch(self: &Arc<Self>, a: Asking<'_>) -> Result<Fetch> {
         let first = &self.first;
         let n = first.options.quic_connections() as u64;
         // Once a manifest on the connection has said the server lacks the
@@ -116,29 +130,63 @@ impl Spread {
                 .request(path, select, &[], a.if_match, false, a.max_buffered)
                 .await;
         }
-        let get = |index: u64, if_match: Option<&str>| Get {
+        let mut get = Get {
             path: a.path.to_owned(),
             select: a.select.to_vec(),
             token: first.options.token.clone(),
-            if_match: if_match.map(str::to_owned),
-            share: Some((index, n)),
+            if_match: a.if_match.map(str::to_owned),
+            share: Some((0, n)),
             ..Get::default()
         };
         let (deliver, delivered) = mpsc::unbounded_channel();
         let budget = a.max_buffered.map(Budget::new);
         let asked = first
-            .send_get(get(0, a.if_match), deliver.clone(), budget.clone())
+            .send_get(get.clone(), deliver.clone(), budget.clone())
             .await?;
         let manifest = first.decode(a.path, &asked.msg, zt_format::container::View::File)?;
         let m = asked.msg;
         let spread = m.features.iter().any(|f| f == FEATURE_SHARES);
         let components = manifest.components().count() as u64;
         let shares = if spread { n.min(components).max(1) } else { 1 };
-        let id = asked.routed.id;
-        let mut routed = vec![asked.routed];
-        let mut streams = m.streams;
-        let mut watch = first.watch(a.path);
         if shares > 1 {
+            // The other shares ask for exactly the version share 0 found.
+            get.if_match = Some(m.etag.clone());
+            let version = Version {
+                etag: m.etag.clone(),
+                size: m.size,
+            };
+            tokio::spawn(Arc::clone(self).join(get, shares, version, deliver, budget));
+        }
+        // A stream per component of the selection (PROTOCOL.md section
+        // 4), whichever share carries it.
+        let streams = if shares > 1 { components } else { m.streams };
+        let routed = asked.routed;
+        Ok(
+            Fetch::new(routed.id, manifest, m.etag, m.size, streams, delivered)
+                .in_shares(shares)
+                .watched(first.watch(a.path))
+                // The first share stays routable until the fetch is dropped.
+                .on_drop(move || drop(routed)),
+        )
+    }
+
+    /// Sets up shares 1 to `shares - 1` of the fetch whose share 0 asked
+    /// `get` and found `version`: each on a connection of its own where
+    /// one opens, else on the first. Each share set up joins the fetch
+    /// ([`Event::Joined`]); one that cannot be set up anywhere fails it
+    /// ([`Event::Lost`]). The shares stay routable until the fetch is
+    /// dropped, and setting up stops as soon as it is.
+    async fn join(
+        self: Arc<Self>,
+        get: Get,
+        shares: u64,
+        version: Version,
+        deliver: Delivery,
+        budget: Option<Budget>,
+    ) {
+        let dropped = deliver.clone();
+        let set_up = async {
+            let first = &self.first;
             let others = self.others(shares - 1).await;
             let on = |i: u64| -> &QuicClient {
                 usize::try_from(i - 1)
@@ -146,14 +194,18 @@ impl Spread {
                     .and_then(|k| others.get(k))
                     .map_or(first, |c| c)
             };
-            let answers =
-                join_all((1..shares).map(|i| {
-                    on(i).send_get(get(i, Some(&m.etag)), deliver.clone(), budget.clone())
-                }))
-                .await;
+            let share = |i: u64| Get {
+                share: Some((i, shares)),
+                ..get.clone()
+            };
+            let answers = join_all(
+                (1..shares).map(|i| on(i).send_get(share(i), deliver.clone(), budget.clone())),
+            )
+            .await;
+            let mut routed = Vec::new();
             for (i, answer) in (1..shares).zip(answers) {
-                let share = match answer.and_then(|s| same_version(s, &m)) {
-                    Ok(share) => share,
+                let (asked, conn) = match answer.and_then(|s| version.check(s)) {
+                    Ok(asked) => (asked, on(i)),
                     // Another connection may reach another replica (one
                     // with another version of the file, or without the
                     // feature), or fail: the first connection, which gave
@@ -161,30 +213,38 @@ impl Spread {
                     Err(e) => {
                         tracing::debug!(share = i, of = shares, error = %e, "asking the first connection");
                         let again = first
-                            .send_get(get(i, Some(&m.etag)), deliver.clone(), budget.clone())
+                            .send_get(share(i), deliver.clone(), budget.clone())
                             .await
-                            .and_then(|s| same_version(s, &m));
-                        again.map_err(|again| {
-                            let on = on(i).conn.remote_address();
-                            Error::Transport(format!(
-                                "{}: share {i} of {shares} failed on the connection to {on} ({e}) and on the first ({again})",
-                                a.path
-                            ))
-                        })?
+                            .and_then(|s| version.check(s));
+                        match again {
+                            Ok(asked) => (asked, first),
+                            Err(again) => {
+                                let on = on(i).conn.remote_address();
+                                let e = Error::Transport(format!(
+                                    "{}: share {i} of {shares} failed on the connection to {on} ({e}) and on the first ({again})",
+                                    get.path
+                                ));
+                                let _ = deliver.send((Event::Lost(e), None));
+                                break;
+                            }
+                        }
                     }
                 };
-                streams += share.msg.streams;
-                routed.push(share.routed);
+                let joined = Event::Joined {
+                    conn: conn.conn.clone(),
+                };
+                let _ = deliver.send((joined, None));
+                routed.push(asked.routed);
             }
-            for c in &others {
-                watch = watch.and(c.conn.clone());
+            routed
+        };
+        tokio::select! {
+            routed = set_up => {
+                dropped.closed().await;
+                drop(routed);
             }
+            () = dropped.closed() => {}
         }
-        Ok(Fetch::new(id, manifest, m.etag, m.size, streams, delivered)
-            .in_shares(shares)
-            .watched(watch)
-            // Every share stays routable until the fetch is dropped.
-            .on_drop(move || drop(routed)))
     }
 
     /// Up to `count` open connections besides the first, opening what is

@@ -300,6 +300,60 @@ async fn a_fetch_spread_over_connections_keeps_layer_order() {
     client.close().await;
 }
 
+/// A bounded spread fetch gives each share its part of the budget. Here
+/// share 1 carries one 16 MiB component, larger than the whole budget, and
+/// share 0 sixteen of 256 KiB (dealt by bytes). With one budget for both,
+/// the large one, once asked for, took all of it and every later
+/// component of share 0 waited behind it until its last byte had come
+/// through the 40 MB/s relay; now share 0 goes on meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_component_on_one_share_does_not_hold_back_the_others() {
+    let root = tempfile::tempdir().unwrap();
+    let mut w = zt_format::Writer::new(Vec::new(), "one large").unwrap();
+    let mut add = |name: &str, len: usize| {
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let shape = [data.len() as u64];
+        w.add_dense(
+            name,
+            &shape,
+            zt_format::DType::U8,
+            &data,
+            Default::default(),
+        )
+        .unwrap();
+    };
+    add("model.layers.0.small", 4 << 10);
+    add("model.layers.0.large", 16 << 20);
+    for l in 1..=16 {
+        add(&format!("model.layers.{l}.w"), 256 << 10);
+    }
+    std::fs::write(root.path().join("m.zt"), w.finish().unwrap()).unwrap();
+    let s = Server::start_quic(root.path(), &[]);
+    let (addr, fp) = s.quic.clone().unwrap();
+    let relay = common::relay::Relay::udp(addr.parse().unwrap(), 40_000_000);
+    let url = format!("quic://localhost:{}/m.zt", relay.addr.port());
+    let spread = Options {
+        connections: Some(2),
+        connect_to: Some(relay.addr),
+        ..options(&fp)
+    };
+    let client = zt_client::Client::connect(&url, spread).await.unwrap();
+    let mut f = client.fetch_bounded(&[], None, 1 << 20).await.unwrap();
+    let mut order = Vec::new();
+    while let Some(c) = f.next().await {
+        order.push(c.unwrap().object);
+    }
+    assert_eq!(order.len(), 18);
+    let large = order
+        .iter()
+        .position(|o| o == "model.layers.0.large")
+        .unwrap();
+    assert!(
+        large >= 9,
+        "share 0 went on while the large component came: {order:?}"
+    );
+}
+
 /// A spread fetch is handed over once its first share's manifest is in:
 /// its components arrive while the other connections are still being
 /// opened. Here no other connection can open (the relay admits the

@@ -17,7 +17,8 @@
 //! after a failure), and a share answered otherwise than asked (another
 //! version: another connection may reach another replica; no `shares`
 //! feature there; an error), leave the share to the first connection.
-//! Every share is verified as any request is, and all of them feed one
+//! Every share is verified as any request is, holds at most its part of
+//! a bounded fetch's budget (`max_buffered` / `n`), and all of them feed one
 //! [`Fetch`], which ends once every share's `done` is in, or at once when
 //! any of its connections is lost.
 
@@ -139,9 +140,15 @@ impl Spread {
             ..Get::default()
         };
         let (deliver, delivered) = mpsc::unbounded_channel();
-        let budget = a.max_buffered.map(Budget::new);
+        // Each share has its part of the budget. One budget for all would
+        // be granted in the order the component streams open across the
+        // connections: a large component on one could take all of it, and
+        // hold the other shares' earlier (smaller) components back until
+        // every byte of it had arrived.
+        let most = a.max_buffered;
+        let budget = move || most.map(|b| Budget::new(b / n));
         let asked = first
-            .send_get(get.clone(), deliver.clone(), budget.clone())
+            .send_get(get.clone(), deliver.clone(), budget())
             .await?;
         let manifest = first.decode(a.path, &asked.msg, zt_format::container::View::File)?;
         let m = asked.msg;
@@ -182,7 +189,7 @@ impl Spread {
         shares: u64,
         version: Version,
         deliver: Delivery,
-        budget: Option<Budget>,
+        budget: impl Fn() -> Option<Budget>,
     ) {
         let dropped = deliver.clone();
         let set_up = async {
@@ -198,10 +205,9 @@ impl Spread {
                 share: Some((i, shares)),
                 ..get.clone()
             };
-            let answers = join_all(
-                (1..shares).map(|i| on(i).send_get(share(i), deliver.clone(), budget.clone())),
-            )
-            .await;
+            let answers =
+                join_all((1..shares).map(|i| on(i).send_get(share(i), deliver.clone(), budget())))
+                    .await;
             let mut routed = Vec::new();
             for (i, answer) in (1..shares).zip(answers) {
                 let (asked, conn) = match answer.and_then(|s| version.check(s)) {
@@ -213,7 +219,7 @@ impl Spread {
                     Err(e) => {
                         tracing::debug!(share = i, of = shares, error = %e, "asking the first connection");
                         let again = first
-                            .send_get(share(i), deliver.clone(), budget.clone())
+                            .send_get(share(i), deliver.clone(), budget())
                             .await
                             .and_then(|s| version.check(s));
                         match again {

@@ -6,6 +6,7 @@
 //! Over QUIC the wait reaches the server through flow control; over HTTP
 //! the next Range request is not sent.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -17,7 +18,8 @@ const UNIT: u64 = 1024;
 #[derive(Debug, Clone)]
 pub(crate) struct Budget {
     units: Arc<Semaphore>,
-    total: u32,
+    /// Its size in units (it may grow: [`Budget::grow`]).
+    total: Arc<AtomicU32>,
 }
 
 /// A reservation, returned when dropped.
@@ -32,8 +34,18 @@ impl Budget {
         let total = u32::try_from(bytes / UNIT).unwrap_or(u32::MAX).max(1);
         Budget {
             units: Arc::new(Semaphore::new(total as usize)),
-            total,
+            total: Arc::new(AtomicU32::new(total)),
         }
+    }
+
+    /// Grows the budget by `bytes` (a spread fetch's first share, once it
+    /// is known to have fewer partners than it was sized for).
+    pub(crate) fn grow(&self, bytes: u64) {
+        let more = u32::try_from(bytes / UNIT).unwrap_or(u32::MAX);
+        let before = self.total.load(Ordering::Relaxed);
+        let more = more.min(u32::MAX - before);
+        self.total.fetch_add(more, Ordering::Relaxed);
+        self.units.add_permits(more as usize);
     }
 
     /// Waits until `len` bytes fit. A component larger than the whole
@@ -43,7 +55,7 @@ impl Budget {
     pub(crate) async fn reserve(&self, len: u64) -> Option<Held> {
         let units = u32::try_from(len.div_ceil(UNIT))
             .unwrap_or(u32::MAX)
-            .clamp(1, self.total);
+            .clamp(1, self.total.load(Ordering::Relaxed));
         Arc::clone(&self.units)
             .acquire_many_owned(units)
             .await
@@ -72,5 +84,20 @@ mod tests {
         assert!(blocked.is_err());
         drop(huge);
         assert!(b.reserve(1).await.is_some());
+    }
+
+    #[tokio::test]
+    async fn grown_it_holds_more() {
+        let b = Budget::new(4 * 1024);
+        let held = b.reserve(4 * 1024).await.unwrap();
+        b.grow(4 * 1024);
+        let more = tokio::time::timeout(Duration::from_millis(50), b.reserve(4 * 1024)).await;
+        assert!(more.is_ok(), "4 + 4 KiB fit in 8");
+        drop((held, more));
+        // An oversized component now takes all 8 KiB.
+        let huge = b.reserve(1 << 20).await.unwrap();
+        let blocked = tokio::time::timeout(Duration::from_millis(50), b.reserve(1)).await;
+        assert!(blocked.is_err());
+        drop(huge);
     }
 }

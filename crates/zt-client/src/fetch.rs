@@ -21,8 +21,11 @@ pub(crate) enum Event {
     /// The request's connection is gone (or broke the protocol): nothing
     /// more will come for it, and the fetch fails with this error.
     Lost(Error),
-    /// Another share of a spread fetch was set up, on `conn`.
-    Joined { conn: quinn::Connection },
+    /// Another share of a spread fetch was set up.
+    Joined,
+    /// A spread fetch's components may also come on `conn`: the fetch is
+    /// silent only while it is too.
+    Watch(quinn::Connection),
 }
 
 /// An event, with the budget it holds until the consumer takes it
@@ -156,8 +159,11 @@ impl Fetch {
                     }
                     continue;
                 }
-                Some(Ok((Event::Joined { conn }, _))) => {
+                Some(Ok((Event::Joined, _))) => {
                     self.joined += 1;
+                    continue;
+                }
+                Some(Ok((Event::Watch(conn), _))) => {
                     self.watch = self.watch.take().map(|w| w.and(conn));
                     continue;
                 }

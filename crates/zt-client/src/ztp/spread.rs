@@ -11,16 +11,21 @@
 //! over then: the first share's components (layer 0 among them) are
 //! delivered while the other shares are set up, in a task of their own.
 //! They ask for exactly that version (`if_match`) and join the fetch as
-//! their manifests come in. The other connections are opened the
+//! their manifests come in and pass (nothing of a share reaches the fetch
+//! before), watched for silence from the moment their connections are
+//! known. The other connections are opened the
 //! first time a fetch has components for them and kept for later fetches;
 //! one that cannot be opened (within 3 s; none is tried again for 30 s
 //! after a failure), and a share answered otherwise than asked (another
 //! version: another connection may reach another replica; no `shares`
 //! feature there; an error), leave the share to the first connection.
 //! Every share is verified as any request is, holds at most its part of
-//! a bounded fetch's budget (`max_buffered` / `n`), and all of them feed one
-//! [`Fetch`], which ends once every share's `done` is in, or at once when
-//! any of its connections is lost.
+//! a bounded fetch's budget (`max_buffered` / `n`; the first share takes
+//! the parts of shares left empty, and a component larger than its part
+//! comes through alone), and all of them feed one [`Fetch`], which ends
+//! once every share's `done` is in, or at once when any of its connections
+//! is lost. While a spread fetch lives, its connections do (even past
+//! the client's drop); after [`Spread::close`] no connection is opened.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -52,6 +57,8 @@ struct More {
     open: Vec<Arc<QuicClient>>,
     /// When opening one last failed.
     failed: Option<Instant>,
+    /// [`Spread::close`] ran: none is opened any more.
+    closed: bool,
 }
 
 /// How long opening another connection may take before its share goes to
@@ -84,6 +91,33 @@ impl Version {
             )));
         }
         Ok(share)
+    }
+}
+
+/// How the other shares of a spread fetch are asked: share 0's `get`,
+/// the version it found, and each share's part of the budget.
+#[derive(Clone, Copy)]
+struct Share<'a> {
+    get: &'a Get,
+    version: &'a Version,
+    part: &'a (dyn Fn() -> Option<Budget> + Send + Sync),
+}
+
+impl Share<'_> {
+    /// Share `i` asked on `conn` and checked, with a channel of its own:
+    /// nothing of it reaches the fetch before it has passed.
+    async fn ask(
+        self,
+        conn: &QuicClient,
+        i: u64,
+    ) -> Result<(Asked, mpsc::UnboundedReceiver<crate::fetch::Arrival>)> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let get = Get {
+            share: self.get.share.map(|(_, n)| (i, n)),
+            ..self.get.clone()
+        };
+        let asked = conn.send_get(get, tx, (self.part)()).await?;
+        Ok((self.version.check(asked)?, rx))
     }
 }
 
@@ -146,15 +180,22 @@ impl Spread {
         // hold the other shares' earlier (smaller) components back until
         // every byte of it had arrived.
         let most = a.max_buffered;
-        let budget = move || most.map(|b| Budget::new(b / n));
+        let part = move || most.map(|b| Budget::new(b / n));
+        let budget = part();
         let asked = first
-            .send_get(get.clone(), deliver.clone(), budget())
+            .send_get(get.clone(), deliver.clone(), budget.clone())
             .await?;
         let manifest = first.decode(a.path, &asked.msg, zt_format::container::View::File)?;
         let m = asked.msg;
         let spread = m.features.iter().any(|f| f == FEATURE_SHARES);
         let components = manifest.components().count() as u64;
+        // Shares past the number of components are empty (each component
+        // goes to a share that has none yet, while there is one).
         let shares = if spread { n.min(components).max(1) } else { 1 };
+        // The shares that will not be asked leave their parts to the first.
+        if let (Some(b), Some(most)) = (&budget, most) {
+            b.grow(most / n * (n - shares));
+        }
         if shares > 1 {
             // The other shares ask for exactly the version share 0 found.
             get.if_match = Some(m.etag.clone());
@@ -162,7 +203,7 @@ impl Spread {
                 etag: m.etag.clone(),
                 size: m.size,
             };
-            tokio::spawn(Arc::clone(self).join(get, shares, version, deliver, budget));
+            tokio::spawn(Arc::clone(self).join(get, shares, version, deliver, part));
         }
         // A stream per component of the selection (PROTOCOL.md section
         // 4), whichever share carries it.
@@ -178,78 +219,81 @@ impl Spread {
     }
 
     /// Sets up shares 1 to `shares - 1` of the fetch whose share 0 asked
-    /// `get` and found `version`: each on a connection of its own where
-    /// one opens, else on the first. Each share set up joins the fetch
-    /// ([`Event::Joined`]); one that cannot be set up anywhere fails it
-    /// ([`Event::Lost`]). The shares stay routable until the fetch is
-    /// dropped, and setting up stops as soon as it is.
+    /// `get` and found `version`, each on a connection of its own where
+    /// one opens, else on the first; `part` makes each share's budget.
+    /// The fetch watches every connection for silence from the moment it
+    /// is known ([`Event::Watch`]). Each share set up joins the fetch
+    /// ([`Event::Joined`]) and only then delivers into it, so a share
+    /// answered for another version, or whole by a server without the
+    /// feature, never does; one that cannot be set up anywhere fails the
+    /// fetch ([`Event::Lost`]). The shares stay routable until the fetch
+    /// is dropped, and setting up stops as soon as it is.
     async fn join(
         self: Arc<Self>,
         get: Get,
         shares: u64,
         version: Version,
         deliver: Delivery,
-        budget: impl Fn() -> Option<Budget>,
+        part: impl Fn() -> Option<Budget> + Send + Sync,
     ) {
         let dropped = deliver.clone();
         let set_up = async {
-            let first = &self.first;
             let others = self.others(shares - 1).await;
+            for c in &others {
+                let _ = deliver.send((Event::Watch(c.conn.clone()), None));
+            }
             let on = |i: u64| -> &QuicClient {
                 usize::try_from(i - 1)
                     .ok()
                     .and_then(|k| others.get(k))
-                    .map_or(first, |c| c)
+                    .map_or(&self.first, |c| c)
             };
-            let share = |i: u64| Get {
-                share: Some((i, shares)),
-                ..get.clone()
+            let asking = Share {
+                get: &get,
+                version: &version,
+                part: &part,
             };
-            let answers =
-                join_all((1..shares).map(|i| on(i).send_get(share(i), deliver.clone(), budget())))
-                    .await;
-            let mut routed = Vec::new();
-            for (i, answer) in (1..shares).zip(answers) {
-                let (asked, conn) = match answer.and_then(|s| version.check(s)) {
-                    Ok(asked) => (asked, on(i)),
-                    // Another connection may reach another replica (one
-                    // with another version of the file, or without the
-                    // feature), or fail: the first connection, which gave
-                    // the manifest, carries the share instead.
-                    Err(e) => {
-                        tracing::debug!(share = i, of = shares, error = %e, "asking the first connection");
-                        let again = first
-                            .send_get(share(i), deliver.clone(), budget())
-                            .await
-                            .and_then(|s| version.check(s));
-                        match again {
-                            Ok(asked) => (asked, first),
-                            Err(again) => {
-                                let on = on(i).conn.remote_address();
-                                let e = Error::Transport(format!(
-                                    "{}: share {i} of {shares} failed on the connection to {on} ({e}) and on the first ({again})",
-                                    get.path
-                                ));
-                                let _ = deliver.send((Event::Lost(e), None));
-                                break;
-                            }
-                        }
-                    }
-                };
-                let joined = Event::Joined {
-                    conn: conn.conn.clone(),
-                };
-                let _ = deliver.send((joined, None));
-                routed.push(asked.routed);
-            }
-            routed
+            join_all((1..shares).map(|i| self.carry(asking, i, on(i), deliver.clone()))).await;
         };
         tokio::select! {
-            routed = set_up => {
-                dropped.closed().await;
-                drop(routed);
-            }
+            () = set_up => {}
             () = dropped.closed() => {}
+        }
+    }
+
+    /// Sets up share `i` on `conn` (or, failing that, on the first
+    /// connection) and forwards its components into the fetch until the
+    /// fetch is dropped; a share that cannot be set up fails the fetch.
+    async fn carry(&self, s: Share<'_>, i: u64, conn: &QuicClient, deliver: Delivery) {
+        let (asked, mut rx) = match s.ask(conn, i).await {
+            Ok(share) => share,
+            // Another connection may reach another replica (one with
+            // another version of the file, or without the feature), or
+            // fail: the first connection, which gave the manifest, carries
+            // the share instead.
+            Err(e) => {
+                tracing::debug!(share = i, error = %e, "asking the first connection");
+                match s.ask(&self.first, i).await {
+                    Ok(share) => share,
+                    Err(again) => {
+                        let e = Error::Transport(format!(
+                            "{}: share {i} failed on the connection to {} ({e}) and on the first ({again})",
+                            s.get.path,
+                            conn.conn.remote_address()
+                        ));
+                        let _ = deliver.send((Event::Lost(e), None));
+                        return;
+                    }
+                }
+            }
+        };
+        let _ = deliver.send((Event::Joined, None));
+        // The share stays routable while this forwards.
+        let _routed = asked.routed;
+        while let Some(arrival) = rx.recv().await {
+            if deliver.send(arrival).is_err() {
+                break;
+            }
         }
     }
 
@@ -260,6 +304,9 @@ impl Spread {
     async fn others(&self, count: u64) -> Vec<Arc<QuicClient>> {
         let count = usize::try_from(count).unwrap_or(usize::MAX);
         let mut more = self.more.lock().await;
+        if more.closed {
+            return Vec::new();
+        }
         more.open.retain(|c| c.conn.close_reason().is_none());
         let resting = more.failed.is_some_and(|t| t.elapsed() < OPEN_BACKOFF);
         if more.open.len() < count && !resting {
@@ -295,7 +342,11 @@ impl Spread {
 
     /// Closes every connection ([`QuicClient::close`]).
     pub(crate) async fn close(&self) {
-        let more = self.more.lock().await.open.clone();
+        let more = {
+            let mut more = self.more.lock().await;
+            more.closed = true;
+            more.open.clone()
+        };
         tokio::join!(join_all(more.iter().map(|c| c.close())), self.first.close());
     }
 }

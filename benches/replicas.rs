@@ -3,7 +3,10 @@
 //! store, `s3s-fs`) serving a 32-layer model, and 64 client-library
 //! clients on the host fetching random layers (every component verified),
 //! first all on one replica, then spread over the three, over HTTPS and
-//! over ztp/1. Reports fetches per second, p50 and p99, and the ratios.
+//! over ztp/1, each through Docker's userland proxy (127.0.0.1) and
+//! through the kernel's forwarding (the host's address, as clients on
+//! other machines reach a published port). Reports fetches per second,
+//! p50 and p99, and the ratios.
 //!
 //! On a 2-core machine the replicas share the same two cores (and the
 //! store and the clients run there too): the point is that nothing is
@@ -48,14 +51,27 @@ fn main() -> Result<()> {
         "{:<30} {:>10} {:>9} {:>9} {:>7}",
         "", "fetch/s", "p50 ms", "p99 ms", "errors"
     );
-    for (name, via, url) in [
+    // Each transport twice: through 127.0.0.1, which Docker's userland
+    // proxy carries (a process copying every datagram), and through the
+    // host's address on the clients' network, which the kernel forwards
+    // (DNAT), as it does for clients on other machines.
+    type Url<'a> = Box<dyn Fn(usize) -> String + 'a>;
+    let variants: [(&str, Via, Url); 4] = [
+        ("HTTPS, proxy", Via::Http, Box::new(|i| cluster.https(i))),
         (
-            "HTTPS",
+            "HTTPS, kernel",
             Via::Http,
-            Box::new(|i| cluster.https(i)) as Box<dyn Fn(usize) -> String>,
+            Box::new(|i| cluster.forwarded("https", i)),
         ),
-        ("ztp/1", Via::Quic, Box::new(|i| cluster.quic(i))),
-    ] {
+        ("ztp/1, proxy", Via::Quic, Box::new(|i| cluster.quic(i))),
+        (
+            "ztp/1, kernel",
+            Via::Quic,
+            Box::new(|i| cluster.forwarded("quic", i)),
+        ),
+    ];
+    let mut rates = Vec::new();
+    for (name, via, url) in variants {
         let one = vec![format!("{}/model.zt", url(0))];
         let three: Vec<String> = (0..3).map(|i| format!("{}/model.zt", url(i))).collect();
         // Warm: every replica has listed the model and checked its digests.
@@ -86,6 +102,21 @@ fn main() -> Result<()> {
             format!("{name}, 3 replicas vs 1"),
             (b.fetches as f64 / b.secs) / (a.fetches as f64 / a.secs),
             b.p99_ms / a.p99_ms
+        );
+        rates.push((name, b.fetches as f64 / b.secs));
+    }
+    // ztp/1 against HTTPS over the same path, three replicas.
+    for path in ["proxy", "kernel"] {
+        let rate = |t: &str| {
+            rates
+                .iter()
+                .find(|(n, _)| *n == format!("{t}, {path}"))
+                .map_or(f64::NAN, |r| r.1)
+        };
+        println!(
+            "{:<30} {:>10.3}x fetch/s",
+            format!("ztp/1 vs HTTPS, {path}, 3 replicas"),
+            rate("ztp/1") / rate("HTTPS")
         );
     }
     Ok(())

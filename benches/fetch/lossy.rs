@@ -1,58 +1,106 @@
-//! Section 5: whole-file fetches over a lossy loopback. The bench runs
-//! itself again inside a network namespace whose loopback drops 0, 1 and
-//! 5 % of packets (the iptables `statistic` match); that inner run starts
-//! its own nginx and ztserve there and times curl against `zt fetch` over
-//! both transports, at the same loss.
+//! Section 5: whole-file fetches over lossy links. The bench runs itself
+//! again inside a network namespace whose loopback drops a share of
+//! packets (the iptables `statistic` match), first at loopback's own
+//! round trip (0, 1 and 5 % loss), then at 50 ms (1 and 5 %, loopback's MTU
+//! set to 1,500, every packet held 25 ms by `delay.rs`); that inner run
+//! starts its own nginx and ztserve there and times curl against `zt
+//! fetch` over both transports at the same loss, and the client library's
+//! time to the first layer against layer 0's share of the bytes.
+
+use std::time::Duration;
 
 use anyhow::{bail, Result};
+use zt_client::Via;
 
+use super::delay::{Delay, QUEUE};
 use super::netns::Netns;
-use super::{peers, rounds, row, Bench};
+use super::{load, peers, rounds, row, Bench};
 
-/// The file the lossy rows fetch (smaller than the main model: a lossy
+/// The file the loopback rows fetch (smaller than the main model: a lossy
 /// fetch is slow).
 pub(crate) const FILE: &str = "lossy-crc32c.zt";
 
-/// Loss rates measured, in percent.
-const LOSSES: [f64; 3] = [0.0, 1.0, 5.0];
+/// The file the 50 ms rows fetch: at 5 % loss a 50 ms round trip moves a
+/// few hundred KB/s per connection.
+pub(crate) const RTT_FILE: &str = "rtt-crc32c.zt";
 
-/// Runs the inner bench once per loss rate inside a fresh namespace.
+/// One kind of link: the round trip added, loopback's MTU, the loss rates
+/// and the file fetched.
+struct Link {
+    rtt_ms: u64,
+    mtu: u32,
+    losses: &'static [f64],
+    file: &'static str,
+}
+
+const LINKS: [Link; 2] = [
+    Link {
+        rtt_ms: 0,
+        mtu: 65_536,
+        losses: &[0.0, 1.0, 5.0],
+        file: FILE,
+    },
+    Link {
+        rtt_ms: 50,
+        mtu: 1_500,
+        losses: &[1.0, 5.0],
+        file: RTT_FILE,
+    },
+];
+
+/// Runs the inner bench once per link and loss rate inside a fresh
+/// namespace.
 pub(crate) fn outer(n: usize) -> Result<()> {
     println!(
-        "# 5. {FILE} over a lossy loopback (network namespace, iptables statistic); \
-         ratio = speed against curl from nginx at the same loss"
+        "# 5. over a lossy loopback (network namespace, iptables statistic; a 50 ms round trip \
+         through NFQUEUE); ratio = speed against curl from nginx at the same loss"
     );
     let Some(ns) = Netns::create("bench") else {
         println!("# skipped: needs root, ip and iptables");
         return Ok(());
     };
-    for loss in LOSSES {
-        ns.set_loss(loss);
-        let status = ns
-            .command(std::env::current_exe()?)
-            .arg(n.to_string())
-            .env("ZT_BENCH_LOSS", loss.to_string())
-            .status()?;
-        if !status.success() {
-            bail!("the run at {loss}% loss failed");
+    for link in &LINKS {
+        ns.set_mtu(link.mtu);
+        ns.set_queue((link.rtt_ms > 0).then_some(QUEUE));
+        for &loss in link.losses {
+            ns.set_loss(loss);
+            let status = ns
+                .command(std::env::current_exe()?)
+                .arg(n.to_string())
+                .env("ZT_BENCH_LOSS", loss.to_string())
+                .env("ZT_BENCH_RTT_MS", link.rtt_ms.to_string())
+                .env("ZT_BENCH_LOSS_FILE", link.file)
+                .status()?;
+            if !status.success() {
+                bail!("the run at {loss}% loss, {} ms failed", link.rtt_ms);
+            }
+            println!("#   packets dropped so far: {}", ns.dropped());
         }
-        println!("#   packets dropped so far: {}", ns.dropped());
     }
     Ok(())
 }
 
 impl Bench {
-    /// The rows at one loss rate (run inside the namespace).
+    /// The rows at one loss rate and round trip (run inside the namespace;
+    /// `ZT_BENCH_RTT_MS` and `ZT_BENCH_LOSS_FILE` say which).
     pub(crate) fn lossy(&self, loss: &str) -> Result<()> {
+        let rtt_ms: u64 = std::env::var("ZT_BENCH_RTT_MS").map_or(Ok(0), |v| v.parse())?;
+        let file = std::env::var("ZT_BENCH_LOSS_FILE").unwrap_or_else(|_| FILE.to_owned());
+        let file = file.as_str();
+        let _delay = match rtt_ms {
+            0 => None,
+            ms => Some(Delay::start(Duration::from_millis(ms / 2))?),
+        };
+        let link = format!("{loss}% loss, {rtt_ms} ms");
         let (n, out) = (self.n, &self.out);
-        let size = std::fs::metadata(self.data.join("root").join(FILE))?.len();
-        let peer = self.nhttp(FILE);
+        let size = std::fs::metadata(self.data.join("root").join(file))?.len();
+        let peer = self.nhttp(file);
         let curl = rounds(n, || {
             peers::remove_output(out);
             peers::timed(&mut peers::curl(&peer, out))
         })?;
         row(
-            &format!("{loss}% loss: curl <- nginx"),
+            &format!("{link}: curl <- nginx"),
             curl,
             size,
             curl,
@@ -66,11 +114,11 @@ impl Bench {
             &self.data.join("state-bbr"),
             &[("ZTSERVE_QUIC_CONGESTION", "bbr")],
         )?;
-        let bbr = format!("quic://127.0.0.1:{bbr_port}/{FILE}");
+        let bbr = format!("quic://127.0.0.1:{bbr_port}/{file}");
         // ztp/1 by connections per fetch (the default is 2).
-        let quic = self.zquic(FILE);
+        let quic = self.zquic(file);
         let variants: [(&str, &str, &[&str]); 5] = [
-            ("http", &self.zhttp(FILE), &[]),
+            ("http", &self.zhttp(file), &[]),
             ("quic", &quic, &[]),
             ("quic --connections 1", &quic, &["--connections", "1"]),
             ("quic --connections 4", &quic, &["--connections", "4"]),
@@ -79,7 +127,7 @@ impl Bench {
         for (via, url, args) in variants {
             let t = rounds(n, || peers::timed(peers::zt_fetch(url, out).args(args)))?;
             row(
-                &format!("{loss}% loss: zt fetch {via} <- ztserve"),
+                &format!("{link}: zt fetch {via} <- ztserve"),
                 t,
                 size,
                 curl,
@@ -87,6 +135,28 @@ impl Bench {
             );
         }
         peers::remove_output(out);
+        // The library's time to layer 0 (delivered and verified), against
+        // layer 0's share of the bytes; medians of the rounds.
+        let firsts: [(&str, Via, &str); 3] = [
+            ("http", Via::Http, &self.zhttp(file)),
+            ("quic", Via::Quic, &quic),
+            ("quic (bbr)", Via::Quic, &bbr),
+        ];
+        for (via, how, url) in firsts {
+            let mut share = Vec::new();
+            let mut of_bytes = 0.0;
+            for _ in 0..n {
+                let l = self.rt.block_on(load(url, how, false, None))?;
+                share.push(l.first_layer / l.total);
+                of_bytes = l.layer0_bytes as f64 / l.bytes as f64;
+            }
+            let share = super::median(share);
+            println!(
+                "{:<52} first layer at {share:.3} of the time; layer 0 is {of_bytes:.3} of the bytes ({:.2}x its share)",
+                format!("{link}: library load {via}"),
+                share / of_bytes
+            );
+        }
         Ok(())
     }
 }

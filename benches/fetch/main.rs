@@ -21,6 +21,7 @@ use zt_client::{Client, Options, Via};
 use zt_format::{layer_index, DigestAlgorithm};
 
 mod ceiling;
+mod delay;
 mod lossy;
 #[allow(dead_code)]
 #[path = "../support/model.rs"]
@@ -167,6 +168,11 @@ fn ensure_models(root: &Path) -> Result<()> {
     let lossy = root.join(lossy::FILE);
     if !lossy.exists() {
         model::layers(&lossy, 8, MIB_PER_LAYER, Some(DigestAlgorithm::Crc32c))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let rtt = root.join(lossy::RTT_FILE);
+    if !rtt.exists() {
+        model::layers(&rtt, 8, 1, Some(DigestAlgorithm::Crc32c))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     let many = root.join("many.zt");

@@ -131,6 +131,27 @@ impl Cluster {
         format!("quic://127.0.0.1:{}", self.ports[i])
     }
 
+    /// The host's own address on the clients' network (`front`). The
+    /// published ports answer there too, forwarded by the kernel (Docker's
+    /// DNAT rules), as they are for clients on other machines; Docker's
+    /// userland proxy carries only connections to 127.0.0.1.
+    pub fn host_address(&self) -> String {
+        let network = format!("{}_front", self.project);
+        docker_ok(&[
+            "network",
+            "inspect",
+            "-f",
+            "{{(index .IPAM.Config 0).Gateway}}",
+            &network,
+        ])
+    }
+
+    /// Replica `i`'s URL through the host address (no userland proxy):
+    /// `scheme://ADDRESS:PORT`.
+    pub fn forwarded(&self, scheme: &str, i: usize) -> String {
+        format!("{scheme}://{}:{}", self.host_address(), self.ports[i])
+    }
+
     /// `/readyz` of replica `i`: its status and body.
     pub fn readyz(&self, i: usize) -> (u16, String) {
         let r = curl(&["-k"], &format!("{}/readyz", self.https(i)));

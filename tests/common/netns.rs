@@ -57,6 +57,37 @@ impl Netns {
         self.drop_only(if percent > 0.0 { &rule[..] } else { &[] });
     }
 
+    /// Sends every packet leaving through loopback to netfilter queue
+    /// `queue`, where a process in the namespace may hold it (a delay:
+    /// this kernel has no `netem`); while none listens, packets pass
+    /// (`--queue-bypass`). `None` lifts the rule.
+    pub fn set_queue(&self, queue: Option<u16>) {
+        assert!(run(self.command("iptables").args(["-F", "OUTPUT"])));
+        if let Some(q) = queue {
+            let ok = run(self.command("iptables").args([
+                "-A",
+                "OUTPUT",
+                "-o",
+                "lo",
+                "-j",
+                "NFQUEUE",
+                "--queue-num",
+                &q.to_string(),
+                "--queue-bypass",
+            ]));
+            assert!(ok, "queueing loopback's packets in {}", self.name);
+        }
+    }
+
+    /// Sets loopback's MTU (65,536 by default; 1,500 for an Ethernet-like
+    /// path).
+    pub fn set_mtu(&self, mtu: u32) {
+        let ok = run(self
+            .command("ip")
+            .args(["link", "set", "lo", "mtu", &mtu.to_string()]));
+        assert!(ok, "setting loopback's MTU in {}", self.name);
+    }
+
     /// Cuts every connection once `bytes` have crossed it, both directions
     /// counted (replacing any earlier rule): later packets of a TCP
     /// connection or a UDP flow are dropped, as if the link died at that

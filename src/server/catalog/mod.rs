@@ -39,6 +39,7 @@ mod hasher;
 mod index;
 mod listing;
 pub(crate) mod pending;
+pub(crate) mod repos;
 mod resolve;
 mod served;
 #[cfg(test)]
@@ -53,11 +54,13 @@ use zt_format::{DigestAlgorithm, Limits, Source};
 
 use crate::server::config::{DigestChoice, DigestsConfig};
 use crate::server::integrity::digests::{Computed, DigestMetrics, Store};
+use crate::server::store;
 use crate::server::store::error::StoreError;
 use crate::server::store::root::{Opened, Root, Seen};
 use futures_util::StreamExt as _;
 use hasher::{Hasher, Settle};
 use pending::Pending;
+pub(crate) use repos::Repos;
 
 pub(crate) use crate::server::store::Identity;
 pub(crate) use index::IndexFile;
@@ -92,11 +95,37 @@ impl Entry {
 #[derive(Debug, Default)]
 pub struct Snapshot {
     pub entries: BTreeMap<String, Entry>,
+    /// Every regular file of the root as last listed, model files or not
+    /// (the daemon's own state left out): what the Hub's repositories
+    /// are made of.
+    pub(crate) files: Arc<BTreeMap<String, Seen>>,
+    /// The repositories of `files`, grouped on first use.
+    repos: std::sync::OnceLock<Arc<Repos>>,
 }
 
 impl Snapshot {
+    fn new(entries: BTreeMap<String, Entry>, files: Arc<BTreeMap<String, Seen>>) -> Snapshot {
+        Snapshot {
+            entries,
+            files,
+            repos: Default::default(),
+        }
+    }
+
     pub fn get(&self, path: &str) -> Option<&Entry> {
         self.entries.get(path)
+    }
+
+    /// The Hub's repositories of this snapshot's files, grouped once
+    /// (hashing every file's path and tag: with many files, call it off
+    /// the runtime the first time, see [`Snapshot::repos_ready`]).
+    pub(crate) fn repos(&self) -> Arc<Repos> {
+        Arc::clone(self.repos.get_or_init(|| Arc::new(Repos::of(&self.files))))
+    }
+
+    /// The repositories, if [`Snapshot::repos`] grouped them already.
+    pub(crate) fn repos_ready(&self) -> Option<Arc<Repos>> {
+        self.repos.get().cloned()
     }
 
     pub fn served(&self) -> impl Iterator<Item = &Arc<Served>> {
@@ -158,6 +187,9 @@ pub struct Catalog {
     rescanning: tokio::sync::Mutex<()>,
     /// When [`Catalog::refresh`] last loaded each path again.
     reloaded: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// The daemon's state directory (canonical), whose files are never
+    /// listed even when it lies under the root.
+    own_state: Option<std::path::PathBuf>,
 }
 
 /// The least time between two loads of one path by [`Catalog::refresh`].
@@ -193,7 +225,11 @@ impl Catalog {
                 metrics: Arc::clone(&metrics),
             }
         });
+        // Made here if it is not there yet, so that its files can be told
+        // apart from the root's.
+        std::fs::create_dir_all(state_dir)?;
         Ok(Catalog {
+            own_state: state_dir.canonicalize().ok(),
             root,
             store_error: std::sync::Mutex::new(None),
             limits,
@@ -221,6 +257,15 @@ impl Catalog {
         match self.store_error.lock() {
             Ok(mut g) => std::mem::replace(&mut *g, error).is_some(),
             Err(_) => false,
+        }
+    }
+
+    /// Whether a listed file is one of the daemon's own state (its state
+    /// directory lies under the root).
+    fn is_own_state(&self, seen: &Seen) -> bool {
+        match (&seen.at, &self.own_state) {
+            (store::root::At::Path(p), Some(own)) => p.starts_with(own),
+            _ => false,
         }
     }
 
@@ -255,18 +300,26 @@ impl Catalog {
                 return;
             }
         };
-        let before = self.snapshot().get(rel).cloned();
-        let entry = match (seen, &before) {
-            (Some(seen), Some(e)) if e.identity() == seen.identity => return,
-            (None, None) => return,
-            // Read outside the catalog's lock: an object's header is read
-            // from the store.
-            (Some(seen), _) => self.examine(&seen, true).await,
-            (None, Some(_)) => None,
-        };
-        if entry.is_none() && before.is_none() {
+        let seen = seen.filter(|s| !self.is_own_state(s));
+        let snap = self.snapshot();
+        let before = snap.get(rel).cloned();
+        let listed = snap.files.get(rel).map(|s| s.identity);
+        drop(snap);
+        let now = seen.as_ref().map(|s| s.identity);
+        let entry_now = seen.as_ref().and_then(|s| s.source).and(now);
+        if listed == now && before.as_ref().map(Entry::identity) == entry_now {
             return;
         }
+        let entry = match (&seen, &before) {
+            (Some(seen), Some(e)) if e.identity() == seen.identity => Some(e.clone()),
+            // Read outside the catalog's lock: an object's header is read
+            // from the store.
+            (Some(seen), _) => match seen.source {
+                Some(source) => self.examine(seen, source, true).await,
+                None => None,
+            },
+            (None, _) => None,
+        };
         let mut guard = match self.current.write() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -276,7 +329,12 @@ impl Catalog {
             Some(e) => entries.insert(rel.to_owned(), e),
             None => entries.remove(rel),
         };
-        *guard = Arc::new(Snapshot { entries });
+        let mut files = (*guard.files).clone();
+        match seen {
+            Some(seen) => files.insert(rel.to_owned(), seen),
+            None => files.remove(rel),
+        };
+        *guard = Arc::new(Snapshot::new(entries, Arc::new(files)));
         drop(guard);
         if let Some(Entry::Pending(p)) = &before {
             p.retire();
@@ -327,15 +385,25 @@ impl Catalog {
         let Some(found) = self.scan().await else {
             return (0, 0, 0);
         };
+        let files: BTreeMap<String, Seen> = found
+            .into_iter()
+            .filter(|s| !self.is_own_state(s))
+            .map(|s| (s.rel.clone(), s))
+            .collect();
+        let files = Arc::new(files);
         let (mut added, mut changed) = (0, 0);
-        let looks = found.into_iter().map(|seen| {
+        let sourced: Vec<(Seen, Source)> = files
+            .values()
+            .filter_map(|seen| Some((seen.clone(), seen.source?)))
+            .collect();
+        let looks = sourced.into_iter().map(|(seen, source)| {
             let prev = old.get(&seen.rel).cloned();
             async move {
                 let entry = match &prev {
                     Some(e) if e.identity() == seen.identity => Some(e.clone()),
                     // A new file's first bytes are checked; a changed
                     // one's were once.
-                    _ => self.examine(&seen, prev.is_none()).await,
+                    _ => self.examine(&seen, source, prev.is_none()).await,
                 };
                 (seen.rel, prev.is_some(), entry)
             }
@@ -379,7 +447,7 @@ impl Catalog {
                 *e = settled;
             }
         }
-        *guard = Arc::new(Snapshot { entries });
+        *guard = Arc::new(Snapshot::new(entries, files));
         drop(guard);
         (added, removed, changed)
     }
@@ -402,8 +470,8 @@ impl Catalog {
     /// one of the source its extension names
     /// ([`zt_format::source::magic`]: that answer is kept until it
     /// changes, so it is not opened again).
-    async fn examine(&self, seen: &Seen, check_magic: bool) -> Option<Entry> {
-        let magics = zt_format::source::magic(seen.source).filter(|_| check_magic);
+    async fn examine(&self, seen: &Seen, source: Source, check_magic: bool) -> Option<Entry> {
+        let magics = zt_format::source::magic(source).filter(|_| check_magic);
         if magics.is_some() && self.passed_over(seen) {
             return None;
         }
@@ -420,7 +488,6 @@ impl Catalog {
             let head = opened.blob.read_async(8, 0, None).await;
             let starts = head.is_ok_and(|h| magics.iter().any(|m| **m == *h));
             if !starts {
-                let source = seen.source;
                 tracing::debug!(file = seen.rel, %source, "not a {source} file by its first bytes; not served");
                 self.pass_over(seen);
                 return None;
@@ -429,7 +496,7 @@ impl Catalog {
                 passed.remove(&seen.rel);
             }
         }
-        Some(self.load(seen, opened).await)
+        Some(self.load(seen, source, opened).await)
     }
 
     /// Whether `seen` is this version of a file found before not to be
@@ -460,8 +527,8 @@ impl Catalog {
         }))
     }
 
-    async fn load(&self, seen: &Seen, opened: Opened) -> Entry {
-        let (rel, source, modified) = (seen.rel.as_str(), seen.source, seen.modified);
+    async fn load(&self, seen: &Seen, source: Source, opened: Opened) -> Entry {
+        let (rel, modified) = (seen.rel.as_str(), seen.modified);
         let Opened {
             blob: file,
             size,
@@ -622,7 +689,7 @@ fn replace(current: &Current, pending: &Arc<Pending>, entry: Entry) {
     if listed {
         let mut entries = guard.entries.clone();
         entries.insert(path.clone(), entry);
-        *guard = Arc::new(Snapshot { entries });
+        *guard = Arc::new(Snapshot::new(entries, Arc::clone(&guard.files)));
     }
 }
 

@@ -192,6 +192,11 @@ impl Served {
         self.checks.named(&self.manifest, cell)
     }
 
+    /// The version of the file this entry serves.
+    pub(crate) fn identity(&self) -> Identity {
+        self.identity
+    }
+
     /// The manifest's CBOR as the file stores it, when nothing was added
     /// to it (a v1.2 `.zt` file whose components all carry digests).
     pub fn stored_cbor(&self) -> Option<&[u8]> {

@@ -91,6 +91,7 @@ settings! {
         digests: DigestsConfig,
         storage: StorageConfig,
         ui: UiConfig,
+        hub: HubConfig,
     }
 }
 
@@ -327,6 +328,17 @@ settings! {
         #[flag_off("no-ui")]
         /// Serve the web page at /ui/. `/` redirects there; off, both are
         /// 404.
+        pub enabled: bool = true,
+    }
+}
+
+settings! {
+    /// The Hugging Face Hub's protocol (`docs/hub.md`): directories
+    /// `ORG/NAME/` under the root served as model repositories.
+    pub struct HubConfig in "hub." {
+        #[flag_off("no-hub")]
+        /// Serve the root's directories as Hub repositories, for clients
+        /// given `HF_ENDPOINT` (`/{repo}/resolve/...`, `/api/models/...`).
         pub enabled: bool = true,
     }
 }

@@ -29,7 +29,7 @@ use bytes::Bytes;
 use futures_util::stream::{self, Stream, StreamExt};
 
 use super::flow::Flow;
-use crate::server::catalog::Served;
+use super::held::Held;
 use crate::server::serve::recheck::Recheck;
 use crate::server::State;
 
@@ -42,17 +42,17 @@ pub(crate) enum Part {
     File(Range<u64>),
 }
 
-/// Bytes of `served` a response reads at once now: a whole chunk of an
+/// Bytes of `held` a response reads at once now: a whole chunk of an
 /// object, else what the budget allows ([`super::flow::Flows::piece`]).
-pub(super) fn piece(served: &Served, state: &State) -> u64 {
-    match served.file.whole_chunks() {
+pub(super) fn piece(held: &Held, state: &State) -> u64 {
+    match held.file().whole_chunks() {
         true => CHUNK,
         false => state.flows.piece(),
     }
 }
 
 fn file_stream(
-    served: Arc<Served>,
+    served: Held,
     state: Arc<State>,
     flow: Arc<Flow>,
     range: Range<u64>,
@@ -61,9 +61,9 @@ fn file_stream(
 ) -> impl Stream<Item = io::Result<Bytes>> + Send {
     // An object's chunks are fetched a few at a time (`storage.read_ahead`);
     // a local file's one at a time.
-    let ahead = served.file.read_ahead();
+    let ahead = served.file().read_ahead();
     let recheck = recheck
-        .then(|| Recheck::new(&served, &range))
+        .then(|| served.served().and_then(|s| Recheck::new(s, &range)))
         .flatten()
         .map(|r| Arc::new(Mutex::new(r)));
     let end = range.end;
@@ -74,15 +74,15 @@ fn file_stream(
         None => range.start,
     };
     // Each piece's size is chosen as it is reached.
-    let (s, st) = (Arc::clone(&served), Arc::clone(&state));
+    let (s, st) = (served.clone(), Arc::clone(&state));
     let pieces = stream::unfold(from, move |pos| {
         let next = pos.saturating_add(piece(&s, &st)).min(end);
         std::future::ready((pos < end).then_some((pos..next, next)))
     });
-    let (s, st) = (Arc::clone(&served), Arc::clone(&state));
+    let (s, st) = (served.clone(), Arc::clone(&state));
     let read = pieces
         .map(move |span| {
-            let (served, state, flow) = (Arc::clone(&s), Arc::clone(&st), Arc::clone(&flow));
+            let (served, state, flow) = (s.clone(), Arc::clone(&st), Arc::clone(&flow));
             async move {
                 let bytes = read(&served, &state, &flow, span.clone(), ahead).await?;
                 unchanged(&served, &state, &span, bytes)
@@ -94,8 +94,7 @@ fn file_stream(
         // In order, whatever the read-ahead: a component's hash runs
         // over its bytes as they are sent.
         .then(move |item| {
-            let (served, state, recheck) =
-                (Arc::clone(&served), Arc::clone(&state), recheck.clone());
+            let (served, state, recheck) = (served.clone(), Arc::clone(&state), recheck.clone());
             async move {
                 let item = match (item, recheck) {
                     (Ok(bytes), Some(r)) => rechecked(&served, &state, r, bytes).await,
@@ -122,7 +121,7 @@ fn file_stream(
 /// that hashes sha256); an error once a component ends with other bytes
 /// than its version's.
 async fn rechecked(
-    served: &Served,
+    served: &Held,
     state: &Arc<State>,
     recheck: Arc<Mutex<Recheck>>,
     bytes: Bytes,
@@ -151,10 +150,10 @@ const INLINE_HASH: usize = 256 << 10;
 
 /// Logs and counts a response cut because its file changed under it, and
 /// has the file catalogued again for the next request.
-fn changed(served: &Served, state: &Arc<State>, why: String) -> io::Error {
+fn changed(held: &Held, state: &Arc<State>, why: String) -> io::Error {
     state.metrics.count_changed_abort();
-    tracing::error!(file = %served.path, reason = %why, "the file changed under a response; connection cut");
-    state.refresh_later(&served.path);
+    tracing::error!(file = %held.path(), reason = %why, "the file changed under a response; connection cut");
+    state.refresh_later(held.path());
     io::Error::other(why)
 }
 
@@ -165,7 +164,7 @@ fn changed(served: &Served, state: &Arc<State>, why: String) -> io::Error {
 /// Whether the file is still the version served is the caller's to ask,
 /// after the read.
 pub(super) async fn read(
-    served: &Arc<Served>,
+    served: &Held,
     state: &Arc<State>,
     flow: &Arc<Flow>,
     span: Range<u64>,
@@ -177,32 +176,28 @@ pub(super) async fn read(
     Ok(charge.hold(bytes))
 }
 
-async fn read_uncharged(
-    served: &Arc<Served>,
-    state: &Arc<State>,
-    span: Range<u64>,
-) -> io::Result<Bytes> {
+async fn read_uncharged(served: &Held, state: &Arc<State>, span: Range<u64>) -> io::Result<Bytes> {
     let (pos, n) = (span.start, span.end - span.start);
     if served.is_checked_span(&span) {
-        if let Some(read) = served.file.read_now(&span) {
+        if let Some(read) = served.file().read_now(&span) {
             return read;
         }
     } else if let Err(refusal) = served.check_spans(std::slice::from_ref(&span)).await {
         state.catalog.digest_metrics().count_abort();
-        tracing::error!(file = %served.path, offset = span.start, %refusal, "component failed its digest mid-response; connection cut");
+        tracing::error!(file = %served.path(), offset = span.start, %refusal, "component failed its digest mid-response; connection cut");
         return Err(io::Error::other(refusal.to_string()));
     }
     // A local file's read on the blocking pool, an object's GET awaited
     // here: no thread held across network I/O.
     let len = usize::try_from(n).unwrap_or(0);
-    served.file.read_async(len, pos, None).await.inspect_err(|e| {
-        tracing::warn!(file = %served.path, error = %e, offset = pos, "read failed mid-response (file truncated or changed?)");
+    served.file().read_async(len, pos, None).await.inspect_err(|e| {
+        tracing::warn!(file = %served.path(), error = %e, offset = pos, "read failed mid-response (file truncated or changed?)");
     })
 }
 
 /// `bytes`, read from `span`, if the file is still the version served.
 fn unchanged(
-    served: &Served,
+    served: &Held,
     state: &Arc<State>,
     span: &Range<u64>,
     bytes: Bytes,
@@ -212,7 +207,7 @@ fn unchanged(
     }
     let why = format!(
         "{}: changed-under-transfer: the file changed (rewritten in place?) while bytes {}..{} were sent",
-        served.path, span.start, span.end
+        served.path(), span.start, span.end
     );
     Err(changed(served, state, why))
 }
@@ -221,7 +216,7 @@ fn unchanged(
 /// components the ranges carry whole as they are sent ([`Recheck`]);
 /// `first`: the first file range's first chunk, read before the headers.
 pub(crate) fn body(
-    served: Arc<Served>,
+    served: Held,
     state: Arc<State>,
     flow: Arc<Flow>,
     parts: Vec<Part>,
@@ -232,7 +227,7 @@ pub(crate) fn body(
     let s = stream::iter(parts).flat_map(move |p| match p {
         Part::Bytes(b) => stream::once(async move { Ok(b) }).boxed(),
         Part::File(r) => file_stream(
-            Arc::clone(&served),
+            served.clone(),
             Arc::clone(&state),
             Arc::clone(&flow),
             r,

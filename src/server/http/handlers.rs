@@ -479,12 +479,14 @@ async fn component_response(
         hv(object).unwrap_or(HeaderValue::from_static("")),
     ));
     let body = plan::component_bytes(Arc::clone(&served), object, role)?;
+    // The entry that holds the component's bytes (a shard's, perhaps).
+    let holder = Arc::clone(&body.served);
     let mut entity = Entity::of(body, "application/octet-stream", cache_control, extra, flow);
     let ranges = match query.iter().find(|(k, _)| k == "rows") {
-        Some((_, text)) => super::rows::ranges(state, &mut entity, object, text).await?,
+        Some((_, text)) => super::rows::ranges(state, &holder, &mut entity, object, text).await?,
         None => ranges(state, headers, &entity),
     };
-    let check = entity.served.check(object, role);
+    let check = holder.check(object, role);
     let read = preflight(state, method, headers, &entity, &ranges, check).await?;
     Ok(respond(state, method, headers, entity, ranges, read))
 }

@@ -9,6 +9,7 @@
 //! | `GET\|HEAD /v1/files/{path}/objects/{name}/{component}` | a component's stored bytes; `?decode=1` |
 //! | `GET\|HEAD /{path}` | the raw file, as `/v1/files/{path}` serves it (not under `/v1/`, `/healthz`, `/readyz`, `/metrics`, `/ui/`) |
 //! | `GET /v1/schema/manifest.json` | the JSON Schema of the manifest JSON |
+//! | `GET /v1/repos`, `/{repo}/resolve/...`, `/api/models/...` | the Hub's repositories and protocol (`hub/`) |
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
 //!
 //! May use: `serve` (the plans and refusals it carries out, a body's
@@ -26,6 +27,8 @@ pub(crate) mod flow;
 #[doc(hidden)]
 pub mod fuzz;
 mod handlers;
+mod held;
+mod hub;
 mod objects;
 mod preflight;
 mod range;
@@ -91,6 +94,9 @@ async fn authenticate(AxState(state): AxState<Arc<State>>, req: Request, next: N
     }
     let refusal = Refusal::Unauthorized("a valid bearer token is required".to_owned());
     let mut r = axum::response::IntoResponse::into_response(AppError::from(refusal));
+    if state.config.hub.enabled && hub::is_hub_path(path) {
+        hub::unauthorized(&mut r, header.is_some());
+    }
     r.extensions_mut().insert(Template("unauthorized"));
     r
 }
@@ -169,8 +175,15 @@ pub(super) fn router(state: Arc<State>) -> Router {
             .route("/ui/app.js", get(ui::script))
             .route("/ui/style.css", get(ui::style));
     }
+    if state.config.hub.enabled {
+        let api = get(hub::api).post(hub::api);
+        app = app
+            .route("/v1/repos", get(hub::list))
+            .route("/api/models/{*rest}", api.clone())
+            .route("/api/datasets/{*rest}", api);
+    }
     let mut app = app
-        .fallback(handlers::fallback)
+        .fallback(hub::fallback)
         .layer(compress)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),

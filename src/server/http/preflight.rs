@@ -23,6 +23,7 @@ use axum::http::{HeaderMap, Method};
 use bytes::Bytes;
 
 use super::error::AppError;
+use super::held::Held;
 use super::range::Ranges;
 use super::serve::{spans, Entity};
 use crate::server::catalog::Served;
@@ -67,7 +68,7 @@ pub(super) async fn preflight(
     ranges: &Ranges,
     check: impl std::future::Future<Output = Result<(), checks::CheckFailure>>,
 ) -> Result<Option<Bytes>, Stop> {
-    let served = &entity.served;
+    let served = &entity.held;
     let sends = entity.sends_bytes(method, headers, ranges);
     let spans = spans(entity, ranges);
     if sends {
@@ -82,20 +83,20 @@ pub(super) async fn preflight(
     // Components that passed already need no hop to the blocking pool.
     let passed = entity.memory.is_none() && firsts.iter().all(|s| served.is_checked_span(s));
     if !passed {
-        verify(served, check).await?;
+        verify_held(served, check).await?;
     }
     let Some(first) = firsts.into_iter().next().filter(|_| sends) else {
-        unchanged(served)?;
+        stopped(served.stale())?;
         return Ok(None);
     };
     let piece = super::body::piece(served, state);
     let first = first.start..first.end.min(first.start.saturating_add(piece));
     let read = super::body::read(served, state, &entity.flow, first, 1).await;
     // After the read: a write that landed before it changed the identity.
-    unchanged(served)?;
+    stopped(served.stale())?;
     match read {
         Ok(bytes) => Ok(Some(bytes)),
-        Err(e) => Err(Refusal::Unreadable(format!("{}: {e}", served.path)).into()),
+        Err(e) => Err(Refusal::Unreadable(format!("{}: {e}", served.path())).into()),
     }
 }
 
@@ -103,7 +104,12 @@ pub(super) async fn preflight(
 /// versions its entry names (`Served::stale`: a local file's identity, an
 /// object version a read found replaced).
 pub(super) fn unchanged(served: &Served) -> Result<(), Stop> {
-    match served.stale() {
+    stopped(served.stale())
+}
+
+/// `Ok` unless a file behind the response changed (`stale`: its path).
+fn stopped(stale: Option<&str>) -> Result<(), Stop> {
+    match stale {
         None => Ok(()),
         Some(path) => Err(Stop::Changed {
             path: path.to_owned(),
@@ -116,7 +122,7 @@ pub(super) fn unchanged(served: &Served) -> Result<(), Stop> {
 /// identity cannot tell (`Blob::confirm`: for an object, the first chunk
 /// of `spans` the piece cache does not hold is read, pinned to the version
 /// listed, and kept there for the body).
-async fn confirm(served: &Arc<Served>, spans: &[Range<u64>]) -> Result<(), Stop> {
+async fn confirm(served: &Held, spans: &[Range<u64>]) -> Result<(), Stop> {
     let step = usize::try_from(READ_CHUNK).unwrap_or(usize::MAX);
     // The chunks the body reads (`body.rs`), in order.
     let chunks: Vec<Range<u64>> = spans
@@ -127,10 +133,10 @@ async fn confirm(served: &Arc<Served>, spans: &[Range<u64>]) -> Result<(), Stop>
                 .map(move |p| p..p.saturating_add(READ_CHUNK).min(s.end))
         })
         .collect();
-    match served.file.confirm(chunks).await {
+    match served.file().confirm(chunks).await {
         Ok(()) => Ok(()),
         Err(Gone::Changed(why)) => Err(Stop::Changed {
-            path: served.path.clone(),
+            path: served.path().to_owned(),
             why,
         }),
         Err(Gone::Unreachable(why)) => Err(Refusal::StoreUnreachable(why).into()),
@@ -148,9 +154,17 @@ pub(super) async fn verify(
     served: &Arc<Served>,
     check: impl std::future::Future<Output = Result<(), checks::CheckFailure>>,
 ) -> Result<(), Stop> {
+    verify_held(&Held::Served(Arc::clone(served)), check).await
+}
+
+/// [`verify`] for what a response reads.
+async fn verify_held(
+    held: &Held,
+    check: impl std::future::Future<Output = Result<(), checks::CheckFailure>>,
+) -> Result<(), Stop> {
     let Err(refusal) = check.await else {
         return Ok(());
     };
-    unchanged(served)?;
-    Err(crate::server::serve::plan::refused(served, refusal).into())
+    stopped(held.stale())?;
+    Err(held.refused(refusal).into())
 }

@@ -19,20 +19,22 @@ use zt_format::rows::{Rows, RowsError};
 use super::error::AppError;
 use super::range::Ranges;
 use super::serve::Entity;
+use crate::server::catalog::Served;
 use crate::server::integrity::checks;
 use crate::server::serve::rows::{slice, RowsFailure};
 use crate::server::serve::Refusal;
 use crate::server::State;
 
-/// The range of `entity` (a component) that rows `text` of `object`
-/// cover, with their digest headers added to `entity`.
+/// The range of `entity` (a component of `served`) that rows `text` of
+/// `object` cover, with their digest headers added to `entity`.
 pub(super) async fn ranges(
     state: &Arc<State>,
+    served: &Arc<Served>,
     entity: &mut Entity,
     object: &str,
     text: &str,
 ) -> Result<Ranges, AppError> {
-    let path = &entity.served.path;
+    let path = &served.path;
     let rows = Rows::parse(text).map_err(|e| {
         let at = format!("{path}: object {object:?}: {e}");
         Refusal::Rows(e, at)
@@ -42,15 +44,14 @@ pub(super) async fn ranges(
         let at = format!("{path}: object {object:?}: {e}");
         return Err(Refusal::Rows(e, at).into());
     }
-    let got = slice(&entity.served, object, rows, state.catalog.digest_metrics()).await;
+    let got = slice(served, object, rows, state.catalog.digest_metrics()).await;
     let s = got.map_err(|failure| {
         if let RowsFailure::Refused(checks::CheckFailure::Corrupt(why)) = &failure {
             tracing::warn!(file = %path, reason = %why, "refusing a corrupt component");
         }
         Refusal::from(failure)
     })?;
-    let count = entity
-        .served
+    let count = served
         .manifest
         .objects
         .get(object)

@@ -17,16 +17,16 @@ use bytes::Bytes;
 use super::body::{body, Part};
 use super::error::AppError;
 use super::flow::Flow;
+use super::held::Held;
 use super::range::{resolve, Ranges};
 use crate::server::catalog::etag::{self, Precondition};
-use crate::server::catalog::Served;
 use crate::server::serve::plan;
 use crate::server::State;
 
 /// A byte range of a served file, with its validators and headers.
 #[derive(Debug)]
 pub(crate) struct Entity {
-    pub(crate) served: Arc<Served>,
+    pub(crate) held: Held,
     /// Where the entity's bytes lie in the file.
     pub(crate) span: Range<u64>,
     /// Strong ETag, quoted.
@@ -62,7 +62,7 @@ impl Entity {
     ) -> Entity {
         Entity {
             modified: body.served.modified,
-            served: body.served,
+            held: Held::Served(body.served),
             span: body.span,
             etag: body.etag,
             content_type,
@@ -96,7 +96,10 @@ impl Entity {
     /// [`Served::is_version`]).
     fn is_version(&self, tag: &str) -> bool {
         etag::strong_match(tag, &self.etag)
-            || (self.etag == self.served.etag && self.served.is_version(tag))
+            || self
+                .held
+                .served()
+                .is_some_and(|s| self.etag == s.etag && s.is_version(tag))
     }
 }
 
@@ -180,7 +183,7 @@ pub(crate) fn respond(
                 .unwrap_or_default()
         }
         Precondition::Failed(header) => {
-            return AppError::precondition_failed(&entity.served.path, header, &entity.etag)
+            return AppError::precondition_failed(entity.held.path(), header, &entity.etag)
                 .into_response()
         }
     }
@@ -269,7 +272,7 @@ pub(crate) fn respond(
             None => parts,
         };
         body(
-            Arc::clone(&entity.served),
+            entity.held.clone(),
             Arc::clone(state),
             Arc::clone(&entity.flow),
             parts,

@@ -126,8 +126,7 @@ impl BucketRoot {
     }
 }
 
-/// A listed object, if it is one the catalog serves: named as a source
-/// is, with no part of its key a dotfile, a file being written, `.` or
+/// A listed object, if it is one a listing gives: no part of its key a dotfile, a file being written, `.` or
 /// `..`, and no deeper than a directory walk goes.
 fn listed(l: Listed) -> Option<Seen> {
     let mut parts = l.key.split('/');
@@ -137,7 +136,7 @@ fn listed(l: Listed) -> Option<Seen> {
     if hidden || depth > MAX_DEPTH + 1 {
         return None;
     }
-    let source = zt_format::source::by_name(name)?;
+    let source = zt_format::source::by_name(name);
     Some(Seen {
         identity: Identity::of_object(&l),
         at: At::Object(l.etag),

@@ -198,7 +198,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<Seen>, depth: usize) {
             walk(root, &target, out, depth + 1);
         } else if meta.is_file() {
             let source = zt_format::source::by_name(name);
-            if let (Some(source), Some(rel)) = (source, relative(root, &path)) {
+            if let Some(rel) = relative(root, &path) {
                 out.push(Seen {
                     rel,
                     size: meta.len(),
@@ -214,8 +214,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<Seen>, depth: usize) {
 
 /// The file at `rel` under `root` as a walk would find it, if it would:
 /// no part of its path a dotfile, a file being written, `.` or `..`;
-/// inside the root once symlinks are resolved; a regular file named as a
-/// source is.
+/// inside the root once symlinks are resolved; a regular file.
 fn one(root: &Path, rel: &str) -> Option<Seen> {
     let bad = |p: &str| p.is_empty() || p == "." || p == ".." || ignored_name(p);
     if rel.split('/').any(bad) || rel.matches('/').count() > MAX_DEPTH + 1 {
@@ -226,7 +225,7 @@ fn one(root: &Path, rel: &str) -> Option<Seen> {
     if !target.starts_with(root) {
         return None;
     }
-    let source = zt_format::source::by_name(rel.rsplit('/').next()?)?;
+    let source = zt_format::source::by_name(rel.rsplit('/').next()?);
     Some(Seen {
         rel: rel.to_owned(),
         size: meta.len(),

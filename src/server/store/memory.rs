@@ -64,7 +64,7 @@ impl MemoryRoot {
             size: v.bytes.len() as u64,
             modified: modified(v),
             identity: identity(v),
-            source: zt_format::source::by_name(rel.rsplit('/').next()?)?,
+            source: zt_format::source::by_name(rel.rsplit('/').next()?),
             at: At::Object(Some(v.number.to_string())),
         })
     }

@@ -18,21 +18,22 @@ use super::error::{OpenError, StoreError};
 use super::{Blob, Identity};
 
 /// A file a listing found, before it is read.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Seen {
     /// Its path under the root, `/`-separated.
     pub(crate) rel: String,
     pub(crate) size: u64,
     pub(crate) modified: SystemTime,
     pub(crate) identity: Identity,
-    /// The source its name says it is.
-    pub(crate) source: Source,
+    /// The source its name says it is; `None` for any other file (a
+    /// model repository's `config.json`, its tokenizer).
+    pub(crate) source: Option<Source>,
     /// Where the root finds it again (opaque above the store).
     pub(crate) at: At,
 }
 
 /// Where a root finds a listed file.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum At {
     /// A local path (the symlinks along it resolved inside the root).
     Path(std::path::PathBuf),
@@ -47,9 +48,10 @@ pub(crate) trait Root: Send + Sync + fmt::Debug {
     /// The directory's path or the store's URL, for logs and reasons.
     fn describe(&self) -> &str;
 
-    /// Every file under the root named as a source is: dotfiles, files
-    /// being written (`*.part`, `*.tmp`) and `.`/`..`/empty parts left
-    /// out. `Err` when a store could not be listed.
+    /// Every regular file under the root (those named as a source is
+    /// marked so): dotfiles, files being written (`*.part`, `*.tmp`) and
+    /// `.`/`..`/empty parts left out. `Err` when a store could not be
+    /// listed.
     fn list(&self) -> BoxFuture<'_, Result<Vec<Seen>, StoreError>>;
 
     /// The file at `rel` as a listing would find it now, `None` when there

@@ -1,0 +1,293 @@
+//! The Hub's JSON API for a repository, as `huggingface_hub` reads it:
+//!
+//! - `GET /api/models/{repo}[/revision/{revision}]`: `id`, `sha` (the
+//!   commit), `lastModified`, `private: false`, and `siblings`, each with
+//!   `rfilename` (and `size` and `blobId` when `blobs=true`), which
+//!   `snapshot_download` resolves `main` with and `list_repo_files` lists;
+//! - `GET /api/models/{repo}/tree/{revision}[/{path}]` (`recursive`): the
+//!   files (`type: file`, `path`, `size`, `oid`) and folders
+//!   (`type: directory`) under a folder, 1000 to a page, the next page
+//!   named by an absolute `Link: <...>; rel="next"` (what
+//!   `snapshot_download`, `list_repo_tree` and `HfFileSystem` read);
+//! - `POST /api/models/{repo}/paths-info/{revision}` (a form of `paths`):
+//!   the entries of those of the paths the revision has.
+//!
+//! No entry carries `lfs` (the daemon knows no whole file's SHA-256, and a
+//! wrong one would make clients hash their copies to compare) nor any
+//! field of the Hub's Xet storage (a client given one goes to Xet for the
+//! bytes). Listing a large repository is CPU work: on the CPU pool.
+
+use std::sync::Arc;
+
+use axum::http::{header, HeaderMap, HeaderValue, Method, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use super::path::{api_url, checked_path, Under};
+use super::{at_revision, find, kind_name, repos, HubError};
+use crate::server::catalog::repos::{Item, Kind, Repo, Repos};
+use crate::server::serve::Refusal;
+use crate::server::State;
+
+/// Entries on one page of a tree.
+const PAGE: usize = 1000;
+
+/// Most paths one `paths-info` request may ask about.
+const MAX_PATHS: usize = 10_000;
+
+/// The answer to an API request, and its route template (for metrics).
+pub(super) async fn answer(
+    state: &Arc<State>,
+    method: &Method,
+    uri: &Uri,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> (Result<Response, HubError>, &'static str) {
+    let Some(asked) = api_url(uri.path()) else {
+        return (
+            Err(HubError::Route(format!("no route for {}", uri.path()))),
+            "other",
+        );
+    };
+    let repos = match repos(state).await {
+        Ok(r) => r,
+        Err(e) => return (Err(e), "/api/{kind}/{repo}"),
+    };
+    let (repo, under) = match find(&repos, &asked, false) {
+        Ok(x) => x,
+        Err(e) => return (Err(e), "/api/{kind}/{repo}"),
+    };
+    let (kind, id) = (repo.kind, repo.id.clone());
+    let params = pairs(query.map(str::as_bytes).unwrap_or_default());
+    let (work, template) = match (&under, method) {
+        (Under::Info { .. }, &Method::GET) => (repo.files.len(), "/api/{kind}/{repo}"),
+        (Under::Tree { .. }, &Method::GET) => (repo.files.len(), "/api/{kind}/{repo}/tree"),
+        (Under::PathsInfo { .. }, &Method::POST) => {
+            (repo.files.len(), "/api/{kind}/{repo}/paths-info")
+        }
+        _ => {
+            let e = HubError::Route(format!("{method} is not a request of {}", uri.path()));
+            return (Err(e), "other");
+        }
+    };
+    let base = base_url(state, uri, headers);
+    let form = pairs(body);
+    let job = move || listing(&repos, kind, &id, &under, &params, &form, &base);
+    let done = state
+        .cpu
+        .run_sized("the repository listing", work, job)
+        .await;
+    let answer = match done {
+        Ok(r) => r,
+        Err(e) => Err(HubError::Refused(Refusal::from(e).into())),
+    };
+    (answer, template)
+}
+
+/// The JSON (and for a tree, its next page's link) of an API request.
+fn listing(
+    repos: &Repos,
+    kind: Kind,
+    id: &str,
+    under: &Under,
+    params: &[(String, String)],
+    form: &[(String, String)],
+    base: &str,
+) -> Result<Response, HubError> {
+    let Some(repo) = repos.get(kind, id) else {
+        return Err(HubError::Repo(format!("Repository not found: {id:?}")));
+    };
+    match under {
+        Under::Info { revision } => {
+            at_revision(repo, revision)?;
+            Ok(axum::Json(info(repo, flag(params, "blobs"))).into_response())
+        }
+        Under::Tree { revision, path } => {
+            at_revision(repo, revision)?;
+            tree(repo, path, params, base)
+        }
+        Under::PathsInfo { revision } => {
+            at_revision(repo, revision)?;
+            paths_info(repo, form)
+        }
+        Under::Resolve { .. } => Err(HubError::Route("not an API request".to_owned())),
+    }
+}
+
+/// A repository's information.
+fn info(repo: &Repo, blobs: bool) -> Value {
+    let siblings: Vec<Value> = repo
+        .files
+        .iter()
+        .map(|(path, f)| match blobs {
+            true => json!({ "rfilename": path, "size": f.size, "blobId": oid(&f.tag) }),
+            false => json!({ "rfilename": path }),
+        })
+        .collect();
+    let modified = iso(repo.modified);
+    let mut v = json!({
+        "_id": repo.commit,
+        "id": repo.id,
+        "sha": repo.commit,
+        "lastModified": modified,
+        "createdAt": modified,
+        "private": false,
+        "disabled": false,
+        "gated": false,
+        "downloads": 0,
+        "likes": 0,
+        "tags": [],
+        "siblings": siblings,
+        "usedStorage": repo.files.values().map(|f| f.size).sum::<u64>(),
+    });
+    if let Some((author, _)) = repo.id.split_once('/') {
+        v["author"] = json!(author);
+    }
+    if repo.kind == Kind::Model {
+        v["modelId"] = json!(repo.id);
+    }
+    v
+}
+
+/// One page of a folder's tree, from the path after `cursor`.
+fn tree(
+    repo: &Repo,
+    dir: &str,
+    params: &[(String, String)],
+    base: &str,
+) -> Result<Response, HubError> {
+    let recursive = flag(params, "recursive");
+    let Some(items) = repo.tree(dir, recursive) else {
+        return Err(HubError::Entry(
+            format!("Entry not found: {} has no folder {dir:?}", repo.id),
+            Some(repo.commit.clone()),
+        ));
+    };
+    let after = params
+        .iter()
+        .find(|(k, _)| k == "cursor")
+        .map(|(_, v)| v.as_str());
+    let from = after.map_or(0, |a| items.partition_point(|i| i.path() <= a));
+    let page: Vec<Value> = items.iter().skip(from).take(PAGE).map(item).collect();
+    let mut r = axum::Json(page).into_response();
+    if let Some(last) = items
+        .get(from + PAGE - 1)
+        .filter(|_| items.len() > from + PAGE)
+    {
+        let mut next = url::form_urlencoded::Serializer::new(String::new());
+        for (k, v) in params.iter().filter(|(k, _)| k != "cursor") {
+            next.append_pair(k, v);
+        }
+        next.append_pair("cursor", last.path());
+        let dir_part = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("/{}", encode(dir))
+        };
+        let link = format!(
+            "<{base}/api/{}s/{}/tree/{}{dir_part}?{}>; rel=\"next\"",
+            kind_name(repo.kind),
+            repo.id,
+            repo.commit,
+            next.finish()
+        );
+        if let Ok(v) = HeaderValue::from_str(&link) {
+            r.headers_mut().insert(header::LINK, v);
+        }
+    }
+    Ok(r)
+}
+
+/// The entries of the paths a `paths-info` form asks about that the
+/// repository has: files, and folders.
+fn paths_info(repo: &Repo, form: &[(String, String)]) -> Result<Response, HubError> {
+    let paths: Vec<&str> = form
+        .iter()
+        .filter(|(k, _)| k == "paths")
+        .map(|(_, v)| v.trim_matches('/'))
+        .collect();
+    if paths.len() > MAX_PATHS {
+        let e = Refusal::TooLarge(format!(
+            "{} paths asked about at once; at most {MAX_PATHS}",
+            paths.len()
+        ));
+        return Err(HubError::Refused(e.into()));
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        let Some(p) = checked_path(p) else { continue };
+        if let Some(f) = repo.files.get(&p) {
+            out.push(item(&Item::File { path: &p, file: f }));
+            continue;
+        }
+        // A folder: listed by its parent.
+        let parent = p.rsplit_once('/').map_or("", |(d, _)| d);
+        let folder = repo
+            .tree(parent, false)
+            .into_iter()
+            .flatten()
+            .find(|i| matches!(i, Item::Folder { path, .. } if *path == p));
+        if let Some(f) = folder {
+            out.push(item(&f));
+        }
+    }
+    Ok(axum::Json(out).into_response())
+}
+
+fn item(i: &Item<'_>) -> Value {
+    match i {
+        Item::File { path, file } => {
+            json!({ "type": "file", "path": path, "size": file.size, "oid": oid(&file.tag) })
+        }
+        Item::Folder { path, oid } => json!({ "type": "directory", "path": path, "oid": oid }),
+    }
+}
+
+/// A file's `oid`: the hex of its tag.
+fn oid(tag: &str) -> String {
+    tag.trim_matches('"').trim_start_matches("h-").to_owned()
+}
+
+/// A time as the Hub writes it: `2022-08-19T07:19:38.000Z`.
+fn iso(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Whether a query flag is on (`true`, `True`, `1`).
+fn flag(params: &[(String, String)], name: &str) -> bool {
+    params
+        .iter()
+        .any(|(k, v)| k == name && matches!(v.as_str(), "1" | "true" | "True"))
+}
+
+/// `application/x-www-form-urlencoded` pairs (a query, or a form body).
+fn pairs(bytes: &[u8]) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(bytes).into_owned().collect()
+}
+
+/// A path as one URL segment (`a/b` as `a%2Fb`).
+fn encode(path: &str) -> String {
+    percent_encoding::utf8_percent_encode(path, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// The absolute URL this daemon is reached at, as the request names it
+/// (its `Host`), for the links the clients follow as they are.
+fn base_url(state: &State, uri: &Uri, headers: &HeaderMap) -> String {
+    let scheme = match state.config.tls.cert.is_some() && state.config.tls.key.is_some() {
+        true => "https",
+        false => "http",
+    };
+    let host = uri
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| {
+            headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_owned)
+        })
+        .filter(|h| h.parse::<axum::http::uri::Authority>().is_ok())
+        .unwrap_or_else(|| state.config.listen.to_string());
+    format!("{scheme}://{host}")
+}

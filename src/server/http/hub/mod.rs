@@ -1,0 +1,302 @@
+//! The Hugging Face Hub's protocol, so that every client built on
+//! `huggingface_hub` (transformers, `hf download`, vLLM's download step...)
+//! loads from the daemon with `HF_ENDPOINT` set: a directory `ORG/NAME/`
+//! under the root is the model repository `ORG/NAME`
+//! ([`crate::server::catalog::repos`]), served at the URLs the Hub's
+//! clients ask (checked against `huggingface_hub` 2.4's
+//! `file_download.py`, `hf_api.py` and `hf_file_system.py`):
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET\|HEAD /{repo}/resolve/{revision}/{path}` | a file's bytes: `X-Repo-Commit`, `ETag`, ranges, conditionals (`resolve.rs`) |
+//! | `GET /api/models/{repo}[/revision/{revision}]` | the repository: `id`, `sha`, `siblings` (`api.rs`) |
+//! | `GET /api/models/{repo}/tree/{revision}[/{path}]` | a folder's files and folders, paged |
+//! | `POST /api/models/{repo}/paths-info/{revision}` | the entries of the paths asked |
+//!
+//! and the same under `/datasets/` and `/api/datasets/` for the
+//! directories under `datasets/`. Errors carry the Hub's `X-Error-Code`
+//! (`RepoNotFound`, `RevisionNotFound`, `EntryNotFound`) and
+//! `X-Error-Message`, so the clients raise their own typed errors.
+//!
+//! A model file is served through its catalog entry (every component
+//! checked against its digest before its bytes go out); any other file
+//! as the file holds it. Every file's ETag is made from its identity, and
+//! a repository's commit from its files' paths and ETags.
+
+mod api;
+mod path;
+mod resolve;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Extension, RawQuery, State as AxState};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::error::AppError;
+use super::flow::Flow;
+use super::Template;
+use crate::server::catalog::repos::{Kind, Repo, Repos};
+use crate::server::State;
+use path::{Asked, Bad, Under};
+
+/// The Hub's error, as its clients tell them apart.
+#[derive(Debug)]
+pub(super) enum HubError {
+    /// No repository of that id (`X-Error-Code: RepoNotFound`).
+    Repo(String),
+    /// The repository has no such revision (`RevisionNotFound`).
+    Revision(String),
+    /// The revision has no such file (`EntryNotFound`); the commit it
+    /// looked in, for `X-Repo-Commit`.
+    Entry(String, Option<String>),
+    /// A request the Hub's API does not have.
+    Route(String),
+    /// The daemon's own refusal (a corrupt component, a file changing).
+    Refused(AppError),
+}
+
+impl From<AppError> for HubError {
+    fn from(e: AppError) -> HubError {
+        HubError::Refused(e)
+    }
+}
+
+impl IntoResponse for HubError {
+    fn into_response(self) -> Response {
+        let (status, code, message, commit) = match self {
+            HubError::Repo(m) => (StatusCode::NOT_FOUND, Some("RepoNotFound"), m, None),
+            HubError::Revision(m) => (StatusCode::NOT_FOUND, Some("RevisionNotFound"), m, None),
+            HubError::Entry(m, c) => (StatusCode::NOT_FOUND, Some("EntryNotFound"), m, c),
+            HubError::Route(m) => (StatusCode::NOT_FOUND, None, m, None),
+            HubError::Refused(e) => {
+                let message = e.detail.clone();
+                let mut r = e.into_response();
+                if let Some(v) = header_text(&message) {
+                    r.headers_mut().insert(ERROR_MESSAGE, v);
+                }
+                return r;
+            }
+        };
+        let mut r = (status, axum::Json(json!({ "error": message }))).into_response();
+        let h = r.headers_mut();
+        if let Some(code) = code {
+            h.insert(ERROR_CODE, HeaderValue::from_static(code));
+        }
+        if let Some(v) = header_text(&message) {
+            h.insert(ERROR_MESSAGE, v);
+        }
+        if let Some(v) = commit.as_deref().and_then(header_text) {
+            h.insert(REPO_COMMIT, v);
+        }
+        r
+    }
+}
+
+const ERROR_CODE: HeaderName = HeaderName::from_static("x-error-code");
+const ERROR_MESSAGE: HeaderName = HeaderName::from_static("x-error-message");
+pub(super) const REPO_COMMIT: HeaderName = HeaderName::from_static("x-repo-commit");
+
+/// `text` as a header value: non-ASCII and control characters escaped.
+fn header_text(text: &str) -> Option<HeaderValue> {
+    let shown: String = text
+        .chars()
+        .flat_map(|c| match c {
+            ' '..='~' => vec![c],
+            _ => c.escape_default().collect(),
+        })
+        .collect();
+    HeaderValue::from_str(&shown).ok()
+}
+
+/// Whether a request path is one of the Hub's (for the 401 that tells
+/// its clients why: see [`unauthorized`]).
+pub(super) fn is_hub_path(path: &str) -> bool {
+    path::resolve_url(path).is_some() || path::api_url(path).is_some()
+}
+
+/// Adds to a 401 on a Hub path what the Hub's clients read: with a token
+/// sent, `Invalid credentials in Authorization header` (their
+/// `HfHubHTTPError`); without one, `RepoNotFound`, as the Hub answers
+/// for a private repository.
+pub(super) fn unauthorized(r: &mut Response, sent_token: bool) {
+    let h = r.headers_mut();
+    if sent_token {
+        h.insert(
+            ERROR_MESSAGE,
+            HeaderValue::from_static("Invalid credentials in Authorization header"),
+        );
+    } else {
+        h.insert(ERROR_CODE, HeaderValue::from_static("RepoNotFound"));
+        h.insert(
+            ERROR_MESSAGE,
+            HeaderValue::from_static("a valid bearer token is required"),
+        );
+    }
+}
+
+/// The repositories of the current snapshot, grouped off the runtime the
+/// first time (hashing every file's path and tag).
+async fn repos(state: &Arc<State>) -> Result<Arc<Repos>, HubError> {
+    let snap = state.catalog.snapshot();
+    if let Some(r) = snap.repos_ready() {
+        return Ok(r);
+    }
+    tokio::task::spawn_blocking(move || snap.repos())
+        .await
+        .map_err(|e| HubError::Refused(AppError::internal(e)))
+}
+
+/// The repository an URL names, and what it asks of it: the longest id
+/// the root has whose rest is a request of the Hub's; when there is none,
+/// the repository not found (named by the first id whose rest is one).
+fn find<'r>(
+    repos: &'r Repos,
+    asked: &Asked<'_>,
+    resolve: bool,
+) -> Result<(&'r Repo, Under), HubError> {
+    let candidates = asked.candidates();
+    for (id, rest) in &candidates {
+        let Some(repo) = repos.get(asked.kind, id) else {
+            continue;
+        };
+        return match path::under(rest, resolve) {
+            Ok(under) => Ok((repo, under)),
+            Err(Bad::Route) => continue,
+            Err(Bad::Entry(p)) => Err(HubError::Entry(
+                format!("Entry not found: {p:?} is no file's path in {}", repo.id),
+                Some(repo.commit.clone()),
+            )),
+            Err(Bad::Revision(r)) => Err(HubError::Revision(format!(
+                "Invalid rev id: {r:?}: no revision of {}",
+                repo.id
+            ))),
+        };
+    }
+    let named = candidates
+        .iter()
+        .find(|(_, rest)| !matches!(path::under(rest, resolve), Err(Bad::Route)));
+    match named {
+        Some((id, _)) => Err(HubError::Repo(format!(
+            "Repository not found: no {} repository {id:?} under the root",
+            kind_name(asked.kind)
+        ))),
+        // A resolve URL whose id is no name (`..`, an encoded `/`).
+        None if resolve => Err(HubError::Repo(format!(
+            "Repository not found: {:?} names no repository",
+            asked.segments.join("/")
+        ))),
+        None => Err(HubError::Route(format!(
+            "no request of the Hub's API at {:?}",
+            asked.segments.join("/")
+        ))),
+    }
+}
+
+/// The repository at `revision`: its current state, or the revision not
+/// found (the daemon keeps no history).
+fn at_revision(repo: &Repo, revision: &str) -> Result<(), HubError> {
+    if repo.is_current(revision) {
+        return Ok(());
+    }
+    Err(HubError::Revision(format!(
+        "Invalid rev id: {revision:?}: {} {} is at commit {} (\"main\"); earlier commits are not kept",
+        kind_name(repo.kind),
+        repo.id,
+        repo.commit
+    )))
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Model => "model",
+        Kind::Dataset => "dataset",
+    }
+}
+
+fn with_template(mut r: Response, t: &'static str) -> Response {
+    r.extensions_mut().insert(Template(t));
+    r
+}
+
+/// Any request no route took: a Hub resolve URL is answered here, any
+/// other goes on to the plain paths of served files
+/// ([`super::handlers::fallback`]).
+pub(crate) async fn fallback(
+    state: AxState<Arc<State>>,
+    method: Method,
+    uri: Uri,
+    query: RawQuery,
+    headers: HeaderMap,
+    flow: Option<Extension<Arc<Flow>>>,
+) -> Response {
+    let hub = state.config.hub.enabled && matches!(method, Method::GET | Method::HEAD);
+    match path::resolve_url(uri.path()).filter(|_| hub) {
+        Some(asked) => {
+            let flow = flow.map_or_else(|| state.flows.open(false), |f| f.0);
+            let r = resolve::answer(&state, &method, &asked, &headers, &flow).await;
+            with_template(
+                r.unwrap_or_else(IntoResponse::into_response),
+                "/{repo}/resolve/{revision}/{path}",
+            )
+        }
+        None => super::handlers::fallback(state, method, uri, query, headers, flow).await,
+    }
+}
+
+/// `GET /api/models/...`, `GET /api/datasets/...` and their `paths-info`
+/// `POST`s.
+pub(crate) async fn api(
+    AxState(state): AxState<Arc<State>>,
+    method: Method,
+    uri: Uri,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (r, template) = api::answer(&state, &method, &uri, query.as_deref(), &headers, &body).await;
+    with_template(r.unwrap_or_else(IntoResponse::into_response), template)
+}
+
+/// `GET /v1/repos`: every repository the root's layout makes, with its
+/// commit, its files and where the Hub's clients find each.
+pub(crate) async fn list(AxState(state): AxState<Arc<State>>) -> Response {
+    let listed = match repos(&state).await {
+        Ok(r) => r,
+        Err(e) => return with_template(e.into_response(), "/v1/repos"),
+    };
+    let work = listed.iter().map(|r| r.files.len()).sum();
+    let job = move || {
+        let rows: Vec<serde_json::Value> = listed
+            .iter()
+            .map(|r| {
+                let prefix = match r.kind {
+                    Kind::Model => String::new(),
+                    Kind::Dataset => "datasets/".to_owned(),
+                };
+                let files: Vec<serde_json::Value> = r
+                    .files
+                    .iter()
+                    .map(
+                        |(p, f)| json!({ "path": p, "size": f.size, "etag": f.tag, "file": f.rel }),
+                    )
+                    .collect();
+                json!({
+                    "kind": kind_name(r.kind),
+                    "id": r.id,
+                    "sha": r.commit,
+                    "resolve": format!("/{prefix}{}/resolve/main/", r.id),
+                    "files": files,
+                })
+            })
+            .collect();
+        axum::Json(json!({ "repos": rows })).into_response()
+    };
+    let r = match state.cpu.run_sized("the repositories", work, job).await {
+        Ok(r) => r,
+        Err(e) => AppError::from(crate::server::serve::Refusal::from(e)).into_response(),
+    };
+    with_template(r, "/v1/repos")
+}

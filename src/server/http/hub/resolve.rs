@@ -1,0 +1,184 @@
+//! `GET|HEAD /{repo}/resolve/{revision}/{path}`: one file of a
+//! repository, with what `huggingface_hub`'s downloads read: its
+//! `X-Repo-Commit` (required), `ETag` (the cache's blob name), its size
+//! (`Content-Length`; and, as the Hub sends them for its LFS files, for
+//! files of 10 MiB or more and model files, `X-Linked-Etag` and
+//! `X-Linked-Size`), ranges (a download that broke off resumes with
+//! `Range: bytes=N-`; `HfFileSystem` reads `bytes=S-E`) and conditional
+//! requests. Never a redirect.
+//!
+//! A model file is read through its catalog entry: its components are
+//! checked against their digests before any of their bytes go out, as on
+//! every other route. Any other file is read as it is. Either way the
+//! version opened must be the one the repository's commit was made from
+//! (its tag); a file changed since is looked at again, once.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
+use axum::response::Response;
+
+use super::super::flow::Flow;
+use super::super::held::{Held, Plain};
+use super::super::preflight::{preflight, Stop};
+use super::super::serve::{ranges, respond, spans, Entity};
+use super::path::{Asked, Under};
+use super::{at_revision, find, repos, HubError, REPO_COMMIT};
+use crate::server::catalog::repos::{tag_of, RepoFile};
+use crate::server::catalog::{Entry, Need};
+use crate::server::serve::{entry, Refusal};
+use crate::server::store::READ_CHUNK;
+use crate::server::State;
+
+/// Files at least this large are sent with the headers the Hub sends for
+/// its LFS files (its own threshold).
+const LINKED_FROM: u64 = 10 << 20;
+
+/// The answer to a resolve URL.
+pub(super) async fn answer(
+    state: &Arc<State>,
+    method: &Method,
+    asked: &Asked<'_>,
+    headers: &HeaderMap,
+    flow: &Arc<Flow>,
+) -> Result<Response, HubError> {
+    let mut again = false;
+    loop {
+        let repos = repos(state).await?;
+        let (repo, under) = find(&repos, asked, true)?;
+        let Under::Resolve { revision, path } = under else {
+            return Err(HubError::Route("not a resolve URL".to_owned()));
+        };
+        at_revision(repo, &revision)?;
+        let Some(file) = repo.files.get(&path) else {
+            return Err(HubError::Entry(
+                format!("Entry not found: {} has no file {path:?}", repo.id),
+                Some(repo.commit.clone()),
+            ));
+        };
+        let stale = match open(state, file).await? {
+            Opened::Now(held, size) => {
+                let entity = entity(held, size, file, &repo.commit, flow);
+                match send(state, method, headers, entity).await {
+                    Ok(r) => return Ok(r),
+                    Err(Stop::Refused(e)) => return Err(e.into()),
+                    Err(Stop::Changed { path, why }) => (path, why),
+                }
+            }
+            Opened::Changed => (
+                file.rel.clone(),
+                format!("{}: changed since the repository was listed", file.rel),
+            ),
+        };
+        // Looked at again, once: its new version makes a new commit.
+        let (path, why) = stale;
+        entry::catalogue_again(state, &path, &why, &mut again)
+            .await
+            .map_err(refused)?;
+    }
+}
+
+/// A repository's file opened: what its bytes are read from and its
+/// size, or found to be another version than the one listed.
+enum Opened {
+    Now(Held, u64),
+    Changed,
+}
+
+/// Opens `file`: a model file through its catalog entry (its raw bytes,
+/// with its own digests to check them against), any other as it is; a
+/// file the catalog refused is refused with its reason.
+async fn open(state: &Arc<State>, file: &RepoFile) -> Result<Opened, HubError> {
+    let snap = state.catalog.snapshot();
+    let (held, identity, size) = match snap.get(&file.rel) {
+        Some(Entry::Served(_) | Entry::Pending(_)) => {
+            drop(snap);
+            let served = entry::served(state, &file.rel, Need::Bytes)
+                .await
+                .map_err(refused)?;
+            let (identity, size) = (served.identity(), served.size);
+            (Held::Served(served), identity, size)
+        }
+        Some(Entry::Unavailable(u)) => {
+            return Err(refused(Refusal::Unavailable(u.reason.clone())));
+        }
+        // A sharded checkpoint's index, a pack's manifest, any other file.
+        Some(Entry::Index(_)) | None => {
+            let Some(seen) = snap.files.get(&file.rel).cloned() else {
+                return Ok(Opened::Changed);
+            };
+            drop(snap);
+            let opened = state
+                .catalog
+                .root()
+                .open(&seen)
+                .await
+                .map_err(|e| refused(Refusal::Unreadable(e.to_string())))?;
+            let plain = Plain {
+                path: file.rel.clone(),
+                file: opened.blob,
+            };
+            (Held::Plain(Arc::new(plain)), opened.identity, opened.size)
+        }
+    };
+    if tag_of(&identity) != file.tag {
+        return Ok(Opened::Changed);
+    }
+    Ok(Opened::Now(held, size))
+}
+
+fn refused(r: Refusal) -> HubError {
+    HubError::Refused(r.into())
+}
+
+/// The file as an HTTP entity, with the headers the Hub's clients read.
+fn entity(held: Held, size: u64, file: &RepoFile, commit: &str, flow: &Arc<Flow>) -> Entity {
+    let mut headers: Vec<(HeaderName, HeaderValue)> = Vec::new();
+    let mut push = |k: HeaderName, v: &str| {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            headers.push((k, v));
+        }
+    };
+    push(REPO_COMMIT, commit);
+    if size >= LINKED_FROM || held.served().is_some() {
+        push(HeaderName::from_static("x-linked-etag"), &file.tag);
+        push(HeaderName::from_static("x-linked-size"), &size.to_string());
+    }
+    Entity {
+        held,
+        span: 0..size,
+        etag: file.tag.clone(),
+        modified: file.modified,
+        // Never compressed (a compressed body has another length and
+        // cannot be resumed by range), whatever the file holds.
+        content_type: "application/octet-stream",
+        // The URL of `main` changes with the repository; a commit's never
+        // does, but the daemon does not hash what it sends to keep it
+        // for good: caches revalidate (a 304 by ETag).
+        cache_control: "no-cache",
+        headers,
+        memory: None,
+        recheck: false,
+        flow: Arc::clone(flow),
+    }
+}
+
+/// Sends `entity` as the request asks: the components under each range's
+/// first chunk checked and the first chunk read before the headers
+/// (`preflight.rs`), the rest as the body reaches it.
+async fn send(
+    state: &Arc<State>,
+    method: &Method,
+    headers: &HeaderMap,
+    entity: Entity,
+) -> Result<Response, Stop> {
+    let ranges = ranges(state, headers, &entity);
+    let first: Vec<_> = spans(&entity, &ranges)
+        .into_iter()
+        .map(|s| s.start..s.end.min(s.start.saturating_add(READ_CHUNK)))
+        .collect();
+    let held = entity.held.clone();
+    let check = held.check_spans(&first);
+    let read = preflight(state, method, headers, &entity, &ranges, check).await?;
+    Ok(respond(state, method, headers, entity, ranges, read))
+}

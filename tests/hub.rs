@@ -1,0 +1,253 @@
+//! The Hugging Face Hub's protocol at the HTTP level, against the real
+//! daemon with curl: the headers the Hub's clients read, ranges and
+//! conditionals on a repository's files, a model file's digests checked
+//! before its bytes go out, a file changed under a listing, paged trees,
+//! the daemon's own state never served, and `--no-hub`. The clients
+//! themselves (huggingface_hub, `hf`, transformers) are driven in
+//! tests/interop/test_hub.py.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{curl, Server};
+
+/// A root with the repository `org/m`: a config, a README and a `.zt`
+/// model of two 1 MiB layers.
+fn repo_root() -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let m = root.path().join("org/m");
+    std::fs::create_dir_all(&m).unwrap();
+    std::fs::write(m.join("config.json"), br#"{"model_type":"bert"}"#).unwrap();
+    std::fs::write(m.join("README.md"), b"# m\n").unwrap();
+    common::layered_model(&m.join("model.zt"), [0, 1]);
+    root
+}
+
+fn json(r: &common::Reply) -> serde_json::Value {
+    serde_json::from_slice(&r.body).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&r.body));
+    })
+}
+
+#[test]
+fn a_file_is_served_with_the_headers_the_hubs_clients_read() {
+    let root = repo_root();
+    let s = Server::start(root.path(), &[]);
+    let model = root.path().join("org/m/model.zt");
+    let bytes = std::fs::read(&model).unwrap();
+
+    let info = curl(&[], &s.url("/api/models/org/m"));
+    assert_eq!(info.status, 200);
+    let info = json(&info);
+    let sha = info["sha"].as_str().unwrap().to_owned();
+    assert_eq!(sha.len(), 40);
+    assert_eq!(info["id"], "org/m");
+    let names: Vec<&str> = info["siblings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["rfilename"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["README.md", "config.json", "model.zt"]);
+
+    // HEAD, by `main` and by the commit: the same file, the same headers.
+    for rev in ["main", sha.as_str()] {
+        let head = curl(&["-I"], &s.url(&format!("/org/m/resolve/{rev}/model.zt")));
+        assert_eq!(head.status, 200, "{rev}");
+        assert_eq!(head.header("x-repo-commit"), Some(sha.as_str()));
+        assert_eq!(
+            head.header("content-length"),
+            Some(bytes.len().to_string().as_str())
+        );
+        let etag = head.header("etag").unwrap();
+        assert!(etag.starts_with("\"h-"), "{etag}");
+        // A model file is sent with the headers of the Hub's LFS files.
+        assert_eq!(head.header("x-linked-etag"), Some(etag));
+        assert_eq!(
+            head.header("x-linked-size"),
+            Some(bytes.len().to_string().as_str())
+        );
+    }
+
+    // The whole file, a range, a resumed download, past the end.
+    let url = s.url("/org/m/resolve/main/model.zt");
+    let whole = curl(&[], &url);
+    assert_eq!(whole.body, bytes);
+    let part = curl(&["-H", "Range: bytes=100-199"], &url);
+    assert_eq!((part.status, &part.body[..]), (206, &bytes[100..200]));
+    let rest = curl(&["-H", "Range: bytes=1000000-"], &url);
+    assert_eq!((rest.status, &rest.body[..]), (206, &bytes[1_000_000..]));
+    let past = curl(&["-H", &format!("Range: bytes={}-", bytes.len())], &url);
+    assert_eq!(past.status, 416);
+
+    // A cache revalidates by ETag.
+    let etag = whole.header("etag").unwrap().to_owned();
+    let again = curl(&["-H", &format!("If-None-Match: {etag}")], &url);
+    assert_eq!((again.status, again.body.len()), (304, 0));
+
+    // A small plain file: no LFS headers, its bytes as they are.
+    let config = curl(&[], &s.url("/org/m/resolve/main/config.json"));
+    assert_eq!(config.body, br#"{"model_type":"bert"}"#);
+    assert_eq!(config.header("x-linked-etag"), None);
+    assert_eq!(config.header("x-repo-commit"), Some(sha.as_str()));
+}
+
+#[test]
+fn a_corrupt_component_is_refused_before_any_of_its_bytes() {
+    let root = repo_root();
+    let model = root.path().join("org/m/model.zt");
+    // Corrupt layer 1's bytes (its digest no longer holds).
+    let s = Server::start(root.path(), &[]);
+    let manifest = json(&curl(&[], &s.url("/v1/files/org/m/model.zt/manifest")));
+    let offset = manifest["objects"]["model.layers.1.w"]["components"]["data"]["offset"]
+        .as_u64()
+        .unwrap();
+    drop(s);
+    let mut bytes = std::fs::read(&model).unwrap();
+    bytes[offset as usize + 10] ^= 0xff;
+    std::fs::write(&model, &bytes).unwrap();
+    let s = Server::start(root.path(), &[]);
+    // A range inside the corrupt component: a clean refusal naming it.
+    let r = curl(
+        &["-H", &format!("Range: bytes={}-{}", offset, offset + 99)],
+        &s.url("/org/m/resolve/main/model.zt"),
+    );
+    assert_eq!(r.status, 409, "{}", String::from_utf8_lossy(&r.body));
+    let why = r.header("x-error-message").unwrap();
+    assert!(
+        why.contains("model.zt") && why.contains("model.layers.1.w"),
+        "{why}"
+    );
+    // The whole file: cut before the corrupt component's bytes.
+    let whole = curl(&[], &s.url("/org/m/resolve/main/model.zt"));
+    assert!(whole.body.len() <= offset as usize, "{}", whole.body.len());
+}
+
+#[test]
+fn a_file_changed_under_the_listing_makes_a_new_commit() {
+    let root = repo_root();
+    let dir = tempfile::tempdir().unwrap();
+    // No file events and no rescans: the request finds the change.
+    let cfg = common::config_file(
+        dir.path(),
+        "[catalog]\nwatch = false\nrescan_interval_secs = 3600\n",
+    );
+    let s = Server::start(root.path(), &["--config", &cfg]);
+    let url = s.url("/org/m/resolve/main/config.json");
+    let before = curl(&[], &url);
+    let commit = before.header("x-repo-commit").unwrap().to_owned();
+    std::fs::write(
+        root.path().join("org/m/config.json"),
+        br#"{"model_type":"gpt2"}"#,
+    )
+    .unwrap();
+    let after = curl(&[], &url);
+    assert_eq!(after.status, 200);
+    assert_eq!(after.body, br#"{"model_type":"gpt2"}"#);
+    let now = after.header("x-repo-commit").unwrap();
+    assert_ne!(now, commit);
+    assert_ne!(after.header("etag"), before.header("etag"));
+    // The old commit is gone, as the Hub says it.
+    let old = curl(
+        &["-I"],
+        &s.url(&format!("/org/m/resolve/{commit}/config.json")),
+    );
+    assert_eq!(old.status, 404);
+    assert_eq!(old.header("x-error-code"), Some("RevisionNotFound"));
+    let info = json(&curl(&[], &s.url("/api/models/org/m")));
+    assert_eq!(info["sha"], now);
+}
+
+#[test]
+fn a_large_tree_is_listed_in_pages_by_absolute_links() {
+    let root = tempfile::tempdir().unwrap();
+    let m = root.path().join("org/many");
+    for d in 0..3 {
+        let sub = m.join(format!("d{d}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        for i in 0..900 {
+            std::fs::write(sub.join(format!("f{i:04}.txt")), i.to_string()).unwrap();
+        }
+    }
+    let s = Server::start(root.path(), &[]);
+    let mut url = s.url("/api/models/org/many/tree/main?recursive=true");
+    let (mut paths, mut pages) = (Vec::new(), 0);
+    loop {
+        let r = curl(&[], &url);
+        assert_eq!(r.status, 200);
+        pages += 1;
+        for e in json(&r).as_array().unwrap() {
+            paths.push(e["path"].as_str().unwrap().to_owned());
+        }
+        let Some(link) = r.header("link") else { break };
+        let next = link
+            .strip_prefix('<')
+            .and_then(|l| l.split_once(">; rel=\"next\""))
+            .unwrap()
+            .0;
+        assert!(next.starts_with(&format!("http://{}/", s.addr)), "{next}");
+        url = next.to_owned();
+    }
+    // 2,700 files and 3 folders, each once, in order.
+    assert_eq!(paths.len(), 2703);
+    assert_eq!(pages, 3);
+    let mut sorted = paths.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted, paths);
+    // One folder, not recursive.
+    let one = json(&curl(&[], &s.url("/api/models/org/many/tree/main/d1")));
+    assert_eq!(one.as_array().unwrap().len(), 900);
+}
+
+#[test]
+fn the_daemons_state_is_never_a_repositorys_file() {
+    let root = repo_root();
+    let state = root.path().join("org/m/state");
+    // With QUIC on, the state directory holds its certificate.
+    let s = Server::start_quic(root.path(), &["--state-dir", state.to_str().unwrap()]);
+    assert!(walk(&state) > 0);
+    // A file added since: once a rescan lists it, it has seen the state
+    // directory's files too.
+    std::fs::write(root.path().join("org/m/added.txt"), b"added").unwrap();
+    let mut names = Vec::new();
+    assert!(common::eventually(Duration::from_secs(10), || {
+        let info = json(&curl(&[], &s.url("/api/models/org/m")));
+        names = info["siblings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["rfilename"].as_str().unwrap().to_owned())
+            .collect();
+        names.iter().any(|n| n == "added.txt")
+    }));
+    assert_eq!(names, ["README.md", "added.txt", "config.json", "model.zt"]);
+}
+
+fn walk(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| match e.file_type().map(|t| t.is_dir()) {
+                    Ok(true) => walk(&e.path()),
+                    _ => 1,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn no_hub_turns_it_off() {
+    let root = repo_root();
+    let s = Server::start(root.path(), &["--no-hub"]);
+    for path in ["/org/m/resolve/main/config.json", "/api/models/org/m"] {
+        let r = curl(&[], &s.url(path));
+        assert_eq!(r.status, 404, "{path}");
+        assert_eq!(r.header("x-error-code"), None, "{path}");
+    }
+    // The model file itself is served as before.
+    assert_eq!(curl(&["-I"], &s.url("/org/m/model.zt")).status, 200);
+}

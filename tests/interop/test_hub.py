@@ -1,0 +1,420 @@
+"""The Hugging Face Hub's protocol, driven by the Hub's own clients
+(huggingface_hub, its `hf` command line, transformers; pinned in
+requirements.txt) with nothing but `HF_ENDPOINT` (and `HF_TOKEN`) set.
+
+Each client runs in a process of its own, as a user's would: the clients
+read their settings from the environment when they are imported."""
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import daemon, metric, write_shards
+
+REAL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def client(port, code, tmp, token=None, check=True, cache="cache"):
+    """Runs `code` in a fresh Python with the Hub's settings pointing at the
+    daemon on `port`; returns what it printed as JSON on its last line."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(
+        HF_ENDPOINT=f"http://127.0.0.1:{port}",
+        HF_HUB_CACHE=str(tmp / cache),
+        HF_HOME=str(tmp / "hf-home"),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_UPDATE_CHECK="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+    )
+    if token:
+        env["HF_TOKEN"] = token
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=tmp, capture_output=True,
+                       timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(f"client failed ({p.returncode}):\n{p.stderr.decode()[-4000:]}")
+    out = p.stdout.decode().strip().splitlines()
+    return json.loads(out[-1]) if out else None
+
+
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def tree_digests(top):
+    """Every regular file under `top` (symlinks followed), by relative path."""
+    out = {}
+    for d, _, files in os.walk(top):
+        for name in files:
+            p = os.path.join(d, name)
+            out[os.path.relpath(p, top)] = digest(p)
+    return out
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory, real_repo):
+    """A root laid out as repositories: the real model's, a small sharded
+    one, a dataset, an old-style id, and files that must never be served."""
+    import numpy as np
+
+    base = tmp_path_factory.mktemp("hub")
+    root = base / "root"
+    shutil.copytree(real_repo, root / REAL)
+    tiny = root / "org" / "tiny"
+    tiny.mkdir(parents=True)
+    rng = np.random.default_rng(7)
+    weights = {f"layers.{i}.weight": rng.standard_normal((256, 256), dtype=np.float32) for i in range(4)}
+    write_shards(weights, tiny, 2)
+    (tiny / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 256}))
+    (tiny / "tokenizer_config.json").write_text("{}")
+    (tiny / "README.md").write_text("# tiny\n")
+    (tiny / "notes").mkdir()
+    (tiny / "notes" / "a b#?.txt").write_text("an awkward name\n")
+    (tiny / ".secret").write_text("a dotfile is never served\n")
+    (root / "datasets" / "org" / "data").mkdir(parents=True)
+    (root / "datasets" / "org" / "data" / "train.csv").write_text("a,b\n1,2\n")
+    (root / "solo").mkdir()
+    (root / "solo" / "config.json").write_text('{"model_type": "bert"}')
+    # Outside the root: a symlink to it is never followed.
+    (base / "outside.txt").write_text("outside the root\n")
+    os.symlink(base / "outside.txt", tiny / "escape.txt")
+    return base, root
+
+
+@pytest.fixture(scope="module")
+def hub(layout):
+    base, root = layout
+    with daemon(root, base) as port:
+        yield port, root
+
+
+def test_snapshot_download_whole_and_by_pattern(hub, tmp_path):
+    port, root = hub
+    got = client(port, """
+        import json
+        from huggingface_hub import snapshot_download
+        whole = snapshot_download("org/tiny")
+        some = snapshot_download("org/tiny", allow_patterns=["*.json", "model-00001-of-00002.safetensors"],
+                                 local_dir="picked")
+        print(json.dumps([whole, some]))
+    """, tmp_path)
+    whole, some = got
+    expected = tree_digests(root / "org" / "tiny")
+    expected.pop(".secret")
+    expected.pop("escape.txt")
+    assert tree_digests(whole) == expected
+    picked = {k: v for k, v in tree_digests(tmp_path / "picked").items() if not k.startswith(".cache")}
+    assert sorted(picked) == sorted(
+        ["config.json", "tokenizer_config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors"]
+    )
+    assert all(picked[k] == expected[k] for k in picked)
+
+
+def test_list_repo_files_and_repo_info(hub, tmp_path):
+    port, root = hub
+    got = client(port, """
+        import json
+        from huggingface_hub import HfApi, list_repo_files
+        api = HfApi()
+        info = api.model_info("org/tiny", files_metadata=True)
+        ds = api.dataset_info("org/data")
+        print(json.dumps([list_repo_files("org/tiny"), info.sha, {s.rfilename: s.size for s in info.siblings},
+                          list_repo_files("org/data", repo_type="dataset"), ds.sha, list_repo_files("solo")]))
+    """, tmp_path)
+    files, sha, sizes, dataset, dataset_sha, solo = got
+    assert files == sorted(["README.md", "config.json", "tokenizer_config.json", "notes/a b#?.txt",
+                            "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                            "model-00002-of-00002.safetensors"])
+    assert len(sha) == 40 and int(sha, 16) >= 0
+    assert sizes["config.json"] == (root / "org" / "tiny" / "config.json").stat().st_size
+    assert dataset == ["train.csv"] and len(dataset_sha) == 40
+    assert solo == ["config.json"]
+
+
+def test_typed_errors(hub, tmp_path):
+    port, _ = hub
+    got = client(port, """
+        import json
+        from huggingface_hub import hf_hub_download, HfApi
+        from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError
+        out = []
+        for repo, name, rev in [("org/nope", "config.json", None), ("org/tiny", "config.json", "v9"),
+                                ("org/tiny", "nope.json", None), ("org/tiny", ".secret", None),
+                                ("org/tiny", "escape.txt", None)]:
+            try:
+                hf_hub_download(repo, name, revision=rev)
+                out.append("downloaded")
+            except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError) as e:
+                out.append(next(c.__name__ for c in (RepositoryNotFoundError, RevisionNotFoundError,
+                                                     EntryNotFoundError) if isinstance(e, c)))
+        try:
+            HfApi().model_info("org/tiny", revision="0" * 40)
+        except RevisionNotFoundError:
+            out.append("RevisionNotFoundError")
+        print(json.dumps(out))
+    """, tmp_path)
+    assert got == ["RepositoryNotFoundError", "RevisionNotFoundError", "EntryNotFoundError",
+                   "EntryNotFoundError", "EntryNotFoundError", "RevisionNotFoundError"]
+
+
+class CuttingProxy:
+    """A TCP proxy to the daemon that cuts the first connection to carry
+    more than `cut` bytes back, mid-body, and records every request head."""
+
+    def __init__(self, port, cut):
+        self.upstream, self.cut, self.cuts, self.heads = port, cut, 0, []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            u = socket.create_connection(("127.0.0.1", self.upstream))
+            threading.Thread(target=self.up, args=(c, u), daemon=True).start()
+            threading.Thread(target=self.down, args=(u, c), daemon=True).start()
+
+    def up(self, c, u):
+        with contextlib.suppress(OSError):
+            while data := c.recv(65536):
+                self.heads.append(data.split(b"\r\n\r\n")[0].decode(errors="replace"))
+                u.sendall(data)
+        with contextlib.suppress(OSError):
+            u.shutdown(socket.SHUT_WR)
+
+    def down(self, u, c):
+        sent, cutting = 0, self.cuts == 0
+        with contextlib.suppress(OSError):
+            while data := u.recv(65536):
+                c.sendall(data)
+                sent += len(data)
+                if cutting and sent > self.cut and self.cuts == 0:
+                    self.cuts += 1
+                    break
+        for s in (c, u):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+
+def test_hf_hub_download_resumes_after_a_cut(hub, tmp_path):
+    port, root = hub
+    # The client writes what it read in pieces of 10 MiB: cut past two.
+    proxy = CuttingProxy(port, cut=24 << 20)
+    path = client(proxy.port, """
+        import json
+        from huggingface_hub import hf_hub_download
+        print(json.dumps(hf_hub_download("%s", "model.safetensors")))
+    """ % REAL, tmp_path)
+    assert proxy.cuts == 1
+    assert digest(path) == digest(root / REAL / "model.safetensors")
+    ranged = [h for h in proxy.heads if h.startswith("GET ") and "range: bytes=" in h.lower()]
+    assert ranged, "the download was not resumed with a Range request"
+    start = int(ranged[0].lower().split("range: bytes=")[1].split("-")[0])
+    assert 0 < start <= 24 << 20
+
+
+def test_a_second_download_comes_from_the_cache(hub, tmp_path):
+    port, _ = hub
+    code = """
+        import json
+        from huggingface_hub import hf_hub_download, snapshot_download
+        print(json.dumps([hf_hub_download("%s", "model.safetensors"), snapshot_download("org/tiny")]))
+    """ % REAL
+    first = client(port, code, tmp_path)
+    before = metric(port, "ztserve_bytes_sent_total")
+    second = client(port, code, tmp_path)
+    assert second == first
+    assert metric(port, "ztserve_bytes_sent_total") == before, "a cached file's body was sent again"
+
+
+def test_hf_file_system_reads_a_header_and_one_tensor(hub, tmp_path):
+    port, root = hub
+    import numpy as np
+    import safetensors.numpy
+
+    before = metric(port, "ztserve_bytes_sent_total")
+    got = client(port, """
+        import json, struct
+        from huggingface_hub import HfFileSystem
+        fs = HfFileSystem()
+        with fs.open("%s/model.safetensors", "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(n))
+            header.pop("__metadata__", None)
+            # The small tensor stored last: far from the header.
+            small = [k for k, v in header.items() if v["data_offsets"][1] - v["data_offsets"][0] < 1 << 16]
+            name = max(small, key=lambda k: header[k]["data_offsets"][0])
+            a, b = header[name]["data_offsets"]
+            f.seek(8 + n + a)
+            data = f.read(b - a)
+        print(json.dumps([name, header[name], data.hex(), fs.info("%s/model.safetensors")["size"]]))
+    """ % (REAL, REAL), tmp_path)
+    name, meta, data, size = got
+    local = root / REAL / "model.safetensors"
+    assert size == local.stat().st_size
+    want = safetensors.numpy.load_file(str(local))[name]
+    assert np.frombuffer(bytes.fromhex(data), dtype=np.float32).tolist() == want.tolist()
+    assert meta["shape"] == list(want.shape)
+    sent = metric(port, "ztserve_bytes_sent_total") - before
+    assert sent < size / 10, f"{sent} bytes sent for a header and one tensor of {size}"
+
+
+def test_hf_command_line_downloads_a_repository(hub, tmp_path):
+    port, root = hub
+    hf = os.path.join(os.path.dirname(sys.executable), "hf")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(tmp_path / "home"),
+               HF_HUB_DISABLE_UPDATE_CHECK="1", HF_HUB_DISABLE_TELEMETRY="1")
+    p = subprocess.run([hf, "download", "org/tiny", "--local-dir", str(tmp_path / "out")],
+                       env=env, capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    got = {k: v for k, v in tree_digests(tmp_path / "out").items() if not k.startswith(".cache")}
+    expected = tree_digests(root / "org" / "tiny")
+    expected.pop(".secret")
+    expected.pop("escape.txt")
+    assert got == expected
+
+
+def test_transformers_loads_config_and_tokenizer(hub, tmp_path, real_repo):
+    port, _ = hub
+    got = client(port, """
+        import json
+        from transformers import AutoConfig, AutoTokenizer
+        config = AutoConfig.from_pretrained("%s")
+        tok = AutoTokenizer.from_pretrained("%s")
+        local = AutoTokenizer.from_pretrained(%r)
+        text = "ztserve speaks the Hub's protocol."
+        print(json.dumps([config.model_type, config.hidden_size, tok(text)["input_ids"], local(text)["input_ids"]]))
+    """ % (REAL, REAL, real_repo), tmp_path)
+    model_type, hidden, ids, local_ids = got
+    assert (model_type, hidden) == ("bert", 384)
+    assert ids == local_ids and len(ids) > 5
+
+
+def test_transformers_loads_the_model_with_torch(hub, tmp_path, real_repo):
+    pytest.importorskip("torch", reason="torch is not installed: AutoModel is not tried")
+    port, _ = hub
+    got = client(port, """
+        import json, torch
+        from transformers import AutoModel, AutoTokenizer
+        tok = AutoTokenizer.from_pretrained("%s")
+        batch = tok(["one output compared"], return_tensors="pt")
+        with torch.no_grad():
+            remote = AutoModel.from_pretrained("%s")(**batch).last_hidden_state
+            local = AutoModel.from_pretrained(%r)(**batch).last_hidden_state
+        print(json.dumps(torch.equal(remote, local)))
+    """ % (REAL, REAL, real_repo), tmp_path)
+    assert got is True
+
+
+def test_tokens_from_the_environment(layout, tmp_path):
+    base, root = layout
+    tokens = base / "tokens"
+    tokens.write_text("hub-secret\n")
+    code = """
+        import json
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import RepositoryNotFoundError, HfHubHTTPError
+        try:
+            print(json.dumps(open(hf_hub_download("org/tiny", "config.json")).read()))
+        except RepositoryNotFoundError:
+            print(json.dumps("RepositoryNotFoundError"))
+        except HfHubHTTPError as e:
+            print(json.dumps(e.response.status_code))
+    """
+    (base / "with-token").mkdir(exist_ok=True)
+    with daemon(root, base / "with-token", ["--token-file", str(tokens)]) as port:
+        assert client(port, code, tmp_path, token="hub-secret", cache="c1") == (root / "org/tiny/config.json").read_text()
+        assert client(port, code, tmp_path, cache="c2") == "RepositoryNotFoundError"
+        assert client(port, code, tmp_path, token="wrong", cache="c3") == 401
+
+
+def test_a_changed_file_makes_a_new_commit(layout, tmp_path):
+    base, root = layout
+    repo = root / "org" / "changing"
+    repo.mkdir()
+    (repo / "config.json").write_text('{"version": 1}')
+    (repo / "weights.bin").write_bytes(os.urandom(1 << 20))
+    code = """
+        import json
+        from huggingface_hub import snapshot_download, HfApi
+        path = snapshot_download("org/changing")
+        print(json.dumps([HfApi().model_info("org/changing").sha, path, open(path + "/config.json").read()]))
+    """
+    (base / "changing").mkdir(exist_ok=True)
+    with daemon(root, base / "changing") as port:
+        sha1, path1, text1 = client(port, code, tmp_path)
+        assert client(port, code, tmp_path)[0] == sha1, "the commit changed while no file did"
+        (repo / "config.json").write_text('{"version": 2}')
+        deadline = time.time() + 20
+        while True:
+            sha2, path2, text2 = client(port, code, tmp_path)
+            if sha2 != sha1 or time.time() > deadline:
+                break
+            time.sleep(0.5)
+    assert sha2 != sha1 and path2 != path1
+    assert (text1, text2) == ('{"version": 1}', '{"version": 2}')
+    # The old snapshot keeps the old bytes; the new one has the new blob.
+    assert open(os.path.join(path1, "config.json")).read() == '{"version": 1}'
+    assert os.path.realpath(os.path.join(path1, "config.json")) != os.path.realpath(os.path.join(path2, "config.json"))
+    # The unchanged file is the same blob in both.
+    assert os.path.realpath(os.path.join(path1, "weights.bin")) == os.path.realpath(os.path.join(path2, "weights.bin"))
+
+
+def status_of(url, method="GET"):
+    req = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def test_hostile_names_serve_nothing_outside_the_repository(hub):
+    port, root = hub
+    base = f"http://127.0.0.1:{port}"
+    secret = b"outside the root"
+    cases = {
+        "/org/tiny/resolve/main/../../solo/config.json": "EntryNotFound",
+        "/org/tiny/resolve/main/..%2F..%2Fsolo%2Fconfig.json": "EntryNotFound",
+        "/org/tiny/resolve/main/%2E%2E/%2E%2E/solo/config.json": "EntryNotFound",
+        "/org/tiny/resolve/main/notes%2Fa%20b%23%3F.txt": "EntryNotFound",
+        "/org/tiny/resolve/main/escape.txt": "EntryNotFound",
+        "/org/tiny/resolve/main/.secret": "EntryNotFound",
+        "/org/tiny/resolve/" + "a" * 5000 + "/config.json": "RevisionNotFound",
+        "/org/tiny/resolve/" + "0" * 40 + "/config.json": "RevisionNotFound",
+        "/org/..%2Forg%2Ftiny/resolve/main/config.json": "RepoNotFound",
+        "/api/models/org/tiny/tree/main/..%2F..": "EntryNotFound",
+    }
+    for path, code in cases.items():
+        status, headers, body = status_of(base + path)
+        assert status == 404, (path, status)
+        assert headers.get("x-error-code") == code, (path, headers)
+        assert secret not in body
+    # The awkward name itself is served, by its encoded path.
+    status, headers, body = status_of(base + "/org/tiny/resolve/main/notes/a%20b%23%3F.txt")
+    assert (status, body) == (200, b"an awkward name\n")
+    assert len(headers["x-repo-commit"]) == 40
+    # paths-info never names a path outside the repository.
+    form = b"paths=../solo/config.json&paths=escape.txt&paths=config.json&paths=notes"
+    req = urllib.request.Request(base + "/api/models/org/tiny/paths-info/main", data=form, method="POST")
+    got = json.loads(urllib.request.urlopen(req, timeout=10).read())
+    assert [(e["type"], e["path"]) for e in got] == [("file", "config.json"), ("directory", "notes")]

@@ -25,6 +25,13 @@ fn repo_root() -> tempfile::TempDir {
     root
 }
 
+/// 40 lowercase hex digits: the shape of the Hub's object ids.
+fn is_oid(s: &str) -> bool {
+    s.len() == 40
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 fn json(r: &common::Reply) -> serde_json::Value {
     serde_json::from_slice(&r.body).unwrap_or_else(|e| {
         panic!("{e}: {}", String::from_utf8_lossy(&r.body));
@@ -62,7 +69,7 @@ fn a_file_is_served_with_the_headers_the_hubs_clients_read() {
             Some(bytes.len().to_string().as_str())
         );
         let etag = head.header("etag").unwrap();
-        assert!(etag.starts_with("\"h-"), "{etag}");
+        assert!(is_oid(etag.trim_matches('"')), "{etag}");
         // A model file is sent with the headers of the Hub's LFS files.
         assert_eq!(head.header("x-linked-etag"), Some(etag));
         assert_eq!(
@@ -250,4 +257,44 @@ fn no_hub_turns_it_off() {
     }
     // The model file itself is served as before.
     assert_eq!(curl(&["-I"], &s.url("/org/m/model.zt")).status, 200);
+}
+
+#[test]
+fn llama_cpp_finds_a_repositorys_files_by_its_refs_and_tree() {
+    // llama.cpp's `-hf ORG/NAME` (common/hf-cache.cpp, download.cpp): the
+    // refs for `main`'s commit, the first page of the recursive tree at
+    // that commit (files with 40- or 64-hex oids, others skipped), then
+    // a HEAD (ETag, Content-Length, Accept-Ranges) and a GET of each,
+    // resumed with a Range that must answer 206.
+    let root = repo_root();
+    let s = Server::start(root.path(), &[]);
+    let refs = json(&curl(&[], &s.url("/api/models/org/m/refs")));
+    let main = &refs["branches"][0];
+    assert_eq!(main["name"], "main");
+    let commit = main["targetCommit"].as_str().unwrap();
+    assert!(is_oid(commit));
+    let tree = json(&curl(
+        &[],
+        &s.url(&format!("/api/models/org/m/tree/{commit}?recursive=true")),
+    ));
+    let files: Vec<(&str, &str)> = tree
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "file")
+        .map(|e| (e["path"].as_str().unwrap(), e["oid"].as_str().unwrap()))
+        .collect();
+    assert_eq!(files.len(), 3);
+    for (path, oid) in files {
+        assert!(is_oid(oid), "{path}: {oid}");
+        let url = s.url(&format!("/org/m/resolve/{commit}/{path}"));
+        let head = curl(&["-I"], &url);
+        assert_eq!(head.header("etag"), Some(format!("\"{oid}\"").as_str()));
+        assert_eq!(head.header("accept-ranges"), Some("bytes"));
+        let size: usize = head.header("content-length").unwrap().parse().unwrap();
+        let local = std::fs::read(root.path().join("org/m").join(path)).unwrap();
+        assert_eq!(size, local.len());
+        let resumed = curl(&["-H", "Range: bytes=2-"], &url);
+        assert_eq!((resumed.status, &resumed.body[..]), (206, &local[2..]));
+    }
 }

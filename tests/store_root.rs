@@ -456,3 +456,87 @@ async fn a_stopped_store_is_reported_and_listed_again() {
     let relisted = common::eventually(Duration::from_secs(10), || etag(&a, "sample.zt") != old_tag);
     assert!(relisted, "the changed object was not listed again");
 }
+
+/// Issue 30: a bucket's `ORG/NAME/` prefixes are Hub repositories, as a
+/// directory's are: every object under one a file of it (not only model
+/// files), the same commit and ETags on two replicas (an object's
+/// identity is its key and store ETag), bytes and ranges as stored, and
+/// an object replaced in the store found by the next read: a new commit,
+/// the new bytes, never the old ones under the new commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buckets_prefixes_are_hub_repositories() {
+    for (kind, bin) in servers() {
+        eprintln!("with {}", kind.name());
+        let s3 = S3::start(kind, &bin, "models");
+        let up = s3.uploader("models");
+        let scratch = tempfile::tempdir().unwrap();
+        common::layered_model(&scratch.path().join("model.zt"), 0..2);
+        let model = std::fs::read(scratch.path().join("model.zt")).unwrap();
+        let objects: [(&str, Vec<u8>); 3] = [
+            (
+                "prod/org/m/config.json",
+                br#"{"model_type":"bert"}"#.to_vec(),
+            ),
+            ("prod/org/m/tokenizer.json", b"{}".to_vec()),
+            ("prod/org/m/model.zt", model.clone()),
+        ];
+        for (key, bytes) in &objects {
+            up.put(&KeyPath::from(*key), PutPayload::from(bytes.clone()))
+                .await
+                .unwrap();
+        }
+        let cfg = daemon_config(scratch.path(), &s3);
+        let root = Path::new("s3://models/prod");
+        let a = Server::start_quic_env(root, &["--config", &cfg], &credentials());
+        let b = Server::start_quic_env(root, &["--config", &cfg], &credentials());
+
+        let info = json(&a.url("/api/models/org/m"));
+        let files: Vec<&str> = info["siblings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["rfilename"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            files,
+            ["config.json", "model.zt", "tokenizer.json"],
+            "{}",
+            kind.name()
+        );
+        let sha = info["sha"].as_str().unwrap().to_owned();
+        assert_eq!(
+            json(&b.url("/api/models/org/m"))["sha"],
+            sha,
+            "replicas differ"
+        );
+        let url = |s: &Server, path: &str| s.url(&format!("/org/m/resolve/main/{path}"));
+        let (ra, rb) = (
+            curl(&[], &url(&a, "model.zt")),
+            curl(&[], &url(&b, "model.zt")),
+        );
+        assert!(ra.body == model && rb.body == model, "{}", kind.name());
+        assert_eq!(ra.header("etag"), rb.header("etag"));
+        assert_eq!(ra.header("x-repo-commit"), Some(sha.as_str()));
+        let part = curl(&["-r", "64-127"], &url(&a, "model.zt"));
+        assert_eq!((part.status, &part.body[..]), (206, &model[64..128]));
+        assert_eq!(curl(&[], &url(&a, "config.json")).body, objects[0].1);
+
+        // Replaced in the store: the next read finds it.
+        up.put(
+            &KeyPath::from("prod/org/m/config.json"),
+            PutPayload::from(br#"{"model_type":"gpt2"}"#.to_vec()),
+        )
+        .await
+        .unwrap();
+        let r = curl(&[], &url(&a, "config.json"));
+        assert_eq!(
+            (r.status, &r.body[..]),
+            (200, &br#"{"model_type":"gpt2"}"#[..]),
+            "{}",
+            kind.name()
+        );
+        let now = r.header("x-repo-commit").unwrap();
+        assert_ne!(now, sha);
+        assert_eq!(json(&a.url("/api/models/org/m"))["sha"], now);
+    }
+}

@@ -64,8 +64,16 @@ fn root() -> tempfile::TempDir {
     w.add_dense(BIDI_OBJECT, &[4], DType::U8, &[1, 2, 3, 4], store)
         .unwrap();
     std::fs::write(root.path().join(BIDI_FILE), w.finish().unwrap()).unwrap();
+    // A Hub repository with a hostile file name.
+    let repo = root.path().join("org/tiny");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("config.json"), b"{}").unwrap();
+    std::fs::write(repo.join(HOSTILE_REPO_FILE), b"{}").unwrap();
     root
 }
+
+/// A repository file whose name is markup.
+const HOSTILE_REPO_FILE: &str = "<img src=x onerror=window.__pwned=3>.json";
 
 /// How many pixels inside the element's box differ from the background.
 fn drawn(b: &mut Browser, selector: &str, shot: &Path) -> (usize, usize) {
@@ -114,6 +122,20 @@ fn the_pages_work_in_a_browser_and_hostile_names_stay_text() {
     assert!(
         reason.as_str().unwrap().contains("sub/broken.zt"),
         "{reason}"
+    );
+    // The Hub repositories, each file linked to the URL the Hub's
+    // clients read it at, names as text.
+    b.wait("document.querySelector('#repos details.repo[data-id=\"org/tiny\"]')");
+    let links = b.eval(
+        "[...document.querySelectorAll('#repos details.repo[data-id=\"org/tiny\"] a')].map(a => [a.textContent, a.getAttribute('href')])",
+    );
+    let origin = s.url("");
+    assert_eq!(
+        links,
+        json!([
+            [HOSTILE_REPO_FILE, format!("{origin}/org/tiny/resolve/main/%3Cimg%20src%3Dx%20onerror%3Dwindow.__pwned%3D3%3E.json")],
+            ["config.json", format!("{origin}/org/tiny/resolve/main/config.json")],
+        ])
     );
     b.type_into("#filter", "layers");
     b.wait("[...document.querySelectorAll('#files tbody tr')].filter(r => !r.hidden).length === 1");

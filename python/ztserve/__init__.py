@@ -16,6 +16,7 @@ are ``ztserve.Error`` and its subclasses: ``ConnectError``,
 ``component`` and ``rule`` attributes where they apply.
 """
 
+from . import _hub
 from ._handle import TensorSlice, UsageError, load, safe_open
 from ._native import (
     ConnectError,
@@ -35,8 +36,9 @@ def fetch(url, output, select=None, progress=None, **options) -> dict:
     for a sharded checkpoint), every component verified, resumable (run it
     again after an interruption), renamed into place only when complete.
     ``progress`` is ``True`` for a tqdm bar or a callable
-    ``(name, done_bytes, total_bytes)``. Returns ``path``, ``objects``,
-    ``bytes`` and ``resumed``."""
+    ``(name, done_bytes, total_bytes)``. ``url`` may be an ``hf://`` URL
+    (see ``safe_open``). Returns ``path``, ``objects``, ``bytes`` and
+    ``resumed``."""
     if isinstance(select, str):
         select = [select]
     finish = lambda: None  # noqa: E731
@@ -53,8 +55,9 @@ def fetch(url, output, select=None, progress=None, **options) -> dict:
             finish = bar.close
         except ImportError:
             progress = None
+    url = _hub.resolve(str(url), options.pop("endpoint", None), options.get("token"))
     try:
-        return _fetch(str(url), output, select=select, progress=progress or None, options=options)
+        return _fetch(url, output, select=select, progress=progress or None, options=options)
     finally:
         finish()
 

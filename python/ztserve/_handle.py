@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any, Iterable, Iterator
 
-from . import _arrays
+from . import _arrays, _hub
 from ._native import Error, Session
 
 
@@ -38,8 +38,10 @@ class safe_open:
     """Opens ``source`` for lazy loading, like ``safetensors.safe_open``.
 
     ``source`` is a ``quic://`` or ``http(s)://`` URL (a file, or a sharded
-    safetensors index) or a local path (``.zt``, ``.safetensors``,
-    ``.gguf``). Opening reads only the manifest; each tensor is fetched
+    safetensors index), an ``hf://ORG/NAME[@REVISION]/PATH`` URL of a Hub
+    repository the daemon at ``endpoint=`` (else ``$ZTSERVE_ENDPOINT``,
+    else ``$HF_ENDPOINT``) serves, or a local path (``.zt``,
+    ``.safetensors``, ``.gguf``). Opening reads only the manifest; each tensor is fetched
     when asked for, and every byte is verified against its digest before
     it is returned.
 
@@ -79,8 +81,9 @@ class safe_open:
         self._progress_option = options.pop("progress", None)
         self._wait = options.get("timeout")
         max_buffered = options.pop("max_buffered_bytes", None)
+        source = _hub.resolve(os.fspath(source), options.pop("endpoint", None), options.get("token"))
         self._session = Session.open(
-            os.fspath(source),
+            source,
             select=list(select) if select else None,
             max_buffered_bytes=max_buffered,
             options=options,

@@ -418,3 +418,38 @@ def test_hostile_names_serve_nothing_outside_the_repository(hub):
     req = urllib.request.Request(base + "/api/models/org/tiny/paths-info/main", data=form, method="POST")
     got = json.loads(urllib.request.urlopen(req, timeout=10).read())
     assert [(e["type"], e["path"]) for e in got] == [("file", "config.json"), ("directory", "notes")]
+
+
+def test_the_python_package_reads_hf_urls_through_the_daemons_api(hub, monkeypatch):
+    """`hf://ORG/NAME/PATH` with `HF_ENDPOINT` set: the daemon's file read
+    through its own API (manifest first, every tensor verified), over
+    HTTP or ztp/1."""
+    import numpy as np
+    import safetensors.numpy
+
+    import ztserve
+
+    port, root = hub
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    want = safetensors.numpy.load_file(str(root / REAL / "model.safetensors"))
+    got = ztserve.load(f"hf://{REAL}/model.safetensors")
+    assert list(got) == list(want) or sorted(got) == sorted(want)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+    # A sharded checkpoint by its index, over ztp/1.
+    tiny = root / "org" / "tiny"
+    shards = {}
+    for name in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+        shards.update(safetensors.numpy.load_file(str(tiny / name)))
+    got = ztserve.load("hf://org/tiny/model.safetensors.index.json", endpoint=f"quic://127.0.0.1:{port}",
+                       insecure=True)
+    assert sorted(got) == sorted(shards)
+    assert all(np.array_equal(got[k], shards[k]) for k in shards)
+    # The current commit names the file; any other is refused by name.
+    sha = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/models/org/tiny").read())["sha"]
+    one = ztserve.load(f"hf://org/tiny@{sha}/model-00001-of-00002.safetensors")
+    assert sorted(one) == sorted(safetensors.numpy.load_file(str(tiny / "model-00001-of-00002.safetensors")))
+    with pytest.raises(ztserve.NotFoundError, match="RevisionNotFound|not .*current commit|Invalid rev"):
+        ztserve.load("hf://org/tiny@" + "0" * 40 + "/model-00001-of-00002.safetensors")
+    monkeypatch.delenv("HF_ENDPOINT")
+    with pytest.raises(ztserve.UsageError, match="HF_ENDPOINT"):
+        ztserve.load("hf://org/tiny/config.json")

@@ -7,7 +7,9 @@
 //!   `c-` a component without a sha256 digest, `p-` a file whose digests
 //!   are still being computed: from its header and identity, see
 //!   `catalog::Found::provisional`). A component with a sha256
-//!   digest is tagged `"sha256-HEX"` with the whole digest. All are strong.
+//!   digest is tagged `"sha256-HEX"` with the whole digest. A Hub
+//!   repository's file is tagged with 40 hex digits over its identity,
+//!   shaped as the Hub's object ids are (`repos::tag_of`). All are strong.
 //! - `If-None-Match` uses the weak comparison (RFC 9110 13.1.2): `W/` is
 //!   ignored on either side, and `*` matches anything.
 //! - `If-Match` and `If-Range` use the strong comparison: a weak tag never

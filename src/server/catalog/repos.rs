@@ -47,7 +47,8 @@ pub(crate) struct RepoFile {
     pub(crate) rel: String,
     pub(crate) size: u64,
     pub(crate) modified: SystemTime,
-    /// Its strong ETag (quoted): `"h-HEX"` of its identity.
+    /// Its strong ETag (quoted): 40 hex digits made from its identity
+    /// ([`tag_of`]).
     pub(crate) tag: String,
 }
 
@@ -118,9 +119,14 @@ impl Repos {
     }
 }
 
-/// The ETag of a repository's file at version `identity`.
+/// The ETag of a repository's file at version `identity`: 40 hex digits
+/// of SHA-256 over it, quoted, shaped as the Hub's object ids are (the
+/// tree's `oid`; llama.cpp takes no other shape), so that the clients
+/// that name cached blobs by ETag (huggingface_hub) and by `oid`
+/// (llama.cpp) name them alike.
 pub(crate) fn tag_of(identity: &Identity) -> String {
-    etag::derived("h", &[&identity.bytes()])
+    let sum = Sha256::digest(identity.bytes());
+    format!("\"{}\"", etag::hex(sum.get(..20).unwrap_or_default()))
 }
 
 /// The repositories a file at `rel` belongs to: (kind, id, its path there).

@@ -399,7 +399,7 @@ async fn manifest(
 }
 
 /// A catalog path as a URL path: each segment percent-encoded.
-fn raw_path(path: &str) -> String {
+pub(super) fn raw_path(path: &str) -> String {
     path.split('/')
         .map(|seg| percent_encoding::utf8_percent_encode(seg, SEGMENT).to_string())
         .collect::<Vec<_>>()

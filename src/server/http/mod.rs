@@ -124,6 +124,12 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
         "x-zt-digest",
         "x-zt-object",
         "x-zt-manifest-source",
+        "x-repo-commit",
+        "x-linked-etag",
+        "x-linked-size",
+        "x-error-code",
+        "x-error-message",
+        "link",
     ]
     .into_iter()
     .map(HeaderName::from_static)

@@ -10,7 +10,9 @@
 //!   named by an absolute `Link: <...>; rel="next"` (what
 //!   `snapshot_download`, `list_repo_tree` and `HfFileSystem` read);
 //! - `POST /api/models/{repo}/paths-info/{revision}` (a form of `paths`):
-//!   the entries of those of the paths the revision has.
+//!   the entries of those of the paths the revision has;
+//! - `GET /api/models/{repo}/refs`: the one branch, `main`, and its
+//!   commit (llama.cpp's `-hf` starts there).
 //!
 //! No entry carries `lfs` (the daemon knows no whole file's SHA-256, and a
 //! wrong one would make clients hash their copies to compare) nor any
@@ -66,6 +68,7 @@ pub(super) async fn answer(
         (Under::PathsInfo { .. }, &Method::POST) => {
             (repo.files.len(), "/api/{kind}/{repo}/paths-info")
         }
+        (Under::Refs, &Method::GET) => (0, "/api/{kind}/{repo}/refs"),
         _ => {
             let e = HubError::Route(format!("{method} is not a request of {}", uri.path()));
             return (Err(e), "other");
@@ -111,6 +114,7 @@ fn listing(
             at_revision(repo, revision)?;
             paths_info(repo, form)
         }
+        Under::Refs => Ok(axum::Json(refs(repo)).into_response()),
         Under::Resolve { .. } => Err(HubError::Route("not an API request".to_owned())),
     }
 }
@@ -148,6 +152,17 @@ fn info(repo: &Repo, blobs: bool) -> Value {
         v["modelId"] = json!(repo.id);
     }
     v
+}
+
+/// A repository's refs: one branch, `main`, at its current commit (what
+/// llama.cpp's `-hf` resolves a repository with, and `list_repo_refs`
+/// lists).
+fn refs(repo: &Repo) -> Value {
+    json!({
+        "branches": [{ "name": "main", "ref": "refs/heads/main", "targetCommit": repo.commit }],
+        "tags": [],
+        "converts": [],
+    })
 }
 
 /// One page of a folder's tree, from the path after `cursor`.
@@ -244,9 +259,9 @@ fn item(i: &Item<'_>) -> Value {
     }
 }
 
-/// A file's `oid`: the hex of its tag.
+/// A file's `oid`: its tag unquoted.
 fn oid(tag: &str) -> String {
-    tag.trim_matches('"').trim_start_matches("h-").to_owned()
+    tag.trim_matches('"').to_owned()
 }
 
 /// A time as the Hub writes it: `2022-08-19T07:19:38.000Z`.

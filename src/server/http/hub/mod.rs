@@ -12,6 +12,7 @@
 //! | `GET /api/models/{repo}[/revision/{revision}]` | the repository: `id`, `sha`, `siblings` (`api.rs`) |
 //! | `GET /api/models/{repo}/tree/{revision}[/{path}]` | a folder's files and folders, paged |
 //! | `POST /api/models/{repo}/paths-info/{revision}` | the entries of the paths asked |
+//! | `GET /api/models/{repo}/refs` | the branch `main` at the current commit |
 //!
 //! and the same under `/datasets/` and `/api/datasets/` for the
 //! directories under `datasets/`. Errors carry the Hub's `X-Error-Code`
@@ -37,6 +38,7 @@ use serde_json::json;
 
 use super::error::AppError;
 use super::flow::Flow;
+use super::handlers::raw_path;
 use super::Template;
 use crate::server::catalog::repos::{Kind, Repo, Repos};
 use crate::server::State;
@@ -287,7 +289,7 @@ pub(crate) async fn list(AxState(state): AxState<Arc<State>>) -> Response {
                     "kind": kind_name(r.kind),
                     "id": r.id,
                     "sha": r.commit,
-                    "resolve": format!("/{prefix}{}/resolve/main/", r.id),
+                    "resolve": format!("/{prefix}{}/resolve/main/", raw_path(&r.id)),
                     "files": files,
                 })
             })

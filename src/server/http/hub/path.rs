@@ -33,6 +33,8 @@ pub(super) enum Under {
     Tree { revision: String, path: String },
     /// `paths-info/{revision}`
     PathsInfo { revision: String },
+    /// `refs`
+    Refs,
 }
 
 /// Why a Hub URL names no file.
@@ -112,6 +114,7 @@ pub(super) fn under(rest: &[&str], resolve: bool) -> Result<Under, Bad> {
         ["paths-info", revision] => Ok(Under::PathsInfo {
             revision: revision_of(revision)?,
         }),
+        ["refs"] => Ok(Under::Refs),
         _ => Err(Bad::Route),
     }
 }

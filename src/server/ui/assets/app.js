@@ -171,10 +171,34 @@ async function listing() {
     sortable(files);
   }
   files.before(el("p", {}, filter));
+  await repositories();
   filter.addEventListener("input", () => {
     const q = filter.value.toLowerCase();
     for (const tr of files.tBodies[0].rows) tr.hidden = !tr.cells[0].textContent.toLowerCase().includes(q);
   });
+}
+
+// The Hub repositories the root's layout makes (docs/hub.md), each file
+// linked to the URL the Hub's clients read it at; nothing with --no-hub.
+async function repositories() {
+  let list;
+  try {
+    list = await api("/v1/repos");
+  } catch (e) {
+    return;
+  }
+  if (!(list.repos || []).length) return;
+  const section = el("section", { id: "repos" }, el("h2", {}, "Hub repositories"),
+    el("p", { class: "muted" }, "Clients of the Hugging Face Hub load these by id with HF_ENDPOINT=" + location.origin));
+  for (const r of list.repos) {
+    const base = location.origin + r.resolve;
+    const rows = r.files.map((f) => ({ path: f.path, size: f.size, url: base + f.path.split("/").map(encodeURIComponent).join("/") }));
+    const link = (x) => el("a", { href: x.url }, x.path);
+    const files = table(null, [["file", "path", false, link], ["size", "size", true, (x) => bytes(x.size)]], rows);
+    const title = `${r.kind} ${r.id}: ${r.files.length} files, commit ${r.sha.slice(0, 12)}`;
+    section.append(el("details", { class: "repo", "data-id": r.id }, el("summary", {}, title), files));
+  }
+  app.append(section);
 }
 
 // Sorting for the table the server wrote (no data behind it but its cells).

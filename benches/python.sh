@@ -13,6 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benches/support/nginx.sh
+. benches/support/stats.sh
 rounds="${1:-5}"
 command -v nginx >/dev/null || { apt-get update -q && apt-get install -y -q nginx-light curl; }
 command -v jq >/dev/null || { apt-get update -q && apt-get install -y -q jq; }
@@ -64,9 +65,6 @@ for i in $(seq "$rounds"); do
         [ "$f" = null ] || first[$how]+="$(python3 -c "print($f / $(jq -r .secs <<<"$j"))") "
     done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-m() { median <<<"$1"; }
-ratio() { python3 -c "print(f'{$1/$2:.3f}')"; }
 echo "# 1 GiB safetensors into memory, median of $rounds rounds (seconds; ratio = ztserve / peer, below 1 is faster)"
 for peer in curl requests; do
     for z in ztserve-http ztserve-quic; do

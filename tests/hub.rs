@@ -59,9 +59,19 @@ fn a_file_is_served_with_the_headers_the_hubs_clients_read() {
         .collect();
     assert_eq!(names, ["README.md", "config.json", "model.zt"]);
 
-    // HEAD, by `main` and by the commit: the same file, the same headers.
-    for rev in ["main", sha.as_str()] {
-        let head = curl(&["-I"], &s.url(&format!("/org/m/resolve/{rev}/model.zt")));
+    // `main` moves: it leads to the file at the current commit, with its
+    // headers, by a relative redirect.
+    let moved = curl(&["-I"], &s.url("/org/m/resolve/main/model.zt"));
+    assert_eq!(moved.status, 302);
+    let location = format!("/org/m/resolve/{sha}/model.zt");
+    assert_eq!(moved.header("location"), Some(location.as_str()));
+    assert_eq!(moved.header("x-repo-commit"), Some(sha.as_str()));
+    // HEAD, by `main` (followed) and by the commit: the same headers.
+    for (rev, follow) in [("main", "-L"), (sha.as_str(), "-s")] {
+        let head = curl(
+            &["-I", follow],
+            &s.url(&format!("/org/m/resolve/{rev}/model.zt")),
+        );
         assert_eq!(head.status, 200, "{rev}");
         assert_eq!(head.header("x-repo-commit"), Some(sha.as_str()));
         assert_eq!(
@@ -79,7 +89,7 @@ fn a_file_is_served_with_the_headers_the_hubs_clients_read() {
     }
 
     // The whole file, a range, a resumed download, past the end.
-    let url = s.url("/org/m/resolve/main/model.zt");
+    let url = s.url(&location);
     let whole = curl(&[], &url);
     assert_eq!(whole.body, bytes);
     let part = curl(&["-H", "Range: bytes=100-199"], &url);
@@ -95,7 +105,7 @@ fn a_file_is_served_with_the_headers_the_hubs_clients_read() {
     assert_eq!((again.status, again.body.len()), (304, 0));
 
     // A small plain file: no LFS headers, its bytes as they are.
-    let config = curl(&[], &s.url("/org/m/resolve/main/config.json"));
+    let config = curl(&["-L"], &s.url("/org/m/resolve/main/config.json"));
     assert_eq!(config.body, br#"{"model_type":"bert"}"#);
     assert_eq!(config.header("x-linked-etag"), None);
     assert_eq!(config.header("x-repo-commit"), Some(sha.as_str()));
@@ -118,7 +128,11 @@ fn a_corrupt_component_is_refused_before_any_of_its_bytes() {
     let s = Server::start(root.path(), &[]);
     // A range inside the corrupt component: a clean refusal naming it.
     let r = curl(
-        &["-H", &format!("Range: bytes={}-{}", offset, offset + 99)],
+        &[
+            "-L",
+            "-H",
+            &format!("Range: bytes={}-{}", offset, offset + 99),
+        ],
         &s.url("/org/m/resolve/main/model.zt"),
     );
     assert_eq!(r.status, 409, "{}", String::from_utf8_lossy(&r.body));
@@ -128,7 +142,7 @@ fn a_corrupt_component_is_refused_before_any_of_its_bytes() {
         "{why}"
     );
     // The whole file: cut before the corrupt component's bytes.
-    let whole = curl(&[], &s.url("/org/m/resolve/main/model.zt"));
+    let whole = curl(&["-L"], &s.url("/org/m/resolve/main/model.zt"));
     assert!(whole.body.len() <= offset as usize, "{}", whole.body.len());
 }
 
@@ -143,26 +157,26 @@ fn a_file_changed_under_the_listing_makes_a_new_commit() {
     );
     let s = Server::start(root.path(), &["--config", &cfg]);
     let url = s.url("/org/m/resolve/main/config.json");
-    let before = curl(&[], &url);
+    let before = curl(&["-L"], &url);
     let commit = before.header("x-repo-commit").unwrap().to_owned();
     std::fs::write(
         root.path().join("org/m/config.json"),
         br#"{"model_type":"gpt2"}"#,
     )
     .unwrap();
-    let after = curl(&[], &url);
+    // A download resumed at the old commit's URL (where `main` led) fails
+    // by name instead of completing with the new version's bytes; `main`
+    // leads to the new commit.
+    let pinned = format!("/org/m/resolve/{commit}/config.json");
+    let old = curl(&["-H", "Range: bytes=5-"], &s.url(&pinned));
+    assert_eq!(old.status, 404);
+    assert_eq!(old.header("x-error-code"), Some("RevisionNotFound"));
+    let after = curl(&["-L"], &url);
     assert_eq!(after.status, 200);
     assert_eq!(after.body, br#"{"model_type":"gpt2"}"#);
     let now = after.header("x-repo-commit").unwrap();
     assert_ne!(now, commit);
     assert_ne!(after.header("etag"), before.header("etag"));
-    // The old commit is gone, as the Hub says it.
-    let old = curl(
-        &["-I"],
-        &s.url(&format!("/org/m/resolve/{commit}/config.json")),
-    );
-    assert_eq!(old.status, 404);
-    assert_eq!(old.header("x-error-code"), Some("RevisionNotFound"));
     let info = json(&curl(&[], &s.url("/api/models/org/m")));
     assert_eq!(info["sha"], now);
 }
@@ -207,21 +221,49 @@ fn a_large_tree_is_listed_in_pages_by_absolute_links() {
     // One folder, not recursive.
     let one = json(&curl(&[], &s.url("/api/models/org/many/tree/main/d1")));
     assert_eq!(one.as_array().unwrap().len(), 900);
+    // Behind a TLS proxy, the links are the proxy's.
+    let proxied = curl(
+        &[
+            "-H",
+            "X-Forwarded-Proto: https",
+            "-H",
+            "X-Forwarded-Host: hub.example:8443",
+        ],
+        &s.url("/api/models/org/many/tree/main?recursive=true"),
+    );
+    let link = proxied.header("link").unwrap();
+    assert!(
+        link.starts_with("<https://hub.example:8443/api/models/org/many/tree/"),
+        "{link}"
+    );
 }
 
 #[test]
-fn the_daemons_state_is_never_a_repositorys_file() {
+fn the_daemons_own_files_are_never_a_repositorys_files() {
     let root = repo_root();
-    let state = root.path().join("org/m/state");
-    // With QUIC on, the state directory holds its certificate.
-    let s = Server::start_quic(root.path(), &["--state-dir", state.to_str().unwrap()]);
+    let m = root.path().join("org/m");
+    let state = m.join("state");
+    // Its token file under the root too, through a symlink.
+    std::fs::write(m.join("tokens.real"), b"t0ken\n").unwrap();
+    std::os::unix::fs::symlink(m.join("tokens.real"), root.path().join("tokens")).unwrap();
+    // With QUIC on, the state directory holds its certificate and key.
+    let s = Server::start_quic(
+        root.path(),
+        &[
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--token-file",
+            root.path().join("tokens").to_str().unwrap(),
+        ],
+    );
     assert!(walk(&state) > 0);
+    let auth = ["-H", "Authorization: Bearer t0ken"];
     // A file added since: once a rescan lists it, it has seen the state
     // directory's files too.
-    std::fs::write(root.path().join("org/m/added.txt"), b"added").unwrap();
+    std::fs::write(m.join("added.txt"), b"added").unwrap();
     let mut names = Vec::new();
     assert!(common::eventually(Duration::from_secs(10), || {
-        let info = json(&curl(&[], &s.url("/api/models/org/m")));
+        let info = json(&curl(&auth, &s.url("/api/models/org/m")));
         names = info["siblings"]
             .as_array()
             .unwrap()
@@ -231,6 +273,10 @@ fn the_daemons_state_is_never_a_repositorys_file() {
         names.iter().any(|n| n == "added.txt")
     }));
     assert_eq!(names, ["README.md", "added.txt", "config.json", "model.zt"]);
+    for path in ["tokens.real", "state/quic-key.pem"] {
+        let r = curl(&auth, &s.url(&format!("/org/m/resolve/main/{path}")));
+        assert_eq!(r.header("x-error-code"), Some("EntryNotFound"), "{path}");
+    }
 }
 
 fn walk(dir: &Path) -> usize {
@@ -297,4 +343,73 @@ fn llama_cpp_finds_a_repositorys_files_by_its_refs_and_tree() {
         let resumed = curl(&["-H", "Range: bytes=2-"], &url);
         assert_eq!((resumed.status, &resumed.body[..]), (206, &local[2..]));
     }
+}
+
+#[test]
+fn symlinked_folders_are_repositories_under_their_own_names() {
+    let root = repo_root();
+    let org = root.path().join("org");
+    // An alias of a repository, a loop, and a link into a dot-folder.
+    std::os::unix::fs::symlink(org.join("m"), org.join("alias")).unwrap();
+    std::os::unix::fs::symlink(&org, org.join("m/loop")).unwrap();
+    std::fs::create_dir_all(root.path().join(".hidden/x")).unwrap();
+    std::fs::write(root.path().join(".hidden/x/secret.json"), b"{}").unwrap();
+    std::os::unix::fs::symlink(root.path().join(".hidden/x"), org.join("dot")).unwrap();
+    let s = Server::start(root.path(), &[]);
+    let siblings = |id: &str| -> Vec<String> {
+        let r = curl(&[], &s.url(&format!("/api/models/{id}")));
+        json(&r)["siblings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["rfilename"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(siblings("org/m"), ["README.md", "config.json", "model.zt"]);
+    assert_eq!(siblings("org/alias"), siblings("org/m"));
+    // The link into a dot-folder is listed under its own name: its files
+    // are served there, and the dot-folder never.
+    assert_eq!(siblings("org/dot"), ["secret.json"]);
+    let r = curl(&[], &s.url("/api/models/.hidden/x"));
+    assert_eq!(r.header("x-error-code"), Some("RepoNotFound"));
+    let alias = curl(&["-L"], &s.url("/org/alias/resolve/main/config.json"));
+    assert_eq!(alias.body, br#"{"model_type":"bert"}"#);
+}
+
+#[test]
+fn paths_info_answers_what_exists_within_its_bounds() {
+    let root = repo_root();
+    let s = Server::start(root.path(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let form = dir.path().join("form");
+    let post = |body: &str| {
+        std::fs::write(&form, body).unwrap();
+        curl(
+            &["--data-binary", &format!("@{}", form.display())],
+            &s.url("/api/models/org/m/paths-info/main"),
+        )
+    };
+    // Files, a folder... of the repository only, each once.
+    std::fs::create_dir_all(root.path().join("org/m/sub")).unwrap();
+    std::fs::write(root.path().join("org/m/sub/a.txt"), b"a").unwrap();
+    let listed = common::eventually(Duration::from_secs(10), || {
+        json(&post("paths=sub"))
+            .as_array()
+            .is_some_and(|a| a.len() == 1)
+    });
+    assert!(listed);
+    let got = json(&post(
+        "paths=config.json&paths=config.json&paths=sub&paths=..%2Fm%2Fconfig.json&paths=nope",
+    ));
+    let entries: Vec<(&str, &str)> = got
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap(), e["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(entries, [("file", "config.json"), ("directory", "sub")]);
+    // Past 10,000 paths at once: refused by name, before any lookup.
+    let many = vec!["paths=x"; 10_001].join("&");
+    let r = post(&many);
+    assert_eq!(r.status, 413, "{}", String::from_utf8_lossy(&r.body));
 }

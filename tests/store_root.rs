@@ -510,28 +510,33 @@ async fn a_buckets_prefixes_are_hub_repositories() {
             "replicas differ"
         );
         let url = |s: &Server, path: &str| s.url(&format!("/org/m/resolve/main/{path}"));
-        let (ra, rb) = (
-            curl(&[], &url(&a, "model.zt")),
-            curl(&[], &url(&b, "model.zt")),
-        );
+        let get = |s: &Server, path: &str| curl(&["-L"], &url(s, path));
+        let (ra, rb) = (get(&a, "model.zt"), get(&b, "model.zt"));
         assert!(ra.body == model && rb.body == model, "{}", kind.name());
         assert_eq!(ra.header("etag"), rb.header("etag"));
         assert_eq!(ra.header("x-repo-commit"), Some(sha.as_str()));
-        let part = curl(&["-r", "64-127"], &url(&a, "model.zt"));
+        let part = curl(&["-L", "-r", "64-127"], &url(&a, "model.zt"));
         assert_eq!((part.status, &part.body[..]), (206, &model[64..128]));
-        assert_eq!(curl(&[], &url(&a, "config.json")).body, objects[0].1);
+        assert_eq!(get(&a, "config.json").body, objects[0].1);
 
-        // Replaced in the store: the next read finds it.
+        // Replaced in the store: the next read finds it (one that no read
+        // has cached yet; a cached version is served until a listing). That
+        // read was of the commit `main` led to, which no longer holds: it
+        // fails by name, never with the new bytes; `main` then leads to
+        // the new commit.
         up.put(
-            &KeyPath::from("prod/org/m/config.json"),
-            PutPayload::from(br#"{"model_type":"gpt2"}"#.to_vec()),
+            &KeyPath::from("prod/org/m/tokenizer.json"),
+            PutPayload::from(br#"{"version":2}"#.to_vec()),
         )
         .await
         .unwrap();
-        let r = curl(&[], &url(&a, "config.json"));
+        let first = get(&a, "tokenizer.json");
+        assert_eq!(first.status, 404, "{}", kind.name());
+        assert_eq!(first.header("x-error-code"), Some("RevisionNotFound"));
+        let r = get(&a, "tokenizer.json");
         assert_eq!(
             (r.status, &r.body[..]),
-            (200, &br#"{"model_type":"gpt2"}"#[..]),
+            (200, &br#"{"version":2}"#[..]),
             "{}",
             kind.name()
         );

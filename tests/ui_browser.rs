@@ -126,6 +126,13 @@ fn the_pages_work_in_a_browser_and_hostile_names_stay_text() {
     // The Hub repositories, each file linked to the URL the Hub's
     // clients read it at, names as text.
     b.wait("document.querySelector('#repos details.repo[data-id=\"org/tiny\"]')");
+    // An organisation's folder is no repository of the listing's.
+    assert_eq!(
+        b.eval("document.querySelectorAll('#repos details.repo[data-id=\"org\"]').length"),
+        json!(0)
+    );
+    b.eval("document.querySelector('#repos details.repo[data-id=\"org/tiny\"]').open = true");
+    b.wait("document.querySelectorAll('#repos details.repo[data-id=\"org/tiny\"] a').length === 2");
     let links = b.eval(
         "[...document.querySelectorAll('#repos details.repo[data-id=\"org/tiny\"] a')].map(a => [a.textContent, a.getAttribute('href')])",
     );

@@ -16,6 +16,8 @@ are ``ztserve.Error`` and its subclasses: ``ConnectError``,
 ``component`` and ``rule`` attributes where they apply.
 """
 
+import os
+
 from . import _hub
 from ._handle import TensorSlice, UsageError, load, safe_open
 from ._native import (
@@ -55,11 +57,21 @@ def fetch(url, output, select=None, progress=None, **options) -> dict:
             finish = bar.close
         except ImportError:
             progress = None
-    url = _hub.resolve(str(url), options.pop("endpoint", None), options.get("token"))
+    url, pinned = _hub.resolve(str(url), options.pop("endpoint", None), options.get("token"))
     try:
-        return _fetch(url, output, select=select, progress=progress or None, options=options)
+        done = _fetch(url, output, select=select, progress=progress or None, options=options)
     finally:
         finish()
+    if pinned is not None:
+        try:
+            pinned()
+        except Error:
+            # Written from another commit than the one asked for.
+            path = done.get("path")
+            if path and os.path.isfile(path):
+                os.remove(path)
+            raise
+    return done
 
 
 __all__ = [

@@ -81,13 +81,19 @@ class safe_open:
         self._progress_option = options.pop("progress", None)
         self._wait = options.get("timeout")
         max_buffered = options.pop("max_buffered_bytes", None)
-        source = _hub.resolve(os.fspath(source), options.pop("endpoint", None), options.get("token"))
+        source, pinned = _hub.resolve(os.fspath(source), options.pop("endpoint", None), options.get("token"))
         self._session = Session.open(
             source,
             select=list(select) if select else None,
             max_buffered_bytes=max_buffered,
             options=options,
         )
+        if pinned is not None:
+            try:
+                pinned()
+            except Error:
+                self._session.close()
+                raise
         manifest = json.loads(self._session.manifest_json())
         self._manifest = manifest
         self._objects: dict = manifest["objects"]

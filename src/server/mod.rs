@@ -98,8 +98,24 @@ impl State {
         };
         let root = store::open_root(&config.root, &config.storage)?;
         let background = root.reads_in_background(config.storage.background_reads);
-        let catalog = Catalog::new(root, limits, &config.digests, &config.state_dir, background)
-            .with_context(|| format!("opening root {}", config.root.display()))?;
+        // The daemon's own files are never served, wherever they lie.
+        let own: Vec<&std::path::Path> = [
+            config.auth.token_file.as_deref(),
+            config.tls.cert.as_deref(),
+            config.tls.key.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let catalog = Catalog::new(
+            root,
+            limits,
+            &config.digests,
+            &config.state_dir,
+            &own,
+            background,
+        )
+        .with_context(|| format!("opening root {}", config.root.display()))?;
         let tokens = match &config.auth.token_file {
             Some(f) => Some(auth::Tokens::load(f)?),
             None => None,

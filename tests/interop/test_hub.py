@@ -229,6 +229,10 @@ def test_hf_hub_download_resumes_after_a_cut(hub, tmp_path):
     assert ranged, "the download was not resumed with a Range request"
     start = int(ranged[0].lower().split("range: bytes=")[1].split("-")[0])
     assert 0 < start <= 24 << 20
+    # Resumed at the commit's URL, where `main` led: a file changed since
+    # fails the resume by name instead of mixing two versions' bytes.
+    sha = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/models/{REAL}").read())["sha"]
+    assert ranged[0].startswith(f"GET /{REAL}/resolve/{sha}/model.safetensors "), ranged[0]
 
 
 def test_a_second_download_comes_from_the_cache(hub, tmp_path):

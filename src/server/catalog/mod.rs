@@ -112,6 +112,16 @@ impl Snapshot {
         }
     }
 
+    /// A snapshot of new `entries` over `before`'s files, and their
+    /// repositories if `before` grouped them already.
+    fn over(entries: BTreeMap<String, Entry>, before: &Snapshot) -> Snapshot {
+        let snap = Snapshot::new(entries, Arc::clone(&before.files));
+        if let Some(r) = before.repos_ready() {
+            let _ = snap.repos.set(r);
+        }
+        snap
+    }
+
     pub fn get(&self, path: &str) -> Option<&Entry> {
         self.entries.get(path)
     }
@@ -187,9 +197,10 @@ pub struct Catalog {
     rescanning: tokio::sync::Mutex<()>,
     /// When [`Catalog::refresh`] last loaded each path again.
     reloaded: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
-    /// The daemon's state directory (canonical), whose files are never
-    /// listed even when it lies under the root.
-    own_state: Option<std::path::PathBuf>,
+    /// The daemon's own files and folders (its state directory, token
+    /// file, TLS certificate and key), canonical: never listed, even when
+    /// they lie under the root.
+    own: Vec<std::path::PathBuf>,
 }
 
 /// The least time between two loads of one path by [`Catalog::refresh`].
@@ -205,6 +216,7 @@ impl Catalog {
         limits: Limits,
         digests: &DigestsConfig,
         state_dir: &Path,
+        own: &[&Path],
         background: bool,
     ) -> std::io::Result<Self> {
         let current: Current = Arc::default();
@@ -225,11 +237,15 @@ impl Catalog {
                 metrics: Arc::clone(&metrics),
             }
         });
-        // Made here if it is not there yet, so that its files can be told
-        // apart from the root's.
-        std::fs::create_dir_all(state_dir)?;
+        // Made here if it is not there yet (a read-only working directory
+        // is no error: the daemon may never write state), so that its
+        // files can be told apart from the root's.
+        let _ = std::fs::create_dir_all(state_dir);
         Ok(Catalog {
-            own_state: state_dir.canonicalize().ok(),
+            own: std::iter::once(state_dir)
+                .chain(own.iter().copied())
+                .filter_map(canonical)
+                .collect(),
             root,
             store_error: std::sync::Mutex::new(None),
             limits,
@@ -260,12 +276,11 @@ impl Catalog {
         }
     }
 
-    /// Whether a listed file is one of the daemon's own state (its state
-    /// directory lies under the root).
+    /// Whether a listed file is one of the daemon's own ([`Catalog::own`]).
     fn is_own_state(&self, seen: &Seen) -> bool {
-        match (&seen.at, &self.own_state) {
-            (store::root::At::Path(p), Some(own)) => p.starts_with(own),
-            _ => false,
+        match &seen.at {
+            store::root::At::Path(p) => self.own.iter().any(|o| p.starts_with(o)),
+            store::root::At::Object(_) => false,
         }
     }
 
@@ -307,28 +322,37 @@ impl Catalog {
         drop(snap);
         let now = seen.as_ref().map(|s| s.identity);
         let entry_now = seen.as_ref().and_then(|s| s.source).and(now);
-        if listed == now && before.as_ref().map(Entry::identity) == entry_now {
+        let passed = before.is_none() && seen.as_ref().is_some_and(|s| self.passed_over(s));
+        if listed == now && (before.as_ref().map(Entry::identity) == entry_now || passed) {
             return;
         }
+        // `None`: the entry stays as it is then (a digest settle may have
+        // replaced it meanwhile).
         let entry = match (&seen, &before) {
-            (Some(seen), Some(e)) if e.identity() == seen.identity => Some(e.clone()),
+            (Some(seen), Some(e)) if e.identity() == seen.identity => None,
             // Read outside the catalog's lock: an object's header is read
             // from the store.
-            (Some(seen), _) => match seen.source {
+            (Some(seen), _) => Some(match seen.source {
                 Some(source) => self.examine(seen, source, true).await,
                 None => None,
-            },
-            (None, _) => None,
+            }),
+            (None, _) => Some(None),
         };
         let mut guard = match self.current.write() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
         let mut entries = guard.entries.clone();
+        let replaced = entry.is_some();
         match entry {
-            Some(e) => entries.insert(rel.to_owned(), e),
-            None => entries.remove(rel),
-        };
+            Some(Some(e)) => {
+                entries.insert(rel.to_owned(), e);
+            }
+            Some(None) => {
+                entries.remove(rel);
+            }
+            None => {}
+        }
         let mut files = (*guard.files).clone();
         match seen {
             Some(seen) => files.insert(rel.to_owned(), seen),
@@ -336,7 +360,7 @@ impl Catalog {
         };
         *guard = Arc::new(Snapshot::new(entries, Arc::new(files)));
         drop(guard);
-        if let Some(Entry::Pending(p)) = &before {
+        if let (true, Some(Entry::Pending(p))) = (replaced, &before) {
             p.retire();
         }
         tracing::info!(file = rel, "catalogued again: it changed under its entry");
@@ -390,7 +414,16 @@ impl Catalog {
             .filter(|s| !self.is_own_state(s))
             .map(|s| (s.rel.clone(), s))
             .collect();
-        let files = Arc::new(files);
+        // Unchanged files keep their repositories, grouped once.
+        let unchanged = files.len() == old.files.len()
+            && files
+                .iter()
+                .zip(old.files.iter())
+                .all(|((a, x), (b, y))| a == b && x.identity == y.identity);
+        let files = match unchanged {
+            true => Arc::clone(&old.files),
+            false => Arc::new(files),
+        };
         let (mut added, mut changed) = (0, 0);
         let sourced: Vec<(Seen, Source)> = files
             .values()
@@ -447,13 +480,17 @@ impl Catalog {
                 *e = settled;
             }
         }
-        *guard = Arc::new(Snapshot::new(entries, files));
+        let snap = match Arc::ptr_eq(&files, &old.files) {
+            true => Snapshot::over(entries, &old),
+            false => Snapshot::new(entries, files),
+        };
+        *guard = Arc::new(snap);
         drop(guard);
         (added, removed, changed)
     }
 
-    /// Every file of the root with a source's name, or `None` when the
-    /// store could not be listed (the catalog stays as it was).
+    /// Every regular file of the root, or `None` when the store could not
+    /// be listed (the catalog stays as it was).
     async fn scan(&self) -> Option<Vec<Seen>> {
         let listed = self.root.list().await;
         let error = listed.as_ref().err().cloned();
@@ -477,17 +514,22 @@ impl Catalog {
         }
         let opened = match self.root.open(seen).await {
             Ok(opened) => opened,
+            // Not passed over: a failure is no answer; the next scan asks again.
             Err(reason) if magics.is_some() => {
                 tracing::debug!(file = seen.rel, %reason, "cannot open it to read its first bytes");
-                self.pass_over(seen);
                 return None;
             }
             Err(reason) => return Some(self.unavailable(seen, reason.to_string(), seen.identity)),
         };
         if let Some(magics) = magics {
-            let head = opened.blob.read_async(8, 0, None).await;
-            let starts = head.is_ok_and(|h| magics.iter().any(|m| **m == *h));
-            if !starts {
+            let head = match opened.blob.read_async(8, 0, None).await {
+                Ok(head) => head,
+                Err(error) => {
+                    tracing::debug!(file = seen.rel, %error, "cannot read its first bytes");
+                    return None;
+                }
+            };
+            if !magics.iter().any(|m| **m == *head) {
                 tracing::debug!(file = seen.rel, %source, "not a {source} file by its first bytes; not served");
                 self.pass_over(seen);
                 return None;
@@ -500,8 +542,9 @@ impl Catalog {
     }
 
     /// Whether `seen` is this version of a file found before not to be
-    /// the source its name says.
-    fn passed_over(&self, seen: &Seen) -> bool {
+    /// the source its name says (a `.bin` that is no MATRIX-ATOM file):
+    /// the Hub's URLs serve it as a plain file.
+    pub(crate) fn passed_over(&self, seen: &Seen) -> bool {
         self.passed_over
             .lock()
             .is_ok_and(|p| p.get(&seen.rel) == Some(&seen.identity))
@@ -586,6 +629,25 @@ impl Catalog {
             None => Entry::Pending(digests.hasher.enqueue(found)),
         }
     }
+}
+
+/// `path` as listings name it (symlinks resolved), or, while it does not
+/// exist, absolute under its nearest existing folder's canonical path.
+fn canonical(path: &Path) -> Option<std::path::PathBuf> {
+    if let Ok(p) = path.canonicalize() {
+        return Some(p);
+    }
+    let abs = std::path::absolute(path).ok()?;
+    let mut rest = Vec::new();
+    let mut at = abs.as_path();
+    while let Some(parent) = at.parent() {
+        rest.push(at.file_name()?.to_owned());
+        if let Ok(base) = parent.canonicalize() {
+            return Some(rest.iter().rev().fold(base, |p, part| p.join(part)));
+        }
+        at = parent;
+    }
+    None
 }
 
 /// Files a rescan opens and reads the headers of at once: a store's GETs
@@ -689,7 +751,7 @@ fn replace(current: &Current, pending: &Arc<Pending>, entry: Entry) {
     if listed {
         let mut entries = guard.entries.clone();
         entries.insert(path.clone(), entry);
-        *guard = Arc::new(Snapshot::new(entries, Arc::clone(&guard.files)));
+        *guard = Arc::new(Snapshot::over(entries, &guard));
     }
 }
 

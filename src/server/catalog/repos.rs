@@ -19,7 +19,7 @@ use std::time::SystemTime;
 use sha2::{Digest as _, Sha256};
 
 use super::etag;
-use crate::server::store::root::Seen;
+use crate::server::store::root::{ignored_name, Seen};
 use crate::server::store::Identity;
 
 /// The kind of a repository, as the Hub's URLs name it.
@@ -75,6 +75,11 @@ impl Repos {
     pub(crate) fn of(files: &BTreeMap<String, Seen>) -> Repos {
         let mut grouped: BTreeMap<(Kind, String), BTreeMap<String, RepoFile>> = BTreeMap::new();
         for seen in files.values() {
+            // No part a dotfile, whatever led there (a listing never
+            // names one; this holds if one ever did).
+            if seen.rel.split('/').any(ignored_name) {
+                continue;
+            }
             let file = RepoFile {
                 rel: seen.rel.clone(),
                 size: seen.size,
@@ -165,8 +170,8 @@ impl Repo {
 
     /// The files and folders directly under the folder `dir` (`""`: the
     /// top), or every file below it when `recursive` (folders then too, as
-    /// the Hub lists them), in path order; `None` when `dir` is neither a
-    /// folder nor a file of the repository.
+    /// the Hub lists them), in path order; `None` when `dir` is no folder
+    /// of the repository (a file's path included).
     pub(crate) fn tree(&self, dir: &str, recursive: bool) -> Option<Vec<Item<'_>>> {
         let prefix = if dir.is_empty() {
             String::new()
@@ -202,6 +207,25 @@ impl Repo {
         }));
         out.sort_by(|a, b| a.path().cmp(b.path()));
         Some(out)
+    }
+
+    /// The entry at `path`: its file, or the folder of the files below
+    /// it (found by one lookup, its id made from those files only).
+    pub(crate) fn entry(&self, path: &str) -> Option<Item<'_>> {
+        if let Some((p, f)) = self.files.get_key_value(path) {
+            return Some(Item::File { path: p, file: f });
+        }
+        let prefix = format!("{path}/");
+        let below: Vec<&RepoFile> = self
+            .files
+            .range(prefix.clone()..)
+            .take_while(|(p, _)| p.starts_with(&prefix))
+            .map(|(_, f)| f)
+            .collect();
+        (!below.is_empty()).then(|| Item::Folder {
+            oid: folder_oid(&below),
+            path: path.to_owned(),
+        })
     }
 }
 

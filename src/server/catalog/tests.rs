@@ -30,6 +30,7 @@ async fn files_in_memory_are_served_refused_and_seen_replaced() {
         Limits::default(),
         &DigestsConfig::default(),
         state.path(),
+        &[],
         true,
     )
     .unwrap();
@@ -106,6 +107,7 @@ async fn compressed_ragged_offsets_are_checked_as_they_are_decoded() {
             ..DigestsConfig::default()
         },
         state.path(),
+        &[],
         true,
     )
     .unwrap();

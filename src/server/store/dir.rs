@@ -44,7 +44,7 @@ impl Root for DirRoot {
         Box::pin(async move {
             Ok(blocking(move || {
                 let mut found = Vec::new();
-                walk(&dir, &dir, &mut found, 0);
+                walk(&dir, &dir, &dir, &mut found, 0);
                 found
             })
             .await
@@ -156,15 +156,20 @@ fn open_local(rel: &str, abs: &Path) -> Result<Opened, OpenError> {
     })
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut Vec<Seen>, depth: usize) {
+/// Lists the files under `shown` (a folder as the root's paths name it,
+/// through any symlinks) whose real, canonical path is `real`. A symlink is
+/// followed only when it resolves inside the root, and a folder link that
+/// leads back to a folder being walked (a loop) is not; what a link leads
+/// to is listed under the link's own path, as `stat` finds it.
+fn walk(root: &Path, shown: &Path, real: &Path, out: &mut Vec<Seen>, depth: usize) {
     if depth > MAX_DEPTH {
-        tracing::warn!(dir = %dir.display(), "directory nesting too deep; not scanned");
+        tracing::warn!(dir = %shown.display(), "directory nesting too deep; not scanned");
         return;
     }
-    let rd = match std::fs::read_dir(dir) {
+    let rd = match std::fs::read_dir(real) {
         Ok(rd) => rd,
         Err(e) => {
-            tracing::warn!(dir = %dir.display(), error = %e, "cannot read directory");
+            tracing::warn!(dir = %shown.display(), error = %e, "cannot read directory");
             return;
         }
     };
@@ -174,7 +179,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<Seen>, depth: usize) {
         if ignored_name(name) {
             continue;
         }
-        let path = entry.path();
+        let (path, seen_as) = (entry.path(), shown.join(name));
         let Ok(lmeta) = entry.metadata() else {
             continue;
         };
@@ -186,19 +191,23 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<Seen>, depth: usize) {
                     Err(_) => continue,
                 },
                 Ok(t) => {
-                    tracing::warn!(link = %path.display(), target = %t.display(), "symlink points outside the root; ignored");
+                    tracing::warn!(link = %seen_as.display(), target = %t.display(), "symlink points outside the root; ignored");
                     continue;
                 }
                 Err(_) => continue,
             }
         } else {
-            (path.clone(), lmeta)
+            (path, lmeta)
         };
         if meta.is_dir() {
-            walk(root, &target, out, depth + 1);
+            if real.starts_with(&target) {
+                tracing::warn!(link = %seen_as.display(), target = %target.display(), "symlink loops back to a folder above it; ignored");
+                continue;
+            }
+            walk(root, &seen_as, &target, out, depth + 1);
         } else if meta.is_file() {
             let source = zt_format::source::by_name(name);
-            if let Some(rel) = relative(root, &path) {
+            if let Some(rel) = relative(root, &seen_as) {
                 out.push(Seen {
                     rel,
                     size: meta.len(),

@@ -25,6 +25,8 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
+use super::super::error::AppError;
+use super::super::handlers::raw_path;
 use super::path::{api_url, checked_path, Under};
 use super::{at_revision, find, kind_name, repos, HubError};
 use crate::server::catalog::repos::{Item, Kind, Repo, Repos};
@@ -65,9 +67,11 @@ pub(super) async fn answer(
     let (work, template) = match (&under, method) {
         (Under::Info { .. }, &Method::GET) => (repo.files.len(), "/api/{kind}/{repo}"),
         (Under::Tree { .. }, &Method::GET) => (repo.files.len(), "/api/{kind}/{repo}/tree"),
-        (Under::PathsInfo { .. }, &Method::POST) => {
-            (repo.files.len(), "/api/{kind}/{repo}/paths-info")
-        }
+        // Each path one lookup, a folder's id made from its files.
+        (Under::PathsInfo { .. }, &Method::POST) => (
+            repo.files.len().saturating_add(body.len() / 8),
+            "/api/{kind}/{repo}/paths-info",
+        ),
         (Under::Refs, &Method::GET) => (0, "/api/{kind}/{repo}/refs"),
         _ => {
             let e = HubError::Route(format!("{method} is not a request of {}", uri.path()));
@@ -203,13 +207,15 @@ fn tree(
         let link = format!(
             "<{base}/api/{}s/{}/tree/{}{dir_part}?{}>; rel=\"next\"",
             kind_name(repo.kind),
-            repo.id,
+            raw_path(&repo.id),
             repo.commit,
             next.finish()
         );
-        if let Ok(v) = HeaderValue::from_str(&link) {
-            r.headers_mut().insert(header::LINK, v);
-        }
+        // Every part is encoded: a link that is no header value is a bug,
+        // said as one (a page without its link would end the listing).
+        let v = HeaderValue::from_str(&link)
+            .map_err(|e| HubError::Refused(AppError::internal(format!("{link}: {e}"))))?;
+        r.headers_mut().insert(header::LINK, v);
     }
     Ok(r)
 }
@@ -229,24 +235,13 @@ fn paths_info(repo: &Repo, form: &[(String, String)]) -> Result<Response, HubErr
         ));
         return Err(HubError::Refused(e.into()));
     }
-    let mut out = Vec::new();
-    for p in paths {
-        let Some(p) = checked_path(p) else { continue };
-        if let Some(f) = repo.files.get(&p) {
-            out.push(item(&Item::File { path: &p, file: f }));
-            continue;
-        }
-        // A folder: listed by its parent.
-        let parent = p.rsplit_once('/').map_or("", |(d, _)| d);
-        let folder = repo
-            .tree(parent, false)
-            .into_iter()
-            .flatten()
-            .find(|i| matches!(i, Item::Folder { path, .. } if *path == p));
-        if let Some(f) = folder {
-            out.push(item(&f));
-        }
-    }
+    let mut seen = std::collections::BTreeSet::new();
+    let out: Vec<Value> = paths
+        .into_iter()
+        .filter_map(checked_path)
+        .filter(|p| seen.insert(p.clone()))
+        .filter_map(|p| repo.entry(&p).map(|e| item(&e)))
+        .collect();
     Ok(axum::Json(out).into_response())
 }
 
@@ -286,23 +281,32 @@ fn encode(path: &str) -> String {
     percent_encoding::utf8_percent_encode(path, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
-/// The absolute URL this daemon is reached at, as the request names it
-/// (its `Host`), for the links the clients follow as they are.
+/// The absolute URL this daemon is reached at, as the request names it,
+/// for the links the clients follow as they are: a proxy's
+/// `X-Forwarded-Proto` and `X-Forwarded-Host` when it sends them (a TLS
+/// proxy in front: the links stay `https://`), else the request's `Host`
+/// and the listener's own scheme. A client that sends them itself only
+/// changes the links it is given.
 fn base_url(state: &State, uri: &Uri, headers: &HeaderMap) -> String {
-    let scheme = match state.config.tls.cert.is_some() && state.config.tls.key.is_some() {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .map(|v| v.trim().to_owned())
+    };
+    let own = match state.config.tls.cert.is_some() && state.config.tls.key.is_some() {
         true => "https",
         false => "http",
     };
-    let host = uri
-        .authority()
-        .map(|a| a.as_str().to_owned())
-        .or_else(|| {
-            headers
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .map(str::to_owned)
-        })
-        .filter(|h| h.parse::<axum::http::uri::Authority>().is_ok())
+    let scheme = text("x-forwarded-proto")
+        .filter(|p| p == "http" || p == "https")
+        .unwrap_or_else(|| own.to_owned());
+    let valid = |h: &String| h.parse::<axum::http::uri::Authority>().is_ok();
+    let host = text("x-forwarded-host")
+        .filter(valid)
+        .or_else(|| uri.authority().map(|a| a.as_str().to_owned()))
+        .or_else(|| text("host").filter(valid))
         .unwrap_or_else(|| state.config.listen.to_string());
     format!("{scheme}://{host}")
 }

@@ -146,9 +146,12 @@ async fn repos(state: &Arc<State>) -> Result<Arc<Repos>, HubError> {
     if let Some(r) = snap.repos_ready() {
         return Ok(r);
     }
-    tokio::task::spawn_blocking(move || snap.repos())
-        .await
-        .map_err(|e| HubError::Refused(AppError::internal(e)))
+    let work = snap.files.len();
+    let grouped = state
+        .cpu
+        .run_sized("grouping the repositories", work, move || snap.repos())
+        .await;
+    grouped.map_err(|e| HubError::Refused(crate::server::serve::Refusal::from(e).into()))
 }
 
 /// The repository an URL names, and what it asks of it: the longest id
@@ -235,7 +238,13 @@ pub(crate) async fn fallback(
     flow: Option<Extension<Arc<Flow>>>,
 ) -> Response {
     let hub = state.config.hub.enabled && matches!(method, Method::GET | Method::HEAD);
-    match path::resolve_url(uri.path()).filter(|_| hub) {
+    // A served file whose path only looks like a resolve URL is the file.
+    let file = || {
+        let rest = uri.path().strip_prefix('/').unwrap_or_default();
+        let decoded = percent_encoding::percent_decode_str(rest).decode_utf8_lossy();
+        state.catalog.snapshot().get(&decoded).is_some()
+    };
+    match path::resolve_url(uri.path()).filter(|_| hub && !file()) {
         Some(asked) => {
             let flow = flow.map_or_else(|| state.flows.open(false), |f| f.0);
             let r = resolve::answer(&state, &method, &asked, &headers, &flow).await;
@@ -262,8 +271,11 @@ pub(crate) async fn api(
     with_template(r.unwrap_or_else(IntoResponse::into_response), template)
 }
 
-/// `GET /v1/repos`: every repository the root's layout makes, with its
-/// commit, its files and where the Hub's clients find each.
+/// `GET /v1/repos`: the repositories the root's layout makes, each with
+/// its commit, its count and bytes of files and the URL they are under
+/// (the files themselves are the Hub API's tree). A one-part id whose
+/// files all lie in folders (an organisation's folder, `org` of
+/// `org/name`) is left out here, though the Hub's URLs serve it.
 pub(crate) async fn list(AxState(state): AxState<Arc<State>>) -> Response {
     let listed = match repos(&state).await {
         Ok(r) => r,
@@ -273,24 +285,20 @@ pub(crate) async fn list(AxState(state): AxState<Arc<State>>) -> Response {
     let job = move || {
         let rows: Vec<serde_json::Value> = listed
             .iter()
+            .filter(|r| r.id.contains('/') || r.files.keys().any(|p| !p.contains('/')))
             .map(|r| {
                 let prefix = match r.kind {
-                    Kind::Model => String::new(),
-                    Kind::Dataset => "datasets/".to_owned(),
+                    Kind::Model => "",
+                    Kind::Dataset => "datasets/",
                 };
-                let files: Vec<serde_json::Value> = r
-                    .files
-                    .iter()
-                    .map(
-                        |(p, f)| json!({ "path": p, "size": f.size, "etag": f.tag, "file": f.rel }),
-                    )
-                    .collect();
                 json!({
                     "kind": kind_name(r.kind),
                     "id": r.id,
                     "sha": r.commit,
+                    "files": r.files.len(),
+                    "bytes": r.files.values().map(|f| f.size).sum::<u64>(),
                     "resolve": format!("/{prefix}{}/resolve/main/", raw_path(&r.id)),
-                    "files": files,
+                    "tree": format!("/api/{}s/{}/tree/main?recursive=true", kind_name(r.kind), raw_path(&r.id)),
                 })
             })
             .collect();

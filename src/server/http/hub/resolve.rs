@@ -5,7 +5,9 @@
 //! files of 10 MiB or more and model files, `X-Linked-Etag` and
 //! `X-Linked-Size`), ranges (a download that broke off resumes with
 //! `Range: bytes=N-`; `HfFileSystem` reads `bytes=S-E`) and conditional
-//! requests. Never a redirect.
+//! requests. A revision that moves (`main`) answers `302` to the file's
+//! URL at the current commit, so that what a client downloads, and
+//! resumes, is one version's bytes.
 //!
 //! A model file is read through its catalog entry: its components are
 //! checked against their digests before any of their bytes go out, as on
@@ -15,16 +17,17 @@
 
 use std::sync::Arc;
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 
 use super::super::flow::Flow;
+use super::super::handlers::raw_path;
 use super::super::held::{Held, Plain};
 use super::super::preflight::{preflight, Stop};
 use super::super::serve::{ranges, respond, spans, Entity};
 use super::path::{Asked, Under};
 use super::{at_revision, find, repos, HubError, REPO_COMMIT};
-use crate::server::catalog::repos::{tag_of, RepoFile};
+use crate::server::catalog::repos::{tag_of, Kind, Repo, RepoFile};
 use crate::server::catalog::{Entry, Need};
 use crate::server::serve::{entry, Refusal};
 use crate::server::store::READ_CHUNK;
@@ -57,6 +60,11 @@ pub(super) async fn answer(
             ));
         };
         let stale = match open(state, file).await? {
+            // `main` (not a commit): to the commit's URL, where a download
+            // that breaks off resumes from the same version or fails.
+            Opened::Now(_, _) if revision != repo.commit => {
+                return Ok(to_commit(asked, repo, &path, file));
+            }
             Opened::Now(held, size) => {
                 let entity = entity(held, size, file, &repo.commit, flow);
                 match send(state, method, headers, entity).await {
@@ -76,6 +84,41 @@ pub(super) async fn answer(
             .await
             .map_err(refused)?;
     }
+}
+
+/// A `302` from a revision that moves (`main`) to the URL of the file at
+/// the current commit, relative (the Hub's clients follow a redirect to
+/// the same host, then read and resume from where it led: a file that
+/// changes under a download fails its retry as `RevisionNotFound`
+/// instead of completing with another version's bytes), carrying the
+/// file's headers as the Hub's redirects do.
+fn to_commit(asked: &Asked<'_>, repo: &Repo, path: &str, file: &RepoFile) -> Response {
+    let prefix = match asked.kind {
+        Kind::Model => "",
+        Kind::Dataset => "/datasets",
+    };
+    let location = format!(
+        "{prefix}/{}/resolve/{}/{}",
+        raw_path(&repo.id),
+        repo.commit,
+        raw_path(path)
+    );
+    let mut r = Response::builder()
+        .status(StatusCode::FOUND)
+        .header(header::LOCATION, location)
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header(header::ETAG, &file.tag)
+        .header(REPO_COMMIT, &repo.commit)
+        .body(axum::body::Body::empty())
+        .unwrap_or_default();
+    if file.size >= LINKED_FROM {
+        let h = r.headers_mut();
+        if let Ok(v) = HeaderValue::from_str(&file.tag) {
+            h.insert(HeaderName::from_static("x-linked-etag"), v);
+        }
+        h.insert(HeaderName::from_static("x-linked-size"), file.size.into());
+    }
+    r
 }
 
 /// A repository's file opened: what its bytes are read from and its
@@ -107,6 +150,17 @@ async fn open(state: &Arc<State>, file: &RepoFile) -> Result<Opened, HubError> {
             let Some(seen) = snap.files.get(&file.rel).cloned() else {
                 return Ok(Opened::Changed);
             };
+            // A model file's name with no entry: served as it is only once
+            // its first bytes said it is none (a `.bin` of PyTorch's), never
+            // past the checks while the catalog has not looked (a store
+            // that failed to answer).
+            let entry = snap.get(&file.rel).is_some();
+            if seen.source.is_some() && !entry && !state.catalog.passed_over(&seen) {
+                return Err(refused(Refusal::Changing(format!(
+                    "{}: named as a model file and not catalogued yet; retry",
+                    file.rel
+                ))));
+            }
             drop(snap);
             let opened = state
                 .catalog

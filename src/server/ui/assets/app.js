@@ -178,8 +178,9 @@ async function listing() {
   });
 }
 
-// The Hub repositories the root's layout makes (docs/hub.md), each file
-// linked to the URL the Hub's clients read it at; nothing with --no-hub.
+// The Hub repositories the root's layout makes (docs/hub.md); a
+// repository's files (the first page of its tree) once it is opened, each
+// linked to the URL the Hub's clients read it at. Nothing with --no-hub.
 async function repositories() {
   let list;
   try {
@@ -191,12 +192,20 @@ async function repositories() {
   const section = el("section", { id: "repos" }, el("h2", {}, "Hub repositories"),
     el("p", { class: "muted" }, "Clients of the Hugging Face Hub load these by id with HF_ENDPOINT=" + location.origin));
   for (const r of list.repos) {
-    const base = location.origin + r.resolve;
-    const rows = r.files.map((f) => ({ path: f.path, size: f.size, url: base + f.path.split("/").map(encodeURIComponent).join("/") }));
-    const link = (x) => el("a", { href: x.url }, x.path);
-    const files = table(null, [["file", "path", false, link], ["size", "size", true, (x) => bytes(x.size)]], rows);
-    const title = `${r.kind} ${r.id}: ${r.files.length} files, commit ${r.sha.slice(0, 12)}`;
-    section.append(el("details", { class: "repo", "data-id": r.id }, el("summary", {}, title), files));
+    const title = `${r.kind} ${r.id}: ${r.files} files, ${bytes(r.bytes)}, commit ${r.sha.slice(0, 12)}`;
+    const details = el("details", { class: "repo", "data-id": r.id }, el("summary", {}, title));
+    details.addEventListener("toggle", async () => {
+      if (!details.open || details.dataset.loaded) return;
+      details.dataset.loaded = "1";
+      const tree = await api(r.tree);
+      const base = location.origin + r.resolve;
+      const rows = tree.filter((e) => e.type === "file")
+        .map((f) => ({ path: f.path, size: f.size, url: base + f.path.split("/").map(encodeURIComponent).join("/") }));
+      const link = (x) => el("a", { href: x.url }, x.path);
+      details.append(table(null, [["file", "path", false, link], ["size", "size", true, (x) => bytes(x.size)]], rows));
+      if (rows.length < r.files) details.append(el("p", { class: "muted" }, `the first ${rows.length} of ${r.files} files`));
+    }, { once: false });
+    section.append(details);
   }
   app.append(section);
 }

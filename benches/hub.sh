@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The Hugging Face Hub's protocol against its peer, measured in one run
+# (docs/benchmarks.md, issue 30); prints medians and ratios. Not part of
+# .ci/run. ztserve (release) and nginx serve the same root on 127.0.0.1,
+# page cache warm, every download to the same disk, a fresh Hub cache
+# each round:
+#   1. snapshot_download of a 1 GiB repository (4 safetensors shards, their
+#      index, a config, a tokenizer file) against one curl fetching the
+#      same files one after another from nginx (one connection);
+#   2. hf_hub_download of one 1 GiB file against curl fetching it from
+#      nginx.
+# The Hub client's time is taken around its call (its Python start and
+# import, about 0.3 s, are not); the process's whole time is printed too.
+# Usage: benches/hub.sh [ROUNDS]   (needs nginx, curl, a Rust toolchain)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. benches/support/nginx.sh
+. benches/support/stats.sh
+rounds="${1:-5}"
+command -v nginx >/dev/null || { apt-get update -q && apt-get install -y -q nginx-light curl; }
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q -r tests/interop/requirements.txt
+cargo build -q --release --bin ztserve
+data="$PWD/target/bench-data/hub"
+mkdir -p "$data/root" "$data/tmp"
+.venv/bin/python benches/support/hub_repo.py "$data/root"
+chmod -R a+rX "$data"
+
+zport=17095; nport=17096
+state=$(mktemp -d)
+printf 'root = "/unused"\n[digests]\nrate_mib_s = 0\n' > "$state/c.toml"
+target/release/ztserve --config "$state/c.toml" --root "$data/root" --listen 127.0.0.1:$zport \
+    --state-dir "$state" --log-level warn --no-quic &
+zpid=$!
+nginx_start "$data" $nport "location / { root $data/root; }"
+out="$data/tmp/out"
+cleanup() { kill $zpid 2>/dev/null || true; nginx_stop "$data"; rm -rf "$state" "$out"; }
+trap cleanup EXIT
+for _ in $(seq 50); do curl -sf "http://127.0.0.1:$zport/readyz" >/dev/null && break; sleep 0.1; done
+files=(config.json model-00001-of-00004.safetensors model-00002-of-00004.safetensors
+       model-00003-of-00004.safetensors model-00004-of-00004.safetensors
+       model.safetensors.index.json tokenizer.json)
+# Warm: the page cache, and the daemon's digests and component checks
+# (every later round reads checked components, as a long-running daemon does).
+cat "$data"/root/bench/*/* >/dev/null
+for f in "${files[@]}"; do
+    curl -sf "http://127.0.0.1:$zport/v1/files/bench/sharded/$f/manifest" -o /dev/null || true
+    curl -sf "http://127.0.0.1:$zport/bench/sharded/resolve/main/$f" -o /dev/null
+done
+curl -sf "http://127.0.0.1:$zport/v1/files/bench/single/model.safetensors/manifest" -o /dev/null
+curl -sf "http://127.0.0.1:$zport/bench/single/resolve/main/model.safetensors" -o /dev/null
+
+hub() {  # hub.sh's Hub client run: prints "call-seconds process-seconds"
+    local t0 j
+    rm -rf "$out"; mkdir -p "$out"
+    t0=$(date +%s.%N)
+    j=$(HF_ENDPOINT="http://127.0.0.1:$zport" HF_HUB_CACHE="$out/cache" HF_HUB_DISABLE_TELEMETRY=1 \
+        HF_HUB_DISABLE_UPDATE_CHECK=1 HF_HUB_DISABLE_PROGRESS_BARS=1 \
+        .venv/bin/python benches/support/hub_download.py "$@")
+    echo "$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['secs'])" "$j") $(python3 -c "print($(date +%s.%N) - $t0)")"
+}
+curls() {  # curl fetching URLs one after another on one connection: seconds
+    local t0 args=()
+    rm -rf "$out"; mkdir -p "$out"
+    for u in "$@"; do args+=(-o "$out/$(basename "$u")" "$u"); done
+    t0=$(date +%s.%N)
+    curl -sf "${args[@]}"
+    python3 -c "print($(date +%s.%N) - $t0)"
+}
+declare -A secs
+nurls=(); for f in "${files[@]}"; do nurls+=("http://127.0.0.1:$nport/bench/sharded/$f"); done
+for i in $(seq "$rounds"); do
+    read -r call whole < <(hub snapshot bench/sharded)
+    secs[snapshot]+="$call "; secs[snapshot-process]+="$whole "
+    secs[curl-files]+="$(curls "${nurls[@]}") "
+    read -r call whole < <(hub file bench/single model.safetensors)
+    secs[file]+="$call "; secs[file-process]+="$whole "
+    secs[curl-file]+="$(curls "http://127.0.0.1:$nport/bench/single/model.safetensors") "
+done
+echo "# Hub downloads from ztserve against curl from nginx, median of $rounds rounds (seconds; ratio below 1 is faster)"
+for pair in "snapshot curl-files" "snapshot-process curl-files" "file curl-file" "file-process curl-file"; do
+    set -- $pair
+    a=$(m "${secs[$1]}"); b=$(m "${secs[$2]}")
+    printf '%-17s %7.3f s   %-10s %7.3f s   ratio %s\n' "$1" "$a" "$2" "$b" "$(ratio "$a" "$b")"
+done

@@ -1,0 +1,25 @@
+"""One download through huggingface_hub (HF_ENDPOINT and HF_HUB_CACHE come
+from the environment), timed around the call itself: prints JSON with
+`secs` (the call) and `bytes` (what it wrote).
+  hub_download.py snapshot REPO
+  hub_download.py file REPO FILENAME"""
+import json
+import os
+import sys
+import time
+
+from huggingface_hub import hf_hub_download, snapshot_download
+
+how, repo = sys.argv[1], sys.argv[2]
+t = time.perf_counter()
+if how == "snapshot":
+    path = snapshot_download(repo)
+else:
+    path = hf_hub_download(repo, sys.argv[3])
+secs = time.perf_counter() - t
+total = 0
+for d, _, files in os.walk(path):
+    total += sum(os.path.getsize(os.path.join(d, f)) for f in files)
+if os.path.isfile(path):
+    total = os.path.getsize(path)
+print(json.dumps({"secs": secs, "bytes": total}))

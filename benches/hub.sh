@@ -8,7 +8,9 @@
 #      index, a config, a tokenizer file) against one curl fetching the
 #      same files one after another from nginx (one connection);
 #   2. hf_hub_download of one 1 GiB file against curl fetching it from
-#      nginx.
+#      nginx, and against huggingface_hub's own HTTP stack (httpx2, 10 MiB
+#      reads written to a file) fetching it from nginx: the fastest any
+#      server can make this client download.
 # The Hub client's time is taken around its call (its Python start and
 # import, about 0.3 s, are not); the process's whole time is printed too.
 # Usage: benches/hub.sh [ROUNDS]   (needs nginx, curl, a Rust toolchain)
@@ -53,6 +55,7 @@ curl -sf "http://127.0.0.1:$zport/bench/single/resolve/main/model.safetensors" -
 hub() {  # hub.sh's Hub client run: prints "call-seconds process-seconds"
     local t0 j
     rm -rf "$out"; mkdir -p "$out"
+    sync
     t0=$(date +%s.%N)
     j=$(HF_ENDPOINT="http://127.0.0.1:$zport" HF_HUB_CACHE="$out/cache" HF_HUB_DISABLE_TELEMETRY=1 \
         HF_HUB_DISABLE_UPDATE_CHECK=1 HF_HUB_DISABLE_PROGRESS_BARS=1 \
@@ -63,6 +66,7 @@ curls() {  # curl fetching URLs one after another on one connection: seconds
     local t0 args=()
     rm -rf "$out"; mkdir -p "$out"
     for u in "$@"; do args+=(-o "$out/$(basename "$u")" "$u"); done
+    sync
     t0=$(date +%s.%N)
     curl -sf "${args[@]}"
     python3 -c "print($(date +%s.%N) - $t0)"
@@ -76,9 +80,14 @@ for i in $(seq "$rounds"); do
     read -r call whole < <(hub file bench/single model.safetensors)
     secs[file]+="$call "; secs[file-process]+="$whole "
     secs[curl-file]+="$(curls "http://127.0.0.1:$nport/bench/single/model.safetensors") "
+    rm -rf "$out"; mkdir -p "$out"; sync
+    j=$(.venv/bin/python benches/support/hub_download.py httpx \
+        "http://127.0.0.1:$nport/bench/single/model.safetensors" "$out/model.safetensors")
+    secs[httpx-file]+="$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['secs'])" "$j") "
 done
 echo "# Hub downloads from ztserve against curl from nginx, median of $rounds rounds (seconds; ratio below 1 is faster)"
-for pair in "snapshot curl-files" "snapshot-process curl-files" "file curl-file" "file-process curl-file"; do
+for pair in "snapshot curl-files" "snapshot-process curl-files" "file curl-file" "file-process curl-file" \
+    "file httpx-file" "httpx-file curl-file"; do
     set -- $pair
     a=$(m "${secs[$1]}"); b=$(m "${secs[$2]}")
     printf '%-17s %7.3f s   %-10s %7.3f s   ratio %s\n' "$1" "$a" "$2" "$b" "$(ratio "$a" "$b")"

@@ -2,7 +2,10 @@
 from the environment), timed around the call itself: prints JSON with
 `secs` (the call) and `bytes` (what it wrote).
   hub_download.py snapshot REPO
-  hub_download.py file REPO FILENAME"""
+  hub_download.py file REPO FILENAME
+  hub_download.py httpx URL OUT   the client's own HTTP stack (httpx2, as
+                                  huggingface_hub drives it: 10 MiB reads
+                                  written to a file), from any server"""
 import json
 import os
 import sys
@@ -12,7 +15,15 @@ from huggingface_hub import hf_hub_download, snapshot_download
 
 how, repo = sys.argv[1], sys.argv[2]
 t = time.perf_counter()
-if how == "snapshot":
+if how == "httpx":
+    import httpx2
+
+    path = sys.argv[3]
+    with httpx2.Client() as c, c.stream("GET", repo, follow_redirects=True) as r, open(path, "wb") as f:
+        r.raise_for_status()
+        for chunk in r.iter_bytes(chunk_size=10 << 20):
+            f.write(chunk)
+elif how == "snapshot":
     path = snapshot_download(repo)
 else:
     path = hf_hub_download(repo, sys.argv[3])

@@ -77,6 +77,7 @@ pub mod ragged;
 mod reader;
 pub mod rows;
 pub mod select;
+pub mod slice;
 pub mod source;
 mod validate;
 mod values;

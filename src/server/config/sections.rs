@@ -131,6 +131,9 @@ settings! {
         pub render_cache_bytes: u64 = 64 << 20,
         /// Largest decoded component for `?decode=1`, in bytes.
         pub decompress_cap: u64 = 1 << 30,
+        /// Most separate runs of bytes one slice (`?slice=`) gathers: a
+        /// column block of a matrix is one run per row.
+        pub max_slice_pieces: u64 = 1 << 20,
         /// Most CPU-heavy request jobs (matching selections, rendering
         /// manifests and objects tables) run at once; 0: one per core.
         pub cpu_jobs: usize = 0,

@@ -6,6 +6,7 @@ use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use zt_format::rows::RowsError;
+use zt_format::slice::SliceError;
 
 use crate::server::serve::Refusal;
 
@@ -78,6 +79,14 @@ impl From<Refusal> for AppError {
                 (S::RANGE_NOT_SATISFIABLE, "rows_out_of_bounds")
             }
             Refusal::Rows(RowsError::NotRawDense(_), _) => (S::CONFLICT, "rows_not_raw_dense"),
+            Refusal::Slice(SliceError::Malformed(_), _) => (S::BAD_REQUEST, "slice_malformed"),
+            Refusal::Slice(SliceError::Rank { .. } | SliceError::OutOfBounds { .. }, _) => {
+                (S::RANGE_NOT_SATISFIABLE, "slice_out_of_bounds")
+            }
+            Refusal::Slice(SliceError::NotRawDense(_), _) => (S::CONFLICT, "slice_not_raw_dense"),
+            Refusal::Slice(SliceError::TooManyPieces { .. }, _) => {
+                (S::PAYLOAD_TOO_LARGE, "slice_too_many_pieces")
+            }
             Refusal::CannotSummarise(_) => (S::UNPROCESSABLE_ENTITY, "cannot_summarise"),
             Refusal::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized"),
             Refusal::Busy(_) => (S::SERVICE_UNAVAILABLE, "busy"),

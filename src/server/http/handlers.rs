@@ -465,6 +465,17 @@ async fn component_response(
     flow: &Arc<Flow>,
 ) -> Result<Response, Stop> {
     let (obj, c) = plan::component(&served, object, role)?;
+    if let Some((_, text)) = query.iter().find(|(k, _)| k == "slice") {
+        if role != "data" || query.iter().any(|(k, _)| k == "rows" || k == "decode") {
+            let why = format!(
+                "{}: object {object:?}: ?slice= applies to the data component alone, without ?rows= or ?decode=",
+                served.path
+            );
+            return Err(AppError::bad_request(why).into());
+        }
+        let r = super::slices::respond(state, method, &served, object, text, cache_control, flow);
+        return Ok(r.await?);
+    }
     let decode = query
         .iter()
         .any(|(k, v)| k == "decode" && (v == "1" || v == "true"));

@@ -35,6 +35,7 @@ mod range;
 mod route;
 mod rows;
 mod serve;
+mod slices;
 mod streamed;
 mod summary;
 

@@ -37,7 +37,9 @@ pub(super) fn code(r: &Refusal) -> Code {
         Refusal::VersionGone(_) | Refusal::PreconditionFailed(_) => Code::PreconditionFailed,
         Refusal::Corrupt(_) => Code::Corrupt,
         Refusal::Unreadable(_) => Code::ReadFailed,
-        Refusal::BadSelection(_) | Refusal::NoMatch(_) | Refusal::Rows(..) => Code::NoMatch,
+        Refusal::BadSelection(_) | Refusal::NoMatch(_) | Refusal::Rows(..) | Refusal::Slice(..) => {
+            Code::NoMatch
+        }
         Refusal::TooLarge(_) => Code::MessageTooLarge,
         Refusal::Unauthorized(_) => Code::Unauthorized,
         Refusal::Internal(_) => Code::Internal,

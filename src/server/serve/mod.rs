@@ -11,6 +11,7 @@
 //! and `zt-format`. Knows nothing of HTTP or QUIC.
 
 pub(crate) mod entry;
+pub(crate) mod gather;
 pub(crate) mod plan;
 pub(crate) mod recheck;
 mod refusal;

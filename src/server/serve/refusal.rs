@@ -5,7 +5,9 @@
 //! nothing below them picks a status.
 
 use zt_format::rows::RowsError;
+use zt_format::slice::SliceError;
 
+use super::gather::SliceFailure;
 use super::rows::RowsFailure;
 use crate::server::cpu::CpuError;
 use crate::server::integrity::checks;
@@ -45,6 +47,8 @@ pub(crate) enum Refusal {
     LegacyLayout(String),
     /// Rows that cannot be cut as asked.
     Rows(RowsError, String),
+    /// A slice that cannot be gathered as asked.
+    Slice(SliceError, String),
     /// An object the summaries cannot summarise.
     CannotSummarise(String),
     /// No valid token.
@@ -73,6 +77,7 @@ impl Refusal {
             | Refusal::TooLarge(d)
             | Refusal::LegacyLayout(d)
             | Refusal::Rows(_, d)
+            | Refusal::Slice(_, d)
             | Refusal::CannotSummarise(d)
             | Refusal::Unauthorized(d)
             | Refusal::Busy(d)
@@ -135,6 +140,16 @@ impl From<RowsFailure> for Refusal {
             RowsFailure::NoObject(why) => Refusal::NotFound(why),
             RowsFailure::Rows(why, e) => Refusal::Rows(e, why),
             RowsFailure::Refused(r) => r.into(),
+        }
+    }
+}
+
+impl From<SliceFailure> for Refusal {
+    fn from(r: SliceFailure) -> Refusal {
+        match r {
+            SliceFailure::NoObject(why) => Refusal::NotFound(why),
+            SliceFailure::Slice(why, e) => Refusal::Slice(e, why),
+            SliceFailure::Refused(r) => r.into(),
         }
     }
 }

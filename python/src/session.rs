@@ -201,6 +201,26 @@ impl Session {
         }
     }
 
+    /// Slice `spec` (`START:END` per dimension, as `?slice=` writes it) of
+    /// `name` (a raw dense object), fetched alone where the server gathers
+    /// it and verified; the slice's data and its shape.
+    fn slice(&self, py: Python<'_>, name: &str, spec: &str) -> PyResult<(Vec<PyPart>, Vec<u64>)> {
+        let rt = runtime()?;
+        let slice = zt_format::slice::Slice::parse(spec)
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{name:?}: {e}")))?;
+        let source = self
+            .source
+            .lock()
+            .ok()
+            .and_then(|s| s.as_ref().cloned())
+            .ok_or_else(|| closed(&self.label))?;
+        let got = py.detach(|| source.slice(rt, name, &slice));
+        match got {
+            Ok((part, shape)) => Ok((to_py(vec![part]), shape)),
+            Err(f) => Err(f.about(name, Some("data")).into_py()),
+        }
+    }
+
     /// Forgets a batch nobody reads from any more.
     fn drop_batch(&self, batch: u64) {
         self.table.drop_batch(batch);

@@ -9,6 +9,7 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 use zt_client::{Client, Delivered, Remote};
 use zt_format::rows::Rows;
+use zt_format::slice::Slice;
 
 use crate::error::{Failure, Kind};
 use crate::table::{Fetch, Part, Table};
@@ -57,6 +58,34 @@ impl Source {
             .map_err(Failure::from)?;
         let (_, part) = decode(d, 0).map_err(Failure::from)?;
         Ok(part)
+    }
+
+    /// Slice `slice` of `object`'s data, verified, and its shape: gathered
+    /// by the server with a digest of exactly those bytes, or cut from the
+    /// object's component after it was checked whole (ztp/1 as yet, a
+    /// plain Range server, a local file).
+    pub(crate) fn slice(
+        &self,
+        rt: &Runtime,
+        object: &str,
+        slice: &Slice,
+    ) -> Result<(Part, Vec<u64>), Failure> {
+        // A slice the object cannot have is refused here, naming its rule.
+        if let Some(obj) = self.remote.manifest.objects.get(object) {
+            slice.gather(obj, u64::MAX).map_err(|e| {
+                let mut f = Failure::new(
+                    Kind::Other,
+                    format!("{}: object {object:?}: {e}", self.client.url),
+                );
+                f.rule = Some(e.rule());
+                f
+            })?;
+        }
+        let (d, shape) = rt
+            .block_on(self.client.read_slice(&self.remote, object, slice))
+            .map_err(Failure::from)?;
+        let (_, part) = decode(d, 0).map_err(Failure::from)?;
+        Ok((part, shape))
     }
 }
 

@@ -253,33 +253,54 @@ class TensorSlice:
         return _SAFETENSORS_DTYPE.get(c["type"] or c["dtype"], (c["type"] or c["dtype"]).upper())
 
     def __getitem__(self, key):
-        rest = ()
-        if isinstance(key, tuple) and key:
-            key, rest = key[0], key[1:]
-        count = self._obj["shape"][0] if self._obj["shape"] else None
+        """Basic indexing (integers and step-1 slices, one per leading
+        dimension) of a raw dense object fetches only what it names: rows
+        along dimension 0 by themselves (over either transport), any other
+        block gathered by a ztserve daemon over HTTP (``?slice=``, its
+        digest checked) or cut from the verified whole elsewhere. Anything
+        else (steps, masks, ``...``) indexes the whole tensor."""
+        keys = key if isinstance(key, tuple) else (key,)
+        shape = list(self._obj["shape"])
         data = self._obj["components"].get("data")
-        raw_dense = (
-            self._obj["format"] == "dense" and data is not None and data["encoding"] == "raw" and count is not None
-        )
-        if raw_dense and isinstance(key, int):
-            i = key + count if key < 0 else key
-            if not 0 <= i < count:
-                raise IndexError(f"{self._name!r}: row {key} is outside {count} rows")
-            return self._rows(i, i + 1)[(0, *rest)]
-        if raw_dense and isinstance(key, slice) and key.step in (None, 1):
-            start, stop, _ = key.indices(count)
-            if start >= stop:
-                full = self._handle._array(memoryview(b""), data["dtype"], data["type"], [0, *self._obj["shape"][1:]])
-                return full[(slice(None), *rest)]
-            return self._rows(start, stop)[(slice(None), *rest)]
-        whole = self._handle.get_tensor(self._name)
-        return whole[(key, *rest)] if rest else whole[key]
+        raw_dense = self._obj["format"] == "dense" and data is not None and data["encoding"] == "raw" and shape
+        basic = all(isinstance(k, int) or (isinstance(k, slice) and k.step in (None, 1)) for k in keys)
+        if not (raw_dense and basic and 0 < len(keys) <= len(shape)):
+            whole = self._handle.get_tensor(self._name)
+            return whole[key]
+        ranges, squeeze = [], []
+        for d, k in enumerate(keys):
+            n = shape[d]
+            if isinstance(k, int):
+                i = k + n if k < 0 else k
+                if not 0 <= i < n:
+                    raise IndexError(f"{self._name!r}: index {k} is outside dimension {d} of {n}")
+                ranges.append((i, i + 1))
+                squeeze.append(d)
+            else:
+                a, b, _ = k.indices(n)
+                ranges.append((a, max(a, b)))
+        ranges += [(0, n) for n in shape[len(ranges):]]
+        sliced = [b - a for a, b in ranges]
+        if 0 in sliced:
+            got = self._handle._array(memoryview(b""), data["dtype"], data["type"], sliced)
+        elif all(r == (0, n) for r, n in zip(ranges[1:], shape[1:])):
+            got = self._rows(*ranges[0])
+        else:
+            got = self._slice(ranges)
+        return got[tuple(0 if d in squeeze else slice(None) for d in range(len(shape)))]
 
     def _rows(self, start: int, stop: int):
         h = self._handle
         parts = h._session.rows(self._name, start, stop)
         (_role, buf, dtype, logical) = parts[0]
         return h._array(buf, dtype, logical, [stop - start, *self._obj["shape"][1:]])
+
+    def _slice(self, ranges):
+        h = self._handle
+        spec = ",".join(f"{a}:{b}" for a, b in ranges)
+        parts, shape = h._session.slice(self._name, spec)
+        (_role, buf, dtype, logical) = parts[0]
+        return h._array(buf, dtype, logical, list(shape))
 
 
 _SAFETENSORS_DTYPE = {

@@ -64,6 +64,7 @@ mod remote;
 mod rows;
 pub mod sharded;
 mod silence;
+mod slices;
 mod transport;
 pub mod trust;
 pub mod udp;

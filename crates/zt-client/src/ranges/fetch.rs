@@ -215,6 +215,43 @@ impl HttpSource {
         rows: zt_format::rows::Rows,
         len: u64,
     ) -> Result<(AlignedBuf, zt_format::Digest)> {
+        let asked = Attested {
+            key: "rows",
+            value: format!("{}:{}", rows.start, rows.end),
+            status: StatusCode::PARTIAL_CONTENT,
+        };
+        self.read_attested(base, etag, object, asked, len).await
+    }
+
+    /// Slice `spec` (`len` bytes once gathered) of `object`'s `data` from a
+    /// ztserve's component route under `base`, pinned to version `etag`:
+    /// a `200` whose `Content-Digest` the gathered bytes must match.
+    pub(crate) async fn read_slice(
+        &self,
+        base: &str,
+        etag: &str,
+        object: &str,
+        spec: &str,
+        len: u64,
+    ) -> Result<(AlignedBuf, zt_format::Digest)> {
+        let asked = Attested {
+            key: "slice",
+            value: spec.to_owned(),
+            status: StatusCode::OK,
+        };
+        self.read_attested(base, etag, object, asked, len).await
+    }
+
+    /// Part of `object`'s `data` that the server cut and attested with a
+    /// `Content-Digest` (rows, a slice), read exactly and checked.
+    async fn read_attested(
+        &self,
+        base: &str,
+        etag: &str,
+        object: &str,
+        asked: Attested,
+        len: u64,
+    ) -> Result<(AlignedBuf, zt_format::Digest)> {
         let at = At {
             object: object.to_owned(),
             component: "data".to_owned(),
@@ -225,12 +262,11 @@ impl HttpSource {
             .map_err(|()| Error::Protocol(format!("{base}: not a base URL")))?
             .extend(["objects", object, "data"]);
         url.query_pairs_mut()
-            .append_pair("rows", &format!("{}:{}", rows.start, rows.end))
+            .append_pair(asked.key, &asked.value)
             .append_pair("v", etag.trim_matches('"'));
         let req = self.client.get(url.as_str());
-        let resp = self
-            .get_expecting(req, url.as_str(), StatusCode::PARTIAL_CONTENT)
-            .await?;
+        let resp = self.get_expecting(req, url.as_str(), asked.status).await?;
+        let what = format!("{} {}", asked.key, asked.value);
         let claimed = resp
             .headers()
             .get("content-digest")
@@ -238,7 +274,7 @@ impl HttpSource {
             .and_then(content_digest_sha256)
             .ok_or_else(|| Error::Unverifiable {
                 at: Some(at.clone()),
-                message: format!("{url}: {at}: rows came without a sha-256 Content-Digest"),
+                message: format!("{url}: {at}: {what} came without a sha-256 Content-Digest"),
             })?;
         let mut buf = AlignedBuf::zeroed(len).map_err(|r| Error::corrupt(&at, r))?;
         let want = Want::Exact(0..len);
@@ -250,9 +286,7 @@ impl HttpSource {
             return Err(Error::corrupt(
                 &at,
                 format!(
-                    "rows {}:{} do not match their Content-Digest (got {})",
-                    rows.start,
-                    rows.end,
+                    "{what} do not match their Content-Digest (got {})",
                     got.as_str()
                 ),
             ));
@@ -331,4 +365,13 @@ fn content_digest_sha256(field: &str) -> Option<[u8; 32]> {
         let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
         bytes.try_into().ok()
     })
+}
+
+/// What [`HttpSource::read_attested`] asks the component route for: the
+/// query key and value, and the status that answers it.
+#[derive(Debug)]
+struct Attested {
+    key: &'static str,
+    value: String,
+    status: StatusCode,
 }

@@ -12,7 +12,7 @@ use futures_util::future::BoxFuture;
 use zt_format::select::Selection;
 use zt_format::{AlignedBuf, Manifest};
 
-use super::{cut_rows, RowsAsked, Transport};
+use super::{cut_rows, RowsAsked, SliceAsked, Transport};
 use crate::error::{Error, Result};
 use crate::fetch::Fetch;
 use crate::ranges::{Described, HttpSource, SynthesizedAt};
@@ -158,6 +158,51 @@ impl Transport for HttpTransport {
                     cut_rows(&self.url, &asked, d)
                 }
             }
+        })
+    }
+
+    /// From a ztserve's component route with `?slice=` (its
+    /// `Content-Digest` checked); from a plain Range server, the whole
+    /// component checked and the slice cut from it.
+    fn read_slice<'a>(&'a self, asked: SliceAsked<'a>) -> BoxFuture<'a, Result<Delivered>> {
+        Box::pin(async move {
+            let api = self.api.lock().ok().and_then(|a| a.clone());
+            let Some(base) = api else {
+                let one = [zt_format::select::escape(asked.object)];
+                let manifest = select_from(&asked.remote.manifest, &one)?;
+                let whole = Remote {
+                    manifest,
+                    ..asked.remote.clone()
+                };
+                let mut f = self.source.fetch(whole, SynthesizedAt::None, &[], None)?;
+                let d = f.next().await.ok_or_else(|| {
+                    Error::Protocol(format!("{}: {}: nothing arrived", self.url, asked.object))
+                })??;
+                return crate::slices::cut_slice(&self.url, asked.gather, 0, d);
+            };
+            let (object, c) = (asked.object, asked.data);
+            let (data, digest) = self
+                .source
+                .read_slice(
+                    &base,
+                    &asked.remote.etag,
+                    object,
+                    &asked.gather.spec(),
+                    asked.gather.len(),
+                )
+                .await?;
+            Ok(Delivered {
+                object: object.to_owned(),
+                component: "data".to_owned(),
+                seq: 0,
+                dtype: c.dtype,
+                logical_type: c.logical_type.clone(),
+                encoding: c.encoding,
+                uncompressed_length: None,
+                digest: Some(digest),
+                data,
+                verification: Verification::Verified,
+            })
         })
     }
 

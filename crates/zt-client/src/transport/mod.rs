@@ -18,6 +18,7 @@ use std::ops::Range;
 
 use futures_util::future::BoxFuture;
 use zt_format::rows::Rows;
+use zt_format::slice::Gather;
 use zt_format::{AlignedBuf, Component};
 
 use crate::error::Result;
@@ -36,6 +37,17 @@ pub(crate) struct RowsAsked<'a> {
     /// Where the rows lie in the component, and how many bytes they are.
     pub(crate) start: u64,
     pub(crate) len: u64,
+    pub(crate) data: &'a Component,
+}
+
+/// A slice of one object a caller asks for: the manifest it read, the
+/// object, where the slice's bytes lie in its `data` component, and that
+/// component.
+#[derive(Debug)]
+pub(crate) struct SliceAsked<'a> {
+    pub(crate) remote: &'a Remote,
+    pub(crate) object: &'a str,
+    pub(crate) gather: &'a Gather,
     pub(crate) data: &'a Component,
 }
 
@@ -65,6 +77,39 @@ pub(crate) trait Transport: Send + Sync + fmt::Debug {
 
     /// The rows asked for, verified, as the object's `data` cut to them.
     fn read_rows<'a>(&'a self, asked: RowsAsked<'a>) -> BoxFuture<'a, Result<Delivered>>;
+
+    /// The slice asked for, verified, its elements in row-major order. By
+    /// default the rows it spans are read as this transport reads rows
+    /// (over ztp/1 those rows alone, with their digest) and the slice cut
+    /// from them; a transport whose server gathers slices does better.
+    fn read_slice<'a>(&'a self, asked: SliceAsked<'a>) -> BoxFuture<'a, Result<Delivered>> {
+        Box::pin(async move {
+            let label = format!("object {:?}", asked.object);
+            let first = asked.gather.ranges.first().cloned().unwrap_or(0..0);
+            let rows = Rows {
+                start: first.start,
+                end: first.end,
+            };
+            let obj = asked.remote.manifest.objects.get(asked.object);
+            let (start, len) = obj
+                .ok_or_else(|| crate::Error::Protocol(format!("{label}: not in the manifest")))
+                .and_then(|o| {
+                    rows.span(o)
+                        .map_err(|e| crate::Error::Usage(format!("{label}: {e}")))
+                })?;
+            let d = self
+                .read_rows(RowsAsked {
+                    remote: asked.remote,
+                    object: asked.object,
+                    rows,
+                    start,
+                    len,
+                    data: asked.data,
+                })
+                .await?;
+            crate::slices::cut_slice(&label, asked.gather, start, d)
+        })
+    }
 
     /// Takes back a delivered component's buffer for a later component.
     fn recycle(&self, buf: AlignedBuf);

@@ -1,0 +1,108 @@
+//! Rectangular slices of a raw dense object ([`zt_format::slice`]),
+//! fetched without the rest of the tensor where the server gathers them:
+//! from a ztserve's component route with `?slice=` (its `Content-Digest`,
+//! the sha256 of exactly the gathered bytes, checked). Elsewhere the rows
+//! the slice spans are read as rows are (over ztp/1, which has no slices
+//! yet, those rows alone with their digest; from a plain Range server or
+//! a local file, the whole component checked against its digest), and the
+//! slice copied out of them. Each transport's way is in `transport/`.
+
+use zt_format::slice::{Gather, Slice};
+use zt_format::AlignedBuf;
+
+use crate::error::{Error, Result};
+use crate::transport::SliceAsked;
+use crate::verify::Delivered;
+use crate::{Client, Remote};
+
+impl Client {
+    /// `slice` of `object` in `remote` (the manifest this client read), as
+    /// one verified component holding the slice's elements in row-major
+    /// order, and the slice's shape.
+    pub async fn read_slice(
+        &self,
+        remote: &Remote,
+        object: &str,
+        slice: &Slice,
+    ) -> Result<(Delivered, Vec<u64>)> {
+        let obj = remote
+            .manifest
+            .objects
+            .get(object)
+            .ok_or_else(|| Error::Server {
+                status: crate::Status::Ztp(ztp_proto::Code::NotFound),
+                message: format!("{}: no object {object:?}", self.url),
+            })?;
+        let gather = slice
+            .gather(obj, u64::MAX)
+            .map_err(|e| Error::Usage(format!("{}: object {object:?}: {e}", self.url)))?;
+        let data = obj
+            .components
+            .get("data")
+            .ok_or_else(|| Error::Protocol(format!("{}: {object}: no data component", self.url)))?;
+        let shape = gather.shape.clone();
+        if gather.is_empty() {
+            // Nothing to fetch, nothing to verify.
+            let at = crate::At {
+                object: object.to_owned(),
+                component: "data".to_owned(),
+            };
+            let d = Delivered {
+                object: object.to_owned(),
+                component: "data".to_owned(),
+                seq: 0,
+                dtype: data.dtype,
+                logical_type: data.logical_type.clone(),
+                encoding: data.encoding,
+                uncompressed_length: None,
+                digest: None,
+                data: AlignedBuf::copy_from(&[]).map_err(|r| Error::corrupt(&at, r))?,
+                verification: crate::Verification::Verified,
+            };
+            return Ok((d, shape));
+        }
+        let got = self
+            .transport
+            .read_slice(SliceAsked {
+                remote,
+                object,
+                gather: &gather,
+                data,
+            })
+            .await?;
+        Ok((got, shape))
+    }
+}
+
+/// `gather` copied out of `part`, verified bytes of the object's `data`
+/// component from byte `offset` on (the rows the slice spans, or all of
+/// it), into a buffer of its own: what a transport without slice digests
+/// delivers.
+pub(crate) fn cut_slice(
+    url: &str,
+    gather: &Gather,
+    offset: u64,
+    whole: Delivered,
+) -> Result<Delivered> {
+    let at = whole.at();
+    let len = usize::try_from(gather.len())
+        .map_err(|_| Error::Usage(format!("{url}: {at}: the slice is too large")))?;
+    let mut out = Vec::with_capacity(len);
+    for run in gather.runs() {
+        let bytes = run
+            .start
+            .checked_sub(offset)
+            .zip(run.end.checked_sub(offset));
+        let part = bytes
+            .and_then(|(a, b)| usize::try_from(a).ok().zip(usize::try_from(b).ok()))
+            .and_then(|(a, b)| whole.data.as_slice().get(a..b))
+            .ok_or_else(|| Error::Protocol(format!("{url}: {at}: shorter than its slice")))?;
+        out.extend_from_slice(part);
+    }
+    let data = AlignedBuf::copy_from(&out).map_err(|r| Error::corrupt(&at, r))?;
+    Ok(Delivered {
+        data,
+        digest: None,
+        ..whole
+    })
+}

@@ -177,6 +177,23 @@ class safe_open:
         obj = self._object(name)
         return TensorSlice(self, name, obj)
 
+    def shard(self, name: str, rank: int, world: int, dim: int = 0):
+        """Tensor-parallel rank ``rank``'s block of ``name`` out of
+        ``world``: the ``rank``-th of ``world`` equal parts along dimension
+        ``dim`` (see docs/python.md for the layouts), fetched alone as
+        ``get_slice`` fetches a block. The dimension must divide evenly."""
+        shape = self._object(name)["shape"]
+        if not (isinstance(dim, int) and 0 <= dim < len(shape)):
+            raise UsageError(f"{name!r}: dim={dim!r}: the tensor has {len(shape)} dimensions")
+        n = shape[dim]
+        if not (isinstance(world, int) and world > 0 and isinstance(rank, int) and 0 <= rank < world):
+            raise UsageError(f"{name!r}: rank {rank!r} of world {world!r}: need 0 <= rank < world")
+        if n % world:
+            raise UsageError(f"{name!r}: dimension {dim} ({n}) does not split into {world} equal parts")
+        step = n // world
+        key = (*([slice(None)] * dim), slice(rank * step, (rank + 1) * step))
+        return self.get_slice(name)[key]
+
     def tensors(self, names: Iterable[str] | None = None) -> Iterator[tuple[str, Any]]:
         """Yields ``(name, tensor)`` for ``names`` (default: every key) in
         the order they arrive: the server sends layer 0 first, so a caller
@@ -323,10 +340,30 @@ _SAFETENSORS_DTYPE = {
 }
 
 
-def load(source, select=None, framework: str = "np", **options) -> dict[str, Any]:
+def load(source, select=None, framework: str = "np", shard=None, dims=None, **options) -> dict[str, Any]:
     """Every selected tensor of ``source`` (see ``safe_open``) as a dict,
     in file order, each verified. Objects that are not dense are included
-    as ``get_object`` returns them."""
+    as ``get_object`` returns them.
+
+    ``shard=(rank, world)`` with ``dims={glob: dim}`` loads one
+    tensor-parallel rank's part: each tensor whose name matches a glob (the
+    first that matches, ``fnmatch`` style) is ``safe_open.shard``'s block
+    along that dimension, fetched alone; every other tensor whole (the
+    replicated ones: norms, embeddings, a row-parallel layer's bias)."""
     with safe_open(source, framework=framework, select=select, **options) as f:
-        got = dict(f.tensors())
+        if shard is None:
+            got = dict(f.tensors())
+            return {k: got[k] for k in f.keys() if k in got}
+        rank, world = shard
+        from fnmatch import fnmatchcase
+
+        def dim_of(name):
+            return next((d for glob, d in (dims or {}).items() if fnmatchcase(name, glob)), None)
+
+        split = {k: dim_of(k) for k in f.keys()}
+        whole = [k for k, d in split.items() if d is None]
+        got = dict(f.tensors(whole)) if whole else {}
+        for k, d in split.items():
+            if d is not None:
+                got[k] = f.shard(k, rank, world, d)
         return {k: got[k] for k in f.keys() if k in got}

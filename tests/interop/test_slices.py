@@ -151,3 +151,29 @@ def test_a_tensor_parallel_split_moves_its_share_and_reassembles(served):
             sent = metric(port, "ztserve_bytes_sent_total") - before
             assert sent == t[:, a:b].nbytes, (rank, sent)
     assert np.array_equal(np.concatenate(blocks, axis=1), t)
+
+
+def test_ranks_of_a_tensor_parallel_load_reassemble_the_model(served):
+    """`ztserve.load(url, shard=(rank, 4), dims=...)`: the tensors named
+    split along their dimension, the rest whole; the four ranks' blocks
+    put together are the originals."""
+    import ztserve
+
+    port, tensors = served
+    split = {"t3.f32": 1, "t4.bf16": 2}
+    ranks = [ztserve.load(f"http://127.0.0.1:{port}/m.safetensors", select=["t3.*", "t4.*", "t1.*"],
+                          shard=(r, 4), dims=split) for r in range(4)]
+    for name, dim in split.items():
+        joined = np.concatenate([r[name] for r in ranks], axis=dim)
+        assert joined.tobytes() == tensors[name].tobytes(), name
+        assert ranks[0][name].shape[dim] == tensors[name].shape[dim] // 4
+    # Not split: every rank holds the whole tensor.
+    assert all(np.array_equal(r["t3.f16"], tensors["t3.f16"]) for r in ranks)
+    assert all(np.array_equal(r["t1.i8"], tensors["t1.i8"]) for r in ranks)
+    with ztserve.safe_open(f"http://127.0.0.1:{port}/m.safetensors") as f:
+        rows = [f.shard("t3.f16", r, 3, 0) for r in range(3)]
+        assert np.array_equal(np.concatenate(rows, axis=0), tensors["t3.f16"])
+        with pytest.raises(ztserve.UsageError, match="does not split"):
+            f.shard("t2.f32", 0, 4, 0)
+        with pytest.raises(ztserve.UsageError, match="dimensions"):
+            f.shard("t1.f32", 0, 1, 1)

@@ -215,3 +215,105 @@ pub async fn atoms(
     );
     Ok(())
 }
+
+/// `zt fetch URL --slice 'GLOB=SPEC' ... -o OUT`: of each object a glob
+/// matches (the first that does, narrowed by `--select`), the slice SPEC
+/// (`START:END` per dimension: [`zt_format::slice`]), fetched alone where
+/// the server gathers it and verified, written as an object of a `.zt`
+/// file: the slice's shape, a sha256 digest, and attributes naming the
+/// source (`slice_of`: the object, `slice`: the slice written out whole,
+/// `slice_from_shape`: the object's shape). The slices are held in memory
+/// until the file is written, atomically.
+pub async fn slices(
+    url: &str,
+    out: &Path,
+    select: &[String],
+    specs: &[String],
+    args: &RemoteArgs,
+    accept: AcceptArgs,
+) -> Result<()> {
+    use crate::exit::{Failure, USAGE};
+    use zt_format::select::Selection;
+    use zt_format::slice::Slice;
+    let mut asked = Vec::new();
+    for s in specs {
+        let usage = |why: String| Failure::new(USAGE, format!("--slice {s:?}: {why}"));
+        let (glob, spec) = s
+            .rsplit_once('=')
+            .ok_or_else(|| usage("give GLOB=SPEC, e.g. '*.weight=:,0:1024'".to_owned()))?;
+        let sel = Selection::new(&[glob]).map_err(|e| usage(e.to_string()))?;
+        let slice = Slice::parse(spec).map_err(|e| usage(e.to_string()))?;
+        asked.push((sel, slice));
+    }
+    let narrowed = Selection::new(select).map_err(|e| Failure::new(USAGE, e.to_string()))?;
+    let client = Client::connect(url, args.options(accept)?).await?;
+    let remote = client.manifest().await?;
+    let read = async {
+        let mut got = Vec::new();
+        for (name, obj) in &remote.manifest.objects {
+            let Some((_, slice)) = asked.iter().find(|(sel, _)| sel.matches(name)) else {
+                continue;
+            };
+            if !(narrowed.is_all() || narrowed.matches(name)) {
+                continue;
+            }
+            let (d, shape) = client.read_slice(&remote, name, slice).await?;
+            let spec = slice
+                .gather(obj, u64::MAX)
+                .map(|g| g.spec())
+                .unwrap_or_else(|_| slice.to_string());
+            got.push((name.to_string(), obj.shape.clone(), shape, spec, d));
+        }
+        Ok::<_, zt_client::Error>(got)
+    };
+    let got = read.await;
+    // Closed whether the slices came or not: a QUIC server is told.
+    client.close().await;
+    let got = got?;
+    if got.is_empty() {
+        return Err(
+            Failure::new(USAGE, format!("{url}: no object matches the --slice globs")).into(),
+        );
+    }
+    let label = out.display().to_string();
+    let bytes: u64 = got.iter().map(|g| g.4.data.len() as u64).sum();
+    zt_format::write_atomic(out, |w| {
+        let mut file = zt_format::Writer::new(&mut *w, &label)?;
+        for (name, from_shape, shape, spec, d) in &got {
+            use zt_format::CborValue as V;
+            let attributes: zt_format::Attributes = [
+                ("slice_of".to_owned(), V::Text(name.to_string())),
+                ("slice".to_owned(), V::Text(spec.clone())),
+                (
+                    "slice_from_shape".to_owned(),
+                    V::Array(from_shape.iter().map(|&n| V::Integer(n.into())).collect()),
+                ),
+            ]
+            .into_iter()
+            .collect();
+            let logical = d.logical_type.as_ref().map(|t| t.name().to_owned());
+            let c = zt_format::ComponentData {
+                role: "data",
+                dtype: d.dtype,
+                logical_type: logical.as_deref(),
+                data: d.data.as_slice(),
+            };
+            let store = zt_format::StoreOptions {
+                zstd_level: None,
+                digest: Some(zt_format::DigestAlgorithm::Sha256),
+            };
+            file.add_object(
+                name,
+                shape,
+                &zt_format::Format::Dense,
+                attributes,
+                &[c],
+                store,
+            )?;
+        }
+        file.finish()?;
+        Ok(())
+    })?;
+    eprintln!("{}: {} slices ({bytes} bytes)", out.display(), got.len());
+    Ok(())
+}

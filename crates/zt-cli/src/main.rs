@@ -134,6 +134,12 @@ enum Command {
         /// mid-fetch, the fetch resumes from the next, keeping what it verified
         #[arg(long = "mirror", value_name = "URL", conflicts_with = "atoms")]
         mirrors: Vec<String>,
+        /// Of each object GLOB matches, only the slice SPEC (`START:END` per
+        /// dimension, e.g. ':,0:1024'), written as an object of the output
+        /// `.zt` (repeatable; the first matching glob wins; only matched
+        /// objects are written). A ztserve daemon gathers the slice over HTTP
+        #[arg(long = "slice", value_name = "GLOB=SPEC", conflicts_with_all = ["atoms", "mirrors"])]
+        slices: Vec<String>,
     },
     /// Export dense objects to a .safetensors file.
     #[command(after_help = exit::HELP)]
@@ -242,8 +248,14 @@ fn run(cli: Cli) -> Result<()> {
             no_direct_io,
             atoms,
             mirrors,
+            slices,
         } => {
             let out_path = output.unwrap_or_else(|| tool::fetch::default_output(&url));
+            if !slices.is_empty() {
+                return runtime()?.block_on(tool::fetch::slices(
+                    &url, &out_path, &select, &slices, &remote, accept,
+                ));
+            }
             if let Some(range) = atoms {
                 return runtime()?
                     .block_on(tool::fetch::atoms(&url, &out_path, &range, &remote, accept));

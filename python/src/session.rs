@@ -188,12 +188,7 @@ impl Session {
     fn rows(&self, py: Python<'_>, name: &str, start: u64, end: u64) -> PyResult<Vec<PyPart>> {
         let rt = runtime()?;
         let rows = zt_format::rows::Rows { start, end };
-        let source = self
-            .source
-            .lock()
-            .ok()
-            .and_then(|s| s.as_ref().cloned())
-            .ok_or_else(|| closed(&self.label))?;
+        let source = self.open_source()?;
         let got = py.detach(|| source.rows(rt, name, rows));
         match got {
             Ok(part) => Ok(to_py(vec![part])),
@@ -208,12 +203,7 @@ impl Session {
         let rt = runtime()?;
         let slice = zt_format::slice::Slice::parse(spec)
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{name:?}: {e}")))?;
-        let source = self
-            .source
-            .lock()
-            .ok()
-            .and_then(|s| s.as_ref().cloned())
-            .ok_or_else(|| closed(&self.label))?;
+        let source = self.open_source()?;
         let got = py.detach(|| source.slice(rt, name, &slice));
         match got {
             Ok((part, shape)) => Ok((to_py(vec![part]), shape)),
@@ -284,6 +274,15 @@ impl Session {
             tasks: Mutex::default(),
             cap: zt_format::DEFAULT_DECOMPRESS_CAP,
         }
+    }
+
+    /// The source, while the session is open.
+    fn open_source(&self) -> PyResult<Source> {
+        self.source
+            .lock()
+            .ok()
+            .and_then(|s| s.as_ref().cloned())
+            .ok_or_else(|| closed(&self.label))
     }
 }
 

@@ -7,6 +7,7 @@
 //! copied out. Each transport's way is in `transport/`.
 
 use zt_format::rows::Rows;
+use zt_format::Object;
 
 use crate::error::{At, Error, Result};
 use crate::transport::RowsAsked;
@@ -14,18 +15,23 @@ use crate::verify::Delivered;
 use crate::{Client, Remote};
 
 impl Client {
-    /// Rows `rows` of `object` in `remote` (the manifest this client
-    /// read), as one verified component: the object's `data` cut to
-    /// those rows.
-    pub async fn read_rows(&self, remote: &Remote, object: &str, rows: Rows) -> Result<Delivered> {
-        let obj = remote
+    /// `object` of `remote`'s manifest, or the server's "not found" for it.
+    pub(crate) fn object<'a>(&self, remote: &'a Remote, object: &str) -> Result<&'a Object> {
+        remote
             .manifest
             .objects
             .get(object)
             .ok_or_else(|| Error::Server {
                 status: crate::Status::Ztp(ztp_proto::Code::NotFound),
                 message: format!("{}: no object {object:?}", self.url),
-            })?;
+            })
+    }
+
+    /// Rows `rows` of `object` in `remote` (the manifest this client
+    /// read), as one verified component: the object's `data` cut to
+    /// those rows.
+    pub async fn read_rows(&self, remote: &Remote, object: &str, rows: Rows) -> Result<Delivered> {
+        let obj = self.object(remote, object)?;
         let (start, len) = rows
             .span(obj)
             .map_err(|e| Error::Usage(format!("{}: object {object:?}: {e}", self.url)))?;

@@ -25,14 +25,7 @@ impl Client {
         object: &str,
         slice: &Slice,
     ) -> Result<(Delivered, Vec<u64>)> {
-        let obj = remote
-            .manifest
-            .objects
-            .get(object)
-            .ok_or_else(|| Error::Server {
-                status: crate::Status::Ztp(ztp_proto::Code::NotFound),
-                message: format!("{}: no object {object:?}", self.url),
-            })?;
+        let obj = self.object(remote, object)?;
         let gather = slice
             .gather(obj, u64::MAX)
             .map_err(|e| Error::Usage(format!("{}: object {object:?}: {e}", self.url)))?;

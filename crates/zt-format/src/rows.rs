@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::component::Encoding;
+use crate::component::{Component, Encoding};
 use crate::manifest::{Format, Object};
 
 /// Rows `start..end` of an object.
@@ -75,28 +75,10 @@ impl Rows {
     /// Where these rows of `obj`'s `data` lie, relative to the start of
     /// the component: (offset, length).
     pub fn span(self, obj: &Object) -> Result<(u64, u64), RowsError> {
-        let not = |why: String| Err(RowsError::NotRawDense(why));
-        if obj.format != Format::Dense {
-            return not(format!(
-                "a {} object has no rows of equal length",
-                obj.format.name()
-            ));
-        }
-        let Some(c) = obj.components.get("data") else {
-            return not("the object has no data component".to_owned());
-        };
-        if c.encoding != Encoding::Raw || c.is_transformed() {
-            return not(format!(
-                "its data is stored {}; only raw data can be sliced on the server",
-                if c.is_transformed() {
-                    "in a legacy layout"
-                } else {
-                    c.encoding.name()
-                }
-            ));
-        }
+        let c =
+            raw_dense_data(obj, "has no rows of equal length").map_err(RowsError::NotRawDense)?;
         let Some(&count) = obj.shape.first() else {
-            return not("a scalar has no rows".to_owned());
+            return Err(RowsError::NotRawDense("a scalar has no rows".to_owned()));
         };
         if self.start >= self.end || self.end > count {
             return Err(RowsError::OutOfBounds { rows: self, count });
@@ -109,6 +91,30 @@ impl Rows {
         });
         span.ok_or(RowsError::OutOfBounds { rows: self, count })
     }
+}
+
+/// `obj`'s `data` component, if the object is dense and its data stored
+/// raw (what the server can cut rows and slices of); else why not, a
+/// format other than dense said to be one that `what`.
+pub(crate) fn raw_dense_data<'a>(obj: &'a Object, what: &str) -> Result<&'a Component, String> {
+    if obj.format != Format::Dense {
+        return Err(format!("a {} object {what}", obj.format.name()));
+    }
+    let c = obj
+        .components
+        .get("data")
+        .ok_or_else(|| "the object has no data component".to_owned())?;
+    if c.encoding != Encoding::Raw || c.is_transformed() {
+        return Err(format!(
+            "its data is stored {}; only raw data can be sliced on the server",
+            if c.is_transformed() {
+                "in a legacy layout"
+            } else {
+                c.encoding.name()
+            }
+        ));
+    }
+    Ok(c)
 }
 
 #[cfg(test)]

@@ -12,8 +12,7 @@
 use std::fmt;
 use std::ops::Range;
 
-use crate::component::Encoding;
-use crate::manifest::{Format, Object};
+use crate::manifest::Object;
 
 /// Most dimensions a slice may name.
 pub const MAX_RANK: usize = 64;
@@ -144,22 +143,8 @@ impl Slice {
     /// most `cap` runs.
     pub fn gather(&self, obj: &Object, cap: u64) -> Result<Gather, SliceError> {
         let not = |why: String| Err(SliceError::NotRawDense(why));
-        if obj.format != Format::Dense {
-            return not(format!("a {} object cannot be sliced", obj.format.name()));
-        }
-        let Some(c) = obj.components.get("data") else {
-            return not("the object has no data component".to_owned());
-        };
-        if c.encoding != Encoding::Raw || c.is_transformed() {
-            return not(format!(
-                "its data is stored {}; only raw data can be sliced on the server",
-                if c.is_transformed() {
-                    "in a legacy layout"
-                } else {
-                    c.encoding.name()
-                }
-            ));
-        }
+        let c = crate::rows::raw_dense_data(obj, "cannot be sliced")
+            .map_err(SliceError::NotRawDense)?;
         let rank = obj.shape.len();
         if rank == 0 {
             return not("a scalar has no dimensions to slice".to_owned());
@@ -314,7 +299,7 @@ impl Gather {
 mod tests {
     use super::*;
     use crate::component::Component;
-    use crate::{Components, DType};
+    use crate::{Components, DType, Format};
 
     fn dense(shape: Vec<u64>, elem: u64) -> Object {
         let n: u64 = shape.iter().product();

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use futures_util::future::BoxFuture;
 use zt_format::select::Selection;
-use zt_format::{AlignedBuf, Manifest};
+use zt_format::{AlignedBuf, Component, Digest, Manifest};
 
 use super::{cut_rows, RowsAsked, SliceAsked, Transport};
 use crate::error::{Error, Result};
@@ -50,6 +50,22 @@ impl HttpTransport {
             api.clone_from(&d.api);
         }
         Ok(d)
+    }
+
+    /// `object`'s whole `data` component, fetched and checked against its
+    /// digest (what rows and slices are cut from where the server cuts
+    /// none). Of raw dense data: never a synthesized component.
+    async fn whole_data(&self, remote: &Remote, object: &str) -> Result<Delivered> {
+        let one = [zt_format::select::escape(object)];
+        let manifest = select_from(&remote.manifest, &one)?;
+        let whole = Remote {
+            manifest,
+            ..remote.clone()
+        };
+        let mut f = self.source.fetch(whole, SynthesizedAt::None, &[], None)?;
+        f.next()
+            .await
+            .ok_or_else(|| Error::Protocol(format!("{}: {object}: nothing arrived", self.url)))?
     }
 }
 
@@ -126,35 +142,14 @@ impl Transport for HttpTransport {
             let (object, c) = (asked.object, asked.data);
             match api {
                 Some(base) => {
-                    let (data, digest) = self
+                    let got = self
                         .source
                         .read_rows(&base, &asked.remote.etag, object, asked.rows, asked.len)
                         .await?;
-                    Ok(Delivered {
-                        object: object.to_owned(),
-                        component: "data".to_owned(),
-                        seq: 0,
-                        dtype: c.dtype,
-                        logical_type: c.logical_type.clone(),
-                        encoding: c.encoding,
-                        uncompressed_length: None,
-                        digest: Some(digest),
-                        data,
-                        verification: Verification::Verified,
-                    })
+                    Ok(attested(object, c, got))
                 }
                 None => {
-                    let one = [zt_format::select::escape(object)];
-                    let manifest = select_from(&asked.remote.manifest, &one)?;
-                    let whole = Remote {
-                        manifest,
-                        ..asked.remote.clone()
-                    };
-                    // Rows are of raw dense data: never a synthesized component.
-                    let mut f = self.source.fetch(whole, SynthesizedAt::None, &[], None)?;
-                    let d = f.next().await.ok_or_else(|| {
-                        Error::Protocol(format!("{}: {object}: nothing arrived", self.url))
-                    })??;
+                    let d = self.whole_data(asked.remote, object).await?;
                     cut_rows(&self.url, &asked, d)
                 }
             }
@@ -168,20 +163,11 @@ impl Transport for HttpTransport {
         Box::pin(async move {
             let api = self.api.lock().ok().and_then(|a| a.clone());
             let Some(base) = api else {
-                let one = [zt_format::select::escape(asked.object)];
-                let manifest = select_from(&asked.remote.manifest, &one)?;
-                let whole = Remote {
-                    manifest,
-                    ..asked.remote.clone()
-                };
-                let mut f = self.source.fetch(whole, SynthesizedAt::None, &[], None)?;
-                let d = f.next().await.ok_or_else(|| {
-                    Error::Protocol(format!("{}: {}: nothing arrived", self.url, asked.object))
-                })??;
+                let d = self.whole_data(asked.remote, asked.object).await?;
                 return crate::slices::cut_slice(&self.url, asked.gather, 0, d);
             };
             let (object, c) = (asked.object, asked.data);
-            let (data, digest) = self
+            let got = self
                 .source
                 .read_slice(
                     &base,
@@ -191,18 +177,7 @@ impl Transport for HttpTransport {
                     asked.gather.len(),
                 )
                 .await?;
-            Ok(Delivered {
-                object: object.to_owned(),
-                component: "data".to_owned(),
-                seq: 0,
-                dtype: c.dtype,
-                logical_type: c.logical_type.clone(),
-                encoding: c.encoding,
-                uncompressed_length: None,
-                digest: Some(digest),
-                data,
-                verification: Verification::Verified,
-            })
+            Ok(attested(object, c, got))
         })
     }
 
@@ -212,6 +187,24 @@ impl Transport for HttpTransport {
 
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(std::future::ready(()))
+    }
+}
+
+/// Part of `object`'s `data` component `c` that the server cut and
+/// attested (rows, a slice), as a delivered component checked against
+/// that digest.
+fn attested(object: &str, c: &Component, (data, digest): (AlignedBuf, Digest)) -> Delivered {
+    Delivered {
+        object: object.to_owned(),
+        component: "data".to_owned(),
+        seq: 0,
+        dtype: c.dtype,
+        logical_type: c.logical_type.clone(),
+        encoding: c.encoding,
+        uncompressed_length: None,
+        digest: Some(digest),
+        data,
+        verification: Verification::Verified,
     }
 }
 

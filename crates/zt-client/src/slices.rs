@@ -7,7 +7,7 @@
 //! a local file, the whole component checked against its digest), and the
 //! slice copied out of them. Each transport's way is in `transport/`.
 
-use zt_format::slice::{Gather, Slice};
+use zt_format::slice::Slice;
 use zt_format::AlignedBuf;
 
 use crate::error::{Error, Result};
@@ -65,37 +65,4 @@ impl Client {
             .await?;
         Ok((got, shape))
     }
-}
-
-/// `gather` copied out of `part`, verified bytes of the object's `data`
-/// component from byte `offset` on (the rows the slice spans, or all of
-/// it), into a buffer of its own: what a transport without slice digests
-/// delivers.
-pub(crate) fn cut_slice(
-    url: &str,
-    gather: &Gather,
-    offset: u64,
-    whole: Delivered,
-) -> Result<Delivered> {
-    let at = whole.at();
-    let len = usize::try_from(gather.len())
-        .map_err(|_| Error::Usage(format!("{url}: {at}: the slice is too large")))?;
-    let mut out = Vec::with_capacity(len);
-    for run in gather.runs() {
-        let bytes = run
-            .start
-            .checked_sub(offset)
-            .zip(run.end.checked_sub(offset));
-        let part = bytes
-            .and_then(|(a, b)| usize::try_from(a).ok().zip(usize::try_from(b).ok()))
-            .and_then(|(a, b)| whole.data.as_slice().get(a..b))
-            .ok_or_else(|| Error::Protocol(format!("{url}: {at}: shorter than its slice")))?;
-        out.extend_from_slice(part);
-    }
-    let data = AlignedBuf::copy_from(&out).map_err(|r| Error::corrupt(&at, r))?;
-    Ok(Delivered {
-        data,
-        digest: None,
-        ..whole
-    })
 }

@@ -164,7 +164,7 @@ impl Transport for HttpTransport {
             let api = self.api.lock().ok().and_then(|a| a.clone());
             let Some(base) = api else {
                 let d = self.whole_data(asked.remote, asked.object).await?;
-                return crate::slices::cut_slice(&self.url, asked.gather, 0, d);
+                return super::cut_slice(&self.url, asked.gather, 0, d);
             };
             let (object, c) = (asked.object, asked.data);
             let got = self

@@ -107,7 +107,7 @@ pub(crate) trait Transport: Send + Sync + fmt::Debug {
                     data: asked.data,
                 })
                 .await?;
-            crate::slices::cut_slice(&label, asked.gather, start, d)
+            cut_slice(&label, asked.gather, start, d)
         })
     }
 
@@ -134,6 +134,41 @@ pub(crate) fn cut_rows(url: &str, asked: &RowsAsked<'_>, whole: Delivered) -> Re
         .and_then(|(a, b)| whole.data.as_slice().get(a..b))
         .ok_or_else(|| crate::Error::Protocol(format!("{url}: {at}: shorter than its rows")))?;
     let data = AlignedBuf::copy_from(part).map_err(|r| crate::Error::corrupt(&at, r))?;
+    Ok(Delivered {
+        data,
+        digest: None,
+        ..whole
+    })
+}
+
+/// `gather` copied out of `part`, verified bytes of the object's `data`
+/// component from byte `offset` on (the rows the slice spans, or all of
+/// it), into a buffer of its own: what a transport without slice digests
+/// delivers.
+pub(crate) fn cut_slice(
+    url: &str,
+    gather: &Gather,
+    offset: u64,
+    whole: Delivered,
+) -> Result<Delivered> {
+    let at = whole.at();
+    let len = usize::try_from(gather.len())
+        .map_err(|_| crate::Error::Usage(format!("{url}: {at}: the slice is too large")))?;
+    let mut out = Vec::with_capacity(len);
+    for run in gather.runs() {
+        let bytes = run
+            .start
+            .checked_sub(offset)
+            .zip(run.end.checked_sub(offset));
+        let part = bytes
+            .and_then(|(a, b)| usize::try_from(a).ok().zip(usize::try_from(b).ok()))
+            .and_then(|(a, b)| whole.data.as_slice().get(a..b))
+            .ok_or_else(|| {
+                crate::Error::Protocol(format!("{url}: {at}: shorter than its slice"))
+            })?;
+        out.extend_from_slice(part);
+    }
+    let data = AlignedBuf::copy_from(&out).map_err(|r| crate::Error::corrupt(&at, r))?;
     Ok(Delivered {
         data,
         digest: None,

@@ -1,13 +1,15 @@
 //! What every remote call shares: the client options built from the
 //! Python keyword arguments, and the one I/O runtime of the process.
 
-use std::sync::OnceLock;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tokio::runtime::Runtime;
+use zt_client::cache::Cache;
 use zt_client::trust::Trust;
 use zt_client::Options;
 
@@ -26,6 +28,12 @@ pub(crate) struct ClientArgs {
     pub(crate) timeout: Option<f64>,
     /// Largest UDP datagram payload ztp/1 may grow to.
     pub(crate) max_udp_payload: Option<u16>,
+    /// Take components from the cache and store them in it (`True`).
+    pub(crate) cache: bool,
+    /// The cache's folder (default: `Cache::default_dir`).
+    pub(crate) cache_dir: Option<String>,
+    /// The cache's size bound, in bytes, or a size such as "64G".
+    pub(crate) cache_max: Option<String>,
 }
 
 impl ClientArgs {
@@ -41,6 +49,9 @@ impl ClientArgs {
             connections: None,
             timeout: None,
             max_udp_payload: None,
+            cache: true,
+            cache_dir: None,
+            cache_max: None,
         };
         let Some(dict) = dict else { return Ok(a) };
         for (k, v) in dict.iter() {
@@ -57,6 +68,9 @@ impl ClientArgs {
                 "connections" => a.connections = Some(v.extract()?),
                 "timeout" => a.timeout = Some(v.extract()?),
                 "max_udp_payload" => a.max_udp_payload = Some(v.extract()?),
+                "cache" => a.cache = v.extract()?,
+                "cache_dir" => a.cache_dir = Some(v.str()?.to_string()),
+                "cache_max" => a.cache_max = Some(v.str()?.to_string()),
                 other => return Err(PyTypeError::new_err(format!("unknown option {other:?}"))),
             }
         }
@@ -102,7 +116,49 @@ pub(crate) fn client_options(a: &ClientArgs) -> PyResult<Options> {
         options.idle_timeout = t;
         options.silence_timeout = 2 * t;
     }
+    options.cache = cache(a)?;
     Ok(options)
+}
+
+/// The cache the options name, one per folder and bound in the process
+/// (so its running size is kept once): `None` with `cache=False`, when
+/// `ZTSERVE_CACHE` is off, or when the default folder cannot be made (a
+/// folder named by `cache_dir=` that cannot be made is an error).
+fn cache(a: &ClientArgs) -> PyResult<Option<Cache>> {
+    static OPEN: Mutex<Vec<Cache>> = Mutex::new(Vec::new());
+    if !a.cache {
+        return Ok(None);
+    }
+    let max = match &a.cache_max {
+        Some(text) => zt_client::cache::parse_size(text)
+            .map_err(|e| PyValueError::new_err(format!("cache_max: {e}")))?,
+        None => Cache::default_max_bytes().map_err(PyValueError::new_err)?,
+    };
+    let Some(dir) = a
+        .cache_dir
+        .as_ref()
+        .map(PathBuf::from)
+        .or_else(Cache::default_dir)
+    else {
+        return Ok(None);
+    };
+    let mut open = OPEN
+        .lock()
+        .map_err(|_| PyValueError::new_err("the cache table was poisoned"))?;
+    if let Some(c) = open.iter().find(|c| c.dir() == dir && c.max_bytes() == max) {
+        return Ok(Some(c.clone()));
+    }
+    match Cache::open(&dir, max) {
+        Ok(c) => {
+            open.push(c.clone());
+            Ok(Some(c))
+        }
+        Err(e) if a.cache_dir.is_some() => Err(crate::error::Error::new_err(format!(
+            "cache_dir={}: {e}",
+            dir.display()
+        ))),
+        Err(_) => Ok(None),
+    }
 }
 
 /// One runtime for every handle in the process.

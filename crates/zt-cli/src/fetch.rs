@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use zt_client::cache::Cache;
 use zt_client::trust::Trust;
 use zt_client::{Client, Options, Via};
 
@@ -45,6 +46,16 @@ pub struct RemoteArgs {
     /// 6500; default: what the interfaces carry)
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u16).range(1200..=6500))]
     pub max_udp_payload: Option<u16>,
+    /// The cache of components, reused by digest [default: $ZTSERVE_CACHE,
+    /// else ~/.cache/ztserve]
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Neither take components from the cache nor store them in it
+    #[arg(long, conflicts_with = "cache_dir")]
+    pub no_cache: bool,
+    /// The cache's size bound (K, M, G, T) [default: $ZTSERVE_CACHE_MAX, else 64G]
+    #[arg(long, value_name = "SIZE", value_parser = zt_client::cache::parse_size)]
+    pub cache_max: Option<u64>,
 }
 
 /// What `zt fetch` accepts besides verified components.
@@ -80,8 +91,31 @@ impl RemoteArgs {
                 .via
                 .as_deref()
                 .map(|v| if v == "quic" { Via::Quic } else { Via::Http }),
+            cache: self.cache()?,
             ..Options::default()
         })
+    }
+
+    /// The cache these arguments name: `None` with `--no-cache`, or when
+    /// it cannot be opened (said on stderr; the fetch goes on without it).
+    pub fn cache(&self) -> Result<Option<Cache>> {
+        if self.no_cache {
+            return Ok(None);
+        }
+        let Some(dir) = self.cache_dir.clone().or_else(Cache::default_dir) else {
+            return Ok(None);
+        };
+        let max = match self.cache_max {
+            Some(m) => m,
+            None => Cache::default_max_bytes().map_err(anyhow::Error::msg)?,
+        };
+        match Cache::open(&dir, max) {
+            Ok(c) => Ok(Some(c)),
+            Err(e) => {
+                eprintln!("zt: not caching: {}: {e}", dir.display());
+                Ok(None)
+            }
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+pub mod cache;
 pub mod cat;
 pub mod exit;
 pub mod export;

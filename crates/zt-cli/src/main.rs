@@ -166,6 +166,15 @@ enum Command {
         #[command(flatten)]
         read: ReadArgs,
     },
+    /// The cache of fetched components: list, verify or prune it.
+    #[command(after_help = exit::HELP)]
+    Cache {
+        #[command(subcommand)]
+        action: tool::cache::Action,
+        /// The cache [default: $ZTSERVE_CACHE, else ~/.cache/ztserve]
+        #[arg(long, value_name = "DIR", global = true)]
+        cache_dir: Option<PathBuf>,
+    },
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -285,6 +294,18 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let f = ZtFile::open_with(&file, read.options())?;
             tool::cat::run(&mut out, &f, &object, &component, stored)
+        }
+        Command::Cache { action, cache_dir } => {
+            let cache = tool::cache::open(cache_dir)?;
+            if tool::cache::run(&mut out, &cache, &action)? {
+                Ok(())
+            } else {
+                Err(tool::Failure::new(
+                    exit::INVALID,
+                    "cache entries failed their digests and were removed",
+                )
+                .into())
+            }
         }
     }
 }

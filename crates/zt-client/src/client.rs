@@ -5,13 +5,13 @@
 //! a [`Transport`]; the client never asks which.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::fetch::Fetch;
 use crate::options::{Options, Via};
 use crate::ranges::HttpSource;
-use crate::remote::Remote;
+use crate::remote::{select_from, Remote};
 use crate::transport::http::HttpTransport;
 use crate::transport::local::LocalTransport;
 use crate::transport::quic::QuicTransport;
@@ -21,9 +21,13 @@ use crate::ztp::spread::Spread;
 /// A remote `.zt` file (or a local one, [`Client::open_local`]).
 #[derive(Debug)]
 pub struct Client {
-    pub(crate) transport: Box<dyn Transport>,
+    pub(crate) transport: Arc<dyn Transport>,
     pub url: String,
     pub options: Arc<Options>,
+    /// The last manifest read, and the selection it was read for: what a
+    /// fetch pinned to its ETag takes the cache's keys from, without
+    /// asking again.
+    known: Mutex<Option<(Vec<String>, Arc<Remote>)>>,
 }
 
 /// A URL's scheme, host, port (7070 unless given or implied) and path.
@@ -53,7 +57,7 @@ impl Client {
             }
         };
         let options = Arc::new(options);
-        let transport: Box<dyn Transport> = match via {
+        let transport: Arc<dyn Transport> = match via {
             Via::Quic => {
                 // Before any packet: a path no file can have fails here.
                 let file = crate::url_path::ztp_path(url)?;
@@ -66,7 +70,7 @@ impl Client {
                         .next()
                         .ok_or_else(|| Error::Transport(format!("{host}: no address")))?,
                 };
-                Box::new(QuicTransport {
+                Arc::new(QuicTransport {
                     conns: Arc::new(Spread::connect(addr, &host, Arc::clone(&options)).await?),
                     path: file,
                     url: url.to_owned(),
@@ -78,7 +82,7 @@ impl Client {
                 } else {
                     url.to_owned()
                 };
-                Box::new(HttpTransport::new(
+                Arc::new(HttpTransport::new(
                     HttpSource::new(&http_url, &options)?,
                     url,
                 ))
@@ -88,6 +92,7 @@ impl Client {
             transport,
             url: url.to_owned(),
             options,
+            known: Mutex::default(),
         })
     }
 
@@ -108,9 +113,10 @@ impl Client {
     pub async fn open_local(path: &str, options: Options) -> Result<Client> {
         let transport = LocalTransport::open(path, &options).await?;
         Ok(Client {
-            transport: Box::new(transport),
+            transport: Arc::new(transport),
             url: path.to_owned(),
             options: Arc::new(options),
+            known: Mutex::default(),
         })
     }
 
@@ -146,7 +152,13 @@ impl Client {
     /// for the rest; the ETag may then be the file's provisional one,
     /// which the server keeps accepting while the file is unchanged.
     pub async fn manifest_of(&self, select: &[String]) -> Result<Remote> {
-        self.transport.manifest(select).await
+        let remote = self.transport.manifest(select).await?;
+        if self.options.cache.is_some() {
+            if let Ok(mut known) = self.known.lock() {
+                *known = Some((select.to_vec(), Arc::new(remote.clone())));
+            }
+        }
+        Ok(remote)
     }
 
     /// Starts fetching the selected objects; components arrive verified, in completion order.
@@ -175,7 +187,56 @@ impl Client {
         if_match: Option<&str>,
         max_buffered: Option<u64>,
     ) -> Result<Fetch> {
+        if let Some(cache) = self.options.cache.as_ref().filter(|_| !self.is_local()) {
+            if let Some((remote, selected)) = self.pinned(select, if_match).await? {
+                let url = &self.url;
+                let cached = crate::cache::fetch::start(
+                    cache,
+                    &self.transport,
+                    url,
+                    remote,
+                    selected,
+                    max_buffered,
+                );
+                if let Some(fetch) = cached.await? {
+                    return Ok(fetch);
+                }
+            }
+        }
         self.transport.fetch(select, if_match, max_buffered).await
+    }
+
+    /// The manifest a cached fetch of `select` pins to, and the objects
+    /// it selects: the one last read when it is of `if_match`'s version
+    /// and holds every object `select` can name (all of them, or the
+    /// exact names asked for), else one read now. `None` when the version
+    /// read is not `if_match` (the fetch then fails as it would uncached).
+    async fn pinned(
+        &self,
+        select: &[String],
+        if_match: Option<&str>,
+    ) -> Result<Option<(Arc<Remote>, zt_format::Manifest)>> {
+        let known = self.known.lock().ok().and_then(|k| k.clone());
+        let usable = known.filter(|(read_for, remote)| {
+            if_match == Some(remote.etag.as_str())
+                && (read_for.is_empty()
+                    || read_for == select
+                    || select.iter().all(|p| {
+                        zt_format::select::Pattern::new(p)
+                            .ok()
+                            .and_then(|p| p.exact())
+                            .is_some_and(|n| remote.manifest.objects.contains_key(&n))
+                    }))
+        });
+        let remote = match usable {
+            Some((_, remote)) => remote,
+            None => Arc::new(self.manifest_of(select).await?),
+        };
+        if if_match.is_some_and(|want| want != remote.etag) {
+            return Ok(None);
+        }
+        let selected = select_from(&remote.manifest, select).map_err(|e| e.within(&self.url))?;
+        Ok(Some((remote, selected)))
     }
 
     /// Byte ranges of the file, as it was when its ETag was `etag`: over

@@ -49,6 +49,7 @@
 //! ```
 
 mod budget;
+pub mod cache;
 mod causes;
 mod client;
 mod copy;

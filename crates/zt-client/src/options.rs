@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::cache::Cache;
 use crate::trust::Trust;
 
 /// Which transport to use.
@@ -66,6 +67,10 @@ pub struct Options {
     /// (1,200 to 6,500); `None`: what the interfaces carry
     /// ([`crate::udp::max_payload`]).
     pub max_udp_payload: Option<u16>,
+    /// The cache components are taken from and stored in
+    /// ([`crate::cache`]); `None` (the default for the library): every
+    /// fetch asks the server. The tools use [`Cache::default_dir`].
+    pub cache: Option<Cache>,
 }
 
 /// The addresses of `host` for URLs with `port`.
@@ -160,6 +165,7 @@ impl Default for Options {
             resolve: Vec::new(),
             connect_to: None,
             max_udp_payload: None,
+            cache: None,
         }
     }
 }

@@ -89,6 +89,11 @@ fn parse_value(key: &Key, origin: &str, raw: &str) -> Result<toml::Value> {
 /// The environment variable that names the configuration file.
 pub const CONFIG_ENV: &str = "ZTSERVE_CONFIG";
 
+/// Variables of the clients (the `zt` tool and the Python package) that
+/// share the daemon's prefix: not configuration keys, and not refused, so
+/// one shell can run both.
+pub const CLIENT_ENV: [&str; 3] = ["ZTSERVE_CACHE", "ZTSERVE_CACHE_MAX", "ZTSERVE_ENDPOINT"];
+
 /// The keys command-line flags set: `(dotted key, value)` pairs.
 pub type FlagValues = Vec<(&'static str, toml::Value)>;
 
@@ -113,7 +118,10 @@ pub fn load(sources: &Sources<'_>) -> Result<Config> {
     };
     for (name, raw) in &sources.env {
         // ZTSERVE_CONFIG names the file itself (`--config`), not a key.
-        if !name.starts_with("ZTSERVE_") || name == CONFIG_ENV {
+        if !name.starts_with("ZTSERVE_")
+            || name == CONFIG_ENV
+            || CLIENT_ENV.contains(&name.as_str())
+        {
             continue;
         }
         let Some(key) = keys().iter().find(|k| k.env() == *name) else {
@@ -391,6 +399,17 @@ mod tests {
         })
         .unwrap_err();
         assert!(format!("{err:#}").contains("ZTSERVE_BOGUS"), "{err:#}");
+        // The clients' own variables are theirs: one shell runs both.
+        let ok = load(&Sources {
+            env: env(&[
+                ("ZTSERVE_ROOT", "/m"),
+                ("ZTSERVE_CACHE", "/tmp/c"),
+                ("ZTSERVE_CACHE_MAX", "1G"),
+                ("ZTSERVE_ENDPOINT", "http://x"),
+            ]),
+            ..Sources::default()
+        });
+        assert!(ok.is_ok(), "{:#}", ok.unwrap_err());
         // A datagram bound outside what QUIC and quinn's offload allow.
         for bad in ["1000", "9000"] {
             let err = load(&Sources {

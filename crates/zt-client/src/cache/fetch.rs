@@ -1,0 +1,309 @@
+//! A fetch that takes what the cache holds and asks the server only for
+//! the rest: objects whose every component is cached are read from the
+//! cache (checked against their digests, on the blocking pool, several at
+//! once), the others are fetched as always, pinned to the manifest's ETag,
+//! and stored as they arrive. A cached entry that fails its check is
+//! removed and its object fetched after the rest. The consumer sees one
+//! [`Fetch`], in completion order, bounded as the caller asked.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures_util::StreamExt as _;
+use tokio::sync::mpsc;
+use zt_format::{Component, Manifest};
+
+use super::{Cache, Key, Scope};
+use crate::budget::Budget;
+use crate::error::{Error, Result};
+use crate::fetch::{Event, Fetch};
+use crate::remote::Remote;
+use crate::transport::Transport;
+use crate::verify::{Delivered, Verification};
+
+/// Network components stored in the cache at once, ahead of delivery.
+const WRITES_IN_FLIGHT: usize = 4;
+
+/// One component found in the cache.
+#[derive(Debug)]
+struct Hit {
+    object: String,
+    role: String,
+    seq: u64,
+    component: Component,
+    key: Key,
+}
+
+/// What the forwarding task works with.
+struct Job {
+    cache: Cache,
+    transport: Arc<dyn Transport>,
+    url: String,
+    remote: Arc<Remote>,
+    tx: mpsc::UnboundedSender<crate::fetch::Arrival>,
+    budget: Option<Budget>,
+    max_buffered: Option<u64>,
+    sent: AtomicU64,
+}
+
+/// Starts fetching `selected` (objects of `remote`'s manifest) through
+/// `cache`; `None` when no selected component could be cached at all,
+/// for the caller to fetch as it would without one.
+pub(crate) async fn start(
+    cache: &Cache,
+    transport: &Arc<dyn Transport>,
+    url: &str,
+    remote: Arc<Remote>,
+    selected: Manifest,
+    max_buffered: Option<u64>,
+) -> Result<Option<Fetch>> {
+    let etag = remote.etag.as_str();
+    let key = |o: &str, r: &str, c: &Component| {
+        let scope = Scope {
+            url,
+            etag,
+            object: o,
+            component: r,
+        };
+        c.digest.as_ref().and_then(|d| Cache::key(d, scope))
+    };
+    let keyed = selected
+        .objects
+        .iter()
+        .flat_map(|(o, obj)| obj.components.iter().map(move |(r, c)| (o, r, c)))
+        .any(|(o, r, c)| key(o, r, c).is_some());
+    if !keyed {
+        return Ok(None);
+    }
+    // Whole objects only: one missing component fetches its object. The
+    // hits keep the send order, each object's components together.
+    let order = zt_format::send_order(&selected, &[]);
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    let mut cached: HashMap<&str, bool> = HashMap::new();
+    let mut keys = Vec::with_capacity(order.len());
+    for (i, (o, r, c)) in order.iter().enumerate() {
+        first.entry(o).or_insert(i);
+        let key = key(o, r, c).filter(|k| cache.has(k));
+        *cached.entry(o).or_insert(true) &= key.is_some();
+        keys.push(key);
+    }
+    let mut hits = Vec::new();
+    let mut misses = Vec::new();
+    for (seq, ((o, r, c), key)) in order.iter().zip(keys).enumerate() {
+        match key.filter(|_| cached.get(o) == Some(&true)) {
+            Some(key) => hits.push(Hit {
+                object: (*o).to_owned(),
+                role: (*r).to_owned(),
+                seq: seq as u64,
+                component: (*c).clone(),
+                key,
+            }),
+            None if first.get(o) == Some(&seq) => misses.push((*o).to_owned()),
+            None => {}
+        }
+    }
+    hits.sort_by_key(|h| (first.get(h.object.as_str()).copied(), h.seq));
+    let streams: u64 = selected
+        .objects
+        .values()
+        .map(|o| o.components.len() as u64)
+        .sum();
+    let network = fetch_objects(transport.as_ref(), &remote, &misses, max_buffered).await?;
+    let id = network.as_ref().map_or(0, |f| f.id);
+    tracing::debug!(url, cached = hits.len(), fetched = misses.len(), "cache");
+    let (tx, rx) = mpsc::unbounded_channel();
+    let job = Job {
+        cache: cache.clone(),
+        transport: Arc::clone(transport),
+        url: url.to_owned(),
+        remote: Arc::clone(&remote),
+        tx,
+        budget: max_buffered.map(Budget::new),
+        max_buffered,
+        sent: AtomicU64::new(0),
+    };
+    tokio::spawn(job.run(hits, network));
+    Ok(Some(Fetch::new(
+        id,
+        selected,
+        remote.etag.clone(),
+        remote.size,
+        streams,
+        rx,
+    )))
+}
+
+/// A fetch of exactly `objects`, pinned to `remote`'s ETag; `None` for none.
+async fn fetch_objects(
+    transport: &dyn Transport,
+    remote: &Remote,
+    objects: &[String],
+    max_buffered: Option<u64>,
+) -> Result<Option<Fetch>> {
+    if objects.is_empty() {
+        return Ok(None);
+    }
+    let select: Vec<String> = objects
+        .iter()
+        .map(|o| zt_format::select::escape(o))
+        .collect();
+    transport
+        .fetch(&select, Some(&remote.etag), max_buffered)
+        .await
+        .map(Some)
+}
+
+impl Job {
+    async fn run(self, hits: Vec<Hit>, network: Option<Fetch>) {
+        let (failed, ()) = tokio::join!(self.read_cached(hits), self.forward(network));
+        if !failed.is_empty() {
+            let again = fetch_objects(
+                self.transport.as_ref(),
+                &self.remote,
+                &failed,
+                self.max_buffered,
+            )
+            .await;
+            match again {
+                Ok(f) => self.forward(f).await,
+                Err(e) => {
+                    let _ = self.tx.send((Event::Lost(e), None));
+                }
+            }
+        }
+        let sent = self.sent.load(Ordering::Relaxed);
+        let _ = self.tx.send((Event::Done { sent }, None));
+    }
+
+    /// Reads the hits, several at once, and delivers each whole object
+    /// that passed; returns the objects that did not.
+    async fn read_cached(&self, hits: Vec<Hit>) -> Vec<String> {
+        let parallel = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let reads = futures_util::stream::iter(hits).map(|hit| async move {
+            let held = match &self.budget {
+                Some(b) => b.reserve(hit.component.length).await,
+                None => None,
+            };
+            let cache = self.cache.clone();
+            let (key, len) = (hit.key.clone(), hit.component.length);
+            let got = tokio::task::spawn_blocking(move || cache.get(&key, len))
+                .await
+                .ok()
+                .flatten();
+            (hit, got, held)
+        });
+        let mut reads = reads.buffered(parallel);
+        let mut failed: Vec<String> = Vec::new();
+        // The components of an object wait until all of it has passed.
+        let mut object: Vec<(Delivered, Option<crate::budget::Held>)> = Vec::new();
+        while let Some((hit, got, held)) = reads.next().await {
+            if object.first().is_some_and(|(d, _)| d.object != hit.object) {
+                self.deliver_all(std::mem::take(&mut object));
+            }
+            if failed.last() == Some(&hit.object) {
+                continue;
+            }
+            match got {
+                Some(Ok(data)) => object.push((delivered(hit, data), held)),
+                other => {
+                    if let Some(Err(why)) = other {
+                        tracing::warn!(url = %self.url, object = %hit.object, component = %hit.role, "{why}; fetching it again");
+                    }
+                    object.clear();
+                    failed.push(hit.object);
+                }
+            }
+        }
+        self.deliver_all(object);
+        failed
+    }
+
+    fn deliver_all(&self, parts: Vec<(Delivered, Option<crate::budget::Held>)>) {
+        for (d, held) in parts {
+            if self.tx.send((Event::Component(Ok(d)), held)).is_ok() {
+                self.sent.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Forwards `network`'s components, each stored in the cache first
+    /// (a few at once) when it was verified against a digest.
+    async fn forward(&self, network: Option<Fetch>) {
+        let Some(network) = network else { return };
+        let items = futures_util::stream::unfold(network, |mut f| async move {
+            f.next().await.map(|item| (item, f))
+        });
+        let stored = items
+            .map(|item| async move {
+                match item {
+                    Ok(d) => self.store(d).await,
+                    Err(e) => Err(e),
+                }
+            })
+            .buffered(WRITES_IN_FLIGHT);
+        let mut stored = std::pin::pin!(stored);
+        while let Some(item) = stored.next().await {
+            let event = match item {
+                Ok(d) => {
+                    let held = match &self.budget {
+                        Some(b) => b.reserve(d.data.len() as u64).await,
+                        None => None,
+                    };
+                    if self.tx.send((Event::Component(Ok(d)), held)).is_err() {
+                        return;
+                    }
+                    self.sent.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                // The connection is gone: nothing more comes, say so as it was said.
+                Err(e @ Error::Transport(_)) => Event::Lost(e),
+                Err(e) => Event::Component(Err(e)),
+            };
+            if self.tx.send((event, None)).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// `d`, after its bytes were stored (on the blocking pool).
+    async fn store(&self, d: Delivered) -> Result<Delivered> {
+        let key = match (&d.digest, d.verification) {
+            (Some(digest), Verification::Verified) => Cache::key(
+                digest,
+                Scope {
+                    url: &self.url,
+                    etag: &self.remote.etag,
+                    object: &d.object,
+                    component: &d.component,
+                },
+            ),
+            _ => None,
+        };
+        let Some(key) = key else { return Ok(d) };
+        let cache = self.cache.clone();
+        tokio::task::spawn_blocking(move || {
+            cache.put(&key, d.data.as_slice());
+            d
+        })
+        .await
+        .map_err(|e| Error::Transport(format!("storing a component in the cache: {e}")))
+    }
+}
+
+/// A cached component as a fetch delivers it: verified (the cache checked it).
+fn delivered(hit: Hit, data: zt_format::AlignedBuf) -> Delivered {
+    let c = hit.component;
+    Delivered {
+        object: hit.object,
+        component: hit.role,
+        seq: hit.seq,
+        dtype: c.dtype,
+        logical_type: c.logical_type,
+        encoding: c.encoding,
+        uncompressed_length: c.uncompressed_length,
+        digest: Some(hit.key.digest),
+        data,
+        verification: Verification::Verified,
+    }
+}

@@ -1,0 +1,262 @@
+//! A content-addressed cache of components on the client's disk, so that
+//! the same bytes are never fetched twice.
+//!
+//! # What is reused where
+//! - A component named by a **cryptographic digest** (sha256) is stored
+//!   under that digest, `sha256/ab/abcd…`, and reused wherever the same
+//!   digest appears: another file, another server, another version of the
+//!   model, whoever attested the digest (the file or the server). The
+//!   bytes are the ones that hash to it, and they are hashed again on
+//!   every read.
+//! - A component named only by a **checksum** (crc32c) is reused only for
+//!   the same URL, ETag, object and component: a checksum says the bytes
+//!   arrived intact, not which bytes they are. It is stored under a sha256
+//!   of that scope, with the checksum in its name (`crc32c/ab/<scope>-<crc>`).
+//! - A component without a digest, or with one this client cannot
+//!   compute, is never cached; nor are rows and slices (they are parts),
+//!   nor anything read from a local file.
+//!
+//! # On disk
+//! One file per component holding exactly its stored bytes (compressed
+//! for zstd), written to `tmp/` and renamed into place, so a reader sees
+//! a whole file or none, and two processes storing the same component
+//! leave one copy. Reads take no lock: an entry is opened, read and
+//! checked against the digest it is named by; one that fails is removed
+//! and fetched again. Each read touches the entry's modification time;
+//! past the size bound the least recently used entries are removed until
+//! the cache is back under 90 % of it. An entry removed while another
+//! process reads it stays readable to that process (an open file).
+
+mod evict;
+pub(crate) mod fetch;
+mod store;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use sha2::{Digest as _, Sha256};
+use zt_format::{Digest, DigestValue};
+
+pub use evict::{Entry, Pruned, Verified};
+
+/// The cache's size bound by default: 64 GiB.
+pub const DEFAULT_MAX_BYTES: u64 = 64 << 30;
+
+/// The environment variable naming the cache's folder (`off` turns the
+/// cache off).
+pub const CACHE_ENV: &str = "ZTSERVE_CACHE";
+
+/// The environment variable bounding the cache's size, in bytes (`K`,
+/// `M`, `G` and `T` suffixes, powers of 1024).
+pub const CACHE_MAX_ENV: &str = "ZTSERVE_CACHE_MAX";
+
+/// A cache folder, cheap to clone (one per process is typical; several
+/// processes may share the folder).
+#[derive(Debug, Clone)]
+pub struct Cache {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    max_bytes: u64,
+    /// The bytes this process believes the cache holds: `UNKNOWN` until
+    /// the first store scans the folder, then kept up to date by this
+    /// process's stores and rescanned whenever it passes the bound.
+    used: AtomicU64,
+}
+
+const UNKNOWN: u64 = u64::MAX;
+
+/// Where one component lives in the cache, and the digest it is checked
+/// against when read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Key {
+    pub(crate) rel: PathBuf,
+    pub(crate) digest: Digest,
+}
+
+/// Where a component came from, for the entries only that place may reuse.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Scope<'a> {
+    pub(crate) url: &'a str,
+    pub(crate) etag: &'a str,
+    pub(crate) object: &'a str,
+    pub(crate) component: &'a str,
+}
+
+impl Cache {
+    /// The cache in `dir` (created when missing), bounded at `max_bytes`.
+    pub fn open(dir: impl Into<PathBuf>, max_bytes: u64) -> std::io::Result<Cache> {
+        let dir = dir.into();
+        std::fs::create_dir_all(dir.join(store::TMP))?;
+        Ok(Cache {
+            inner: Arc::new(Inner {
+                dir,
+                max_bytes,
+                used: AtomicU64::new(UNKNOWN),
+            }),
+        })
+    }
+
+    /// The cache the tools use unless told otherwise: `$ZTSERVE_CACHE`
+    /// (`off`: none), else `$XDG_CACHE_HOME/ztserve`, else
+    /// `~/.cache/ztserve`; bounded by `$ZTSERVE_CACHE_MAX` or
+    /// [`DEFAULT_MAX_BYTES`]. `None` when it is off or no folder can be
+    /// named (no home).
+    pub fn default_dir() -> Option<PathBuf> {
+        match std::env::var_os(CACHE_ENV) {
+            Some(v) if v == "off" => None,
+            Some(v) if !v.is_empty() => Some(PathBuf::from(v)),
+            _ => std::env::var_os("XDG_CACHE_HOME")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+                .map(|base| base.join("ztserve")),
+        }
+    }
+
+    /// The size bound `$ZTSERVE_CACHE_MAX` names, or [`DEFAULT_MAX_BYTES`].
+    pub fn default_max_bytes() -> Result<u64, String> {
+        match std::env::var(CACHE_MAX_ENV) {
+            Ok(v) => parse_size(&v).map_err(|e| format!("{CACHE_MAX_ENV}={v:?}: {e}")),
+            Err(_) => Ok(DEFAULT_MAX_BYTES),
+        }
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The size bound, in bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.inner.max_bytes
+    }
+
+    /// Where a component with `digest`, from `scope`, is cached: by the
+    /// digest alone when it is cryptographic, by the scope and checksum
+    /// otherwise; `None` when it cannot be (no digest this client computes).
+    pub(crate) fn key(digest: &Digest, scope: Scope<'_>) -> Option<Key> {
+        let rel = match digest.value() {
+            DigestValue::Sha256(b) => {
+                let hex = hex(b);
+                Path::new("sha256").join(&hex[..2]).join(&hex)
+            }
+            DigestValue::Crc32c(crc) => {
+                let mut h = Sha256::new();
+                for part in [scope.url, scope.etag, scope.object, scope.component] {
+                    h.update(part.as_bytes());
+                    h.update([0]);
+                }
+                let hex = hex(&h.finalize());
+                Path::new("crc32c")
+                    .join(&hex[..2])
+                    .join(format!("{hex}-{crc:08x}"))
+            }
+            DigestValue::Unknown { .. } => return None,
+        };
+        Some(Key {
+            rel,
+            digest: digest.clone(),
+        })
+    }
+
+    /// Counts `len` bytes stored by this process; past the bound, prunes
+    /// back to 90 % of it. The first store scans the folder (which other
+    /// processes share), and so does every pruning.
+    fn stored(&self, len: u64) {
+        let (used, max) = (&self.inner.used, self.inner.max_bytes);
+        let now = match used.load(Ordering::Relaxed) {
+            UNKNOWN => self.scan_size(),
+            _ => used.fetch_add(len, Ordering::Relaxed).saturating_add(len),
+        };
+        let now = if now > max {
+            self.prune(max / 10 * 9).map_or(0, |p| p.left)
+        } else {
+            now
+        };
+        used.store(now, Ordering::Relaxed);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// A size in bytes: digits with an optional `K`, `M`, `G` or `T` (powers
+/// of 1024, `B`/`iB` accepted after them).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 30),
+        Some((i, 'T' | 't')) => (&t[..i], 40),
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (bytes, or a number with K, M, G or T)"))?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope<'a>(url: &'a str, etag: &'a str) -> Scope<'a> {
+        Scope {
+            url,
+            etag,
+            object: "w",
+            component: "data",
+        }
+    }
+
+    #[test]
+    fn a_cryptographic_digest_is_its_own_key_a_checksum_is_scoped() {
+        let sha = zt_format::DigestAlgorithm::Sha256.digest(b"abc");
+        let a = Cache::key(&sha, scope("http://a/x.zt", "e1")).unwrap();
+        let b = Cache::key(&sha, scope("quic://b/y.zt", "e2")).unwrap();
+        assert_eq!(a, b, "sha256 is reused wherever it appears");
+        assert!(a.rel.starts_with("sha256"));
+
+        let crc = zt_format::DigestAlgorithm::Crc32c.digest(b"abc");
+        let a = Cache::key(&crc, scope("http://a/x.zt", "e1")).unwrap();
+        let same = Cache::key(&crc, scope("http://a/x.zt", "e1")).unwrap();
+        let other_etag = Cache::key(&crc, scope("http://a/x.zt", "e2")).unwrap();
+        let other_url = Cache::key(&crc, scope("http://b/x.zt", "e1")).unwrap();
+        assert_eq!(a, same);
+        assert_ne!(a, other_etag);
+        assert_ne!(a, other_url);
+        assert!(a.rel.starts_with("crc32c"));
+
+        let unknown = Digest::parse("blake9:00").unwrap();
+        assert!(Cache::key(&unknown, scope("http://a/x.zt", "e1")).is_none());
+    }
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(parse_size("123"), Ok(123));
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("1t"), Ok(1 << 40));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+}

@@ -1,0 +1,153 @@
+//! Reading and writing one entry: a whole file or none, checked on every
+//! read. Blocking: callers run these on a blocking thread.
+
+use std::fs::File;
+use std::io::{Read as _, Write as _};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use zt_format::AlignedBuf;
+
+use super::{Cache, Key};
+
+/// The folder new entries are written in before they are renamed into place.
+pub(super) const TMP: &str = "tmp";
+
+impl Cache {
+    /// The entry at `key`, `len` bytes long, read and checked against its
+    /// digest: `None` when there is none; `Some(Err(why))` when there was
+    /// one and it failed (it is removed, so the caller fetches again).
+    pub(crate) fn get(&self, key: &Key, len: u64) -> Option<Result<AlignedBuf, String>> {
+        let path = self.dir().join(&key.rel);
+        let mut file = File::open(&path).ok()?;
+        let got = read_checked(&mut file, key, len);
+        if got.is_ok() {
+            // The least recently used go first: this one was just used.
+            let _ = file.set_modified(SystemTime::now());
+        } else {
+            let _ = std::fs::remove_file(&path);
+        }
+        Some(got.map_err(|why| format!("cache entry {}: {why}", path.display())))
+    }
+
+    /// Whether an entry exists at `key` (it may still fail its check).
+    pub(crate) fn has(&self, key: &Key) -> bool {
+        self.dir().join(&key.rel).is_file()
+    }
+
+    /// Stores `bytes` at `key`: written beside the cache and renamed into
+    /// place, so readers see all of it or nothing. Bytes larger than the
+    /// whole cache are not stored. Failing to store is not an error of
+    /// the fetch that delivered them: it is logged, and the fetch goes on.
+    pub(crate) fn put(&self, key: &Key, bytes: &[u8]) {
+        let len = bytes.len() as u64;
+        if len > self.max_bytes() {
+            return;
+        }
+        let path = self.dir().join(&key.rel);
+        if path.is_file() {
+            return;
+        }
+        let tmp = self.dir().join(TMP).join(temp_name());
+        let written = (|| {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            let mut f = File::create(&tmp)?;
+            f.write_all(bytes)?;
+            std::fs::rename(&tmp, &path)
+        })();
+        match written {
+            Ok(()) => self.stored(len),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                tracing::warn!(entry = %path.display(), error = %e, "not cached");
+            }
+        }
+    }
+}
+
+/// `len` bytes of `file`, checked against `key`'s digest.
+fn read_checked(file: &mut File, key: &Key, len: u64) -> Result<AlignedBuf, String> {
+    let on_disk = file.metadata().map_err(|e| e.to_string())?.len();
+    if on_disk != len {
+        return Err(format!("{on_disk} bytes where {len} were expected"));
+    }
+    let mut buf = AlignedBuf::zeroed(len).map_err(|r| r.to_string())?;
+    file.read_exact(buf.as_mut_slice())
+        .map_err(|e| e.to_string())?;
+    key.digest
+        .check(buf.as_slice())
+        .map_err(|rule| format!("{}: {rule}", rule.name()))?;
+    Ok(buf)
+}
+
+/// A name no other writer, in this process or another, uses at once.
+fn temp_name() -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    PathBuf::from(format!(
+        "{}-{}-{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Scope;
+    use super::*;
+
+    fn key(bytes: &[u8]) -> Key {
+        let d = zt_format::DigestAlgorithm::Sha256.digest(bytes);
+        Cache::key(
+            &d,
+            Scope {
+                url: "u",
+                etag: "e",
+                object: "o",
+                component: "data",
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn stored_bytes_come_back_checked_and_corrupt_ones_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path(), 1 << 20).unwrap();
+        let k = key(b"hello, weights");
+        assert!(cache.get(&k, 14).is_none());
+        cache.put(&k, b"hello, weights");
+        let got = cache.get(&k, 14).unwrap().unwrap();
+        assert_eq!(got.as_slice(), b"hello, weights");
+        assert_eq!(got.as_slice().as_ptr() as usize % 64, 0);
+
+        // One byte changed on disk: refused by the digest, and removed.
+        let path = dir.path().join(&k.rel);
+        std::fs::write(&path, b"hello, weighTs").unwrap();
+        let why = cache.get(&k, 14).unwrap().unwrap_err();
+        assert!(why.contains("digest"), "{why}");
+        assert!(!path.exists());
+
+        // Truncated: refused by its length before it is read.
+        cache.put(&k, b"hello, weights");
+        std::fs::write(&path, b"hello").unwrap();
+        let why = cache.get(&k, 14).unwrap().unwrap_err();
+        assert!(why.contains("5 bytes where 14"), "{why}");
+        // Nothing is left half-written in the temporary folder.
+        assert_eq!(std::fs::read_dir(dir.path().join(TMP)).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn bytes_larger_than_the_cache_are_not_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path(), 8).unwrap();
+        let k = key(b"more than eight");
+        cache.put(&k, b"more than eight");
+        assert!(cache.get(&k, 15).is_none());
+    }
+}

@@ -1,12 +1,17 @@
-//! Slices gathered by the daemon (`?slice=`), at the HTTP level: a
-//! component that fails its digest is refused before any of it is sliced,
-//! a zstd component is refused by name, the cap on runs holds, `HEAD`
-//! sends the headers alone. Every mix of dimensions and dtypes is checked
-//! against numpy in tests/interop/test_slices.py.
+//! Slices gathered by the daemon, at the HTTP level (`?slice=`) and over
+//! ztp/1 (a `get` with `slice`, feature `slices`): a component that fails
+//! its digest is refused before any of it is sliced, a zstd component is
+//! refused by name, the cap on runs holds, `HEAD` sends the headers
+//! alone, and only the slice's bytes move. Every mix of dimensions and
+//! dtypes is checked against numpy in tests/interop/test_slices.py.
 
 mod common;
 
+use common::quic::metric;
 use common::{curl, Server};
+use zt_client::trust::Trust;
+use zt_client::{Client, Options, Status};
+use zt_format::slice::Slice;
 use zt_format::{DType, DigestAlgorithm, StoreOptions, Writer};
 
 /// `m.zt`: `w` u8 [16, 8] (crc32c) and `z`, the same bytes zstd-compressed.
@@ -92,4 +97,78 @@ fn a_corrupt_component_is_never_sliced() {
         body.contains("corrupt") && body.contains("digest-mismatch"),
         "{body}"
     );
+}
+
+/// `spec` of `object` read through the client over ztp/1 from `s`.
+fn over_ztp(s: &Server, object: &str, spec: &str) -> zt_client::Result<(Vec<u8>, Vec<u64>)> {
+    let (q, fp) = s.quic.clone().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let options = Options {
+            trust: Trust::fingerprint(&fp).unwrap(),
+            require_digest: true,
+            ..Options::default()
+        };
+        let client = Client::connect(&format!("quic://{q}/m.zt"), options).await?;
+        let remote = client.manifest().await?;
+        let slice = Slice::parse(spec).unwrap();
+        let (d, shape) = client.read_slice(&remote, object, &slice).await?;
+        assert_eq!(d.verification, zt_client::Verification::Verified);
+        assert_eq!(d.data.as_slice().as_ptr() as usize % 64, 0);
+        client.close().await;
+        Ok((d.data.as_slice().to_vec(), shape))
+    })
+}
+
+#[test]
+fn over_ztp_only_the_slice_moves_under_its_own_digest() {
+    let root = tempfile::tempdir().unwrap();
+    let w = model(root.path());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config_file(dir.path(), "[limits]\nmax_slice_pieces = 8\n");
+    let s = Server::start_quic(root.path(), &["--config", &cfg]);
+    let before = metric(&s, "ztserve_quic_bytes_sent_total");
+    // Columns 2:5 of rows 0:8: 8 runs of 3 bytes.
+    let (got, shape) = over_ztp(&s, "w", "0:8,2:5").unwrap();
+    let want: Vec<u8> = w[..64].chunks(8).flat_map(|row| row[2..5].to_vec()).collect();
+    assert_eq!((got, shape), (want, vec![8, 3]));
+    assert_eq!(
+        metric(&s, "ztserve_quic_bytes_sent_total") - before,
+        24,
+        "exactly the slice's bytes moved"
+    );
+    // Rows and a block within them.
+    let (got, shape) = over_ztp(&s, "w", "3:5,6:8").unwrap();
+    assert_eq!((got, shape), (vec![w[30], w[31], w[38], w[39]], vec![2, 2]));
+    // 16 runs, past the cap of 8: refused by the server, naming the rule.
+    let e = over_ztp(&s, "w", ":,1:2").unwrap_err();
+    assert!(matches!(e, zt_client::Error::Server { status: Status::Ztp(_), .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("slice-too-many-pieces") || text.contains("16 separate runs"), "{text}");
+    // A compressed component cannot be gathered: refused by name.
+    let e = over_ztp(&s, "z", "0:2").unwrap_err();
+    assert!(e.to_string().contains("slice-not-raw-dense"), "{e}");
+    // Out of bounds: refused by the client before asking, by the rule.
+    let e = over_ztp(&s, "w", "0:17").unwrap_err();
+    assert!(e.to_string().contains("slice-out-of-bounds"), "{e}");
+}
+
+#[test]
+fn over_ztp_a_corrupt_component_is_never_sliced() {
+    let root = tempfile::tempdir().unwrap();
+    model(root.path());
+    let file = zt_format::ZtFile::open(root.path().join("m.zt")).unwrap();
+    let offset = file.manifest().component("w", "data").unwrap().offset;
+    drop(file);
+    let path = root.path().join("m.zt");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[offset as usize + 100] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let s = Server::start_quic(root.path(), &[]);
+    let e = over_ztp(&s, "w", "0:1").unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("digest-mismatch") || text.contains("corrupt"), "{text}");
 }

@@ -162,6 +162,7 @@ mod tests {
                 manifest_only: true,
                 ranges: vec![(0, 8), (16, 16)],
                 rows: Some((3, 9)),
+                slice: vec![(0, 4), (2, 6)],
                 share: Some((1, 4)),
             }),
             Message::Get(Get {

@@ -53,6 +53,11 @@ pub const FEATURE_RANGES: &str = "ranges";
 pub const FEATURE_ROWS: &str = "rows";
 
 /// The feature a server names in `manifest.features` when it answers a
+/// `get` with `slice`: a rectangular slice of a raw dense object,
+/// gathered into one stream under a digest of the bytes sent.
+pub const FEATURE_SLICES: &str = "slices";
+
+/// The feature a server names in `manifest.features` when it answers a
 /// `get` with `share`: every `count`-th component of the selection, so
 /// that one fetch can be spread over several connections.
 pub const FEATURE_SHARES: &str = "shares";

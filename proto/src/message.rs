@@ -32,6 +32,12 @@ pub struct Get {
     /// `select` names, sent instead of its whole `data` (feature
     /// [`crate::FEATURE_ROWS`]), under a digest of exactly those bytes.
     pub rows: Option<(u64, u64)>,
+    /// `[start, end)` per dimension, from the first (fewer than the
+    /// object's rank: the rest whole): a rectangular slice of the one raw
+    /// dense object `select` names, gathered into one stream instead of
+    /// its whole `data` (feature [`crate::FEATURE_SLICES`]), under a
+    /// digest of exactly those bytes; empty: none.
+    pub slice: Vec<(u64, u64)>,
     /// `[index, count]`: only the components [`crate::share::assign`]
     /// gives share `index` of `count` (feature [`crate::FEATURE_SHARES`]);
     /// one fetch spread over `count` requests, one per connection, each
@@ -162,6 +168,7 @@ impl Message {
                 ),
                 ("ranges", ranges(&g.ranges)),
                 ("rows", g.rows.map(|(a, b)| pair(a, b))),
+                ("slice", ranges(&g.slice)),
                 ("share", g.share.map(|(a, b)| pair(a, b))),
             ]),
             Message::Cancel(c) => map(vec![
@@ -210,6 +217,7 @@ impl Message {
                 },
                 ranges: f.ranges("ranges")?,
                 rows: f.pair("rows")?,
+                slice: f.ranges("slice")?,
                 share: f.pair("share")?,
             }),
             "cancel" => Message::Cancel(Cancel {

@@ -1,12 +1,13 @@
-//! The bytes handed to Python: a 64-byte-aligned buffer that a `Buffer`
-//! owns for as long as anything (a numpy array, a torch tensor, a
-//! memoryview) refers to it, exposed through the buffer protocol without
-//! a copy. The library never reuses a buffer it handed out.
+//! The bytes handed to Python: a 64-byte-aligned buffer (or a cached
+//! component mapped private and copy-on-write, page aligned) that a
+//! `Buffer` owns for as long as anything (a numpy array, a torch tensor,
+//! a memoryview) refers to it, exposed through the buffer protocol
+//! without a copy. The library never reuses a buffer it handed out.
 //!
 //! This module holds the crate's only `unsafe` code: filling in the
 //! `Py_buffer` that the buffer protocol asks for. It is sound because:
 //! - the pointer and length are taken once, when the `Buffer` is made,
-//!   from the `AlignedBuf` it then owns and never reads or moves the
+//!   from the `AlignedBuf` or mapping it then owns and never reads or moves the
 //!   contents of again (moving an `AlignedBuf` does not move its heap
 //!   bytes), so Python may write through the view without aliasing a Rust
 //!   borrow;
@@ -23,7 +24,25 @@ use std::ptr;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use zt_format::AlignedBuf;
+use zt_format::{AlignedBuf, PrivateMap};
+
+/// Verified bytes: in memory of their own, or a cached component mapped
+/// private and copy-on-write (a write changes this process's copy of a
+/// page, never the cache).
+#[derive(Debug)]
+pub(crate) enum Bytes {
+    Owned(AlignedBuf),
+    Mapped(PrivateMap),
+}
+
+impl Bytes {
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            Bytes::Owned(b) => b.as_mut_slice(),
+            Bytes::Mapped(m) => m.as_mut_slice(),
+        }
+    }
+}
 
 /// Bytes received, verified and owned by Python: 64-byte aligned,
 /// writable, never reused by the library.
@@ -33,17 +52,19 @@ pub(crate) struct Buffer {
     /// Where the bytes start (taken once from `owner`).
     addr: usize,
     len: usize,
+    mapped: bool,
     /// Owns the bytes; never read again after `addr` was taken.
-    _owner: AlignedBuf,
+    _owner: Bytes,
 }
 
 impl Buffer {
-    pub(crate) fn new(mut data: AlignedBuf) -> Buffer {
+    pub(crate) fn new(mut data: Bytes) -> Buffer {
         let slice = data.as_mut_slice();
         let (addr, len) = (slice.as_mut_ptr() as usize, slice.len());
         Buffer {
             addr,
             len,
+            mapped: matches!(data, Bytes::Mapped(_)),
             _owner: data,
         }
     }
@@ -59,6 +80,13 @@ impl Buffer {
     #[getter]
     fn address(&self) -> usize {
         self.addr
+    }
+
+    /// Whether the bytes are a cached component mapped from the cache's
+    /// file (`mmap=True`) rather than memory of their own.
+    #[getter]
+    fn mapped(&self) -> bool {
+        self.mapped
     }
 
     fn __repr__(&self) -> String {

@@ -34,6 +34,9 @@ pub(crate) struct ClientArgs {
     pub(crate) cache_dir: Option<String>,
     /// The cache's size bound, in bytes, or a size such as "64G".
     pub(crate) cache_max: Option<String>,
+    /// Hand cached components over as copy-on-write mappings of the
+    /// cache's files (`safe_open` and `load` only).
+    pub(crate) mmap: bool,
 }
 
 impl ClientArgs {
@@ -52,6 +55,7 @@ impl ClientArgs {
             cache: true,
             cache_dir: None,
             cache_max: None,
+            mmap: false,
         };
         let Some(dict) = dict else { return Ok(a) };
         for (k, v) in dict.iter() {
@@ -71,6 +75,7 @@ impl ClientArgs {
                 "cache" => a.cache = v.extract()?,
                 "cache_dir" => a.cache_dir = Some(v.str()?.to_string()),
                 "cache_max" => a.cache_max = Some(v.str()?.to_string()),
+                "mmap" => a.mmap = v.extract()?,
                 other => return Err(PyTypeError::new_err(format!("unknown option {other:?}"))),
             }
         }

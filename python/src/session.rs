@@ -74,6 +74,7 @@ impl Session {
         // safetensors or GGUF file) is read as it is (docs/python.md).
         options.require_digest &= Client::is_url(&source);
         let max_buffered = max_buffered_bytes.unwrap_or(256 << 20).max(1 << 20);
+        let mmap = args.mmap;
         let cap = options.component_cap;
         let at = source.clone();
         // A URL or a local path, read in place, through the same client.
@@ -97,6 +98,7 @@ impl Session {
                 client: Arc::new(client),
                 remote: Arc::new(remote),
                 max_buffered,
+                mmap,
             },
         );
         s.cap = cap;

@@ -11,6 +11,7 @@ use zt_client::{Client, Delivered, Remote};
 use zt_format::rows::Rows;
 use zt_format::slice::Slice;
 
+use crate::buffer::Bytes;
 use crate::error::{Failure, Kind};
 use crate::table::{Fetch, Part, Table};
 
@@ -22,6 +23,9 @@ pub(crate) struct Source {
     pub(crate) remote: Arc<Remote>,
     /// The most bytes one fetch holds received but not yet taken.
     pub(crate) max_buffered: u64,
+    /// Hand cached components over as mappings of the cache's files
+    /// (`mmap=True`) instead of reading them into memory.
+    pub(crate) mmap: bool,
 }
 
 impl Source {
@@ -33,9 +37,73 @@ impl Source {
         table: Arc<Table>,
         cap: u64,
     ) -> JoinHandle<()> {
-        let client = Arc::clone(&self.client);
-        let (etag, max) = (self.remote.etag.clone(), self.max_buffered);
-        rt.spawn(async move { fetch(&client, &etag, max, &work, &table, cap).await })
+        let source = self.clone();
+        rt.spawn(async move {
+            let work = match source.mmap {
+                true => source.mapped(work, &table).await,
+                false => work,
+            };
+            if !work.names.is_empty() {
+                let (etag, max) = (&source.remote.etag, source.max_buffered);
+                fetch(&source.client, etag, max, &work, &table, cap).await;
+            }
+        })
+    }
+
+    /// Delivers the objects of `work` whose every component the cache
+    /// holds (raw), mapped from it and checked, several at once on the
+    /// blocking pool; returns the rest, to be fetched.
+    async fn mapped(&self, mut work: Fetch, table: &Table) -> Fetch {
+        let Some(cache) = self.client.options.cache.clone().filter(|_| !self.client.is_local()) else {
+            return work;
+        };
+        let parallel = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let mut groups: Vec<Vec<String>> = vec![Vec::new(); parallel];
+        for (i, n) in work.names.drain(..).enumerate() {
+            groups[i % parallel].push(n);
+        }
+        let tasks: Vec<_> = groups
+            .into_iter()
+            .map(|names| {
+                let (cache, source) = (cache.clone(), self.clone());
+                let asked = names.clone();
+                let task = tokio::task::spawn_blocking(move || {
+                    names
+                        .into_iter()
+                        .map(|n| {
+                            let got = cache.map_object(&source.client.url, &source.remote, &n);
+                            (n, got)
+                        })
+                        .collect::<Vec<_>>()
+                });
+                (asked, task)
+            })
+            .collect();
+        for (asked, task) in tasks {
+            // A task that died maps nothing: its objects are fetched.
+            let got = task
+                .await
+                .unwrap_or_else(|_| asked.into_iter().map(|n| (n, None)).collect());
+            for (name, got) in got {
+                match got {
+                    Some(Ok(parts)) => {
+                        for m in parts {
+                            let part = Part {
+                                role: m.role,
+                                data: Bytes::Mapped(m.map),
+                                dtype: m.component.dtype,
+                                logical: m.component.logical_type,
+                            };
+                            table.deliver(work.id, &name, part);
+                        }
+                    }
+                    // Not cached, or an entry failed its check (removed):
+                    // fetched like the rest.
+                    _ => work.names.push(name),
+                }
+            }
+        }
+        work
     }
 
     /// Rows `rows` of `object`'s data, verified: from the server with a
@@ -140,7 +208,7 @@ fn decode(d: Delivered, cap: u64) -> zt_client::Result<(String, Part)> {
     };
     let part = Part {
         role: d.component,
-        data: owned.unwrap_or(d.data),
+        data: Bytes::Owned(owned.unwrap_or(d.data)),
         dtype: d.dtype,
         logical: d.logical_type,
     };

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use zt_format::{AlignedBuf, DType, LogicalType};
+use zt_format::{DType, LogicalType};
 
 use crate::error::{Failure, Kind};
 
@@ -15,7 +15,7 @@ use crate::error::{Failure, Kind};
 #[derive(Debug)]
 pub(crate) struct Part {
     pub(crate) role: String,
-    pub(crate) data: AlignedBuf,
+    pub(crate) data: crate::buffer::Bytes,
     pub(crate) dtype: DType,
     pub(crate) logical: Option<LogicalType>,
 }

@@ -64,6 +64,15 @@ class safe_open:
     ``progress`` (``True`` for a tqdm bar, or a callable
     ``(name, done_bytes, total_bytes)``).
 
+    The cache (docs/cache.md): components named by a sha256 digest are
+    taken from ``~/.cache/ztserve`` (``$ZTSERVE_CACHE``) wherever the same
+    digest was fetched before, checked again on reading, and only the
+    rest is fetched; ``cache=False`` turns it off, ``cache_dir`` and
+    ``cache_max`` (bytes, or ``"64G"``) choose another folder and bound.
+    ``mmap=True`` hands cached components over without a copy: arrays over
+    a copy-on-write mapping of the cache's file (numpy arrays read-only;
+    a torch tensor written in place changes its own pages, never the cache).
+
     Use it as a context manager: leaving the block (or ``close()``)
     cancels what is still in flight.
     """
@@ -251,7 +260,11 @@ class safe_open:
     def _array(self, buf, dtype, logical, shape):
         if self._torch:
             return _arrays.to_torch(buf, dtype, logical, shape, self._device)
-        return _arrays.to_numpy(buf, dtype, logical, shape)
+        arr = _arrays.to_numpy(buf, dtype, logical, shape)
+        if getattr(buf, "mapped", False):
+            # The cache's bytes, shared with every process that maps them.
+            arr.flags.writeable = False
+        return arr
 
 
 class TensorSlice:

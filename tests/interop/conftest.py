@@ -11,6 +11,17 @@ import zipfile
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def component_cache(tmp_path, monkeypatch):
+    """Each test starts with an empty component cache of its own (for the
+    Python package and `zt` alike), so one test's cached components never
+    answer another's fetch; the tools' default (~/.cache/ztserve) is never
+    touched."""
+    d = tmp_path / "zt-cache"
+    monkeypatch.setenv("ZTSERVE_CACHE", str(d))
+    return d
+
+
 @pytest.fixture(scope="session")
 def zt():
     """Runs the `zt` binary named by $ZT_BIN; the tests fail without it."""

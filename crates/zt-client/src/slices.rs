@@ -1,11 +1,12 @@
 //! Rectangular slices of a raw dense object ([`zt_format::slice`]),
 //! fetched without the rest of the tensor where the server gathers them:
 //! from a ztserve's component route with `?slice=` (its `Content-Digest`,
-//! the sha256 of exactly the gathered bytes, checked). Elsewhere the rows
-//! the slice spans are read as rows are (over ztp/1, which has no slices
-//! yet, those rows alone with their digest; from a plain Range server or
-//! a local file, the whole component checked against its digest), and the
-//! slice copied out of them. Each transport's way is in `transport/`.
+//! the sha256 of exactly the gathered bytes, checked), or over ztp/1 as a
+//! `get` with `slice` (feature `slices`, the stream checked against the
+//! digest the server announced). Elsewhere the rows the slice spans are
+//! read as rows are (from a plain Range server or a local file, the whole
+//! component checked against its digest), and the slice copied out of
+//! them. Each transport's way is in `transport/`.
 
 use zt_format::slice::Slice;
 use zt_format::AlignedBuf;

@@ -16,7 +16,7 @@ use std::io;
 use std::ops::Deref;
 use std::path::Path;
 
-use memmap2::Mmap;
+use memmap2::{Mmap, MmapMut, MmapOptions};
 
 /// Maps `file` read-only.
 pub(crate) fn map(file: &File) -> io::Result<Mmap> {
@@ -50,5 +50,38 @@ impl Deref for MappedFile {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         self.map.as_deref().unwrap_or_default()
+    }
+}
+
+/// A whole file mapped private and copy-on-write, for handing cached
+/// bytes to a caller without a copy: its pages are the page cache's
+/// until the caller writes one, which then becomes this process's own;
+/// the file never changes. Starts on a page boundary. The SIGBUS note
+/// above applies (the client's cache replaces entries by rename and
+/// removes them by unlink, never truncating one in place).
+#[derive(Debug)]
+pub struct PrivateMap {
+    map: Option<MmapMut>,
+}
+
+impl PrivateMap {
+    /// Maps `file` (an empty file gives an empty slice).
+    pub fn open(file: &File) -> io::Result<Self> {
+        let map = if file.metadata()?.len() == 0 {
+            None
+        } else {
+            // SAFETY: as `map` above; the mapping is private, so writes
+            // through it never reach the file.
+            Some(unsafe { MmapOptions::new().map_copy(file) }?)
+        };
+        Ok(PrivateMap { map })
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or_default()
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.map.as_deref_mut().unwrap_or_default()
     }
 }

@@ -22,6 +22,7 @@ use crate::server::State;
 const FEATURES: &[&str] = &[
     ztp_proto::FEATURE_RANGES,
     ztp_proto::FEATURE_ROWS,
+    ztp_proto::FEATURE_SLICES,
     ztp_proto::FEATURE_SHARES,
 ];
 
@@ -215,14 +216,23 @@ fn authorized(state: &State, g: &Get) -> bool {
 }
 
 /// What an authorized `get` is sent (`serve`): the file as it is now, at
-/// the version `if_match` names; then rows, byte ranges or the
+/// the version `if_match` names; then rows, a slice, byte ranges or the
 /// selection's components. `resolved` is the entry
 /// [`crate::server::Catalog::resolve`] gave, for a file that needed it.
 async fn plan(state: &Arc<State>, g: &Get, resolved: Option<Entry>) -> Result<Plan, Refusal> {
     let served = entry::current(state, &g.path, need(g), resolved).await?;
     let served = entry::matching(served, g.if_match.as_deref())?;
+    if g.rows.is_some() && !g.slice.is_empty() {
+        return Err(Refusal::NoMatch(format!(
+            "{}: a get carries rows or a slice, not both",
+            g.path
+        )));
+    }
     if let Some((start, end)) = g.rows {
         return plan::rows(state, served, &g.select, Rows { start, end }).await;
+    }
+    if !g.slice.is_empty() {
+        return plan::gathered(state, served, &g.select, &g.slice).await;
     }
     if !g.ranges.is_empty() {
         return plan::byte_ranges(served, &g.ranges);

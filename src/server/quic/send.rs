@@ -48,6 +48,8 @@ pub(super) struct Item {
     pub(super) header: ComponentHeader,
     /// A synthesized component's bytes ([`Part::memory`]).
     pub(super) memory: Option<bytes::Bytes>,
+    /// A gathered slice's runs of the file ([`Part::spans`]).
+    pub(super) spans: Option<Arc<[std::ops::Range<u64>]>>,
     /// Where it is read and checked ([`Part::from`], [`Part::check`]).
     pub(super) from: Arc<Served>,
     pub(super) check: plan::Check,
@@ -72,6 +74,7 @@ impl Item {
                 offset: c.offset,
             },
             memory: part.memory,
+            spans: part.spans,
             from: part.from,
             check: part.check,
         }
@@ -214,9 +217,18 @@ async fn send_one(
         Some(_) => 1,
         None => served.file.read_ahead(),
     };
-    let chunks = (h.offset..end)
-        .step_by(usize::try_from(CHUNK).unwrap_or(usize::MAX))
-        .map(|pos| (pos, CHUNK.min(end - pos)));
+    // The component's bytes, or a gathered slice's runs in order; each
+    // read a chunk at a time.
+    let whole = [h.offset..end];
+    let spans: &[std::ops::Range<u64>] = item.spans.as_deref().unwrap_or(&whole);
+    let mut chunks: Vec<(u64, u64)> = Vec::new();
+    for r in spans {
+        let mut pos = r.start;
+        while pos < r.end {
+            chunks.push((pos, CHUNK.min(r.end - pos)));
+            pos += CHUNK;
+        }
+    }
     let reads = futures_util::stream::iter(chunks)
         .map(|(pos, n)| async move {
             let buf = match memory {

@@ -28,6 +28,9 @@ pub(crate) struct Part {
     /// A synthesized component's bytes, which no range of the file holds
     /// (its `offset` is then 0): the part is sent from them.
     pub(crate) memory: Option<bytes::Bytes>,
+    /// A gathered slice's runs of the file, read in this order instead of
+    /// `offset..offset + length` (whose `offset` is then the first run's).
+    pub(crate) spans: Option<Arc<[std::ops::Range<u64>]>>,
     /// The entry whose file holds the bytes (a shard's, for a component
     /// of a sharded checkpoint) and checks them.
     pub(crate) from: Arc<Served>,
@@ -315,6 +318,7 @@ fn parts_of(
             role: role.to_owned(),
             component: c.clone(),
             memory: from.synthesized(name, role),
+            spans: None,
             from,
             check: Check::Component,
         });
@@ -364,6 +368,7 @@ pub(crate) fn byte_ranges(served: Arc<Served>, ranges: &[(u64, u64)]) -> Result<
             role: "data".to_owned(),
             component: c,
             memory: None,
+            spans: None,
             from: Arc::clone(&served),
             check: Check::Bytes,
         });
@@ -386,38 +391,86 @@ pub(crate) async fn rows(
     select: &[String],
     rows: Rows,
 ) -> Result<Plan, Refusal> {
-    let work = matching_work(&served, select);
-    let (of, wanted) = (Arc::clone(&served), select.to_vec());
-    let picked = state
-        .cpu
-        .run_sized("matching a selection", work, move || selected(&of, &wanted))
-        .await??;
-    let (name, mut obj) = match picked.objects.into_iter().collect::<Vec<_>>().as_slice() {
-        [(name, obj)] => (name.clone(), obj.clone()),
-        other => {
-            return Err(Refusal::NoMatch(format!(
-                "{}: rows need a selection of exactly one object; it names {}",
-                served.path,
-                other.len()
-            )))
-        }
-    };
+    let (name, mut obj) = one_object(state, &served, select, "rows").await?;
     let cut = slice(&served, &name, rows, state.catalog.digest_metrics()).await?;
     if let Some(first) = obj.shape.first_mut() {
         *first = rows.end.saturating_sub(rows.start);
     }
+    let offset = cut.component_offset.saturating_add(cut.start);
+    cut_part(served, name, obj, offset, cut.len, cut.digest, None)
+}
+
+/// Slice `ranges` (a `[start, end)` per dimension from the first) of the
+/// one raw dense object `select` names, as one part: the object shaped as
+/// the slice, its `data` the gathered runs (read in order when sent) under
+/// the sha256 of exactly those bytes (`digest_by: "server"`).
+pub(crate) async fn gathered(
+    state: &State,
+    served: Arc<Served>,
+    select: &[String],
+    ranges: &[(u64, u64)],
+) -> Result<Plan, Refusal> {
+    let (name, mut obj) = one_object(state, &served, select, "a slice").await?;
+    let ranges: Vec<std::ops::Range<u64>> = ranges.iter().map(|&(a, b)| a..b).collect();
+    let slice = zt_format::slice::Slice::of(&ranges);
+    let cap = state.config.limits.max_slice_pieces;
+    let metrics = state.catalog.digest_metrics();
+    let g = super::gather::gather(&served, &name, &slice, cap, metrics).await?;
+    obj.shape.clone_from(&g.gather.shape);
+    let offset = g.spans.first().map_or(0, |r| r.start);
+    let spans: Arc<[std::ops::Range<u64>]> = g.spans.into();
+    let len = g.gather.len();
+    cut_part(served, name, obj, offset, len, g.digest, Some(spans))
+}
+
+/// The one object `select` names, for a request of `what` (rows, a
+/// slice) that cuts one object.
+async fn one_object(
+    state: &State,
+    served: &Arc<Served>,
+    select: &[String],
+    what: &str,
+) -> Result<(String, zt_format::Object), Refusal> {
+    let work = matching_work(served, select);
+    let (of, wanted) = (Arc::clone(served), select.to_vec());
+    let picked = state
+        .cpu
+        .run_sized("matching a selection", work, move || selected(&of, &wanted))
+        .await??;
+    match picked.objects.into_iter().collect::<Vec<_>>().as_slice() {
+        [(name, obj)] => Ok((name.clone(), obj.clone())),
+        other => Err(Refusal::NoMatch(format!(
+            "{}: {what} need a selection of exactly one object; it names {}",
+            served.path,
+            other.len()
+        ))),
+    }
+}
+
+/// `obj` (already shaped as the cut) sent as one part: its `data` the
+/// `len` bytes at `offset` of the file (or the runs `spans`, in order),
+/// under `digest`, computed by the server.
+fn cut_part(
+    served: Arc<Served>,
+    name: String,
+    mut obj: zt_format::Object,
+    offset: u64,
+    len: u64,
+    digest: zt_format::Digest,
+    spans: Option<Arc<[std::ops::Range<u64>]>>,
+) -> Result<Plan, Refusal> {
     let (_, c) = component(&served, &name, "data")?;
     let mut c = c.clone();
-    c.offset = cut.component_offset.saturating_add(cut.start);
-    c.length = cut.len;
+    c.offset = offset;
+    c.length = len;
     c.uncompressed_length = None;
-    c.digest = Some(cut.digest);
+    c.digest = Some(digest);
     c.digest_computed = true;
     obj.components = zt_format::Components::new();
     obj.components.insert("data".to_owned(), c.clone());
     let m = Manifest {
         source: served.manifest.source,
-        // A shard's rows are checked against that shard's size.
+        // A shard's cut is checked against that shard's size.
         files: served.manifest.files.clone(),
         objects: [(name.clone(), obj)].into_iter().collect(),
         ..Manifest::default()
@@ -429,6 +482,7 @@ pub(crate) async fn rows(
         role: "data".to_owned(),
         component: c,
         memory: None,
+        spans,
         check: Check::Component,
     };
     Ok(Plan {

@@ -29,6 +29,7 @@
 
 mod evict;
 pub(crate) mod fetch;
+mod map;
 mod store;
 
 use std::path::{Path, PathBuf};
@@ -39,6 +40,7 @@ use sha2::{Digest as _, Sha256};
 use zt_format::{Digest, DigestValue};
 
 pub use evict::{Entry, Pruned, Verified};
+pub use map::Mapped;
 
 /// The cache's size bound by default: 64 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 30;

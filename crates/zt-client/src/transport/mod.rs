@@ -83,32 +83,7 @@ pub(crate) trait Transport: Send + Sync + fmt::Debug {
     /// (over ztp/1 those rows alone, with their digest) and the slice cut
     /// from them; a transport whose server gathers slices does better.
     fn read_slice<'a>(&'a self, asked: SliceAsked<'a>) -> BoxFuture<'a, Result<Delivered>> {
-        Box::pin(async move {
-            let label = format!("object {:?}", asked.object);
-            let first = asked.gather.ranges.first().cloned().unwrap_or(0..0);
-            let rows = Rows {
-                start: first.start,
-                end: first.end,
-            };
-            let obj = asked.remote.manifest.objects.get(asked.object);
-            let (start, len) = obj
-                .ok_or_else(|| crate::Error::Protocol(format!("{label}: not in the manifest")))
-                .and_then(|o| {
-                    rows.span(o)
-                        .map_err(|e| crate::Error::Usage(format!("{label}: {e}")))
-                })?;
-            let d = self
-                .read_rows(RowsAsked {
-                    remote: asked.remote,
-                    object: asked.object,
-                    rows,
-                    start,
-                    len,
-                    data: asked.data,
-                })
-                .await?;
-            cut_slice(&label, asked.gather, start, d)
-        })
+        Box::pin(slice_from_rows(self, asked))
     }
 
     /// Takes back a delivered component's buffer for a later component.
@@ -122,6 +97,38 @@ pub(crate) trait Transport: Send + Sync + fmt::Debug {
     fn is_local(&self) -> bool {
         false
     }
+}
+
+/// The slice asked for, cut from the rows it spans, read as `transport`
+/// reads rows: what a transport whose server does not gather slices does.
+pub(crate) async fn slice_from_rows<T: Transport + ?Sized>(
+    transport: &T,
+    asked: SliceAsked<'_>,
+) -> Result<Delivered> {
+    let label = format!("object {:?}", asked.object);
+    let first = asked.gather.ranges.first().cloned().unwrap_or(0..0);
+    let rows = Rows {
+        start: first.start,
+        end: first.end,
+    };
+    let obj = asked.remote.manifest.objects.get(asked.object);
+    let (start, len) = obj
+        .ok_or_else(|| crate::Error::Protocol(format!("{label}: not in the manifest")))
+        .and_then(|o| {
+            rows.span(o)
+                .map_err(|e| crate::Error::Usage(format!("{label}: {e}")))
+        })?;
+    let d = transport
+        .read_rows(RowsAsked {
+            remote: asked.remote,
+            object: asked.object,
+            rows,
+            start,
+            len,
+            data: asked.data,
+        })
+        .await?;
+    cut_slice(&label, asked.gather, start, d)
 }
 
 /// `rows` cut out of `whole`, the object's verified `data` component, into

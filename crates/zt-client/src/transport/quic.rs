@@ -1,12 +1,12 @@
 //! ztp/1 as a [`Transport`]: one QUIC connection to a ztserve, the file
-//! named by its path; ranges and rows as `get`s carrying them.
+//! named by its path; ranges, rows and slices as `get`s carrying them.
 
 use std::ops::Range;
 
 use futures_util::future::BoxFuture;
 use zt_format::AlignedBuf;
 
-use super::{RowsAsked, Transport};
+use super::{RowsAsked, SliceAsked, Transport};
 use crate::error::{Error, Result};
 use crate::fetch::Fetch;
 use crate::remote::Remote;
@@ -122,6 +122,38 @@ impl Transport for QuicTransport {
             if d.object != object || d.data.len() as u64 != len {
                 return Err(Error::Protocol(format!(
                     "{}: asked for {len} bytes of rows of {object:?}, got {} of {:?}",
+                    self.url,
+                    d.data.len(),
+                    d.object
+                )));
+            }
+            Ok(d)
+        })
+    }
+
+    fn read_slice<'a>(&'a self, asked: SliceAsked<'a>) -> BoxFuture<'a, Result<Delivered>> {
+        Box::pin(async move {
+            let offered = self
+                .conns
+                .first
+                .features()
+                .is_some_and(|f| f.iter().any(|x| x == ztp_proto::FEATURE_SLICES));
+            if !offered {
+                return super::slice_from_rows(self, asked).await;
+            }
+            let (object, len) = (asked.object, asked.gather.len());
+            let ranges = asked.gather.ranges.iter().map(|r| (r.start, r.end)).collect();
+            let mut f = self
+                .conns
+                .first
+                .request_slice(&self.path, object, ranges, &asked.remote.etag)
+                .await?;
+            let d = f.next().await.ok_or_else(|| {
+                Error::Protocol(format!("{}: {object}: no slice arrived", self.url))
+            })??;
+            if d.object != object || d.data.len() as u64 != len {
+                return Err(Error::Protocol(format!(
+                    "{}: asked for a slice of {len} bytes of {object:?}, got {} of {:?}",
                     self.url,
                     d.data.len(),
                     d.object

@@ -284,9 +284,32 @@ impl QuicClient {
         self.ask(get, None).await
     }
 
+    /// Slice `ranges` (`[start, end)` per dimension from the first) of
+    /// `object` (the server must name the feature
+    /// [`ztp_proto::FEATURE_SLICES`]): one stream of the gathered bytes,
+    /// checked against the digest of exactly those bytes that the server
+    /// computed.
+    pub(crate) async fn request_slice(
+        &self,
+        path: &str,
+        object: &str,
+        ranges: Vec<(u64, u64)>,
+        if_match: &str,
+    ) -> Result<Fetch> {
+        let get = Get {
+            path: path.to_owned(),
+            select: vec![zt_format::select::escape(object)],
+            token: self.options.token.clone(),
+            if_match: Some(if_match.to_owned()),
+            slice: ranges,
+            ..Get::default()
+        };
+        self.ask(get, None).await
+    }
+
     async fn ask(&self, get: Get, max_buffered: Option<u64>) -> Result<Fetch> {
-        // Rows start where they start: not on 64-byte boundaries.
-        let view = if get.rows.is_some() {
+        // Rows and slices start where they start: not on 64-byte boundaries.
+        let view = if get.rows.is_some() || !get.slice.is_empty() {
             zt_format::container::View::Parts
         } else {
             zt_format::container::View::File

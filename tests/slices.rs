@@ -133,7 +133,10 @@ fn over_ztp_only_the_slice_moves_under_its_own_digest() {
     let before = metric(&s, "ztserve_quic_bytes_sent_total");
     // Columns 2:5 of rows 0:8: 8 runs of 3 bytes.
     let (got, shape) = over_ztp(&s, "w", "0:8,2:5").unwrap();
-    let want: Vec<u8> = w[..64].chunks(8).flat_map(|row| row[2..5].to_vec()).collect();
+    let want: Vec<u8> = w[..64]
+        .chunks(8)
+        .flat_map(|row| row[2..5].to_vec())
+        .collect();
     assert_eq!((got, shape), (want, vec![8, 3]));
     assert_eq!(
         metric(&s, "ztserve_quic_bytes_sent_total") - before,
@@ -145,9 +148,21 @@ fn over_ztp_only_the_slice_moves_under_its_own_digest() {
     assert_eq!((got, shape), (vec![w[30], w[31], w[38], w[39]], vec![2, 2]));
     // 16 runs, past the cap of 8: refused by the server, naming the rule.
     let e = over_ztp(&s, "w", ":,1:2").unwrap_err();
-    assert!(matches!(e, zt_client::Error::Server { status: Status::Ztp(_), .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            zt_client::Error::Server {
+                status: Status::Ztp(_),
+                ..
+            }
+        ),
+        "{e}"
+    );
     let text = e.to_string();
-    assert!(text.contains("slice-too-many-pieces") || text.contains("16 separate runs"), "{text}");
+    assert!(
+        text.contains("slice-too-many-pieces") || text.contains("16 separate runs"),
+        "{text}"
+    );
     // A compressed component cannot be gathered: refused by name.
     let e = over_ztp(&s, "z", "0:2").unwrap_err();
     assert!(e.to_string().contains("slice-not-raw-dense"), "{e}");
@@ -170,5 +185,8 @@ fn over_ztp_a_corrupt_component_is_never_sliced() {
     let s = Server::start_quic(root.path(), &[]);
     let e = over_ztp(&s, "w", "0:1").unwrap_err();
     let text = e.to_string();
-    assert!(text.contains("digest-mismatch") || text.contains("corrupt"), "{text}");
+    assert!(
+        text.contains("digest-mismatch") || text.contains("corrupt"),
+        "{text}"
+    );
 }

@@ -54,7 +54,13 @@ impl Source {
     /// holds (raw), mapped from it and checked, several at once on the
     /// blocking pool; returns the rest, to be fetched.
     async fn mapped(&self, mut work: Fetch, table: &Table) -> Fetch {
-        let Some(cache) = self.client.options.cache.clone().filter(|_| !self.client.is_local()) else {
+        let Some(cache) = self
+            .client
+            .options
+            .cache
+            .clone()
+            .filter(|_| !self.client.is_local())
+        else {
             return work;
         };
         let parallel = std::thread::available_parallelism().map_or(2, |n| n.get());

@@ -353,6 +353,10 @@ _SAFETENSORS_DTYPE = {
 }
 
 
+# Blocks of a sharded load in flight at once.
+_SHARDS_AT_ONCE = 8
+
+
 def load(source, select=None, framework: str = "np", shard=None, dims=None, **options) -> dict[str, Any]:
     """Every selected tensor of ``source`` (see ``safe_open``) as a dict,
     in file order, each verified. Objects that are not dense are included
@@ -375,8 +379,14 @@ def load(source, select=None, framework: str = "np", shard=None, dims=None, **op
 
         split = {k: dim_of(k) for k in f.keys()}
         whole = [k for k, d in split.items() if d is None]
-        got = dict(f.tensors(whole)) if whole else {}
-        for k, d in split.items():
-            if d is not None:
-                got[k] = f.shard(k, rank, world, d)
+        cut = [(k, d) for k, d in split.items() if d is not None]
+        # The blocks several at once (each is one request, gathered by the
+        # daemon; the waits release the GIL), the whole tensors meanwhile.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, min(_SHARDS_AT_ONCE, len(cut)))) as pool:
+            blocks = [(k, pool.submit(f.shard, k, rank, world, d)) for k, d in cut]
+            got = dict(f.tensors(whole)) if whole else {}
+            for k, fut in blocks:
+                got[k] = fut.result()
         return {k: got[k] for k in f.keys() if k in got}

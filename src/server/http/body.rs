@@ -30,6 +30,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 
 use super::flow::Flow;
 use super::held::Held;
+use crate::server::serve::gather::Window;
 use crate::server::serve::recheck::Recheck;
 use crate::server::State;
 
@@ -40,6 +41,8 @@ use crate::server::store::READ_CHUNK as CHUNK;
 pub(crate) enum Part {
     Bytes(Bytes),
     File(Range<u64>),
+    /// A gathered slice: each window read once, its runs sent together.
+    Gathered(Arc<[Window]>),
 }
 
 /// Bytes of `held` a response reads at once now: a whole chunk of an
@@ -108,6 +111,40 @@ fn file_stream(
             }
         })
         // The first failure ends the body.
+        .scan(false, |failed, item| {
+            let next = (!*failed).then(|| {
+                *failed = item.is_err();
+                item
+            });
+            std::future::ready(next)
+        })
+}
+
+/// A gathered slice's bytes: each window read (charged to `flow` and the
+/// budget, the charge held until its runs are written), its runs picked
+/// out, in order; the first failure ends the body.
+fn gathered_stream(
+    served: Held,
+    state: Arc<State>,
+    flow: Arc<Flow>,
+    windows: Arc<[Window]>,
+) -> impl Stream<Item = io::Result<Bytes>> + Send {
+    let ahead = served.file().read_ahead();
+    stream::iter(0..windows.len())
+        .map(move |i| {
+            let (served, state, flow) = (served.clone(), Arc::clone(&state), Arc::clone(&flow));
+            let w = windows.get(i).cloned();
+            async move {
+                let Some(w) = w else {
+                    return Ok(Bytes::new());
+                };
+                let bytes = read(&served, &state, &flow, w.span.clone(), ahead).await?;
+                let out = w.pick(unchanged(&served, &state, &w.span, bytes)?);
+                state.metrics.add_bytes(out.len() as u64);
+                Ok(out)
+            }
+        })
+        .buffered(ahead)
         .scan(false, |failed, item| {
             let next = (!*failed).then(|| {
                 *failed = item.is_err();
@@ -235,6 +272,9 @@ pub(crate) fn body(
             first.take(),
         )
         .boxed(),
+        Part::Gathered(w) => {
+            gathered_stream(served.clone(), Arc::clone(&state), Arc::clone(&flow), w).boxed()
+        }
     });
     Body::from_stream(s)
 }

@@ -4,8 +4,9 @@
 //! exactly those bytes (`Content-Digest`), its shape (`X-Zt-Shape`) and
 //! the slice written out whole (`X-Zt-Slice`). The component is checked
 //! against its digest before any of it is read for the slice; the body is
-//! read in runs, each charged to the connection's window and the daemon's
-//! budget as every body is (`body.rs`). A `Range` header does not apply.
+//! read a window at a time (runs close together share a read), each
+//! charged to the connection's window and the daemon's budget as every
+//! body is (`body.rs`). A `Range` header does not apply.
 
 use std::sync::Arc;
 
@@ -81,7 +82,7 @@ pub(super) async fn respond(
     let payload = match method == Method::HEAD {
         true => axum::body::Body::empty(),
         false => {
-            let parts = g.spans.into_iter().map(Part::File).collect();
+            let parts = vec![Part::Gathered(g.windows)];
             body(
                 Held::Served(g.holder),
                 Arc::clone(state),

@@ -27,7 +27,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 enum Out {
     /// A message, and who wants to know once its bytes are with quinn.
-    Message(Message, Option<oneshot::Sender<()>>),
+    Message(Box<Message>, Option<oneshot::Sender<()>>),
     Close(Close),
 }
 
@@ -58,7 +58,7 @@ impl Control {
             while let Some(out) = rx.recv().await {
                 match out {
                     Out::Message(m, queued) => {
-                        let Ok(bytes) = frame_owned(m) else { continue };
+                        let Ok(bytes) = frame_owned(*m) else { continue };
                         if send.write_all(&bytes).await.is_err() {
                             break;
                         }
@@ -76,14 +76,19 @@ impl Control {
 
     /// Queues `m` after the messages before it.
     pub(super) async fn send(&self, m: Message) {
-        let _ = self.tx.send(Out::Message(m, None)).await;
+        let _ = self.tx.send(Out::Message(Box::new(m), None)).await;
     }
 
     /// Queues `m` and returns once its bytes are in the stream's send
     /// buffer, ahead of anything a component stream queues after.
     pub(super) async fn send_queued(&self, m: Message) {
         let (done, queued) = oneshot::channel();
-        if self.tx.send(Out::Message(m, Some(done))).await.is_ok() {
+        if self
+            .tx
+            .send(Out::Message(Box::new(m), Some(done)))
+            .await
+            .is_ok()
+        {
             let _ = queued.await;
         }
     }

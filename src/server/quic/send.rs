@@ -48,8 +48,8 @@ pub(super) struct Item {
     pub(super) header: ComponentHeader,
     /// A synthesized component's bytes ([`Part::memory`]).
     pub(super) memory: Option<bytes::Bytes>,
-    /// A gathered slice's runs of the file ([`Part::spans`]).
-    pub(super) spans: Option<Arc<[std::ops::Range<u64>]>>,
+    /// A gathered slice's reads of the file ([`Part::windows`]).
+    pub(super) windows: Option<Arc<[crate::server::serve::gather::Window]>>,
     /// Where it is read and checked ([`Part::from`], [`Part::check`]).
     pub(super) from: Arc<Served>,
     pub(super) check: plan::Check,
@@ -74,7 +74,7 @@ impl Item {
                 offset: c.offset,
             },
             memory: part.memory,
-            spans: part.spans,
+            windows: part.windows,
             from: part.from,
             check: part.check,
         }
@@ -217,19 +217,10 @@ async fn send_one(
         Some(_) => 1,
         None => served.file.read_ahead(),
     };
-    // The component's bytes, or a gathered slice's runs in order; each
-    // read a chunk at a time.
-    let whole = [h.offset..end];
-    let spans: &[std::ops::Range<u64>] = item.spans.as_deref().unwrap_or(&whole);
-    let mut chunks: Vec<(u64, u64)> = Vec::new();
-    for r in spans {
-        let mut pos = r.start;
-        while pos < r.end {
-            chunks.push((pos, CHUNK.min(r.end - pos)));
-            pos += CHUNK;
-        }
-    }
-    let reads = futures_util::stream::iter(chunks)
+    let chunks = (h.offset..end)
+        .step_by(usize::try_from(CHUNK).unwrap_or(usize::MAX))
+        .map(|pos| (pos, CHUNK.min(end - pos)));
+    let whole = futures_util::stream::iter(chunks)
         .map(|(pos, n)| async move {
             let buf = match memory {
                 // A synthesized component: its offset is 0, its bytes are here.
@@ -241,6 +232,24 @@ async fn send_one(
             buf.map(|b| (b, n))
         })
         .buffered(ahead);
+    // A gathered slice: each window read once (and charged to the send
+    // budget until its runs are acknowledged), its runs sent together.
+    let windows = item.windows.as_deref().unwrap_or_default();
+    let gathered = futures_util::stream::iter(0..windows.len())
+        .map(|i| async move {
+            let Some(w) = windows.get(i) else {
+                return Ok((bytes::Bytes::new(), 0));
+            };
+            let (pos, n) = (w.span.start, w.span.end - w.span.start);
+            let out = w.pick(read_chunk(state, served, h, pos, n).await?);
+            let n = out.len() as u64;
+            Ok((out, n))
+        })
+        .buffered(ahead);
+    let reads = match item.windows {
+        Some(_) => gathered.left_stream(),
+        None => whole.right_stream(),
+    };
     futures_util::pin_mut!(reads);
     while let Some(read) = reads.next().await {
         if ctl.is_cancelled(&h.object, &h.component) {

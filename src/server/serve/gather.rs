@@ -23,10 +23,91 @@ pub(crate) struct Gathered {
     pub(crate) gather: Gather,
     /// The entry whose file holds the bytes (a shard's, perhaps).
     pub(crate) holder: Arc<Served>,
-    /// The runs, as absolute spans of the holder's file, in order.
-    pub(crate) spans: Vec<Range<u64>>,
+    /// The reads that gather the runs, in order.
+    pub(crate) windows: Arc<[Window]>,
+    /// Where the first gathered byte lies in the holder's file.
+    pub(crate) first: u64,
     /// sha256 of exactly the gathered bytes.
     pub(crate) digest: Digest,
+}
+
+/// One read of a slice's bytes: a span of the file at most [`WINDOW`]
+/// long, and the runs of the slice it holds (relative to its start), in
+/// order. Runs closer together than a window share one read, so a column
+/// block of a matrix (a short run per row) costs a read per window, not
+/// one per row.
+#[derive(Debug, Clone)]
+pub(crate) struct Window {
+    pub(crate) span: Range<u64>,
+    pub(crate) runs: Vec<Range<usize>>,
+}
+
+/// Runs copied out of a window's read, holding the read (and its charge).
+struct Picked {
+    out: Vec<u8>,
+    _read: Bytes,
+}
+
+impl AsRef<[u8]> for Picked {
+    fn as_ref(&self) -> &[u8] {
+        &self.out
+    }
+}
+
+/// The most bytes one window reads: a run longer than this is read in
+/// pieces of it.
+pub(crate) const WINDOW: u64 = 1 << 20;
+
+impl Window {
+    /// How many of the slice's bytes it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.runs.iter().map(|r| r.end - r.start).sum()
+    }
+
+    /// The slice's bytes out of `read`, the window's bytes: the read
+    /// itself when one run fills it, else the runs copied together, which
+    /// keep the read alive with them, so that whatever budget the read
+    /// is charged to stays charged until the copy is dropped.
+    pub(crate) fn pick(&self, read: Bytes) -> Bytes {
+        match self.runs.as_slice() {
+            [only] if only.start == 0 && only.end == read.len() => read,
+            runs => {
+                let mut out = Vec::with_capacity(self.len());
+                for r in runs {
+                    out.extend_from_slice(read.get(r.clone()).unwrap_or_default());
+                }
+                Bytes::from_owner(Picked { out, _read: read })
+            }
+        }
+    }
+}
+
+/// The windows that read `spans` (absolute runs of the file, in order).
+fn windows(spans: impl Iterator<Item = Range<u64>>) -> Vec<Window> {
+    let mut out: Vec<Window> = Vec::new();
+    for run in spans {
+        let mut pos = run.start;
+        while pos < run.end {
+            let piece_end = run.end.min(pos.saturating_add(WINDOW));
+            let joins = out
+                .last()
+                .is_some_and(|w| piece_end.saturating_sub(w.span.start) <= WINDOW);
+            if !joins {
+                out.push(Window {
+                    span: pos..pos,
+                    runs: Vec::new(),
+                });
+            }
+            if let Some(w) = out.last_mut() {
+                let base = w.span.start;
+                let rel = |x: u64| usize::try_from(x - base).unwrap_or(usize::MAX);
+                w.runs.push(rel(pos)..rel(piece_end));
+                w.span.end = piece_end;
+            }
+            pos = piece_end;
+        }
+    }
+    out
 }
 
 /// Why a slice is not sent.
@@ -70,10 +151,7 @@ pub(crate) async fn gather(
     let holder = served
         .owner(object, "data")
         .unwrap_or_else(|| Arc::clone(served));
-    let spans: Vec<Range<u64>> = gather
-        .runs()
-        .map(|r| c.offset + r.start..c.offset + r.end)
-        .collect();
+    let windows = windows(gather.runs().map(|r| c.offset + r.start..c.offset + r.end));
     let unreadable = |e: std::io::Error| {
         SliceFailure::Refused(CheckFailure::Unreadable(format!(
             "{}: object {object:?}, component \"data\": reading slice {}: {e}",
@@ -83,15 +161,16 @@ pub(crate) async fn gather(
     };
     let mut hasher = Hasher::new(DigestAlgorithm::Sha256);
     let (mut batch, mut batched) = (Vec::<Bytes>::new(), 0usize);
-    for span in &spans {
-        let len = usize::try_from(span.end - span.start).unwrap_or(usize::MAX);
-        let bytes = match holder.file.read_now(span) {
+    for w in &windows {
+        let len = usize::try_from(w.span.end - w.span.start).unwrap_or(usize::MAX);
+        let bytes = match holder.file.read_now(&w.span) {
             Some(read) => read,
-            None => holder.file.read_async(len, span.start, None).await,
+            None => holder.file.read_async(len, w.span.start, None).await,
         }
         .map_err(unreadable)?;
-        batched += bytes.len();
-        batch.push(bytes);
+        let picked = w.pick(bytes);
+        batched += picked.len();
+        batch.push(picked);
         if batched >= HASH_BATCH {
             hasher = hash(hasher, std::mem::take(&mut batch)).await?;
             batched = 0;
@@ -100,10 +179,15 @@ pub(crate) async fn gather(
     let hasher = hash(hasher, batch).await?;
     metrics.rows.inc();
     metrics.row_bytes.inc_by(gather.len());
+    let first = windows
+        .first()
+        .and_then(|w| w.runs.first().map(|r| w.span.start + r.start as u64))
+        .unwrap_or(c.offset);
     Ok(Gathered {
         gather,
         holder,
-        spans,
+        windows: windows.into(),
+        first,
         digest: hasher.finish(),
     })
 }
@@ -124,4 +208,44 @@ async fn hash(mut hasher: Hasher, batch: Vec<Bytes>) -> Result<Hasher, SliceFail
             "hashing a slice: the blocking pool: {e}"
         )))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_closer_than_a_window_share_one_read() {
+        // A column block: 4 rows of 8,192 bytes, 1,024 of each.
+        let runs = (0..4u64).map(|r| 100 + r * 8192 + 3072..100 + r * 8192 + 4096);
+        let w = windows(runs);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].span, 100 + 3072..100 + 3 * 8192 + 4096);
+        assert_eq!(w[0].len(), 4096);
+        let read = Bytes::from(
+            (0..w[0].span.end - w[0].span.start)
+                .map(|i| i as u8)
+                .collect::<Vec<_>>(),
+        );
+        let picked = w[0].pick(read.clone());
+        assert_eq!(&picked[..1024], &read[..1024]);
+        assert_eq!(&picked[1024..2048], &read[8192..9216]);
+    }
+
+    #[test]
+    fn a_long_run_is_read_in_windows_without_a_copy() {
+        let w = windows(std::iter::once(10..10 + 2 * WINDOW + 5));
+        assert_eq!(w.len(), 3);
+        assert_eq!(w[2].span, 10 + 2 * WINDOW..10 + 2 * WINDOW + 5);
+        let read = Bytes::from(vec![7u8; WINDOW as usize]);
+        let picked = w[0].pick(read.clone());
+        assert_eq!(
+            picked.as_ptr(),
+            read.as_ptr(),
+            "one run filling the window is the read itself"
+        );
+        // Runs far apart: a window each.
+        let w = windows([0..4, 3 * WINDOW..3 * WINDOW + 4].into_iter());
+        assert_eq!(w.len(), 2);
+    }
 }

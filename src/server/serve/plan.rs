@@ -28,9 +28,9 @@ pub(crate) struct Part {
     /// A synthesized component's bytes, which no range of the file holds
     /// (its `offset` is then 0): the part is sent from them.
     pub(crate) memory: Option<bytes::Bytes>,
-    /// A gathered slice's runs of the file, read in this order instead of
-    /// `offset..offset + length` (whose `offset` is then the first run's).
-    pub(crate) spans: Option<Arc<[std::ops::Range<u64>]>>,
+    /// A gathered slice's reads of the file, in order, instead of
+    /// `offset..offset + length` (whose `offset` is then the first byte's).
+    pub(crate) windows: Option<Arc<[super::gather::Window]>>,
     /// The entry whose file holds the bytes (a shard's, for a component
     /// of a sharded checkpoint) and checks them.
     pub(crate) from: Arc<Served>,
@@ -318,7 +318,7 @@ fn parts_of(
             role: role.to_owned(),
             component: c.clone(),
             memory: from.synthesized(name, role),
-            spans: None,
+            windows: None,
             from,
             check: Check::Component,
         });
@@ -368,7 +368,7 @@ pub(crate) fn byte_ranges(served: Arc<Served>, ranges: &[(u64, u64)]) -> Result<
             role: "data".to_owned(),
             component: c,
             memory: None,
-            spans: None,
+            windows: None,
             from: Arc::clone(&served),
             check: Check::Bytes,
         });
@@ -417,10 +417,8 @@ pub(crate) async fn gathered(
     let metrics = state.catalog.digest_metrics();
     let g = super::gather::gather(&served, &name, &slice, cap, metrics).await?;
     obj.shape.clone_from(&g.gather.shape);
-    let offset = g.spans.first().map_or(0, |r| r.start);
-    let spans: Arc<[std::ops::Range<u64>]> = g.spans.into();
     let len = g.gather.len();
-    cut_part(served, name, obj, offset, len, g.digest, Some(spans))
+    cut_part(served, name, obj, g.first, len, g.digest, Some(g.windows))
 }
 
 /// The one object `select` names, for a request of `what` (rows, a
@@ -448,7 +446,7 @@ async fn one_object(
 }
 
 /// `obj` (already shaped as the cut) sent as one part: its `data` the
-/// `len` bytes at `offset` of the file (or the runs `spans`, in order),
+/// `len` bytes at `offset` of the file (or the reads `windows`, in order),
 /// under `digest`, computed by the server.
 fn cut_part(
     served: Arc<Served>,
@@ -457,7 +455,7 @@ fn cut_part(
     offset: u64,
     len: u64,
     digest: zt_format::Digest,
-    spans: Option<Arc<[std::ops::Range<u64>]>>,
+    windows: Option<Arc<[super::gather::Window]>>,
 ) -> Result<Plan, Refusal> {
     let (_, c) = component(&served, &name, "data")?;
     let mut c = c.clone();
@@ -482,7 +480,7 @@ fn cut_part(
         role: "data".to_owned(),
         component: c,
         memory: None,
-        spans,
+        windows,
         check: Check::Component,
     };
     Ok(Plan {

@@ -142,7 +142,12 @@ impl Transport for QuicTransport {
                 return super::slice_from_rows(self, asked).await;
             }
             let (object, len) = (asked.object, asked.gather.len());
-            let ranges = asked.gather.ranges.iter().map(|r| (r.start, r.end)).collect();
+            let ranges = asked
+                .gather
+                .ranges
+                .iter()
+                .map(|r| (r.start, r.end))
+                .collect();
             let mut f = self
                 .conns
                 .first

@@ -27,6 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             manifest_only: false,
             ranges: vec![(0, 8), (64, 4096)],
             rows: Some((2, 5)),
+            slice: vec![(0, 4), (8, 16)],
             share: Some((1, 4)),
         }),
         Message::Get(Get {

@@ -426,3 +426,59 @@ fn the_size_bound_holds_and_zt_cache_lists_and_prunes() {
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     assert!(s.sent() - before >= 32 * MIB);
 }
+
+#[test]
+fn the_library_bounded_below_one_object_still_finishes_and_never_guesses_a_selection() {
+    let root = tempfile::tempdir().unwrap();
+    write_zt(&root.path().join("m.zt"), 8, &[], DigestAlgorithm::Sha256);
+    let s = Served::new(root.path());
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    let url = s.server.url("/m.zt");
+    // Half the layers cached: the rest come over the network, alongside.
+    let half = work.path().join("half.zt");
+    let select: Vec<String> = (0..4)
+        .flat_map(|l| ["--select".to_owned(), format!("model.layers.{l}.w")])
+        .collect();
+    fetch_cached(&url, &select, &half, &cache);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let got = rt.block_on(async {
+        let options = zt_client::Options {
+            cache: Some(zt_client::cache::Cache::open(&cache, 1 << 30).unwrap()),
+            require_digest: true,
+            ..zt_client::Options::default()
+        };
+        let client = zt_client::Client::connect(&url, options).await.unwrap();
+        // A manifest read for one object first: a fetch of everything must
+        // not take it for the whole file.
+        let one = client
+            .manifest_of(&["model.layers.0.w".to_owned()])
+            .await
+            .unwrap();
+        // At most 256 KiB held for a consumer that takes its time, with
+        // objects of 1 MiB each.
+        let mut f = client
+            .fetch_bounded(&[], Some(&one.etag), 256 << 10)
+            .await
+            .unwrap();
+        let mut names = Vec::new();
+        loop {
+            let next = tokio::time::timeout(std::time::Duration::from_secs(30), f.next()).await;
+            match next.expect("the fetch stalled") {
+                Some(d) => {
+                    let d = d.unwrap();
+                    assert_eq!(d.verification, zt_client::Verification::Verified);
+                    names.push((d.object, d.data.len()));
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                None => break,
+            }
+        }
+        names
+    });
+    assert_eq!(got.len(), 8, "{got:?}");
+    assert!(got.iter().all(|(_, n)| *n == MIB as usize));
+}

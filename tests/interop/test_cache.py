@@ -172,6 +172,14 @@ def test_mmap_hands_cached_tensors_over_without_a_copy(versions, component_cache
         assert a.ctypes.data % 4096 == 0, name
         with pytest.raises(ValueError):
             a[0, 0] = 1.0
+    # The cache's folders are the user's alone.
+    assert (component_cache.stat().st_mode & 0o777) == 0o700
+    # An entry others could write is not mapped: fetched again, an array of its own.
+    victim = entries(component_cache)[0]
+    victim.chmod(0o666)
+    again = ztserve.load(url, insecure=True, mmap=True)
+    same(again, V1)
+    assert sum(a.flags.writeable for a in again.values()) == 1
     # The mapping outlives the handle and the entry (an unlinked file stays mapped).
     for p in entries(component_cache):
         p.unlink()

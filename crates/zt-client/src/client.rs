@@ -221,12 +221,13 @@ impl Client {
             if_match == Some(remote.etag.as_str())
                 && (read_for.is_empty()
                     || read_for == select
-                    || select.iter().all(|p| {
-                        zt_format::select::Pattern::new(p)
-                            .ok()
-                            .and_then(|p| p.exact())
-                            .is_some_and(|n| remote.manifest.objects.contains_key(&n))
-                    }))
+                    || !select.is_empty()
+                        && select.iter().all(|p| {
+                            zt_format::select::Pattern::new(p)
+                                .ok()
+                                .and_then(|p| p.exact())
+                                .is_some_and(|n| remote.manifest.objects.contains_key(&n))
+                        }))
         });
         let remote = match usable {
             Some((_, remote)) => remote,

@@ -139,7 +139,7 @@ fn gathered_stream(
                     return Ok(Bytes::new());
                 };
                 let bytes = read(&served, &state, &flow, w.span.clone(), ahead).await?;
-                let out = w.pick(unchanged(&served, &state, &w.span, bytes)?);
+                let out = w.pick(unchanged(&served, &state, &w.span, bytes)?)?;
                 state.metrics.add_bytes(out.len() as u64);
                 Ok(out)
             }

@@ -241,7 +241,13 @@ async fn send_one(
                 return Ok((bytes::Bytes::new(), 0));
             };
             let (pos, n) = (w.span.start, w.span.end - w.span.start);
-            let out = w.pick(read_chunk(state, served, h, pos, n).await?);
+            let read = read_chunk(state, served, h, pos, n).await?;
+            let out = w.pick(read).map_err(|e| {
+                Unread::Refused(Refusal::Unreadable(format!(
+                    "{}: object {:?}: reading a slice: {e}",
+                    served.path, h.object
+                )))
+            })?;
             let n = out.len() as u64;
             Ok((out, n))
         })

@@ -68,8 +68,17 @@ impl Window {
     /// itself when one run fills it, else the runs copied together, which
     /// keep the read alive with them, so that whatever budget the read
     /// is charged to stays charged until the copy is dropped.
-    pub(crate) fn pick(&self, read: Bytes) -> Bytes {
-        match self.runs.as_slice() {
+    /// A read shorter than the window (a file cut short under it) is an
+    /// error, never a slice with runs missing.
+    pub(crate) fn pick(&self, read: Bytes) -> std::io::Result<Bytes> {
+        let span = usize::try_from(self.span.end - self.span.start).unwrap_or(usize::MAX);
+        if read.len() != span {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("read {} bytes of a {span}-byte window", read.len()),
+            ));
+        }
+        Ok(match self.runs.as_slice() {
             [only] if only.start == 0 && only.end == read.len() => read,
             runs => {
                 let mut out = Vec::with_capacity(self.len());
@@ -78,7 +87,7 @@ impl Window {
                 }
                 Bytes::from_owner(Picked { out, _read: read })
             }
-        }
+        })
     }
 }
 
@@ -168,9 +177,9 @@ pub(crate) async fn gather(
             None => holder.file.read_async(len, w.span.start, None).await,
         }
         .map_err(unreadable)?;
-        let picked = w.pick(bytes);
-        batched += picked.len();
-        batch.push(picked);
+        // A picked window keeps its read alive: count the read.
+        batched += len;
+        batch.push(w.pick(bytes).map_err(unreadable)?);
         if batched >= HASH_BATCH {
             hasher = hash(hasher, std::mem::take(&mut batch)).await?;
             batched = 0;
@@ -227,8 +236,12 @@ mod tests {
                 .map(|i| i as u8)
                 .collect::<Vec<_>>(),
         );
-        let picked = w[0].pick(read.clone());
+        let picked = w[0].pick(read.clone()).unwrap();
         assert_eq!(&picked[..1024], &read[..1024]);
+        assert!(
+            w[0].pick(read.slice(..100)).is_err(),
+            "a short read is refused"
+        );
         assert_eq!(&picked[1024..2048], &read[8192..9216]);
     }
 
@@ -238,7 +251,7 @@ mod tests {
         assert_eq!(w.len(), 3);
         assert_eq!(w[2].span, 10 + 2 * WINDOW..10 + 2 * WINDOW + 5);
         let read = Bytes::from(vec![7u8; WINDOW as usize]);
-        let picked = w[0].pick(read.clone());
+        let picked = w[0].pick(read.clone()).unwrap();
         assert_eq!(
             picked.as_ptr(),
             read.as_ptr(),

@@ -176,55 +176,81 @@ impl Job {
         let _ = self.tx.send((Event::Done { sent }, None));
     }
 
-    /// Reads the hits, several at once, and delivers each whole object
-    /// that passed; returns the objects that did not.
+    /// Reads the hits, several objects at once, and delivers each object
+    /// whole as soon as all of it passed; returns the objects that did
+    /// not. Each object reserves its bytes of the budget before it is
+    /// read (an object larger than the whole budget goes through alone),
+    /// held until the consumer takes its last component.
     async fn read_cached(&self, hits: Vec<Hit>) -> Vec<String> {
         let parallel = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let reads = futures_util::stream::iter(hits).map(|hit| async move {
+        let mut objects: Vec<Vec<Hit>> = Vec::new();
+        for hit in hits {
+            match objects.last_mut() {
+                Some(o) if o.first().is_some_and(|h| h.object == hit.object) => o.push(hit),
+                _ => objects.push(vec![hit]),
+            }
+        }
+        let reads = futures_util::stream::iter(objects).map(|parts| async move {
+            if self.tx.is_closed() {
+                return (parts, None, None);
+            }
+            let bytes: u64 = parts.iter().map(|h| h.component.length).sum();
             let held = match &self.budget {
-                Some(b) => b.reserve(hit.component.length).await,
+                Some(b) => b.reserve(bytes).await,
                 None => None,
             };
             let cache = self.cache.clone();
-            let (key, len) = (hit.key.clone(), hit.component.length);
-            let got = tokio::task::spawn_blocking(move || cache.get(&key, len))
-                .await
-                .ok()
-                .flatten();
-            (hit, got, held)
+            let keys: Vec<(Key, u64)> = parts
+                .iter()
+                .map(|h| (h.key.clone(), h.component.length))
+                .collect();
+            let got = tokio::task::spawn_blocking(move || {
+                keys.iter()
+                    .map(|(key, len)| cache.get(key, *len))
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .ok();
+            (parts, got, held)
         });
-        let mut reads = reads.buffered(parallel);
+        let mut reads = std::pin::pin!(reads.buffered(parallel));
         let mut failed: Vec<String> = Vec::new();
-        // The components of an object wait until all of it has passed.
-        let mut object: Vec<(Delivered, Option<crate::budget::Held>)> = Vec::new();
-        while let Some((hit, got, held)) = reads.next().await {
-            if object.first().is_some_and(|(d, _)| d.object != hit.object) {
-                self.deliver_all(std::mem::take(&mut object));
+        while let Some((parts, got, held)) = reads.next().await {
+            if self.tx.is_closed() {
+                return Vec::new();
             }
-            if failed.last() == Some(&hit.object) {
-                continue;
-            }
-            match got {
-                Some(Ok(data)) => object.push((delivered(hit, data), held)),
-                other => {
-                    if let Some(Err(why)) = other {
+            let object = parts.first().map(|h| h.object.clone()).unwrap_or_default();
+            let mut whole = Vec::with_capacity(parts.len());
+            for (hit, read) in parts.into_iter().zip(got.into_iter().flatten()) {
+                match read {
+                    Some(Ok(data)) => whole.push(delivered(hit, data)),
+                    Some(Err(why)) => {
                         tracing::warn!(url = %self.url, object = %hit.object, component = %hit.role, "{why}; fetching it again");
                     }
-                    object.clear();
-                    failed.push(hit.object);
+                    // Pruned meanwhile by another process.
+                    None => {}
+                }
+            }
+            let expected = self
+                .remote
+                .manifest
+                .objects
+                .get(&object)
+                .map(|o| o.components.len());
+            if Some(whole.len()) != expected {
+                failed.push(object);
+                continue;
+            }
+            let last = whole.len().saturating_sub(1);
+            let mut held = held;
+            for (i, d) in whole.into_iter().enumerate() {
+                let h = if i == last { held.take() } else { None };
+                if self.tx.send((Event::Component(Ok(d)), h)).is_ok() {
+                    self.sent.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
-        self.deliver_all(object);
         failed
-    }
-
-    fn deliver_all(&self, parts: Vec<(Delivered, Option<crate::budget::Held>)>) {
-        for (d, held) in parts {
-            if self.tx.send((Event::Component(Ok(d)), held)).is_ok() {
-                self.sent.fetch_add(1, Ordering::Relaxed);
-            }
-        }
     }
 
     /// Forwards `network`'s components, each stored in the cache first
@@ -234,22 +260,22 @@ impl Job {
         let items = futures_util::stream::unfold(network, |mut f| async move {
             f.next().await.map(|item| (item, f))
         });
+        // The outer budget is reserved before a component is stored, so
+        // at most it (and the network fetch's own) is held in between.
         let stored = items
             .map(|item| async move {
-                match item {
-                    Ok(d) => self.store(d).await,
-                    Err(e) => Err(e),
-                }
+                let d = item?;
+                let held = match &self.budget {
+                    Some(b) => b.reserve(d.data.len() as u64).await,
+                    None => None,
+                };
+                self.store(d).await.map(|d| (d, held))
             })
             .buffered(WRITES_IN_FLIGHT);
         let mut stored = std::pin::pin!(stored);
         while let Some(item) = stored.next().await {
             let event = match item {
-                Ok(d) => {
-                    let held = match &self.budget {
-                        Some(b) => b.reserve(d.data.len() as u64).await,
-                        None => None,
-                    };
+                Ok((d, held)) => {
                     if self.tx.send((Event::Component(Ok(d)), held)).is_err() {
                         return;
                     }
@@ -257,10 +283,10 @@ impl Job {
                     continue;
                 }
                 // The connection is gone: nothing more comes, say so as it was said.
-                Err(e @ Error::Transport(_)) => Event::Lost(e),
-                Err(e) => Event::Component(Err(e)),
+                Err(e @ Error::Transport(_)) => (Event::Lost(e), None),
+                Err(e) => (Event::Component(Err(e)), None),
             };
-            if self.tx.send((event, None)).is_err() {
+            if self.tx.send(event).is_err() {
                 return;
             }
         }

@@ -54,8 +54,12 @@ impl Cache {
                 .metadata()
                 .map_err(|e| e.to_string())
                 .and_then(|m| match m.len() {
-                    n if n == c.length => PrivateMap::open(&file).map_err(|e| e.to_string()),
-                    n => Err(format!("{n} bytes where {} were expected", c.length)),
+                    n if n != c.length => Err(format!("{n} bytes where {} were expected", c.length)),
+                    _ if !private(&m) => Err(
+                        "not this user's alone (another owner, writable by others, or linked elsewhere): not mapped"
+                            .to_owned(),
+                    ),
+                    _ => PrivateMap::open(&file).map_err(|e| e.to_string()),
                 })
                 .and_then(|map| {
                     key.digest
@@ -80,4 +84,12 @@ impl Cache {
         }
         Some(Ok(out))
     }
+}
+
+/// Whether an entry is this user's alone: owned by them, written by no one
+/// else, and no other name for it. A mapping is checked once, when it is
+/// made; only its owner could change its pages after that.
+fn private(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    m.uid() == rustix::process::geteuid().as_raw() && m.mode() & 0o022 == 0 && m.nlink() == 1
 }

@@ -25,7 +25,8 @@
 //! and fetched again. Each read touches the entry's modification time;
 //! past the size bound the least recently used entries are removed until
 //! the cache is back under 90 % of it. An entry removed while another
-//! process reads it stays readable to that process (an open file).
+//! process reads it stays readable to that process (an open file). The
+//! folders are this user's alone (0700).
 
 mod evict;
 pub(crate) mod fetch;
@@ -33,8 +34,7 @@ mod map;
 mod store;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use sha2::{Digest as _, Sha256};
 use zt_format::{Digest, DigestValue};
@@ -64,13 +64,19 @@ pub struct Cache {
 struct Inner {
     dir: PathBuf,
     max_bytes: u64,
-    /// The bytes this process believes the cache holds: `UNKNOWN` until
-    /// the first store scans the folder, then kept up to date by this
-    /// process's stores and rescanned whenever it passes the bound.
-    used: AtomicU64,
+    /// What this process believes the cache holds (other processes
+    /// store in it too: rescanned every tenth of the bound stored here).
+    usage: Mutex<Usage>,
 }
 
-const UNKNOWN: u64 = u64::MAX;
+#[derive(Debug, Default)]
+struct Usage {
+    /// The bytes the cache held at the last scan, plus this process's
+    /// stores since; `None` before the first scan.
+    held: Option<u64>,
+    /// Bytes this process stored since the last scan.
+    since_scan: u64,
+}
 
 /// Where one component lives in the cache, and the digest it is checked
 /// against when read.
@@ -93,12 +99,12 @@ impl Cache {
     /// The cache in `dir` (created when missing), bounded at `max_bytes`.
     pub fn open(dir: impl Into<PathBuf>, max_bytes: u64) -> std::io::Result<Cache> {
         let dir = dir.into();
-        std::fs::create_dir_all(dir.join(store::TMP))?;
+        private_dirs(&dir.join(store::TMP))?;
         Ok(Cache {
             inner: Arc::new(Inner {
                 dir,
                 max_bytes,
-                used: AtomicU64::new(UNKNOWN),
+                usage: Mutex::default(),
             }),
         })
     }
@@ -167,21 +173,40 @@ impl Cache {
     }
 
     /// Counts `len` bytes stored by this process; past the bound, prunes
-    /// back to 90 % of it. The first store scans the folder (which other
-    /// processes share), and so does every pruning.
+    /// back to 90 % of it. The first store scans the folder, and so does
+    /// every tenth of the bound stored since (other processes share the
+    /// folder), and every pruning.
     fn stored(&self, len: u64) {
-        let (used, max) = (&self.inner.used, self.inner.max_bytes);
-        let now = match used.load(Ordering::Relaxed) {
-            UNKNOWN => self.scan_size(),
-            _ => used.fetch_add(len, Ordering::Relaxed).saturating_add(len),
+        let max = self.inner.max_bytes;
+        let Ok(mut u) = self.inner.usage.lock() else {
+            return;
         };
-        let now = if now > max {
-            self.prune(max / 10 * 9).map_or(0, |p| p.left)
-        } else {
-            now
+        u.since_scan = u.since_scan.saturating_add(len);
+        let mut held = match u.held {
+            Some(n) if u.since_scan <= max / 10 => n.saturating_add(len),
+            _ => {
+                u.since_scan = 0;
+                self.scan_size()
+            }
         };
-        used.store(now, Ordering::Relaxed);
+        if held > max {
+            if let Ok(p) = self.prune(max / 10 * 9) {
+                held = p.left;
+            }
+            u.since_scan = 0;
+        }
+        u.held = Some(held);
     }
+}
+
+/// Creates `dir` and the folders above it that are missing, readable and
+/// writable by this user alone: cached weights are the user's.
+pub(super) fn private_dirs(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 fn hex(bytes: &[u8]) -> String {

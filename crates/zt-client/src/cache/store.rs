@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
-use zt_format::AlignedBuf;
+use zt_format::{AlignedBuf, Hasher};
 
 use super::{Cache, Key};
 
@@ -52,7 +52,7 @@ impl Cache {
         let tmp = self.dir().join(TMP).join(temp_name());
         let written = (|| {
             if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)?;
+                super::private_dirs(parent)?;
             }
             let mut f = File::create(&tmp)?;
             f.write_all(bytes)?;
@@ -68,20 +68,32 @@ impl Cache {
     }
 }
 
-/// `len` bytes of `file`, checked against `key`'s digest.
+/// `len` bytes of `file`, checked against `key`'s digest: read and hashed
+/// a piece at a time, each piece hashed while it is still in the CPU's
+/// cache.
 fn read_checked(file: &mut File, key: &Key, len: u64) -> Result<AlignedBuf, String> {
     let on_disk = file.metadata().map_err(|e| e.to_string())?.len();
     if on_disk != len {
         return Err(format!("{on_disk} bytes where {len} were expected"));
     }
+    let algorithm = key
+        .digest
+        .algorithm()
+        .ok_or_else(|| format!("digest {} cannot be computed here", key.digest))?;
     let mut buf = AlignedBuf::zeroed(len).map_err(|r| r.to_string())?;
-    file.read_exact(buf.as_mut_slice())
-        .map_err(|e| e.to_string())?;
+    let mut hasher = Hasher::new(algorithm);
+    for piece in buf.as_mut_slice().chunks_mut(PIECE) {
+        file.read_exact(piece).map_err(|e| e.to_string())?;
+        hasher.update(piece);
+    }
     key.digest
-        .check(buf.as_slice())
+        .compare(&hasher.finish())
         .map_err(|rule| format!("{}: {rule}", rule.name()))?;
     Ok(buf)
 }
+
+/// Bytes read and hashed at once.
+const PIECE: usize = 1 << 20;
 
 /// A name no other writer, in this process or another, uses at once.
 fn temp_name() -> PathBuf {

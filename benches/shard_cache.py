@@ -165,5 +165,7 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
         one(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--write":
+        write_model(sys.argv[2])  # benches/fetch_cache.sh
     else:
         main()

@@ -201,3 +201,66 @@ def test_zt_fetch_writes_slices_as_objects(served, zt, tmp_path, via):
     bad = zt("fetch", url, "--insecure", "-o", tmp_path / "bad.zt", "--slice", "t2.f32=0:99", check=False)
     assert bad.returncode != 0 and b"slice-out-of-bounds" in bad.stderr, bad.stderr
     assert not (tmp_path / "bad.zt").exists()
+
+
+def test_a_gathered_slice_whose_bytes_do_not_match_its_digest_is_refused(served, tmp_path):
+    """A proxy between the client and the daemon flips one byte of every
+    gathered slice it passes on (headers untouched): the client checks the
+    slice against its Content-Digest and raises IntegrityError naming the
+    object; rows and whole tensors through the same proxy still load."""
+    import http.server
+    import threading
+
+    import ztserve
+
+    port, tensors = served
+
+    class Corrupting(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def forward(self, method):
+            req = urllib.request.Request(f"http://127.0.0.1:{port}{self.path}", method=method)
+            for k in ("Range", "If-Match", "If-None-Match", "If-Range", "Authorization", "Accept"):
+                if self.headers.get(k):
+                    req.add_header(k, self.headers[k])
+            try:
+                r = urllib.request.urlopen(req, timeout=30)
+            except urllib.error.HTTPError as e:
+                r = e
+            body = r.read() if method == "GET" else b""
+            if "slice=" in self.path and len(body) > 0:
+                body = bytearray(body)
+                body[len(body) // 2] ^= 0x01
+                body = bytes(body)
+            self.send_response(r.status if hasattr(r, "status") else r.code)
+            for k, v in r.headers.items():
+                if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body) if method == "GET" else r.headers.get("Content-Length", 0)))
+            self.end_headers()
+            if method == "GET":
+                self.wfile.write(body)
+
+        def do_GET(self):
+            self.forward("GET")
+
+        def do_HEAD(self):
+            self.forward("HEAD")
+
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Corrupting)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{proxy.server_address[1]}/m.safetensors"
+        with ztserve.safe_open(url, cache=False) as f:
+            s = f.get_slice("t2.f32")
+            with pytest.raises(ztserve.IntegrityError) as e:
+                s[:, 2:5]
+            assert "t2.f32" in str(e.value)
+            # Rows and whole tensors are not gathered: they pass untouched.
+            assert np.array_equal(s[1:3], tensors["t2.f32"][1:3])
+            assert np.array_equal(f.get_tensor("t3.f16"), tensors["t3.f16"])
+    finally:
+        proxy.shutdown()

@@ -135,10 +135,12 @@ pub async fn run(
     accept: AcceptArgs,
     direct_io: bool,
 ) -> Result<()> {
-    let options = Options {
+    let mut options = Options {
         direct_io,
         ..args.options(accept)?
     };
+    // Stored as the output is written: with direct I/O unless --no-direct-io.
+    options.cache = options.cache.map(|c| c.direct_io(direct_io));
     let bar = if std::io::stderr().is_terminal() {
         let b = ProgressBar::new(0);
         if let Ok(s) = ProgressStyle::with_template(

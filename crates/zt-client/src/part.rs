@@ -154,6 +154,28 @@ impl PartWriter {
     }
 }
 
+/// Writes `data` as the whole of the new file `path` (blocking): with
+/// `direct`, its whole pages with direct I/O where the filesystem allows
+/// it and `data` is page-aligned in memory, the rest through the page
+/// cache; else all of it through the page cache.
+pub(crate) fn write_new(path: &Path, data: &[u8], direct: bool) -> io::Result<()> {
+    let file = OpenOptions::new().create_new(true).write(true).open(path)?;
+    let direct = (direct && data.len() >= zt_format::PAGE_ALIGNED_FROM)
+        .then(|| {
+            OpenOptions::new()
+                .write(true)
+                .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+                .open(path)
+                .ok()
+        })
+        .flatten();
+    let to = Target {
+        file: &file,
+        direct: direct.as_ref(),
+    };
+    to.write(data, 0, &mut None).map(|_| ())
+}
+
 /// What one write put through the page cache.
 struct Cached {
     bytes: u64,

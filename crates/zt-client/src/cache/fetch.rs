@@ -58,52 +58,17 @@ pub(crate) async fn start(
     selected: Manifest,
     max_buffered: Option<u64>,
 ) -> Result<Option<Fetch>> {
-    let etag = remote.etag.as_str();
-    let key = |o: &str, r: &str, c: &Component| {
-        let scope = Scope {
-            url,
-            etag,
-            object: o,
-            component: r,
-        };
-        c.digest.as_ref().and_then(|d| Cache::key(d, scope))
-    };
-    let keyed = selected
-        .objects
-        .iter()
-        .flat_map(|(o, obj)| obj.components.iter().map(move |(r, c)| (o, r, c)))
-        .any(|(o, r, c)| key(o, r, c).is_some());
-    if !keyed {
+    // One look at the disk per component: on the blocking pool.
+    let (c, u, r) = (cache.clone(), url.to_owned(), Arc::clone(&remote));
+    let (selected, planned) = tokio::task::spawn_blocking(move || {
+        let planned = plan(&c, &u, &r.etag, &selected);
+        (selected, planned)
+    })
+    .await
+    .map_err(|e| Error::Transport(format!("{url}: looking in the cache: {e}")))?;
+    let Some((hits, misses)) = planned else {
         return Ok(None);
-    }
-    // Whole objects only: one missing component fetches its object. The
-    // hits keep the send order, each object's components together.
-    let order = zt_format::send_order(&selected, &[]);
-    let mut first: HashMap<&str, usize> = HashMap::new();
-    let mut cached: HashMap<&str, bool> = HashMap::new();
-    let mut keys = Vec::with_capacity(order.len());
-    for (i, (o, r, c)) in order.iter().enumerate() {
-        first.entry(o).or_insert(i);
-        let key = key(o, r, c).filter(|k| cache.has(k));
-        *cached.entry(o).or_insert(true) &= key.is_some();
-        keys.push(key);
-    }
-    let mut hits = Vec::new();
-    let mut misses = Vec::new();
-    for (seq, ((o, r, c), key)) in order.iter().zip(keys).enumerate() {
-        match key.filter(|_| cached.get(o) == Some(&true)) {
-            Some(key) => hits.push(Hit {
-                object: (*o).to_owned(),
-                role: (*r).to_owned(),
-                seq: seq as u64,
-                component: (*c).clone(),
-                key,
-            }),
-            None if first.get(o) == Some(&seq) => misses.push((*o).to_owned()),
-            None => {}
-        }
-    }
-    hits.sort_by_key(|h| (first.get(h.object.as_str()).copied(), h.seq));
+    };
     let streams: u64 = selected
         .objects
         .values()
@@ -132,6 +97,62 @@ pub(crate) async fn start(
         streams,
         rx,
     )))
+}
+
+/// The components of `selected` the cache holds, whole objects only (one
+/// missing component fetches its object), in the send order with each
+/// object's components together; and the objects to fetch. `None` when no
+/// selected component could be cached at all.
+fn plan(
+    cache: &Cache,
+    url: &str,
+    etag: &str,
+    selected: &Manifest,
+) -> Option<(Vec<Hit>, Vec<String>)> {
+    let key = |o: &str, r: &str, c: &Component| {
+        let scope = Scope {
+            url,
+            etag,
+            object: o,
+            component: r,
+        };
+        c.digest.as_ref().and_then(|d| Cache::key(d, scope))
+    };
+    let keyed = selected
+        .objects
+        .iter()
+        .flat_map(|(o, obj)| obj.components.iter().map(move |(r, c)| (o, r, c)))
+        .any(|(o, r, c)| key(o, r, c).is_some());
+    if !keyed {
+        return None;
+    }
+    let order = zt_format::send_order(selected, &[]);
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    let mut cached: HashMap<&str, bool> = HashMap::new();
+    let mut keys = Vec::with_capacity(order.len());
+    for (i, (o, r, c)) in order.iter().enumerate() {
+        first.entry(o).or_insert(i);
+        let key = key(o, r, c).filter(|k| cache.has(k));
+        *cached.entry(o).or_insert(true) &= key.is_some();
+        keys.push(key);
+    }
+    let mut hits = Vec::new();
+    let mut misses = Vec::new();
+    for (seq, ((o, r, c), key)) in order.iter().zip(keys).enumerate() {
+        match key.filter(|_| cached.get(o) == Some(&true)) {
+            Some(key) => hits.push(Hit {
+                object: (*o).to_owned(),
+                role: (*r).to_owned(),
+                seq: seq as u64,
+                component: (*c).clone(),
+                key,
+            }),
+            None if first.get(o) == Some(&seq) => misses.push((*o).to_owned()),
+            None => {}
+        }
+    }
+    hits.sort_by_key(|h| (first.get(h.object.as_str()).copied(), h.seq));
+    Some((hits, misses))
 }
 
 /// A fetch of exactly `objects`, pinned to `remote`'s ETag; `None` for none.

@@ -67,6 +67,8 @@ struct Inner {
     /// What this process believes the cache holds (other processes
     /// store in it too: rescanned every tenth of the bound stored here).
     usage: Mutex<Usage>,
+    /// Store large entries with direct I/O ([`Cache::direct_io`]).
+    direct_io: bool,
 }
 
 #[derive(Debug, Default)]
@@ -105,6 +107,7 @@ impl Cache {
                 dir,
                 max_bytes,
                 usage: Mutex::default(),
+                direct_io: false,
             }),
         })
     }
@@ -131,6 +134,24 @@ impl Cache {
         match std::env::var(CACHE_MAX_ENV) {
             Ok(v) => parse_size(&v).map_err(|e| format!("{CACHE_MAX_ENV}={v:?}: {e}")),
             Err(_) => Ok(DEFAULT_MAX_BYTES),
+        }
+    }
+
+    /// This cache, storing entries of 1 MiB or more with direct I/O where
+    /// the filesystem allows it: no copy through the page cache and no
+    /// writeback (what a bulk download such as `zt fetch` wants, as for its
+    /// own output), but a later read of the entry comes from the disk.
+    /// Off by default: a loader that reads the same weights again soon
+    /// finds them in the page cache.
+    pub fn direct_io(self, on: bool) -> Cache {
+        let inner = &self.inner;
+        Cache {
+            inner: Arc::new(Inner {
+                dir: inner.dir.clone(),
+                max_bytes: inner.max_bytes,
+                usage: Mutex::default(),
+                direct_io: on,
+            }),
         }
     }
 

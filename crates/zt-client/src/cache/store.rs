@@ -2,7 +2,7 @@
 //! read. Blocking: callers run these on a blocking thread.
 
 use std::fs::File;
-use std::io::{Read as _, Write as _};
+use std::io::Read as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
@@ -46,7 +46,9 @@ impl Cache {
             return;
         }
         let path = self.dir().join(&key.rel);
-        if path.is_file() {
+        if let Ok(f) = File::open(&path) {
+            // Stored already (by another file, or another process): used now.
+            let _ = f.set_modified(SystemTime::now());
             return;
         }
         let tmp = self.dir().join(TMP).join(temp_name());
@@ -54,8 +56,7 @@ impl Cache {
             if let Some(parent) = path.parent() {
                 super::private_dirs(parent)?;
             }
-            let mut f = File::create(&tmp)?;
-            f.write_all(bytes)?;
+            crate::part::write_new(&tmp, bytes, self.inner.direct_io)?;
             std::fs::rename(&tmp, &path)
         })();
         match written {

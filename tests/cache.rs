@@ -124,6 +124,22 @@ fn fetch_cached(url: &str, extra: &[String], out: &Path, cache: &Path) {
     );
 }
 
+/// `m.zt` of `layers` layers (sha256) served, and a work folder with the
+/// path of a cache in it.
+fn served_model(layers: u32) -> (tempfile::TempDir, Served, tempfile::TempDir, PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    write_zt(
+        &root.path().join("m.zt"),
+        layers,
+        &[],
+        DigestAlgorithm::Sha256,
+    );
+    let s = Served::new(root.path());
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    (root, s, work, cache)
+}
+
 /// The cache's entries and their bytes.
 fn entries(cache: &Path) -> Vec<(PathBuf, u64)> {
     let mut out = Vec::new();
@@ -333,11 +349,7 @@ fn a_checksum_is_reused_only_for_the_same_url_and_etag() {
 
 #[test]
 fn two_processes_fetching_at_once_both_succeed_with_one_copy() {
-    let root = tempfile::tempdir().unwrap();
-    write_zt(&root.path().join("m.zt"), 32, &[], DigestAlgorithm::Sha256);
-    let s = Served::new(root.path());
-    let work = tempfile::tempdir().unwrap();
-    let cache = work.path().join("cache");
+    let (root, s, work, cache) = served_model(32);
     let url = s.server.url("/m.zt");
     let children: Vec<_> = (0..2)
         .map(|i| {
@@ -365,11 +377,7 @@ fn two_processes_fetching_at_once_both_succeed_with_one_copy() {
 
 #[test]
 fn the_size_bound_holds_and_zt_cache_lists_and_prunes() {
-    let root = tempfile::tempdir().unwrap();
-    write_zt(&root.path().join("m.zt"), 32, &[], DigestAlgorithm::Sha256);
-    let s = Served::new(root.path());
-    let work = tempfile::tempdir().unwrap();
-    let cache = work.path().join("cache");
+    let (root, s, work, cache) = served_model(32);
     let out = work.path().join("m.zt");
     let (url, _) = &s.urls("m.zt")[1];
     let r = zt(&[
@@ -429,11 +437,7 @@ fn the_size_bound_holds_and_zt_cache_lists_and_prunes() {
 
 #[test]
 fn the_library_bounded_below_one_object_still_finishes_and_never_guesses_a_selection() {
-    let root = tempfile::tempdir().unwrap();
-    write_zt(&root.path().join("m.zt"), 8, &[], DigestAlgorithm::Sha256);
-    let s = Served::new(root.path());
-    let work = tempfile::tempdir().unwrap();
-    let cache = work.path().join("cache");
+    let (_root, s, work, cache) = served_model(8);
     let url = s.server.url("/m.zt");
     // Half the layers cached: the rest come over the network, alongside.
     let half = work.path().join("half.zt");

@@ -23,6 +23,25 @@ pub(crate) struct QuicTransport {
     pub(crate) url: String,
 }
 
+impl QuicTransport {
+    /// The one component a request for `what` (rows, a slice) of
+    /// `object` delivers: `len` bytes of that object, verified.
+    async fn only(&self, mut f: Fetch, object: &str, len: u64, what: &str) -> Result<Delivered> {
+        let d = f.next().await.ok_or_else(|| {
+            Error::Protocol(format!("{}: {object}: no {what} arrived", self.url))
+        })??;
+        if d.object != object || d.data.len() as u64 != len {
+            return Err(Error::Protocol(format!(
+                "{}: asked for {len} bytes of {what} of {object:?}, got {} of {:?}",
+                self.url,
+                d.data.len(),
+                d.object
+            )));
+        }
+        Ok(d)
+    }
+}
+
 impl Transport for QuicTransport {
     fn manifest<'a>(&'a self, select: &'a [String]) -> BoxFuture<'a, Result<Remote>> {
         Box::pin(async move {
@@ -105,8 +124,8 @@ impl Transport for QuicTransport {
 
     fn read_rows<'a>(&'a self, asked: RowsAsked<'a>) -> BoxFuture<'a, Result<Delivered>> {
         Box::pin(async move {
-            let (object, rows, len) = (asked.object, asked.rows, asked.len);
-            let mut f = self
+            let (object, rows) = (asked.object, asked.rows);
+            let f = self
                 .conns
                 .first
                 .request_rows(
@@ -116,18 +135,7 @@ impl Transport for QuicTransport {
                     &asked.remote.etag,
                 )
                 .await?;
-            let d = f.next().await.ok_or_else(|| {
-                Error::Protocol(format!("{}: {object}: no rows arrived", self.url))
-            })??;
-            if d.object != object || d.data.len() as u64 != len {
-                return Err(Error::Protocol(format!(
-                    "{}: asked for {len} bytes of rows of {object:?}, got {} of {:?}",
-                    self.url,
-                    d.data.len(),
-                    d.object
-                )));
-            }
-            Ok(d)
+            self.only(f, object, asked.len, "rows").await
         })
     }
 
@@ -148,23 +156,12 @@ impl Transport for QuicTransport {
                 .iter()
                 .map(|r| (r.start, r.end))
                 .collect();
-            let mut f = self
+            let f = self
                 .conns
                 .first
                 .request_slice(&self.path, object, ranges, &asked.remote.etag)
                 .await?;
-            let d = f.next().await.ok_or_else(|| {
-                Error::Protocol(format!("{}: {object}: no slice arrived", self.url))
-            })??;
-            if d.object != object || d.data.len() as u64 != len {
-                return Err(Error::Protocol(format!(
-                    "{}: asked for a slice of {len} bytes of {object:?}, got {} of {:?}",
-                    self.url,
-                    d.data.len(),
-                    d.object
-                )));
-            }
-            Ok(d)
+            self.only(f, object, len, "a slice").await
         })
     }
 

@@ -274,12 +274,8 @@ impl QuicClient {
         if_match: &str,
     ) -> Result<Fetch> {
         let get = Get {
-            path: path.to_owned(),
-            select: vec![zt_format::select::escape(object)],
-            token: self.options.token.clone(),
-            if_match: Some(if_match.to_owned()),
             rows: Some(rows),
-            ..Get::default()
+            ..self.one_object(path, object, if_match)
         };
         self.ask(get, None).await
     }
@@ -297,14 +293,21 @@ impl QuicClient {
         if_match: &str,
     ) -> Result<Fetch> {
         let get = Get {
+            slice: ranges,
+            ..self.one_object(path, object, if_match)
+        };
+        self.ask(get, None).await
+    }
+
+    /// A `get` of exactly `object` of `path` at version `if_match`.
+    fn one_object(&self, path: &str, object: &str, if_match: &str) -> Get {
+        Get {
             path: path.to_owned(),
             select: vec![zt_format::select::escape(object)],
             token: self.options.token.clone(),
             if_match: Some(if_match.to_owned()),
-            slice: ranges,
             ..Get::default()
-        };
-        self.ask(get, None).await
+        }
     }
 
     async fn ask(&self, get: Get, max_buffered: Option<u64>) -> Result<Fetch> {

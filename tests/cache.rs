@@ -17,12 +17,23 @@ use common::quic::metric;
 use common::Server;
 use zt_format::{DType, DigestAlgorithm, StoreOptions, Writer, ZtFile};
 
+/// One layer's bytes: small, so the suite stays quick.
+const LAYER: u64 = 256 << 10;
+/// What a fetch may move besides components (its manifest).
+const SLACK: u64 = 64 << 10;
+/// The shared-tensor test's tensors are 1 MiB, so that `zt fetch` stores
+/// them with direct I/O.
 const MIB: u64 = 1 << 20;
 
-/// One 1 MiB tensor `model.layers.{l}.w` per layer of `0..layers`; the
+/// One `LAYER`-byte tensor `model.layers.{l}.w` per layer of `0..layers`; the
 /// layers in `changed` hold other bytes (a new version of the model).
 fn layer_bytes(l: u32, version: u32) -> Vec<u8> {
-    (0..MIB as u32)
+    bytes_of(LAYER, l, version)
+}
+
+/// `len` bytes that differ with `l` and `version`.
+fn bytes_of(len: u64, l: u32, version: u32) -> Vec<u8> {
+    (0..len as u32)
         .map(|i| {
             (i ^ l ^ (version << 24))
                 .wrapping_mul(2654435761)
@@ -37,7 +48,7 @@ fn write_zt(path: &Path, layers: u32, changed: &[u32], digest: DigestAlgorithm) 
         let v = u32::from(changed.contains(&l));
         w.add_dense(
             &format!("model.layers.{l}.w"),
-            &[MIB],
+            &[LAYER],
             DType::U8,
             &layer_bytes(l, v),
             StoreOptions {
@@ -188,7 +199,7 @@ fn a_second_fetch_moves_only_the_manifest_and_a_new_version_only_what_changed() 
         let (cache, out) = (work.path().join("cache"), work.path().join("out.zt"));
         let first = s.fetch(&url, &out, &cache);
         assert!(
-            first >= 32 * MIB,
+            first >= 32 * LAYER,
             "{}: the first fetch moved {first} bytes",
             url.0
         );
@@ -198,7 +209,7 @@ fn a_second_fetch_moves_only_the_manifest_and_a_new_version_only_what_changed() 
         std::fs::remove_file(&out).unwrap();
         let again = s.fetch(&url, &out, &cache);
         assert!(
-            again < MIB / 4,
+            again < SLACK,
             "{}: the second fetch moved {again} bytes",
             url.0
         );
@@ -208,7 +219,7 @@ fn a_second_fetch_moves_only_the_manifest_and_a_new_version_only_what_changed() 
         let out2 = work.path().join("v2.zt");
         let moved = s.fetch(v2, &out2, &cache);
         assert!(
-            (2 * MIB..2 * MIB + MIB / 4).contains(&moved),
+            (2 * LAYER..2 * LAYER + SLACK).contains(&moved),
             "{}: two changed layers moved {moved} bytes",
             v2.0
         );
@@ -229,7 +240,7 @@ fn a_safetensors_files_server_digests_name_its_tensors_in_the_cache() {
         // A byte-identical copy, then the same again, then version 2.
         let copy = work.path().join("v1.safetensors");
         let first = s.fetch(&url, &copy, &cache);
-        assert!(first >= 32 * MIB, "{}: {first}", url.0);
+        assert!(first >= 32 * LAYER, "{}: {first}", url.0);
         assert_eq!(
             std::fs::read(&copy).unwrap(),
             std::fs::read(root.path().join("v1.safetensors")).unwrap()
@@ -237,7 +248,7 @@ fn a_safetensors_files_server_digests_name_its_tensors_in_the_cache() {
         std::fs::remove_file(&copy).unwrap();
         let again = s.fetch(&url, &copy, &cache);
         assert!(
-            again < MIB / 4,
+            again < SLACK,
             "{}: the second copy moved {again} bytes",
             url.0
         );
@@ -249,7 +260,7 @@ fn a_safetensors_files_server_digests_name_its_tensors_in_the_cache() {
         let copy2 = work.path().join("v2.safetensors");
         let moved = s.fetch(v2, &copy2, &cache);
         assert!(
-            (2 * MIB..2 * MIB + MIB / 4).contains(&moved),
+            (2 * LAYER..2 * LAYER + SLACK).contains(&moved),
             "{}: two changed tensors moved {moved} bytes",
             v2.0
         );
@@ -269,9 +280,9 @@ fn two_files_sharing_a_tensor_store_it_once() {
             digest: Some(DigestAlgorithm::Sha256),
             ..StoreOptions::default()
         };
-        w.add_dense("embed", &[MIB], DType::U8, &layer_bytes(0, 0), sha)
+        w.add_dense("embed", &[MIB], DType::U8, &bytes_of(MIB, 0, 0), sha)
             .unwrap();
-        w.add_dense("head", &[MIB], DType::U8, &layer_bytes(own, 7), sha)
+        w.add_dense("head", &[MIB], DType::U8, &bytes_of(MIB, own, 7), sha)
             .unwrap();
         std::fs::write(root.path().join(file), w.finish().unwrap()).unwrap();
     }
@@ -311,7 +322,7 @@ fn a_corrupt_entry_is_discarded_and_fetched_again() {
         std::fs::remove_file(&out).unwrap();
         let moved = s.fetch(&url, &out, &cache);
         assert!(
-            (MIB..MIB + MIB / 4).contains(&moved),
+            (LAYER..LAYER + SLACK).contains(&moved),
             "{}: moved {moved}",
             url.0
         );
@@ -334,16 +345,16 @@ fn a_checksum_is_reused_only_for_the_same_url_and_etag() {
     let cache = work.path().join("cache");
     let out = work.path().join("out.zt");
     let c = &s.urls("c.zt")[1];
-    assert!(s.fetch(c, &out, &cache) >= 4 * MIB);
+    assert!(s.fetch(c, &out, &cache) >= 4 * LAYER);
     std::fs::remove_file(&out).unwrap();
     assert!(
-        s.fetch(c, &out, &cache) < MIB / 4,
+        s.fetch(c, &out, &cache) < SLACK,
         "the same URL and ETag reuse it"
     );
     // The same bytes under another name: a crc32c says they arrived
     // intact, not which bytes they are, so they come again.
     let d = s.fetch(&s.urls("d.zt")[1], &work.path().join("d.zt"), &cache);
-    assert!(d >= 4 * MIB, "d.zt moved {d} bytes");
+    assert!(d >= 4 * LAYER, "d.zt moved {d} bytes");
     assert_eq!(entries(&cache).len(), 8);
 }
 
@@ -388,16 +399,16 @@ fn the_size_bound_holds_and_zt_cache_lists_and_prunes() {
         "--cache-dir",
         cache.to_str().unwrap(),
         "--cache-max",
-        "10M",
+        "2560K",
     ]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     same_file(&root.path().join("m.zt"), &out);
     let held: u64 = entries(&cache).iter().map(|(_, n)| n).sum();
     assert!(
-        held <= 10 * MIB,
-        "the cache holds {held} bytes over its 10 MiB bound"
+        held <= 10 * LAYER,
+        "the cache holds {held} bytes over its 2,560 KiB bound"
     );
-    assert!(held >= 5 * MIB, "the cache holds only {held} bytes");
+    assert!(held >= 5 * LAYER, "the cache holds only {held} bytes");
 
     let dir = cache.to_str().unwrap();
     let list = zt(&["cache", "list", "--cache-dir", dir]);
@@ -408,14 +419,14 @@ fn the_size_bound_holds_and_zt_cache_lists_and_prunes() {
         "{text}"
     );
     assert!(text.contains("sha256:"), "{text}");
-    let prune = zt(&["cache", "prune", "--to", "3M", "--cache-dir", dir]);
+    let prune = zt(&["cache", "prune", "--to", "768K", "--cache-dir", dir]);
     assert!(
         prune.status.success(),
         "{}",
         String::from_utf8_lossy(&prune.stderr)
     );
     let left: u64 = entries(&cache).iter().map(|(_, n)| n).sum();
-    assert!(left <= 3 * MIB, "{left}");
+    assert!(left <= 3 * LAYER, "{left}");
     // A corrupt entry: `zt cache verify` names it, removes it, exits 1.
     let (victim, _) = entries(&cache).remove(0);
     std::fs::write(&victim, b"not the bytes").unwrap();
@@ -432,7 +443,7 @@ fn the_size_bound_holds_and_zt_cache_lists_and_prunes() {
     let before = s.sent();
     let r = zt(&["fetch", url, "-o", out.to_str().unwrap(), "--no-cache"]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    assert!(s.sent() - before >= 32 * MIB);
+    assert!(s.sent() - before >= 32 * LAYER);
 }
 
 #[test]
@@ -462,10 +473,10 @@ fn the_library_bounded_below_one_object_still_finishes_and_never_guesses_a_selec
             .manifest_of(&["model.layers.0.w".to_owned()])
             .await
             .unwrap();
-        // At most 256 KiB held for a consumer that takes its time, with
-        // objects of 1 MiB each.
+        // At most 64 KiB held for a consumer that takes its time, with
+        // objects of 256 KiB each.
         let mut f = client
-            .fetch_bounded(&[], Some(&one.etag), 256 << 10)
+            .fetch_bounded(&[], Some(&one.etag), 64 << 10)
             .await
             .unwrap();
         let mut names = Vec::new();
@@ -484,5 +495,5 @@ fn the_library_bounded_below_one_object_still_finishes_and_never_guesses_a_selec
         names
     });
     assert_eq!(got.len(), 8, "{got:?}");
-    assert!(got.iter().all(|(_, n)| *n == MIB as usize));
+    assert!(got.iter().all(|(_, n)| *n == LAYER as usize));
 }

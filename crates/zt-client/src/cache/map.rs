@@ -1,6 +1,6 @@
 //! Cached components handed over without a copy: each entry of an object
 //! mapped private and copy-on-write ([`PrivateMap`]), checked against its
-//! digest through the mapping. Blocking: callers run it on a blocking
+//! seal ([`super::seal`]) through the mapping. Blocking: callers run it on a blocking
 //! thread.
 
 use std::fs::File;
@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use zt_format::{Component, Encoding, PrivateMap};
 
-use super::{Cache, Scope};
+use super::{seal, Cache, Scope};
 use crate::remote::Remote;
 
 /// One component of an object, mapped from the cache.
@@ -55,14 +55,16 @@ impl Cache {
                 .map_err(|e| e.to_string())
                 .and_then(|m| match m.len() {
                     n if n != c.length => Err(format!("{n} bytes where {} were expected", c.length)),
-                    _ if !private(&m) => Err(
+                    _ if !seal::private(&m) => Err(
                         "not this user's alone (another owner, writable by others, or linked elsewhere): not mapped"
                             .to_owned(),
                     ),
-                    _ => PrivateMap::open(&file).map_err(|e| e.to_string()),
+                    _ => PrivateMap::open(&file)
+                        .map(|map| (map, seal::check_for(&file, &m, &key.digest)))
+                        .map_err(|e| e.to_string()),
                 })
-                .and_then(|map| {
-                    key.digest
+                .and_then(|(map, check)| {
+                    check
                         .check(map.as_slice())
                         .map(|()| map)
                         .map_err(|rule| format!("{}: {rule}", rule.name()))
@@ -84,12 +86,4 @@ impl Cache {
         }
         Some(Ok(out))
     }
-}
-
-/// Whether an entry is this user's alone: owned by them, written by no one
-/// else, and no other name for it. A mapping is checked once, when it is
-/// made; only its owner could change its pages after that.
-fn private(m: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    m.uid() == rustix::process::geteuid().as_raw() && m.mode() & 0o022 == 0 && m.nlink() == 1
 }

@@ -6,8 +6,8 @@
 //!   under that digest, `sha256/ab/abcd…`, and reused wherever the same
 //!   digest appears: another file, another server, another version of the
 //!   model, whoever attested the digest (the file or the server). The
-//!   bytes are the ones that hash to it, and they are hashed again on
-//!   every read.
+//!   bytes are the ones that hashed to it when they arrived, and every
+//!   read checks they are still those bytes (below).
 //! - A component named only by a **checksum** (crc32c) is reused only for
 //!   the same URL, ETag, object and component: a checksum says the bytes
 //!   arrived intact, not which bytes they are. It is stored under a sha256
@@ -21,8 +21,10 @@
 //! for zstd), written to `tmp/` and renamed into place, so a reader sees
 //! a whole file or none, and two processes storing the same component
 //! leave one copy. Reads take no lock: an entry is opened, read and
-//! checked against the digest it is named by; one that fails is removed
-//! and fetched again. Each read touches the entry's modification time;
+//! checked, against its seal (a crc32c taken when it was stored, kept in
+//! an extended attribute, `seal.rs`) where the entry is this user's alone,
+//! else against the digest it is named by; one that fails is removed and
+//! fetched again. Each read touches the entry's modification time;
 //! past the size bound the least recently used entries are removed until
 //! the cache is back under 90 % of it. An entry removed while another
 //! process reads it stays readable to that process (an open file). The
@@ -31,6 +33,7 @@
 mod evict;
 pub(crate) mod fetch;
 mod map;
+mod seal;
 mod store;
 
 use std::path::{Path, PathBuf};

@@ -57,6 +57,7 @@ impl Cache {
                 super::private_dirs(parent)?;
             }
             crate::part::write_new(&tmp, bytes, self.inner.direct_io)?;
+            super::seal::put(&tmp, &key.digest, bytes);
             std::fs::rename(&tmp, &path)
         })();
         match written {
@@ -69,25 +70,25 @@ impl Cache {
     }
 }
 
-/// `len` bytes of `file`, checked against `key`'s digest: read and hashed
-/// a piece at a time, each piece hashed while it is still in the CPU's
-/// cache.
+/// `len` bytes of `file`, checked against `key`'s digest (or the entry's
+/// seal, [`super::seal`]): read and hashed a piece at a time, each piece
+/// hashed while it is still in the CPU's cache.
 fn read_checked(file: &mut File, key: &Key, len: u64) -> Result<AlignedBuf, String> {
-    let on_disk = file.metadata().map_err(|e| e.to_string())?.len();
-    if on_disk != len {
-        return Err(format!("{on_disk} bytes where {len} were expected"));
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if meta.len() != len {
+        return Err(format!("{} bytes where {len} were expected", meta.len()));
     }
-    let algorithm = key
-        .digest
+    let check = super::seal::check_for(file, &meta, &key.digest);
+    let algorithm = check
         .algorithm()
-        .ok_or_else(|| format!("digest {} cannot be computed here", key.digest))?;
+        .ok_or_else(|| format!("digest {check} cannot be computed here"))?;
     let mut buf = AlignedBuf::zeroed(len).map_err(|r| r.to_string())?;
     let mut hasher = Hasher::new(algorithm);
     for piece in buf.as_mut_slice().chunks_mut(PIECE) {
         file.read_exact(piece).map_err(|e| e.to_string())?;
         hasher.update(piece);
     }
-    key.digest
+    check
         .compare(&hasher.finish())
         .map_err(|rule| format!("{}: {rule}", rule.name()))?;
     Ok(buf)
@@ -153,6 +154,72 @@ mod tests {
         assert!(why.contains("5 bytes where 14"), "{why}");
         // Nothing is left half-written in the temporary folder.
         assert_eq!(std::fs::read_dir(dir.path().join(TMP)).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_private_entry_is_read_against_its_seal_a_shared_one_against_its_digest() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path(), 1 << 20).unwrap();
+        let k = key(b"hello, weights");
+        cache.put(&k, b"hello, weights");
+        let path = dir.path().join(&k.rel);
+        let seal = rustix::fs::getxattr(&path, "user.ztserve.seal", &mut [0u8; 160][..]);
+        let Ok(len) = seal else {
+            eprintln!(
+                "SKIPPED: {} keeps no user extended attributes",
+                dir.path().display()
+            );
+            return;
+        };
+        assert!(len > 64, "the seal names the digest it vouches for");
+
+        // A seal of other bytes: the private entry is refused by its seal
+        // (its digest would have passed), and removed.
+        let forged = format!(
+            "{} {}",
+            k.digest,
+            zt_format::DigestAlgorithm::Crc32c.digest(b"x")
+        );
+        let flags = rustix::fs::XattrFlags::empty();
+        rustix::fs::setxattr(&path, "user.ztserve.seal", forged.as_bytes(), flags).unwrap();
+        let why = cache.get(&k, 14).unwrap().unwrap_err();
+        assert!(why.contains("crc32c"), "{why}");
+        assert!(!path.exists());
+
+        // The same on an entry others may write: its seal is not trusted,
+        // the digest is checked, and the bytes come back.
+        cache.put(&k, b"hello, weights");
+        rustix::fs::setxattr(&path, "user.ztserve.seal", forged.as_bytes(), flags).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o664)).unwrap();
+        assert_eq!(
+            cache.get(&k, 14).unwrap().unwrap().as_slice(),
+            b"hello, weights"
+        );
+
+        // A seal for another digest (an entry renamed) is not this one's.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let other = format!(
+            "{} {}",
+            key(b"other").digest,
+            zt_format::DigestAlgorithm::Crc32c.digest(b"x")
+        );
+        rustix::fs::setxattr(&path, "user.ztserve.seal", other.as_bytes(), flags).unwrap();
+        assert_eq!(
+            cache.get(&k, 14).unwrap().unwrap().as_slice(),
+            b"hello, weights"
+        );
+
+        // Sealed as stored, a byte changed in place is caught by the seal.
+        std::fs::remove_file(&path).unwrap();
+        cache.put(&k, b"hello, weights");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| std::os::unix::fs::FileExt::write_at(&f, b"W", 7))
+            .unwrap();
+        let why = cache.get(&k, 14).unwrap().unwrap_err();
+        assert!(why.contains("crc32c"), "{why}");
     }
 
     #[test]

@@ -17,6 +17,11 @@ use zt_format::{DType, DigestAlgorithm, StoreOptions, Writer};
 /// `m.zt`: `w` u8 [16, 8] (crc32c) and `z`, the same bytes zstd-compressed.
 fn model(root: &std::path::Path) -> Vec<u8> {
     let w: Vec<u8> = (0..128u32).map(|i| (i * 13 % 251) as u8).collect();
+    model_of(root, w)
+}
+
+/// `m.zt` as [`model`] makes it, with `w` holding `w`.
+fn model_of(root: &std::path::Path, w: Vec<u8>) -> Vec<u8> {
     let mut file = Writer::new(Vec::new(), "slices").unwrap();
     let crc = StoreOptions {
         zstd_level: None,
@@ -71,6 +76,81 @@ fn a_column_block_is_gathered_and_bounded() {
     let r = curl(&[], &url(&s, "z", "0:2"));
     assert_eq!(r.status, 409);
     assert!(String::from_utf8_lossy(&r.body).contains("slice-not-raw-dense"));
+}
+
+/// The base64 sha256 of `bytes`, as `Content-Digest` carries it.
+fn sha256_b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    let d = DigestAlgorithm::Sha256.digest(bytes);
+    let raw = d.sha256().unwrap();
+    format!(
+        "sha-256=:{}:",
+        base64::engine::general_purpose::STANDARD.encode(raw)
+    )
+}
+
+#[test]
+fn a_slice_digest_is_computed_once_per_version_of_the_file() {
+    let root = tempfile::tempdir().unwrap();
+    let w = model(root.path());
+    let s = Server::start(root.path(), &[]);
+    let count = |result: &str| {
+        metric(
+            &s,
+            &format!("ztserve_slice_digests_total{{result=\"{result}\"}}"),
+        )
+    };
+    let cols = |w: &[u8]| -> Vec<u8> { w.chunks(8).flat_map(|row| row[2..5].to_vec()).collect() };
+    let first = curl(&[], &url(&s, "w", ":,2:5"));
+    assert_eq!(first.body, cols(&w));
+    assert_eq!(
+        first.header("content-digest"),
+        Some(sha256_b64(&first.body).as_str())
+    );
+    assert_eq!((count("computed"), count("kept")), (1, 0));
+    // Asked again (a HEAD, then a GET): the digest kept, the same bytes.
+    let head = curl(&["-I"], &url(&s, "w", ":,2:5"));
+    let again = curl(&[], &url(&s, "w", ":,2:5"));
+    assert_eq!(again.body, first.body);
+    assert_eq!(
+        head.header("content-digest"),
+        first.header("content-digest")
+    );
+    assert_eq!(
+        again.header("content-digest"),
+        first.header("content-digest")
+    );
+    assert_eq!((count("computed"), count("kept")), (1, 2));
+    assert_eq!(metric(&s, "ztserve_slice_digest_cache_entries"), 1);
+
+    // A new version of the file: its slice is hashed anew, never given the
+    // old digest.
+    let etag = |s: &Server| {
+        curl(&["-I"], &s.url("/v1/files/m.zt"))
+            .header("etag")
+            .map(str::to_owned)
+    };
+    let old = etag(&s);
+    let w2: Vec<u8> = w.iter().rev().copied().collect();
+    let tmp = tempfile::tempdir().unwrap();
+    model_of(tmp.path(), w2.clone());
+    std::fs::rename(tmp.path().join("m.zt"), root.path().join("m.zt")).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while etag(&s) == old {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new version was never served"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let fresh = curl(&[], &url(&s, "w", ":,2:5"));
+    assert_eq!(fresh.body, cols(&w2));
+    assert_ne!(fresh.body, first.body);
+    assert_eq!(
+        fresh.header("content-digest"),
+        Some(sha256_b64(&fresh.body).as_str())
+    );
+    assert_eq!(count("computed"), 2);
 }
 
 #[test]

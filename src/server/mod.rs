@@ -135,6 +135,7 @@ impl State {
         let metrics = metrics::Metrics::default();
         let registry = metrics.registry();
         catalog.digest_metrics().register(registry)?;
+        catalog.slice_digests().register(registry)?;
         renderings.register(registry)?;
         cpu.register(registry)?;
         let summaries = summary::Cache::new(Arc::clone(&cpu));

@@ -54,6 +54,7 @@ use zt_format::{DigestAlgorithm, Limits, Source};
 
 use crate::server::config::{DigestChoice, DigestsConfig};
 use crate::server::integrity::digests::{Computed, DigestMetrics, Store};
+use crate::server::integrity::slice_digests::SliceDigests;
 use crate::server::store;
 use crate::server::store::error::StoreError;
 use crate::server::store::root::{Opened, Root, Seen};
@@ -189,6 +190,8 @@ pub struct Catalog {
     /// `None` when computing digests is off.
     digests: Option<Digests>,
     digest_metrics: Arc<DigestMetrics>,
+    /// Digests of slices already gathered, by version, object and slice.
+    slice_digests: SliceDigests,
     /// Files whose extension named a source that their first bytes did
     /// not confirm (a `.bin` that is no MATRIX-ATOM file), by identity:
     /// not read again until they change.
@@ -252,6 +255,7 @@ impl Catalog {
             current,
             digests,
             digest_metrics: metrics,
+            slice_digests: SliceDigests::default(),
             passed_over: Default::default(),
             rescanning: Default::default(),
             reloaded: Default::default(),
@@ -291,6 +295,10 @@ impl Catalog {
 
     pub(crate) fn digest_metrics(&self) -> &DigestMetrics {
         &self.digest_metrics
+    }
+
+    pub(crate) fn slice_digests(&self) -> &SliceDigests {
+        &self.slice_digests
     }
 
     /// Brings `rel`'s entry up to date after a request or a read found the

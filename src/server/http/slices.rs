@@ -42,8 +42,7 @@ pub(super) async fn respond(
         )
     })?;
     let cap = state.config.limits.max_slice_pieces;
-    let metrics = state.catalog.digest_metrics();
-    let g = gather(served, object, &slice, cap, metrics)
+    let g = gather(served, object, &slice, cap, &state.catalog)
         .await
         .map_err(Refusal::from)?;
     let sha = g.digest.sha256().map(|d| d.to_vec()).unwrap_or_default();

@@ -2,7 +2,8 @@
 //! Each component's digest checked against the file once and remembered
 //! (`checks`), the digests computed for files that lack them, kept in a
 //! store keyed by the file's identity, and their metrics (`digests`), and
-//! a digest and a CRC hashed in one pass (`tee`). Who runs these is
+//! a digest and a CRC hashed in one pass (`tee`), and the digests of
+//! slices already gathered (`slice_digests`). Who runs these is
 //! above: the catalog's hasher (`catalog/hasher.rs`) and the background
 //! verifier (`ops/verifier.rs`) run them ahead of requests, the serving
 //! layer per request (`serve/recheck.rs`, `serve/rows.rs`).
@@ -13,4 +14,5 @@
 pub(crate) mod checks;
 pub(crate) mod digests;
 pub(crate) mod inflight;
+pub(crate) mod slice_digests;
 pub(crate) mod tee;

@@ -3,8 +3,9 @@
 //! gathered bytes. As for row ranges, a slice cannot be checked against
 //! the component's digest: the server checks the whole component first
 //! (once, as for every component it serves), then hashes the gathered
-//! bytes in order; the client checks that digest. It is attested by the
-//! server, not by the file.
+//! bytes in order (once per slice of a version: the digest is kept,
+//! [`SliceDigests`]); the client checks that digest. It is attested by
+//! the server, not by the file.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -13,9 +14,10 @@ use bytes::Bytes;
 use zt_format::slice::{Gather, Slice, SliceError};
 use zt_format::{Digest, DigestAlgorithm, Hasher};
 
-use crate::server::catalog::Served;
+use crate::server::catalog::{Catalog, Served};
 use crate::server::integrity::checks::CheckFailure;
-use crate::server::integrity::digests::DigestMetrics;
+use crate::server::integrity::slice_digests::SliceDigests;
+use crate::server::store::blob::{Stop, Visit};
 
 /// A slice of an object's `data`, ready to send.
 #[derive(Debug)]
@@ -127,18 +129,16 @@ pub(crate) enum SliceFailure {
     Refused(CheckFailure),
 }
 
-/// Bytes of runs hashed in one hop to the blocking pool.
-const HASH_BATCH: usize = 4 << 20;
-
 /// `slice` of `object` in `served`: at most `cap` runs; the whole
 /// component checked on first use, then the runs read and hashed in order
-/// (on the blocking pool, a batch at a time).
+/// on the blocking pool ([`Blob::visit_spans`](crate::server::store::Blob::visit_spans): a
+/// local file's windows read into one buffer in one hop).
 pub(crate) async fn gather(
     served: &Arc<Served>,
     object: &str,
     slice: &Slice,
     cap: u64,
-    metrics: &DigestMetrics,
+    catalog: &Catalog,
 ) -> Result<Gathered, SliceFailure> {
     let path = &served.path;
     let obj = served
@@ -160,7 +160,8 @@ pub(crate) async fn gather(
     let holder = served
         .owner(object, "data")
         .unwrap_or_else(|| Arc::clone(served));
-    let windows = windows(gather.runs().map(|r| c.offset + r.start..c.offset + r.end));
+    let windows: Arc<[Window]> =
+        windows(gather.runs().map(|r| c.offset + r.start..c.offset + r.end)).into();
     let unreadable = |e: std::io::Error| {
         SliceFailure::Refused(CheckFailure::Unreadable(format!(
             "{}: object {object:?}, component \"data\": reading slice {}: {e}",
@@ -168,24 +169,35 @@ pub(crate) async fn gather(
             gather.spec()
         )))
     };
-    let mut hasher = Hasher::new(DigestAlgorithm::Sha256);
-    let (mut batch, mut batched) = (Vec::<Bytes>::new(), 0usize);
-    for w in &windows {
-        let len = usize::try_from(w.span.end - w.span.start).unwrap_or(usize::MAX);
-        let bytes = match holder.file.read_now(&w.span) {
-            Some(read) => read,
-            None => holder.file.read_async(len, w.span.start, None).await,
+    // The ETag names the content (a crc32c-checked file's, by its
+    // checksums); the modification time tells two such files apart too.
+    let version = format!("{} {:?}", served.etag, served.modified);
+    let key = SliceDigests::key(&version, object, &gather.spec());
+    let kept = key.as_deref().and_then(|k| catalog.slice_digests().get(k));
+    let digest = match kept {
+        Some(digest) => digest,
+        None => {
+            let spans: Arc<[Range<u64>]> = windows.iter().map(|w| w.span.clone()).collect();
+            let hashed = RunHasher {
+                windows: Arc::clone(&windows),
+                next: 0,
+                hasher: Hasher::new(DigestAlgorithm::Sha256),
+            };
+            let hashed = holder
+                .file
+                .visit_spans(spans, hashed)
+                .await
+                .map_err(|e| match e {
+                    Stop::Read(e) | Stop::By(e) => unreadable(e),
+                })?;
+            let digest = hashed.hasher.finish();
+            if let Some(k) = key {
+                catalog.slice_digests().put(k, digest.clone());
+            }
+            digest
         }
-        .map_err(unreadable)?;
-        // A picked window keeps its read alive: count the read.
-        batched += len;
-        batch.push(w.pick(bytes).map_err(unreadable)?);
-        if batched >= HASH_BATCH {
-            hasher = hash(hasher, std::mem::take(&mut batch)).await?;
-            batched = 0;
-        }
-    }
-    let hasher = hash(hasher, batch).await?;
+    };
+    let metrics = catalog.digest_metrics();
     metrics.rows.inc();
     metrics.row_bytes.inc_by(gather.len());
     let first = windows
@@ -195,28 +207,34 @@ pub(crate) async fn gather(
     Ok(Gathered {
         gather,
         holder,
-        windows: windows.into(),
+        windows,
         first,
-        digest: hasher.finish(),
+        digest,
     })
 }
 
-/// `batch` fed to `hasher` on the blocking pool.
-async fn hash(mut hasher: Hasher, batch: Vec<Bytes>) -> Result<Hasher, SliceFailure> {
-    if batch.is_empty() {
-        return Ok(hasher);
-    }
-    let fed = tokio::task::spawn_blocking(move || {
-        for b in &batch {
-            hasher.update(b);
+/// The gathered bytes' digest: fed each window's read in order, it hashes
+/// the window's runs.
+struct RunHasher {
+    windows: Arc<[Window]>,
+    next: usize,
+    hasher: Hasher,
+}
+
+impl Visit for RunHasher {
+    type Error = std::io::Error;
+
+    fn piece(&mut self, read: &[u8]) -> std::io::Result<()> {
+        let runs = self.windows.get(self.next).map(|w| w.runs.as_slice());
+        self.next += 1;
+        for run in runs.unwrap_or_default() {
+            let bytes = read.get(run.clone()).ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "a window read short")
+            })?;
+            self.hasher.update(bytes);
         }
-        hasher
-    });
-    fed.await.map_err(|e| {
-        SliceFailure::Refused(CheckFailure::Unreadable(format!(
-            "hashing a slice: the blocking pool: {e}"
-        )))
-    })
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -414,8 +414,7 @@ pub(crate) async fn gathered(
     let ranges: Vec<std::ops::Range<u64>> = ranges.iter().map(|&(a, b)| a..b).collect();
     let slice = zt_format::slice::Slice::of(&ranges);
     let cap = state.config.limits.max_slice_pieces;
-    let metrics = state.catalog.digest_metrics();
-    let g = super::gather::gather(&served, &name, &slice, cap, metrics).await?;
+    let g = super::gather::gather(&served, &name, &slice, cap, &state.catalog).await?;
     obj.shape.clone_from(&g.gather.shape);
     let len = g.gather.len();
     cut_part(served, name, obj, g.first, len, g.digest, Some(g.windows))

@@ -148,6 +148,57 @@ impl Blob {
         Ok(v)
     }
 
+    /// Hands the bytes of each of `spans` (in order, each at most
+    /// [`READ_CHUNK`] long) to `v` on the blocking pool, and `v` back: a
+    /// local file's read there in one hop, into one buffer reused for
+    /// every span (a slice's windows: many short reads); an object's read
+    /// on the runtime and handed over a span at a time. Stops at the first
+    /// error, a read's (a span cut short included) or `v`'s.
+    pub(crate) async fn visit_spans<V: Visit>(
+        &self,
+        spans: Arc<[Range<u64>]>,
+        v: V,
+    ) -> Result<V, Stop<V::Error>> {
+        let source = Arc::clone(&self.0);
+        let todo = Arc::clone(&spans);
+        let blocking = off_runtime(move || {
+            let longest = todo.iter().map(|s| s.end - s.start).max().unwrap_or(0);
+            let mut buf = vec![0u8; usize::try_from(longest.min(READ_CHUNK)).unwrap_or(0)];
+            let mut v = v;
+            for span in todo.iter() {
+                let len = usize::try_from(span.end - span.start).unwrap_or(usize::MAX);
+                let Some(into) = buf.get_mut(..len) else {
+                    return Err(Stop::Read(io::Error::other("a span longer than a read")));
+                };
+                match source.read_blocking(into, span.start) {
+                    None => return Ok(Err(v)),
+                    Some(read) => read.map_err(|e| Stop::Read(at(len, span.start, e)))?,
+                }
+                v.piece(into).map_err(Stop::By)?;
+            }
+            Ok(Ok(v))
+        });
+        let mut v = match blocking.await.map_err(Stop::Read)?? {
+            Ok(done) => return Ok(done),
+            // Not a source read from the blocking pool, and nothing read.
+            Err(v) => v,
+        };
+        for span in spans.iter() {
+            let len = usize::try_from(span.end - span.start).unwrap_or(usize::MAX);
+            let bytes = match self.read_now(span) {
+                Some(got) => got,
+                None => self.read_async(len, span.start, None).await,
+            }
+            .map_err(|e| Stop::Read(at(len, span.start, e)))?;
+            if bytes.len() != len {
+                let short = io::Error::new(io::ErrorKind::UnexpectedEof, "cut short");
+                return Err(Stop::Read(at(len, span.start, short)));
+            }
+            v = feed(v, bytes).await?;
+        }
+        Ok(v)
+    }
+
     /// Reads one reader keeps in flight: 1 for a local file (reads from
     /// the page cache or the disk gain nothing from more), the store's
     /// `storage.read_ahead` for an object.
@@ -191,6 +242,11 @@ pub(crate) enum Stop<E> {
 /// the blocking pool (a manifest of thousands of tensors takes
 /// milliseconds to validate).
 const PARSE_INLINE: u64 = 64 << 10;
+
+/// A read's error, saying which read.
+fn at(len: usize, pos: u64, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("reading {len} bytes at {pos}: {e}"))
+}
 
 /// Runs `f` on the blocking pool.
 async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> io::Result<T> {

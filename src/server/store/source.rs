@@ -39,6 +39,13 @@ pub(crate) trait ByteSource: Send + Sync + fmt::Debug {
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> BoxFuture<'static, io::Result<Bytes>>;
 
+    /// Exactly `buf.len()` bytes at `pos` into `buf`, blocking, for a caller
+    /// already on the blocking pool: `None` where the source cannot read
+    /// without the runtime (an object's GETs).
+    fn read_blocking(&self, _buf: &mut [u8], _pos: u64) -> Option<io::Result<()>> {
+        None
+    }
+
     /// `range` in pieces of `piece` bytes, in order, a few read ahead of
     /// the one handed out (an object's `storage.read_ahead` GETs; a local
     /// file's next piece while the caller works on this one). An object's

@@ -103,7 +103,7 @@ def test_a_corrupt_entry_is_discarded_and_fetched_again(versions, component_cach
     assert LAYER_BYTES <= sent(port) - before < LAYER_BYTES + (64 << 10)
     # Stored again, whole: every entry passes `zt cache verify`.
     assert len(entries(component_cache)) == LAYERS
-    # The same with mmap=True: the entry is refused by its digest, not mapped.
+    # The same with mmap=True: the entry is refused by its seal, not mapped.
     victim = entries(component_cache)[3]
     data = bytearray(victim.read_bytes())
     data[5] ^= 0x01

@@ -53,6 +53,20 @@ pub struct Served {
 }
 
 impl Served {
+    /// This version of the file's bytes as a key: its path and identity (a
+    /// local file's device, inode, size, modification and change times; an
+    /// object's key and ETag), which move whenever its bytes may have,
+    /// an in-place rewrite that puts the modification time back included.
+    pub(crate) fn version_key(&self) -> String {
+        let id: String = self
+            .identity
+            .bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("{}\n{id}", self.path)
+    }
+
     /// Whether an entity tag names this version of the file: its ETag, or
     /// the provisional one it had while its digests were computed.
     pub fn is_version(&self, tag: &str) -> bool {

@@ -3,9 +3,11 @@
 //! or several replicas of a model each loading the same rank's shard, ask
 //! for the same slices again, and the digest pass reads every window of
 //! the slice (a column block: the whole tensor) before the first byte is
-//! sent. Keyed by the file's version (its strong ETag and modification
-//! time: a new version is a new key), the object and the slice; at most [`MAX_ENTRIES`] entries of at most
-//! [`MAX_KEY`] bytes of key each, the least recently used evicted first.
+//! sent. Keyed by the file's version (its path and identity: a new
+//! version is a new key), the object and the slice; at most
+//! [`MAX_ENTRIES`] entries of at most [`MAX_KEY`] bytes of key each, the
+//! least recently used evicted first. Requests that miss at once each
+//! hash (no single flight: a miss costs what it did before the cache).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -88,10 +90,18 @@ impl SliceDigests {
         got
     }
 
-    /// Keeps `digest`, just computed, for `key`; past the bound the least
-    /// recently used entry goes.
-    pub(crate) fn put(&self, key: String, digest: Digest) {
+    /// Counts a digest just computed, and keeps it for `key` (a key too
+    /// long to keep is `None`).
+    pub(crate) fn computed(&self, key: Option<String>, digest: Digest) {
         self.results.with_label_values(&["computed"]).inc();
+        if let Some(key) = key {
+            self.put(key, digest);
+        }
+    }
+
+    /// Keeps `digest` for `key`; past the bound the least recently used
+    /// entry goes.
+    fn put(&self, key: String, digest: Digest) {
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         kept.clock += 1;
         let now = kept.clock;
@@ -127,14 +137,14 @@ mod tests {
     fn the_bound_holds_and_the_least_recently_used_goes_first() {
         let d = SliceDigests::with_max(3);
         for n in 0..3u32 {
-            d.put(
-                SliceDigests::key("\"e\"", "w", &format!("0:{n}")).unwrap(),
+            d.computed(
+                SliceDigests::key("\"e\"", "w", &format!("0:{n}")),
                 digest(n),
             );
         }
         // "0:0" used again: "0:1" is now the least recently used.
         assert_eq!(d.get("\"e\"\nw\n0:0"), Some(digest(0)));
-        d.put(SliceDigests::key("\"e\"", "w", "0:9").unwrap(), digest(9));
+        d.computed(SliceDigests::key("\"e\"", "w", "0:9"), digest(9));
         assert_eq!(d.entries.get(), 3);
         assert_eq!(d.get("\"e\"\nw\n0:1"), None);
         assert_eq!(d.get("\"e\"\nw\n0:0"), Some(digest(0)));
@@ -146,9 +156,13 @@ mod tests {
     }
 
     #[test]
-    fn a_key_past_its_bound_is_not_kept() {
+    fn a_key_past_its_bound_is_not_kept_but_counted() {
         let long = "w".repeat(MAX_KEY);
         assert!(SliceDigests::key("\"e\"", &long, "0:1").is_none());
         assert!(SliceDigests::key("\"e\"", "w", "0:1").is_some());
+        let d = SliceDigests::with_max(3);
+        d.computed(SliceDigests::key("\"e\"", &long, "0:1"), digest(1));
+        assert_eq!(d.entries.get(), 0);
+        assert_eq!(d.results.with_label_values(&["computed"]).get(), 1);
     }
 }

@@ -3,8 +3,8 @@
 //! gathered bytes. As for row ranges, a slice cannot be checked against
 //! the component's digest: the server checks the whole component first
 //! (once, as for every component it serves), then hashes the gathered
-//! bytes in order (once per slice of a version: the digest is kept,
-//! [`SliceDigests`]); the client checks that digest. It is attested by
+//! bytes in order (once per slice of a version of the file: the digest is
+//! kept, [`SliceDigests`]); the client checks that digest. It is attested by
 //! the server, not by the file.
 
 use std::ops::Range;
@@ -169,37 +169,19 @@ pub(crate) async fn gather(
             gather.spec()
         )))
     };
-    // The ETag names the content (a crc32c-checked file's, by its
-    // checksums); the modification time tells two such files apart too.
-    let version = format!("{} {:?}", served.etag, served.modified);
-    let key = SliceDigests::key(&version, object, &gather.spec());
+    let key = SliceDigests::key(&holder.version_key(), object, &gather.spec());
     let kept = key.as_deref().and_then(|k| catalog.slice_digests().get(k));
     let digest = match kept {
         Some(digest) => digest,
         None => {
-            let spans: Arc<[Range<u64>]> = windows.iter().map(|w| w.span.clone()).collect();
-            let hashed = RunHasher {
-                windows: Arc::clone(&windows),
-                next: 0,
-                hasher: Hasher::new(DigestAlgorithm::Sha256),
-            };
-            let hashed = holder
-                .file
-                .visit_spans(spans, hashed)
-                .await
-                .map_err(|e| match e {
-                    Stop::Read(e) | Stop::By(e) => unreadable(e),
-                })?;
-            let digest = hashed.hasher.finish();
-            if let Some(k) = key {
-                catalog.slice_digests().put(k, digest.clone());
-            }
+            let digest = hash_runs(&holder, &windows).await.map_err(unreadable)?;
+            catalog.slice_digests().computed(key, digest.clone());
+            let metrics = catalog.digest_metrics();
+            metrics.rows.inc();
+            metrics.row_bytes.inc_by(gather.len());
             digest
         }
     };
-    let metrics = catalog.digest_metrics();
-    metrics.rows.inc();
-    metrics.row_bytes.inc_by(gather.len());
     let first = windows
         .first()
         .and_then(|w| w.runs.first().map(|r| w.span.start + r.start as u64))
@@ -211,6 +193,20 @@ pub(crate) async fn gather(
         first,
         digest,
     })
+}
+
+/// The sha256 of the runs of `windows`, read from `holder`'s file.
+async fn hash_runs(holder: &Served, windows: &Arc<[Window]>) -> std::io::Result<Digest> {
+    let spans: Arc<[Range<u64>]> = windows.iter().map(|w| w.span.clone()).collect();
+    let hashed = RunHasher {
+        windows: Arc::clone(windows),
+        next: 0,
+        hasher: Hasher::new(DigestAlgorithm::Sha256),
+    };
+    match holder.file.visit_spans(spans, hashed).await {
+        Ok(hashed) => Ok(hashed.hasher.finish()),
+        Err(Stop::Read(e) | Stop::By(e)) => Err(e),
+    }
 }
 
 /// The gathered bytes' digest: fed each window's read in order, it hashes
@@ -225,9 +221,13 @@ impl Visit for RunHasher {
     type Error = std::io::Error;
 
     fn piece(&mut self, read: &[u8]) -> std::io::Result<()> {
-        let runs = self.windows.get(self.next).map(|w| w.runs.as_slice());
+        let runs = self
+            .windows
+            .get(self.next)
+            .map(|w| w.runs.as_slice())
+            .ok_or_else(|| std::io::Error::other("more reads than the slice has windows"))?;
         self.next += 1;
-        for run in runs.unwrap_or_default() {
+        for run in runs {
             let bytes = read.get(run.clone()).ok_or_else(|| {
                 std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "a window read short")
             })?;

@@ -12,6 +12,7 @@
 use std::fs::File;
 use std::io;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -151,52 +152,86 @@ impl Blob {
     /// Hands the bytes of each of `spans` (in order, each at most
     /// [`READ_CHUNK`] long) to `v` on the blocking pool, and `v` back: a
     /// local file's read there in one hop, into one buffer reused for
-    /// every span (a slice's windows: many short reads); an object's read
-    /// on the runtime and handed over a span at a time. Stops at the first
-    /// error, a read's (a span cut short included) or `v`'s.
+    /// every span (a slice's windows: many short reads), until the caller
+    /// goes away; an object's read on the runtime (`storage.read_ahead` at
+    /// once) and handed over [`READ_CHUNK`] bytes at a time. Stops at the
+    /// first error, a read's (a span cut short included) or `v`'s.
     pub(crate) async fn visit_spans<V: Visit>(
         &self,
         spans: Arc<[Range<u64>]>,
         v: V,
     ) -> Result<V, Stop<V::Error>> {
+        if let Some((i, s)) = spans
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.end.saturating_sub(s.start) > READ_CHUNK)
+        {
+            let why = format!("span {i} ({s:?}) is longer than a read ({READ_CHUNK} bytes)");
+            return Err(Stop::Read(io::Error::other(why)));
+        }
+        if !self.0.reads_blocking() {
+            return self.visit_spans_async(&spans, v).await;
+        }
         let source = Arc::clone(&self.0);
-        let todo = Arc::clone(&spans);
-        let blocking = off_runtime(move || {
-            let longest = todo.iter().map(|s| s.end - s.start).max().unwrap_or(0);
-            let mut buf = vec![0u8; usize::try_from(longest.min(READ_CHUNK)).unwrap_or(0)];
+        let going = Going::default();
+        let gone = Arc::clone(&going.0);
+        off_runtime(move || {
+            let longest = spans.iter().map(|s| s.end - s.start).max().unwrap_or(0);
+            let mut buf = vec![0u8; usize::try_from(longest).unwrap_or(0)];
             let mut v = v;
-            for span in todo.iter() {
-                let len = usize::try_from(span.end - span.start).unwrap_or(usize::MAX);
-                let Some(into) = buf.get_mut(..len) else {
-                    return Err(Stop::Read(io::Error::other("a span longer than a read")));
-                };
-                match source.read_blocking(into, span.start) {
-                    None => return Ok(Err(v)),
-                    Some(read) => read.map_err(|e| Stop::Read(at(len, span.start, e)))?,
+            for span in spans.iter() {
+                if gone.load(Ordering::Relaxed) {
+                    let why = io::Error::new(io::ErrorKind::Interrupted, "the request went away");
+                    return Err(Stop::Read(why));
                 }
+                let len = usize::try_from(span.end - span.start).unwrap_or(usize::MAX);
+                let into = buf.get_mut(..len).unwrap_or_default();
+                source
+                    .read_blocking(into, span.start)
+                    .map_err(|e| Stop::Read(at(len, span.start, e)))?;
                 v.piece(into).map_err(Stop::By)?;
             }
-            Ok(Ok(v))
-        });
-        let mut v = match blocking.await.map_err(Stop::Read)?? {
-            Ok(done) => return Ok(done),
-            // Not a source read from the blocking pool, and nothing read.
-            Err(v) => v,
-        };
-        for span in spans.iter() {
-            let len = usize::try_from(span.end - span.start).unwrap_or(usize::MAX);
-            let bytes = match self.read_now(span) {
-                Some(got) => got,
-                None => self.read_async(len, span.start, None).await,
+            Ok(v)
+        })
+        .await
+        .map_err(Stop::Read)?
+    }
+
+    /// [`Blob::visit_spans`] for a source read on the runtime.
+    async fn visit_spans_async<V: Visit>(
+        &self,
+        spans: &[Range<u64>],
+        mut v: V,
+    ) -> Result<V, Stop<V::Error>> {
+        let reads = futures_util::stream::iter(spans.iter().cloned())
+            .map(|span| async move {
+                let len = usize::try_from(span.end - span.start).unwrap_or(usize::MAX);
+                let bytes = match self.read_now(&span) {
+                    Some(got) => got,
+                    None => self.read_async(len, span.start, None).await,
+                }
+                .map_err(|e| at(len, span.start, e))?;
+                match bytes.len() == len {
+                    true => Ok(bytes),
+                    false => {
+                        let short = io::Error::new(io::ErrorKind::UnexpectedEof, "cut short");
+                        Err(at(len, span.start, short))
+                    }
+                }
+            })
+            .buffered(self.read_ahead().max(1));
+        futures_util::pin_mut!(reads);
+        let (mut batch, mut batched) = (Vec::new(), 0u64);
+        while let Some(bytes) = reads.next().await {
+            let bytes = bytes.map_err(Stop::Read)?;
+            batched += bytes.len() as u64;
+            batch.push(bytes);
+            if batched >= READ_CHUNK {
+                v = feed_all(v, std::mem::take(&mut batch)).await?;
+                batched = 0;
             }
-            .map_err(|e| Stop::Read(at(len, span.start, e)))?;
-            if bytes.len() != len {
-                let short = io::Error::new(io::ErrorKind::UnexpectedEof, "cut short");
-                return Err(Stop::Read(at(len, span.start, short)));
-            }
-            v = feed(v, bytes).await?;
         }
-        Ok(v)
+        feed_all(v, batch).await
     }
 
     /// Reads one reader keeps in flight: 1 for a local file (reads from
@@ -213,7 +248,8 @@ impl Blob {
     }
 }
 
-/// What [`Blob::visit`] hands the pieces to: a hash, a decoder, a sum.
+/// What [`Blob::visit`] and [`Blob::visit_spans`] hand the pieces to: a
+/// hash, a decoder, a sum.
 pub(crate) trait Visit: Send + 'static {
     type Error: Send + 'static;
 
@@ -229,7 +265,34 @@ pub(crate) async fn feed<V: Visit>(mut v: V, piece: Bytes) -> Result<V, Stop<V::
         .map_err(Stop::By)
 }
 
-/// Why [`Blob::visit`] stopped short.
+/// Hands every piece of `batch` to `v` on the blocking pool, in one hop.
+async fn feed_all<V: Visit>(mut v: V, batch: Vec<Bytes>) -> Result<V, Stop<V::Error>> {
+    if batch.is_empty() {
+        return Ok(v);
+    }
+    off_runtime(move || {
+        for piece in &batch {
+            v.piece(piece)?;
+        }
+        Ok(v)
+    })
+    .await
+    .map_err(Stop::Read)?
+    .map_err(Stop::By)
+}
+
+/// Set when dropped: a caller gone (its request dropped) tells the work it
+/// started on the blocking pool to stop.
+#[derive(Default)]
+struct Going(Arc<AtomicBool>);
+
+impl Drop for Going {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Why [`Blob::visit`] or [`Blob::visit_spans`] stopped short.
 #[derive(Debug)]
 pub(crate) enum Stop<E> {
     /// A read failed: "reading N bytes at POS: ...".
@@ -253,4 +316,63 @@ async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) 
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| io::Error::other(format!("the blocking pool: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::store::memory::MemoryRoot;
+    use crate::server::store::root::Root as _;
+
+    /// Every piece handed over, in order.
+    struct Collect(Vec<u8>);
+
+    impl Visit for Collect {
+        type Error = io::Error;
+
+        fn piece(&mut self, bytes: &[u8]) -> io::Result<()> {
+            self.0.extend_from_slice(bytes);
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn spans_come_the_same_from_a_local_file_and_from_a_source_read_on_the_runtime() {
+        let bytes: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        let identity = Identity::of(&file.metadata().unwrap());
+        let local = Blob::local(file, identity);
+        let root = MemoryRoot::default();
+        root.put("f", bytes.clone());
+        let seen = root.stat("f").await.unwrap().unwrap();
+        let memory = root.open(&seen).await.unwrap().blob;
+        assert!(local.0.reads_blocking() && !memory.0.reads_blocking());
+
+        let spans: Arc<[Range<u64>]> = vec![10..20, 500..1500, 99_990..100_000].into();
+        let want: Vec<u8> = spans
+            .iter()
+            .flat_map(|s| bytes[s.start as usize..s.end as usize].to_vec())
+            .collect();
+        for blob in [&local, &memory] {
+            let got = blob
+                .visit_spans(Arc::clone(&spans), Collect(Vec::new()))
+                .await;
+            assert_eq!(got.map(|c| c.0).ok(), Some(want.clone()));
+            // Past the end of the file: an error naming the read.
+            let past: Arc<[Range<u64>]> = vec![0..4, 99_995..100_005].into();
+            let Err(Stop::Read(e)) = blob.visit_spans(past, Collect(Vec::new())).await else {
+                panic!("a span past the end was read");
+            };
+            assert!(e.to_string().contains("reading 10 bytes at 99995"), "{e}");
+            // Longer than a read: refused before any.
+            let long: Arc<[Range<u64>]> = std::iter::once(0..READ_CHUNK + 1).collect();
+            let Err(Stop::Read(e)) = blob.visit_spans(long, Collect(Vec::new())).await else {
+                panic!("a span longer than a read was read");
+            };
+            assert!(e.to_string().contains("longer than a read"), "{e}");
+        }
+    }
 }

@@ -53,10 +53,12 @@ impl ByteSource for LocalFile {
         })
     }
 
-    fn read_blocking(&self, buf: &mut [u8], pos: u64) -> Option<io::Result<()>> {
-        Some(std::os::unix::fs::FileExt::read_exact_at(
-            &self.file, buf, pos,
-        ))
+    fn reads_blocking(&self) -> bool {
+        true
+    }
+
+    fn read_blocking(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(&self.file, buf, pos)
     }
 
     /// Two at once: the next piece is read while the caller works on

@@ -39,11 +39,17 @@ pub(crate) trait ByteSource: Send + Sync + fmt::Debug {
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> BoxFuture<'static, io::Result<Bytes>>;
 
+    /// Whether [`ByteSource::read_blocking`] reads: a local file's do, an
+    /// object's GETs are for the runtime.
+    fn reads_blocking(&self) -> bool {
+        false
+    }
+
     /// Exactly `buf.len()` bytes at `pos` into `buf`, blocking, for a caller
-    /// already on the blocking pool: `None` where the source cannot read
-    /// without the runtime (an object's GETs).
-    fn read_blocking(&self, _buf: &mut [u8], _pos: u64) -> Option<io::Result<()>> {
-        None
+    /// already on the blocking pool (`Unsupported` where
+    /// [`ByteSource::reads_blocking`] says no).
+    fn read_blocking(&self, _buf: &mut [u8], _pos: u64) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
     }
 
     /// `range` in pieces of `piece` bytes, in order, a few read ahead of

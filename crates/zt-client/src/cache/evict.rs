@@ -106,7 +106,7 @@ impl Cache {
     }
 
     /// Reads every entry and checks it against the digest it is named
-    /// by; those that fail are removed.
+    /// by (not its seal); those that fail are removed.
     pub fn verify(&self) -> std::io::Result<Verified> {
         let mut v = Verified::default();
         for e in self.entries()? {
@@ -117,7 +117,7 @@ impl Cache {
                 rel: rel.to_owned(),
                 digest: e.digest.clone(),
             };
-            match self.get(&key, e.len) {
+            match self.get_hashed(&key, e.len) {
                 Some(Ok(_)) => {
                     v.checked += 1;
                     v.bytes += e.len;

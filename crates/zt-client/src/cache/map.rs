@@ -1,7 +1,7 @@
 //! Cached components handed over without a copy: each entry of an object
-//! mapped private and copy-on-write ([`PrivateMap`]), checked against its
-//! seal ([`super::seal`]) through the mapping. Blocking: callers run it on a blocking
-//! thread.
+//! mapped private and copy-on-write ([`PrivateMap`]), checked through the
+//! mapping against its seal (`seal.rs`). Blocking: callers run it on a
+//! blocking thread.
 
 use std::fs::File;
 use std::time::SystemTime;
@@ -21,7 +21,7 @@ pub struct Mapped {
 
 impl Cache {
     /// Every component of `object` (of `remote`, read from `url`) mapped
-    /// from the cache, each checked against its digest: `None` unless
+    /// from the cache, each checked against its seal: `None` unless
     /// every one is cached and raw (a zstd component must be decoded into
     /// memory anyway); `Some(Err(why))` when an entry failed its check (it
     /// is removed, and the caller fetches the object).
@@ -60,7 +60,7 @@ impl Cache {
                             .to_owned(),
                     ),
                     _ => PrivateMap::open(&file)
-                        .map(|map| (map, seal::check_for(&file, &m, &key.digest)))
+                        .map(|map| (map, seal::check_for(&file, &m, &key.digest).digest))
                         .map_err(|e| e.to_string()),
                 })
                 .and_then(|(map, check)| {

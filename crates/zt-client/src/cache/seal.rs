@@ -10,47 +10,76 @@
 //! trusted only on an entry that is this user's alone ([`private`]): one
 //! that another user wrote or could write, or that has another name, is
 //! hashed with its digest on every read, as is one without a seal (a
-//! filesystem without user extended attributes). `zt cache verify`
-//! always hashes with the digest.
+//! filesystem without user extended attributes; it is sealed once such a
+//! read passed). `zt cache verify` always hashes with the digest.
 
 use std::fs::{File, Metadata};
-use std::path::Path;
 
 use zt_format::{Digest, DigestAlgorithm};
 
 /// The extended attribute holding an entry's seal.
 const NAME: &str = "user.ztserve.seal";
 
-/// Seals the file at `path`, about to become the entry for `digest`, as
-/// holding `bytes`. A filesystem that keeps no extended attributes leaves
-/// it unsealed (its reads hash with the digest): not an error.
-pub(super) fn put(path: &Path, digest: &Digest, bytes: &[u8]) {
+/// Seals `file`, the entry (or the file about to become the entry) for
+/// `digest`, as holding `bytes`, which were just checked against `digest`.
+/// A filesystem that keeps no extended attributes leaves it unsealed (its
+/// reads hash with the digest): not an error.
+pub(super) fn put(file: &File, digest: &Digest, bytes: &[u8]) {
     if digest.algorithm() == Some(DigestAlgorithm::Crc32c) {
         return; // Checked with its own crc32c already.
     }
-    let seal = format!("{digest} {}", DigestAlgorithm::Crc32c.digest(bytes));
+    let seal = format!(
+        "{} {}",
+        canonical(digest),
+        DigestAlgorithm::Crc32c.digest(bytes)
+    );
     let flags = rustix::fs::XattrFlags::empty();
-    if let Err(e) = rustix::fs::setxattr(path, NAME, seal.as_bytes(), flags) {
-        tracing::debug!(entry = %path.display(), error = %e, "cache entry not sealed");
+    if let Err(e) = rustix::fs::fsetxattr(file, NAME, seal.as_bytes(), flags) {
+        tracing::debug!(error = %e, "cache entry not sealed");
     }
+}
+
+/// What a read of an entry is checked against.
+pub(super) struct Check {
+    pub(super) digest: Digest,
+    /// Whether that is the entry's seal (else the digest it is named by).
+    pub(super) sealed: bool,
 }
 
 /// What a read of the entry `file` for `digest` checks its bytes against:
 /// its seal's crc32c where the entry is this user's alone and sealed for
 /// `digest`, else `digest` itself.
-pub(super) fn check_for(file: &File, meta: &Metadata, digest: &Digest) -> Digest {
+pub(super) fn check_for(file: &File, meta: &Metadata, digest: &Digest) -> Check {
     let mut value = [0u8; 160];
     let sealed = private(meta)
         .then(|| rustix::fs::fgetxattr(file, NAME, &mut value[..]).ok())
         .flatten()
-        .and_then(|len| std::str::from_utf8(&value[..len]).ok())
+        .and_then(|len| std::str::from_utf8(value.get(..len)?).ok())
         .and_then(|text| {
             let (named, crc) = text.split_once(' ')?;
             let crc = Digest::parse(crc).ok()?;
-            (named == digest.as_str() && crc.algorithm() == Some(DigestAlgorithm::Crc32c))
+            (named == canonical(digest) && crc.algorithm() == Some(DigestAlgorithm::Crc32c))
                 .then_some(crc)
         });
-    sealed.unwrap_or_else(|| digest.clone())
+    match sealed {
+        Some(crc) => Check {
+            digest: crc,
+            sealed: true,
+        },
+        None => Check {
+            digest: digest.clone(),
+            sealed: false,
+        },
+    }
+}
+
+/// `digest` in one spelling whatever the manifest's (hex case, a crc's
+/// digits), so that a seal names the value.
+fn canonical(digest: &Digest) -> String {
+    match digest.sha256() {
+        Some(sha) => format!("sha256:{}", super::hex(sha)),
+        None => digest.as_str().into_owned(),
+    }
 }
 
 /// Whether an entry is this user's alone: owned by them, written by no one

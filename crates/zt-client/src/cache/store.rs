@@ -9,19 +9,32 @@ use std::time::SystemTime;
 
 use zt_format::{AlignedBuf, Hasher};
 
-use super::{Cache, Key};
+use std::os::unix::fs::PermissionsExt as _;
+
+use super::{seal, Cache, Key};
 
 /// The folder new entries are written in before they are renamed into place.
 pub(super) const TMP: &str = "tmp";
 
 impl Cache {
     /// The entry at `key`, `len` bytes long, read and checked against its
-    /// digest: `None` when there is none; `Some(Err(why))` when there was
-    /// one and it failed (it is removed, so the caller fetches again).
+    /// seal (`seal.rs`) or its digest: `None` when there is none;
+    /// `Some(Err(why))` when there was one and it failed (it is removed, so
+    /// the caller fetches again).
     pub(crate) fn get(&self, key: &Key, len: u64) -> Option<Result<AlignedBuf, String>> {
+        self.read(key, len, true)
+    }
+
+    /// [`Cache::get`], checked against the digest whatever the seal says
+    /// (`zt cache verify`).
+    pub(super) fn get_hashed(&self, key: &Key, len: u64) -> Option<Result<AlignedBuf, String>> {
+        self.read(key, len, false)
+    }
+
+    fn read(&self, key: &Key, len: u64, use_seal: bool) -> Option<Result<AlignedBuf, String>> {
         let path = self.dir().join(&key.rel);
         let mut file = File::open(&path).ok()?;
-        let got = read_checked(&mut file, key, len);
+        let got = read_checked(&mut file, key, len, use_seal);
         if got.is_ok() {
             // The least recently used go first: this one was just used.
             let _ = file.set_modified(SystemTime::now());
@@ -57,7 +70,11 @@ impl Cache {
                 super::private_dirs(parent)?;
             }
             crate::part::write_new(&tmp, bytes, self.inner.direct_io)?;
-            super::seal::put(&tmp, &key.digest, bytes);
+            // The user's alone whatever the umask (a seal is trusted only
+            // on such an entry).
+            let file = File::open(&tmp)?;
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            seal::put(&file, &key.digest, bytes);
             std::fs::rename(&tmp, &path)
         })();
         match written {
@@ -70,18 +87,32 @@ impl Cache {
     }
 }
 
-/// `len` bytes of `file`, checked against `key`'s digest (or the entry's
-/// seal, [`super::seal`]): read and hashed a piece at a time, each piece
-/// hashed while it is still in the CPU's cache.
-fn read_checked(file: &mut File, key: &Key, len: u64) -> Result<AlignedBuf, String> {
+/// `len` bytes of `file`, checked against the entry's seal (with
+/// `use_seal`, where it has one it may trust: `seal.rs`) or `key`'s
+/// digest: read and hashed a piece at a time, each piece hashed while it
+/// is still in the CPU's cache. A private entry that passed its digest
+/// without a seal (stored by an older client) is sealed then.
+fn read_checked(
+    file: &mut File,
+    key: &Key,
+    len: u64,
+    use_seal: bool,
+) -> Result<AlignedBuf, String> {
     let meta = file.metadata().map_err(|e| e.to_string())?;
     if meta.len() != len {
         return Err(format!("{} bytes where {len} were expected", meta.len()));
     }
-    let check = super::seal::check_for(file, &meta, &key.digest);
+    let check = match use_seal {
+        true => seal::check_for(file, &meta, &key.digest),
+        false => seal::Check {
+            digest: key.digest.clone(),
+            sealed: false,
+        },
+    };
     let algorithm = check
+        .digest
         .algorithm()
-        .ok_or_else(|| format!("digest {check} cannot be computed here"))?;
+        .ok_or_else(|| format!("digest {} cannot be computed here", check.digest))?;
     let mut buf = AlignedBuf::zeroed(len).map_err(|r| r.to_string())?;
     let mut hasher = Hasher::new(algorithm);
     for piece in buf.as_mut_slice().chunks_mut(PIECE) {
@@ -89,8 +120,12 @@ fn read_checked(file: &mut File, key: &Key, len: u64) -> Result<AlignedBuf, Stri
         hasher.update(piece);
     }
     check
+        .digest
         .compare(&hasher.finish())
         .map_err(|rule| format!("{}: {rule}", rule.name()))?;
+    if use_seal && !check.sealed && seal::private(&meta) {
+        seal::put(file, &key.digest, buf.as_slice());
+    }
     Ok(buf)
 }
 
@@ -209,6 +244,33 @@ mod tests {
             cache.get(&k, 14).unwrap().unwrap().as_slice(),
             b"hello, weights"
         );
+
+        // An entry rewritten with a seal to match (what only the user
+        // could do) passes a read; `zt cache verify` hashes it, and removes it.
+        std::fs::write(&path, b"HELLO, weights").unwrap();
+        let resealed = format!(
+            "{} {}",
+            k.digest,
+            zt_format::DigestAlgorithm::Crc32c.digest(b"HELLO, weights")
+        );
+        rustix::fs::setxattr(&path, "user.ztserve.seal", resealed.as_bytes(), flags).unwrap();
+        assert_eq!(
+            cache.get(&k, 14).unwrap().unwrap().as_slice(),
+            b"HELLO, weights"
+        );
+        let v = cache.verify().unwrap();
+        assert_eq!(v.removed.len(), 1, "{:?}", v.removed);
+        assert!(!path.exists());
+
+        // An entry without a seal (an older client's) is sealed by the
+        // first read that hashed it.
+        cache.put(&k, b"hello, weights");
+        rustix::fs::removexattr(&path, "user.ztserve.seal").unwrap();
+        assert_eq!(
+            cache.get(&k, 14).unwrap().unwrap().as_slice(),
+            b"hello, weights"
+        );
+        assert!(rustix::fs::getxattr(&path, "user.ztserve.seal", &mut [0u8; 160][..]).is_ok());
 
         // Sealed as stored, a byte changed in place is caught by the seal.
         std::fs::remove_file(&path).unwrap();

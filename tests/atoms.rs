@@ -337,6 +337,24 @@ fn an_ingest_pack_is_one_entry() {
         part("symbol_map", "data"),
         std::fs::read(pack.join("pi_symbol_map.json")).unwrap()
     );
+    // Built in memory, no range of a file holds it: the server cuts no
+    // rows or slice of it (cut at its offset, it would send the bytes of
+    // the pack's manifest under a digest of its own).
+    for (query, rule) in [
+        ("slice=0:16", "slice-not-raw-dense"),
+        ("rows=0:16", "rows-not-raw-dense"),
+    ] {
+        let r = curl(
+            &[],
+            &s.url(&format!("{base}/objects/symbol_map/data?{query}")),
+        );
+        let body = String::from_utf8_lossy(&r.body);
+        assert_eq!(r.status, 409, "{query}: {body}");
+        assert!(
+            body.contains(rule) && body.contains("symbol_map"),
+            "{query}: {body}"
+        );
+    }
 
     // Atoms 1..3 through the pack: by HTTP rows, then zt fetch --atoms over both transports.
     let r = curl(&[], &s.url(&format!("{base}/objects/atoms/data?rows=1:3")));

@@ -292,7 +292,13 @@ class TensorSlice:
         keys = key if isinstance(key, tuple) else (key,)
         shape = list(self._obj["shape"])
         data = self._obj["components"].get("data")
-        raw_dense = self._obj["format"] == "dense" and data is not None and data["encoding"] == "raw" and shape
+        raw_dense = (
+            self._obj["format"] == "dense"
+            and data is not None
+            and data["encoding"] == "raw"
+            and data.get("placement", "file") == "file"
+            and shape
+        )
         basic = all(isinstance(k, int) or (isinstance(k, slice) and k.step in (None, 1)) for k in keys)
         if not (raw_dense and basic and 0 < len(keys) <= len(shape)):
             whole = self._handle.get_tensor(self._name)

@@ -94,8 +94,8 @@ impl Rows {
 }
 
 /// `obj`'s `data` component, if the object is dense and its data stored
-/// raw (what the server can cut rows and slices of); else why not, a
-/// format other than dense said to be one that `what`.
+/// raw in the file (what the server can cut rows and slices of); else why
+/// not, a format other than dense said to be one that `what`.
 pub(crate) fn raw_dense_data<'a>(obj: &'a Object, what: &str) -> Result<&'a Component, String> {
     if obj.format != Format::Dense {
         return Err(format!("a {} object {what}", obj.format.name()));
@@ -104,6 +104,11 @@ pub(crate) fn raw_dense_data<'a>(obj: &'a Object, what: &str) -> Result<&'a Comp
         .components
         .get("data")
         .ok_or_else(|| "the object has no data component".to_owned())?;
+    if c.synthesized {
+        // No range of the file holds its bytes: cutting the file at its
+        // offset would send other bytes.
+        return Err("its data is built by the reader from the header (placement \"synthesized\"), not stored in the file; it is cut from the whole".to_owned());
+    }
     if c.encoding != Encoding::Raw || c.is_transformed() {
         return Err(format!(
             "its data is stored {}; only raw data can be sliced on the server",
@@ -162,6 +167,17 @@ mod tests {
         assert_eq!(
             r.span(&dense(vec![], Encoding::Raw)).unwrap_err().rule(),
             "rows-not-raw-dense"
+        );
+        // Built by the reader: no range of the file to cut, for rows or slices.
+        let mut built = dense(vec![10, 3], Encoding::Raw);
+        if let Some(c) = built.components.get_mut("data") {
+            c.synthesized = true;
+        }
+        assert_eq!(r.span(&built).unwrap_err().rule(), "rows-not-raw-dense");
+        let slice = crate::slice::Slice::parse("0:2").unwrap();
+        assert_eq!(
+            slice.gather(&built, 10).unwrap_err().rule(),
+            "slice-not-raw-dense"
         );
     }
 }

@@ -60,14 +60,19 @@ impl Cache {
                             .to_owned(),
                     ),
                     _ => PrivateMap::open(&file)
-                        .map(|map| (map, seal::check_for(&file, &m, &key.digest).digest))
+                        .map(|map| (map, seal::check_for(&file, &m, &key.digest)))
                         .map_err(|e| e.to_string()),
                 })
                 .and_then(|(map, check)| {
                     check
+                        .digest
                         .check(map.as_slice())
-                        .map(|()| map)
-                        .map_err(|rule| format!("{}: {rule}", rule.name()))
+                        .map_err(|rule| format!("{}: {rule}", rule.name()))?;
+                    if !check.sealed {
+                        // Hashed with its digest just now: sealed for next time.
+                        seal::put(&file, &key.digest, map.as_slice());
+                    }
+                    Ok(map)
                 });
             match checked {
                 Ok(map) => {

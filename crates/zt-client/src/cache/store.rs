@@ -73,8 +73,14 @@ impl Cache {
             // The user's alone whatever the umask (a seal is trusted only
             // on such an entry).
             let file = File::open(&tmp)?;
-            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-            seal::put(&file, &key.digest, bytes);
+            match file.set_permissions(std::fs::Permissions::from_mode(0o600)) {
+                Ok(()) => seal::put(&file, &key.digest, bytes),
+                // A filesystem without modes: stored unsealed, hashed on
+                // every read.
+                Err(e) => {
+                    tracing::debug!(entry = %path.display(), error = %e, "cache entry not sealed")
+                }
+            }
             std::fs::rename(&tmp, &path)
         })();
         match written {

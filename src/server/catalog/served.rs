@@ -58,13 +58,7 @@ impl Served {
     /// object's key and ETag), which move whenever its bytes may have,
     /// an in-place rewrite that puts the modification time back included.
     pub(crate) fn version_key(&self) -> String {
-        let id: String = self
-            .identity
-            .bytes()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        format!("{}\n{id}", self.path)
+        format!("{}\n{}", self.path, etag::hex(&self.identity.bytes()))
     }
 
     /// Whether an entity tag names this version of the file: its ETag, or

@@ -28,11 +28,7 @@ pub(super) fn put(file: &File, digest: &Digest, bytes: &[u8]) {
     if digest.algorithm() == Some(DigestAlgorithm::Crc32c) {
         return; // Checked with its own crc32c already.
     }
-    let seal = format!(
-        "{} {}",
-        canonical(digest),
-        DigestAlgorithm::Crc32c.digest(bytes)
-    );
+    let seal = format!("{digest} {}", DigestAlgorithm::Crc32c.digest(bytes));
     let flags = rustix::fs::XattrFlags::empty();
     if let Err(e) = rustix::fs::fsetxattr(file, NAME, seal.as_bytes(), flags) {
         tracing::debug!(error = %e, "cache entry not sealed");
@@ -58,8 +54,9 @@ pub(super) fn check_for(file: &File, meta: &Metadata, digest: &Digest) -> Check 
         .and_then(|text| {
             let (named, crc) = text.split_once(' ')?;
             let crc = Digest::parse(crc).ok()?;
-            (named == canonical(digest) && crc.algorithm() == Some(DigestAlgorithm::Crc32c))
-                .then_some(crc)
+            // The digest's value, whatever its spelling (hex case).
+            let vouches = Digest::parse(named).ok()?.value() == digest.value();
+            (vouches && crc.algorithm() == Some(DigestAlgorithm::Crc32c)).then_some(crc)
         });
     match sealed {
         Some(crc) => Check {
@@ -70,15 +67,6 @@ pub(super) fn check_for(file: &File, meta: &Metadata, digest: &Digest) -> Check 
             digest: digest.clone(),
             sealed: false,
         },
-    }
-}
-
-/// `digest` in one spelling whatever the manifest's (hex case, a crc's
-/// digits), so that a seal names the value.
-fn canonical(digest: &Digest) -> String {
-    match digest.sha256() {
-        Some(sha) => format!("sha256:{}", super::hex(sha)),
-        None => digest.as_str().into_owned(),
     }
 }
 

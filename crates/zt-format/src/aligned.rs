@@ -8,7 +8,10 @@
 //! serves with `calloc`: a large buffer gets fresh pages that the kernel
 //! zeroes on first touch, with no extra pass over its bytes. (Asking the
 //! allocator for 64-byte alignment directly would make it `memset` the
-//! whole buffer first.)
+//! whole buffer first.) `calloc` still clears memory it reuses from the
+//! heap, so a buffer whose bytes arrive in order is built as a
+//! [`Filling`] instead: the vector is allocated with room for them and
+//! only its few bytes of slack are written before they are appended.
 
 use std::fmt;
 
@@ -50,9 +53,9 @@ fn buffer_alignment(len: usize) -> usize {
     usize::try_from(alignment_for(len as u64)).unwrap_or(PAGE_ALIGNMENT)
 }
 
-/// Where the first `align`-byte boundary lies in `bytes`.
-fn boundary(bytes: &[u8], align: usize) -> usize {
-    let misaligned = (bytes.as_ptr() as usize).checked_rem(align).unwrap_or(0);
+/// How far past `addr` the first `align`-byte boundary lies.
+fn boundary(addr: *const u8, align: usize) -> usize {
+    let misaligned = (addr as usize).checked_rem(align).unwrap_or(0);
     align
         .saturating_sub(misaligned)
         .checked_rem(align)
@@ -74,7 +77,7 @@ impl AlignedBuf {
             .checked_add(align.saturating_sub(1))
             .ok_or_else(too_big)?;
         let bytes = bytemuck::allocation::try_zeroed_vec::<u8>(total).map_err(|()| too_big())?;
-        let start = boundary(&bytes, align);
+        let start = boundary(bytes.as_ptr(), align);
         Ok(AlignedBuf {
             bytes,
             start,
@@ -83,11 +86,54 @@ impl AlignedBuf {
         })
     }
 
-    /// Copies `data` into a new aligned buffer.
+    /// Copies `data` into a new aligned buffer (never zeroed first).
     pub fn copy_from(data: &[u8]) -> Result<Self, Rule> {
-        let mut b = AlignedBuf::zeroed(data.len() as u64)?;
-        b.as_mut_slice().copy_from_slice(data);
-        Ok(b)
+        let mut f = AlignedBuf::filling(data.len() as u64)?;
+        f.extend(data);
+        f.finish().map_err(|_| Rule::DecompressOverCap {
+            length: data.len() as u64,
+            cap: data.len() as u64,
+        })
+    }
+
+    /// An empty buffer to be filled with exactly `len` bytes, in order,
+    /// without being zeroed first. Fails instead of aborting when the
+    /// memory cannot be had.
+    pub fn filling(len: u64) -> Result<Filling, Rule> {
+        let too_big = || Rule::DecompressOverCap {
+            length: len,
+            cap: usize::MAX as u64,
+        };
+        let len = usize::try_from(len).map_err(|_| too_big())?;
+        let align = buffer_alignment(len);
+        let total = len
+            .checked_add(align.saturating_sub(1))
+            .ok_or_else(too_big)?;
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(total).map_err(|_| too_big())?;
+        // The boundary of the allocation, which appending within its
+        // capacity never moves; the slack before it is written once.
+        let start = boundary(bytes.as_ptr(), align);
+        bytes.resize(start, 0);
+        Ok(Filling {
+            buf: AlignedBuf {
+                bytes,
+                start,
+                len,
+                align,
+            },
+        })
+    }
+
+    /// This buffer emptied for filling with `len` bytes again, if it
+    /// [can hold](AlignedBuf::can_hold) that many.
+    pub fn refill(mut self, len: usize) -> Result<Filling, AlignedBuf> {
+        if !self.can_hold(len) {
+            return Err(self);
+        }
+        self.bytes.truncate(self.start);
+        self.len = len;
+        Ok(Filling { buf: self })
     }
 
     pub fn len(&self) -> usize {
@@ -119,7 +165,7 @@ impl AlignedBuf {
 
     /// The most bytes this buffer can hold without a new allocation.
     pub fn capacity(&self) -> usize {
-        self.bytes.len().saturating_sub(self.start)
+        self.bytes.capacity().saturating_sub(self.start)
     }
 
     /// Whether [`AlignedBuf::reuse`] can make this buffer `len` bytes
@@ -137,6 +183,12 @@ impl AlignedBuf {
         if !self.can_hold(len) {
             return false;
         }
+        // Bytes never written (a filled buffer's room past its length) are
+        // zeroed now, within the allocation.
+        let end = self.start.saturating_add(len);
+        if self.bytes.len() < end {
+            self.bytes.resize(end, 0);
+        }
         self.len = len;
         true
     }
@@ -149,6 +201,52 @@ impl AlignedBuf {
             }
             self.len = len;
         }
+    }
+}
+
+/// An [`AlignedBuf`] of a known length whose bytes are appended in order
+/// ([`AlignedBuf::filling`]); [`Filling::finish`] hands it over once every
+/// byte is in.
+pub struct Filling {
+    /// `buf.bytes` holds the slack and the bytes appended so far; its
+    /// capacity reaches `start + len`, so appending never moves it.
+    buf: AlignedBuf,
+}
+
+impl Filling {
+    /// The bytes appended so far.
+    pub fn filled(&self) -> &[u8] {
+        self.buf.bytes.get(self.buf.start..).unwrap_or_default()
+    }
+
+    /// How many bytes are still to come.
+    pub fn remaining(&self) -> usize {
+        self.buf.len.saturating_sub(self.filled().len())
+    }
+
+    /// Appends as much of `data` as there is room for; how many bytes
+    /// that was.
+    pub fn extend(&mut self, data: &[u8]) -> usize {
+        let take = data.get(..self.remaining()).unwrap_or(data);
+        self.buf.bytes.extend_from_slice(take);
+        take.len()
+    }
+
+    /// The buffer, once all of its bytes are in; itself otherwise.
+    pub fn finish(self) -> Result<AlignedBuf, Filling> {
+        match self.remaining() {
+            0 => Ok(self.buf),
+            _ => Err(self),
+        }
+    }
+}
+
+impl fmt::Debug for Filling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Filling")
+            .field("len", &self.buf.len)
+            .field("filled", &self.filled().len())
+            .finish()
     }
 }
 
@@ -165,18 +263,13 @@ impl Default for AlignedBuf {
 }
 
 impl Clone for AlignedBuf {
-    /// A copy in a new allocation, whose boundary may lie elsewhere: the
-    /// bytes are moved to it.
+    /// A copy in a new allocation, on its own boundary (never zeroed
+    /// first).
     fn clone(&self) -> Self {
-        let mut bytes = self.bytes.clone();
-        let start = if bytes.is_empty() {
-            0
-        } else {
-            boundary(&bytes, self.align)
-        };
-        if start != self.start {
-            bytes.copy_within(self.start..self.start.saturating_add(self.len), start);
-        }
+        let mut bytes = Vec::with_capacity(self.len.saturating_add(self.align.saturating_sub(1)));
+        let start = boundary(bytes.as_ptr(), self.align);
+        bytes.resize(start, 0);
+        bytes.extend_from_slice(self.as_slice());
         AlignedBuf {
             bytes,
             start,
@@ -251,6 +344,55 @@ mod tests {
         assert!(!b.reuse(b.capacity() + 1));
         assert_eq!(b.len(), 1000);
         assert_eq!(b.as_slice().as_ptr() as usize % 64, 0);
+    }
+
+    #[test]
+    fn filled_buffers_are_aligned_and_hold_what_was_appended() {
+        for len in [0usize, 1, 63, 64, 1000, PAGE_ALIGNED_FROM, 3 << 20] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 13) as u8).collect();
+            let mut f = AlignedBuf::filling(len as u64).unwrap();
+            let ptr = f.filled().as_ptr() as usize;
+            assert_eq!(ptr % alignment_for(len as u64) as usize, 0, "{len}");
+            let (a, b) = data.split_at(len / 3);
+            assert_eq!(f.extend(a), a.len());
+            assert_eq!(f.filled(), a);
+            assert_eq!(f.remaining(), b.len());
+            // Not complete: handed back as it is.
+            let mut f = if b.is_empty() {
+                f
+            } else {
+                f.finish().unwrap_err()
+            };
+            // Bytes past the length are refused, never appended.
+            let mut extra = b.to_vec();
+            extra.push(1);
+            assert_eq!(f.extend(&extra), b.len());
+            assert_eq!(f.extend(b"more"), 0);
+            let buf = f.finish().unwrap();
+            assert_eq!(buf.as_slice(), &data[..]);
+            // Appending never moved the allocation off its boundary.
+            assert_eq!(buf.as_slice().as_ptr() as usize, ptr);
+            assert!(buf.capacity() >= len);
+        }
+        assert_eq!(AlignedBuf::copy_from(b"abc").unwrap().as_slice(), b"abc");
+    }
+
+    #[test]
+    fn a_buffer_is_refilled_within_its_capacity_only() {
+        let b = AlignedBuf::copy_from(&[5u8; 500]).unwrap();
+        let room = b.capacity();
+        let b = b.refill(room + 1).unwrap_err();
+        let mut f = b.refill(100).unwrap();
+        assert_eq!(f.filled(), b"");
+        f.extend(&[6u8; 100]);
+        let b = f.finish().unwrap();
+        assert_eq!(b.as_slice(), &[6u8; 100][..]);
+        assert_eq!(b.as_slice().as_ptr() as usize % 64, 0);
+        // Reused longer than it was filled: the rest reads as zeros.
+        let mut b = b;
+        assert!(b.reuse(300));
+        assert_eq!(b.as_slice().get(..100), Some(&[6u8; 100][..]));
+        assert_eq!(b.as_slice().get(100..), Some(&[0u8; 200][..]));
     }
 
     #[test]

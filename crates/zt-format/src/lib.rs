@@ -84,7 +84,9 @@ mod values;
 mod warning;
 mod writer;
 
-pub use aligned::{alignment_for, AlignedBuf, ALIGNMENT, PAGE_ALIGNED_FROM, PAGE_ALIGNMENT};
+pub use aligned::{
+    alignment_for, AlignedBuf, Filling, ALIGNMENT, PAGE_ALIGNED_FROM, PAGE_ALIGNMENT,
+};
 pub use atomic::{flush, temp_path, write_atomic};
 pub use by_name::ByName;
 pub use cbor::DEFAULT_MAX_DEPTH;

@@ -159,42 +159,45 @@ async fn receive(
         // design; the copy checks them against the manifest instead.
         let require = options.require_digest && !ztp_proto::is_range_object(&at.object);
         let mut check = Check::new(digest.as_ref(), options.allow_unverified, require, &at)?;
-        // Every byte is overwritten below, or the component fails.
+        // Filled in order as the bytes arrive (never zeroed first), hashed
+        // as they do; nothing is delivered before the digest matches.
         let mut data = pool
-            .take(header.length)
+            .filling(header.length)
             .map_err(|r| Error::corrupt(&at, r))?;
         let more = || Error::corrupt(&at, "stream carries more bytes than its header announces");
         let rest = d.take_rest();
-        let buf = data.as_mut_slice();
-        let mut pos = rest.len().min(buf.len());
-        if rest.len() > buf.len() {
+        if data.extend(&rest) < rest.len() {
             return Err(more());
         }
-        buf.get_mut(..pos)
-            .unwrap_or_default()
-            .copy_from_slice(rest.get(..pos).unwrap_or_default());
-        check.update(buf.get(..pos).unwrap_or_default());
-        // Hash while the bytes arrive; nothing is delivered before the digest matches.
-        while pos < buf.len() {
-            match stream.read(buf.get_mut(pos..).unwrap_or_default()).await {
-                Ok(Some(n)) => {
-                    check.update(buf.get(pos..pos + n).unwrap_or_default());
-                    pos += n;
+        check.update(data.filled());
+        let length = header.length;
+        while data.remaining() > 0 {
+            let pos = data.filled().len();
+            match stream.read_chunk(data.remaining(), true).await {
+                Ok(Some(got)) => {
+                    let n = data.extend(&got.bytes);
+                    if n < got.bytes.len() {
+                        return Err(more());
+                    }
+                    check.update(&got.bytes);
                 }
                 Ok(None) => {
                     return Err(Error::Transport(format!(
-                        "{at}: stream ended after {pos} of {} bytes",
-                        buf.len()
+                        "{at}: stream ended after {pos} of {length} bytes"
                     )))
                 }
                 Err(e) => return Err(stream_error(&at, pos, e)),
             }
         }
+        let pos = data.filled().len();
         match stream.read(&mut chunk).await {
             Ok(None) => {}
             Ok(Some(_)) => return Err(more()),
             Err(e) => return Err(stream_error(&at, pos, e)),
         }
+        let Ok(data) = data.finish() else {
+            return Err(Error::Transport(format!("{at}: stream ended early")));
+        };
         let verification = check.finish(&at)?;
         Ok(Delivered {
             object: header.object.clone(),

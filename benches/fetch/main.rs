@@ -9,8 +9,8 @@
 //! * whole-file fetches at 0, 1 and 5 % packet loss (needs root).
 //!
 //! `cargo bench --bench fetch -- [ROUNDS]` (default 5; medians);
-//! `ZT_BENCH_ONLY=1,4` runs only those sections. Needs
-//! `curl` and `nginx` on PATH. Not part of `.ci/run`.
+//! `ZT_BENCH_ONLY=1,4` runs only those sections; `ZT_DAEMON_BIN=PATH`
+//! serves from another build of the daemon. Needs `curl` and `nginx` on PATH. Not part of `.ci/run`.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

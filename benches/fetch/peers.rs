@@ -61,7 +61,10 @@ pub(crate) fn ztserve_env(
     state: &Path,
     env: &[(&str, &str)],
 ) -> Result<Proc> {
-    let child = Command::new(env!("CARGO_BIN_EXE_ztserve"))
+    // `$ZT_DAEMON_BIN` runs another build (an A/B comparison in one run).
+    let bin =
+        std::env::var_os("ZT_DAEMON_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_ztserve").into());
+    let child = Command::new(bin)
         .envs(env.iter().copied())
         .arg("--root")
         .arg(root)

@@ -6,10 +6,14 @@
 //!    and ztserve's peak RSS.
 //! 2. 64 client-library clients, each on its own connection, each fetching
 //!    one random layer (2 components, digests checked) again and again:
-//!    over ztp/1, and over HTTP from ztserve and from nginx.
+//!    over ztp/1, and over HTTP from ztserve and from nginx; and the same
+//!    clients against bare quinn (`bare.rs`): in a process of its own with
+//!    the layers in memory (the ratio's peer), reading them from the file
+//!    per request, and inside the clients' runtime.
 //!
-//! `cargo bench --bench load -- [SECONDS]` (default 15 per row). Needs
-//! `wrk` and `nginx` on PATH. Not part of `.ci/run`. Client and daemon share
+//! `cargo bench --bench load -- [SECONDS]` (default 15 per row);
+//! `ZT_BENCH_ONLY=2` runs only that section; `ZT_DAEMON_BIN=PATH` serves
+//! from another build of the daemon. Needs `wrk` and `nginx` on PATH. Not part of `.ci/run`. Client and daemon share
 //! the machine, so the figures are for the pair.
 
 use std::path::{Path, PathBuf};
@@ -104,6 +108,9 @@ fn ensure_model(root: &Path) -> Result<PathBuf> {
 }
 
 fn main() -> Result<()> {
+    if std::env::args().nth(1).as_deref() == Some(bare::SERVE_ARG) {
+        return bare::serve_apart(LAYERS);
+    }
     let secs: u64 = std::env::args()
         .skip(1)
         .find(|a| !a.starts_with('-'))
@@ -120,6 +127,19 @@ fn main() -> Result<()> {
     let _n = nginx::Nginx::start(&root, np, &data)?;
     println!("# {FILE}: {size} bytes, {LAYERS} layers; {secs} s per row; client and server on one machine");
 
+    let only = std::env::var("ZT_BENCH_ONLY").unwrap_or_default();
+    let want = |k: &str| only.is_empty() || only.split(',').any(|x| x == k);
+    if want("1") {
+        section_wrk(z.id(), zp, np, tail, size, secs)?;
+    }
+    if want("2") {
+        section_clients(z.id(), zp, np, &path, &data, secs)?;
+    }
+    Ok(())
+}
+
+/// Section 1: `wrk`'s mix against nginx and ztserve.
+fn section_wrk(pid: u32, zp: u16, np: u16, tail: u64, size: u64, secs: u64) -> Result<()> {
     println!("# 1. {HTTP_CONNECTIONS} HTTP connections (wrk, 20% manifests, 80% ranges of 4 KiB-1 MiB); ratio = req/s against nginx");
     let nginx = wrk::run(
         &wrk::Target {
@@ -134,7 +154,7 @@ fn main() -> Result<()> {
         secs,
     )?;
     http_row("wrk -> nginx", &nginx, nginx.per_sec, None);
-    reset_peak(z.id());
+    reset_peak(pid);
     let ours = wrk::run(
         &wrk::Target {
             base: format!("http://127.0.0.1:{zp}"),
@@ -151,9 +171,13 @@ fn main() -> Result<()> {
         "wrk -> ztserve",
         &ours,
         nginx.per_sec,
-        Some(peak_rss_mib(z.id())),
+        Some(peak_rss_mib(pid)),
     );
+    Ok(())
+}
 
+/// Section 2: library clients over HTTP and ztp/1, and bare quinn.
+fn section_clients(pid: u32, zp: u16, np: u16, path: &Path, data: &Path, secs: u64) -> Result<()> {
     println!("# 2. {QUIC_CLIENTS} library clients, one connection each, fetching one random layer (2 components, crc32c checked) repeatedly; ratio = fetches/s against the same clients over HTTP from nginx");
     let rt = tokio::runtime::Runtime::new()?;
     let mut ztp = f64::NAN;
@@ -178,43 +202,47 @@ fn main() -> Result<()> {
             Via::Quic,
         ),
     ] {
-        reset_peak(z.id());
+        reset_peak(pid);
         let r = rt.block_on(clients::run(&url, via, QUIC_CLIENTS, LAYERS, secs));
-        client_row(name, &r, Some(peer_rate), Some(peak_rss_mib(z.id())));
+        client_row(name, &r, Some(peer_rate), Some(peak_rss_mib(pid)));
         if via == Via::Quic {
             ztp = r.fetches as f64 / r.secs;
         }
     }
-    // The bare quinn peer: the same layers' bytes from memory.
-    let f = ZtFile::open(&path)?;
-    let bytes = std::fs::read(&path)?;
-    let layers: Vec<bytes::Bytes> = (0..LAYERS)
-        .map(|l| {
-            let prefix = format!("model.layers.{l}.");
-            let mut layer = Vec::new();
-            for (name, _, c) in f.manifest().components() {
-                if name.starts_with(&prefix) {
-                    layer.extend_from_slice(
-                        &bytes[c.offset as usize..(c.offset + c.length) as usize],
-                    );
-                }
-            }
-            bytes::Bytes::from(layer)
-        })
-        .collect();
+    // The bare quinn peer: the same layers' bytes from memory, served by
+    // a process of its own (as the daemon is); then read from the file per
+    // request; then served in the clients' own runtime.
     let state = data.join("bare-state");
     std::fs::create_dir_all(&state)?;
-    let r = rt.block_on(bare::run(layers, &state, QUIC_CLIENTS, secs))?;
+    let r = rt.block_on(bare::run_apart(
+        path,
+        LAYERS,
+        false,
+        &state,
+        QUIC_CLIENTS,
+        secs,
+    ))?;
     let bare_rate = r.fetches as f64 / r.secs;
-    client_row(
-        "64 x bare quinn (same bytes, memory)",
-        &r,
-        Some(peer_rate),
-        None,
-    );
+    client_row("64 x bare quinn (own process)", &r, Some(peer_rate), None);
+    let r = rt.block_on(bare::run_apart(
+        path,
+        LAYERS,
+        true,
+        &state,
+        QUIC_CLIENTS,
+        secs,
+    ))?;
+    let pread_rate = r.fetches as f64 / r.secs;
+    client_row("64 x bare quinn (pread each)", &r, Some(peer_rate), None);
+    let layers = bare::layers(path, LAYERS, false)?;
+    let r = rt.block_on(bare::run(layers, &state, QUIC_CLIENTS, secs))?;
+    let inside_rate = r.fetches as f64 / r.secs;
+    client_row("64 x bare quinn (same runtime)", &r, Some(peer_rate), None);
     println!(
-        "ztp/1 against bare quinn, the same 64 clients: {:.3}x",
-        ztp / bare_rate
+        "ztp/1 against bare quinn in its own process, the same 64 clients: {:.3}x (against it reading the file: {:.3}x; in the clients' runtime: {:.3}x)",
+        ztp / bare_rate,
+        ztp / pread_rate,
+        ztp / inside_rate
     );
     Ok(())
 }

@@ -154,7 +154,7 @@ impl Blob {
     /// local file's read there in one hop, into one buffer reused for
     /// every span (a slice's windows: many short reads), until the caller
     /// goes away; an object's read on the runtime (`storage.read_ahead` at
-    /// once) and handed over [`READ_CHUNK`] bytes at a time. Stops at the
+    /// once) and handed over at most [`READ_CHUNK`] bytes a hop. Stops at the
     /// first error, a read's (a span cut short included) or `v`'s.
     pub(crate) async fn visit_spans<V: Visit>(
         &self,
@@ -221,17 +221,13 @@ impl Blob {
             })
             .buffered(self.read_ahead().max(1));
         futures_util::pin_mut!(reads);
-        let (mut batch, mut batched) = (Vec::new(), 0u64);
+        let mut batch = Batch::default();
         while let Some(bytes) = reads.next().await {
-            let bytes = bytes.map_err(Stop::Read)?;
-            batched += bytes.len() as u64;
-            batch.push(bytes);
-            if batched >= READ_CHUNK {
-                v = feed_all(v, std::mem::take(&mut batch)).await?;
-                batched = 0;
+            if let Some(full) = batch.add(bytes.map_err(Stop::Read)?) {
+                v = feed_all(v, full).await?;
             }
         }
-        feed_all(v, batch).await
+        feed_all(v, batch.pieces).await
     }
 
     /// Reads one reader keeps in flight: 1 for a local file (reads from
@@ -279,6 +275,30 @@ async fn feed_all<V: Visit>(mut v: V, batch: Vec<Bytes>) -> Result<V, Stop<V::Er
     .await
     .map_err(Stop::Read)?
     .map_err(Stop::By)
+}
+
+/// Pieces read on the runtime, gathered for one hop to the blocking pool:
+/// at most [`READ_CHUNK`] bytes in a hop (each piece is at most that).
+#[derive(Default)]
+struct Batch {
+    pieces: Vec<Bytes>,
+    bytes: u64,
+}
+
+impl Batch {
+    /// Adds `piece`; the pieces gathered before it, to hand over now, when
+    /// it would take the batch past [`READ_CHUNK`] bytes.
+    fn add(&mut self, piece: Bytes) -> Option<Vec<Bytes>> {
+        let len = piece.len() as u64;
+        let full =
+            (self.bytes.saturating_add(len) > READ_CHUNK && !self.pieces.is_empty()).then(|| {
+                self.bytes = 0;
+                std::mem::take(&mut self.pieces)
+            });
+        self.bytes = self.bytes.saturating_add(len);
+        self.pieces.push(piece);
+        full
+    }
 }
 
 /// Set when dropped: a caller gone (its request dropped) tells the work it
@@ -374,5 +394,41 @@ mod tests {
             };
             assert!(e.to_string().contains("longer than a read"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_hop_carries_at_most_a_reads_worth_of_pieces() {
+        const KIB: usize = 1024;
+        let sizes = [
+            1024 * KIB,
+            3072 * KIB,
+            1,
+            4096 * KIB,
+            2048 * KIB,
+            2047 * KIB,
+            5,
+        ];
+        let mut batch = Batch::default();
+        let mut hops: Vec<Vec<Bytes>> = Vec::new();
+        let mut sent = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let piece = Bytes::from(vec![i as u8; n]);
+            sent.extend_from_slice(&piece);
+            hops.extend(batch.add(piece));
+        }
+        hops.push(batch.pieces);
+        let totals: Vec<usize> = hops
+            .iter()
+            .map(|h| h.iter().map(Bytes::len).sum())
+            .collect();
+        // 1 MiB + 3 MiB fill a read; the byte that follows starts the next.
+        assert_eq!(
+            totals,
+            [4096 * KIB, 1, 4096 * KIB, 4095 * KIB + 5],
+            "every hop within the bound, none held back longer than needed"
+        );
+        assert!(totals.iter().all(|&t| t as u64 <= READ_CHUNK));
+        let got: Vec<u8> = hops.iter().flatten().flat_map(|b| b.to_vec()).collect();
+        assert!(got == sent, "every byte handed over once, in order");
     }
 }

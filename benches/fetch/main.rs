@@ -10,7 +10,8 @@
 //!
 //! `cargo bench --bench fetch -- [ROUNDS]` (default 5; medians);
 //! `ZT_BENCH_ONLY=1,4` runs only those sections; `ZT_DAEMON_BIN=PATH`
-//! serves from another build of the daemon. Needs `curl` and `nginx` on PATH. Not part of `.ci/run`.
+//! serves from another build of the daemon. Needs
+//! `curl` and `nginx` on PATH. Not part of `.ci/run`.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

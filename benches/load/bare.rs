@@ -48,8 +48,16 @@ impl Layers {
             Layers::File(f, l) => l[i]
                 .iter()
                 .map(|&(offset, len)| {
-                    let mut buf = vec![0u8; len as usize];
-                    std::os::unix::fs::FileExt::read_exact_at(f, &mut buf, offset)?;
+                    // Into the new buffer's spare capacity: never zeroed
+                    // (the daemon's reads are not).
+                    let mut buf = Vec::with_capacity(len as usize);
+                    while (buf.len() as u64) < len {
+                        let at = offset + buf.len() as u64;
+                        let spare = rustix::buffer::spare_capacity(&mut buf);
+                        if rustix::io::pread(f, spare, at)? == 0 {
+                            return Err(std::io::ErrorKind::UnexpectedEof.into());
+                        }
+                    }
                     Ok(Bytes::from(buf))
                 })
                 .collect(),
@@ -202,6 +210,8 @@ pub(crate) async fn run_apart(
         .stdout(Stdio::piped())
         .spawn()
         .context("starting the bare quinn server")?;
+    // Blocking here is fine: the bench's one runtime waits in `block_on`
+    // for this, and nothing else runs on it meanwhile.
     let mut line = String::new();
     let out = child.stdout.take().context("the bare server's output")?;
     std::io::BufReader::new(out).read_line(&mut line)?;

@@ -13,7 +13,8 @@
 //!
 //! `cargo bench --bench load -- [SECONDS]` (default 15 per row);
 //! `ZT_BENCH_ONLY=2` runs only that section; `ZT_DAEMON_BIN=PATH` serves
-//! from another build of the daemon. Needs `wrk` and `nginx` on PATH. Not part of `.ci/run`. Client and daemon share
+//! from another build of the daemon. Needs
+//! `wrk` and `nginx` on PATH. Not part of `.ci/run`. Client and daemon share
 //! the machine, so the figures are for the pair.
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! A heap buffer whose start is 64-byte aligned, built without `unsafe`:
-//! a zeroed byte vector 63 bytes longer than asked for, viewed from its
-//! first 64-byte boundary. Buffers of [`PAGE_ALIGNED_FROM`] bytes or more
+//! a byte vector with room for 63 bytes more than asked for, viewed from
+//! its first 64-byte boundary. Buffers of [`PAGE_ALIGNED_FROM`] bytes or more
 //! start on a page boundary instead (4095 bytes of slack), so that they
 //! can go to direct I/O as they are.
 //!
@@ -12,6 +12,10 @@
 //! heap, so a buffer whose bytes arrive in order is built as a
 //! [`Filling`] instead: the vector is allocated with room for them and
 //! only its few bytes of slack are written before they are appended.
+//!
+//! Every byte of the view is initialized: the vector's length always
+//! reaches past it (`bytes.len() >= start + len`); room past that is
+//! zeroed when a reuse takes it.
 
 use std::fmt;
 
@@ -53,6 +57,26 @@ fn buffer_alignment(len: usize) -> usize {
     usize::try_from(alignment_for(len as u64)).unwrap_or(PAGE_ALIGNMENT)
 }
 
+/// The refusal of a buffer of `len` bytes that cannot be had.
+fn too_big(len: u64) -> Rule {
+    Rule::DecompressOverCap {
+        length: len,
+        cap: usize::MAX as u64,
+    }
+}
+
+/// A buffer of `len` bytes: its length in memory terms, the boundary it
+/// starts on, and the bytes to allocate (its slack included, so that even
+/// an empty buffer's view is aligned).
+fn layout(len: u64) -> Result<(usize, usize, usize), Rule> {
+    let n = usize::try_from(len).map_err(|_| too_big(len))?;
+    let align = buffer_alignment(n);
+    let total = n
+        .checked_add(align.saturating_sub(1))
+        .ok_or_else(|| too_big(len))?;
+    Ok((n, align, total))
+}
+
 /// How far past `addr` the first `align`-byte boundary lies.
 fn boundary(addr: *const u8, align: usize) -> usize {
     let misaligned = (addr as usize).checked_rem(align).unwrap_or(0);
@@ -66,17 +90,9 @@ impl AlignedBuf {
     /// A zero-filled buffer of `len` bytes. Fails instead of aborting when
     /// the memory cannot be had.
     pub fn zeroed(len: u64) -> Result<Self, Rule> {
-        let too_big = || Rule::DecompressOverCap {
-            length: len,
-            cap: usize::MAX as u64,
-        };
-        let len = usize::try_from(len).map_err(|_| too_big())?;
-        let align = buffer_alignment(len);
-        // Even an empty buffer gets its slack, so its (empty) view is aligned.
-        let total = len
-            .checked_add(align.saturating_sub(1))
-            .ok_or_else(too_big)?;
-        let bytes = bytemuck::allocation::try_zeroed_vec::<u8>(total).map_err(|()| too_big())?;
+        let (len, align, total) = layout(len)?;
+        let bytes =
+            bytemuck::allocation::try_zeroed_vec::<u8>(total).map_err(|()| too_big(len as u64))?;
         let start = boundary(bytes.as_ptr(), align);
         Ok(AlignedBuf {
             bytes,
@@ -90,27 +106,19 @@ impl AlignedBuf {
     pub fn copy_from(data: &[u8]) -> Result<Self, Rule> {
         let mut f = AlignedBuf::filling(data.len() as u64)?;
         f.extend(data);
-        f.finish().map_err(|_| Rule::DecompressOverCap {
-            length: data.len() as u64,
-            cap: data.len() as u64,
-        })
+        // Whole: it was made for exactly these bytes.
+        f.finish().map_err(|_| too_big(data.len() as u64))
     }
 
     /// An empty buffer to be filled with exactly `len` bytes, in order,
     /// without being zeroed first. Fails instead of aborting when the
     /// memory cannot be had.
     pub fn filling(len: u64) -> Result<Filling, Rule> {
-        let too_big = || Rule::DecompressOverCap {
-            length: len,
-            cap: usize::MAX as u64,
-        };
-        let len = usize::try_from(len).map_err(|_| too_big())?;
-        let align = buffer_alignment(len);
-        let total = len
-            .checked_add(align.saturating_sub(1))
-            .ok_or_else(too_big)?;
+        let (len, align, total) = layout(len)?;
         let mut bytes = Vec::new();
-        bytes.try_reserve_exact(total).map_err(|_| too_big())?;
+        bytes
+            .try_reserve_exact(total)
+            .map_err(|_| too_big(len as u64))?;
         // The boundary of the allocation, which appending within its
         // capacity never moves; the slack before it is written once.
         let start = boundary(bytes.as_ptr(), align);
@@ -145,6 +153,7 @@ impl AlignedBuf {
     }
 
     pub fn as_slice(&self) -> &[u8] {
+        debug_assert!(self.bytes.len() >= self.start.saturating_add(self.len));
         self.bytes
             .get(self.start..self.start.saturating_add(self.len))
             .unwrap_or_default()
@@ -193,7 +202,8 @@ impl AlignedBuf {
         true
     }
 
-    /// Shortens the buffer; bytes past `len` are kept zeroed for reuse.
+    /// Shortens the buffer; the bytes it no longer shows are zeroed, so
+    /// that a reuse longer than `len` shows zeros there.
     pub fn truncate(&mut self, len: usize) {
         if len < self.len {
             if let Some(tail) = self.as_mut_slice().get_mut(len..) {

@@ -223,8 +223,8 @@ impl Blob {
         futures_util::pin_mut!(reads);
         let mut batch = Batch::default();
         while let Some(bytes) = reads.next().await {
-            if let Some(full) = batch.add(bytes.map_err(Stop::Read)?) {
-                v = feed_all(v, full).await?;
+            for ready in batch.add(bytes.map_err(Stop::Read)?) {
+                v = feed_all(v, ready).await?;
             }
         }
         feed_all(v, batch.pieces).await
@@ -286,18 +286,26 @@ struct Batch {
 }
 
 impl Batch {
-    /// Adds `piece`; the pieces gathered before it, to hand over now, when
-    /// it would take the batch past [`READ_CHUNK`] bytes.
-    fn add(&mut self, piece: Bytes) -> Option<Vec<Bytes>> {
+    /// Adds `piece`; the batches to hand over now, in order: the pieces
+    /// gathered before it when it would take the batch past
+    /// [`READ_CHUNK`] bytes, and the batch with it once that is full.
+    fn add(&mut self, piece: Bytes) -> Vec<Vec<Bytes>> {
+        let mut ready = Vec::new();
         let len = piece.len() as u64;
-        let full =
-            (self.bytes.saturating_add(len) > READ_CHUNK && !self.pieces.is_empty()).then(|| {
-                self.bytes = 0;
-                std::mem::take(&mut self.pieces)
-            });
+        if self.bytes.saturating_add(len) > READ_CHUNK && !self.pieces.is_empty() {
+            ready.push(self.take());
+        }
         self.bytes = self.bytes.saturating_add(len);
         self.pieces.push(piece);
-        full
+        if self.bytes >= READ_CHUNK {
+            ready.push(self.take());
+        }
+        ready
+    }
+
+    fn take(&mut self) -> Vec<Bytes> {
+        self.bytes = 0;
+        std::mem::take(&mut self.pieces)
     }
 }
 
@@ -415,17 +423,22 @@ mod tests {
             let piece = Bytes::from(vec![i as u8; n]);
             sent.extend_from_slice(&piece);
             hops.extend(batch.add(piece));
+            if i == 1 {
+                assert_eq!(hops.len(), 1, "a full batch goes at once");
+            }
         }
         hops.push(batch.pieces);
         let totals: Vec<usize> = hops
             .iter()
             .map(|h| h.iter().map(Bytes::len).sum())
             .collect();
-        // 1 MiB + 3 MiB fill a read; the byte that follows starts the next.
+        // 1 MiB + 3 MiB fill a read and go; the byte waits, then goes
+        // alone before the 4 MiB piece, which fills a read by itself; the
+        // rest fit in one.
         assert_eq!(
             totals,
             [4096 * KIB, 1, 4096 * KIB, 4095 * KIB + 5],
-            "every hop within the bound, none held back longer than needed"
+            "every hop within the bound, a full one handed over at once"
         );
         assert!(totals.iter().all(|&t| t as u64 <= READ_CHUNK));
         let got: Vec<u8> = hops.iter().flatten().flat_map(|b| b.to_vec()).collect();

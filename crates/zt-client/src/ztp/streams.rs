@@ -99,6 +99,9 @@ enum Outcome {
     Violation(Violation),
 }
 
+/// Most bytes taken from quinn at once while a stream's header is read.
+const HEADER_READ: usize = 64 * 1024;
+
 /// Reads one component stream: header, then exactly `length` bytes into an
 /// aligned buffer, hashed as they arrive.
 async fn receive(
@@ -108,15 +111,14 @@ async fn receive(
     pool: &BufPool,
 ) -> Outcome {
     let mut d = Deframer::new(ztp_proto::MAX_CLIENT_MESSAGE);
-    let mut chunk = vec![0u8; 64 * 1024];
     let header = loop {
         match d.next_header() {
             Ok(Some(h)) => break h,
             Ok(None) => {}
             Err(e) => return Outcome::Violation(ClientSession::<()>::on_bad_header(&e)),
         }
-        match stream.read(&mut chunk).await {
-            Ok(Some(n)) => d.push(chunk.get(..n).unwrap_or_default()),
+        match stream.read_chunk(HEADER_READ, true).await {
+            Ok(Some(c)) => d.push(&c.bytes),
             Ok(None) => {
                 let n = d.buffered();
                 return Outcome::Violation(ClientSession::<()>::on_truncated_header(n));
@@ -171,15 +173,20 @@ async fn receive(
         }
         check.update(data.filled());
         let length = header.length;
+        // Many of quinn's buffers a turn, copied in and hashed one by one.
+        let mut got: [bytes::Bytes; 32] = std::array::from_fn(|_| bytes::Bytes::new());
         while data.remaining() > 0 {
             let pos = data.filled().len();
-            match stream.read_chunk(data.remaining(), true).await {
-                Ok(Some(got)) => {
-                    let n = data.extend(&got.bytes);
-                    if n < got.bytes.len() {
-                        return Err(more());
+            match stream.read_chunks(&mut got).await {
+                Ok(Some(k)) => {
+                    for b in got.iter_mut().take(k) {
+                        if data.extend(b) < b.len() {
+                            return Err(more());
+                        }
+                        check.update(b);
+                        // Quinn's buffer goes back as soon as it is copied.
+                        *b = bytes::Bytes::new();
                     }
-                    check.update(&got.bytes);
                 }
                 Ok(None) => {
                     return Err(Error::Transport(format!(
@@ -190,14 +197,15 @@ async fn receive(
             }
         }
         let pos = data.filled().len();
-        match stream.read(&mut chunk).await {
+        match stream.read_chunk(1, true).await {
             Ok(None) => {}
             Ok(Some(_)) => return Err(more()),
             Err(e) => return Err(stream_error(&at, pos, e)),
         }
-        let Ok(data) = data.finish() else {
-            return Err(Error::Transport(format!("{at}: stream ended early")));
-        };
+        // Whole: the loop above ran until nothing remained.
+        let data = data
+            .finish()
+            .map_err(|f| Error::corrupt(&at, format!("{} bytes missing", f.remaining())))?;
         let verification = check.finish(&at)?;
         Ok(Delivered {
             object: header.object.clone(),

@@ -6,7 +6,9 @@
 //!    and ztserve's peak RSS.
 //! 2. 64 client-library clients, each on its own connection, each fetching
 //!    one random layer (2 components, digests checked) again and again:
-//!    over ztp/1, and over HTTP from ztserve and from nginx; and the same
+//!    over ztp/1 (and over ztp/1 from a daemon that keeps no sent chunks
+//!    in memory, `quic.piece_cache_bytes = 0`), and over HTTP from
+//!    ztserve and from nginx; and the same
 //!    clients against bare quinn (`bare.rs`): in a process of its own with
 //!    the layers in memory (the ratio's peer), reading them from the file
 //!    per request, and inside the clients' runtime.
@@ -210,6 +212,31 @@ fn section_clients(pid: u32, zp: u16, np: u16, path: &Path, data: &Path, secs: u
             ztp = r.fetches as f64 / r.secs;
         }
     }
+    // The same daemon keeping no sent chunks in memory
+    // (`quic.piece_cache_bytes = 0`): each chunk read from the page cache.
+    let root = path.parent().context("the model's folder")?;
+    let port = peers::free_port()?;
+    let uncached = peers::ztserve_env(
+        root,
+        port,
+        &data.join("state-none-kept"),
+        &[("ZTSERVE_QUIC_PIECE_CACHE_BYTES", "0")],
+    )?;
+    let r = rt.block_on(clients::run(
+        &format!("quic://127.0.0.1:{port}/{FILE}"),
+        Via::Quic,
+        QUIC_CLIENTS,
+        LAYERS,
+        secs,
+    ));
+    client_row(
+        "64 x ztp/1 <- ztserve, none kept",
+        &r,
+        Some(peer_rate),
+        Some(peak_rss_mib(uncached.id())),
+    );
+    let none_kept = r.fetches as f64 / r.secs;
+    drop(uncached);
     // The bare quinn peer: the same layers' bytes from memory, served by
     // a process of its own (as the daemon is); then read from the file per
     // request; then served in the clients' own runtime.
@@ -240,10 +267,11 @@ fn section_clients(pid: u32, zp: u16, np: u16, path: &Path, data: &Path, secs: u
     let inside_rate = r.fetches as f64 / r.secs;
     client_row("64 x bare quinn (same runtime)", &r, Some(peer_rate), None);
     println!(
-        "ztp/1 against bare quinn in its own process, the same 64 clients: {:.3}x (against it reading the file: {:.3}x; in the clients' runtime: {:.3}x)",
+        "ztp/1 against bare quinn in its own process, the same 64 clients: {:.3}x (against it reading the file: {:.3}x; in the clients' runtime: {:.3}x); with no chunks kept: {:.3}x",
         ztp / bare_rate,
         ztp / pread_rate,
-        ztp / inside_rate
+        ztp / inside_rate,
+        none_kept / bare_rate
     );
     Ok(())
 }

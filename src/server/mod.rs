@@ -60,6 +60,9 @@ pub struct State {
     pub renderings: renderings::Renderings,
     /// The ztp/1 send budget (`quic.send_budget_bytes`), in KiB permits.
     pub(crate) send_budget: Arc<tokio::sync::Semaphore>,
+    /// Chunks of local files recently sent over ztp/1, kept in memory
+    /// (`quic.piece_cache_bytes`).
+    pub(crate) kept: quic::kept::Kept,
     /// Set once the first scan is done; cleared when shutdown begins.
     pub ready: AtomicBool,
     /// Objects' value summaries, per file version.
@@ -140,6 +143,8 @@ impl State {
         cpu.register(registry)?;
         let summaries = summary::Cache::new(Arc::clone(&cpu));
         summaries.register(registry)?;
+        let kept = quic::kept::Kept::new(config.quic.piece_cache_bytes);
+        kept.register(registry)?;
         let flows = http::flow::Flows::new(&config.limits);
         flows.register(registry)?;
         catalog.root().register_metrics(registry)?;
@@ -147,6 +152,7 @@ impl State {
             tokens,
             renderings,
             send_budget,
+            kept,
             config,
             catalog,
             metrics,

@@ -11,6 +11,7 @@ mod cancel;
 pub mod cert;
 mod conn;
 mod control;
+pub(crate) mod kept;
 mod path;
 mod refused;
 mod send;

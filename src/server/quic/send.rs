@@ -18,6 +18,7 @@ use crate::server::serve::plan::{self, Part};
 use crate::server::serve::Refusal;
 use crate::server::State;
 
+use crate::server::store::source::held;
 use crate::server::store::READ_CHUNK as CHUNK;
 
 /// Components of one request being read into quinn at once. They are
@@ -335,7 +336,9 @@ enum Unread {
     Refused(Refusal),
 }
 
-/// `n` bytes of the file at `pos`, or why not.
+/// `n` bytes of the file at `pos`, or why not: from the chunks kept in
+/// memory where this one is ([`Kept`](super::kept::Kept)), else read
+/// (and kept, for a local file).
 async fn read_chunk(
     state: &Arc<State>,
     served: &Arc<Served>,
@@ -344,17 +347,29 @@ async fn read_chunk(
     n: u64,
 ) -> Result<bytes::Bytes, Unread> {
     // The chunk holds its share of the daemon's send budget until quinn
-    // drops the last of it, after the client acknowledged it.
+    // drops the last of it, after the client acknowledged it: a kept one
+    // too, which would otherwise outlive its eviction unaccounted.
     let kib = u32::try_from(n.div_ceil(1024)).unwrap_or(u32::MAX);
     let permit = Arc::clone(&state.send_budget)
         .acquire_many_owned(kib)
         .await
         .map_err(|_| Unread::Stopping)?;
-    let len = usize::try_from(n).unwrap_or(0);
-    match served.file.read_async(len, pos, Some(permit)).await {
-        // Read from a file rewritten in place since it was catalogued: the
-        // bytes may be the new version's (the client would refuse them by
-        // their digest; they are not sent at all).
+    let key = state.kept.key(served);
+    let range = pos..pos.saturating_add(n);
+    let hit = key.as_deref().and_then(|k| state.kept.get(k, &range));
+    let kept = hit.is_some();
+    let read = match hit {
+        Some(b) => Ok(b),
+        None => {
+            let len = usize::try_from(n).unwrap_or(0);
+            served.file.read_async(len, pos, None).await
+        }
+    };
+    match read {
+        // Read from a file rewritten in place since it was catalogued (or
+        // kept from it while it was that version): the bytes may be the
+        // new version's (the client would refuse them by their digest;
+        // they are not sent at all).
         Ok(_) if served.changed() => {
             let why = format!(
                 "{}: object {:?}, component {:?}: changed-under-transfer: the file changed (rewritten in place?) while it was sent",
@@ -365,7 +380,12 @@ async fn read_chunk(
             state.refresh_later(&served.path);
             Err(Unread::Refused(Refusal::Unreadable(why)))
         }
-        Ok(b) => Ok(b),
+        Ok(b) => {
+            if let (Some(k), false) = (&key, kept) {
+                state.kept.keep(k, pos, &b);
+            }
+            Ok(held(b, Some(permit)))
+        }
         Err(e) => {
             let why = format!(
                 "{}: object {:?}, component {:?}: reading {n} bytes at {pos}: {e}",

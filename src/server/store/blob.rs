@@ -237,6 +237,13 @@ impl Blob {
         self.0.read_ahead()
     }
 
+    /// Whether it is a local file, read through the page cache: nothing
+    /// of it is kept in the daemon's memory by the store (an object's
+    /// pieces are, by its root's piece cache).
+    pub(crate) fn is_local(&self) -> bool {
+        self.0.reads_blocking()
+    }
+
     /// Whether responses read it in whole chunks
     /// ([`ByteSource::whole_chunks`]).
     pub(crate) fn whole_chunks(&self) -> bool {

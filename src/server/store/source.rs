@@ -126,7 +126,7 @@ impl AsRef<[u8]> for Held {
 /// `bytes` holding `permit` until the last of them is dropped: what
 /// [`ByteSource::read_async`] hands back for a source whose bytes are not
 /// read into a buffer that holds it already.
-pub(super) fn held(bytes: Bytes, permit: Option<tokio::sync::OwnedSemaphorePermit>) -> Bytes {
+pub(crate) fn held(bytes: Bytes, permit: Option<tokio::sync::OwnedSemaphorePermit>) -> Bytes {
     match permit {
         None => bytes,
         Some(permit) => Bytes::from_owner(Held {

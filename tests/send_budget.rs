@@ -132,13 +132,26 @@ fn sent_chunks_are_kept_within_their_bound_and_answer_later_fetches() {
     // find them kept.
     assert!(more >= 8, "{more} chunks came from memory");
     assert!(metric(&s, "ztserve_quic_piece_cache_bytes") <= 8 * MIB);
+    drop(s);
+
+    // At 0, nothing is kept and nothing comes from memory.
+    let cfg = common::config_file(root.path(), "[quic]\npiece_cache_bytes = 0\n");
+    let s = Server::start_quic(root.path(), &["--config", &cfg]);
+    let (q, fp) = s.quic.clone().unwrap();
+    let url = format!("quic://{q}/m.zt");
+    for _ in 0..2 {
+        assert_eq!(fetch_all(&rt, &url, &fp, &select).len(), 4);
+    }
+    assert_eq!(metric(&s, "ztserve_quic_piece_cache_hits_total"), 0);
+    assert_eq!(metric(&s, "ztserve_quic_piece_cache_bytes"), 0);
 }
 
-/// A file rewritten in place, same size and layout, other bytes: the
-/// chunks kept from its old version never answer for the new one (they
-/// are kept under the file's identity). Kept under its path alone, the
-/// old bytes would go out under the new digests, and the client would
-/// refuse them.
+/// A file rewritten in place, same size and layout, other bytes, its
+/// modification time put back: the chunks kept from its old version
+/// never answer for the new one (they are kept under the file's identity,
+/// whose change time moved). Kept under its path alone, or its path,
+/// size and modification time, the old bytes would go out under the new
+/// digests, and the client would refuse them.
 #[test]
 fn kept_chunks_never_answer_for_a_file_rewritten_in_place() {
     let root = tempfile::tempdir().unwrap();
@@ -176,12 +189,15 @@ fn kept_chunks_never_answer_for_a_file_rewritten_in_place() {
         new_bytes.len() as u64,
         std::fs::metadata(&path).unwrap().len()
     );
-    std::os::unix::fs::FileExt::write_all_at(
-        &std::fs::OpenOptions::new().write(true).open(&path).unwrap(),
-        &new_bytes,
-        0,
-    )
-    .unwrap();
+    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &new_bytes, 0).unwrap();
+    file.set_modified(modified).unwrap();
+    drop(file);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().modified().unwrap(),
+        modified
+    );
     assert!(
         eventually(Duration::from_secs(20), || tag(&s) != before),
         "the rewrite was catalogued"

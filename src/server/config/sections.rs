@@ -235,11 +235,12 @@ settings! {
         /// clients (at least one read chunk, 4 MiB).
         pub send_budget_bytes: u64 = 64 << 20,
         /// Most bytes of recently sent chunks of local files kept in
-        /// memory for ztp/1, the whole daemon together: a layer sent to
-        /// many clients is read from its file once and handed to quinn
-        /// from memory after that, as long as the file is the version
-        /// read (QUIC has no `sendfile`; HTTP reads the page cache). The
-        /// least recently used chunks go first; 0 keeps none. An
+        /// memory for ztp/1, the whole daemon together, each charged
+        /// with what keeping it costs: a layer sent to many clients is
+        /// handed to quinn from memory while it is kept and the file is
+        /// the version read (QUIC has no `sendfile`; HTTP reads the page
+        /// cache). The least recently used chunks go first; chunks under
+        /// 64 KiB or over a quarter of it are not kept; 0 keeps none. An
         /// object-storage root's reads are kept by `storage.cache_bytes`.
         pub piece_cache_bytes: u64 = 256 << 20,
         /// Seconds without traffic before a connection is closed.

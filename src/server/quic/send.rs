@@ -211,6 +211,9 @@ async fn send_one(
         return refuse(stream, refusal);
     }
     let memory = &item.memory;
+    // Where this file's chunks are kept in memory, if they are.
+    let kept = state.kept.key(served);
+    let kept = kept.as_deref();
     let end = h.offset.saturating_add(h.length);
     // An object's chunks are fetched a few at a time (`storage.read_ahead`);
     // a local file's, and bytes in memory, one at a time.
@@ -228,7 +231,7 @@ async fn send_one(
                 Some(b) => Ok(b.slice(
                     usize::try_from(pos).unwrap_or(0)..usize::try_from(pos + n).unwrap_or(0),
                 )),
-                None => read_chunk(state, served, h, pos, n).await,
+                None => read_chunk(state, served, kept, h, pos, n).await,
             };
             buf.map(|b| (b, n))
         })
@@ -242,7 +245,7 @@ async fn send_one(
                 return Ok((bytes::Bytes::new(), 0));
             };
             let (pos, n) = (w.span.start, w.span.end - w.span.start);
-            let read = read_chunk(state, served, h, pos, n).await?;
+            let read = read_chunk(state, served, kept, h, pos, n).await?;
             let out = w.pick(read).map_err(|e| {
                 Unread::Refused(Refusal::Unreadable(format!(
                     "{}: object {:?}: reading a slice: {e}",
@@ -336,12 +339,13 @@ enum Unread {
     Refused(Refusal),
 }
 
-/// `n` bytes of the file at `pos`, or why not: from the chunks kept in
-/// memory where this one is ([`Kept`](super::kept::Kept)), else read
-/// (and kept, for a local file).
+/// `n` bytes of the file at `pos`, or why not: the chunk kept in memory
+/// under `kept` where there is one ([`Kept`](super::kept::Kept)), else
+/// read (and kept, where `kept` names the file's version).
 async fn read_chunk(
     state: &Arc<State>,
     served: &Arc<Served>,
+    kept: Option<&str>,
     h: &ComponentHeader,
     pos: u64,
     n: u64,
@@ -350,20 +354,19 @@ async fn read_chunk(
     // drops the last of it, after the client acknowledged it: a kept one
     // too, which would otherwise outlive its eviction unaccounted.
     let kib = u32::try_from(n.div_ceil(1024)).unwrap_or(u32::MAX);
-    let permit = Arc::clone(&state.send_budget)
-        .acquire_many_owned(kib)
-        .await
-        .map_err(|_| Unread::Stopping)?;
-    let key = state.kept.key(served);
-    let range = pos..pos.saturating_add(n);
-    let hit = key.as_deref().and_then(|k| state.kept.get(k, &range));
-    let kept = hit.is_some();
-    let read = match hit {
-        Some(b) => Ok(b),
-        None => {
-            let len = usize::try_from(n).unwrap_or(0);
-            served.file.read_async(len, pos, None).await
-        }
+    let mut permit = Some(
+        Arc::clone(&state.send_budget)
+            .acquire_many_owned(kib)
+            .await
+            .map_err(|_| Unread::Stopping)?,
+    );
+    let len = usize::try_from(n).unwrap_or(0);
+    let hit = kept.and_then(|k| state.kept.get(k, &(pos..pos.saturating_add(n))));
+    let from_memory = hit.is_some();
+    let read = match (hit, kept) {
+        (Some(b), _) => Ok(b),
+        (None, Some(_)) => served.file.read_unpooled(len, pos).await,
+        (None, None) => served.file.read_async(len, pos, permit.take()).await,
     };
     match read {
         // Read from a file rewritten in place since it was catalogued (or
@@ -381,10 +384,12 @@ async fn read_chunk(
             Err(Unread::Refused(Refusal::Unreadable(why)))
         }
         Ok(b) => {
-            if let (Some(k), false) = (&key, kept) {
-                state.kept.keep(k, pos, &b);
+            match (kept, from_memory) {
+                (_, true) => state.kept.sent(),
+                (Some(k), false) => state.kept.keep(k, pos, &b),
+                (None, false) => {}
             }
-            Ok(held(b, Some(permit)))
+            Ok(held(b, permit))
         }
         Err(e) => {
             let why = format!(

@@ -67,6 +67,12 @@ impl Blob {
         Arc::clone(&self.0).read_async(len, pos, permit).await
     }
 
+    /// [`Blob::read_async`] into a buffer of the bytes' own, for bytes
+    /// kept long after the read ([`ByteSource::read_unpooled`]).
+    pub(crate) async fn read_unpooled(&self, len: usize, pos: u64) -> io::Result<Bytes> {
+        Arc::clone(&self.0).read_unpooled(len, pos).await
+    }
+
     /// Whether the version is still there where its identity cannot tell
     /// ([`ByteSource::confirm`]).
     pub(crate) async fn confirm(&self, chunks: Vec<Range<u64>>) -> Result<(), Gone> {

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
-use super::pread::{read_cached, read_pooled, CACHED_READ_MAX};
+use super::pread::{read_cached, read_pooled, read_unpooled, CACHED_READ_MAX};
 use super::source::{pieces_with, ByteSource, Gone};
 use super::Identity;
 
@@ -48,6 +48,18 @@ impl ByteSource for LocalFile {
     ) -> BoxFuture<'static, io::Result<Bytes>> {
         Box::pin(async move {
             tokio::task::spawn_blocking(move || read_pooled(&self.file, len, pos, permit))
+                .await
+                .unwrap_or_else(|e| Err(io::Error::other(e)))
+        })
+    }
+
+    fn read_unpooled(
+        self: Arc<Self>,
+        len: usize,
+        pos: u64,
+    ) -> BoxFuture<'static, io::Result<Bytes>> {
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || read_unpooled(&self.file, len, pos))
                 .await
                 .unwrap_or_else(|e| Err(io::Error::other(e)))
         })

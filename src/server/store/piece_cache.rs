@@ -1,15 +1,19 @@
-//! An object-storage root's recently read bytes, in memory: what the page
-//! cache is to a local root. Each piece is one ranged GET's answer (a
-//! component's chunk), keyed by object, version (its ETag) and range, so
-//! a replaced object never serves from another version's pieces. A read
-//! is served from here when a piece is exactly its range: requests read
-//! components in the same pieces the digest check read them, so a
+//! Recently read bytes, in memory, keyed by where they came from: the
+//! file or object, its version and the range. An object-storage root's
+//! store keeps each ranged GET's answer (a component's chunk) here, keyed
+//! by object and ETag: what the page cache is to a local root, so a
 //! component is fetched from the store once to check and send it, and a
-//! hot one (a popular layer) not again until it falls out.
+//! hot one (a popular layer) not again until it falls out
+//! (`storage.cache_bytes`). ztp/1 keeps the chunks it sends of local
+//! files in one too, keyed by the file's version (`quic.piece_cache_bytes`,
+//! `quic/kept.rs`). A read is served from here when a piece is exactly its
+//! range, so a replaced version never serves from another's pieces.
 //!
-//! Bounded in bytes, daemon-wide (`storage.cache_bytes`); the least
-//! recently used pieces go first. A piece over a quarter of the bound is
-//! not kept.
+//! Bounded in bytes; the least recently used pieces go first. Each piece
+//! is charged its bytes and what keeping it costs (its key twice, the
+//! entries of the two maps): a flood of tiny pieces fills the bound with
+//! entries, not past it with bookkeeping. A piece over a quarter of the
+//! bound is not kept.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -35,12 +39,24 @@ struct Held {
     tick: u64,
 }
 
-/// The pieces kept, at most `budget` bytes of them.
+/// What keeping a piece costs besides its bytes and its key's (counted
+/// twice: both maps hold the key): the two maps' entries, the [`Bytes`]
+/// handle and the buffer's owner, rounded up.
+const PER_PIECE: u64 = 256;
+
+/// What `piece` holding `len` bytes is charged.
+fn charge(piece: &Piece, len: u64) -> u64 {
+    let key = piece.key.len() + piece.etag.as_ref().map_or(0, String::len);
+    len.saturating_add(2 * key as u64).saturating_add(PER_PIECE)
+}
+
+/// The pieces kept, at most `budget` bytes of them, as [`charge`]d.
 #[derive(Debug)]
 pub(crate) struct PieceCache {
     budget: u64,
     held: Mutex<Held>,
-    /// `ztserve_store_cache_bytes`: what `Held::bytes` holds.
+    /// What `Held::bytes` holds (`ztserve_store_cache_bytes`,
+    /// `ztserve_quic_piece_cache_bytes`).
     gauge: prometheus::IntGauge,
 }
 
@@ -69,20 +85,22 @@ impl PieceCache {
             start,
             end: start.saturating_add(len),
         };
+        let cost = charge(&piece, len);
         held.tick += 1;
         let tick = held.tick;
-        if let Some((old, used)) = held.pieces.insert(piece.clone(), (bytes.clone(), tick)) {
+        if let Some((_, used)) = held.pieces.insert(piece.clone(), (bytes.clone(), tick)) {
             held.by_use.remove(&used);
-            held.bytes = held.bytes.saturating_sub(old.len() as u64);
+            held.bytes = held.bytes.saturating_sub(cost);
         }
         held.by_use.insert(tick, piece);
-        held.bytes = held.bytes.saturating_add(len);
+        held.bytes = held.bytes.saturating_add(cost);
         while held.bytes > self.budget {
             let Some((_, oldest)) = held.by_use.pop_first() else {
                 break;
             };
             if let Some((b, _)) = held.pieces.remove(&oldest) {
-                held.bytes = held.bytes.saturating_sub(b.len() as u64);
+                let freed = charge(&oldest, b.len() as u64);
+                held.bytes = held.bytes.saturating_sub(freed);
             }
         }
         self.gauge
@@ -124,10 +142,12 @@ mod tests {
 
     #[test]
     fn pieces_are_found_by_exact_range_and_version_and_evicted_least_recent_first() {
-        let cache = PieceCache::new(24, prometheus::IntGauge::new("t", "t").unwrap());
+        // Room for four pieces of 6 bytes under key "k", version "e1".
+        let one = 6 + 2 * 3 + PER_PIECE;
+        let cache = PieceCache::new(4 * one, prometheus::IntGauge::new("t", "t").unwrap());
         let b = |c: u8| Bytes::from(vec![c; 6]);
         cache.put("k", Some("e1"), 100, &b(1));
-        assert_eq!(cache.held(), 6);
+        assert_eq!(cache.held(), one);
         // Another version, another range, a range inside: not this piece.
         assert!(cache.get("k", Some("e2"), &(100..106)).is_none());
         assert!(cache.get("k", Some("e1"), &(100..105)).is_none());
@@ -135,19 +155,38 @@ mod tests {
         assert_eq!(cache.get("k", Some("e1"), &(100..106)).unwrap(), b(1));
         // Found again: a cache, not a hand-off.
         assert_eq!(cache.get("k", Some("e1"), &(100..106)).unwrap(), b(1));
+        // Kept again: charged once.
+        cache.put("k", Some("e1"), 100, &b(1));
+        assert_eq!(cache.held(), one);
         cache.put("k", Some("e1"), 0, &b(2));
         cache.put("k", Some("e1"), 6, &b(3));
         cache.put("k", Some("e1"), 12, &b(4));
-        assert_eq!(cache.held(), 24);
+        assert_eq!(cache.held(), 4 * one);
         // Use the first; the next put drops the least recently used (at 0).
         assert!(cache.get("k", Some("e1"), &(100..106)).is_some());
         cache.put("k", Some("e1"), 18, &b(5));
-        assert_eq!(cache.held(), 24);
+        assert_eq!(cache.held(), 4 * one);
         assert!(cache.get("k", Some("e1"), &(0..6)).is_none());
         assert!(cache.get("k", Some("e1"), &(100..106)).is_some());
         assert!(cache.get("k", Some("e1"), &(18..24)).is_some());
         // Over a quarter of the bound: not kept.
-        cache.put("k", Some("e1"), 200, &Bytes::from(vec![0; 7]));
-        assert!(cache.get("k", Some("e1"), &(200..207)).is_none());
+        let big = Bytes::from(vec![0; usize::try_from(one + 1).unwrap()]);
+        cache.put("k", Some("e1"), 200, &big);
+        assert!(cache.get("k", Some("e1"), &(200..201 + one)).is_none());
+        assert_eq!(cache.held(), 4 * one);
+    }
+
+    /// A flood of one-byte pieces under long keys holds the bound, as
+    /// charged for what each entry costs, not for its one byte.
+    #[test]
+    fn tiny_pieces_are_charged_for_their_keeping() {
+        let cache = PieceCache::new(64 << 10, prometheus::IntGauge::new("t", "t").unwrap());
+        let key = "k".repeat(100);
+        for at in 0..100_000u64 {
+            cache.put(&key, None, at, &Bytes::from_static(b"x"));
+        }
+        assert!(cache.held() <= 64 << 10, "{}", cache.held());
+        let kept = cache.held.lock().unwrap().pieces.len() as u64;
+        assert_eq!(kept, (64 << 10) / (1 + 200 + PER_PIECE), "pieces kept");
     }
 }

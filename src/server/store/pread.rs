@@ -47,6 +47,16 @@ pub(crate) fn read_pooled(
     shared(buf, len, read, permit)
 }
 
+/// Reads exactly `len` bytes of `file` at `pos` into a buffer of their
+/// own, not pooled and never zeroed: for bytes kept long after the read
+/// (ztp/1's kept chunks), whose allocation is then what they hold (a
+/// pooled buffer may be half again as large).
+pub(crate) fn read_unpooled(file: &File, len: usize, pos: u64) -> io::Result<Bytes> {
+    let mut buf = Vec::with_capacity(len);
+    fill_spare(file, &mut buf, len, pos)?;
+    Ok(Bytes::from(buf))
+}
+
 /// The pooled `buf`'s first `len` bytes as [`Bytes`] once `read` went
 /// well; `buf` back to the pool otherwise.
 fn shared(

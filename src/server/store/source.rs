@@ -39,6 +39,17 @@ pub(crate) trait ByteSource: Send + Sync + fmt::Debug {
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> BoxFuture<'static, io::Result<Bytes>>;
 
+    /// [`ByteSource::read_async`] into a buffer of the bytes' own, for
+    /// bytes kept long after the read: a local file's reads otherwise go
+    /// into pooled buffers, which may be half again as large.
+    fn read_unpooled(
+        self: Arc<Self>,
+        len: usize,
+        pos: u64,
+    ) -> BoxFuture<'static, io::Result<Bytes>> {
+        self.read_async(len, pos, None)
+    }
+
     /// Whether [`ByteSource::read_blocking`] reads: a local file's do, an
     /// object's GETs are for the runtime.
     fn reads_blocking(&self) -> bool {

@@ -317,6 +317,9 @@ async fn serves_as_a_local_root(kind: Kind, bin: &Path) {
             }
         }
     }
+    // An object's chunks sent over ztp/1 are kept by the store's piece
+    // cache, not a second time by ztp/1's own (`quic.piece_cache_bytes`).
+    assert_eq!(metric(&a, "ztserve_quic_piece_cache_bytes"), 0);
     let gets = metric(&a, "ztserve_store_requests_total{op=\"get\"}");
     assert!(gets >= 8, "{gets} GETs");
     // What a digest check read was sent without reading it again.

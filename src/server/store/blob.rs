@@ -243,11 +243,9 @@ impl Blob {
         self.0.read_ahead()
     }
 
-    /// Whether it is a local file, read through the page cache: nothing
-    /// of it is kept in the daemon's memory by the store (an object's
-    /// pieces are, by its root's piece cache).
+    /// Whether it is a local file ([`ByteSource::is_local`]).
     pub(crate) fn is_local(&self) -> bool {
-        self.0.reads_blocking()
+        self.0.is_local()
     }
 
     /// Whether responses read it in whole chunks
@@ -391,6 +389,7 @@ mod tests {
         let seen = root.stat("f").await.unwrap().unwrap();
         let memory = root.open(&seen).await.unwrap().blob;
         assert!(local.0.reads_blocking() && !memory.0.reads_blocking());
+        assert!(local.is_local() && !memory.is_local());
 
         let spans: Arc<[Range<u64>]> = vec![10..20, 500..1500, 99_990..100_000].into();
         let want: Vec<u8> = spans

@@ -50,6 +50,13 @@ pub(crate) trait ByteSource: Send + Sync + fmt::Debug {
         self.read_async(len, pos, None)
     }
 
+    /// Whether it is a local file, read through the kernel's page cache:
+    /// nothing of it is kept in the daemon's memory by the store (an
+    /// object's pieces are, by its root's piece cache).
+    fn is_local(&self) -> bool {
+        false
+    }
+
     /// Whether [`ByteSource::read_blocking`] reads: a local file's do, an
     /// object's GETs are for the runtime.
     fn reads_blocking(&self) -> bool {

@@ -12,6 +12,10 @@
 # Usage: benches/python.sh [ROUNDS]   (needs nginx, curl, a Rust toolchain)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every load from the daemon: the component cache (~/.cache/ztserve by
+# default) would answer every round after the first from disk.
+# benches/shard_cache.sh and benches/fetch_cache.sh time the cache.
+export ZTSERVE_CACHE=off
 . benches/support/nginx.sh
 . benches/support/stats.sh
 rounds="${1:-5}"

@@ -7,6 +7,9 @@ Needs a CUDA GPU, torch, safetensors and the package (`pip install ./python`):
 `ZT_DAEMON_BIN=target/release/ztserve python3 benches/python_torch_gpu.py`.
 Not part of `.ci/run` (CI has no GPU)."""
 import os, subprocess, sys, time, statistics, json
+# Every load from the daemon or the file, none from the component cache
+# (benches/torch_gpu_cache.py times the cache).
+os.environ["ZTSERVE_CACHE"] = "off"
 import torch
 from safetensors.torch import save_file, load_file
 import ztserve

@@ -14,6 +14,8 @@
 # Usage: benches/sources.sh [ROUNDS]   (needs nginx, curl, .venv with gguf)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every fetch from the daemon, none from the component cache.
+export ZTSERVE_CACHE=off
 . benches/support/nginx.sh
 rounds="${1:-5}"
 command -v nginx >/dev/null || { apt-get update -q && apt-get install -y -q nginx-light curl; }

@@ -141,10 +141,15 @@ pub(crate) fn curl(url: &str, out: &Path) -> Command {
     c
 }
 
-/// `zt fetch url -o out --insecure`, with no leftovers from an earlier run.
+/// `zt fetch url -o out --insecure`, with no leftovers from an earlier run
+/// and the component cache off (`ZTSERVE_CACHE=off`, which cargo sets for
+/// `cargo bench` in this repository, but not for the bench's binary run
+/// by hand): every round fetches from the daemon, not from an earlier
+/// round's cached components (`benches/fetch_cache.sh` times the cache).
 pub(crate) fn zt_fetch(url: &str, out: &Path) -> Command {
     remove_output(out);
     let mut c = Command::new(crate::zt_bin::zt_bin());
+    c.env("ZTSERVE_CACHE", "off");
     c.args(["fetch", url, "--insecure", "-o"]).arg(out);
     c
 }

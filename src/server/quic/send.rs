@@ -361,6 +361,8 @@ async fn read_chunk(
             .map_err(|_| Unread::Stopping)?,
     );
     let len = usize::try_from(n).unwrap_or(0);
+    // Chunks of a length never kept are read as without the cache.
+    let kept = kept.filter(|_| state.kept.keeps(n));
     let hit = kept.and_then(|k| state.kept.get(k, &(pos..pos.saturating_add(n))));
     let from_memory = hit.is_some();
     let read = match (hit, kept) {

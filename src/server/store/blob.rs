@@ -243,9 +243,10 @@ impl Blob {
         self.0.read_ahead()
     }
 
-    /// Whether it is a local file ([`ByteSource::is_local`]).
-    pub(crate) fn is_local(&self) -> bool {
-        self.0.is_local()
+    /// Whether the store keeps what is read of it in memory
+    /// ([`ByteSource::keeps_reads`]).
+    pub(crate) fn keeps_reads(&self) -> bool {
+        self.0.keeps_reads()
     }
 
     /// Whether responses read it in whole chunks
@@ -389,7 +390,7 @@ mod tests {
         let seen = root.stat("f").await.unwrap().unwrap();
         let memory = root.open(&seen).await.unwrap().blob;
         assert!(local.0.reads_blocking() && !memory.0.reads_blocking());
-        assert!(local.is_local() && !memory.is_local());
+        assert!(!local.keeps_reads() && !memory.keeps_reads());
 
         let spans: Arc<[Range<u64>]> = vec![10..20, 500..1500, 99_990..100_000].into();
         let want: Vec<u8> = spans

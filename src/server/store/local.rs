@@ -65,10 +65,6 @@ impl ByteSource for LocalFile {
         })
     }
 
-    fn is_local(&self) -> bool {
-        true
-    }
-
     fn reads_blocking(&self) -> bool {
         true
     }

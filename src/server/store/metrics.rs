@@ -54,7 +54,7 @@ impl Default for StoreMetrics {
             ),
             cache_bytes: gauge(
                 "ztserve_store_cache_bytes",
-                "Bytes of recently read pieces held in memory.",
+                "Bytes of recently read pieces held in memory, with what keeping them costs (storage.cache_bytes bounds it).",
             ),
             get_seconds: histogram(
                 "ztserve_store_get_seconds",

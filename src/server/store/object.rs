@@ -35,6 +35,11 @@ fn io_error(e: StoreError) -> io::Error {
 }
 
 impl ByteSource for StoredObject {
+    /// Its pieces are kept by the root's piece cache.
+    fn keeps_reads(&self) -> bool {
+        true
+    }
+
     fn changed(&self) -> bool {
         self.root.is_stale(&self.key, self.etag.as_deref())
     }

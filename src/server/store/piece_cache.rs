@@ -40,9 +40,10 @@ struct Held {
 }
 
 /// What keeping a piece costs besides its bytes and its key's (counted
-/// twice: both maps hold the key): the two maps' entries, the [`Bytes`]
-/// handle and the buffer's owner, rounded up.
-const PER_PIECE: u64 = 256;
+/// twice: both maps hold the key): the two maps' entries (a `Piece` in
+/// each, about 90 bytes, and the maps' slack), the [`Bytes`] handle and
+/// the buffer's owner, rounded up.
+const PER_PIECE: u64 = 512;
 
 /// What `piece` holding `len` bytes is charged.
 fn charge(piece: &Piece, len: u64) -> u64 {

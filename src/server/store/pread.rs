@@ -54,6 +54,8 @@ pub(crate) fn read_pooled(
 pub(crate) fn read_unpooled(file: &File, len: usize, pos: u64) -> io::Result<Bytes> {
     let mut buf = Vec::with_capacity(len);
     fill_spare(file, &mut buf, len, pos)?;
+    // A capacity over `len` may have been read into past it.
+    buf.truncate(len);
     Ok(Bytes::from(buf))
 }
 
@@ -279,6 +281,14 @@ mod tests {
         );
         assert!(read_pooled(&f, 0, 0, None).unwrap().is_empty());
         let e = read_pooled(&f, 1000, 99_500, None).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        // Unpooled reads too: exactly the bytes asked for, not what the
+        // buffer's capacity let the kernel read past them.
+        for (len, pos) in [(1000, 500), (65_537, 3), (0, 0), (500, 99_500)] {
+            let got = read_unpooled(&f, len, pos).unwrap();
+            assert_eq!(&got[..], &data[pos as usize..pos as usize + len]);
+        }
+        let e = read_unpooled(&f, 1000, 99_500).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
     }
 

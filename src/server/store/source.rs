@@ -50,10 +50,11 @@ pub(crate) trait ByteSource: Send + Sync + fmt::Debug {
         self.read_async(len, pos, None)
     }
 
-    /// Whether it is a local file, read through the kernel's page cache:
-    /// nothing of it is kept in the daemon's memory by the store (an
-    /// object's pieces are, by its root's piece cache).
-    fn is_local(&self) -> bool {
+    /// Whether the store keeps what is read of it in the daemon's memory
+    /// (an object root's piece cache), so that nothing above needs to keep
+    /// it again; a local file's reads go through the kernel's page cache
+    /// and are kept by no one in the daemon.
+    fn keeps_reads(&self) -> bool {
         false
     }
 
@@ -143,7 +144,8 @@ impl AsRef<[u8]> for Held {
 
 /// `bytes` holding `permit` until the last of them is dropped: what
 /// [`ByteSource::read_async`] hands back for a source whose bytes are not
-/// read into a buffer that holds it already.
+/// read into a buffer that holds it already, and what ztp/1 sends of a
+/// chunk it keeps or takes from memory (`quic/kept.rs`).
 pub(crate) fn held(bytes: Bytes, permit: Option<tokio::sync::OwnedSemaphorePermit>) -> Bytes {
     match permit {
         None => bytes,

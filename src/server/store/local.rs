@@ -46,11 +46,7 @@ impl ByteSource for LocalFile {
         pos: u64,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> BoxFuture<'static, io::Result<Bytes>> {
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || read_pooled(&self.file, len, pos, permit))
-                .await
-                .unwrap_or_else(|e| Err(io::Error::other(e)))
-        })
+        on_pool(move || read_pooled(&self.file, len, pos, permit))
     }
 
     fn read_unpooled(
@@ -58,11 +54,7 @@ impl ByteSource for LocalFile {
         len: usize,
         pos: u64,
     ) -> BoxFuture<'static, io::Result<Bytes>> {
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || read_unpooled(&self.file, len, pos))
-                .await
-                .unwrap_or_else(|e| Err(io::Error::other(e)))
-        })
+        on_pool(move || read_unpooled(&self.file, len, pos))
     }
 
     fn reads_blocking(&self) -> bool {
@@ -96,4 +88,15 @@ impl ByteSource for LocalFile {
     fn read_ahead(&self) -> usize {
         1
     }
+}
+
+/// `read` on the blocking pool (disk I/O), awaited from the runtime.
+fn on_pool(
+    read: impl FnOnce() -> io::Result<Bytes> + Send + 'static,
+) -> BoxFuture<'static, io::Result<Bytes>> {
+    Box::pin(async move {
+        tokio::task::spawn_blocking(read)
+            .await
+            .unwrap_or_else(|e| Err(io::Error::other(e)))
+    })
 }

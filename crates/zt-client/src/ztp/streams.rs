@@ -102,6 +102,14 @@ enum Outcome {
 /// Most bytes taken from quinn at once while a stream's header is read.
 const HEADER_READ: usize = 64 * 1024;
 
+/// Bytes hashed at once, from the component's buffer rather than quinn's
+/// pieces of a datagram each (1-9 KiB): BLAKE3 hashes many of its 1 KiB
+/// chunks together (SIMD) only when given them together (a ztp/1 fetch of
+/// a 1 GiB safetensors file with blake3 digests took 1.30 s of client CPU
+/// hashing per piece, 0.55 s with crc32c), and every algorithm pays its
+/// per-call cost once a stride; small enough to be still in the cache.
+const HASH_STRIDE: usize = 256 * 1024;
+
 /// Reads one component stream: header, then exactly `length` bytes into an
 /// aligned buffer, hashed as they arrive.
 async fn receive(
@@ -171,10 +179,11 @@ async fn receive(
         if data.extend(&rest) < rest.len() {
             return Err(more());
         }
-        check.update(data.filled());
         let length = header.length;
-        // Many of quinn's buffers a turn, copied in and hashed one by one.
+        // Many of quinn's buffers a turn, copied in; hashed from the
+        // buffer a stride at a time (`hashed` bytes so far).
         let mut got: [bytes::Bytes; 32] = std::array::from_fn(|_| bytes::Bytes::new());
+        let mut hashed = 0;
         while data.remaining() > 0 {
             let pos = data.filled().len();
             match stream.read_chunks(&mut got).await {
@@ -183,9 +192,14 @@ async fn receive(
                         if data.extend(b) < b.len() {
                             return Err(more());
                         }
-                        check.update(b);
                         // Quinn's buffer goes back as soon as it is copied.
                         *b = bytes::Bytes::new();
+                    }
+                    if let Some(fresh) = data.filled().get(hashed..) {
+                        if fresh.len() >= HASH_STRIDE {
+                            check.update(fresh);
+                            hashed += fresh.len();
+                        }
                     }
                 }
                 Ok(None) => {
@@ -196,6 +210,7 @@ async fn receive(
                 Err(e) => return Err(stream_error(&at, pos, e)),
             }
         }
+        check.update(data.filled().get(hashed..).unwrap_or_default());
         let pos = data.filled().len();
         match stream.read_chunk(1, true).await {
             Ok(None) => {}

@@ -7,6 +7,8 @@
 #   1. everything into memory: ztserve.load (HTTP and QUIC) against
 #      `curl -o` from nginx followed by safetensors.numpy.load_file, and
 #      against a `requests` download (streamed to a file) plus the same load;
+#      the `-b3` rows load from a second daemon that vouches for the
+#      tensors with BLAKE3 (digests.algorithm = "blake3") instead of sha256;
 #   2. time to the first tensor with tensors(), as a fraction of the whole;
 #   3. peak RSS of the Python process against the model's size.
 # Usage: benches/python.sh [ROUNDS]   (needs nginx, curl, a Rust toolchain)
@@ -32,32 +34,42 @@ model="$data/root/one-gib.safetensors"
 chmod -R a+rX "$data"
 size=$(stat -c %s "$model")
 
-zport=17093; nport=17094
-state=$(mktemp -d)
+zport=17093; nport=17094; bport=17095
+state=$(mktemp -d); bstate=$(mktemp -d)
 printf 'root = "/unused"\n[digests]\nrate_mib_s = 0\n' > "$state/c.toml"
+printf 'root = "/unused"\n[digests]\nrate_mib_s = 0\nalgorithm = "blake3"\n' > "$bstate/c.toml"
 target/release/ztserve --config "$state/c.toml" --root "$data/root" --listen 127.0.0.1:$zport \
     --state-dir "$state" --log-level warn &
 zpid=$!
+target/release/ztserve --config "$bstate/c.toml" --root "$data/root" --listen 127.0.0.1:$bport \
+    --state-dir "$bstate" --log-level warn &
+bpid=$!
 nginx_start "$data" $nport "location / { root $data/root; }"
 out="$data/tmp/download.safetensors"
-cleanup() { kill $zpid 2>/dev/null || true; nginx_stop "$data"; rm -rf "$state" "$out"; }
+cleanup() { kill $zpid $bpid 2>/dev/null || true; nginx_stop "$data"; rm -rf "$state" "$bstate" "$out"; }
 trap cleanup EXIT
-for _ in $(seq 50); do curl -sf "http://127.0.0.1:$zport/readyz" >/dev/null && break; sleep 0.1; done
-# The manifest waits for the digests: later rounds start from a warm cache.
-curl -sf "http://127.0.0.1:$zport/v1/files/one-gib.safetensors/manifest" >/dev/null
+for port in $zport $bport; do
+    for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
+    # The manifest waits for the digests: later rounds start from a warm cache.
+    curl -sf "http://127.0.0.1:$port/v1/files/one-gib.safetensors/manifest" >/dev/null
+done
 cat "$model" >/dev/null
 
 zhttp="http://127.0.0.1:$zport/one-gib.safetensors"
 zquic="quic://127.0.0.1:$zport/one-gib.safetensors"
+bhttp="http://127.0.0.1:$bport/one-gib.safetensors"
+bquic="quic://127.0.0.1:$bport/one-gib.safetensors"
 nurl="http://127.0.0.1:$nport/one-gib.safetensors"
 insecure='{"insecure": true}'
 run() { .venv/bin/python benches/python_load.py "$@"; }
 declare -A secs rss first
 for i in $(seq "$rounds"); do
-    for how in ztserve-http ztserve-quic curl requests first-http first-quic; do
+    for how in ztserve-http ztserve-quic ztserve-http-b3 ztserve-quic-b3 curl requests first-http first-quic; do
         case $how in
             ztserve-http) j=$(run ztserve "$zhttp") ;;
             ztserve-quic) j=$(run ztserve "$zquic" "$insecure") ;;
+            ztserve-http-b3) j=$(run ztserve "$bhttp") ;;
+            ztserve-quic-b3) j=$(run ztserve "$bquic" "$insecure") ;;
             curl) j=$(run curl "$nurl" "$out"); rm -f "$out" ;;
             requests) j=$(run requests "$nurl" "$out"); rm -f "$out" ;;
             first-http) j=$(run first "$zhttp") ;;
@@ -71,9 +83,9 @@ for i in $(seq "$rounds"); do
 done
 echo "# 1 GiB safetensors into memory, median of $rounds rounds (seconds; ratio = ztserve / peer, below 1 is faster)"
 for peer in curl requests; do
-    for z in ztserve-http ztserve-quic; do
+    for z in ztserve-http ztserve-quic ztserve-http-b3 ztserve-quic-b3; do
         a=$(m "${secs[$z]}"); b=$(m "${secs[$peer]}")
-        printf '%-14s %8.3f s   %-9s %8.3f s   ratio %s\n' "$z" "$a" "$peer" "$b" "$(ratio "$a" "$b")"
+        printf '%-15s %8.3f s   %-9s %8.3f s   ratio %s\n' "$z" "$a" "$peer" "$b" "$(ratio "$a" "$b")"
     done
 done
 echo "# time to the first tensor with tensors(), as a fraction of the whole load (median)"

@@ -307,6 +307,60 @@ fn byte_identical_copies_named_after_their_source() {
     drop(nginx);
 }
 
+/// With `digests.algorithm = "blake3"` the daemon vouches for every tensor
+/// with the BLAKE3 of its bytes, named in the manifest; fetches over both
+/// transports verify against it (`--require-digest`), a byte-identical
+/// copy is byte-identical, and a `.zt` output carries the crc32c of the
+/// verified bytes instead (the format names sha256 and crc32c), which the
+/// format crate then checks on every read.
+#[test]
+fn blake3_digests_are_verified_and_written_into_zt_files_as_crc32c() {
+    let root = tempfile::tempdir().unwrap();
+    let original = root.path().join("model.safetensors");
+    let t = write_safetensors(&original);
+    let env = [("ZTSERVE_DIGESTS_ALGORITHM".to_owned(), "blake3".to_owned())];
+    let s = Server::start_quic_env(root.path(), &[], &env);
+    let m = json(&s.url("/v1/files/model.safetensors/manifest"));
+    for (name, (_, _, bytes)) in &t {
+        let c = &m["objects"][name]["components"]["data"];
+        assert_eq!(c["digest_by"], "server", "{name}");
+        let want = zt_format::DigestAlgorithm::Blake3.digest(bytes);
+        assert!(want.to_string().starts_with("blake3:"));
+        assert_eq!(c["digest"], want.to_string(), "{name}");
+    }
+    let (q, fp) = s.quic.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let urls = [
+        (
+            format!("quic://{q}/model.safetensors"),
+            vec!["--cert-fingerprint", fp.as_str()],
+        ),
+        (s.url("/model.safetensors"), vec![]),
+    ];
+    let file = std::fs::read(&original).unwrap();
+    for (i, (url, extra)) in urls.iter().enumerate() {
+        let mut args = vec!["--require-digest"];
+        args.extend(extra);
+        let out = dir.path().join(format!("out{i}.zt"));
+        fetch_ok(url, &out, &args);
+        let f = ZtFile::open_with(&out, ReadOptions::default()).unwrap();
+        for (name, (_, _, bytes)) in &t {
+            let c = f.manifest().component(name, "data").unwrap();
+            let crc = zt_format::DigestAlgorithm::Crc32c.digest(bytes);
+            assert_eq!(c.digest.as_ref(), Some(&crc), "{url}: {name}");
+            assert!(!c.digest_computed, "{url}: {name}");
+            assert_eq!(f.stored(name, "data").unwrap(), &bytes[..], "{url}: {name}");
+        }
+        let copy = dir.path().join(format!("copy{i}.safetensors"));
+        fetch_ok(url, &copy, &args);
+        assert!(
+            std::fs::read(&copy).unwrap() == file,
+            "{url}: not byte-identical"
+        );
+    }
+    drop(s);
+}
+
 /// A sharded checkpoint (two safetensors shards and their index) is one
 /// model at the index's path, each shard still a file of its own: its
 /// manifest names the shard of every component and each shard's ETag; the

@@ -52,17 +52,17 @@ def free_port():
 
 
 @contextlib.contextmanager
-def daemon(root, base, args=()):
+def daemon(root, base, args=(), env=None):
     """ztserve ($ZT_DAEMON_BIN) serving `root`, state and log under `base`,
-    with extra command-line `args`; yields its port once /readyz answers,
-    and stops it afterwards."""
+    with extra command-line `args` (and `env` added to its environment);
+    yields its port once /readyz answers, and stops it afterwards."""
     binary = os.environ.get("ZT_DAEMON_BIN")
     assert binary and os.path.exists(binary), "set ZT_DAEMON_BIN to the built ztserve binary"
     port = free_port()
     log = open(base / "ztserve.log", "wb")
     proc = subprocess.Popen(
         [binary, "--root", str(root), "--listen", f"127.0.0.1:{port}", "--state-dir", str(base / "state"), *args],
-        stdout=log, stderr=subprocess.STDOUT,
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
     )
     try:
         deadline = time.time() + 30

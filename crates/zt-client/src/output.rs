@@ -22,14 +22,18 @@
 //! (components already written are re-verified, not re-fetched); if the
 //! remote ETag changed, it starts over. A digest mismatch removes the
 //! partial output, since no resume can fix it.
+//!
+//! A `.zt` file carries only the digests the format names (sha256,
+//! crc32c): a component the server vouches for with blake3 is verified
+//! against it on arrival and written with the crc32c of those same bytes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use zt_format::{Manifest, ReadOptions, Source, ZtFile};
+use zt_format::{Digest, DigestAlgorithm, Manifest, ReadOptions, Source, ZtFile};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
@@ -94,44 +98,49 @@ fn read_journal(path: &Path, header: &str) -> Option<HashSet<(String, String)>> 
 /// digest, each read in pieces of at most [`RECHECK_CHUNK`] bytes (memory
 /// stays bounded whatever a component's size). A component without a
 /// digest cannot be vouched for and is fetched again.
-fn still_intact(
-    part: &Path,
-    local: &Manifest,
-    journal: HashSet<(String, String)>,
-) -> HashSet<(String, String)> {
+fn still_intact(part: &Path, local: &Manifest, journal: HashSet<(String, String)>) -> Rewrites {
     let Ok(f) = File::open(part) else {
-        return HashSet::new();
+        return Rewrites::new();
     };
     let mut buf = vec![0u8; RECHECK_CHUNK];
     journal
         .into_iter()
-        .filter(|(o, r)| {
-            let Some(c) = local.component(o, r) else {
-                return false;
-            };
-            let Some((digest, algorithm)) = c
+        .filter_map(|(o, r)| {
+            let c = local.component(&o, &r)?;
+            let (digest, algorithm) = c
                 .digest
                 .as_ref()
-                .and_then(|d| d.algorithm().map(|a| (d, a)))
-            else {
-                return false;
-            };
+                .and_then(|d| d.algorithm().map(|a| (d, a)))?;
             let mut hasher = zt_format::Hasher::new(algorithm);
+            let mut written = rewritten(c).map(zt_format::Hasher::new);
             let (mut at, end) = (c.offset, c.offset.saturating_add(c.length));
             while at < end {
                 let n = usize::try_from(end - at).map_or(RECHECK_CHUNK, |n| n.min(RECHECK_CHUNK));
-                let Some(piece) = buf.get_mut(..n) else {
-                    return false;
-                };
-                if f.read_exact_at(piece, at).is_err() {
-                    return false;
-                }
+                let piece = buf.get_mut(..n)?;
+                f.read_exact_at(piece, at).ok()?;
                 hasher.update(piece);
+                if let Some(w) = &mut written {
+                    w.update(piece);
+                }
                 at += n as u64;
             }
-            digest.compare(&hasher.finish()).is_ok()
+            digest.compare(&hasher.finish()).ok()?;
+            Some(((o, r), written.map(zt_format::Hasher::finish)))
         })
         .collect()
+}
+
+/// Components in the output, and the digest each is to be written with
+/// when it is not the served one (see [`rewritten`]).
+type Rewrites = HashMap<(String, String), Option<Digest>>;
+
+/// The algorithm a component is written under in a `.zt` file when the
+/// served digest's cannot be (blake3, computed by the server: the format
+/// names sha256 and crc32c): crc32c, computed from the bytes that were
+/// verified against the served digest.
+fn rewritten(c: &zt_format::Component) -> Option<DigestAlgorithm> {
+    let served = c.digest.as_ref()?.algorithm()?;
+    (!served.in_zt_files()).then_some(DigestAlgorithm::Crc32c)
 }
 
 /// The most bytes [`still_intact`] reads at once.
@@ -202,7 +211,7 @@ pub async fn fetch_to_file(
     let header = header_line(&etag, select, kind);
 
     // Resume what the journal vouches for, after checking it again.
-    let mut done: HashSet<(String, String)> = HashSet::new();
+    let mut done = Rewrites::new();
     if let Some(prev) = read_journal(&journal, &header) {
         // Re-hashing what the journal vouches for reads up to the whole
         // file: on a blocking thread, never on the runtime's.
@@ -234,13 +243,13 @@ pub async fn fetch_to_file(
         .filter(|(o, obj)| {
             obj.components
                 .keys()
-                .any(|r| !done.contains(&((*o).to_owned(), r.to_owned())))
+                .any(|r| !done.contains_key(&((*o).to_owned(), r.to_owned())))
         })
         .map(|(o, _)| zt_format::select::escape(o))
         .collect();
     let total: u64 = local.objects.values().map(|o| o.stored_bytes()).sum();
     let mut got: u64 = done
-        .iter()
+        .keys()
         .filter_map(|(o, r)| local.component(o, r))
         .map(|c| c.length)
         .sum();
@@ -252,18 +261,19 @@ pub async fn fetch_to_file(
             while let Some(item) = fetch.next().await {
                 let d = item?;
                 let key = (d.object.clone(), d.component.clone());
-                if done.contains(&key) {
+                if done.contains_key(&key) {
                     continue;
                 }
                 let c = local.component(&d.object, &d.component).ok_or_else(|| {
                     Error::Protocol(format!("{}: {} was not asked for", client.url, d.at()))
                 })?;
-                let written = writer.write(d.data, c.offset).await?;
+                let hash = rewritten(c).filter(|_| kind == Output::Zt);
+                let (written, digest) = writer.write_hashed(d.data, c.offset, hash).await?;
                 client.recycle(written);
                 writeln!(jf, "{}\t{}", d.object, d.component).map_err(journal_io)?;
                 got += c.length;
                 received += c.length;
-                done.insert(key);
+                done.insert(key, digest);
                 progress(&d.object, got, total);
             }
         }
@@ -275,7 +285,7 @@ pub async fn fetch_to_file(
             .flat_map(|(o, obj)| {
                 obj.components
                     .keys()
-                    .filter(|r| !done.contains(&(o.to_owned(), (*r).to_owned())))
+                    .filter(|r| !done.contains_key(&(o.to_owned(), (*r).to_owned())))
                     .map(move |r| format!("object {o:?}, component {r:?}"))
             })
             .collect();
@@ -304,8 +314,18 @@ pub async fn fetch_to_file(
             return crate::copy::check_copy(&part, source, &local, client);
         }
         // Manifest and footer, then a full check before the rename.
+        let mut written = local.clone();
+        for ((o, r), digest) in &done {
+            let c = written
+                .objects
+                .get_mut(o)
+                .and_then(|obj| obj.components.get_mut(r));
+            if let (Some(d), Some(c)) = (digest, c) {
+                c.digest = Some(d.clone());
+            }
+        }
         writer
-            .finish(zt_format::layout::tail(&local), blob_end)
+            .finish(zt_format::layout::tail(&written), blob_end)
             .await?;
         // Every component's digest was checked on arrival (or on resume);
         // re-reading the file checks the structure we wrote, not the bytes again.
@@ -370,11 +390,57 @@ mod tests {
             .into_iter()
             .map(|(o, r)| (o.to_owned(), r.to_owned()))
             .collect();
-        let kept = still_intact(&path, &m, journal.clone());
+        let keys = |r: Rewrites| r.into_keys().collect::<HashSet<_>>();
+        let kept = keys(still_intact(&path, &m, journal.clone()));
         assert_eq!(kept, HashSet::from([("a".to_owned(), "data".to_owned())]));
         std::fs::write(&path, &bytes).unwrap();
-        assert_eq!(still_intact(&path, &m, journal.clone()), journal);
+        let all = still_intact(&path, &m, journal.clone());
+        assert!(
+            all.values().all(Option::is_none),
+            "sha256 is written as it is"
+        );
+        assert_eq!(keys(all), journal);
         std::fs::remove_file(&path).unwrap();
         assert!(still_intact(&path, &m, journal).is_empty(), "no part file");
+    }
+
+    /// A resumed component the server vouched for with blake3 is checked
+    /// against it and comes back with the crc32c it is to be written with.
+    #[test]
+    fn resumed_blake3_components_come_back_with_their_crc32c() {
+        let data = vec![5u8; 300_000];
+        let mut w = Writer::new(Vec::new(), "part.zt").unwrap();
+        w.add_dense("a", &[300_000], DType::U8, &data, StoreOptions::default())
+            .unwrap();
+        let bytes = w.finish().unwrap();
+        let file = ZtFile::from_bytes("part.zt", &bytes, ReadOptions::default()).unwrap();
+        let mut m = file.manifest().clone();
+        let c = m
+            .objects
+            .get_mut("a")
+            .unwrap()
+            .components
+            .get_mut("data")
+            .unwrap();
+        c.digest = Some(DigestAlgorithm::Blake3.digest(&data));
+        let path = std::env::temp_dir().join(format!("resume-b3-{}.part", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let journal = HashSet::from([("a".to_owned(), "data".to_owned())]);
+        let got = still_intact(&path, &m, journal.clone());
+        let crc = DigestAlgorithm::Crc32c.digest(&data);
+        assert_eq!(got.get(&("a".into(), "data".into())), Some(&Some(crc)));
+        let c = m
+            .objects
+            .get_mut("a")
+            .unwrap()
+            .components
+            .get_mut("data")
+            .unwrap();
+        c.digest = Some(DigestAlgorithm::Blake3.digest(b"other bytes"));
+        assert!(
+            still_intact(&path, &m, journal).is_empty(),
+            "checked by blake3"
+        );
+        std::fs::remove_file(&path).unwrap();
     }
 }

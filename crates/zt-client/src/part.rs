@@ -20,7 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tokio::task::{spawn_blocking, JoinHandle};
-use zt_format::{AlignedBuf, PAGE_ALIGNMENT};
+use zt_format::{AlignedBuf, Digest, DigestAlgorithm, PAGE_ALIGNMENT};
 
 use crate::error::{Error, Result};
 
@@ -89,16 +89,30 @@ impl PartWriter {
     /// Writes `data` at `offset`; returns the buffer once its bytes are in
     /// the file.
     pub(super) async fn write(&mut self, data: AlignedBuf, offset: u64) -> Result<AlignedBuf> {
+        self.write_hashed(data, offset, None)
+            .await
+            .map(|(data, _)| data)
+    }
+
+    /// [`Self::write`], and the digest of `data` under `hash` (on the
+    /// same blocking thread, before the write).
+    pub(super) async fn write_hashed(
+        &mut self,
+        data: AlignedBuf,
+        offset: u64,
+        hash: Option<DigestAlgorithm>,
+    ) -> Result<(AlignedBuf, Option<Digest>)> {
         let (file, direct) = (Arc::clone(&self.file), self.direct.clone());
         let mut bounce = self.bounce.take();
-        let (data, cached, bounce) = joined(
+        let (data, cached, bounce, digest) = joined(
             spawn_blocking(move || {
+                let digest = hash.map(|a| a.digest(data.as_slice()));
                 let to = Target {
                     file: &file,
                     direct: direct.as_deref(),
                 };
                 to.write(data.as_slice(), offset, &mut bounce)
-                    .map(|w| (data, w, bounce))
+                    .map(|w| (data, w, bounce, digest))
             })
             .await,
         )
@@ -116,7 +130,7 @@ impl PartWriter {
             self.flushing = Some(spawn_blocking(move || f.sync_data()));
             self.unflushed = 0;
         }
-        Ok(data)
+        Ok((data, digest))
     }
 
     /// Waits for the background flush, reporting its failure.

@@ -227,6 +227,7 @@ impl Catalog {
         let algorithm = match digests.algorithm {
             DigestChoice::Sha256 => Some(DigestAlgorithm::Sha256),
             DigestChoice::Crc32c => Some(DigestAlgorithm::Crc32c),
+            DigestChoice::Blake3 => Some(DigestAlgorithm::Blake3),
             DigestChoice::Off => None,
         };
         let digests = algorithm.map(|algorithm| {

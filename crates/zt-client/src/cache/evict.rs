@@ -46,7 +46,12 @@ impl Cache {
     /// (unknown names) are left out, and left alone.
     pub fn entries(&self) -> std::io::Result<Vec<Entry>> {
         let mut out = Vec::new();
-        for algorithm in [DigestAlgorithm::Sha256, DigestAlgorithm::Crc32c] {
+        let all = [
+            DigestAlgorithm::Sha256,
+            DigestAlgorithm::Blake3,
+            DigestAlgorithm::Crc32c,
+        ];
+        for algorithm in all {
             let top = self.dir().join(algorithm.name());
             let Ok(fans) = std::fs::read_dir(&top) else {
                 continue;
@@ -147,12 +152,14 @@ impl Cache {
     }
 }
 
-/// The digest an entry's file name gives: the sha256 itself, or the
-/// checksum after the scope.
+/// The digest an entry's file name gives: the cryptographic hash itself,
+/// or the checksum after the scope.
 fn digest_of(algorithm: DigestAlgorithm, path: &Path) -> Option<Digest> {
     let name = path.file_name()?.to_str()?;
     match algorithm {
-        DigestAlgorithm::Sha256 => Digest::parse(&format!("sha256:{name}")).ok(),
+        DigestAlgorithm::Sha256 | DigestAlgorithm::Blake3 => {
+            Digest::parse(&format!("{}:{name}", algorithm.name())).ok()
+        }
         DigestAlgorithm::Crc32c => {
             let (_, crc) = name.rsplit_once('-')?;
             u32::from_str_radix(crc, 16).ok().map(Digest::from_crc32c)

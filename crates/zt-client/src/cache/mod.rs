@@ -2,8 +2,8 @@
 //! the same bytes are never fetched twice.
 //!
 //! # What is reused where
-//! - A component named by a **cryptographic digest** (sha256) is stored
-//!   under that digest, `sha256/ab/abcd…`, and reused wherever the same
+//! - A component named by a **cryptographic digest** (sha256, blake3) is
+//!   stored under that digest, `sha256/ab/abcd…` (`blake3/…`), and reused wherever the same
 //!   digest appears: another file, another server, another version of the
 //!   model, whoever attested the digest (the file or the server). The
 //!   bytes are the ones that hashed to it when they arrived, and every
@@ -173,9 +173,10 @@ impl Cache {
     /// otherwise; `None` when it cannot be (no digest this client computes).
     pub(crate) fn key(digest: &Digest, scope: Scope<'_>) -> Option<Key> {
         let rel = match digest.value() {
-            DigestValue::Sha256(b) => {
+            DigestValue::Sha256(b) | DigestValue::Blake3(b) => {
+                let algorithm = digest.algorithm()?.name();
                 let hex = hex(b);
-                Path::new("sha256").join(&hex[..2]).join(&hex)
+                Path::new(algorithm).join(&hex[..2]).join(&hex)
             }
             DigestValue::Crc32c(crc) => {
                 let mut h = Sha256::new();
@@ -286,6 +287,11 @@ mod tests {
         let b = Cache::key(&sha, scope("quic://b/y.zt", "e2")).unwrap();
         assert_eq!(a, b, "sha256 is reused wherever it appears");
         assert!(a.rel.starts_with("sha256"));
+        let blake = zt_format::DigestAlgorithm::Blake3.digest(b"abc");
+        let a = Cache::key(&blake, scope("http://a/x.zt", "e1")).unwrap();
+        let b = Cache::key(&blake, scope("quic://b/y.zt", "e2")).unwrap();
+        assert_eq!(a, b, "blake3 is reused wherever it appears");
+        assert!(a.rel.starts_with("blake3"));
 
         let crc = zt_format::DigestAlgorithm::Crc32c.digest(b"abc");
         let a = Cache::key(&crc, scope("http://a/x.zt", "e1")).unwrap();

@@ -2,7 +2,9 @@
 //!
 //! * `zt fetch` to a file over ztp/1 and over HTTP (from ztserve and from
 //!   nginx), against `curl` fetching the raw file from nginx, with digests
-//!   checked (crc32c, sha256) and with none to check;
+//!   checked (crc32c, sha256) and with none to check, and a safetensors
+//!   file copied byte for byte, checked against digests computed by the
+//!   daemon (sha256) and by a second one (blake3);
 //! * time to first layer through the client library;
 //! * ztp/1 against a bare quinn transfer (the QUIC ceiling) and our HTTP;
 //! * connect-and-manifest latency for a 10,000-object file;
@@ -188,6 +190,8 @@ struct Bench {
     n: usize,
     size: u64,
     zp: u16,
+    /// A second daemon, computing blake3 digests instead of sha256.
+    zb: u16,
     np: u16,
     data: PathBuf,
     out: PathBuf,
@@ -217,8 +221,12 @@ impl Bench {
         let own = self.zhttp("layers-crc32c.zt");
         // The daemon computes the safetensors file's digests once; its
         // manifest waits for them, so no round pays for them.
-        let manifest = format!("{}/manifest", self.zhttp(SAFETENSORS));
-        peers::timed(&mut peers::curl(&manifest, Path::new("/dev/null")))?;
+        let blake3 =
+            |url: String| url.replace(&format!(":{}/", self.zp), &format!(":{}/", self.zb));
+        for url in [self.zhttp(SAFETENSORS), blake3(self.zhttp(SAFETENSORS))] {
+            let manifest = format!("{url}/manifest");
+            peers::timed(&mut peers::curl(&manifest, Path::new("/dev/null")))?;
+        }
         type Run<'a> = Box<dyn Fn() -> Result<f64> + 'a>;
         let curl_from = |url: String| -> Run<'_> {
             Box::new(move || {
@@ -289,7 +297,8 @@ impl Bench {
             ));
         }
         // A byte-identical copy of a safetensors file, checked against the
-        // daemon's sha256 digests, against curl of the same file.
+        // daemon's sha256 digests (and the second daemon's blake3), against
+        // curl of the same file.
         let copy = out.with_extension("safetensors");
         variants.push((
             "curl <- nginx (the safetensors file)".into(),
@@ -301,13 +310,15 @@ impl Bench {
                 }
             }),
         ));
-        for (via, url) in [
-            ("http", self.zhttp(SAFETENSORS)),
-            ("quic", self.zquic(SAFETENSORS)),
+        for (digest, via, url) in [
+            ("sha256", "http", self.zhttp(SAFETENSORS)),
+            ("sha256", "quic", self.zquic(SAFETENSORS)),
+            ("blake3", "http", blake3(self.zhttp(SAFETENSORS))),
+            ("blake3", "quic", blake3(self.zquic(SAFETENSORS))),
         ] {
             let copy = copy.clone();
             variants.push((
-                format!("zt fetch {via} <- ztserve, safetensors copy, sha256"),
+                format!("zt fetch {via} <- ztserve, safetensors copy, {digest}"),
                 Box::new(move || peers::timed(&mut peers::zt_fetch(&url, &copy))),
             ));
         }
@@ -593,12 +604,15 @@ fn main() -> Result<()> {
         n,
         size: std::fs::metadata(root.join("layers-crc32c.zt"))?.len(),
         zp: peers::free_port()?,
+        zb: peers::free_port()?,
         np: peers::free_port()?,
         out: data.join("out.zt"),
         rt: tokio::runtime::Runtime::new()?,
         data,
     };
     let _z = peers::ztserve(&root, b.zp, &b.data.join("state"))?;
+    let blake3 = [("ZTSERVE_DIGESTS_ALGORITHM", "blake3")];
+    let _zb = peers::ztserve_env(&root, b.zb, &b.data.join("state-blake3"), &blake3)?;
     let _n = nginx::Nginx::start(&root, b.np, &b.data)?;
     // Inside the lossy namespace (section 5 runs this binary there).
     if let Ok(loss) = std::env::var("ZT_BENCH_LOSS") {
@@ -618,7 +632,7 @@ fn main() -> Result<()> {
         b.manifests()?;
     }
     if want("5") {
-        drop((_z, _n));
+        drop((_z, _zb, _n));
         lossy::outer(n)?;
     }
     Ok(())

@@ -318,6 +318,14 @@ fn blake3_digests_are_verified_and_written_into_zt_files_as_crc32c() {
     let root = tempfile::tempdir().unwrap();
     let original = root.path().join("model.safetensors");
     let t = write_safetensors(&original);
+    // One tensor over several of the client's hashing strides (256 KiB),
+    // not a multiple of one, in a file of its own.
+    let big: Vec<u8> = (0..(3 << 18) + 17)
+        .map(|i: usize| (i % 253) as u8)
+        .collect();
+    let view = TensorView::new(Dtype::U8, vec![big.len()], &big).unwrap();
+    safetensors::serialize_to_file([("big", view)], None, &root.path().join("big.safetensors"))
+        .unwrap();
     let env = [("ZTSERVE_DIGESTS_ALGORITHM".to_owned(), "blake3".to_owned())];
     let s = Server::start_quic_env(root.path(), &[], &env);
     let m = json(&s.url("/v1/files/model.safetensors/manifest"));
@@ -325,11 +333,20 @@ fn blake3_digests_are_verified_and_written_into_zt_files_as_crc32c() {
         let c = &m["objects"][name]["components"]["data"];
         assert_eq!(c["digest_by"], "server", "{name}");
         let want = zt_format::DigestAlgorithm::Blake3.digest(bytes);
-        assert!(want.to_string().starts_with("blake3:"));
         assert_eq!(c["digest"], want.to_string(), "{name}");
+        // The component's ETag is its blake3, as a sha256 one's is.
+        let url = s.url(&format!("/v1/files/model.safetensors/objects/{name}/data"));
+        let r = curl(&["-I"], &url);
+        let hex = &want.to_string()["blake3:".len()..];
+        assert_eq!(r.header("etag"), Some(format!("\"blake3-{hex}\"").as_str()));
     }
     let (q, fp) = s.quic.clone().unwrap();
     let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("big.zt");
+    let url = format!("quic://{q}/big.safetensors");
+    fetch_ok(&url, &out, &["--require-digest", "--cert-fingerprint", &fp]);
+    let f = ZtFile::open_with(&out, ReadOptions::default()).unwrap();
+    assert_eq!(f.stored("big", "data").unwrap(), &big[..]);
     let urls = [
         (
             format!("quic://{q}/model.safetensors"),

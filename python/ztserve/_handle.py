@@ -64,7 +64,7 @@ class safe_open:
     ``progress`` (``True`` for a tqdm bar, or a callable
     ``(name, done_bytes, total_bytes)``).
 
-    The cache (docs/cache.md): components named by a sha256 digest are
+    The cache (docs/cache.md): components named by a sha256 (or blake3) digest are
     taken from ``~/.cache/ztserve`` (``$ZTSERVE_CACHE``) wherever the same
     digest was fetched before, checked again on reading, and only the
     rest is fetched; ``cache=False`` turns it off, ``cache_dir`` and

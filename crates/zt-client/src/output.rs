@@ -96,11 +96,17 @@ fn read_journal(path: &Path, header: &str) -> Option<HashSet<(String, String)>> 
 
 /// The journal's components whose bytes in `part` still match their
 /// digest, each read in pieces of at most [`RECHECK_CHUNK`] bytes (memory
-/// stays bounded whatever a component's size). A component without a
-/// digest cannot be vouched for and is fetched again.
-fn still_intact(part: &Path, local: &Manifest, journal: HashSet<(String, String)>) -> Rewrites {
+/// stays bounded whatever a component's size), with the digest each is to
+/// be written with where that is not the served one ([`rewritten`]). A
+/// component without a digest cannot be vouched for and is fetched again.
+fn still_intact(
+    part: &Path,
+    local: &Manifest,
+    journal: HashSet<(String, String)>,
+    kind: Output,
+) -> Done {
     let Ok(f) = File::open(part) else {
-        return Rewrites::new();
+        return Done::new();
     };
     let mut buf = vec![0u8; RECHECK_CHUNK];
     journal
@@ -112,7 +118,7 @@ fn still_intact(part: &Path, local: &Manifest, journal: HashSet<(String, String)
                 .as_ref()
                 .and_then(|d| d.algorithm().map(|a| (d, a)))?;
             let mut hasher = zt_format::Hasher::new(algorithm);
-            let mut written = rewritten(c).map(zt_format::Hasher::new);
+            let mut written = rewritten(c, kind).map(zt_format::Hasher::new);
             let (mut at, end) = (c.offset, c.offset.saturating_add(c.length));
             while at < end {
                 let n = usize::try_from(end - at).map_or(RECHECK_CHUNK, |n| n.min(RECHECK_CHUNK));
@@ -130,17 +136,17 @@ fn still_intact(part: &Path, local: &Manifest, journal: HashSet<(String, String)
         .collect()
 }
 
-/// Components in the output, and the digest each is to be written with
-/// when it is not the served one (see [`rewritten`]).
-type Rewrites = HashMap<(String, String), Option<Digest>>;
+/// The components in the output so far, and the digest each is to be
+/// written with when it is not the served one (see [`rewritten`]).
+type Done = HashMap<(String, String), Option<Digest>>;
 
-/// The algorithm a component is written under in a `.zt` file when the
+/// The algorithm a component is written under in a `.zt` output when the
 /// served digest's cannot be (blake3, computed by the server: the format
 /// names sha256 and crc32c): crc32c, computed from the bytes that were
-/// verified against the served digest.
-fn rewritten(c: &zt_format::Component) -> Option<DigestAlgorithm> {
+/// verified against the served digest. A copy carries no digests.
+fn rewritten(c: &zt_format::Component, kind: Output) -> Option<DigestAlgorithm> {
     let served = c.digest.as_ref()?.algorithm()?;
-    (!served.in_zt_files()).then_some(DigestAlgorithm::Crc32c)
+    (kind == Output::Zt && !served.in_zt_files()).then_some(DigestAlgorithm::Crc32c)
 }
 
 /// The most bytes [`still_intact`] reads at once.
@@ -211,12 +217,12 @@ pub async fn fetch_to_file(
     let header = header_line(&etag, select, kind);
 
     // Resume what the journal vouches for, after checking it again.
-    let mut done = Rewrites::new();
+    let mut done = Done::new();
     if let Some(prev) = read_journal(&journal, &header) {
         // Re-hashing what the journal vouches for reads up to the whole
         // file: on a blocking thread, never on the runtime's.
         let (part, local) = (part.clone(), local.clone());
-        done = tokio::task::spawn_blocking(move || still_intact(&part, &local, prev))
+        done = tokio::task::spawn_blocking(move || still_intact(&part, &local, prev, kind))
             .await
             .unwrap_or_default();
     } else {
@@ -267,7 +273,7 @@ pub async fn fetch_to_file(
                 let c = local.component(&d.object, &d.component).ok_or_else(|| {
                     Error::Protocol(format!("{}: {} was not asked for", client.url, d.at()))
                 })?;
-                let hash = rewritten(c).filter(|_| kind == Output::Zt);
+                let hash = rewritten(c, kind);
                 let (written, digest) = writer.write_hashed(d.data, c.offset, hash).await?;
                 client.recycle(written);
                 writeln!(jf, "{}\t{}", d.object, d.component).map_err(journal_io)?;
@@ -390,18 +396,21 @@ mod tests {
             .into_iter()
             .map(|(o, r)| (o.to_owned(), r.to_owned()))
             .collect();
-        let keys = |r: Rewrites| r.into_keys().collect::<HashSet<_>>();
-        let kept = keys(still_intact(&path, &m, journal.clone()));
+        let keys = |r: Done| r.into_keys().collect::<HashSet<_>>();
+        let kept = keys(still_intact(&path, &m, journal.clone(), Output::Zt));
         assert_eq!(kept, HashSet::from([("a".to_owned(), "data".to_owned())]));
         std::fs::write(&path, &bytes).unwrap();
-        let all = still_intact(&path, &m, journal.clone());
+        let all = still_intact(&path, &m, journal.clone(), Output::Zt);
         assert!(
             all.values().all(Option::is_none),
             "sha256 is written as it is"
         );
         assert_eq!(keys(all), journal);
         std::fs::remove_file(&path).unwrap();
-        assert!(still_intact(&path, &m, journal).is_empty(), "no part file");
+        assert!(
+            still_intact(&path, &m, journal, Output::Zt).is_empty(),
+            "no part file"
+        );
     }
 
     /// A resumed component the server vouched for with blake3 is checked
@@ -414,31 +423,28 @@ mod tests {
             .unwrap();
         let bytes = w.finish().unwrap();
         let file = ZtFile::from_bytes("part.zt", &bytes, ReadOptions::default()).unwrap();
-        let mut m = file.manifest().clone();
-        let c = m
-            .objects
-            .get_mut("a")
-            .unwrap()
-            .components
-            .get_mut("data")
-            .unwrap();
-        c.digest = Some(DigestAlgorithm::Blake3.digest(&data));
+        let vouched = |bytes: &[u8]| {
+            let mut m = file.manifest().clone();
+            let c = m
+                .objects
+                .get_mut("a")
+                .and_then(|o| o.components.get_mut("data"));
+            c.unwrap().digest = Some(DigestAlgorithm::Blake3.digest(bytes));
+            m
+        };
+        let m = vouched(&data);
         let path = std::env::temp_dir().join(format!("resume-b3-{}.part", std::process::id()));
         std::fs::write(&path, &bytes).unwrap();
         let journal = HashSet::from([("a".to_owned(), "data".to_owned())]);
-        let got = still_intact(&path, &m, journal.clone());
+        let got = still_intact(&path, &m, journal.clone(), Output::Zt);
         let crc = DigestAlgorithm::Crc32c.digest(&data);
-        assert_eq!(got.get(&("a".into(), "data".into())), Some(&Some(crc)));
-        let c = m
-            .objects
-            .get_mut("a")
-            .unwrap()
-            .components
-            .get_mut("data")
-            .unwrap();
-        c.digest = Some(DigestAlgorithm::Blake3.digest(b"other bytes"));
+        let key = ("a".to_owned(), "data".to_owned());
+        assert_eq!(got.get(&key), Some(&Some(crc)));
+        let copy = still_intact(&path, &m, journal.clone(), Output::Copy(Source::Zt));
+        assert_eq!(copy.get(&key), Some(&None), "a copy carries no digests");
+        let m = vouched(b"other bytes");
         assert!(
-            still_intact(&path, &m, journal).is_empty(),
+            still_intact(&path, &m, journal, Output::Zt).is_empty(),
             "checked by blake3"
         );
         std::fs::remove_file(&path).unwrap();

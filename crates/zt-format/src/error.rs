@@ -154,6 +154,8 @@ pub enum Rule {
     DigestMismatch { expected: String, actual: String },
     #[error("digest algorithm {algorithm:?} is unknown, so the data cannot be verified")]
     UnknownDigestAlgorithm { algorithm: String },
+    #[error("digest algorithm {algorithm:?} is not one the format names (sha256, crc32c), so a .zt file cannot carry it")]
+    DigestNotInFormat { algorithm: &'static str },
     #[error("legacy sparse blob of {length} bytes does not match its shape {shape:?}: {detail}")]
     LegacySparseLayout {
         length: u64,
@@ -226,6 +228,7 @@ impl Rule {
             Rule::ZstdLength { .. } => "zstd-length",
             Rule::DigestMismatch { .. } => "digest-mismatch",
             Rule::UnknownDigestAlgorithm { .. } => "unknown-digest-algorithm",
+            Rule::DigestNotInFormat { .. } => "digest-not-in-format",
             Rule::LegacySparseLayout { .. } => "legacy-sparse-layout",
             Rule::BoolValue { .. } => "bool-value",
             Rule::ViewType { .. } => "view-type",

@@ -20,7 +20,8 @@ use crate::validate::{self, BlobArea};
 pub struct StoreOptions {
     /// `Some(level)` compresses with zstd at that level.
     pub zstd_level: Option<i32>,
-    /// The digest to record over the stored bytes, if any.
+    /// The digest to record over the stored bytes, if any: one the
+    /// format names (sha256, crc32c; blake3 is refused).
     pub digest: Option<DigestAlgorithm>,
 }
 
@@ -142,6 +143,12 @@ impl<W: Write> Writer<W> {
         store: StoreOptions,
     ) -> Result<()> {
         let at = Location::file(&self.label);
+        if let Some(algorithm) = store.digest.filter(|a| !a.in_zt_files()) {
+            let rule = Rule::DigestNotInFormat {
+                algorithm: algorithm.name(),
+            };
+            return Err(Error::invalid(at.object(name), rule));
+        }
         if self.objects.contains_key(name) {
             return Err(Error::invalid(
                 at.object(name),
@@ -243,5 +250,34 @@ impl<W: Write> Writer<W> {
             .map_err(io)?;
         self.out.flush().map_err(io)?;
         Ok(self.out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file carries only the digests the format names: a blake3 one is
+    /// refused by name before any byte is written.
+    #[test]
+    fn digests_the_format_does_not_name_are_refused() {
+        let mut w = Writer::new(Vec::new(), "t.zt").unwrap();
+        let store = |digest| StoreOptions {
+            zstd_level: None,
+            digest: Some(digest),
+        };
+        let blake3 = store(DigestAlgorithm::Blake3);
+        let e = w.add_dense("a", &[4], DType::U8, &[1, 2, 3, 4], blake3);
+        let e = e.unwrap_err();
+        assert_eq!(e.rule().unwrap().name(), "digest-not-in-format");
+        assert!(e.to_string().contains("\"blake3\""), "{e}");
+        for ok in [DigestAlgorithm::Sha256, DigestAlgorithm::Crc32c] {
+            let name = ok.name();
+            w.add_dense(name, &[4], DType::U8, &[1, 2, 3, 4], store(ok))
+                .unwrap();
+        }
+        let file = w.finish().unwrap();
+        let f = crate::ZtFile::from_bytes("t.zt", &file, Default::default()).unwrap();
+        assert_eq!(f.manifest().objects.len(), 2);
     }
 }

@@ -4,10 +4,10 @@
 //!
 //! - A derived tag is `"KIND-HEX"`: the first 16 bytes of SHA-256 over
 //!   what identifies the content (`zt-` a file, `m-` a manifest rendering,
-//!   `c-` a component without a sha256 digest, `p-` a file whose digests
-//!   are still being computed: from its header and identity, see
-//!   `catalog::Found::provisional`). A component with a sha256
-//!   digest is tagged `"sha256-HEX"` with the whole digest. A Hub
+//!   `c-` a component without a cryptographic digest, `p-` a file whose
+//!   digests are still being computed: from its header and identity, see
+//!   `catalog::Found::provisional`). A component with a sha256 (blake3)
+//!   digest is tagged `"sha256-HEX"` (`"blake3-HEX"`) with the whole digest. A Hub
 //!   repository's file is tagged with 40 hex digits over its identity,
 //!   shaped as the Hub's object ids are (`repos::tag_of`). All are strong.
 //! - `If-None-Match` uses the weak comparison (RFC 9110 13.1.2): `W/` is

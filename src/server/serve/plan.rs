@@ -83,13 +83,14 @@ pub(crate) fn file(served: Arc<Served>, pinned: bool) -> Payload {
     }
 }
 
-/// A component's own ETag: its sha256 where it has one (the same bytes
-/// under the same tag in every file and on every replica), else one
-/// derived from the file's version and the component's name.
+/// A component's own ETag: its cryptographic digest (sha256, blake3)
+/// where it has one (the same bytes under the same tag in every file and
+/// on every replica), else one derived from the file's version and the
+/// component's name.
 pub(crate) fn component_etag(served: &Served, object: &str, role: &str, c: &Component) -> String {
     use crate::server::catalog::etag;
-    match c.digest.as_ref().and_then(|d| d.sha256()) {
-        Some(sha) => etag::quoted("sha256", sha),
+    match c.digest.as_ref().and_then(|d| d.cryptographic()) {
+        Some((algorithm, hash)) => etag::quoted(algorithm, hash),
         None => etag::derived(
             "c",
             &[

@@ -46,12 +46,7 @@ impl Cache {
     /// (unknown names) are left out, and left alone.
     pub fn entries(&self) -> std::io::Result<Vec<Entry>> {
         let mut out = Vec::new();
-        let all = [
-            DigestAlgorithm::Sha256,
-            DigestAlgorithm::Blake3,
-            DigestAlgorithm::Crc32c,
-        ];
-        for algorithm in all {
+        for algorithm in DigestAlgorithm::ALL {
             let top = self.dir().join(algorithm.name());
             let Ok(fans) = std::fs::read_dir(&top) else {
                 continue;

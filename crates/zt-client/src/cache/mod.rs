@@ -173,10 +173,13 @@ impl Cache {
     /// otherwise; `None` when it cannot be (no digest this client computes).
     pub(crate) fn key(digest: &Digest, scope: Scope<'_>) -> Option<Key> {
         let rel = match digest.value() {
-            DigestValue::Sha256(b) | DigestValue::Blake3(b) => {
-                let algorithm = digest.algorithm()?.name();
+            DigestValue::Sha256(b) => {
                 let hex = hex(b);
-                Path::new(algorithm).join(&hex[..2]).join(&hex)
+                Path::new("sha256").join(&hex[..2]).join(&hex)
+            }
+            DigestValue::Blake3(b) => {
+                let hex = hex(b);
+                Path::new("blake3").join(&hex[..2]).join(&hex)
             }
             DigestValue::Crc32c(crc) => {
                 let mut h = Sha256::new();

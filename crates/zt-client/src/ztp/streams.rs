@@ -1,5 +1,6 @@
-//! Component streams: each read into an aligned buffer, hashed as its
-//! bytes arrive, and handed to its request once the digest matches.
+//! Component streams: each read into an aligned buffer, hashed from it as
+//! its bytes arrive (a stride at a time), and handed to its request once
+//! the digest matches.
 
 use std::sync::Arc;
 
@@ -111,7 +112,7 @@ const HEADER_READ: usize = 64 * 1024;
 const HASH_STRIDE: usize = 256 * 1024;
 
 /// Reads one component stream: header, then exactly `length` bytes into an
-/// aligned buffer, hashed as they arrive.
+/// aligned buffer, hashed from it a stride at a time as they arrive.
 async fn receive(
     mut stream: RecvStream,
     options: &Options,
@@ -170,7 +171,8 @@ async fn receive(
         let require = options.require_digest && !ztp_proto::is_range_object(&at.object);
         let mut check = Check::new(digest.as_ref(), options.allow_unverified, require, &at)?;
         // Filled in order as the bytes arrive (never zeroed first), hashed
-        // as they do; nothing is delivered before the digest matches.
+        // from the buffer a stride behind; nothing is delivered before
+        // the digest matches.
         let mut data = pool
             .filling(header.length)
             .map_err(|r| Error::corrupt(&at, r))?;

@@ -3,11 +3,11 @@
 //!
 //! # What is reused where
 //! - A component named by a **cryptographic digest** (sha256, blake3) is
-//!   stored under that digest, `sha256/ab/abcd…` (`blake3/…`), and reused wherever the same
-//!   digest appears: another file, another server, another version of the
-//!   model, whoever attested the digest (the file or the server). The
-//!   bytes are the ones that hashed to it when they arrived, and every
-//!   read checks they are still those bytes (below).
+//!   stored under that digest, `sha256/ab/abcd…` (`blake3/…`), and reused
+//!   wherever the same digest appears: another file, another server,
+//!   another version of the model, whoever attested the digest (the file
+//!   or the server). The bytes are the ones that hashed to it when they
+//!   arrived, and every read checks they are still those bytes (below).
 //! - A component named only by a **checksum** (crc32c) is reused only for
 //!   the same URL, ETag, object and component: a checksum says the bytes
 //!   arrived intact, not which bytes they are. It is stored under a sha256
@@ -173,13 +173,10 @@ impl Cache {
     /// otherwise; `None` when it cannot be (no digest this client computes).
     pub(crate) fn key(digest: &Digest, scope: Scope<'_>) -> Option<Key> {
         let rel = match digest.value() {
-            DigestValue::Sha256(b) => {
-                let hex = hex(b);
-                Path::new("sha256").join(&hex[..2]).join(&hex)
-            }
-            DigestValue::Blake3(b) => {
-                let hex = hex(b);
-                Path::new("blake3").join(&hex[..2]).join(&hex)
+            DigestValue::Sha256(_) | DigestValue::Blake3(_) => {
+                let (algorithm, hash) = digest.cryptographic()?;
+                let hex = hex(hash);
+                Path::new(algorithm).join(&hex[..2]).join(&hex)
             }
             DigestValue::Crc32c(crc) => {
                 let mut h = Sha256::new();

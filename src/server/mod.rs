@@ -23,6 +23,7 @@ mod render;
 mod serve;
 mod store;
 mod ui;
+mod xet;
 
 pub use ops::healthcheck;
 pub use store::object_root;
@@ -72,6 +73,8 @@ pub struct State {
     /// HTTP response bodies' memory budget, and the connections holding
     /// it (`limits.body_memory_bytes`).
     pub(crate) flows: Arc<http::flow::Flows>,
+    /// Repository files' Xet indexes (`hub.xet_index_bytes`).
+    pub(crate) xet: Arc<xet::kept::Kept>,
 }
 
 /// The ztp/1 send budget (`quic.send_budget_bytes`, at least one read
@@ -148,7 +151,9 @@ impl State {
         let flows = http::flow::Flows::new(&config.limits);
         flows.register(registry)?;
         catalog.root().register_metrics(registry)?;
+        let xet = Arc::new(xet::kept::Kept::new(config.hub.xet_index_bytes));
         Ok(Arc::new(State {
+            xet,
             tokens,
             renderings,
             send_budget,

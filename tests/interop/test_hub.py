@@ -5,16 +5,11 @@ requirements.txt) with nothing but `HF_ENDPOINT` (and `HF_TOKEN`) set.
 Each client runs in a process of its own, as a user's would: the clients
 read their settings from the environment when they are imported."""
 
-import contextlib
-import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import textwrap
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,35 +17,9 @@ import urllib.request
 import pytest
 
 from conftest import daemon, metric, write_shards
+from hubclient import CuttingProxy, client, digest
 
 REAL = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def client(port, code, tmp, token=None, check=True, cache="cache"):
-    """Runs `code` in a fresh Python with the Hub's settings pointing at the
-    daemon on `port`; returns what it printed as JSON on its last line."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(
-        HF_ENDPOINT=f"http://127.0.0.1:{port}",
-        HF_HUB_CACHE=str(tmp / cache),
-        HF_HOME=str(tmp / "hf-home"),
-        HF_HUB_DISABLE_TELEMETRY="1",
-        HF_HUB_DISABLE_UPDATE_CHECK="1",
-        HF_HUB_DISABLE_PROGRESS_BARS="1",
-    )
-    if token:
-        env["HF_TOKEN"] = token
-    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=tmp, capture_output=True,
-                       timeout=300)
-    if check and p.returncode != 0:
-        raise AssertionError(f"client failed ({p.returncode}):\n{p.stderr.decode()[-4000:]}")
-    out = p.stdout.decode().strip().splitlines()
-    return json.loads(out[-1]) if out else None
-
-
-def digest(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def tree_digests(top):
@@ -169,60 +138,20 @@ def test_typed_errors(hub, tmp_path):
                    "EntryNotFoundError", "EntryNotFoundError", "RevisionNotFoundError"]
 
 
-class CuttingProxy:
-    """A TCP proxy to the daemon that cuts the first connection to carry
-    more than `cut` bytes back, mid-body, and records every request head."""
-
-    def __init__(self, port, cut):
-        self.upstream, self.cut, self.cuts, self.heads = port, cut, 0, []
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self.accept, daemon=True).start()
-
-    def accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            u = socket.create_connection(("127.0.0.1", self.upstream))
-            threading.Thread(target=self.up, args=(c, u), daemon=True).start()
-            threading.Thread(target=self.down, args=(u, c), daemon=True).start()
-
-    def up(self, c, u):
-        with contextlib.suppress(OSError):
-            while data := c.recv(65536):
-                self.heads.append(data.split(b"\r\n\r\n")[0].decode(errors="replace"))
-                u.sendall(data)
-        with contextlib.suppress(OSError):
-            u.shutdown(socket.SHUT_WR)
-
-    def down(self, u, c):
-        sent, cutting = 0, self.cuts == 0
-        with contextlib.suppress(OSError):
-            while data := u.recv(65536):
-                c.sendall(data)
-                sent += len(data)
-                if cutting and sent > self.cut and self.cuts == 0:
-                    self.cuts += 1
-                    break
-        for s in (c, u):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
-
-
-def test_hf_hub_download_resumes_after_a_cut(hub, tmp_path):
-    port, root = hub
-    # The client writes what it read in pieces of 10 MiB: cut past two.
-    proxy = CuttingProxy(port, cut=24 << 20)
-    path = client(proxy.port, """
-        import json
-        from huggingface_hub import hf_hub_download
-        print(json.dumps(hf_hub_download("%s", "model.safetensors")))
-    """ % REAL, tmp_path)
+def test_hf_hub_download_resumes_after_a_cut(layout, tmp_path):
+    base, root = layout
+    # The plain HTTP download, from a daemon offering no Xet (with Xet, the
+    # client downloads through it: test_hub_xet.py cuts that route).
+    (base / "no-xet").mkdir(exist_ok=True)
+    with daemon(root, base / "no-xet", ["--no-xet"]) as port:
+        # The client writes what it read in pieces of 10 MiB: cut past two.
+        proxy = CuttingProxy(port, cut=24 << 20)
+        path = client(proxy.port, """
+            import json
+            from huggingface_hub import hf_hub_download
+            print(json.dumps(hf_hub_download("%s", "model.safetensors")))
+        """ % REAL, tmp_path)
+        sha = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/models/{REAL}").read())["sha"]
     assert proxy.cuts == 1
     assert digest(path) == digest(root / REAL / "model.safetensors")
     ranged = [h for h in proxy.heads if h.startswith("GET ") and "range: bytes=" in h.lower()]
@@ -231,7 +160,6 @@ def test_hf_hub_download_resumes_after_a_cut(hub, tmp_path):
     assert 0 < start <= 24 << 20
     # Resumed at the commit's URL, where `main` led: a file changed since
     # fails the resume by name instead of mixing two versions' bytes.
-    sha = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/models/{REAL}").read())["sha"]
     assert ranged[0].startswith(f"GET /{REAL}/resolve/{sha}/model.safetensors "), ranged[0]
 
 

@@ -356,5 +356,17 @@ settings! {
         /// Serve the root's directories as Hub repositories, for clients
         /// given `HF_ENDPOINT` (`/{repo}/resolve/...`, `/api/models/...`).
         pub enabled: bool = true,
+        #[flag_off("no-xet")]
+        /// Offer the Xet protocol for repository files of 10 MiB or more
+        /// (`huggingface_hub` fetches them through `hf_xet` in parallel
+        /// ranges; `docs/hub.md`).
+        pub xet: bool = true,
+        /// Memory for the Xet indexes kept (each file's chunks: about 40
+        /// bytes per 64 KiB of file); the oldest made go first.
+        pub xet_index_bytes: u64 = 64 << 20,
+        /// How long a download's first request waits for its file's Xet
+        /// index (made once per file version, at about 1 GiB/s); past it,
+        /// the file goes out over plain HTTP while the index is made.
+        pub xet_wait_ms: u64 = 3000,
     }
 }

@@ -54,7 +54,7 @@ pub(super) fn piece(held: &Held, state: &State) -> u64 {
     }
 }
 
-fn file_stream(
+pub(super) fn file_stream(
     served: Held,
     state: Arc<State>,
     flow: Arc<Flow>,

@@ -90,6 +90,21 @@ async fn authenticate(AxState(state): AxState<Arc<State>>, req: Request, next: N
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
+    // A Xet xorb URL the daemon signed stands for a token (`hf_xet`
+    // fetches xorbs without one); a wrong or expired signature is a 403,
+    // on which `hf_xet` asks for the reconstruction again.
+    match hub::signed(&state, path, req.uri().query()) {
+        Some(true) => return next.run(req).await,
+        Some(false) if header.is_none() => {
+            let e = AppError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "forbidden",
+                "the Xet URL's signature is wrong or expired: ask for the reconstruction again",
+            );
+            return axum::response::IntoResponse::into_response(e);
+        }
+        _ => {}
+    }
     if open || tokens.allows(header) {
         return next.run(req).await;
     }
@@ -188,6 +203,11 @@ pub(super) fn router(state: Arc<State>) -> Router {
             .route("/v1/repos", get(hub::list))
             .route("/api/models/{*rest}", api.clone())
             .route("/api/datasets/{*rest}", api);
+        if state.config.hub.xet {
+            app = app
+                .route("/xet/{*rest}", get(hub::cas))
+                .route("/v1/telemetry", axum::routing::post(hub::telemetry));
+        }
     }
     let mut app = app
         .fallback(hub::fallback)

@@ -115,6 +115,31 @@ impl Tokens {
         }
         ok
     }
+
+    /// A key for the URLs the daemon signs in place of a token (the Xet
+    /// protocol's xorb URLs, fetched without one): made from the tokens in
+    /// force, so every replica given the same file signs alike and a
+    /// rotation voids the URLs signed before it.
+    pub(crate) fn url_key(&self) -> [u8; 32] {
+        let set = self
+            .current
+            .read()
+            .map(|c| Arc::clone(&c))
+            .unwrap_or_default();
+        let mut sorted: Vec<&Vec<u8>> = set.iter().collect();
+        sorted.sort();
+        let mut h = blake3::Hasher::new_derive_key("ztserve 2026-11 signed URLs");
+        for t in sorted {
+            h.update(&(t.len() as u64).to_le_bytes());
+            h.update(t);
+        }
+        *h.finalize().as_bytes()
+    }
+}
+
+/// Compares two byte strings in time independent of where they differ.
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    same(a, b)
 }
 
 #[cfg(test)]

@@ -14,10 +14,13 @@
 //! - `GET /api/models/{repo}/refs`: the one branch, `main`, and its
 //!   commit (llama.cpp's `-hf` starts there).
 //!
+//! - `GET /api/models/{repo}/xet-read-token/{revision}`: the Xet
+//!   storage's URL and token (`xet.rs`).
+//!
 //! No entry carries `lfs` (the daemon knows no whole file's SHA-256, and a
-//! wrong one would make clients hash their copies to compare) nor any
-//! field of the Hub's Xet storage (a client given one goes to Xet for the
-//! bytes). Listing a large repository is CPU work: on the CPU pool.
+//! wrong one would make clients hash their copies to compare) nor a Xet
+//! hash (a file's is known once its index is made: resolve answers carry
+//! it). Listing a large repository is CPU work: on the CPU pool.
 
 use std::sync::Arc;
 
@@ -62,6 +65,10 @@ pub(super) async fn answer(
         Ok(x) => x,
         Err(e) => return (Err(e), "/api/{kind}/{repo}"),
     };
+    if let (Under::XetToken { revision }, &Method::GET) = (&under, method) {
+        let r = super::xet::token(state, repo, revision, uri, headers);
+        return (r, "/api/{kind}/{repo}/xet-read-token");
+    }
     let (kind, id) = (repo.kind, repo.id.clone());
     let params = pairs(query.map(str::as_bytes).unwrap_or_default());
     let (work, template) = match (&under, method) {
@@ -119,7 +126,9 @@ fn listing(
             paths_info(repo, form)
         }
         Under::Refs => Ok(axum::Json(refs(repo)).into_response()),
-        Under::Resolve { .. } => Err(HubError::Route("not an API request".to_owned())),
+        Under::Resolve { .. } | Under::XetToken { .. } => {
+            Err(HubError::Route("not a listing".to_owned()))
+        }
     }
 }
 
@@ -287,7 +296,7 @@ fn encode(path: &str) -> String {
 /// proxy in front: the links stay `https://`), else the request's `Host`
 /// and the listener's own scheme. A client that sends them itself only
 /// changes the links it is given.
-fn base_url(state: &State, uri: &Uri, headers: &HeaderMap) -> String {
+pub(super) fn base_url(state: &State, uri: &Uri, headers: &HeaderMap) -> String {
     let text = |name: &str| {
         headers
             .get(name)

@@ -13,6 +13,7 @@
 //! | `GET /api/models/{repo}/tree/{revision}[/{path}]` | a folder's files and folders, paged |
 //! | `POST /api/models/{repo}/paths-info/{revision}` | the entries of the paths asked |
 //! | `GET /api/models/{repo}/refs` | the branch `main` at the current commit |
+//! | `GET /api/models/{repo}/xet-read-token/{rev}`, `/xet/...` | the Xet protocol, for files of 10 MiB or more (`xet.rs`) |
 //!
 //! and the same under `/datasets/` and `/api/datasets/` for the
 //! directories under `datasets/`. Errors carry the Hub's `X-Error-Code`
@@ -27,6 +28,9 @@
 mod api;
 mod path;
 mod resolve;
+mod xet;
+
+pub(crate) use xet::{cas, signed, telemetry};
 
 use std::sync::Arc;
 
@@ -247,7 +251,7 @@ pub(crate) async fn fallback(
     match path::resolve_url(uri.path()).filter(|_| hub && !file()) {
         Some(asked) => {
             let flow = flow.map_or_else(|| state.flows.open(false), |f| f.0);
-            let r = resolve::answer(&state, &method, &asked, &headers, &flow).await;
+            let r = resolve::answer(&state, &method, &uri, &asked, &headers, &flow).await;
             with_template(
                 r.unwrap_or_else(IntoResponse::into_response),
                 "/{repo}/resolve/{revision}/{path}",

@@ -35,6 +35,8 @@ pub(super) enum Under {
     PathsInfo { revision: String },
     /// `refs`
     Refs,
+    /// `xet-read-token/{revision}`: the Xet storage's URL and token.
+    XetToken { revision: String },
 }
 
 /// Why a Hub URL names no file.
@@ -115,6 +117,9 @@ pub(super) fn under(rest: &[&str], resolve: bool) -> Result<Under, Bad> {
             revision: revision_of(revision)?,
         }),
         ["refs"] => Ok(Under::Refs),
+        ["xet-read-token", revision] => Ok(Under::XetToken {
+            revision: revision_of(revision)?,
+        }),
         _ => Err(Bad::Route),
     }
 }

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
 
 use super::super::flow::Flow;
@@ -25,8 +25,9 @@ use super::super::handlers::raw_path;
 use super::super::held::{Held, Plain};
 use super::super::preflight::{preflight, Stop};
 use super::super::serve::{ranges, respond, spans, Entity};
+use super::api::base_url;
 use super::path::{Asked, Under};
-use super::{at_revision, find, repos, HubError, REPO_COMMIT};
+use super::{at_revision, find, repos, xet, HubError, REPO_COMMIT};
 use crate::server::catalog::repos::{tag_of, Kind, Repo, RepoFile};
 use crate::server::catalog::{Entry, Need};
 use crate::server::serve::{entry, Refusal};
@@ -35,12 +36,13 @@ use crate::server::State;
 
 /// Files at least this large are sent with the headers the Hub sends for
 /// its LFS files (its own threshold).
-const LINKED_FROM: u64 = 10 << 20;
+pub(super) const LINKED_FROM: u64 = 10 << 20;
 
 /// The answer to a resolve URL.
 pub(super) async fn answer(
     state: &Arc<State>,
     method: &Method,
+    uri: &Uri,
     asked: &Asked<'_>,
     headers: &HeaderMap,
     flow: &Arc<Flow>,
@@ -66,7 +68,16 @@ pub(super) async fn answer(
                 return Ok(to_commit(asked, repo, &path, file));
             }
             Opened::Now(held, size) => {
-                let entity = entity(held, size, file, &repo.commit, flow);
+                // What the Hub's clients ask before a download (a HEAD):
+                // whether the file comes by the Xet protocol.
+                let xet = match method {
+                    &Method::HEAD => xet::offer(state, &held, &file.tag, size).await,
+                    _ => None,
+                };
+                let extra = xet
+                    .map(|ix| xet::headers(&ix, repo, &base_url(state, uri, headers)))
+                    .unwrap_or_default();
+                let entity = entity(held, size, file, &repo.commit, flow, extra);
                 match send(state, method, headers, entity).await {
                     Ok(r) => return Ok(r),
                     Err(Stop::Refused(e)) => return Err(e.into()),
@@ -123,7 +134,7 @@ fn to_commit(asked: &Asked<'_>, repo: &Repo, path: &str, file: &RepoFile) -> Res
 
 /// A repository's file opened: what its bytes are read from and its
 /// size, or found to be another version than the one listed.
-enum Opened {
+pub(super) enum Opened {
     Now(Held, u64),
     Changed,
 }
@@ -131,7 +142,7 @@ enum Opened {
 /// Opens `file`: a model file through its catalog entry (its raw bytes,
 /// with its own digests to check them against), any other as it is; a
 /// file the catalog refused is refused with its reason.
-async fn open(state: &Arc<State>, file: &RepoFile) -> Result<Opened, HubError> {
+pub(super) async fn open(state: &Arc<State>, file: &RepoFile) -> Result<Opened, HubError> {
     let snap = state.catalog.snapshot();
     let (held, identity, size) = match snap.get(&file.rel) {
         Some(Entry::Served(_) | Entry::Pending(_)) => {
@@ -186,7 +197,14 @@ fn refused(r: Refusal) -> HubError {
 }
 
 /// The file as an HTTP entity, with the headers the Hub's clients read.
-fn entity(held: Held, size: u64, file: &RepoFile, commit: &str, flow: &Arc<Flow>) -> Entity {
+fn entity(
+    held: Held,
+    size: u64,
+    file: &RepoFile,
+    commit: &str,
+    flow: &Arc<Flow>,
+    extra: Vec<(HeaderName, String)>,
+) -> Entity {
     let mut headers: Vec<(HeaderName, HeaderValue)> = Vec::new();
     let mut push = |k: HeaderName, v: &str| {
         if let Ok(v) = HeaderValue::from_str(v) {
@@ -194,6 +212,9 @@ fn entity(held: Held, size: u64, file: &RepoFile, commit: &str, flow: &Arc<Flow>
         }
     };
     push(REPO_COMMIT, commit);
+    for (k, v) in extra {
+        push(k, &v);
+    }
     if size >= LINKED_FROM || held.served().is_some() {
         push(HeaderName::from_static("x-linked-etag"), &file.tag);
         push(HeaderName::from_static("x-linked-size"), &size.to_string());

@@ -8,9 +8,13 @@
 #      index, a config, a tokenizer file) against one curl fetching the
 #      same files one after another from nginx (one connection);
 #   2. hf_hub_download of one 1 GiB file against curl fetching it from
-#      nginx, and against huggingface_hub's own HTTP stack (httpx2, 10 MiB
-#      reads written to a file) fetching it from nginx: the fastest any
-#      server can make this client download.
+#      nginx; the same with the client's Xet turned off
+#      (HF_HUB_DISABLE_XET=1: one plain HTTP stream) against
+#      huggingface_hub's own HTTP stack (httpx2, 10 MiB reads written to a
+#      file) fetching it from nginx, the fastest any server can make that
+#      path.
+# Files of 10 MiB or more come through the Xet protocol (hf_xet), their
+# indexes made before the rounds (the first HEAD's time is printed).
 # The Hub client's time is taken around its call (its Python start and
 # import, about 0.3 s, are not); the process's whole time is printed too.
 # Usage: benches/hub.sh [ROUNDS]   (needs nginx, curl, a Rust toolchain)
@@ -51,6 +55,12 @@ for f in "${files[@]}"; do
 done
 curl -sf "http://127.0.0.1:$zport/v1/files/bench/single/model.safetensors/manifest" -o /dev/null
 curl -sf "http://127.0.0.1:$zport/bench/single/resolve/main/model.safetensors" -o /dev/null
+# The Xet indexes, made once per file version on the first HEAD (the
+# first download of a version waits for its index, hub.xet_wait_ms at most).
+for f in "${files[@]}"; do curl -sfIL "http://127.0.0.1:$zport/bench/sharded/resolve/main/$f" -o /dev/null; done
+t0=$(date +%s.%N)
+curl -sfIL "http://127.0.0.1:$zport/bench/single/resolve/main/model.safetensors" -o /dev/null
+echo "# the first HEAD of the 1 GiB file (its Xet index made): $(python3 -c "print(round($(date +%s.%N) - $t0, 3))") s"
 
 hub() {  # hub.sh's Hub client run: prints "call-seconds process-seconds"
     local t0 j
@@ -79,6 +89,8 @@ for i in $(seq "$rounds"); do
     secs[curl-files]+="$(curls "${nurls[@]}") "
     read -r call whole < <(hub file bench/single model.safetensors)
     secs[file]+="$call "; secs[file-process]+="$whole "
+    read -r call whole < <(HF_HUB_DISABLE_XET=1 hub file bench/single model.safetensors)
+    secs[file-no-xet]+="$call "
     secs[curl-file]+="$(curls "http://127.0.0.1:$nport/bench/single/model.safetensors") "
     rm -rf "$out"; mkdir -p "$out"; sync
     j=$(.venv/bin/python benches/support/hub_download.py httpx \
@@ -87,8 +99,10 @@ for i in $(seq "$rounds"); do
 done
 echo "# Hub downloads from ztserve against curl from nginx, median of $rounds rounds (seconds; ratio below 1 is faster)"
 for pair in "snapshot curl-files" "snapshot-process curl-files" "file curl-file" "file-process curl-file" \
-    "file httpx-file" "httpx-file curl-file"; do
+    "file-no-xet curl-file" "file-no-xet httpx-file" "httpx-file curl-file"; do
     set -- $pair
     a=$(m "${secs[$1]}"); b=$(m "${secs[$2]}")
     printf '%-17s %7.3f s   %-10s %7.3f s   ratio %s\n' "$1" "$a" "$2" "$b" "$(ratio "$a" "$b")"
 done
+echo "# every round (seconds)"
+for k in "${!secs[@]}"; do printf '%-17s %s\n' "$k" "${secs[$k]}"; done | sort

@@ -107,6 +107,12 @@ impl Index {
         self.starts[chunks.start as usize]..self.starts[chunks.end as usize]
     }
 
+    /// The bytes chunks `chunks` take in a xorb, headers included.
+    pub(crate) fn stored_len(&self, chunks: &Range<u32>) -> u64 {
+        let span = self.file_span(chunks);
+        span.end - span.start + HEADER * u64::from(chunks.end - chunks.start)
+    }
+
     /// What makes bytes `range` of the file (end exclusive, clipped to the
     /// file): the runs of chunks, xorb by xorb, and where the range starts
     /// in the first; `None` for a range that starts at or past the end.

@@ -1,0 +1,329 @@
+//! The storage's URLs: what one asks, its signature, and the answer to
+//! a reconstruction (which xorb ranges make a range of the file).
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Extension, State as AxState};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+
+use super::super::super::flow::Flow;
+use super::super::api::base_url;
+use super::super::path::safe_part;
+use super::super::resolve::{open, Opened, LINKED_FROM};
+use super::super::{kind_name, repos, with_template, HubError};
+use super::{encode, index, now, VALID};
+use crate::server::catalog::repos::{Kind, RepoFile};
+use crate::server::ops::auth::same_bytes;
+use crate::server::xet::hashes::XetHash;
+use crate::server::xet::index::Index;
+use crate::server::State;
+
+/// What a storage URL asks.
+#[derive(Debug, PartialEq, Eq)]
+enum Cas {
+    Reconstruction { v2: bool, file: XetHash },
+    Xorb { file: XetHash, n: usize },
+}
+
+/// Whose storage a URL is: a repository at a commit.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Store {
+    pub(super) kind: Kind,
+    pub(super) id: String,
+    pub(super) commit: String,
+}
+
+impl Store {
+    /// The path of its `n`th xorb of the file with hash `file`.
+    fn xorb_path(&self, file: &XetHash, n: usize) -> String {
+        let (kind, id, commit) = (kind_name(self.kind), encode(&self.id), &self.commit);
+        format!("/xet/{kind}s/{id}/{commit}/xorbs/{}/{n}", file.hex())
+    }
+}
+
+/// A storage URL's parts: whose storage, and the request.
+fn parse(path: &str) -> Option<(Store, Cas)> {
+    let rest = path.strip_prefix("/xet/")?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    let (kind, id, commit, tail) = match parts.as_slice() {
+        [kind, id, commit, tail @ ..] => (*kind, *id, *commit, tail),
+        _ => return None,
+    };
+    let kind = match kind {
+        "models" => Kind::Model,
+        "datasets" => Kind::Dataset,
+        _ => return None,
+    };
+    let id = percent_encoding::percent_decode_str(id)
+        .decode_utf8()
+        .ok()?;
+    let n_parts = id.split('/').count();
+    if !(1..=2).contains(&n_parts) || !id.split('/').all(safe_part) {
+        return None;
+    }
+    if commit.len() != 40 || !commit.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let cas = match tail {
+        [v @ ("v1" | "v2"), "reconstructions", hash] => Cas::Reconstruction {
+            v2: *v == "v2",
+            file: XetHash::from_hex(hash)?,
+        },
+        ["xorbs", hash, n] if n.len() <= 6 => Cas::Xorb {
+            file: XetHash::from_hex(hash)?,
+            n: n.parse().ok()?,
+        },
+        _ => return None,
+    };
+    let store = Store {
+        kind,
+        id: id.into_owned(),
+        commit: commit.to_owned(),
+    };
+    Some((store, cas))
+}
+
+/// The signature of a xorb URL's path valid until `exp`.
+fn signature(key: &[u8; 32], path: &str, exp: u64) -> String {
+    let mac = blake3::keyed_hash(key, format!("{path}\n{exp}").as_bytes());
+    mac.to_hex()[..32].to_owned()
+}
+
+/// Whether a request to `path` carries, in `query`, an unexpired
+/// signature of the daemon's: `Some(true)` a xorb URL it signed,
+/// `Some(false)` a xorb URL whose signature is wrong or expired, `None`
+/// no signed xorb URL (or no tokens configured).
+pub(crate) fn signed(state: &State, path: &str, query: Option<&str>) -> Option<bool> {
+    if !matches!(parse(path), Some((_, Cas::Xorb { .. }))) {
+        return None;
+    }
+    let tokens = state.tokens.as_ref()?;
+    let pairs: Vec<(String, String)> =
+        url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+            .into_owned()
+            .collect();
+    let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    // No signature at all: a request like any other (its token decides).
+    let sig = get("sig")?;
+    let Some(exp) = get("exp").and_then(|e| e.parse::<u64>().ok()) else {
+        return Some(false);
+    };
+    let want = signature(&tokens.url_key(), path, exp);
+    Some(exp >= now() && same_bytes(want.as_bytes(), sig.as_bytes()))
+}
+
+/// `GET /xet/...`: the storage's reconstructions and xorbs.
+pub(crate) async fn cas(
+    AxState(state): AxState<Arc<State>>,
+    uri: Uri,
+    headers: HeaderMap,
+    flow: Option<Extension<Arc<Flow>>>,
+) -> Response {
+    let (r, template) = match parse(uri.path()) {
+        None => {
+            let what = format!("no Xet storage request at {:?}", uri.path());
+            (Err(HubError::Route(what)), "other")
+        }
+        Some((store, Cas::Reconstruction { v2, file })) => {
+            let r = reconstruction(&state, &store, file, v2, &uri, &headers).await;
+            (r, "/xet/{kind}/{repo}/{commit}/reconstructions")
+        }
+        Some((store, Cas::Xorb { file, n })) => {
+            let flow = flow.map_or_else(|| state.flows.open(false), |f| f.0);
+            let r = super::xorb::xorb(&state, &store, file, n, &headers, flow).await;
+            (r, "/xet/{kind}/{repo}/{commit}/xorbs")
+        }
+    };
+    with_template(r.unwrap_or_else(IntoResponse::into_response), template)
+}
+/// The repository file whose index has hash `file`, at `commit`, with
+/// the index: the kept one, else each large file's made in turn (a
+/// replica that did not answer the resolve request, or dropped the index).
+pub(super) async fn located(
+    state: &Arc<State>,
+    store: &Store,
+    file: XetHash,
+) -> Result<(RepoFile, Arc<Index>), HubError> {
+    let Store { kind, id, commit } = store;
+    let repos = repos(state).await?;
+    let Some(repo) = repos.get(*kind, id) else {
+        let kind = kind_name(*kind);
+        return Err(HubError::Repo(format!(
+            "Repository not found: no {kind} repository {id:?}"
+        )));
+    };
+    if !repo.commit.eq_ignore_ascii_case(commit) {
+        return Err(HubError::Revision(format!(
+            "{id} is at commit {}, no longer at {commit}: the reconstruction asked for is gone; download again",
+            repo.commit
+        )));
+    }
+    if let (Some(ix), Some(tag)) = (state.xet.by_hash(&file), state.xet.tag_of(&file)) {
+        if let Some(f) = repo.files.values().find(|f| f.tag == tag) {
+            return Ok((f.clone(), ix));
+        }
+    }
+    let wait = Duration::from_secs(3600);
+    for f in repo.files.values().filter(|f| f.size >= LINKED_FROM) {
+        let Ok(Opened::Now(held, size)) = open(state, f).await else {
+            continue;
+        };
+        if let Some(ix) = index(state, &held, &f.tag, size, wait).await {
+            if ix.hash == file {
+                return Ok((f.clone(), ix));
+            }
+        }
+    }
+    let what = format!("no file of {id} at {commit} has Xet hash {file}");
+    Err(HubError::Entry(what, None))
+}
+
+/// A file range from a `Range: bytes=S-E` (or `S-`) header; the whole
+/// file without one.
+pub(super) fn file_range(headers: &HeaderMap, size: u64) -> Result<Range<u64>, Response> {
+    let Some(v) = headers.get(header::RANGE) else {
+        return Ok(0..size);
+    };
+    let bad = || unsatisfiable(format!("Range {v:?} is no single range of bytes"), size);
+    let spec = v
+        .to_str()
+        .ok()
+        .and_then(|s| s.trim().strip_prefix("bytes="));
+    let (a, b) = spec.and_then(|s| s.split_once('-')).ok_or_else(bad)?;
+    let start: u64 = a.trim().parse().map_err(|_| bad())?;
+    let end = match b.trim() {
+        "" => size,
+        e => e.parse::<u64>().map_err(|_| bad())?.saturating_add(1),
+    };
+    if end <= start {
+        return Err(bad());
+    }
+    Ok(start..end)
+}
+
+/// A `416` saying `what`, with the size of what was asked.
+pub(super) fn unsatisfiable(what: String, size: u64) -> Response {
+    let mut r = (
+        StatusCode::RANGE_NOT_SATISFIABLE,
+        axum::Json(json!({ "error": what })),
+    )
+        .into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+        r.headers_mut().insert(header::CONTENT_RANGE, v);
+    }
+    r
+}
+
+/// `GET {cas}/v1|v2/reconstructions/{hash}`.
+async fn reconstruction(
+    state: &Arc<State>,
+    store: &Store,
+    file: XetHash,
+    v2: bool,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<Response, HubError> {
+    let (_, ix) = located(state, store, file).await?;
+    let range = match file_range(headers, ix.size) {
+        Ok(r) => r,
+        Err(r) => return Ok(r),
+    };
+    let Some((skip, terms)) = ix.reconstruction(range.clone()) else {
+        let what = format!(
+            "bytes {}.. are past the end of the file ({} bytes)",
+            range.start, ix.size
+        );
+        return Ok(unsatisfiable(what, ix.size));
+    };
+    let base = base_url(state, uri, headers);
+    let key = state.tokens.as_ref().map(|t| t.url_key());
+    let exp = now() + VALID.as_secs();
+    let url = |n: usize| {
+        let path = store.xorb_path(&ix.hash, n);
+        match &key {
+            Some(k) => format!("{base}{path}?exp={exp}&sig={}", signature(k, &path, exp)),
+            None => format!("{base}{path}"),
+        }
+    };
+    let mut fetch = Map::new();
+    let terms_json: Vec<Value> = terms
+        .iter()
+        .map(|t| {
+            let hash = ix.xorbs[t.xorb].hash.hex();
+            let chunks = json!({ "start": t.chunks.start, "end": t.chunks.end });
+            let bytes = json!({ "start": t.bytes.start, "end": t.bytes.end - 1 });
+            let entry = match v2 {
+                true => {
+                    json!({ "url": url(t.xorb), "ranges": [{ "chunks": chunks, "bytes": bytes }] })
+                }
+                false => json!({ "range": chunks, "url": url(t.xorb), "url_range": bytes }),
+            };
+            if let Some(Value::Array(list)) = fetch.get_mut(&hash) {
+                list.push(entry);
+            } else {
+                fetch.insert(hash.clone(), json!([entry]));
+            }
+            json!({ "hash": hash, "unpacked_length": t.unpacked, "range": chunks })
+        })
+        .collect();
+    let body = match v2 {
+        true => json!({ "offset_into_first_range": skip, "terms": terms_json, "xorbs": fetch }),
+        false => {
+            json!({ "offset_into_first_range": skip, "terms": terms_json, "fetch_info": fetch })
+        }
+    };
+    Ok(axum::Json(body).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_urls() {
+        let h = XetHash::of_chunk(b"a").hex();
+        let c = "0123456789abcdef0123456789abcdef01234567";
+        let url = format!("/xet/models/org%2Fname/{c}/v2/reconstructions/{h}");
+        let (store, cas) = parse(&url).unwrap();
+        let want = Store {
+            kind: Kind::Model,
+            id: "org/name".to_owned(),
+            commit: c.to_owned(),
+        };
+        assert_eq!(store, want);
+        let xorb = format!("/xet/models/org%2Fname/{c}/xorbs/{h}/2");
+        assert_eq!(store.xorb_path(&XetHash::from_hex(&h).unwrap(), 2), xorb);
+        assert!(matches!(cas, Cas::Reconstruction { v2: true, .. }));
+        let x = parse(&format!("/xet/datasets/name/{c}/xorbs/{h}/3")).unwrap();
+        assert!(matches!(x.1, Cas::Xorb { n: 3, .. }));
+        for bad in [
+            format!("/xet/models/..%2Fetc/{c}/xorbs/{h}/0"),
+            format!("/xet/models/a%2Fb%2Fc/{c}/xorbs/{h}/0"),
+            format!("/xet/models/a/{c}x/xorbs/{h}/0"),
+            format!("/xet/models/a/{c}/xorbs/{h}/99999999"),
+            format!("/xet/models/a/{c}/xorbs/{}/0", &h[1..]),
+            format!("/xet/spaces/a/{c}/v1/reconstructions/{h}"),
+            format!("/xet/models/a/{c}/v3/reconstructions/{h}"),
+        ] {
+            assert_eq!(parse(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn ranges() {
+        let mut h = HeaderMap::new();
+        assert_eq!(file_range(&h, 10).unwrap(), 0..10);
+        h.insert(header::RANGE, HeaderValue::from_static("bytes=2-5"));
+        assert_eq!(file_range(&h, 10).unwrap(), 2..6);
+        h.insert(header::RANGE, HeaderValue::from_static("bytes=4-"));
+        assert_eq!(file_range(&h, 10).unwrap(), 4..10);
+        for bad in ["bytes=5-2", "bytes=-3", "bytes=1-2,4-5", "items=1-2"] {
+            h.insert(header::RANGE, HeaderValue::from_static(bad));
+            assert!(file_range(&h, 10).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The Xet protocol for repository files of 10 MiB or more, which
+//! `huggingface_hub` downloads through `hf_xet` (parallel ranges, written
+//! in place) when a resolve answer names the file's Xet hash:
+//!
+//! | request | answer |
+//! |---|---|
+//! | `HEAD\|GET /{repo}/resolve/...` | `X-Xet-Hash` and `Link: <token URL>; rel="xet-auth"` added |
+//! | `GET /api/models/{repo}/xet-read-token/{revision}` | the storage URL (`X-Xet-Cas-Url`, `casUrl`) and a token for it |
+//! | `GET {cas}/v1\|v2/reconstructions/{hash}` (`Range` over the file) | the xorbs' byte ranges that make the file |
+//! | `GET {cas}/xorbs/{hash}/{n}` (`Range`) | a xorb's chunks, each behind its header |
+//! | `POST /v1/telemetry` | `hf_xet`'s report of a download: `204`, dropped unread |
+//!
+//! where `{cas}` is `/xet/{models|datasets}/{repo id}/{commit}`: a
+//! reconstruction names the commit it was made at, and fails once the
+//! repository moved on. A file's index (its chunks, cut and hashed as the
+//! Hub cuts them: the same file has the same hash here and there) is made
+//! once per version in the background ([`crate::server::xet`]); until it
+//! is, the file goes out over plain HTTP. A xorb's bytes are the file's,
+//! read as every route reads them (each component checked against its
+//! digest first, the file's identity after), with the chunk headers put
+//! between them: nothing is stored twice, and `hf_xet`, which checks no
+//! hash, is never given a byte that failed one here.
+//!
+//! The storage's token is the one the client sent the Hub's API (none
+//! when the daemon has none); `hf_xet` fetches xorbs without a token, so
+//! with tokens configured their URLs are signed ([`signed`]) and expire.
+
+mod cas;
+mod xorb;
+
+pub(crate) use cas::{cas, signed};
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::super::handlers::raw_path;
+use super::super::held::Held;
+use super::api::base_url;
+use super::resolve::LINKED_FROM;
+use super::{at_revision, kind_name, with_template, HubError};
+use crate::server::catalog::repos::Repo;
+use crate::server::xet::chunks::Chunker;
+use crate::server::xet::index::Index;
+use crate::server::xet::kept::Found;
+use crate::server::State;
+
+pub(super) const XET_HASH: HeaderName = HeaderName::from_static("x-xet-hash");
+
+/// How long a storage token and a signed xorb URL last.
+const VALID: Duration = Duration::from_secs(3600);
+
+/// Bytes of a file read at once while its index is made.
+const PIECE: u64 = 8 << 20;
+
+/// The file's Xet index, when the Xet protocol is offered for it and the
+/// index is made (or is made within `hub.xet_wait_ms`).
+pub(super) async fn offer(
+    state: &Arc<State>,
+    held: &Held,
+    tag: &str,
+    size: u64,
+) -> Option<Arc<Index>> {
+    if !state.config.hub.xet || size < LINKED_FROM {
+        return None;
+    }
+    let wait = Duration::from_millis(state.config.hub.xet_wait_ms);
+    index(state, held, tag, size, wait).await
+}
+
+async fn index(
+    state: &Arc<State>,
+    held: &Held,
+    tag: &str,
+    size: u64,
+    wait: Duration,
+) -> Option<Arc<Index>> {
+    let make = build(Arc::clone(state), held.clone(), size);
+    match state.xet.get(tag, wait, make).await {
+        Found::Ready(ix) => Some(ix),
+        Found::Later => None,
+        Found::Failed(why) => {
+            tracing::warn!(file = %held.path(), reason = %why, "no Xet index; the file goes out over plain HTTP");
+            None
+        }
+    }
+}
+
+/// Makes the index of `held` (`size` bytes): its components checked
+/// first, its bytes cut and hashed piece by piece on the CPU pool, the
+/// file's identity checked at the end.
+async fn build(state: Arc<State>, held: Held, size: u64) -> Result<Index, String> {
+    let name = held.path().to_owned();
+    if let Err(f) = held.check_spans(std::slice::from_ref(&(0..size))).await {
+        return Err(held.refused(f).to_string());
+    }
+    let mut chunker = Chunker::default();
+    let mut at = 0u64;
+    while at < size {
+        let n = PIECE.min(size - at);
+        let bytes = held
+            .file()
+            .read_async(n as usize, at, None)
+            .await
+            .map_err(|e| format!("{name}: reading bytes {at}..{}: {e}", at + n))?;
+        chunker = state
+            .cpu
+            .wait_turn("the Xet index", move || {
+                chunker.feed(&bytes);
+                chunker
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        at += n;
+    }
+    if held.changed() {
+        return Err(format!("{name}: changed while its Xet index was made"));
+    }
+    // The trees over the chunks: about 1 ms per GiB of file.
+    let ix = state
+        .cpu
+        .wait_turn("the Xet index", move || Index::of(chunker.finish()))
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(file = %name, hash = %ix.hash, xorbs = ix.xorbs.len(), "Xet index made");
+    Ok(ix)
+}
+
+/// The resolve answer's headers for a file with an index.
+pub(super) fn headers(ix: &Index, repo: &Repo, base: &str) -> Vec<(HeaderName, String)> {
+    let link = format!(
+        "<{base}/api/{}s/{}/xet-read-token/{}>; rel=\"xet-auth\"",
+        kind_name(repo.kind),
+        raw_path(&repo.id),
+        repo.commit
+    );
+    vec![(XET_HASH, ix.hash.hex()), (header::LINK, link)]
+}
+
+/// `GET /api/{kind}s/{repo}/xet-read-token/{revision}`: where the
+/// repository's storage is at its current commit, and the token for it,
+/// as headers and as JSON (`hf_xet` reads the one, `huggingface_hub` the
+/// other).
+pub(super) fn token(
+    state: &State,
+    repo: &Repo,
+    revision: &str,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<Response, HubError> {
+    at_revision(repo, revision)?;
+    let cas = format!(
+        "{}/xet/{}s/{}/{}",
+        base_url(state, uri, headers),
+        kind_name(repo.kind),
+        encode(&repo.id),
+        repo.commit
+    );
+    let sent = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .map(|(_, t)| t.trim().to_owned());
+    let token = sent.unwrap_or_else(|| "anonymous".to_owned());
+    let exp = now() + VALID.as_secs();
+    let mut r =
+        axum::Json(json!({ "casUrl": cas, "accessToken": token, "exp": exp })).into_response();
+    let h = r.headers_mut();
+    for (k, v) in [
+        ("x-xet-cas-url", cas),
+        ("x-xet-access-token", token),
+        ("x-xet-token-expiration", exp.to_string()),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            h.insert(HeaderName::from_static(k), v);
+        }
+    }
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(r)
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A repository id as one path segment (`org%2Fname`).
+fn encode(id: &str) -> String {
+    percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+/// `POST /v1/telemetry`: `hf_xet`'s report of a download, taken and
+/// dropped unread (`204`), so that the client logs no failure.
+pub(crate) async fn telemetry() -> Response {
+    with_template(StatusCode::NO_CONTENT.into_response(), "/v1/telemetry")
+}

@@ -5,8 +5,9 @@
 //! may use (docs/architecture.md draws them): `store` (where bytes are),
 //! `catalog` (the served files and their versions), `integrity` (digests
 //! checked before bytes go out), `render` (manifests and summaries made
-//! from a file), `http` and `quic` (the transports), `ui` (the web page)
-//! and `ops` (accepting, watching, metrics).
+//! from a file), `xet` (the Hub's chunked download protocol: a file's
+//! chunks and hashes), `http` and `quic` (the transports), `ui` (the web
+//! page) and `ops` (accepting, watching, metrics).
 //!
 //! [`run`] takes a loaded configuration, bound listeners and a shutdown
 //! future; `bin/ztserve.rs` only wires flags, logging and signals to it.

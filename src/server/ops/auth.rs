@@ -116,11 +116,23 @@ impl Tokens {
         ok
     }
 
-    /// A key for the URLs the daemon signs in place of a token (the Xet
-    /// protocol's xorb URLs, fetched without one): made from the tokens in
-    /// force, so every replica given the same file signs alike and a
-    /// rotation voids the URLs signed before it.
-    pub(crate) fn url_key(&self) -> [u8; 32] {
+    /// The signature of `message` (a URL the daemon hands out in place
+    /// of a token: the Xet protocol's xorb URLs, fetched without one):
+    /// keyed BLAKE3, keyed by the tokens in force, so every replica given
+    /// the same file signs alike and a rotation voids what was signed
+    /// before it.
+    pub(crate) fn sign(&self, message: &[u8]) -> String {
+        let mac = blake3::keyed_hash(&self.signing_key(), message);
+        mac.to_hex()[..32].to_owned()
+    }
+
+    /// Whether `signature` is [`Tokens::sign`]'s of `message`, compared in
+    /// time independent of where they differ.
+    pub(crate) fn signed(&self, message: &[u8], signature: &str) -> bool {
+        same(self.sign(message).as_bytes(), signature.as_bytes())
+    }
+
+    fn signing_key(&self) -> [u8; 32] {
         let set = self
             .current
             .read()
@@ -137,14 +149,27 @@ impl Tokens {
     }
 }
 
-/// Compares two byte strings in time independent of where they differ.
-pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    same(a, b)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signatures_follow_the_tokens() {
+        let dir = std::env::temp_dir().join(format!("zt-sign-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("tokens");
+        std::fs::write(&f, "alpha\nbeta\n").unwrap();
+        let t = Tokens::load(&f).unwrap();
+        let sig = t.sign(b"/xet/a\n1");
+        assert!(t.signed(b"/xet/a\n1", &sig));
+        assert!(!t.signed(b"/xet/b\n1", &sig));
+        assert!(!t.signed(b"/xet/a\n1", &sig[1..]));
+        // Another set of tokens signs otherwise.
+        std::fs::write(&f, "gamma\n").unwrap();
+        let other = Tokens::load(&f).unwrap();
+        assert!(!other.signed(b"/xet/a\n1", &sig));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn tokens_and_rotation() {

@@ -3,6 +3,9 @@
 //! chunks, the chunks are grouped into xorbs, and a client asks for a
 //! file's reconstruction (which byte ranges of which xorbs make it) and
 //! fetches those ranges in parallel.
+//!
+//! May use: nothing of the daemon's (a leaf: `http/hub/xet/` reads the
+//! files and hands their bytes in).
 
 pub(crate) mod chunks;
 pub(crate) mod hashes;

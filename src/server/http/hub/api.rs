@@ -23,15 +23,18 @@
 //! it). Listing a large repository is CPU work: on the CPU pool.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::http::{header, HeaderMap, HeaderValue, Method, Uri};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use super::super::error::AppError;
 use super::super::handlers::raw_path;
 use super::path::{api_url, checked_path, Under};
-use super::{at_revision, find, kind_name, repos, HubError};
+use super::{
+    at_revision, base_url, encode, find, kind_name, repos, storage_path, unix_now, HubError,
+};
 use crate::server::catalog::repos::{Item, Kind, Repo, Repos};
 use crate::server::serve::Refusal;
 use crate::server::State;
@@ -41,6 +44,10 @@ const PAGE: usize = 1000;
 
 /// Most paths one `paths-info` request may ask about.
 const MAX_PATHS: usize = 10_000;
+
+/// How long a Xet storage token lasts (`hf_xet` asks for a new one
+/// before it expires).
+const TOKEN_VALID: Duration = Duration::from_secs(3600);
 
 /// The answer to an API request, and its route template (for metrics).
 pub(super) async fn answer(
@@ -66,7 +73,7 @@ pub(super) async fn answer(
         Err(e) => return (Err(e), "/api/{kind}/{repo}"),
     };
     if let (Under::XetToken { revision }, &Method::GET) = (&under, method) {
-        let r = super::xet::token(state, repo, revision, uri, headers);
+        let r = token(state, repo, revision, uri, headers);
         return (r, "/api/{kind}/{repo}/xet-read-token");
     }
     let (kind, id) = (repo.kind, repo.id.clone());
@@ -285,37 +292,42 @@ fn pairs(bytes: &[u8]) -> Vec<(String, String)> {
     url::form_urlencoded::parse(bytes).into_owned().collect()
 }
 
-/// A path as one URL segment (`a/b` as `a%2Fb`).
-fn encode(path: &str) -> String {
-    percent_encoding::utf8_percent_encode(path, percent_encoding::NON_ALPHANUMERIC).to_string()
-}
-
-/// The absolute URL this daemon is reached at, as the request names it,
-/// for the links the clients follow as they are: a proxy's
-/// `X-Forwarded-Proto` and `X-Forwarded-Host` when it sends them (a TLS
-/// proxy in front: the links stay `https://`), else the request's `Host`
-/// and the listener's own scheme. A client that sends them itself only
-/// changes the links it is given.
-pub(super) fn base_url(state: &State, uri: &Uri, headers: &HeaderMap) -> String {
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|v| v.split(',').next())
-            .map(|v| v.trim().to_owned())
-    };
-    let own = match state.config.tls.cert.is_some() && state.config.tls.key.is_some() {
-        true => "https",
-        false => "http",
-    };
-    let scheme = text("x-forwarded-proto")
-        .filter(|p| p == "http" || p == "https")
-        .unwrap_or_else(|| own.to_owned());
-    let valid = |h: &String| h.parse::<axum::http::uri::Authority>().is_ok();
-    let host = text("x-forwarded-host")
-        .filter(valid)
-        .or_else(|| uri.authority().map(|a| a.as_str().to_owned()))
-        .or_else(|| text("host").filter(valid))
-        .unwrap_or_else(|| state.config.listen.to_string());
-    format!("{scheme}://{host}")
+/// `GET /api/{kind}s/{repo}/xet-read-token/{revision}`: where the
+/// repository's storage is at its current commit, and the token for it,
+/// as headers and as JSON (`hf_xet` reads the one, `huggingface_hub` the
+/// other).
+fn token(
+    state: &State,
+    repo: &Repo,
+    revision: &str,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<Response, HubError> {
+    at_revision(repo, revision)?;
+    let cas = format!(
+        "{}{}",
+        base_url(state, uri, headers),
+        storage_path(repo.kind, &repo.id, &repo.commit)
+    );
+    let sent = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .map(|(_, t)| t.trim().to_owned());
+    let token = sent.unwrap_or_else(|| "anonymous".to_owned());
+    let exp = unix_now() + TOKEN_VALID.as_secs();
+    let mut r =
+        axum::Json(json!({ "casUrl": cas, "accessToken": token, "exp": exp })).into_response();
+    let h = r.headers_mut();
+    for (k, v) in [
+        ("x-xet-cas-url", cas),
+        ("x-xet-access-token", token),
+        ("x-xet-token-expiration", exp.to_string()),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            h.insert(HeaderName::from_static(k), v);
+        }
+    }
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(r)
 }

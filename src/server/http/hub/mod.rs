@@ -26,6 +26,7 @@
 //! a repository's commit from its files' paths and ETags.
 
 mod api;
+mod files;
 mod path;
 mod resolve;
 mod xet;
@@ -228,6 +229,55 @@ fn kind_name(kind: Kind) -> &'static str {
 fn with_template(mut r: Response, t: &'static str) -> Response {
     r.extensions_mut().insert(Template(t));
     r
+}
+
+/// The absolute URL this daemon is reached at, as the request names it,
+/// for the links the clients follow as they are: a proxy's
+/// `X-Forwarded-Proto` and `X-Forwarded-Host` when it sends them (a TLS
+/// proxy in front: the links stay `https://`), else the request's `Host`
+/// and the listener's own scheme. A client that sends them itself only
+/// changes the links it is given.
+pub(super) fn base_url(state: &State, uri: &Uri, headers: &HeaderMap) -> String {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .map(|v| v.trim().to_owned())
+    };
+    let own = match state.config.tls.cert.is_some() && state.config.tls.key.is_some() {
+        true => "https",
+        false => "http",
+    };
+    let scheme = text("x-forwarded-proto")
+        .filter(|p| p == "http" || p == "https")
+        .unwrap_or_else(|| own.to_owned());
+    let valid = |h: &String| h.parse::<axum::http::uri::Authority>().is_ok();
+    let host = text("x-forwarded-host")
+        .filter(valid)
+        .or_else(|| uri.authority().map(|a| a.as_str().to_owned()))
+        .or_else(|| text("host").filter(valid))
+        .unwrap_or_else(|| state.config.listen.to_string());
+    format!("{scheme}://{host}")
+}
+
+/// `text` as one path segment: every byte but letters and digits
+/// percent-encoded (`org/name` is `org%2Fname`).
+pub(super) fn encode(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// The path the Xet storage of repository `id` at `commit` is under
+/// (`xet/cas.rs` parses it).
+pub(super) fn storage_path(kind: Kind, id: &str, commit: &str) -> String {
+    format!("/xet/{}s/{}/{commit}", kind_name(kind), encode(id))
+}
+
+/// Seconds since the Unix epoch, now.
+pub(super) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Any request no route took: a Hub resolve URL is answered here, any

@@ -5,26 +5,22 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Extension, State as AxState};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
-use super::super::super::flow::Flow;
-use super::super::api::base_url;
+use super::super::files::{open, Opened, LINKED_FROM};
 use super::super::path::safe_part;
-use super::super::resolve::{open, Opened, LINKED_FROM};
-use super::super::{kind_name, repos, with_template, HubError};
-use super::{encode, index, now, VALID};
+use super::super::{base_url, kind_name, repos, storage_path, unix_now, HubError};
+use super::{index, VALID};
 use crate::server::catalog::repos::{Kind, RepoFile};
-use crate::server::ops::auth::same_bytes;
 use crate::server::xet::hashes::XetHash;
 use crate::server::xet::index::Index;
 use crate::server::State;
 
 /// What a storage URL asks.
 #[derive(Debug, PartialEq, Eq)]
-enum Cas {
+pub(super) enum Cas {
     Reconstruction { v2: bool, file: XetHash },
     Xorb { file: XetHash, n: usize },
 }
@@ -40,13 +36,13 @@ pub(super) struct Store {
 impl Store {
     /// The path of its `n`th xorb of the file with hash `file`.
     fn xorb_path(&self, file: &XetHash, n: usize) -> String {
-        let (kind, id, commit) = (kind_name(self.kind), encode(&self.id), &self.commit);
-        format!("/xet/{kind}s/{id}/{commit}/xorbs/{}/{n}", file.hex())
+        let store = storage_path(self.kind, &self.id, &self.commit);
+        format!("{store}/xorbs/{}/{n}", file.hex())
     }
 }
 
 /// A storage URL's parts: whose storage, and the request.
-fn parse(path: &str) -> Option<(Store, Cas)> {
+pub(super) fn parse(path: &str) -> Option<(Store, Cas)> {
     let rest = path.strip_prefix("/xet/")?;
     let parts: Vec<&str> = rest.split('/').collect();
     let (kind, id, commit, tail) = match parts.as_slice() {
@@ -87,10 +83,9 @@ fn parse(path: &str) -> Option<(Store, Cas)> {
     Some((store, cas))
 }
 
-/// The signature of a xorb URL's path valid until `exp`.
-fn signature(key: &[u8; 32], path: &str, exp: u64) -> String {
-    let mac = blake3::keyed_hash(key, format!("{path}\n{exp}").as_bytes());
-    mac.to_hex()[..32].to_owned()
+/// What a xorb URL's signature signs: its path and expiry.
+fn signed_text(path: &str, exp: u64) -> String {
+    format!("{path}\n{exp}")
 }
 
 /// Whether a request to `path` carries, in `query`, an unexpired
@@ -112,34 +107,9 @@ pub(crate) fn signed(state: &State, path: &str, query: Option<&str>) -> Option<b
     let Some(exp) = get("exp").and_then(|e| e.parse::<u64>().ok()) else {
         return Some(false);
     };
-    let want = signature(&tokens.url_key(), path, exp);
-    Some(exp >= now() && same_bytes(want.as_bytes(), sig.as_bytes()))
+    Some(exp >= unix_now() && tokens.signed(signed_text(path, exp).as_bytes(), sig))
 }
 
-/// `GET /xet/...`: the storage's reconstructions and xorbs.
-pub(crate) async fn cas(
-    AxState(state): AxState<Arc<State>>,
-    uri: Uri,
-    headers: HeaderMap,
-    flow: Option<Extension<Arc<Flow>>>,
-) -> Response {
-    let (r, template) = match parse(uri.path()) {
-        None => {
-            let what = format!("no Xet storage request at {:?}", uri.path());
-            (Err(HubError::Route(what)), "other")
-        }
-        Some((store, Cas::Reconstruction { v2, file })) => {
-            let r = reconstruction(&state, &store, file, v2, &uri, &headers).await;
-            (r, "/xet/{kind}/{repo}/{commit}/reconstructions")
-        }
-        Some((store, Cas::Xorb { file, n })) => {
-            let flow = flow.map_or_else(|| state.flows.open(false), |f| f.0);
-            let r = super::xorb::xorb(&state, &store, file, n, &headers, flow).await;
-            (r, "/xet/{kind}/{repo}/{commit}/xorbs")
-        }
-    };
-    with_template(r.unwrap_or_else(IntoResponse::into_response), template)
-}
 /// The repository file whose index has hash `file`, at `commit`, with
 /// the index: the kept one, else each large file's made in turn (a
 /// replica that did not answer the resolve request, or dropped the index).
@@ -219,7 +189,7 @@ pub(super) fn unsatisfiable(what: String, size: u64) -> Response {
 }
 
 /// `GET {cas}/v1|v2/reconstructions/{hash}`.
-async fn reconstruction(
+pub(super) async fn reconstruction(
     state: &Arc<State>,
     store: &Store,
     file: XetHash,
@@ -240,12 +210,15 @@ async fn reconstruction(
         return Ok(unsatisfiable(what, ix.size));
     };
     let base = base_url(state, uri, headers);
-    let key = state.tokens.as_ref().map(|t| t.url_key());
-    let exp = now() + VALID.as_secs();
+    let tokens = state.tokens.as_ref();
+    let exp = unix_now() + VALID.as_secs();
     let url = |n: usize| {
         let path = store.xorb_path(&ix.hash, n);
-        match &key {
-            Some(k) => format!("{base}{path}?exp={exp}&sig={}", signature(k, &path, exp)),
+        match tokens {
+            Some(t) => {
+                let sig = t.sign(signed_text(&path, exp).as_bytes());
+                format!("{base}{path}?exp={exp}&sig={sig}")
+            }
             None => format!("{base}{path}"),
         }
     };

@@ -5,7 +5,7 @@
 //! | request | answer |
 //! |---|---|
 //! | `HEAD\|GET /{repo}/resolve/...` | `X-Xet-Hash` and `Link: <token URL>; rel="xet-auth"` added |
-//! | `GET /api/models/{repo}/xet-read-token/{revision}` | the storage URL (`X-Xet-Cas-Url`, `casUrl`) and a token for it |
+//! | `GET /api/models/{repo}/xet-read-token/{revision}` | the storage URL (`X-Xet-Cas-Url`, `casUrl`) and a token for it (`api.rs`) |
 //! | `GET {cas}/v1\|v2/reconstructions/{hash}` (`Range` over the file) | the xorbs' byte ranges that make the file |
 //! | `GET {cas}/xorbs/{hash}/{n}` (`Range`) | a xorb's chunks, each behind its header |
 //! | `POST /v1/telemetry` | `hf_xet`'s report of a download: `204`, dropped unread |
@@ -28,20 +28,21 @@
 mod cas;
 mod xorb;
 
-pub(crate) use cas::{cas, signed};
+pub(crate) use cas::signed;
+use cas::Cas;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::extract::{Extension, State as AxState};
+use axum::http::{header, HeaderMap, HeaderName, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
+use super::super::flow::Flow;
 use super::super::handlers::raw_path;
 use super::super::held::Held;
-use super::api::base_url;
-use super::resolve::LINKED_FROM;
-use super::{at_revision, kind_name, with_template, HubError};
+use super::files::LINKED_FROM;
+use super::{kind_name, with_template, HubError};
 use crate::server::catalog::repos::Repo;
 use crate::server::xet::chunks::Chunker;
 use crate::server::xet::index::Index;
@@ -50,7 +51,7 @@ use crate::server::State;
 
 pub(super) const XET_HASH: HeaderName = HeaderName::from_static("x-xet-hash");
 
-/// How long a storage token and a signed xorb URL last.
+/// How long a signed xorb URL lasts.
 const VALID: Duration = Duration::from_secs(3600);
 
 /// Bytes of a file read at once while its index is made.
@@ -140,60 +141,33 @@ pub(super) fn headers(ix: &Index, repo: &Repo, base: &str) -> Vec<(HeaderName, S
     vec![(XET_HASH, ix.hash.hex()), (header::LINK, link)]
 }
 
-/// `GET /api/{kind}s/{repo}/xet-read-token/{revision}`: where the
-/// repository's storage is at its current commit, and the token for it,
-/// as headers and as JSON (`hf_xet` reads the one, `huggingface_hub` the
-/// other).
-pub(super) fn token(
-    state: &State,
-    repo: &Repo,
-    revision: &str,
-    uri: &Uri,
-    headers: &HeaderMap,
-) -> Result<Response, HubError> {
-    at_revision(repo, revision)?;
-    let cas = format!(
-        "{}/xet/{}s/{}/{}",
-        base_url(state, uri, headers),
-        kind_name(repo.kind),
-        encode(&repo.id),
-        repo.commit
-    );
-    let sent = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .map(|(_, t)| t.trim().to_owned());
-    let token = sent.unwrap_or_else(|| "anonymous".to_owned());
-    let exp = now() + VALID.as_secs();
-    let mut r =
-        axum::Json(json!({ "casUrl": cas, "accessToken": token, "exp": exp })).into_response();
-    let h = r.headers_mut();
-    for (k, v) in [
-        ("x-xet-cas-url", cas),
-        ("x-xet-access-token", token),
-        ("x-xet-token-expiration", exp.to_string()),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(&v) {
-            h.insert(HeaderName::from_static(k), v);
-        }
-    }
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    Ok(r)
-}
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// A repository id as one path segment (`org%2Fname`).
-fn encode(id: &str) -> String {
-    percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).to_string()
-}
 /// `POST /v1/telemetry`: `hf_xet`'s report of a download, taken and
 /// dropped unread (`204`), so that the client logs no failure.
 pub(crate) async fn telemetry() -> Response {
     with_template(StatusCode::NO_CONTENT.into_response(), "/v1/telemetry")
+}
+
+/// `GET /xet/...`: the storage's reconstructions and xorbs.
+pub(crate) async fn cas(
+    AxState(state): AxState<Arc<State>>,
+    uri: Uri,
+    headers: HeaderMap,
+    flow: Option<Extension<Arc<Flow>>>,
+) -> Response {
+    let (r, template) = match cas::parse(uri.path()) {
+        None => {
+            let what = format!("no Xet storage request at {:?}", uri.path());
+            (Err(HubError::Route(what)), "other")
+        }
+        Some((store, Cas::Reconstruction { v2, file })) => {
+            let r = cas::reconstruction(&state, &store, file, v2, &uri, &headers).await;
+            (r, "/xet/{kind}/{repo}/{commit}/reconstructions")
+        }
+        Some((store, Cas::Xorb { file, n })) => {
+            let flow = flow.map_or_else(|| state.flows.open(false), |f| f.0);
+            let r = xorb::xorb(&state, &store, file, n, &headers, flow).await;
+            (r, "/xet/{kind}/{repo}/{commit}/xorbs")
+        }
+    };
+    with_template(r.unwrap_or_else(IntoResponse::into_response), template)
 }

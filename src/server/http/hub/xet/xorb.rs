@@ -13,7 +13,7 @@ use futures_util::stream::{self, StreamExt};
 use super::super::super::body::file_stream;
 use super::super::super::flow::Flow;
 use super::super::super::held::Held;
-use super::super::resolve::{open, Opened};
+use super::super::files::{open, Opened};
 use super::super::HubError;
 use super::cas::{file_range, located, unsatisfiable, Store};
 use super::PIECE;

@@ -205,7 +205,7 @@ pub(super) fn router(state: Arc<State>) -> Router {
             .route("/api/datasets/{*rest}", api);
         if state.config.hub.xet {
             app = app
-                .route("/xet/{*rest}", get(hub::cas))
+                .route("/v1/xet/{*rest}", get(hub::cas))
                 .route("/v1/telemetry", axum::routing::post(hub::telemetry));
         }
     }

@@ -14,7 +14,7 @@ const MIN: usize = TARGET / 8;
 /// No chunk is longer.
 pub(crate) const MAX: usize = TARGET * 2;
 /// A chunk ends where `hash & MASK == 0`: the top 16 bits.
-const MASK: u64 = ((TARGET - 1) as u64) << (TARGET - 1).leading_zeros();
+const MASK: u64 = ((TARGET - 1) as u64) << ((TARGET - 1) as u64).leading_zeros();
 /// The gear hash depends on the last 64 bytes only, so a chunk's first
 /// `MIN - 65` bytes, where no cut may fall, are not hashed.
 const SKIP: usize = MIN - 64 - 1;

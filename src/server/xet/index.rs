@@ -39,6 +39,9 @@ pub(crate) struct Index {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Term {
     pub(crate) xorb: usize,
+    /// The chunks, numbered within the xorb (as the protocol numbers
+    /// them: a xorb's hash and a chunk range name the same bytes in every
+    /// file that holds the xorb).
     pub(crate) chunks: Range<u32>,
     /// The chunks' bytes once unpacked.
     pub(crate) unpacked: u64,
@@ -48,7 +51,8 @@ pub(crate) struct Term {
 
 impl Index {
     /// The index of a file cut into `chunks`.
-    pub(crate) fn of(chunks: Vec<Chunk>) -> Index {
+    pub(crate) fn of(mut chunks: Vec<Chunk>) -> Index {
+        chunks.shrink_to_fit();
         let mut starts = Vec::with_capacity(chunks.len() + 1);
         let mut at = 0u64;
         for c in &chunks {
@@ -130,20 +134,21 @@ impl Index {
             let x = &self.xorbs[xi];
             let run = c..x.chunks.end.min(last + 1);
             let span = self.file_span(&run);
+            let first = x.chunks.start;
             terms.push(Term {
                 xorb: xi,
                 bytes: self.offset_in(x, run.start)..self.offset_in(x, run.end),
                 unpacked: span.end - span.start,
-                chunks: run.clone(),
+                chunks: run.start - first..run.end - first,
             });
             c = run.end;
         }
         Some((skip, terms))
     }
 
-    /// The chunks of xorb `xi` whose stored bytes are exactly `bytes` (end
-    /// exclusive): whole chunks, headers and all, as a reconstruction
-    /// names them; `None` for any other range.
+    /// The chunks of xorb `xi` (numbered in the file) whose stored bytes
+    /// are exactly `bytes` (end exclusive): whole chunks, headers and all,
+    /// as a reconstruction names them; `None` for any other range.
     pub(crate) fn chunks_stored_at(&self, xi: usize, bytes: &Range<u64>) -> Option<Range<u32>> {
         let x = self.xorbs.get(xi)?;
         let at = |off: u64| {
@@ -224,6 +229,8 @@ mod tests {
         assert_eq!(terms[0].unpacked, 1000);
         assert_eq!(terms[0].bytes, 108..1188);
         assert_eq!(ix.chunks_stored_at(0, &terms[0].bytes), Some(1..11));
+        let across = ix.reconstruction(0..u64::MAX).unwrap().1;
+        assert_eq!(across.len(), 1);
         // A range that cuts a chunk or a header is none of ours.
         assert_eq!(ix.chunks_stored_at(0, &(109..1188)), None);
         assert_eq!(ix.chunks_stored_at(0, &(108..1187)), None);
@@ -241,7 +248,12 @@ mod tests {
         let (skip, terms) = ix.reconstruction(at - 5..at + 5).unwrap();
         assert_eq!(skip, (128 << 10) - 5);
         assert_eq!(terms.iter().map(|t| t.xorb).collect::<Vec<_>>(), vec![0, 1]);
-        assert_eq!(terms[1].chunks, 511..512);
+        // Chunks numbered within their xorb.
+        assert_eq!(
+            (terms[0].chunks.clone(), terms[1].chunks.clone()),
+            (510..511, 0..1)
+        );
         assert_eq!(terms[1].bytes, 0..HEADER + (128 << 10));
+        assert_eq!(ix.chunks_stored_at(1, &terms[1].bytes), Some(511..512));
     }
 }

@@ -1,9 +1,12 @@
 //! The Xet indexes kept in memory, by file version (its repository tag)
-//! and by file hash, within `hub.xet_index_bytes` (the oldest made go
-//! first). An index is made once per version, whoever asks: the first
-//! request starts it in the background and every request waits for the
-//! same one, each as long as it chooses ([`Kept::get`]); at most
-//! [`BUILDS`] are made at once.
+//! and by file hash, within `hub.xet_index_bytes` (the least recently
+//! used go first: a download in progress keeps its index). An index is
+//! made once per version, whoever asks: the first request starts it in
+//! the background and every request waits for the same one, each as long
+//! as it chooses ([`Kept::get`]); at most [`BUILDS`] are made at once.
+//! Which version has which file hash is remembered longer (up to
+//! [`NAMES`] of them), so that an index dropped is made again for its own
+//! file, not looked for.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -18,6 +21,9 @@ use super::index::Index;
 /// Indexes made at once (each reads a whole file).
 const BUILDS: usize = 2;
 
+/// File hashes remembered with their versions' tags.
+const NAMES: usize = 100_000;
+
 type Made = Option<Result<Arc<Index>, String>>;
 
 /// The kept indexes.
@@ -28,11 +34,22 @@ pub(crate) struct Kept {
     inner: Mutex<Inner>,
 }
 
+impl Inner {
+    /// Marks the index of `tag` (if made) as the most recently used.
+    fn touch(&mut self, tag: &str) {
+        if let Some(at) = self.order.iter().position(|(t, _)| t == tag) {
+            if let Some(e) = self.order.remove(at) {
+                self.order.push_back(e);
+            }
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     /// By tag: made, or being made.
     by_tag: HashMap<String, watch::Receiver<Made>>,
-    /// Tags of the indexes made, by file hash.
+    /// Tags of the indexes made (kept or since dropped), by file hash.
     by_hash: HashMap<XetHash, String>,
     /// Tags of the indexes made, oldest first, with their weights.
     order: VecDeque<(String, u64)>,
@@ -67,8 +84,11 @@ impl Kept {
     {
         let mut rx = {
             let mut inner = self.lock();
-            match inner.by_tag.get(tag) {
-                Some(rx) => rx.clone(),
+            match inner.by_tag.get(tag).cloned() {
+                Some(rx) => {
+                    inner.touch(tag);
+                    rx
+                }
                 None => {
                     let (tx, rx) = watch::channel(None);
                     inner.by_tag.insert(tag.to_owned(), rx.clone());
@@ -91,21 +111,23 @@ impl Kept {
         }
     }
 
-    /// The kept index whose file hash is `hash`, if one is made.
-    pub(crate) fn by_hash(&self, hash: &XetHash) -> Option<Arc<Index>> {
-        let inner = self.lock();
-        let tag = inner.by_hash.get(hash)?;
-        let made = inner.by_tag.get(tag)?.borrow();
-        let found = match made.as_ref() {
-            Some(Ok(ix)) => Some(Arc::clone(ix)),
-            _ => None,
-        };
-        found
-    }
-
-    /// The tag an index kept under `hash` was made for.
-    pub(crate) fn tag_of(&self, hash: &XetHash) -> Option<String> {
-        self.lock().by_hash.get(hash).cloned()
+    /// The kept index whose file hash is `hash`, if one is made, and the
+    /// tag of the version it was made for; or that tag alone, the index
+    /// dropped since.
+    pub(crate) fn by_hash(&self, hash: &XetHash) -> Option<(String, Option<Arc<Index>>)> {
+        let mut inner = self.lock();
+        let tag = inner.by_hash.get(hash)?.clone();
+        let found = inner
+            .by_tag
+            .get(&tag)
+            .and_then(|rx| match rx.borrow().as_ref() {
+                Some(Ok(ix)) => Some(Arc::clone(ix)),
+                _ => None,
+            });
+        if found.is_some() {
+            inner.touch(&tag);
+        }
+        Some((tag, found))
     }
 
     fn start<F>(self: &Arc<Self>, tag: String, tx: watch::Sender<Made>, make: F)
@@ -114,8 +136,14 @@ impl Kept {
     {
         let kept = Arc::clone(self);
         tokio::spawn(async move {
+            use futures_util::FutureExt as _;
             let made = match Arc::clone(&kept.builds).acquire_owned().await {
-                Ok(_turn) => make.await.map(Arc::new),
+                // A maker that panics is a failure like any other: the
+                // next request makes the index again.
+                Ok(_turn) => match std::panic::AssertUnwindSafe(make).catch_unwind().await {
+                    Ok(made) => made.map(Arc::new),
+                    Err(_) => Err("making the index failed (details in the log)".to_owned()),
+                },
                 Err(_) => Err("the daemon is stopping".to_owned()),
             };
             kept.settle(&tag, &made);
@@ -135,6 +163,9 @@ impl Kept {
             }
         };
         let weight = ix.weight();
+        if inner.by_hash.len() >= NAMES {
+            inner.by_hash.clear();
+        }
         inner.by_hash.insert(ix.hash, tag.to_owned());
         inner.order.push_back((tag.to_owned(), weight));
         inner.bytes += weight;
@@ -143,18 +174,7 @@ impl Kept {
                 break;
             };
             inner.bytes -= w;
-            let gone = inner
-                .by_tag
-                .remove(&old)
-                .and_then(|rx| match rx.borrow().as_ref() {
-                    Some(Ok(ix)) => Some(ix.hash),
-                    _ => None,
-                });
-            if let Some(h) = gone {
-                if inner.by_hash.get(&h) == Some(&old) {
-                    inner.by_hash.remove(&h);
-                }
-            }
+            inner.by_tag.remove(&old);
         }
     }
 
@@ -208,16 +228,27 @@ mod tests {
             panic!("not made");
         };
         assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(matches!(kept.by_hash(&a.hash), Some((t, Some(_))) if t == "a"));
+        let Found::Ready(b) = kept.get("b", wait, make(2)).await else {
+            panic!("not made");
+        };
+        // `a` used again: `b` is the least recently used when `c` comes.
         assert!(kept.by_hash(&a.hash).is_some());
-        for (tag, seed) in [("b", 2), ("c", 3)] {
-            assert!(matches!(
-                kept.get(tag, wait, make(seed)).await,
-                Found::Ready(_)
-            ));
-        }
-        // Three made, two kept: the oldest went.
+        assert!(matches!(
+            kept.get("c", wait, make(3)).await,
+            Found::Ready(_)
+        ));
         assert_eq!(kept.held(), (2, one * 2));
-        assert!(kept.by_hash(&a.hash).is_none());
+        assert!(matches!(kept.by_hash(&b.hash), Some((t, None)) if t == "b"));
+        assert!(matches!(kept.by_hash(&a.hash), Some((_, Some(_)))));
+        // A dropped index is made again when asked.
+        assert!(matches!(
+            kept.get("b", wait, make(2)).await,
+            Found::Ready(_)
+        ));
+        assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 4);
+        let panics = kept.get("p", wait, async { panic!("boom") }).await;
+        assert!(matches!(panics, Found::Failed(_)));
         let failed = kept.get("d", wait, async { Err("gone".to_owned()) }).await;
         assert!(matches!(failed, Found::Failed(e) if e == "gone"));
         assert!(matches!(

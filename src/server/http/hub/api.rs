@@ -72,7 +72,9 @@ pub(super) async fn answer(
         Ok(x) => x,
         Err(e) => return (Err(e), "/api/{kind}/{repo}"),
     };
-    if let (Under::XetToken { revision }, &Method::GET) = (&under, method) {
+    if let (Under::XetToken { revision }, &Method::GET, true) =
+        (&under, method, state.config.hub.xet)
+    {
         let r = token(state, repo, revision, uri, headers);
         return (r, "/api/{kind}/{repo}/xet-read-token");
     }

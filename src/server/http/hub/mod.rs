@@ -270,8 +270,17 @@ pub(super) fn encode(text: &str) -> String {
 /// The path the Xet storage of repository `id` at `commit` is under
 /// (`xet/cas.rs` parses it).
 pub(super) fn storage_path(kind: Kind, id: &str, commit: &str) -> String {
-    format!("/xet/{}s/{}/{commit}", kind_name(kind), encode(id))
+    let id = percent_encoding::utf8_percent_encode(id, ID_SEGMENT);
+    format!("/v1/xet/{}s/{id}/{commit}", kind_name(kind))
 }
+
+/// What a repository id encodes as one segment: its `/` and anything not
+/// unreserved (RFC 3986), so that a proxy that normalises paths leaves it.
+const ID_SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// Seconds since the Unix epoch, now.
 pub(super) fn unix_now() -> u64 {

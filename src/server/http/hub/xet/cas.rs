@@ -43,7 +43,7 @@ impl Store {
 
 /// A storage URL's parts: whose storage, and the request.
 pub(super) fn parse(path: &str) -> Option<(Store, Cas)> {
-    let rest = path.strip_prefix("/xet/")?;
+    let rest = path.strip_prefix("/v1/xet/")?;
     let parts: Vec<&str> = rest.split('/').collect();
     let (kind, id, commit, tail) = match parts.as_slice() {
         [kind, id, commit, tail @ ..] => (*kind, *id, *commit, tail),
@@ -83,9 +83,11 @@ pub(super) fn parse(path: &str) -> Option<(Store, Cas)> {
     Some((store, cas))
 }
 
-/// What a xorb URL's signature signs: its path and expiry.
-fn signed_text(path: &str, exp: u64) -> String {
-    format!("{path}\n{exp}")
+/// What a xorb URL's signature signs: the xorb, as its URL names it
+/// once parsed (a proxy may re-encode the path), and the expiry.
+fn signed_text(store: &Store, file: &XetHash, n: usize, exp: u64) -> String {
+    let Store { kind, id, commit } = store;
+    format!("xorb\n{kind:?}\n{id}\n{commit}\n{file}\n{n}\n{exp}")
 }
 
 /// Whether a request to `path` carries, in `query`, an unexpired
@@ -93,9 +95,9 @@ fn signed_text(path: &str, exp: u64) -> String {
 /// `Some(false)` a xorb URL whose signature is wrong or expired, `None`
 /// no signed xorb URL (or no tokens configured).
 pub(crate) fn signed(state: &State, path: &str, query: Option<&str>) -> Option<bool> {
-    if !matches!(parse(path), Some((_, Cas::Xorb { .. }))) {
+    let Some((store, Cas::Xorb { file, n })) = parse(path) else {
         return None;
-    }
+    };
     let tokens = state.tokens.as_ref()?;
     let pairs: Vec<(String, String)> =
         url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
@@ -107,7 +109,8 @@ pub(crate) fn signed(state: &State, path: &str, query: Option<&str>) -> Option<b
     let Some(exp) = get("exp").and_then(|e| e.parse::<u64>().ok()) else {
         return Some(false);
     };
-    Some(exp >= unix_now() && tokens.signed(signed_text(path, exp).as_bytes(), sig))
+    let text = signed_text(&store, &file, n, exp);
+    Some(exp >= unix_now() && tokens.signed(text.as_bytes(), sig))
 }
 
 /// The repository file whose index has hash `file`, at `commit`, with
@@ -132,12 +135,22 @@ pub(super) async fn located(
             repo.commit
         )));
     }
-    if let (Some(ix), Some(tag)) = (state.xet.by_hash(&file), state.xet.tag_of(&file)) {
+    let wait = Duration::from_secs(3600);
+    // Its version known: that file's index, kept or made again.
+    if let Some((tag, kept)) = state.xet.by_hash(&file) {
         if let Some(f) = repo.files.values().find(|f| f.tag == tag) {
-            return Ok((f.clone(), ix));
+            if let Some(ix) = kept {
+                return Ok((f.clone(), ix));
+            }
+            if let Ok(Opened::Now(held, size)) = open(state, f).await {
+                if let Some(ix) = index(state, &held, &f.tag, size, wait).await {
+                    return Ok((f.clone(), ix));
+                }
+            }
         }
     }
-    let wait = Duration::from_secs(3600);
+    // Never indexed here (another replica answered the resolve request):
+    // the repository's large files' indexes, until one has the hash.
     for f in repo.files.values().filter(|f| f.size >= LINKED_FROM) {
         let Ok(Opened::Now(held, size)) = open(state, f).await else {
             continue;
@@ -216,7 +229,7 @@ pub(super) async fn reconstruction(
         let path = store.xorb_path(&ix.hash, n);
         match tokens {
             Some(t) => {
-                let sig = t.sign(signed_text(&path, exp).as_bytes());
+                let sig = t.sign(signed_text(store, &ix.hash, n, exp).as_bytes());
                 format!("{base}{path}?exp={exp}&sig={sig}")
             }
             None => format!("{base}{path}"),
@@ -249,7 +262,11 @@ pub(super) async fn reconstruction(
             json!({ "offset_into_first_range": skip, "terms": terms_json, "fetch_info": fetch })
         }
     };
-    Ok(axum::Json(body).into_response())
+    let mut r = axum::Json(body).into_response();
+    // Its URLs are signed for an hour: no cache keeps them.
+    let no_store = HeaderValue::from_static("no-store");
+    r.headers_mut().insert(header::CACHE_CONTROL, no_store);
+    Ok(r)
 }
 
 #[cfg(test)]
@@ -260,7 +277,15 @@ mod tests {
     fn storage_urls() {
         let h = XetHash::of_chunk(b"a").hex();
         let c = "0123456789abcdef0123456789abcdef01234567";
-        let url = format!("/xet/models/org%2Fname/{c}/v2/reconstructions/{h}");
+        let url = format!("/v1/xet/models/org%2Fname/{c}/v2/reconstructions/{h}");
+        assert_eq!(
+            storage_path(Kind::Model, "org/name", c),
+            format!("/v1/xet/models/org%2Fname/{c}")
+        );
+        assert_eq!(
+            storage_path(Kind::Model, "o-1/n_2.v~3", c),
+            format!("/v1/xet/models/o-1%2Fn_2.v~3/{c}")
+        );
         let (store, cas) = parse(&url).unwrap();
         let want = Store {
             kind: Kind::Model,
@@ -268,19 +293,19 @@ mod tests {
             commit: c.to_owned(),
         };
         assert_eq!(store, want);
-        let xorb = format!("/xet/models/org%2Fname/{c}/xorbs/{h}/2");
+        let xorb = format!("/v1/xet/models/org%2Fname/{c}/xorbs/{h}/2");
         assert_eq!(store.xorb_path(&XetHash::from_hex(&h).unwrap(), 2), xorb);
         assert!(matches!(cas, Cas::Reconstruction { v2: true, .. }));
-        let x = parse(&format!("/xet/datasets/name/{c}/xorbs/{h}/3")).unwrap();
+        let x = parse(&format!("/v1/xet/datasets/name/{c}/xorbs/{h}/3")).unwrap();
         assert!(matches!(x.1, Cas::Xorb { n: 3, .. }));
         for bad in [
-            format!("/xet/models/..%2Fetc/{c}/xorbs/{h}/0"),
-            format!("/xet/models/a%2Fb%2Fc/{c}/xorbs/{h}/0"),
-            format!("/xet/models/a/{c}x/xorbs/{h}/0"),
-            format!("/xet/models/a/{c}/xorbs/{h}/99999999"),
-            format!("/xet/models/a/{c}/xorbs/{}/0", &h[1..]),
-            format!("/xet/spaces/a/{c}/v1/reconstructions/{h}"),
-            format!("/xet/models/a/{c}/v3/reconstructions/{h}"),
+            format!("/v1/xet/models/..%2Fetc/{c}/xorbs/{h}/0"),
+            format!("/v1/xet/models/a%2Fb%2Fc/{c}/xorbs/{h}/0"),
+            format!("/v1/xet/models/a/{c}x/xorbs/{h}/0"),
+            format!("/v1/xet/models/a/{c}/xorbs/{h}/99999999"),
+            format!("/v1/xet/models/a/{c}/xorbs/{}/0", &h[1..]),
+            format!("/v1/xet/spaces/a/{c}/v1/reconstructions/{h}"),
+            format!("/v1/xet/models/a/{c}/v3/reconstructions/{h}"),
         ] {
             assert_eq!(parse(&bad), None, "{bad}");
         }

@@ -4,13 +4,13 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `HEAD\|GET /{repo}/resolve/...` | `X-Xet-Hash` and `Link: <token URL>; rel="xet-auth"` added |
+//! | `HEAD /{repo}/resolve/...` | `X-Xet-Hash` and `Link: <token URL>; rel="xet-auth"` added |
 //! | `GET /api/models/{repo}/xet-read-token/{revision}` | the storage URL (`X-Xet-Cas-Url`, `casUrl`) and a token for it (`api.rs`) |
 //! | `GET {cas}/v1\|v2/reconstructions/{hash}` (`Range` over the file) | the xorbs' byte ranges that make the file |
-//! | `GET {cas}/xorbs/{hash}/{n}` (`Range`) | a xorb's chunks, each behind its header |
+//! | `GET {cas}/xorbs/{file hash}/{n}` (`Range`) | the file's `n`th xorb's chunks, each behind its header |
 //! | `POST /v1/telemetry` | `hf_xet`'s report of a download: `204`, dropped unread |
 //!
-//! where `{cas}` is `/xet/{models|datasets}/{repo id}/{commit}`: a
+//! where `{cas}` is `/v1/xet/{models|datasets}/{repo id}/{commit}`: a
 //! reconstruction names the commit it was made at, and fails once the
 //! repository moved on. A file's index (its chunks, cut and hashed as the
 //! Hub cuts them: the same file has the same hash here and there) is made
@@ -107,6 +107,10 @@ async fn build(state: Arc<State>, held: Held, size: u64) -> Result<Index, String
             .read_async(n as usize, at, None)
             .await
             .map_err(|e| format!("{name}: reading bytes {at}..{}: {e}", at + n))?;
+        // Each piece read from the version the index is of.
+        if held.changed() {
+            return Err(format!("{name}: changed while its Xet index was made"));
+        }
         chunker = state
             .cpu
             .wait_turn("the Xet index", move || {
@@ -161,12 +165,12 @@ pub(crate) async fn cas(
         }
         Some((store, Cas::Reconstruction { v2, file })) => {
             let r = cas::reconstruction(&state, &store, file, v2, &uri, &headers).await;
-            (r, "/xet/{kind}/{repo}/{commit}/reconstructions")
+            (r, "/v1/xet/{kind}/{repo}/{commit}/reconstructions")
         }
         Some((store, Cas::Xorb { file, n })) => {
             let flow = flow.map_or_else(|| state.flows.open(false), |f| f.0);
             let r = xorb::xorb(&state, &store, file, n, &headers, flow).await;
-            (r, "/xet/{kind}/{repo}/{commit}/xorbs")
+            (r, "/v1/xet/{kind}/{repo}/{commit}/xorbs")
         }
     };
     with_template(r.unwrap_or_else(IntoResponse::into_response), template)

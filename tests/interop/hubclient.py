@@ -10,6 +10,10 @@ import sys
 import textwrap
 import threading
 
+import pytest
+
+from conftest import daemon
+
 
 def client(port, code, tmp, token=None, check=True, cache="cache", env=None):
     """Runs `code` in a fresh Python with the Hub's settings pointing at the
@@ -84,3 +88,12 @@ class CuttingProxy:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
             s.close()
+
+
+@pytest.fixture(scope="module")
+def hub(layout):
+    """The daemon serving the test module's `layout` fixture's root:
+    (port, root)."""
+    base, root = layout
+    with daemon(root, base) as port:
+        yield port, root

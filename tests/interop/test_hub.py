@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 
 from conftest import daemon, metric, write_shards
-from hubclient import CuttingProxy, client, digest
+from hubclient import CuttingProxy, client, digest, hub  # noqa: F401 (hub: a fixture)
 
 REAL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -60,13 +60,6 @@ def layout(tmp_path_factory, real_repo):
     (base / "outside.txt").write_text("outside the root\n")
     os.symlink(base / "outside.txt", tiny / "escape.txt")
     return base, root
-
-
-@pytest.fixture(scope="module")
-def hub(layout):
-    base, root = layout
-    with daemon(root, base) as port:
-        yield port, root
 
 
 def test_snapshot_download_whole_and_by_pattern(hub, tmp_path):

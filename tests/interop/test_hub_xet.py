@@ -15,7 +15,7 @@ import pytest
 import ztensor
 
 from conftest import daemon
-from hubclient import CuttingProxy, client, digest
+from hubclient import CuttingProxy, client, digest, hub  # noqa: F401 (hub: a fixture)
 
 BIG = 24 << 20
 
@@ -32,13 +32,6 @@ def layout(tmp_path_factory):
     (big / "zeros.bin").write_bytes(bytes(12 << 20) + rng.bytes(1 << 20))
     (big / "config.json").write_text('{"model_type": "bert"}')
     return base, root
-
-
-@pytest.fixture(scope="module")
-def hub(layout):
-    base, root = layout
-    with daemon(root, base) as port:
-        yield port, root
 
 
 def head(port, path, token=None):

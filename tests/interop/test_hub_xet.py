@@ -80,6 +80,7 @@ def test_xet_hashes_are_the_reference_implementations(hub):
         want = hf_xet.hash_files([str(root / "org/big" / name)])[0].hash
         assert h["X-Xet-Hash"] == want, name
         assert 'rel="xet-auth"' in h["Link"] and "/api/models/org/big/xet-read-token/" in h["Link"]
+        assert h["Link"].split(">")[0].endswith(f"?file={name.replace('.', '%2E')}"), h["Link"]
     # Small files are plain downloads, as the Hub's are.
     assert "X-Xet-Hash" not in head(port, "/org/big/resolve/main/config.json")
 
@@ -155,6 +156,54 @@ def token_route(port, repo, commit, token=None):
         assert r.headers["X-Xet-Cas-Url"] == body["casUrl"]
         assert r.headers["X-Xet-Access-Token"] == body["accessToken"]
         return body
+
+
+def link_url(headers):
+    return headers["Link"].split(">")[0].lstrip("<")
+
+
+def test_another_replica_finds_the_file_its_urls_name(hub, layout):
+    """A replica that never saw the HEAD answers the reconstruction the
+    first replica's URLs lead to, by the file they name; asked for a
+    hash through a URL that names no file, it looks through nothing."""
+    port, root = hub
+    base, _ = layout
+    h = head(port, "/org/big/resolve/main/weights.bin")
+    with urllib.request.urlopen(link_url(h), timeout=30) as r:
+        cas = json.loads(r.read())["casUrl"]
+    assert "/weights.bin" in cas or "/weights%2Ebin" in cas, cas
+    (base / "replica").mkdir(exist_ok=True)
+    with daemon(root, base / "replica") as other:
+        cas_other = cas.replace(f":{port}/", f":{other}/")
+        rec = urllib.request.Request(f"{cas_other}/v2/reconstructions/{h['X-Xet-Hash']}",
+                                     headers={"Range": "bytes=0-99"})
+        fetch = json.loads(urllib.request.urlopen(rec, timeout=60).read())
+        xorb = next(iter(fetch["xorbs"].values()))[0]
+        assert f":{other}/" in xorb["url"] and "weights" in xorb["url"]
+        b = xorb["ranges"][0]["bytes"]
+        ranged = urllib.request.Request(xorb["url"], headers={"Range": f"bytes={b['start']}-{b['end']}"})
+        with urllib.request.urlopen(ranged, timeout=30) as r:
+            assert r.read()[8:108] == (root / "org/big/weights.bin").read_bytes()[:100]
+        # The storage of the whole repository: only what this replica
+        # indexed itself (weights.bin, just now), never a search.
+        plain = token_route(other, "org/big", h["X-Repo-Commit"])["casUrl"]
+        z = head(port, "/org/big/resolve/main/zeros.bin")["X-Xet-Hash"]
+        for asked, code in ((h["X-Xet-Hash"], 200), (z, 404)):
+            req = urllib.request.Request(f"{plain}/v1/reconstructions/{asked}", headers={"Range": "bytes=0-9"})
+            try:
+                status = urllib.request.urlopen(req, timeout=30).status
+            except urllib.error.HTTPError as e:
+                status = e.code
+                assert e.headers["X-Error-Code"] == "EntryNotFound"
+            assert status == code, asked
+        # The same file asked for under another hash, or a file not there.
+        wrong = f"{cas_other}/v1/reconstructions/{z}"
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(wrong, timeout=30)
+        assert e.value.code == 404 and e.value.headers["X-Error-Code"] == "EntryNotFound"
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(link_url(h).replace("weights", "nothing").replace(f":{port}/", f":{other}/"), timeout=30)
+        assert e.value.code == 404 and e.value.headers["X-Error-Code"] == "EntryNotFound"
 
 
 def test_tokens_and_signed_xorb_urls(layout, tmp_path):

@@ -75,7 +75,7 @@ pub(super) async fn answer(
     if let (Under::XetToken { revision }, &Method::GET, true) =
         (&under, method, state.config.hub.xet)
     {
-        let r = token(state, repo, revision, uri, headers);
+        let r = token(state, repo, revision, query, uri, headers);
         return (r, "/api/{kind}/{repo}/xet-read-token");
     }
     let (kind, id) = (repo.kind, repo.id.clone());
@@ -294,22 +294,32 @@ fn pairs(bytes: &[u8]) -> Vec<(String, String)> {
     url::form_urlencoded::parse(bytes).into_owned().collect()
 }
 
-/// `GET /api/{kind}s/{repo}/xet-read-token/{revision}`: where the
-/// repository's storage is at its current commit, and the token for it,
-/// as headers and as JSON (`hf_xet` reads the one, `huggingface_hub` the
-/// other).
+/// `GET /api/{kind}s/{repo}/xet-read-token/{revision}[?file=PATH]`:
+/// where the repository's storage is at its current commit (its file
+/// `PATH`'s, when named: the URL a resolve answer links names it), and
+/// the token for it, as headers and as JSON (`hf_xet` reads the one,
+/// `huggingface_hub` the other).
 fn token(
     state: &State,
     repo: &Repo,
     revision: &str,
+    query: Option<&str>,
     uri: &Uri,
     headers: &HeaderMap,
 ) -> Result<Response, HubError> {
     at_revision(repo, revision)?;
+    let params = pairs(query.map(str::as_bytes).unwrap_or_default());
+    let file = params.iter().find(|(k, _)| k == "file").map(|(_, v)| v);
+    if let Some(path) = file.filter(|p| !repo.files.contains_key(p.as_str())) {
+        return Err(HubError::Entry(
+            format!("Entry not found: {} has no file {path:?}", repo.id),
+            Some(repo.commit.clone()),
+        ));
+    }
     let cas = format!(
         "{}{}",
         base_url(state, uri, headers),
-        storage_path(repo.kind, &repo.id, &repo.commit)
+        storage_path(repo.kind, &repo.id, &repo.commit, file.map(String::as_str))
     );
     let sent = headers
         .get(header::AUTHORIZATION)

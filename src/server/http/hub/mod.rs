@@ -267,11 +267,20 @@ pub(super) fn encode(text: &str) -> String {
     percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
-/// The path the Xet storage of repository `id` at `commit` is under
-/// (`xet/cas.rs` parses it).
-pub(super) fn storage_path(kind: Kind, id: &str, commit: &str) -> String {
-    let id = percent_encoding::utf8_percent_encode(id, ID_SEGMENT);
-    format!("/v1/xet/{}s/{id}/{commit}", kind_name(kind))
+/// The path the Xet storage of repository `id` at `commit` is under,
+/// for its file `file` when named (`xet/cas.rs` parses it).
+pub(super) fn storage_path(kind: Kind, id: &str, commit: &str, file: Option<&str>) -> String {
+    let id = segment(id);
+    let kind = kind_name(kind);
+    match file {
+        Some(file) => format!("/v1/xet/{kind}s/{id}/{commit}/{}", segment(file)),
+        None => format!("/v1/xet/{kind}s/{id}/{commit}"),
+    }
+}
+
+/// `text` as one path segment (its `/` encoded too).
+pub(super) fn segment(text: &str) -> percent_encoding::PercentEncode<'_> {
+    percent_encoding::utf8_percent_encode(text, ID_SEGMENT)
 }
 
 /// What a repository id encodes as one segment: its `/` and anything not

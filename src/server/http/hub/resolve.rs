@@ -70,7 +70,7 @@ pub(super) async fn answer(
                     _ => None,
                 };
                 let extra = xet
-                    .map(|ix| xet::headers(&ix, repo, &base_url(state, uri, headers)))
+                    .map(|ix| xet::headers(&ix, repo, &path, &base_url(state, uri, headers)))
                     .unwrap_or_default();
                 let entity = entity(held, size, file, &repo.commit, flow, extra);
                 match send(state, method, headers, entity).await {

@@ -14,8 +14,9 @@ use super::super::path::safe_part;
 use super::super::{base_url, kind_name, repos, storage_path, unix_now, HubError};
 use super::{index, VALID};
 use crate::server::catalog::repos::{Kind, RepoFile};
+use crate::server::serve::Refusal;
 use crate::server::xet::hashes::XetHash;
-use crate::server::xet::index::Index;
+use crate::server::xet::index::{Index, Term};
 use crate::server::State;
 
 /// What a storage URL asks.
@@ -25,21 +26,36 @@ pub(super) enum Cas {
     Xorb { file: XetHash, n: usize },
 }
 
-/// Whose storage a URL is: a repository at a commit.
+/// Whose storage a URL is: a repository at a commit, and the file the
+/// URL is for when it names one (the URLs this daemon hands out do).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Store {
     pub(super) kind: Kind,
     pub(super) id: String,
     pub(super) commit: String,
+    /// Its path in the repository.
+    pub(super) file: Option<String>,
 }
 
 impl Store {
     /// The path of its `n`th xorb of the file with hash `file`.
     fn xorb_path(&self, file: &XetHash, n: usize) -> String {
-        let store = storage_path(self.kind, &self.id, &self.commit);
+        let store = storage_path(self.kind, &self.id, &self.commit, self.file.as_deref());
         format!("{store}/xorbs/{}/{n}", file.hex())
     }
 }
+
+/// A percent-decoded segment of `parts` parts, each [`safe_part`].
+fn decoded(segment: &str, parts: std::ops::RangeInclusive<usize>) -> Option<String> {
+    let text = percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .ok()?;
+    let ok = parts.contains(&text.split('/').count()) && text.split('/').all(safe_part);
+    ok.then(|| text.into_owned())
+}
+
+/// Parts of a file's path at most (the resolve route's own bound).
+const FILE_PARTS: usize = 64;
 
 /// A storage URL's parts: whose storage, and the request.
 pub(super) fn parse(path: &str) -> Option<(Store, Cas)> {
@@ -54,16 +70,16 @@ pub(super) fn parse(path: &str) -> Option<(Store, Cas)> {
         "datasets" => Kind::Dataset,
         _ => return None,
     };
-    let id = percent_encoding::percent_decode_str(id)
-        .decode_utf8()
-        .ok()?;
-    let n_parts = id.split('/').count();
-    if !(1..=2).contains(&n_parts) || !id.split('/').all(safe_part) {
-        return None;
-    }
+    let id = decoded(id, 1..=2)?;
     if commit.len() != 40 || !commit.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
+    // A URL handed out names the file; one a client made (from a token
+    // route it called without `file`) does not.
+    let (file, tail) = match tail {
+        [file, rest @ ..] if rest.len() == 3 => (Some(decoded(file, 1..=FILE_PARTS)?), rest),
+        _ => (None, tail),
+    };
     let cas = match tail {
         [v @ ("v1" | "v2"), "reconstructions", hash] => Cas::Reconstruction {
             v2: *v == "v2",
@@ -77,17 +93,24 @@ pub(super) fn parse(path: &str) -> Option<(Store, Cas)> {
     };
     let store = Store {
         kind,
-        id: id.into_owned(),
+        id,
         commit: commit.to_owned(),
+        file,
     };
     Some((store, cas))
 }
 
 /// What a xorb URL's signature signs: the xorb, as its URL names it
 /// once parsed (a proxy may re-encode the path), and the expiry.
-fn signed_text(store: &Store, file: &XetHash, n: usize, exp: u64) -> String {
-    let Store { kind, id, commit } = store;
-    format!("xorb\n{kind:?}\n{id}\n{commit}\n{file}\n{n}\n{exp}")
+fn signed_text(store: &Store, hash: &XetHash, n: usize, exp: u64) -> String {
+    let Store {
+        kind,
+        id,
+        commit,
+        file,
+    } = store;
+    let file = file.as_deref().unwrap_or_default();
+    format!("xorb\n{kind:?}\n{id}\n{commit}\n{file}\n{hash}\n{n}\n{exp}")
 }
 
 /// Whether a request to `path` carries, in `query`, an unexpired
@@ -113,15 +136,23 @@ pub(crate) fn signed(state: &State, path: &str, query: Option<&str>) -> Option<b
     Some(exp >= unix_now() && tokens.signed(text.as_bytes(), sig))
 }
 
-/// The repository file whose index has hash `file`, at `commit`, with
-/// the index: the kept one, else each large file's made in turn (a
-/// replica that did not answer the resolve request, or dropped the index).
+/// The repository file whose index has hash `hash`, at the store's
+/// commit, with the index: the file the URL names, its index kept or
+/// made again (a replica that did not answer the resolve request, or
+/// dropped it); for a URL that names no file, an index this daemon knows
+/// the hash of. No request makes the daemon look through a repository's
+/// files for a hash.
 pub(super) async fn located(
     state: &Arc<State>,
     store: &Store,
-    file: XetHash,
+    hash: XetHash,
 ) -> Result<(RepoFile, Arc<Index>), HubError> {
-    let Store { kind, id, commit } = store;
+    let Store {
+        kind,
+        id,
+        commit,
+        file,
+    } = store;
     let repos = repos(state).await?;
     let Some(repo) = repos.get(*kind, id) else {
         let kind = kind_name(*kind);
@@ -135,34 +166,36 @@ pub(super) async fn located(
             repo.commit
         )));
     }
-    let wait = Duration::from_secs(3600);
-    // Its version known: that file's index, kept or made again.
-    if let Some((tag, kept)) = state.xet.by_hash(&file) {
-        if let Some(f) = repo.files.values().find(|f| f.tag == tag) {
-            if let Some(ix) = kept {
-                return Ok((f.clone(), ix));
-            }
-            if let Ok(Opened::Now(held, size)) = open(state, f).await {
-                if let Some(ix) = index(state, &held, &f.tag, size, wait).await {
-                    return Ok((f.clone(), ix));
-                }
-            }
-        }
-    }
-    // Never indexed here (another replica answered the resolve request):
-    // the repository's large files' indexes, until one has the hash.
-    for f in repo.files.values().filter(|f| f.size >= LINKED_FROM) {
-        let Ok(Opened::Now(held, size)) = open(state, f).await else {
-            continue;
+    let known = state.xet.by_hash(&hash);
+    let f = match file {
+        Some(path) => repo.files.get(path),
+        None => known
+            .as_ref()
+            .and_then(|(tag, _)| repo.files.values().find(|f| &f.tag == tag)),
+    };
+    let missing = || {
+        let what = match file {
+            Some(path) => format!("{id} at {commit} has no file {path:?} with Xet hash {hash}"),
+            None => format!("no file of {id} at {commit} known here has Xet hash {hash}"),
         };
-        if let Some(ix) = index(state, &held, &f.tag, size, wait).await {
-            if ix.hash == file {
-                return Ok((f.clone(), ix));
-            }
+        HubError::Entry(what, None)
+    };
+    let Some(f) = f.filter(|f| f.size >= LINKED_FROM) else {
+        return Err(missing());
+    };
+    if let Some((tag, Some(ix))) = &known {
+        if *tag == f.tag {
+            return Ok((f.clone(), Arc::clone(ix)));
         }
     }
-    let what = format!("no file of {id} at {commit} has Xet hash {file}");
-    Err(HubError::Entry(what, None))
+    let Ok(Opened::Now(held, size)) = open(state, f).await else {
+        return Err(missing());
+    };
+    let wait = Duration::from_secs(3600);
+    match index(state, &held, &f.tag, size, wait).await {
+        Some(ix) if ix.hash == hash => Ok((f.clone(), ix)),
+        _ => Err(missing()),
+    }
 }
 
 /// A file range from a `Range: bytes=S-E` (or `S-`) header; the whole
@@ -204,13 +237,13 @@ pub(super) fn unsatisfiable(what: String, size: u64) -> Response {
 /// `GET {cas}/v1|v2/reconstructions/{hash}`.
 pub(super) async fn reconstruction(
     state: &Arc<State>,
-    store: &Store,
+    store: Store,
     file: XetHash,
     v2: bool,
     uri: &Uri,
     headers: &HeaderMap,
 ) -> Result<Response, HubError> {
-    let (_, ix) = located(state, store, file).await?;
+    let (_, ix) = located(state, &store, file).await?;
     let range = match file_range(headers, ix.size) {
         Ok(r) => r,
         Err(r) => return Ok(r),
@@ -223,50 +256,76 @@ pub(super) async fn reconstruction(
         return Ok(unsatisfiable(what, ix.size));
     };
     let base = base_url(state, uri, headers);
-    let tokens = state.tokens.as_ref();
-    let exp = unix_now() + VALID.as_secs();
-    let url = |n: usize| {
-        let path = store.xorb_path(&ix.hash, n);
-        match tokens {
-            Some(t) => {
-                let sig = t.sign(signed_text(store, &ix.hash, n, exp).as_bytes());
-                format!("{base}{path}?exp={exp}&sig={sig}")
-            }
-            None => format!("{base}{path}"),
-        }
+    // A whole file's terms: one per xorb (16,000 for a TB), each URL signed.
+    let work = terms.len().saturating_mul(8);
+    let made = Arc::clone(state);
+    let job = move || {
+        let plan = Plan {
+            store: &store,
+            ix: &ix,
+            base: &base,
+            v2,
+        };
+        plan.json(&made, skip, &terms)
     };
-    let mut fetch = Map::new();
-    let terms_json: Vec<Value> = terms
-        .iter()
-        .map(|t| {
-            let hash = ix.xorbs[t.xorb].hash.hex();
-            let chunks = json!({ "start": t.chunks.start, "end": t.chunks.end });
-            let bytes = json!({ "start": t.bytes.start, "end": t.bytes.end - 1 });
-            let entry = match v2 {
-                true => {
-                    json!({ "url": url(t.xorb), "ranges": [{ "chunks": chunks, "bytes": bytes }] })
-                }
-                false => json!({ "range": chunks, "url": url(t.xorb), "url_range": bytes }),
-            };
-            if let Some(Value::Array(list)) = fetch.get_mut(&hash) {
-                list.push(entry);
-            } else {
-                fetch.insert(hash.clone(), json!([entry]));
-            }
-            json!({ "hash": hash, "unpacked_length": t.unpacked, "range": chunks })
-        })
-        .collect();
-    let body = match v2 {
-        true => json!({ "offset_into_first_range": skip, "terms": terms_json, "xorbs": fetch }),
-        false => {
-            json!({ "offset_into_first_range": skip, "terms": terms_json, "fetch_info": fetch })
-        }
+    let body = match state.cpu.run_sized("a Xet reconstruction", work, job).await {
+        Ok(b) => b,
+        Err(e) => return Err(HubError::Refused(Refusal::from(e).into())),
     };
     let mut r = axum::Json(body).into_response();
     // Its URLs are signed for an hour: no cache keeps them.
     let no_store = HeaderValue::from_static("no-store");
     r.headers_mut().insert(header::CACHE_CONTROL, no_store);
     Ok(r)
+}
+
+/// A reconstruction's answer, as `hf_xet` reads it (v1 or v2).
+struct Plan<'a> {
+    store: &'a Store,
+    ix: &'a Index,
+    base: &'a str,
+    v2: bool,
+}
+
+impl Plan<'_> {
+    /// The `n`th xorb's URL, signed when tokens are in force.
+    fn url(&self, state: &State, n: usize, exp: u64) -> String {
+        let (base, store, hash) = (self.base, self.store, &self.ix.hash);
+        let path = store.xorb_path(hash, n);
+        match &state.tokens {
+            Some(t) => {
+                let sig = t.sign(signed_text(store, hash, n, exp).as_bytes());
+                format!("{base}{path}?exp={exp}&sig={sig}")
+            }
+            None => format!("{base}{path}"),
+        }
+    }
+
+    fn json(&self, state: &State, skip: u64, terms: &[Term]) -> Value {
+        let exp = unix_now() + VALID.as_secs();
+        let mut fetch = Map::new();
+        let terms_json: Vec<Value> = terms
+            .iter()
+            .map(|t| {
+                let hash = self.ix.xorbs[t.xorb].hash.hex();
+                let url = self.url(state, t.xorb, exp);
+                let chunks = json!({ "start": t.chunks.start, "end": t.chunks.end });
+                let bytes = json!({ "start": t.bytes.start, "end": t.bytes.end - 1 });
+                let entry = match self.v2 {
+                    true => json!({ "url": url, "ranges": [{ "chunks": chunks, "bytes": bytes }] }),
+                    false => json!({ "range": chunks, "url": url, "url_range": bytes }),
+                };
+                if let Some(Value::Array(list)) = fetch.get_mut(&hash) {
+                    list.push(entry);
+                } else {
+                    fetch.insert(hash.clone(), json!([entry]));
+                }
+                json!({ "hash": hash, "unpacked_length": t.unpacked, "range": chunks })
+            })
+            .collect();
+        let list = if self.v2 { "xorbs" } else { "fetch_info" };
+        json!({ "offset_into_first_range": skip, "terms": terms_json, list: fetch })
+    }
 }
 
 #[cfg(test)]
@@ -279,11 +338,11 @@ mod tests {
         let c = "0123456789abcdef0123456789abcdef01234567";
         let url = format!("/v1/xet/models/org%2Fname/{c}/v2/reconstructions/{h}");
         assert_eq!(
-            storage_path(Kind::Model, "org/name", c),
+            storage_path(Kind::Model, "org/name", c, None),
             format!("/v1/xet/models/org%2Fname/{c}")
         );
         assert_eq!(
-            storage_path(Kind::Model, "o-1/n_2.v~3", c),
+            storage_path(Kind::Model, "o-1/n_2.v~3", c, None),
             format!("/v1/xet/models/o-1%2Fn_2.v~3/{c}")
         );
         let (store, cas) = parse(&url).unwrap();
@@ -291,6 +350,7 @@ mod tests {
             kind: Kind::Model,
             id: "org/name".to_owned(),
             commit: c.to_owned(),
+            file: None,
         };
         assert_eq!(store, want);
         let xorb = format!("/v1/xet/models/org%2Fname/{c}/xorbs/{h}/2");
@@ -298,6 +358,24 @@ mod tests {
         assert!(matches!(cas, Cas::Reconstruction { v2: true, .. }));
         let x = parse(&format!("/v1/xet/datasets/name/{c}/xorbs/{h}/3")).unwrap();
         assert!(matches!(x.1, Cas::Xorb { n: 3, .. }));
+        // The URLs handed out name the file, its `/` encoded.
+        let named = Store {
+            file: Some("sub/model.safetensors".to_owned()),
+            ..want
+        };
+        let base = storage_path(Kind::Model, "org/name", c, named.file.as_deref());
+        assert_eq!(
+            base,
+            format!("/v1/xet/models/org%2Fname/{c}/sub%2Fmodel.safetensors")
+        );
+        let (store, cas) = parse(&format!("{base}/v1/reconstructions/{h}")).unwrap();
+        assert_eq!(store, named);
+        assert!(matches!(cas, Cas::Reconstruction { v2: false, .. }));
+        let xorb = named.xorb_path(&XetHash::from_hex(&h).unwrap(), 0);
+        assert_eq!(parse(&xorb).unwrap().0, named);
+        // A file called like a route's word is still a file.
+        let (store, _) = parse(&format!("/v1/xet/models/a/{c}/xorbs/xorbs/{h}/1")).unwrap();
+        assert_eq!(store.file.as_deref(), Some("xorbs"));
         for bad in [
             format!("/v1/xet/models/..%2Fetc/{c}/xorbs/{h}/0"),
             format!("/v1/xet/models/a%2Fb%2Fc/{c}/xorbs/{h}/0"),
@@ -306,6 +384,10 @@ mod tests {
             format!("/v1/xet/models/a/{c}/xorbs/{}/0", &h[1..]),
             format!("/v1/xet/spaces/a/{c}/v1/reconstructions/{h}"),
             format!("/v1/xet/models/a/{c}/v3/reconstructions/{h}"),
+            format!("/v1/xet/models/a/{c}/..%2Fx/xorbs/{h}/0"),
+            format!("/v1/xet/models/a/{c}/%2Fx/v1/reconstructions/{h}"),
+            format!("/v1/xet/models/a/{c}/x%2F%2Fy/v1/reconstructions/{h}"),
+            format!("/v1/xet/models/a/{c}/x/y/v1/reconstructions/{h}"),
         ] {
             assert_eq!(parse(&bad), None, "{bad}");
         }

@@ -42,7 +42,7 @@ use super::super::flow::Flow;
 use super::super::handlers::raw_path;
 use super::super::held::Held;
 use super::files::LINKED_FROM;
-use super::{kind_name, with_template, HubError};
+use super::{encode, kind_name, with_template, HubError};
 use crate::server::catalog::repos::Repo;
 use crate::server::xet::chunks::Chunker;
 use crate::server::xet::index::Index;
@@ -134,13 +134,21 @@ async fn build(state: Arc<State>, held: Held, size: u64) -> Result<Index, String
     Ok(ix)
 }
 
-/// The resolve answer's headers for a file with an index.
-pub(super) fn headers(ix: &Index, repo: &Repo, base: &str) -> Vec<(HeaderName, String)> {
+/// The resolve answer's headers for `path`, a file of `repo` with an
+/// index. The token URL names the file, and so does the storage URL it
+/// gives: a replica asked for its reconstruction finds it by name.
+pub(super) fn headers(
+    ix: &Index,
+    repo: &Repo,
+    path: &str,
+    base: &str,
+) -> Vec<(HeaderName, String)> {
     let link = format!(
-        "<{base}/api/{}s/{}/xet-read-token/{}>; rel=\"xet-auth\"",
+        "<{base}/api/{}s/{}/xet-read-token/{}?file={}>; rel=\"xet-auth\"",
         kind_name(repo.kind),
         raw_path(&repo.id),
-        repo.commit
+        repo.commit,
+        encode(path)
     );
     vec![(XET_HASH, ix.hash.hex()), (header::LINK, link)]
 }
@@ -164,7 +172,7 @@ pub(crate) async fn cas(
             (Err(HubError::Route(what)), "other")
         }
         Some((store, Cas::Reconstruction { v2, file })) => {
-            let r = cas::reconstruction(&state, &store, file, v2, &uri, &headers).await;
+            let r = cas::reconstruction(&state, store, file, v2, &uri, &headers).await;
             (r, "/v1/xet/{kind}/{repo}/{commit}/reconstructions")
         }
         Some((store, Cas::Xorb { file, n })) => {

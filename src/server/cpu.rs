@@ -81,6 +81,11 @@ impl CpuPool {
         }
     }
 
+    /// How many jobs run at once.
+    pub(crate) fn jobs(&self) -> usize {
+        self.jobs
+    }
+
     /// Registers the `ztserve_cpu_*` family in the daemon's registry.
     pub(crate) fn register(&self, registry: &Registry) -> prometheus::Result<()> {
         register(

@@ -37,6 +37,8 @@ use std::time::Duration;
 use axum::extract::{Extension, State as AxState};
 use axum::http::{header, HeaderMap, HeaderName, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::future::try_join_all;
 
 use super::super::flow::Flow;
 use super::super::handlers::raw_path;
@@ -44,7 +46,7 @@ use super::super::held::Held;
 use super::files::LINKED_FROM;
 use super::{encode, kind_name, with_template, HubError};
 use crate::server::catalog::repos::Repo;
-use crate::server::xet::chunks::Chunker;
+use crate::server::xet::chunks::{self, Chunker};
 use crate::server::xet::index::Index;
 use crate::server::xet::kept::Found;
 use crate::server::State;
@@ -90,40 +92,21 @@ async fn index(
     }
 }
 
-/// Makes the index of `held` (`size` bytes): its components checked
-/// first, its bytes cut and hashed piece by piece on the CPU pool, the
-/// file's identity checked at the end.
+/// Makes the index of `held` (`size` bytes): its bytes cut and hashed
+/// piece by piece on the CPU pool, while its components are checked
+/// beside it (the index holds hashes only, and is dropped if a check
+/// fails), the file's identity checked after each piece.
 async fn build(state: Arc<State>, held: Held, size: u64) -> Result<Index, String> {
+    let all = 0..size;
+    let check = async {
+        held.check_spans(std::slice::from_ref(&all))
+            .await
+            .map_err(|f| held.refused(f).to_string())
+    };
+    let (checked, chunked) = tokio::join!(check, chunk(&state, &held, size));
+    checked?;
+    let chunker = chunked?;
     let name = held.path().to_owned();
-    if let Err(f) = held.check_spans(std::slice::from_ref(&(0..size))).await {
-        return Err(held.refused(f).to_string());
-    }
-    let mut chunker = Chunker::default();
-    let mut at = 0u64;
-    while at < size {
-        let n = PIECE.min(size - at);
-        let bytes = held
-            .file()
-            .read_async(n as usize, at, None)
-            .await
-            .map_err(|e| format!("{name}: reading bytes {at}..{}: {e}", at + n))?;
-        // Each piece read from the version the index is of.
-        if held.changed() {
-            return Err(format!("{name}: changed while its Xet index was made"));
-        }
-        chunker = state
-            .cpu
-            .wait_turn("the Xet index", move || {
-                chunker.feed(&bytes);
-                chunker
-            })
-            .await
-            .map_err(|e| e.to_string())?;
-        at += n;
-    }
-    if held.changed() {
-        return Err(format!("{name}: changed while its Xet index was made"));
-    }
     // The trees over the chunks: about 1 ms per GiB of file.
     let ix = state
         .cpu
@@ -132,6 +115,62 @@ async fn build(state: Arc<State>, held: Held, size: u64) -> Result<Index, String
         .map_err(|e| e.to_string())?;
     tracing::info!(file = %name, hash = %ix.hash, xorbs = ix.xorbs.len(), "Xet index made");
     Ok(ix)
+}
+
+/// `held`'s chunks, each piece read while the one before is cut.
+async fn chunk(state: &Arc<State>, held: &Held, size: u64) -> Result<Chunker, String> {
+    let name = held.path();
+    let read = |at: u64| async move {
+        if at >= size {
+            return Ok(None);
+        }
+        let n = PIECE.min(size - at);
+        let bytes = held.file().read_async(n as usize, at, None).await;
+        let bytes = bytes.map_err(|e| format!("{name}: reading bytes {at}..{}: {e}", at + n))?;
+        // Each piece read from the version the index is of.
+        match held.changed() {
+            true => Err(format!("{name}: changed while its Xet index was made")),
+            false => Ok(Some(bytes)),
+        }
+    };
+    let mut chunker = Chunker::default();
+    let mut piece = read(0).await?;
+    while let Some(bytes) = piece {
+        let next = chunker.fed() + bytes.len() as u64;
+        let (read_next, cut) = tokio::join!(read(next), cut_piece(state, &mut chunker, bytes));
+        cut?;
+        piece = read_next?;
+    }
+    Ok(chunker)
+}
+
+/// Cuts and hashes one piece of the file, in as many parts at once as
+/// the CPU pool runs jobs.
+async fn cut_piece(state: &Arc<State>, chunker: &mut Chunker, piece: Bytes) -> Result<(), String> {
+    let n = state.cpu.jobs();
+    let searches = chunker.parts(&piece, n).into_iter().map(|part| {
+        let piece = piece.clone();
+        state
+            .cpu
+            .wait_turn("the Xet index", move || chunks::search(&piece, &part))
+    });
+    let found = try_join_all(searches).await.map_err(|e| e.to_string())?;
+    let cut = chunker.choose(&piece, &found.concat());
+    let per_job = cut.ranges.len().div_ceil(n).max(1);
+    let hashing = cut.ranges.chunks(per_job).enumerate().map(|(k, ranges)| {
+        let first = k == 0 && cut.starts_before;
+        let carry = match first {
+            true => chunker.carry().to_vec(),
+            false => Vec::new(),
+        };
+        let (piece, ranges) = (piece.clone(), ranges.to_vec());
+        state.cpu.wait_turn("the Xet index", move || {
+            chunks::hash_chunks(&carry, &piece, &ranges, first)
+        })
+    });
+    let hashes = try_join_all(hashing).await.map_err(|e| e.to_string())?;
+    chunker.absorb(&piece, &cut, &hashes.concat());
+    Ok(())
 }
 
 /// The resolve answer's headers for `path`, a file of `repo` with an

@@ -103,9 +103,8 @@ async fn build(state: Arc<State>, held: Held, size: u64) -> Result<Index, String
             .await
             .map_err(|f| held.refused(f).to_string())
     };
-    let (checked, chunked) = tokio::join!(check, chunk(&state, &held, size));
-    checked?;
-    let chunker = chunked?;
+    // The first failure stops the other.
+    let ((), chunker) = tokio::try_join!(check, chunk(&state, &held, size))?;
     let name = held.path().to_owned();
     // The trees over the chunks: about 1 ms per GiB of file.
     let ix = state

@@ -1,7 +1,8 @@
 //! The background hasher: one task that computes the digests of files
 //! waiting for them, one file at a time, reading at most the configured
 //! rate, except while a request waits for a whole file (then it reads at
-//! full speed, and that file goes first). Components a request hashed
+//! full speed, as many components side by side as there are cores, and
+//! that file goes first). Components a request hashed
 //! itself are not read again. Its reads are awaited on the runtime and
 //! its hashing runs on the blocking pool a piece at a time, so it holds
 //! no thread while it waits for bytes or for its rate.
@@ -145,16 +146,25 @@ fn pick(q: &Queue) -> Option<Arc<Pending>> {
     jobs.remove(at)
 }
 
-/// Every component without a digest, hashed from the file at `rate`
-/// (unless a request waits for a whole file), skipping those a request
-/// already hashed.
+/// Every component without a digest, hashed from the file one at a time
+/// at `rate`, or, once nothing paces them (no rate, or a request waits),
+/// the rest side by side at full speed; those a request already hashed
+/// are not read again.
 async fn hash(job: &Pending, rate: u64, q: &Queue) -> Result<Computed, String> {
     let mut pace = Pace::at(rate);
     let mut out = Computed::new();
-    for (o, r) in job.missing() {
+    let mut names = job.missing();
+    while let Some(name) = names.next() {
         job.running()?;
-        let d = job.digest_of(o, r, q, false, &mut pace).await?;
-        out.insert(o, r, d);
+        if rate == 0 || job.hurried(q) {
+            let rest = std::iter::once(name).chain(names).cloned().collect();
+            for (o, r, d) in job.digests_now(rest, q, false).await? {
+                out.insert(&o, &r, d);
+            }
+            break;
+        }
+        let d = job.digest_of(&name.0, &name.1, q, false, &mut pace).await?;
+        out.insert(&name.0, &name.1, d);
     }
     Ok(out)
 }

@@ -1,6 +1,7 @@
 //! A file listed before its digests are known. The background hasher
-//! fills in its digests one component at a time; a request that needs
-//! only some components hashes those itself, at full speed
+//! fills in its digests one component at a time at its rate, or side by
+//! side at full speed once a request waits; a request that needs only
+//! some components hashes those itself, side by side at full speed
 //! ([`Pending::hash_now`]), and does not wait for the rest of the file.
 //! Each component is hashed once, by whichever gets to it first: its
 //! cell stays locked while it is read.
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt as _;
+use futures_util::{StreamExt as _, TryStreamExt as _};
 use zt_format::atoms::Crc32;
 use zt_format::{Digest, DigestAlgorithm, Hasher as DigestHasher};
 
@@ -20,6 +21,9 @@ use crate::server::integrity::tee::Tee;
 use super::{Entry, Found, Served};
 use crate::server::integrity::digests::{Computed, DigestMetrics};
 use crate::server::store::blob::{feed, Stop};
+
+/// A component's digest, with its object and role.
+pub(crate) type Named = (Arc<str>, Arc<str>, Digest);
 
 /// A served file whose digests are being computed. A request that needs
 /// every digest waits ([`Pending::wait`]); one that needs some hashes
@@ -108,11 +112,40 @@ impl Pending {
             .upgrade()
             .ok_or_else(|| format!("{}: the daemon is shutting down", self.found.path))?;
         let _hurry = Hurry::new(&self.hurry);
-        let mut pace = Pace::full();
-        for (o, r) in self.names.iter().filter(|(o, _)| objects.contains(&**o)) {
-            self.digest_of(o, r, &q, true, &mut pace).await?;
-        }
-        Ok(())
+        let names = self.names.iter().filter(|(o, _)| objects.contains(&**o));
+        let names = names.cloned().collect();
+        self.digests_now(names, &q, true).await.map(drop)
+    }
+
+    /// The digests of `names`, hashed at full speed, as many components
+    /// side by side as there are cores (each read a piece at a time and
+    /// hashed on the blocking pool): a file's hashing is never one core's
+    /// work while a request waits for it.
+    pub(crate) async fn digests_now(
+        &self,
+        names: Vec<(Arc<str>, Arc<str>)>,
+        q: &Queue,
+        keep: bool,
+    ) -> Result<Vec<Named>, String> {
+        let width = std::thread::available_parallelism().map_or(2, usize::from);
+        let one = |(o, r): (Arc<str>, Arc<str>)| async move {
+            let mut pace = Pace::full();
+            let d = self.digest_of(&o, &r, q, keep, &mut pace).await?;
+            Ok::<_, String>((o, r, d))
+        };
+        futures_util::stream::iter(names)
+            .map(one)
+            .buffered(width)
+            .try_collect()
+            .await
+    }
+
+    /// Whether a request waits for this file's digests, or for another's
+    /// (nothing paces the hashing then).
+    pub(crate) fn hurried(&self, q: &Queue) -> bool {
+        self.wanted.load(Ordering::SeqCst)
+            || self.hurry.load(Ordering::SeqCst) > 0
+            || q.urgent.load(Ordering::SeqCst) > 0
     }
 
     /// Every digest computed so far (not waiting for one being computed).
@@ -292,11 +325,8 @@ impl Pace {
         }
         let due = Duration::from_secs_f64(self.read as f64 / self.rate as f64);
         loop {
-            let hurried = job.wanted.load(Ordering::SeqCst)
-                || job.hurry.load(Ordering::SeqCst) > 0
-                || q.urgent.load(Ordering::SeqCst) > 0;
             match due.checked_sub(self.started.elapsed()) {
-                Some(ahead) if !hurried && !ahead.is_zero() => {
+                Some(ahead) if !job.hurried(q) && !ahead.is_zero() => {
                     job.running()?;
                     tokio::time::sleep(ahead.min(Duration::from_millis(250))).await;
                 }

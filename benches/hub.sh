@@ -18,6 +18,7 @@
 # The Hub client's time is taken around its call (its Python start and
 # import, about 0.3 s, are not); the process's whole time is printed too.
 # Usage: benches/hub.sh [ROUNDS]   (needs nginx, curl, a Rust toolchain)
+#   ZT_DAEMON_BIN=PATH serves from another build (A/B runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benches/support/nginx.sh
@@ -35,7 +36,7 @@ chmod -R a+rX "$data"
 zport=17095; nport=17096
 state=$(mktemp -d)
 printf 'root = "/unused"\n[digests]\nrate_mib_s = 0\n' > "$state/c.toml"
-target/release/ztserve --config "$state/c.toml" --root "$data/root" --listen 127.0.0.1:$zport \
+"${ZT_DAEMON_BIN:-target/release/ztserve}" --config "$state/c.toml" --root "$data/root" --listen 127.0.0.1:$zport \
     --state-dir "$state" --log-level warn --no-quic &
 zpid=$!
 nginx_start "$data" $nport "location / { root $data/root; }"

@@ -59,6 +59,7 @@ impl Hasher {
             algorithm,
             metrics,
             background,
+            turns: tokio::sync::Semaphore::new(Queue::width()),
         });
         Hasher {
             queue,
@@ -147,24 +148,28 @@ fn pick(q: &Queue) -> Option<Arc<Pending>> {
 }
 
 /// Every component without a digest, hashed from the file one at a time
-/// at `rate`, or, once nothing paces them (no rate, or a request waits),
-/// the rest side by side at full speed; those a request already hashed
-/// are not read again.
+/// at `rate`, or, while nothing paces them (no rate, or a request waits),
+/// as many side by side as there are cores (the hurry looked at again
+/// after each such batch); those a request already hashed are not read
+/// again.
 async fn hash(job: &Pending, rate: u64, q: &Queue) -> Result<Computed, String> {
     let mut pace = Pace::at(rate);
     let mut out = Computed::new();
-    let mut names = job.missing();
-    while let Some(name) = names.next() {
+    let names: Vec<(Arc<str>, Arc<str>)> = job.missing().cloned().collect();
+    let mut rest = names.as_slice();
+    while let Some(name) = rest.first() {
         job.running()?;
         if rate == 0 || job.hurried(q) {
-            let rest = std::iter::once(name).chain(names).cloned().collect();
-            for (o, r, d) in job.digests_now(rest, q, false).await? {
+            let (batch, after) = rest.split_at(Queue::width().min(rest.len()));
+            for (o, r, d) in job.digests_now(batch.to_vec(), q, false).await? {
                 out.insert(&o, &r, d);
             }
-            break;
+            rest = after;
+            continue;
         }
         let d = job.digest_of(&name.0, &name.1, q, false, &mut pace).await?;
         out.insert(&name.0, &name.1, d);
+        rest = &rest[1..];
     }
     Ok(out)
 }

@@ -117,25 +117,26 @@ impl Pending {
         self.digests_now(names, &q, true).await.map(drop)
     }
 
-    /// The digests of `names`, hashed at full speed, as many components
-    /// side by side as there are cores (each read a piece at a time and
-    /// hashed on the blocking pool): a file's hashing is never one core's
-    /// work while a request waits for it.
+    /// The digests of `names`, hashed at full speed, side by side as the
+    /// queue's turns allow (one per core, the whole daemon together: each
+    /// component read a piece at a time and hashed on the blocking pool),
+    /// in any order: a file's hashing is not one core's work while a
+    /// request waits for it, nor more than the cores' however many wait.
     pub(crate) async fn digests_now(
         &self,
         names: Vec<(Arc<str>, Arc<str>)>,
         q: &Queue,
         keep: bool,
     ) -> Result<Vec<Named>, String> {
-        let width = std::thread::available_parallelism().map_or(2, usize::from);
         let one = |(o, r): (Arc<str>, Arc<str>)| async move {
+            let _turn = q.turns.acquire().await.map_err(|e| e.to_string())?;
             let mut pace = Pace::full();
             let d = self.digest_of(&o, &r, q, keep, &mut pace).await?;
             Ok::<_, String>((o, r, d))
         };
         futures_util::stream::iter(names)
             .map(one)
-            .buffered(width)
+            .buffer_unordered(Queue::width())
             .try_collect()
             .await
     }
@@ -286,6 +287,16 @@ pub(crate) struct Queue {
     /// object-storage root by default: every replica would download
     /// every object).
     pub(crate) background: bool,
+    /// Components hashed at full speed at once, the whole daemon together
+    /// ([`Pending::digests_now`]): one per core.
+    pub(crate) turns: tokio::sync::Semaphore,
+}
+
+impl Queue {
+    /// How many components are hashed side by side at most.
+    pub(crate) fn width() -> usize {
+        std::thread::available_parallelism().map_or(2, usize::from)
+    }
 }
 
 /// How a hashing paces its reads: a request's at full speed, the

@@ -121,6 +121,17 @@ impl Index {
         span.end - span.start + HEADER * u64::from(chunks.end - chunks.start)
     }
 
+    /// How many terms [`Index::reconstruction`] gives `range`: the xorbs
+    /// it touches (0 for a range that starts at or past the end).
+    pub(crate) fn terms_in(&self, range: &Range<u64>) -> usize {
+        let end = range.end.min(self.size);
+        if range.start >= end {
+            return 0;
+        }
+        let first = self.xorb_of(self.chunk_at(range.start));
+        self.xorb_of(self.chunk_at(end - 1)) - first + 1
+    }
+
     /// What makes bytes `range` of the file (end exclusive, clipped to the
     /// file): the runs of chunks, xorb by xorb, and where the range starts
     /// in the first; `None` for a range that starts at or past the end.
@@ -256,6 +267,9 @@ mod tests {
         let (skip, terms) = ix.reconstruction(at - 5..at + 5).unwrap();
         assert_eq!(skip, (128 << 10) - 5);
         assert_eq!(terms.iter().map(|t| t.xorb).collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(ix.terms_in(&(at - 5..at + 5)), 2);
+        assert_eq!(ix.terms_in(&(0..u64::MAX)), ix.xorbs.len());
+        assert_eq!(ix.terms_in(&(u64::MAX - 1..u64::MAX)), 0);
         // Chunks numbered within their xorb.
         assert_eq!(
             (terms[0].chunks.clone(), terms[1].chunks.clone()),

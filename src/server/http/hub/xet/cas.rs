@@ -3,7 +3,6 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -12,7 +11,7 @@ use serde_json::{json, Map, Value};
 use super::super::files::{open, Opened, LINKED_FROM};
 use super::super::path::safe_part;
 use super::super::{base_url, kind_name, repos, storage_path, unix_now, HubError};
-use super::{index, VALID};
+use super::{index_now, VALID};
 use crate::server::catalog::repos::{Kind, RepoFile};
 use crate::server::serve::Refusal;
 use crate::server::xet::hashes::XetHash;
@@ -54,8 +53,13 @@ fn decoded(segment: &str, parts: std::ops::RangeInclusive<usize>) -> Option<Stri
     ok.then(|| text.into_owned())
 }
 
-/// Parts of a file's path at most (the resolve route's own bound).
+/// Parts of a file's path at most, in a storage URL (deeper than any
+/// file the root's listing finds).
 const FILE_PARTS: usize = 64;
+
+/// Terms of one reconstruction at most: 16 GiB of the file, about 5 MB
+/// of JSON (`hf_xet` asks 8 GiB at most at once).
+const MAX_TERMS: usize = 16 << 10;
 
 /// A storage URL's parts: whose storage, and the request.
 pub(super) fn parse(path: &str) -> Option<(Store, Cas)> {
@@ -188,13 +192,23 @@ pub(super) async fn located(
             return Ok((f.clone(), Arc::clone(ix)));
         }
     }
-    let Ok(Opened::Now(held, size)) = open(state, f).await else {
-        return Err(missing());
+    let (held, size) = match open(state, f).await? {
+        Opened::Now(held, size) => (held, size),
+        Opened::Changed => {
+            return Err(HubError::Revision(format!(
+                "{}: changed since its Xet index was made; download again",
+                f.rel
+            )))
+        }
     };
-    let wait = Duration::from_secs(3600);
-    match index(state, &held, &f.tag, size, wait).await {
-        Some(ix) if ix.hash == hash => Ok((f.clone(), ix)),
-        _ => Err(missing()),
+    // The file named, but its index not made (a refused component, a
+    // change under it): the daemon's refusal, not a missing file.
+    let ix = index_now(state, &held, &f.tag, size)
+        .await
+        .map_err(|why| HubError::Refused(Refusal::Unavailable(why).into()))?;
+    match ix.hash == hash {
+        true => Ok((f.clone(), ix)),
+        false => Err(missing()),
     }
 }
 
@@ -234,6 +248,21 @@ pub(super) fn unsatisfiable(what: String, size: u64) -> Response {
     r
 }
 
+/// One term per xorb of 1 MiB, each with its URL: `hf_xet` asks 256 MiB
+/// to 8 GiB at a time; a larger range would build JSON without end.
+fn within_terms(ix: &Index, range: &Range<u64>) -> Result<(), HubError> {
+    if ix.terms_in(range) <= MAX_TERMS {
+        return Ok(());
+    }
+    let what = format!(
+        "bytes {}..{} of the file with Xet hash {}: ask for at most {MAX_TERMS} MiB in one reconstruction",
+        range.start,
+        range.end.min(ix.size),
+        ix.hash,
+    );
+    Err(HubError::Refused(Refusal::TooLarge(what).into()))
+}
+
 /// `GET {cas}/v1|v2/reconstructions/{hash}`.
 pub(super) async fn reconstruction(
     state: &Arc<State>,
@@ -248,6 +277,7 @@ pub(super) async fn reconstruction(
         Ok(r) => r,
         Err(r) => return Ok(r),
     };
+    within_terms(&ix, &range)?;
     let Some((skip, terms)) = ix.reconstruction(range.clone()) else {
         let what = format!(
             "bytes {}.. are past the end of the file ({} bytes)",
@@ -256,7 +286,6 @@ pub(super) async fn reconstruction(
         return Ok(unsatisfiable(what, ix.size));
     };
     let base = base_url(state, uri, headers);
-    // A whole file's terms: one per xorb (16,000 for a TB), each URL signed.
     let work = terms.len().saturating_mul(8);
     let made = Arc::clone(state);
     let job = move || {
@@ -391,6 +420,26 @@ mod tests {
         ] {
             assert_eq!(parse(&bad), None, "{bad}");
         }
+    }
+
+    /// A reconstruction of more than [`MAX_TERMS`] xorbs is refused.
+    #[test]
+    fn reconstructions_are_bounded() {
+        use crate::server::xet::chunks::Chunk;
+        // Seven chunks of 128 KiB fill a xorb.
+        let n = (MAX_TERMS + 1) * 7;
+        let chunks = (0..n as u32)
+            .map(|i| Chunk {
+                hash: XetHash::of_chunk(&i.to_le_bytes()),
+                len: 128 << 10,
+            })
+            .collect();
+        let ix = Index::of(chunks);
+        assert_eq!(ix.xorbs.len(), MAX_TERMS + 1);
+        assert!(within_terms(&ix, &(0..u64::MAX)).is_err());
+        let cut = 7 * (128 << 10);
+        assert!(within_terms(&ix, &(cut..u64::MAX)).is_ok());
+        assert!(within_terms(&ix, &(0..ix.size - cut)).is_ok());
     }
 
     #[test]

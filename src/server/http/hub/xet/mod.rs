@@ -4,15 +4,17 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `HEAD /{repo}/resolve/...` | `X-Xet-Hash` and `Link: <token URL>; rel="xet-auth"` added |
-//! | `GET /api/models/{repo}/xet-read-token/{revision}` | the storage URL (`X-Xet-Cas-Url`, `casUrl`) and a token for it (`api.rs`) |
+//! | `HEAD /{repo}/resolve/...` | `X-Xet-Hash` and `Link: <token URL naming the file>; rel="xet-auth"` added |
+//! | `GET /api/models/{repo}/xet-read-token/{revision}?file={path}` | the storage URL (`X-Xet-Cas-Url`, `casUrl`) and a token for it (`api.rs`) |
 //! | `GET {cas}/v1\|v2/reconstructions/{hash}` (`Range` over the file) | the xorbs' byte ranges that make the file |
 //! | `GET {cas}/xorbs/{file hash}/{n}` (`Range`) | the file's `n`th xorb's chunks, each behind its header |
 //! | `POST /v1/telemetry` | `hf_xet`'s report of a download: `204`, dropped unread |
 //!
-//! where `{cas}` is `/v1/xet/{models|datasets}/{repo id}/{commit}`: a
-//! reconstruction names the commit it was made at, and fails once the
-//! repository moved on. A file's index (its chunks, cut and hashed as the
+//! where `{cas}` is `/v1/xet/{models|datasets}/{repo id}/{commit}/{path}`
+//! (the path one segment; without it when the token route named no
+//! file): a reconstruction names the commit it was made at, and fails
+//! once the repository moved on, and the file it is of, which any
+//! replica finds by name. A file's index (its chunks, cut and hashed as the
 //! Hub cuts them: the same file has the same hash here and there) is made
 //! once per version in the background ([`crate::server::xet`]); until it
 //! is, the file goes out over plain HTTP. A xorb's bytes are the file's,
@@ -59,6 +61,10 @@ const VALID: Duration = Duration::from_secs(3600);
 /// Bytes of a file read at once while its index is made.
 const PIECE: u64 = 8 << 20;
 
+/// Parts a piece is cut in at most, each a job of the CPU pool: an index
+/// never takes more than this many of its turns (nor queues more).
+const PARTS: usize = 8;
+
 /// The file's Xet index, when the Xet protocol is offered for it and the
 /// index is made (or is made within `hub.xet_wait_ms`).
 pub(super) async fn offer(
@@ -89,6 +95,22 @@ async fn index(
             tracing::warn!(file = %held.path(), reason = %why, "no Xet index; the file goes out over plain HTTP");
             None
         }
+    }
+}
+
+/// The index of `held`, kept or made now (waiting as long as it takes),
+/// or why it cannot be made.
+pub(super) async fn index_now(
+    state: &Arc<State>,
+    held: &Held,
+    tag: &str,
+    size: u64,
+) -> Result<Arc<Index>, String> {
+    let make = build(Arc::clone(state), held.clone(), size);
+    match state.xet.get(tag, Duration::from_secs(3600), make).await {
+        Found::Ready(ix) => Ok(ix),
+        Found::Later => Err(format!("{}: its Xet index is not made yet", held.path())),
+        Found::Failed(why) => Err(why),
     }
 }
 
@@ -125,7 +147,11 @@ async fn chunk(state: &Arc<State>, held: &Held, size: u64) -> Result<Chunker, St
         }
         let n = PIECE.min(size - at);
         let bytes = held.file().read_async(n as usize, at, None).await;
-        let bytes = bytes.map_err(|e| format!("{name}: reading bytes {at}..{}: {e}", at + n))?;
+        let what = || format!("{name}: reading bytes {at}..{}", at + n);
+        let bytes = bytes.map_err(|e| format!("{}: {e}", what()))?;
+        if bytes.len() as u64 != n {
+            return Err(format!("{}: {} bytes came", what(), bytes.len()));
+        }
         // Each piece read from the version the index is of.
         match held.changed() {
             true => Err(format!("{name}: changed while its Xet index was made")),
@@ -144,9 +170,9 @@ async fn chunk(state: &Arc<State>, held: &Held, size: u64) -> Result<Chunker, St
 }
 
 /// Cuts and hashes one piece of the file, in as many parts at once as
-/// the CPU pool runs jobs.
+/// the CPU pool runs jobs ([`PARTS`] at most).
 async fn cut_piece(state: &Arc<State>, chunker: &mut Chunker, piece: Bytes) -> Result<(), String> {
-    let n = state.cpu.jobs();
+    let n = state.cpu.jobs().min(PARTS);
     let searches = chunker.parts(&piece, n).into_iter().map(|part| {
         let piece = piece.clone();
         state

@@ -107,13 +107,8 @@ pub(super) fn parse(path: &str) -> Option<(Store, Cas)> {
 /// What a xorb URL's signature signs: the xorb, as its URL names it
 /// once parsed (a proxy may re-encode the path), and the expiry.
 fn signed_text(store: &Store, hash: &XetHash, n: usize, exp: u64) -> String {
-    let Store {
-        kind,
-        id,
-        commit,
-        file,
-    } = store;
-    let file = file.as_deref().unwrap_or_default();
+    let (kind, id, commit) = (store.kind, &store.id, &store.commit);
+    let file = store.file.as_deref().unwrap_or_default();
     format!("xorb\n{kind:?}\n{id}\n{commit}\n{file}\n{hash}\n{n}\n{exp}")
 }
 

@@ -8,7 +8,9 @@
 # file's digests (sha256, computed by the daemon for a safetensors file)
 # are being computed, and once they are (its manifest asked for first,
 # which waits for them, as a daemon that served the file has them).
-# Each round starts a fresh daemon (no checks in the background). Prints medians and ratios. Not part
+# Each round starts a fresh daemon (no checks in the background), and
+# every HEAD must name the hash hash_files gives the file (about 16,000
+# chunks cut and hashed as the reference does). Prints medians and ratios. Not part
 # of .ci/run.
 # Usage: benches/xet_index.sh [ROUNDS]
 #   ZT_DAEMON_BIN=PATH serves from another build (A/B runs).
@@ -47,12 +49,15 @@ start() {
     echo "the daemon did not start" >&2; exit 1
 }
 stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; }
-head_s() {  # seconds for the HEAD, and that it named a Xet hash
-    local t0 h
+# The reference's hash of the file: every HEAD must name the same.
+want=$(.venv/bin/python -c "import hf_xet; print(hf_xet.hash_files(['$file'])[0].hash)")
+head_s() {  # seconds for the HEAD, which must name the reference's hash
+    local t0 h got
     t0=$(date +%s.%N)
     h=$(curl -sfIL "http://127.0.0.1:$port$url")
     python3 -c "print(round($(date +%s.%N) - $t0, 4))"
-    grep -qi '^x-xet-hash' <<<"$h" || { echo "no Xet hash in the HEAD" >&2; exit 1; }
+    got=$(grep -i '^x-xet-hash' <<<"$h" | tr -d '\r' | awk '{print $2}')
+    [ "$got" = "$want" ] || { echo "the HEAD's Xet hash ${got:-(none)} is not hash_files' $want" >&2; exit 1; }
 }
 
 fresh=; checked=; peer=

@@ -3,7 +3,8 @@
 //! used go first: a download in progress keeps its index). An index is
 //! made once per version, whoever asks: the first request starts it in
 //! the background and every request waits for the same one, each as long
-//! as it chooses ([`Kept::get`]); at most [`BUILDS`] are made at once.
+//! as it chooses ([`Kept::get`]); at most [`BUILDS`] are made at once,
+//! and at most [`QUEUED`] started and not yet made.
 //! Which version has which file hash is remembered longer (up to
 //! [`NAMES`] of them), so that an index dropped is made again for its own
 //! file, not looked for.
@@ -20,6 +21,12 @@ use super::index::Index;
 
 /// Indexes made at once (each reads a whole file).
 const BUILDS: usize = 2;
+
+/// Indexes started and not yet made, at most ([`BUILDS`] of them being
+/// made, the rest waiting, each holding its file open): past it no other
+/// is started (its file goes out over plain HTTP), however many files
+/// clients ask about.
+pub(crate) const QUEUED: usize = 16;
 
 /// File hashes remembered with their versions' tags.
 const NAMES: usize = 100_000;
@@ -51,6 +58,8 @@ struct Inner {
     by_tag: HashMap<String, watch::Receiver<Made>>,
     /// Tags of the indexes made (kept or since dropped), by file hash.
     by_hash: HashMap<XetHash, String>,
+    /// Indexes started and not yet made.
+    unsettled: usize,
     /// Tags of the indexes made, oldest first, with their weights.
     order: VecDeque<(String, u64)>,
     bytes: u64,
@@ -65,6 +74,8 @@ pub(crate) enum Found {
     /// The making failed (the file changed or could not be read); the
     /// next request makes it again.
     Failed(String),
+    /// Not started: [`QUEUED`] others are started and not yet made.
+    Busy,
 }
 
 impl Kept {
@@ -89,9 +100,11 @@ impl Kept {
                     inner.touch(tag);
                     rx
                 }
+                None if inner.unsettled >= QUEUED => return Found::Busy,
                 None => {
                     let (tx, rx) = watch::channel(None);
                     inner.by_tag.insert(tag.to_owned(), rx.clone());
+                    inner.unsettled += 1;
                     drop(inner);
                     self.start(tag.to_owned(), tx, make);
                     rx
@@ -155,6 +168,7 @@ impl Kept {
     /// forgets a failed one.
     fn settle(&self, tag: &str, made: &Result<Arc<Index>, String>) {
         let mut inner = self.lock();
+        inner.unsettled = inner.unsettled.saturating_sub(1);
         let ix = match made {
             Ok(ix) => ix,
             Err(_) => {
@@ -253,6 +267,57 @@ mod tests {
         assert!(matches!(failed, Found::Failed(e) if e == "gone"));
         assert!(matches!(
             kept.get("d", wait, make(4)).await,
+            Found::Ready(_)
+        ));
+    }
+
+    /// No more than [`QUEUED`] indexes are started and not yet made: the
+    /// next file is not started until one is.
+    #[tokio::test]
+    async fn indexes_started_are_bounded() {
+        let kept = Arc::new(Kept::new(u64::MAX));
+        let (go, _) = tokio::sync::broadcast::channel::<()>(1);
+        let held = |seed: u8| {
+            let mut rx = go.subscribe();
+            async move {
+                let _ = rx.recv().await;
+                Ok(index(seed, 10))
+            }
+        };
+        for i in 0..QUEUED {
+            let tag = format!("t{i}");
+            assert!(matches!(
+                kept.get(&tag, Duration::ZERO, held(i as u8)).await,
+                Found::Later
+            ));
+        }
+        let busy = kept.get("one more", Duration::ZERO, held(99)).await;
+        assert!(matches!(busy, Found::Busy));
+        // One already started is still waited for, not refused.
+        assert!(matches!(
+            kept.get("t0", Duration::ZERO, held(0)).await,
+            Found::Later
+        ));
+        let _ = go.send(());
+        let wait = Duration::from_secs(5);
+        assert!(matches!(
+            kept.get("t0", wait, held(0)).await,
+            Found::Ready(_)
+        ));
+        let mut made = 0;
+        for _ in 0..100 {
+            made = (0..QUEUED)
+                .filter(|i| matches!(kept.by_hash(&index(*i as u8, 10).hash), Some((_, Some(_)))))
+                .count();
+            if made == QUEUED {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(made, QUEUED);
+        assert!(matches!(
+            kept.get("one more", wait, async { Ok(index(99, 10)) })
+                .await,
             Found::Ready(_)
         ));
     }

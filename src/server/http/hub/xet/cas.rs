@@ -197,10 +197,9 @@ pub(super) async fn located(
         }
     };
     // The file named, but its index not made (a refused component, a
-    // change under it): the daemon's refusal, not a missing file.
-    let ix = index_now(state, &held, &f.tag, size)
-        .await
-        .map_err(|why| HubError::Refused(Refusal::Unavailable(why).into()))?;
+    // change under it, too many being made): the daemon's refusal, not a
+    // missing file.
+    let ix = index_now(state, &held, &f.tag, size).await?;
     match ix.hash == hash {
         true => Ok((f.clone(), ix)),
         false => Err(missing()),

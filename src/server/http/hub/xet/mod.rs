@@ -48,9 +48,10 @@ use super::super::held::Held;
 use super::files::LINKED_FROM;
 use super::{encode, kind_name, with_template, HubError};
 use crate::server::catalog::repos::Repo;
+use crate::server::serve::Refusal;
 use crate::server::xet::chunks::{self, Chunker};
 use crate::server::xet::index::Index;
-use crate::server::xet::kept::Found;
+use crate::server::xet::kept::{Found, QUEUED};
 use crate::server::State;
 
 pub(super) const XET_HASH: HeaderName = HeaderName::from_static("x-xet-hash");
@@ -91,6 +92,10 @@ async fn index(
     match state.xet.get(tag, wait, make).await {
         Found::Ready(ix) => Some(ix),
         Found::Later => None,
+        Found::Busy => {
+            tracing::debug!(file = %held.path(), "no Xet index started: others wait; the file goes out over plain HTTP");
+            None
+        }
         Found::Failed(why) => {
             tracing::warn!(file = %held.path(), reason = %why, "no Xet index; the file goes out over plain HTTP");
             None
@@ -99,18 +104,26 @@ async fn index(
 }
 
 /// The index of `held`, kept or made now (waiting as long as it takes),
-/// or why it cannot be made.
+/// or the daemon's refusal: busy (retry), or why it cannot be made.
 pub(super) async fn index_now(
     state: &Arc<State>,
     held: &Held,
     tag: &str,
     size: u64,
-) -> Result<Arc<Index>, String> {
+) -> Result<Arc<Index>, HubError> {
     let make = build(Arc::clone(state), held.clone(), size);
+    let refused = |r: Refusal| Err(HubError::Refused(r.into()));
     match state.xet.get(tag, Duration::from_secs(3600), make).await {
         Found::Ready(ix) => Ok(ix),
-        Found::Later => Err(format!("{}: its Xet index is not made yet", held.path())),
-        Found::Failed(why) => Err(why),
+        Found::Busy => refused(Refusal::Busy(format!(
+            "{}: {QUEUED} Xet indexes are being made; retry shortly",
+            held.path()
+        ))),
+        Found::Later => refused(Refusal::Unavailable(format!(
+            "{}: its Xet index is not made yet",
+            held.path()
+        ))),
+        Found::Failed(why) => refused(Refusal::Unavailable(why)),
     }
 }
 

@@ -52,6 +52,7 @@ impl Hasher {
         metrics: Arc<DigestMetrics>,
         settle: Settle,
     ) -> Hasher {
+        let width = std::thread::available_parallelism().map_or(2, usize::from);
         let queue = Arc::new(Queue {
             jobs: Mutex::default(),
             ready: tokio::sync::Notify::new(),
@@ -59,7 +60,8 @@ impl Hasher {
             algorithm,
             metrics,
             background,
-            turns: tokio::sync::Semaphore::new(Queue::width()),
+            width,
+            turns: tokio::sync::Semaphore::new(width),
         });
         Hasher {
             queue,
@@ -160,7 +162,7 @@ async fn hash(job: &Pending, rate: u64, q: &Queue) -> Result<Computed, String> {
     while let Some(name) = rest.first() {
         job.running()?;
         if rate == 0 || job.hurried(q) {
-            let (batch, after) = rest.split_at(Queue::width().min(rest.len()));
+            let (batch, after) = rest.split_at(q.width.min(rest.len()));
             for (o, r, d) in job.digests_now(batch.to_vec(), q, false).await? {
                 out.insert(&o, &r, d);
             }

@@ -136,7 +136,7 @@ impl Pending {
         };
         futures_util::stream::iter(names)
             .map(one)
-            .buffer_unordered(Queue::width())
+            .buffer_unordered(q.width)
             .try_collect()
             .await
     }
@@ -289,14 +289,9 @@ pub(crate) struct Queue {
     pub(crate) background: bool,
     /// Components hashed at full speed at once, the whole daemon together
     /// ([`Pending::digests_now`]): one per core.
+    pub(crate) width: usize,
+    /// One turn per component being so hashed: `width` of them.
     pub(crate) turns: tokio::sync::Semaphore,
-}
-
-impl Queue {
-    /// How many components are hashed side by side at most.
-    pub(crate) fn width() -> usize {
-        std::thread::available_parallelism().map_or(2, usize::from)
-    }
 }
 
 /// How a hashing paces its reads: a request's at full speed, the

@@ -78,16 +78,6 @@ pub(super) async fn offer(
         return None;
     }
     let wait = Duration::from_millis(state.config.hub.xet_wait_ms);
-    index(state, held, tag, size, wait).await
-}
-
-async fn index(
-    state: &Arc<State>,
-    held: &Held,
-    tag: &str,
-    size: u64,
-    wait: Duration,
-) -> Option<Arc<Index>> {
     let make = build(Arc::clone(state), held.clone(), size);
     match state.xet.get(tag, wait, make).await {
         Found::Ready(ix) => Some(ix),

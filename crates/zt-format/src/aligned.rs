@@ -12,13 +12,17 @@
 //! heap, so a buffer whose bytes arrive in order is built as a
 //! [`Filling`] instead: the vector is allocated with room for them and
 //! only its few bytes of slack are written before they are appended.
+//! Buffers of 2 MiB or more are a mapping of their own instead of a heap
+//! vector, on huge pages where the kernel has them (the `backing` module
+//! says why); they start on a page, with no slack.
 //!
-//! Every byte of the view is initialized: the vector's length always
-//! reaches past it (`bytes.len() >= start + len`); room past that is
-//! zeroed when a reuse takes it.
+//! Every byte of the view is initialized: the bytes in use always reach
+//! past it (`bytes.len() >= start + len`); room past that is zeroed when a
+//! reuse takes it.
 
 use std::fmt;
 
+use crate::backing::Backing;
 use crate::error::Rule;
 
 /// The alignment of every component blob, and of every buffer we hand out.
@@ -33,7 +37,7 @@ pub const PAGE_ALIGNED_FROM: usize = 1 << 20;
 /// An owned byte buffer that starts on a 64-byte boundary (a page
 /// boundary from [`PAGE_ALIGNED_FROM`] bytes on).
 pub struct AlignedBuf {
-    bytes: Vec<u8>,
+    bytes: Backing,
     /// Where the aligned view starts in `bytes`.
     start: usize,
     len: usize,
@@ -91,8 +95,7 @@ impl AlignedBuf {
     /// the memory cannot be had.
     pub fn zeroed(len: u64) -> Result<Self, Rule> {
         let (len, align, total) = layout(len)?;
-        let bytes =
-            bytemuck::allocation::try_zeroed_vec::<u8>(total).map_err(|()| too_big(len as u64))?;
+        let bytes = Backing::zeroed(total).ok_or_else(|| too_big(len as u64))?;
         let start = boundary(bytes.as_ptr(), align);
         Ok(AlignedBuf {
             bytes,
@@ -115,14 +118,11 @@ impl AlignedBuf {
     /// memory cannot be had.
     pub fn filling(len: u64) -> Result<Filling, Rule> {
         let (len, align, total) = layout(len)?;
-        let mut bytes = Vec::new();
-        bytes
-            .try_reserve_exact(total)
-            .map_err(|_| too_big(len as u64))?;
+        let mut bytes = Backing::with_capacity(total).ok_or_else(|| too_big(len as u64))?;
         // The boundary of the allocation, which appending within its
         // capacity never moves; the slack before it is written once.
         let start = boundary(bytes.as_ptr(), align);
-        bytes.resize(start, 0);
+        bytes.zero_to(start);
         Ok(Filling {
             buf: AlignedBuf {
                 bytes,
@@ -155,6 +155,7 @@ impl AlignedBuf {
     pub fn as_slice(&self) -> &[u8] {
         debug_assert!(self.bytes.len() >= self.start.saturating_add(self.len));
         self.bytes
+            .as_slice()
             .get(self.start..self.start.saturating_add(self.len))
             .unwrap_or_default()
     }
@@ -162,6 +163,7 @@ impl AlignedBuf {
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         let (start, len) = (self.start, self.len);
         self.bytes
+            .as_mut_slice()
             .get_mut(start..start.saturating_add(len))
             .unwrap_or_default()
     }
@@ -194,10 +196,7 @@ impl AlignedBuf {
         }
         // Bytes never written (a filled buffer's room past its length) are
         // zeroed now, within the allocation.
-        let end = self.start.saturating_add(len);
-        if self.bytes.len() < end {
-            self.bytes.resize(end, 0);
-        }
+        self.bytes.zero_to(self.start.saturating_add(len));
         self.len = len;
         true
     }
@@ -226,7 +225,11 @@ pub struct Filling {
 impl Filling {
     /// The bytes appended so far.
     pub fn filled(&self) -> &[u8] {
-        self.buf.bytes.get(self.buf.start..).unwrap_or_default()
+        self.buf
+            .bytes
+            .as_slice()
+            .get(self.buf.start..)
+            .unwrap_or_default()
     }
 
     /// How many bytes are still to come.
@@ -238,8 +241,7 @@ impl Filling {
     /// that was.
     pub fn extend(&mut self, data: &[u8]) -> usize {
         let take = data.get(..self.remaining()).unwrap_or(data);
-        self.buf.bytes.extend_from_slice(take);
-        take.len()
+        self.buf.bytes.extend(take)
     }
 
     /// The buffer, once all of its bytes are in; itself otherwise.
@@ -264,7 +266,7 @@ impl Default for AlignedBuf {
     /// An empty buffer (63 bytes of slack, so that even its view is aligned).
     fn default() -> Self {
         AlignedBuf::zeroed(0).unwrap_or(AlignedBuf {
-            bytes: Vec::new(),
+            bytes: Backing::new(),
             start: 0,
             len: 0,
             align: ALIGNMENT as usize,
@@ -276,10 +278,16 @@ impl Clone for AlignedBuf {
     /// A copy in a new allocation, on its own boundary (never zeroed
     /// first).
     fn clone(&self) -> Self {
-        let mut bytes = Vec::with_capacity(self.len.saturating_add(self.align.saturating_sub(1)));
+        let total = self.len.saturating_add(self.align.saturating_sub(1));
+        let Some(mut bytes) = Backing::with_capacity(total) else {
+            // As a vector's clone does when the memory cannot be had.
+            let layout = std::alloc::Layout::array::<u8>(total)
+                .unwrap_or_else(|_| std::alloc::Layout::new::<u8>());
+            std::alloc::handle_alloc_error(layout)
+        };
         let start = boundary(bytes.as_ptr(), self.align);
-        bytes.resize(start, 0);
-        bytes.extend_from_slice(self.as_slice());
+        bytes.zero_to(start);
+        bytes.extend(self.as_slice());
         AlignedBuf {
             bytes,
             start,
@@ -389,20 +397,24 @@ mod tests {
 
     #[test]
     fn a_buffer_is_refilled_within_its_capacity_only() {
-        let b = AlignedBuf::copy_from(&[5u8; 500]).unwrap();
-        let room = b.capacity();
-        let b = b.refill(room + 1).unwrap_err();
-        let mut f = b.refill(100).unwrap();
-        assert_eq!(f.filled(), b"");
-        f.extend(&[6u8; 100]);
-        let b = f.finish().unwrap();
-        assert_eq!(b.as_slice(), &[6u8; 100][..]);
-        assert_eq!(b.as_slice().as_ptr() as usize % 64, 0);
-        // Reused longer than it was filled: the rest reads as zeros.
-        let mut b = b;
-        assert!(b.reuse(300));
-        assert_eq!(b.as_slice().get(..100), Some(&[6u8; 100][..]));
-        assert_eq!(b.as_slice().get(100..), Some(&[0u8; 200][..]));
+        // On the heap, and a mapping of its own (2 MiB and more).
+        for len in [500, 3 << 20] {
+            let b = AlignedBuf::copy_from(&vec![5u8; len]).unwrap();
+            let room = b.capacity();
+            let b = b.refill(room + 1).unwrap_err();
+            let mut f = b.refill(100).unwrap();
+            assert_eq!(f.filled(), b"");
+            f.extend(&[6u8; 100]);
+            let b = f.finish().unwrap();
+            assert_eq!(b.as_slice(), &[6u8; 100][..]);
+            assert_eq!(b.as_slice().as_ptr() as usize % 64, 0);
+            // Reused longer than it was filled: the rest reads as zeros,
+            // not as the bytes it held before the refill.
+            let mut b = b;
+            assert!(b.reuse(300));
+            assert_eq!(b.as_slice().get(..100), Some(&[6u8; 100][..]));
+            assert_eq!(b.as_slice().get(100..), Some(&[0u8; 200][..]));
+        }
     }
 
     #[test]

@@ -46,6 +46,7 @@ mod aligned;
 mod atomic;
 pub mod atoms;
 mod attributes;
+mod backing;
 mod by_name;
 mod cbor;
 mod cbor_reader;

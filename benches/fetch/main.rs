@@ -68,6 +68,10 @@ struct Loaded {
     bytes_at_first: u64,
     bytes: u64,
     layer0_bytes: u64,
+    /// Bytes of everything the send order puts up to layer 0's last
+    /// component (the objects before the first layer, an embedding,
+    /// included): what must arrive before layer 0 is complete.
+    through0_bytes: u64,
 }
 
 /// Fetches every component of `url`; `keep` holds every delivered buffer
@@ -90,6 +94,12 @@ async fn load(url: &str, via: Via, keep: bool, connections: Option<usize>) -> Re
         .filter(|(n, _)| layer_index(n) == Some(0))
         .map(|(_, o)| o.components.len())
         .sum();
+    let order = zt_format::send_order(&f.manifest, &[]);
+    let last0 = order
+        .iter()
+        .rposition(|(o, ..)| layer_index(o) == Some(0))
+        .unwrap_or(0);
+    let through0: u64 = order.iter().take(last0 + 1).map(|(.., c)| c.length).sum();
     let (mut first, mut at_first, mut bytes, mut layer0) = (f64::NAN, 0, 0, 0);
     let mut kept = Vec::new();
     while let Some(d) = f.next().await {
@@ -117,6 +127,7 @@ async fn load(url: &str, via: Via, keep: bool, connections: Option<usize>) -> Re
         bytes_at_first: at_first,
         bytes,
         layer0_bytes: layer0,
+        through0_bytes: through0,
     })
 }
 

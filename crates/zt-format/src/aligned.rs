@@ -69,16 +69,11 @@ fn too_big(len: u64) -> Rule {
     }
 }
 
-/// A buffer of `len` bytes: its length in memory terms, the boundary it
-/// starts on, and the bytes to allocate (its slack included, so that even
-/// an empty buffer's view is aligned).
-fn layout(len: u64) -> Result<(usize, usize, usize), Rule> {
+/// A buffer of `len` bytes: its length in memory terms and the boundary
+/// it starts on.
+fn layout(len: u64) -> Result<(usize, usize), Rule> {
     let n = usize::try_from(len).map_err(|_| too_big(len))?;
-    let align = buffer_alignment(n);
-    let total = n
-        .checked_add(align.saturating_sub(1))
-        .ok_or_else(|| too_big(len))?;
-    Ok((n, align, total))
+    Ok((n, buffer_alignment(n)))
 }
 
 /// How far past `addr` the first `align`-byte boundary lies.
@@ -94,8 +89,8 @@ impl AlignedBuf {
     /// A zero-filled buffer of `len` bytes. Fails instead of aborting when
     /// the memory cannot be had.
     pub fn zeroed(len: u64) -> Result<Self, Rule> {
-        let (len, align, total) = layout(len)?;
-        let bytes = Backing::zeroed(total).ok_or_else(|| too_big(len as u64))?;
+        let (len, align) = layout(len)?;
+        let bytes = Backing::zeroed(len, align).ok_or_else(|| too_big(len as u64))?;
         let start = boundary(bytes.as_ptr(), align);
         Ok(AlignedBuf {
             bytes,
@@ -117,8 +112,8 @@ impl AlignedBuf {
     /// without being zeroed first. Fails instead of aborting when the
     /// memory cannot be had.
     pub fn filling(len: u64) -> Result<Filling, Rule> {
-        let (len, align, total) = layout(len)?;
-        let mut bytes = Backing::with_capacity(total).ok_or_else(|| too_big(len as u64))?;
+        let (len, align) = layout(len)?;
+        let mut bytes = Backing::with_room(len, align).ok_or_else(|| too_big(len as u64))?;
         // The boundary of the allocation, which appending within its
         // capacity never moves; the slack before it is written once.
         let start = boundary(bytes.as_ptr(), align);
@@ -278,10 +273,9 @@ impl Clone for AlignedBuf {
     /// A copy in a new allocation, on its own boundary (never zeroed
     /// first).
     fn clone(&self) -> Self {
-        let total = self.len.saturating_add(self.align.saturating_sub(1));
-        let Some(mut bytes) = Backing::with_capacity(total) else {
+        let Some(mut bytes) = Backing::with_room(self.len, self.align) else {
             // As a vector's clone does when the memory cannot be had.
-            let layout = std::alloc::Layout::array::<u8>(total)
+            let layout = std::alloc::Layout::array::<u8>(self.len)
                 .unwrap_or_else(|_| std::alloc::Layout::new::<u8>());
             std::alloc::handle_alloc_error(layout)
         };

@@ -1,8 +1,12 @@
 //! The memory under an [`AlignedBuf`](crate::AlignedBuf): a heap vector,
 //! or, for a buffer of [`MAPPED_FROM`] bytes or more, an anonymous mapping
-//! of its own whose whole 2 MiB regions are advised for huge pages
-//! (Linux's transparent huge pages, `madvise(MADV_HUGEPAGE)`, through
-//! memmap2's safe calls).
+//! of its own advised for huge pages (Linux's transparent huge pages,
+//! `madvise(MADV_HUGEPAGE)`, through memmap2's safe calls). The kernel
+//! backs with a huge page only a whole 2 MiB region of advised memory, and
+//! every page of these mappings is a buffer's, so no huge page holds
+//! memory that no buffer uses; mappings side by side with the same advice
+//! merge into one (they count against the process's map limit no more
+//! than the allocator's own mappings do).
 //!
 //! Why: a large buffer is new memory, which the kernel hands over a page
 //! at a time as it is first written: 262,144 faults per GiB with 4 KiB
@@ -24,8 +28,8 @@ use memmap2::MmapMut;
 /// Buffers of at least this many bytes get a mapping of their own.
 pub(crate) const MAPPED_FROM: usize = 2 << 20;
 
-/// The size of a huge page, which the kernel places on its own boundary.
-const HUGE_PAGE: usize = 2 << 20;
+/// The boundary every mapping starts on (the smallest page size).
+const PAGE: usize = 4096;
 
 #[derive(Debug)]
 pub(crate) struct Backing {
@@ -35,9 +39,8 @@ pub(crate) struct Backing {
 #[derive(Debug)]
 enum Inner {
     Heap(Vec<u8>),
-    /// `map` is at least `capacity` bytes (rounded up to whole huge pages,
-    /// so that the kernel places it on a huge page's boundary); `len` of
-    /// them are in use.
+    /// `map` is at least `capacity` bytes (whole pages); `len` of them are
+    /// in use.
     Mapped {
         map: MmapMut,
         capacity: usize,
@@ -53,40 +56,46 @@ impl Backing {
         }
     }
 
-    /// Room for `capacity` bytes, none in use; `None` when the memory
-    /// cannot be had.
-    pub(crate) fn with_capacity(capacity: usize) -> Option<Self> {
-        if let Some(b) = Backing::mapped(capacity, 0) {
+    /// Room for `len` bytes from the first `align`-byte boundary, none in
+    /// use; `None` when the memory cannot be had. A mapping starts on a
+    /// page, so it needs no slack (and a length of whole 2 MiB regions
+    /// stays one, which the kernel places on a huge page's boundary); the
+    /// heap gets `align - 1` bytes more.
+    pub(crate) fn with_room(len: usize, align: usize) -> Option<Self> {
+        if let Some(b) = Backing::mapped(len, align, 0) {
             return Some(b);
         }
         let mut v = Vec::new();
-        v.try_reserve_exact(capacity).ok()?;
+        v.try_reserve_exact(len.checked_add(align.saturating_sub(1))?)
+            .ok()?;
         Some(Backing {
             inner: Inner::Heap(v),
         })
     }
 
-    /// `len` zero bytes in use (the kernel's zeroed pages for a mapping,
+    /// As [`Backing::with_room`], with every byte up to the end of the
+    /// room in use and zero (the kernel's zeroed pages for a mapping,
     /// `calloc`'s for the heap: no pass over them here).
-    pub(crate) fn zeroed(len: usize) -> Option<Self> {
-        if let Some(b) = Backing::mapped(len, len) {
+    pub(crate) fn zeroed(len: usize, align: usize) -> Option<Self> {
+        if let Some(b) = Backing::mapped(len, align, len) {
             return Some(b);
         }
-        let v = bytemuck::allocation::try_zeroed_vec::<u8>(len).ok()?;
+        let total = len.checked_add(align.saturating_sub(1))?;
+        let v = bytemuck::allocation::try_zeroed_vec::<u8>(total).ok()?;
         Some(Backing {
             inner: Inner::Heap(v),
         })
     }
 
-    /// A mapping for `capacity` bytes with `len` (zero) bytes in use, if
-    /// `capacity` is large enough for one and one can be had.
-    fn mapped(capacity: usize, len: usize) -> Option<Self> {
-        if capacity < MAPPED_FROM {
+    /// A mapping of `capacity` bytes with `len` (zero) bytes in use, if
+    /// `capacity` is large enough for one, its start (a page) lies on
+    /// `align`, and one can be had.
+    fn mapped(capacity: usize, align: usize, len: usize) -> Option<Self> {
+        if capacity < MAPPED_FROM || align > PAGE {
             return None;
         }
-        let whole = capacity.checked_next_multiple_of(HUGE_PAGE)?;
-        let map = MmapMut::map_anon(whole).ok()?;
-        advise(&map, capacity);
+        let map = MmapMut::map_anon(capacity).ok()?;
+        advise(&map);
         Some(Backing {
             inner: Inner::Mapped { map, capacity, len },
         })
@@ -178,24 +187,15 @@ impl Backing {
     }
 }
 
-/// Advises huge pages for the whole 2 MiB regions of `map`'s first `used`
-/// bytes, and none past them: a huge page there would hold memory the
-/// buffer never uses. Advice is a hint; failing it changes nothing.
+/// Advises huge pages for `map`. Advice is a hint: where the kernel has
+/// none (or they are `never`), failing it changes nothing.
 #[cfg(target_os = "linux")]
-fn advise(map: &MmapMut, used: usize) {
-    use memmap2::Advice;
-    let whole = used.saturating_sub(used % HUGE_PAGE);
-    if whole > 0 {
-        let _ = map.advise_range(Advice::HugePage, 0, whole);
-    }
-    let tail = map.len().saturating_sub(whole);
-    if tail > 0 {
-        let _ = map.advise_range(Advice::NoHugePage, whole, tail);
-    }
+fn advise(map: &MmapMut) {
+    let _ = map.advise(memmap2::Advice::HugePage);
 }
 
 #[cfg(not(target_os = "linux"))]
-fn advise(_map: &MmapMut, _used: usize) {}
+fn advise(_map: &MmapMut) {}
 
 #[cfg(test)]
 #[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
@@ -204,9 +204,9 @@ mod tests {
 
     #[test]
     fn large_backings_are_mapped_and_small_ones_are_not() {
-        let small = Backing::with_capacity(MAPPED_FROM - 1).unwrap();
+        let small = Backing::with_room(MAPPED_FROM - 1, 64).unwrap();
         assert!(matches!(small.inner, Inner::Heap(_)));
-        let large = Backing::with_capacity(MAPPED_FROM + 5).unwrap();
+        let large = Backing::with_room(MAPPED_FROM + 5, 4096).unwrap();
         assert!(matches!(large.inner, Inner::Mapped { .. }));
         assert_eq!(large.capacity(), MAPPED_FROM + 5);
         assert_eq!(large.len(), 0);
@@ -216,7 +216,7 @@ mod tests {
     #[test]
     fn both_kinds_append_within_their_capacity_and_zero_on_request() {
         for cap in [100, MAPPED_FROM + 100] {
-            let mut b = Backing::with_capacity(cap).unwrap();
+            let mut b = Backing::with_room(cap, 1).unwrap();
             let data = vec![3u8; cap + 50];
             assert_eq!(b.extend(&data[..10]), 10);
             // Past the capacity nothing is appended: the bytes never move.
@@ -240,7 +240,7 @@ mod tests {
     #[test]
     fn zeroed_backings_read_zero() {
         for len in [0, 5, MAPPED_FROM, 3 * MAPPED_FROM + 1] {
-            let b = Backing::zeroed(len).unwrap();
+            let b = Backing::zeroed(len, 1).unwrap();
             assert_eq!(b.len(), len);
             assert!(b.as_slice().iter().all(|&x| x == 0));
         }

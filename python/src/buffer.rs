@@ -9,7 +9,7 @@
 //! - the pointer and length are taken once, when the `Buffer` is made,
 //!   from the `AlignedBuf` or mapping it then owns and never reads or moves the
 //!   contents of again (moving an `AlignedBuf` does not move its heap
-//!   bytes), so Python may write through the view without aliasing a Rust
+//!   or mapped bytes), so Python may write through the view without aliasing a Rust
 //!   borrow;
 //! - every view holds a strong reference to the `Buffer` (`view.obj`), so
 //!   the bytes outlive every view, and Python releases that reference when

@@ -1,6 +1,6 @@
-//! A heap buffer whose start is 64-byte aligned, built without `unsafe`:
-//! a byte vector with room for 63 bytes more than asked for, viewed from
-//! its first 64-byte boundary. Buffers of [`PAGE_ALIGNED_FROM`] bytes or more
+//! A buffer whose start is 64-byte aligned, built without `unsafe`: a
+//! byte vector with room for 63 bytes more than asked for, viewed from its
+//! first 64-byte boundary. Buffers of [`PAGE_ALIGNED_FROM`] bytes or more
 //! start on a page boundary instead (4095 bytes of slack), so that they
 //! can go to direct I/O as they are.
 //!
@@ -12,9 +12,10 @@
 //! heap, so a buffer whose bytes arrive in order is built as a
 //! [`Filling`] instead: the vector is allocated with room for them and
 //! only its few bytes of slack are written before they are appended.
-//! Buffers of 2 MiB or more are a mapping of their own instead of a heap
-//! vector, on huge pages where the kernel has them (the `backing` module
-//! says why); they start on a page, with no slack.
+//! On Linux, buffers of 2 MiB or more are a mapping of their own instead
+//! of a heap vector, on huge pages where the kernel has them (the `memory`
+//! module says why and when the heap serves them still); they start on a
+//! page, with no slack.
 //!
 //! Every byte of the view is initialized: the bytes in use always reach
 //! past it (`bytes.len() >= start + len`); room past that is zeroed when a
@@ -22,8 +23,8 @@
 
 use std::fmt;
 
-use crate::backing::Backing;
 use crate::error::Rule;
+use crate::memory::Memory;
 
 /// The alignment of every component blob, and of every buffer we hand out.
 pub const ALIGNMENT: u64 = 64;
@@ -37,7 +38,7 @@ pub const PAGE_ALIGNED_FROM: usize = 1 << 20;
 /// An owned byte buffer that starts on a 64-byte boundary (a page
 /// boundary from [`PAGE_ALIGNED_FROM`] bytes on).
 pub struct AlignedBuf {
-    bytes: Backing,
+    bytes: Memory,
     /// Where the aligned view starts in `bytes`.
     start: usize,
     len: usize,
@@ -90,7 +91,7 @@ impl AlignedBuf {
     /// the memory cannot be had.
     pub fn zeroed(len: u64) -> Result<Self, Rule> {
         let (len, align) = layout(len)?;
-        let bytes = Backing::zeroed(len, align).ok_or_else(|| too_big(len as u64))?;
+        let bytes = Memory::zeroed(len, align).ok_or_else(|| too_big(len as u64))?;
         let start = boundary(bytes.as_ptr(), align);
         Ok(AlignedBuf {
             bytes,
@@ -113,7 +114,7 @@ impl AlignedBuf {
     /// memory cannot be had.
     pub fn filling(len: u64) -> Result<Filling, Rule> {
         let (len, align) = layout(len)?;
-        let mut bytes = Backing::with_room(len, align).ok_or_else(|| too_big(len as u64))?;
+        let mut bytes = Memory::with_room(len, align).ok_or_else(|| too_big(len as u64))?;
         // The boundary of the allocation, which appending within its
         // capacity never moves; the slack before it is written once.
         let start = boundary(bytes.as_ptr(), align);
@@ -261,7 +262,7 @@ impl Default for AlignedBuf {
     /// An empty buffer (63 bytes of slack, so that even its view is aligned).
     fn default() -> Self {
         AlignedBuf::zeroed(0).unwrap_or(AlignedBuf {
-            bytes: Backing::new(),
+            bytes: Memory::new(),
             start: 0,
             len: 0,
             align: ALIGNMENT as usize,
@@ -273,7 +274,7 @@ impl Clone for AlignedBuf {
     /// A copy in a new allocation, on its own boundary (never zeroed
     /// first).
     fn clone(&self) -> Self {
-        let Some(mut bytes) = Backing::with_room(self.len, self.align) else {
+        let Some(mut bytes) = Memory::with_room(self.len, self.align) else {
             // As a vector's clone does when the memory cannot be had.
             let layout = std::alloc::Layout::array::<u8>(self.len)
                 .unwrap_or_else(|_| std::alloc::Layout::new::<u8>());

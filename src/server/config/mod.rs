@@ -92,7 +92,12 @@ pub const CONFIG_ENV: &str = "ZTSERVE_CONFIG";
 /// Variables of the clients (the `zt` tool and the Python package) that
 /// share the daemon's prefix: not configuration keys, and not refused, so
 /// one shell can run both.
-pub const CLIENT_ENV: [&str; 3] = ["ZTSERVE_CACHE", "ZTSERVE_CACHE_MAX", "ZTSERVE_ENDPOINT"];
+pub const CLIENT_ENV: [&str; 4] = [
+    "ZTSERVE_CACHE",
+    "ZTSERVE_CACHE_MAX",
+    "ZTSERVE_ENDPOINT",
+    "ZTSERVE_HUGE_PAGES",
+];
 
 /// The keys command-line flags set: `(dotted key, value)` pairs.
 pub type FlagValues = Vec<(&'static str, toml::Value)>;
@@ -406,6 +411,7 @@ mod tests {
                 ("ZTSERVE_CACHE", "/tmp/c"),
                 ("ZTSERVE_CACHE_MAX", "1G"),
                 ("ZTSERVE_ENDPOINT", "http://x"),
+                ("ZTSERVE_HUGE_PAGES", "off"),
             ]),
             ..Sources::default()
         });

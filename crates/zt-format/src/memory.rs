@@ -1,0 +1,371 @@
+//! The memory under an [`AlignedBuf`](crate::AlignedBuf): a heap vector,
+//! or, on Linux, for a buffer of [`MAPPED_FROM`] bytes or more, an
+//! anonymous mapping of its own advised for huge pages (transparent huge
+//! pages, `madvise(MADV_HUGEPAGE)`, through memmap2's safe calls).
+//!
+//! Why: a large buffer is new memory, which the kernel hands over a page
+//! at a time as it is first written: 262,144 faults per GiB with 4 KiB
+//! pages, 512 with 2 MiB ones. Copying 1 GiB into fresh 16 MiB buffers
+//! took 2.2-3.2x as long through the heap as through advised mappings on
+//! the development machine, and a client loading a model into memory
+//! does exactly that (docs/benchmarks.md). The kernel backs with a huge
+//! page only a whole 2 MiB region of advised memory, so the buffer's
+//! first and last partial regions keep 4 KiB pages; a length of whole
+//! 2 MiB regions (most tensors) is placed on a huge page's boundary by
+//! Linux 6.7 and later, older kernels leaving its first and last regions
+//! small. Mappings side by side with the same advice merge into one; a
+//! huge page may then hold the end of one buffer and the start of the
+//! next, and stays whole until the kernel splits it after the first is
+//! freed.
+//!
+//! The heap serves instead:
+//! - below [`MAPPED_FROM`] bytes, and on other systems;
+//! - with `ZTSERVE_HUGE_PAGES=off` in the environment (read once): where
+//!   huge pages are `madvise` and their `defrag` too (the usual default),
+//!   a fault in advised memory may compact memory first, which on a host
+//!   with fragmented memory can take longer than the 4 KiB faults it
+//!   saves (docs/python.md);
+//! - while [`Policy::max_live`] mappings are held (a quarter of
+//!   `vm.max_map_count`), so that buffers never take the mappings that
+//!   the allocator, thread stacks and file maps need;
+//! - where a mapping cannot be had.
+//!
+//! Both kinds are used the same way: bytes are written from the start,
+//! never past the room asked for (so the buffer never moves and stays on
+//! its boundary), and every byte below [`Memory::len`] has been written
+//! or zeroed.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use memmap2::MmapMut;
+
+/// Buffers of at least this many bytes get a mapping of their own.
+pub(crate) const MAPPED_FROM: usize = 2 << 20;
+
+/// The boundary every mapping starts on (the smallest page size).
+const PAGE: usize = 4096;
+
+/// Mappings held now, by every buffer of the process.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// When buffers are mapped.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Policy {
+    /// Whether large buffers are mapped at all.
+    pub(crate) enabled: bool,
+    /// Most mappings held at once.
+    pub(crate) max_live: usize,
+}
+
+impl Policy {
+    /// The process's policy: from `ZTSERVE_HUGE_PAGES` and `vm.max_map_count`,
+    /// read once.
+    fn current() -> Policy {
+        static POLICY: OnceLock<Policy> = OnceLock::new();
+        *POLICY.get_or_init(|| {
+            let off = std::env::var("ZTSERVE_HUGE_PAGES").is_ok_and(|v| {
+                matches!(
+                    v.trim().to_ascii_lowercase().as_str(),
+                    "off" | "0" | "no" | "never"
+                )
+            });
+            let limit = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+                .ok()
+                .and_then(|s| s.trim().parse::<usize>().ok())
+                .unwrap_or(65_530);
+            Policy {
+                enabled: cfg!(target_os = "linux") && !off,
+                max_live: limit / 4,
+            }
+        })
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Memory {
+    inner: Inner,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Heap(Vec<u8>),
+    /// `map` is at least `capacity` bytes (whole pages); `len` of them are
+    /// in use. Counted in [`LIVE`] while it lives.
+    Mapped {
+        map: MmapMut,
+        capacity: usize,
+        len: usize,
+    },
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        if matches!(self.inner, Inner::Mapped { .. }) {
+            LIVE.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Memory {
+    /// An empty heap vector.
+    pub(crate) fn new() -> Self {
+        Memory {
+            inner: Inner::Heap(Vec::new()),
+        }
+    }
+
+    /// Room for `len` bytes from the first `align`-byte boundary, none in
+    /// use; `None` when the memory cannot be had. A mapping starts on a
+    /// page, so it needs no slack (and a length of whole 2 MiB regions
+    /// stays one); the heap gets `align - 1` bytes more.
+    pub(crate) fn with_room(len: usize, align: usize) -> Option<Self> {
+        Memory::with_room_under(len, align, Policy::current())
+    }
+
+    fn with_room_under(len: usize, align: usize, policy: Policy) -> Option<Self> {
+        if let Some(m) = Memory::mapped(len, align, 0, policy) {
+            return Some(m);
+        }
+        let mut v = Vec::new();
+        v.try_reserve_exact(len.checked_add(align.saturating_sub(1))?)
+            .ok()?;
+        Some(Memory {
+            inner: Inner::Heap(v),
+        })
+    }
+
+    /// As [`Memory::with_room`], with every byte up to the end of the
+    /// room in use and zero (the kernel's zeroed pages for a mapping,
+    /// `calloc`'s for the heap: no pass over them here).
+    pub(crate) fn zeroed(len: usize, align: usize) -> Option<Self> {
+        if let Some(m) = Memory::mapped(len, align, len, Policy::current()) {
+            return Some(m);
+        }
+        let total = len.checked_add(align.saturating_sub(1))?;
+        let v = bytemuck::allocation::try_zeroed_vec::<u8>(total).ok()?;
+        Some(Memory {
+            inner: Inner::Heap(v),
+        })
+    }
+
+    /// A mapping of `capacity` bytes with `len` (zero) bytes in use, if
+    /// `policy` allows one this large, its start (a page) lies on `align`,
+    /// and one can be had.
+    fn mapped(capacity: usize, align: usize, len: usize, policy: Policy) -> Option<Self> {
+        if !policy.enabled || capacity < MAPPED_FROM || align > PAGE {
+            return None;
+        }
+        // Taken before mapping, so that threads racing for the last
+        // mappings allowed never exceed the bound together.
+        let taken = LIVE.fetch_add(1, Ordering::Relaxed);
+        let map = if taken < policy.max_live {
+            MmapMut::map_anon(capacity).ok()
+        } else {
+            None
+        };
+        let Some(map) = map else {
+            LIVE.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        };
+        advise(&map);
+        Some(Memory {
+            inner: Inner::Mapped { map, capacity, len },
+        })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *const u8 {
+        match &self.inner {
+            Inner::Heap(v) => v.as_ptr(),
+            Inner::Mapped { map, .. } => map.as_ptr(),
+        }
+    }
+
+    /// Bytes in use.
+    pub(crate) fn len(&self) -> usize {
+        match &self.inner {
+            Inner::Heap(v) => v.len(),
+            Inner::Mapped { len, .. } => *len,
+        }
+    }
+
+    /// The most bytes this memory holds without moving.
+    pub(crate) fn capacity(&self) -> usize {
+        match &self.inner {
+            Inner::Heap(v) => v.capacity(),
+            Inner::Mapped { capacity, .. } => *capacity,
+        }
+    }
+
+    /// The bytes in use.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match &self.inner {
+            Inner::Heap(v) => v,
+            Inner::Mapped { map, len, .. } => map.get(..*len).unwrap_or_default(),
+        }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        match &mut self.inner {
+            Inner::Heap(v) => v,
+            Inner::Mapped { map, len, .. } => map.get_mut(..*len).unwrap_or_default(),
+        }
+    }
+
+    /// Keeps the first `to` bytes in use (the rest stay allocated).
+    pub(crate) fn truncate(&mut self, to: usize) {
+        match &mut self.inner {
+            Inner::Heap(v) => v.truncate(to),
+            Inner::Mapped { len, .. } => *len = (*len).min(to),
+        }
+    }
+
+    /// Puts zeros after the bytes in use until `to` bytes are (at most
+    /// the capacity).
+    pub(crate) fn zero_to(&mut self, to: usize) {
+        let to = to.min(self.capacity());
+        match &mut self.inner {
+            Inner::Heap(v) => {
+                if v.len() < to {
+                    v.resize(to, 0);
+                }
+            }
+            Inner::Mapped { map, len, .. } => {
+                if *len < to {
+                    if let Some(gap) = map.get_mut(*len..to) {
+                        gap.fill(0);
+                    }
+                    *len = to;
+                }
+            }
+        }
+    }
+
+    /// Appends as much of `data` as the capacity leaves room for; how
+    /// many bytes that was. Never moves the bytes.
+    pub(crate) fn extend(&mut self, data: &[u8]) -> usize {
+        let room = self.capacity().saturating_sub(self.len());
+        let take = data.get(..room).unwrap_or(data);
+        match &mut self.inner {
+            Inner::Heap(v) => v.extend_from_slice(take),
+            Inner::Mapped { map, len, .. } => {
+                let end = len.saturating_add(take.len());
+                if let Some(to) = map.get_mut(*len..end) {
+                    to.copy_from_slice(take);
+                    *len = end;
+                }
+            }
+        }
+        take.len()
+    }
+}
+
+/// Advises huge pages for `map`. Advice is a hint: where the kernel has
+/// none (or they are `never`), failing it changes nothing.
+#[cfg(target_os = "linux")]
+fn advise(map: &MmapMut) {
+    let _ = map.advise(memmap2::Advice::HugePage);
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise(_map: &MmapMut) {}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+mod tests {
+    use super::*;
+
+    const ON: Policy = Policy {
+        enabled: true,
+        max_live: usize::MAX,
+    };
+
+    fn is_mapped(m: &Memory) -> bool {
+        matches!(m.inner, Inner::Mapped { .. })
+    }
+
+    #[test]
+    fn large_memory_is_mapped_and_small_memory_is_not() {
+        let small = Memory::with_room_under(MAPPED_FROM - 1, 64, ON).unwrap();
+        assert!(!is_mapped(&small));
+        let large = Memory::with_room_under(MAPPED_FROM + 5, 4096, ON).unwrap();
+        assert_eq!(is_mapped(&large), cfg!(target_os = "linux"));
+        assert!(large.capacity() >= MAPPED_FROM + 5);
+        assert_eq!(large.len(), 0);
+        assert_eq!(large.as_ptr() as usize % 4096, 0);
+        // A boundary past a page's is the heap's to give.
+        let wide = Memory::with_room_under(MAPPED_FROM, 2 * PAGE, ON).unwrap();
+        assert!(!is_mapped(&wide));
+    }
+
+    #[test]
+    fn the_heap_serves_when_mapping_is_off_or_at_its_bound() {
+        let off = Policy {
+            enabled: false,
+            max_live: usize::MAX,
+        };
+        assert!(!is_mapped(
+            &Memory::with_room_under(4 * MAPPED_FROM, 4096, off).unwrap()
+        ));
+        let none = Policy {
+            enabled: true,
+            max_live: 0,
+        };
+        let m = Memory::with_room_under(4 * MAPPED_FROM, 4096, none).unwrap();
+        assert!(!is_mapped(&m));
+        assert!(m.capacity() >= 4 * MAPPED_FROM + 4095);
+    }
+
+    #[test]
+    fn live_mappings_are_counted_until_dropped() {
+        // Other tests map too: count only the ones this test holds.
+        let bound = Policy {
+            enabled: true,
+            max_live: LIVE.load(Ordering::Relaxed) + 1_000,
+        };
+        let held: Vec<Memory> = (0..3)
+            .map(|_| Memory::with_room_under(MAPPED_FROM, 4096, bound).unwrap())
+            .collect();
+        if cfg!(target_os = "linux") {
+            assert!(held.iter().all(is_mapped));
+            assert!(LIVE.load(Ordering::Relaxed) >= 3);
+        }
+        let before = LIVE.load(Ordering::Relaxed);
+        drop(held);
+        assert!(LIVE.load(Ordering::Relaxed) <= before);
+    }
+
+    #[test]
+    fn both_kinds_append_within_their_capacity_and_zero_on_request() {
+        for cap in [100, MAPPED_FROM + 100] {
+            let mut m = Memory::with_room_under(cap, 1, ON).unwrap();
+            let cap = m.capacity();
+            let data = vec![3u8; cap + 50];
+            assert_eq!(m.extend(&data[..10]), 10);
+            // Past the capacity nothing is appended: the bytes never move.
+            let ptr = m.as_ptr();
+            assert_eq!(m.extend(&data), cap - 10);
+            assert_eq!(m.extend(b"x"), 0);
+            assert_eq!(m.as_ptr(), ptr);
+            assert_eq!(m.as_slice(), &data[..cap]);
+            m.truncate(4);
+            assert_eq!(m.as_slice(), &[3u8; 4]);
+            // Bytes written before and cut off read as zeros once reused.
+            m.zero_to(8);
+            assert_eq!(m.as_slice(), &[3, 3, 3, 3, 0, 0, 0, 0]);
+            m.zero_to(cap * 2);
+            assert_eq!(m.len(), cap);
+            m.as_mut_slice()[cap - 1] = 9;
+            assert_eq!(m.as_slice()[cap - 1], 9);
+        }
+    }
+
+    #[test]
+    fn zeroed_memory_reads_zero() {
+        for len in [0, 5, MAPPED_FROM, 3 * MAPPED_FROM + 1] {
+            let m = Memory::zeroed(len, 1).unwrap();
+            assert_eq!(m.len(), len);
+            assert!(m.as_slice().iter().all(|&x| x == 0));
+        }
+    }
+}

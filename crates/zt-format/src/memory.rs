@@ -30,13 +30,20 @@
 //!   the allocator, thread stacks and file maps need;
 //! - where a mapping cannot be had.
 //!
+//! A mapping freed is kept for the next buffer it can hold (up to a
+//! quarter larger), [`SPARE_BYTES`] of them at most: a client that drops
+//! each tensor after use and fetches the next (64 clients fetching 2 MiB
+//! components again and again in the load bench) then reuses memory
+//! already faulted in, as the heap's free lists did, instead of mapping,
+//! zeroing and unmapping every buffer.
+//!
 //! Both kinds are used the same way: bytes are written from the start,
 //! never past the room asked for (so the buffer never moves and stays on
 //! its boundary), and every byte below [`Memory::len`] has been written
 //! or zeroed.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use memmap2::MmapMut;
 
@@ -46,8 +53,59 @@ pub(crate) const MAPPED_FROM: usize = 2 << 20;
 /// The boundary every mapping starts on (the smallest page size).
 const PAGE: usize = 4096;
 
-/// Mappings held now, by every buffer of the process.
+/// Mappings held now, by every buffer of the process and as spares.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Most bytes of freed mappings kept for reuse.
+pub(crate) const SPARE_BYTES: usize = 128 << 20;
+
+/// Freed mappings kept for reuse, and their bytes.
+static SPARES: Mutex<Spares> = Mutex::new(Spares {
+    maps: Vec::new(),
+    bytes: 0,
+});
+
+#[derive(Debug)]
+struct Spares {
+    maps: Vec<MmapMut>,
+    bytes: usize,
+}
+
+impl Spares {
+    /// Keeps `map` if it fits within [`SPARE_BYTES`]; hands it back
+    /// otherwise.
+    fn keep(&mut self, map: MmapMut) -> Option<MmapMut> {
+        match self.bytes.checked_add(map.len()) {
+            Some(total) if total <= SPARE_BYTES => {
+                self.bytes = total;
+                self.maps.push(map);
+                None
+            }
+            _ => Some(map),
+        }
+    }
+
+    /// The smallest spare that holds `capacity` bytes and is at most a
+    /// quarter larger.
+    fn take(&mut self, capacity: usize) -> Option<MmapMut> {
+        let most = capacity.saturating_add(capacity / 4);
+        let (i, _) = self
+            .maps
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.len() >= capacity && m.len() <= most)
+            .min_by_key(|(_, m)| m.len())?;
+        let map = self.maps.swap_remove(i);
+        self.bytes = self.bytes.saturating_sub(map.len());
+        Some(map)
+    }
+}
+
+/// Bytes of freed mappings kept now.
+#[cfg(test)]
+fn spare_bytes() -> usize {
+    SPARES.lock().map_or(0, |s| s.bytes)
+}
 
 /// When buffers are mapped.
 #[derive(Debug, Clone, Copy)]
@@ -101,8 +159,16 @@ enum Inner {
 
 impl Drop for Memory {
     fn drop(&mut self) {
-        if matches!(self.inner, Inner::Mapped { .. }) {
-            LIVE.fetch_sub(1, Ordering::Relaxed);
+        let inner = std::mem::replace(&mut self.inner, Inner::Heap(Vec::new()));
+        if let Inner::Mapped { map, .. } = inner {
+            let unkept = match SPARES.lock() {
+                Ok(mut spares) => spares.keep(map),
+                Err(_) => Some(map),
+            };
+            if let Some(map) = unkept {
+                drop(map);
+                LIVE.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -124,6 +190,9 @@ impl Memory {
     }
 
     fn with_room_under(len: usize, align: usize, policy: Policy) -> Option<Self> {
+        if let Some(m) = Memory::spare(len, align, policy) {
+            return Some(m);
+        }
         if let Some(m) = Memory::mapped(len, align, 0, policy) {
             return Some(m);
         }
@@ -146,6 +215,22 @@ impl Memory {
         let v = bytemuck::allocation::try_zeroed_vec::<u8>(total).ok()?;
         Some(Memory {
             inner: Inner::Heap(v),
+        })
+    }
+
+    /// A freed mapping that holds `capacity` bytes, none in use (its bytes
+    /// are what it held before), if `policy` maps buffers this large.
+    fn spare(capacity: usize, align: usize, policy: Policy) -> Option<Self> {
+        if !policy.enabled || capacity < MAPPED_FROM || align > PAGE {
+            return None;
+        }
+        let map = SPARES.lock().ok()?.take(capacity)?;
+        Some(Memory {
+            inner: Inner::Mapped {
+                map,
+                capacity,
+                len: 0,
+            },
         })
     }
 
@@ -307,13 +392,15 @@ mod tests {
         assert!(!is_mapped(
             &Memory::with_room_under(4 * MAPPED_FROM, 4096, off).unwrap()
         ));
+        // Larger than any spare the other tests leave.
+        let size = 100 << 20;
         let none = Policy {
             enabled: true,
             max_live: 0,
         };
-        let m = Memory::with_room_under(4 * MAPPED_FROM, 4096, none).unwrap();
+        let m = Memory::with_room_under(size, 4096, none).unwrap();
         assert!(!is_mapped(&m));
-        assert!(m.capacity() >= 4 * MAPPED_FROM + 4095);
+        assert!(m.capacity() >= size + 4095);
     }
 
     #[test]
@@ -333,6 +420,46 @@ mod tests {
         let before = LIVE.load(Ordering::Relaxed);
         drop(held);
         assert!(LIVE.load(Ordering::Relaxed) <= before);
+    }
+
+    #[test]
+    fn spares_are_taken_when_they_fit_and_kept_within_their_bound() {
+        // An instance of its own: other tests free mappings meanwhile.
+        let mut spares = Spares {
+            maps: Vec::new(),
+            bytes: 0,
+        };
+        let map = |mib: usize| MmapMut::map_anon(mib << 20).unwrap();
+        for mib in [8, 4, 6] {
+            assert!(spares.keep(map(mib)).is_none());
+        }
+        assert_eq!(spares.bytes, 18 << 20);
+        // The smallest that holds it, at most a quarter larger.
+        assert_eq!(spares.take(5 << 20).map(|m| m.len()), Some(6 << 20));
+        assert!(spares.take(9 << 20).is_none(), "too small");
+        assert!(spares.take(3 << 20).is_none(), "more than a quarter larger");
+        assert_eq!(spares.take(7 << 20).map(|m| m.len()), Some(8 << 20));
+        assert_eq!(spares.bytes, 4 << 20);
+        // Past the bound a freed mapping is handed back (and unmapped).
+        let big = map(SPARE_BYTES >> 20);
+        assert!(spares.keep(big).is_some());
+        assert_eq!(spares.bytes, 4 << 20);
+        while spares.keep(map(16)).is_none() {}
+        assert!(spares.bytes <= SPARE_BYTES);
+        assert!(spares.bytes > SPARE_BYTES - (16 << 20));
+    }
+
+    #[test]
+    fn freed_mappings_go_to_the_spares_within_their_bound() {
+        let held: Vec<Memory> = (0..SPARE_BYTES / (8 << 20) + 4)
+            .map(|_| Memory::with_room_under(8 << 20, 4096, ON).unwrap())
+            .collect();
+        drop(held);
+        assert!(spare_bytes() <= SPARE_BYTES);
+        if cfg!(target_os = "linux") {
+            // Some of them at least (others' buffers share the bound).
+            assert!(spare_bytes() > 0);
+        }
     }
 
     #[test]

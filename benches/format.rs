@@ -297,7 +297,9 @@ fn bench_pack() {
 /// every tensor does. Ours are [`AlignedBuf`]s (a mapping of their own on
 /// huge pages where the kernel has them); the peer is the same copy into
 /// heap vectors (the allocator's own mapping of each, 4 KiB pages). Each
-/// round's buffers are freed before the next.
+/// round's buffers are freed before the next: 128 MiB of ours are kept
+/// as spares and reused by the next round, the allocator keeps what it
+/// keeps of the peer's.
 fn bench_fresh_buffers() {
     const PIECE: usize = 16 << 20;
     const PIECES: usize = 64;

@@ -30,8 +30,10 @@
 //!   the allocator, thread stacks and file maps need;
 //! - where a mapping cannot be had.
 //!
-//! A mapping freed is kept for the next buffer it can hold (up to a
-//! quarter larger), [`SPARE_BYTES`] of them at most: a client that drops
+//! A mapping freed (of at most a quarter of [`SPARE_BYTES`]) is kept for
+//! the next buffer filled or cloned that it can hold (up to a quarter
+//! larger; a zeroed buffer never takes one), [`SPARE_BYTES`] of them at
+//! most, the oldest unmapped first to make room: a client that drops
 //! each tensor after use and fetches the next (64 clients fetching 2 MiB
 //! components again and again in the load bench) then reuses memory
 //! already faulted in, as the heap's free lists did, instead of mapping,
@@ -42,8 +44,9 @@
 //! its boundary), and every byte below [`Memory::len`] has been written
 //! or zeroed.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use memmap2::MmapMut;
 
@@ -59,30 +62,45 @@ static LIVE: AtomicUsize = AtomicUsize::new(0);
 /// Most bytes of freed mappings kept for reuse.
 pub(crate) const SPARE_BYTES: usize = 128 << 20;
 
-/// Freed mappings kept for reuse, and their bytes.
-static SPARES: Mutex<Spares> = Mutex::new(Spares {
-    maps: Vec::new(),
-    bytes: 0,
-});
+/// The largest mapping kept: one freed giant never fills the spares.
+const SPARE_MOST: usize = SPARE_BYTES / 4;
 
+/// Freed mappings kept for reuse.
+static SPARES: Mutex<Spares> = Mutex::new(Spares::new());
+
+/// Freed mappings, oldest first, and their bytes.
 #[derive(Debug)]
 struct Spares {
-    maps: Vec<MmapMut>,
+    maps: VecDeque<MmapMut>,
     bytes: usize,
 }
 
 impl Spares {
-    /// Keeps `map` if it fits within [`SPARE_BYTES`]; hands it back
-    /// otherwise.
-    fn keep(&mut self, map: MmapMut) -> Option<MmapMut> {
-        match self.bytes.checked_add(map.len()) {
-            Some(total) if total <= SPARE_BYTES => {
-                self.bytes = total;
-                self.maps.push(map);
-                None
-            }
-            _ => Some(map),
+    const fn new() -> Self {
+        Spares {
+            maps: VecDeque::new(),
+            bytes: 0,
         }
+    }
+
+    /// Keeps `map`, unless it is larger than [`SPARE_MOST`]; the oldest
+    /// spares make room for it within [`SPARE_BYTES`]. Returns the
+    /// mappings not kept, for the caller to unmap outside the lock.
+    fn keep(&mut self, map: MmapMut) -> Vec<MmapMut> {
+        if map.len() > SPARE_MOST {
+            return vec![map];
+        }
+        let mut out = Vec::new();
+        while self.bytes.saturating_add(map.len()) > SPARE_BYTES {
+            let Some(old) = self.maps.pop_front() else {
+                break;
+            };
+            self.bytes = self.bytes.saturating_sub(old.len());
+            out.push(old);
+        }
+        self.bytes = self.bytes.saturating_add(map.len());
+        self.maps.push_back(map);
+        out
     }
 
     /// The smallest spare that holds `capacity` bytes and is at most a
@@ -95,16 +113,26 @@ impl Spares {
             .enumerate()
             .filter(|(_, m)| m.len() >= capacity && m.len() <= most)
             .min_by_key(|(_, m)| m.len())?;
-        let map = self.maps.swap_remove(i);
+        let map = self.maps.remove(i)?;
         self.bytes = self.bytes.saturating_sub(map.len());
         Some(map)
     }
 }
 
-/// Bytes of freed mappings kept now.
-#[cfg(test)]
-fn spare_bytes() -> usize {
-    SPARES.lock().map_or(0, |s| s.bytes)
+/// The spares, whatever a thread that panicked holding them left: every
+/// change to them keeps `bytes` equal to their lengths' sum.
+fn lock(spares: &Mutex<Spares>) -> MutexGuard<'_, Spares> {
+    spares.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A freed mapping: kept in `spares`, or unmapped (and no longer
+/// counted in [`LIVE`]), with any older spares it pushed out.
+fn release(map: MmapMut, spares: &Mutex<Spares>) {
+    let unkept = lock(spares).keep(map);
+    for map in unkept {
+        drop(map);
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// When buffers are mapped.
@@ -148,8 +176,9 @@ pub(crate) struct Memory {
 #[derive(Debug)]
 enum Inner {
     Heap(Vec<u8>),
-    /// `map` is at least `capacity` bytes (whole pages); `len` of them are
-    /// in use. Counted in [`LIVE`] while it lives.
+    /// `map` is at least `capacity` bytes (whole pages; more when it was
+    /// a spare); `len` of them are in use. Counted in [`LIVE`] until it
+    /// is unmapped (as a spare too).
     Mapped {
         map: MmapMut,
         capacity: usize,
@@ -161,14 +190,7 @@ impl Drop for Memory {
     fn drop(&mut self) {
         let inner = std::mem::replace(&mut self.inner, Inner::Heap(Vec::new()));
         if let Inner::Mapped { map, .. } = inner {
-            let unkept = match SPARES.lock() {
-                Ok(mut spares) => spares.keep(map),
-                Err(_) => Some(map),
-            };
-            if let Some(map) = unkept {
-                drop(map);
-                LIVE.fetch_sub(1, Ordering::Relaxed);
-            }
+            release(map, &SPARES);
         }
     }
 }
@@ -186,11 +208,16 @@ impl Memory {
     /// page, so it needs no slack (and a length of whole 2 MiB regions
     /// stays one); the heap gets `align - 1` bytes more.
     pub(crate) fn with_room(len: usize, align: usize) -> Option<Self> {
-        Memory::with_room_under(len, align, Policy::current())
+        Memory::with_room_in(len, align, Policy::current(), &SPARES)
     }
 
-    fn with_room_under(len: usize, align: usize, policy: Policy) -> Option<Self> {
-        if let Some(m) = Memory::spare(len, align, policy) {
+    fn with_room_in(
+        len: usize,
+        align: usize,
+        policy: Policy,
+        spares: &Mutex<Spares>,
+    ) -> Option<Self> {
+        if let Some(m) = Memory::spare(len, align, policy, spares) {
             return Some(m);
         }
         if let Some(m) = Memory::mapped(len, align, 0, policy) {
@@ -219,12 +246,18 @@ impl Memory {
     }
 
     /// A freed mapping that holds `capacity` bytes, none in use (its bytes
-    /// are what it held before), if `policy` maps buffers this large.
-    fn spare(capacity: usize, align: usize, policy: Policy) -> Option<Self> {
+    /// are what it held before, never shown: only bytes written or zeroed
+    /// are in use), if `policy` maps buffers this large.
+    fn spare(
+        capacity: usize,
+        align: usize,
+        policy: Policy,
+        spares: &Mutex<Spares>,
+    ) -> Option<Self> {
         if !policy.enabled || capacity < MAPPED_FROM || align > PAGE {
             return None;
         }
-        let map = SPARES.lock().ok()?.take(capacity)?;
+        let map = lock(spares).take(capacity)?;
         Some(Memory {
             inner: Inner::Mapped {
                 map,
@@ -369,17 +402,27 @@ mod tests {
         matches!(m.inner, Inner::Mapped { .. })
     }
 
+    /// Memory with spares of the test's own (other tests free mappings
+    /// into the process's meanwhile).
+    fn room(len: usize, align: usize, policy: Policy, spares: &Mutex<Spares>) -> Memory {
+        Memory::with_room_in(len, align, policy, spares).unwrap()
+    }
+
+    fn none() -> Mutex<Spares> {
+        Mutex::new(Spares::new())
+    }
+
     #[test]
     fn large_memory_is_mapped_and_small_memory_is_not() {
-        let small = Memory::with_room_under(MAPPED_FROM - 1, 64, ON).unwrap();
+        let small = room(MAPPED_FROM - 1, 64, ON, &none());
         assert!(!is_mapped(&small));
-        let large = Memory::with_room_under(MAPPED_FROM + 5, 4096, ON).unwrap();
+        let large = room(MAPPED_FROM + 5, 4096, ON, &none());
         assert_eq!(is_mapped(&large), cfg!(target_os = "linux"));
         assert!(large.capacity() >= MAPPED_FROM + 5);
         assert_eq!(large.len(), 0);
         assert_eq!(large.as_ptr() as usize % 4096, 0);
         // A boundary past a page's is the heap's to give.
-        let wide = Memory::with_room_under(MAPPED_FROM, 2 * PAGE, ON).unwrap();
+        let wide = room(MAPPED_FROM, 2 * PAGE, ON, &none());
         assert!(!is_mapped(&wide));
     }
 
@@ -389,49 +432,45 @@ mod tests {
             enabled: false,
             max_live: usize::MAX,
         };
-        assert!(!is_mapped(
-            &Memory::with_room_under(4 * MAPPED_FROM, 4096, off).unwrap()
-        ));
-        // Larger than any spare the other tests leave.
-        let size = 100 << 20;
-        let none = Policy {
+        assert!(!is_mapped(&room(4 * MAPPED_FROM, 4096, off, &none())));
+        let at_bound = Policy {
             enabled: true,
             max_live: 0,
         };
-        let m = Memory::with_room_under(size, 4096, none).unwrap();
+        let m = room(4 * MAPPED_FROM, 4096, at_bound, &none());
         assert!(!is_mapped(&m));
-        assert!(m.capacity() >= size + 4095);
+        assert!(m.capacity() >= 4 * MAPPED_FROM + 4095);
     }
 
     #[test]
-    fn live_mappings_are_counted_until_dropped() {
-        // Other tests map too: count only the ones this test holds.
-        let bound = Policy {
-            enabled: true,
-            max_live: LIVE.load(Ordering::Relaxed) + 1_000,
-        };
-        let held: Vec<Memory> = (0..3)
-            .map(|_| Memory::with_room_under(MAPPED_FROM, 4096, bound).unwrap())
-            .collect();
-        if cfg!(target_os = "linux") {
-            assert!(held.iter().all(is_mapped));
-            assert!(LIVE.load(Ordering::Relaxed) >= 3);
+    fn a_spare_is_reused_without_showing_what_it_held() {
+        if !cfg!(target_os = "linux") {
+            return;
         }
-        let before = LIVE.load(Ordering::Relaxed);
-        drop(held);
-        assert!(LIVE.load(Ordering::Relaxed) <= before);
+        let spares = none();
+        let mut old = MmapMut::map_anon(4 << 20).unwrap();
+        old.fill(0xAA);
+        let ptr = old.as_ptr();
+        assert!(lock(&spares).keep(old).is_empty());
+        let asked = (7 << 20) / 2;
+        let mut m = room(asked, 4096, ON, &spares);
+        assert_eq!(m.as_ptr(), ptr, "the spare was not taken");
+        assert_eq!(lock(&spares).bytes, 0);
+        assert_eq!((m.len(), m.capacity()), (0, asked));
+        assert_eq!(m.extend(b"abc"), 3);
+        m.zero_to(100);
+        assert_eq!(&m.as_slice()[..3], b"abc");
+        assert!(m.as_slice()[3..].iter().all(|&b| b == 0));
+        // Appending stops at the capacity asked for, not the spare's.
+        assert_eq!(m.extend(&vec![1u8; 4 << 20]), asked - 100);
     }
 
     #[test]
     fn spares_are_taken_when_they_fit_and_kept_within_their_bound() {
-        // An instance of its own: other tests free mappings meanwhile.
-        let mut spares = Spares {
-            maps: Vec::new(),
-            bytes: 0,
-        };
+        let mut spares = Spares::new();
         let map = |mib: usize| MmapMut::map_anon(mib << 20).unwrap();
         for mib in [8, 4, 6] {
-            assert!(spares.keep(map(mib)).is_none());
+            assert!(spares.keep(map(mib)).is_empty());
         }
         assert_eq!(spares.bytes, 18 << 20);
         // The smallest that holds it, at most a quarter larger.
@@ -440,32 +479,36 @@ mod tests {
         assert!(spares.take(3 << 20).is_none(), "more than a quarter larger");
         assert_eq!(spares.take(7 << 20).map(|m| m.len()), Some(8 << 20));
         assert_eq!(spares.bytes, 4 << 20);
-        // Past the bound a freed mapping is handed back (and unmapped).
-        let big = map(SPARE_BYTES >> 20);
-        assert!(spares.keep(big).is_some());
+        // Larger than a quarter of the bound: never kept.
+        let big = spares.keep(map((SPARE_MOST >> 20) + 1));
+        assert_eq!(big.len(), 1);
         assert_eq!(spares.bytes, 4 << 20);
-        while spares.keep(map(16)).is_none() {}
-        assert!(spares.bytes <= SPARE_BYTES);
-        assert!(spares.bytes > SPARE_BYTES - (16 << 20));
+        // Past the bound the oldest make room: the 4 MiB one first.
+        for _ in 0..SPARE_BYTES / (16 << 20) - 1 {
+            assert!(spares.keep(map(16)).is_empty());
+        }
+        assert_eq!(spares.bytes, SPARE_BYTES - (12 << 20));
+        let out = spares.keep(map(16));
+        assert_eq!(out.iter().map(|m| m.len()).collect::<Vec<_>>(), [4 << 20]);
+        assert_eq!(spares.bytes, SPARE_BYTES);
+        assert!(spares.maps.iter().all(|m| m.len() == 16 << 20));
     }
 
     #[test]
-    fn freed_mappings_go_to_the_spares_within_their_bound() {
-        let held: Vec<Memory> = (0..SPARE_BYTES / (8 << 20) + 4)
-            .map(|_| Memory::with_room_under(8 << 20, 4096, ON).unwrap())
-            .collect();
-        drop(held);
-        assert!(spare_bytes() <= SPARE_BYTES);
-        if cfg!(target_os = "linux") {
-            // Some of them at least (others' buffers share the bound).
-            assert!(spare_bytes() > 0);
-        }
+    fn released_mappings_are_kept_or_unmapped() {
+        let spares = none();
+        release(MmapMut::map_anon(8 << 20).unwrap(), &spares);
+        assert_eq!(lock(&spares).bytes, 8 << 20);
+        // Too large to keep: unmapped, and counted no more.
+        LIVE.fetch_add(1, Ordering::Relaxed);
+        release(MmapMut::map_anon(SPARE_MOST + 4096).unwrap(), &spares);
+        assert_eq!(lock(&spares).bytes, 8 << 20);
     }
 
     #[test]
     fn both_kinds_append_within_their_capacity_and_zero_on_request() {
         for cap in [100, MAPPED_FROM + 100] {
-            let mut m = Memory::with_room_under(cap, 1, ON).unwrap();
+            let mut m = room(cap, 1, ON, &none());
             let cap = m.capacity();
             let data = vec![3u8; cap + 50];
             assert_eq!(m.extend(&data[..10]), 10);

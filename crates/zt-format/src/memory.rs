@@ -176,8 +176,8 @@ pub(crate) struct Memory {
 #[derive(Debug)]
 enum Inner {
     Heap(Vec<u8>),
-    /// `map` is at least `capacity` bytes (whole pages; more when it was
-    /// a spare); `len` of them are in use. Counted in [`LIVE`] until it
+    /// `map` holds at least `capacity` bytes (more when it was a spare);
+    /// `len` of them are in use. Counted in [`LIVE`] until it
     /// is unmapped (as a spare too).
     Mapped {
         map: MmapMut,
@@ -449,6 +449,8 @@ mod tests {
         }
         let spares = none();
         let mut old = MmapMut::map_anon(4 << 20).unwrap();
+        // Counted as a buffer's mapping is: once reused, it is one.
+        LIVE.fetch_add(1, Ordering::Relaxed);
         old.fill(0xAA);
         let ptr = old.as_ptr();
         assert!(lock(&spares).keep(old).is_empty());

@@ -145,6 +145,12 @@ pub(crate) struct Policy {
 }
 
 impl Policy {
+    /// Whether a buffer of `capacity` bytes on an `align`-byte boundary
+    /// may be a mapping (its start, a page, lies on any smaller boundary).
+    fn maps(self, capacity: usize, align: usize) -> bool {
+        self.enabled && capacity >= MAPPED_FROM && align <= PAGE
+    }
+
     /// The process's policy: from `ZTSERVE_HUGE_PAGES` and `vm.max_map_count`,
     /// read once.
     fn current() -> Policy {
@@ -254,7 +260,7 @@ impl Memory {
         policy: Policy,
         spares: &Mutex<Spares>,
     ) -> Option<Self> {
-        if !policy.enabled || capacity < MAPPED_FROM || align > PAGE {
+        if !policy.maps(capacity, align) {
             return None;
         }
         let map = lock(spares).take(capacity)?;
@@ -271,7 +277,7 @@ impl Memory {
     /// `policy` allows one this large, its start (a page) lies on `align`,
     /// and one can be had.
     fn mapped(capacity: usize, align: usize, len: usize, policy: Policy) -> Option<Self> {
-        if !policy.enabled || capacity < MAPPED_FROM || align > PAGE {
+        if !policy.maps(capacity, align) {
             return None;
         }
         // Taken before mapping, so that threads racing for the last

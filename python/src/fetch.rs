@@ -10,7 +10,8 @@ use pyo3::types::PyDict;
 use zt_client::{sharded, Client};
 
 use crate::error::Failure;
-use crate::options::{client_options, runtime, ClientArgs};
+use crate::options::{client_options, ClientArgs};
+use crate::process::runtime;
 
 /// Fetches `select` (every object when empty) of `url` into `output`;
 /// `progress(name, done_bytes, total_bytes)` is called as components

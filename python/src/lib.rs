@@ -5,7 +5,8 @@
 //! - `session`: an open source (URL or local path), its manifest, and
 //!   fetches started in the background;
 //! - `fetch`: `ztserve.fetch`, zt-client's resumable fetch to a file;
-//! - `options`: client options from keyword arguments, and the runtime;
+//! - `options`: client options from keyword arguments;
+//! - `process`: what a forked child makes afresh (the I/O runtime);
 //! - `table`: what has arrived, waited for and taken whole objects at a time;
 //! - `source`: the tasks that fetch from a server or read a local file;
 //! - `buffer`: the bytes handed to Python, through the buffer protocol
@@ -16,6 +17,7 @@ mod buffer;
 mod error;
 mod fetch;
 mod options;
+mod process;
 mod session;
 mod source;
 mod table;

@@ -1,17 +1,18 @@
 //! What every remote call shares: the client options built from the
-//! Python keyword arguments, and the one I/O runtime of the process.
+//! Python keyword arguments.
 
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tokio::runtime::Runtime;
 use zt_client::cache::Cache;
 use zt_client::trust::Trust;
 use zt_client::Options;
+
+use crate::process::{briefly, PerProcess};
 
 /// The keyword options `safe_open`, `load` and `fetch` share, passed
 /// down as a dict.
@@ -130,7 +131,7 @@ pub(crate) fn client_options(a: &ClientArgs) -> PyResult<Options> {
 /// `ZTSERVE_CACHE` is off, or when the default folder cannot be made (a
 /// folder named by `cache_dir=` that cannot be made is an error).
 fn cache(a: &ClientArgs) -> PyResult<Option<Cache>> {
-    static OPEN: Mutex<Vec<Cache>> = Mutex::new(Vec::new());
+    static OPEN: PerProcess<Mutex<Vec<Cache>>> = PerProcess::new();
     if !a.cache {
         return Ok(None);
     }
@@ -147,9 +148,8 @@ fn cache(a: &ClientArgs) -> PyResult<Option<Cache>> {
     else {
         return Ok(None);
     };
-    let mut open = OPEN
-        .lock()
-        .map_err(|_| PyValueError::new_err("the cache table was poisoned"))?;
+    let open = OPEN.get("the cache table", || Ok(Mutex::default()))?;
+    let mut open = briefly(open, "the cache table")?;
     if let Some(c) = open.iter().find(|c| c.dir() == dir && c.max_bytes() == max) {
         return Ok(Some(c.clone()));
     }
@@ -164,18 +164,4 @@ fn cache(a: &ClientArgs) -> PyResult<Option<Cache>> {
         ))),
         Err(_) => Ok(None),
     }
-}
-
-/// One runtime for every handle in the process.
-pub(crate) fn runtime() -> PyResult<&'static Runtime> {
-    static RT: OnceLock<Result<Runtime, String>> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .thread_name("ztserve-io")
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())
-    })
-    .as_ref()
-    .map_err(|e| crate::error::Error::new_err(format!("starting the I/O runtime: {e}")))
 }

@@ -3,7 +3,7 @@
 //! GIL and wakes every 100 ms to let Ctrl-C through; the handle may be
 //! used from several threads at once.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyTimeoutError, PyValueError};
@@ -15,8 +15,8 @@ use zt_format::Manifest;
 
 use crate::buffer::Buffer;
 use crate::error::{Failure, Kind};
-use crate::options::runtime;
 use crate::options::{client_options, ClientArgs};
+use crate::process::{runtime, Maker};
 use crate::source::Source;
 use crate::table::{Part, Table, Waited};
 
@@ -50,6 +50,9 @@ pub(crate) struct Session {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// The largest decoded component accepted.
     cap: u64,
+    /// The process that opened it: a child forked from it may read the
+    /// manifest, but fetches nothing through the parent's connections.
+    maker: Maker,
 }
 
 #[pymethods]
@@ -129,6 +132,7 @@ impl Session {
     /// Starts fetching `names` in the background; returns the batch that
     /// yields them as they arrive ([`Session::next`]).
     fn start(&self, names: Vec<String>) -> PyResult<u64> {
+        self.here()?;
         let mut wanted = Vec::with_capacity(names.len());
         for n in names {
             let o = self.manifest.objects.get(&n).ok_or_else(|| {
@@ -156,6 +160,7 @@ impl Session {
     /// Waits for `name` (started before) and takes its components.
     #[pyo3(signature = (name, timeout=None))]
     fn take(&self, py: Python<'_>, name: &str, timeout: Option<f64>) -> PyResult<Vec<PyPart>> {
+        self.here()?;
         let deadline = deadline(timeout)?;
         let table = Arc::clone(&self.table);
         let got = py.detach(|| table.take(name, deadline, check_signals))?;
@@ -174,6 +179,7 @@ impl Session {
         batch: u64,
         timeout: Option<f64>,
     ) -> PyResult<Option<(String, Vec<PyPart>)>> {
+        self.here()?;
         let deadline = deadline(timeout)?;
         let table = Arc::clone(&self.table);
         let got = py.detach(|| table.next(batch, deadline, check_signals))?;
@@ -188,6 +194,7 @@ impl Session {
     /// Rows `start..end` of `name` (a raw dense object), fetched alone
     /// and verified: the data component cut to those rows.
     fn rows(&self, py: Python<'_>, name: &str, start: u64, end: u64) -> PyResult<Vec<PyPart>> {
+        self.here()?;
         let rt = runtime()?;
         let rows = zt_format::rows::Rows { start, end };
         let source = self.open_source()?;
@@ -202,6 +209,7 @@ impl Session {
     /// `name` (a raw dense object), fetched alone where the server gathers
     /// it and verified; the slice's data and its shape.
     fn slice(&self, py: Python<'_>, name: &str, spec: &str) -> PyResult<(Vec<PyPart>, Vec<u64>)> {
+        self.here()?;
         let rt = runtime()?;
         let slice = zt_format::slice::Slice::parse(spec)
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{name:?}: {e}")))?;
@@ -215,12 +223,18 @@ impl Session {
 
     /// Forgets a batch nobody reads from any more.
     fn drop_batch(&self, batch: u64) {
-        self.table.drop_batch(batch);
+        if !self.maker.forked() {
+            self.table.drop_batch(batch);
+        }
     }
 
     /// Cancels everything in flight (waiting callers get an error) and
-    /// closes the connections.
+    /// closes the connections; in a forked child, nothing (they are the
+    /// parent's).
     fn close(&self) {
+        if self.maker.forked() {
+            return;
+        }
         if let Ok(mut tasks) = self.tasks.lock() {
             for t in tasks.drain(..) {
                 t.abort();
@@ -275,6 +289,15 @@ impl Session {
             table: Arc::default(),
             tasks: Mutex::default(),
             cap: zt_format::DEFAULT_DECOMPRESS_CAP,
+            maker: Maker::this(),
+        }
+    }
+
+    /// Refuses a forked child's fetch through the parent's connections.
+    fn here(&self) -> PyResult<()> {
+        match self.maker.forked() {
+            true => Err(self.maker.refuse(&self.label)),
+            false => Ok(()),
         }
     }
 
@@ -290,6 +313,20 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        if self.maker.forked() {
+            // The parent's connections and tasks: closing them here would
+            // close the parent's (over a shared socket) or wait on its
+            // runtime. Left, without touching their locks.
+            let source = self
+                .source
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            let tasks =
+                std::mem::take(self.tasks.get_mut().unwrap_or_else(PoisonError::into_inner));
+            std::mem::forget((source, tasks));
+            return;
+        }
         self.close();
     }
 }

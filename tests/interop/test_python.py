@@ -8,6 +8,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import ssl
 import subprocess
 import tempfile
@@ -275,6 +276,53 @@ def test_a_refused_token(real_model, tmp_path):
             with ztserve.safe_open(url, insecure=True, token="sesame", select="embeddings.*") as f:
                 assert f.keys()
                 f.get_tensor(f.keys()[0])
+
+
+@pytest.mark.parametrize("transport", ["quic", "http"])
+def test_a_forked_child_opens_its_own_and_never_waits_on_the_parents(served, transport):
+    """A child forked after its parent used a handle (a DataLoader worker,
+    a multiprocessing pool under "fork"): the inherited handle refuses by
+    name instead of waiting for ever on the parent's runtime, a fresh load
+    in the child gets every tensor, and the parent's handle carries on."""
+    port, original = served
+    url = urls(port)[transport]
+    h = ztserve.safe_open(url, insecure=True)
+    names = h.keys()
+    assert np.array_equal(h.get_tensor(names[0]), original[names[0]])
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        # The child reports through the pipe and never returns into pytest;
+        # a wait that never ends is cut by the alarm (status: a signal).
+        code = 1
+        try:
+            os.close(r)
+            signal.alarm(30)
+            lines = []
+            try:
+                h.get_tensor(names[1])
+                lines.append("inherited: no error")
+            except ztserve.Error as e:
+                lines.append(f"inherited: {e}")
+            got = ztserve.load(url, insecure=True)
+            same_all = sorted(got) == sorted(original) and all(
+                np.array_equal(got[k], v) for k, v in original.items()
+            )
+            lines.append(f"fresh: {same_all}")
+            os.write(w, "\n".join(lines).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        report = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, report)
+    inherited, fresh = report.splitlines()
+    assert "was forked from it" in inherited and url in inherited, report
+    assert fresh == "fresh: True", report
+    assert np.array_equal(h.get_tensor(names[-1]), original[names[-1]])
+    h.close()
 
 
 def test_an_unknown_option_is_a_type_error(served):

@@ -2,7 +2,7 @@
 //! Python keyword arguments.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -12,7 +12,7 @@ use zt_client::cache::Cache;
 use zt_client::trust::Trust;
 use zt_client::Options;
 
-use crate::process::{briefly, PerProcess};
+use crate::process::CACHES;
 
 /// The keyword options `safe_open`, `load` and `fetch` share, passed
 /// down as a dict.
@@ -131,7 +131,6 @@ pub(crate) fn client_options(a: &ClientArgs) -> PyResult<Options> {
 /// `ZTSERVE_CACHE` is off, or when the default folder cannot be made (a
 /// folder named by `cache_dir=` that cannot be made is an error).
 fn cache(a: &ClientArgs) -> PyResult<Option<Cache>> {
-    static OPEN: PerProcess<Mutex<Vec<Cache>>> = PerProcess::new();
     if !a.cache {
         return Ok(None);
     }
@@ -148,8 +147,12 @@ fn cache(a: &ClientArgs) -> PyResult<Option<Cache>> {
     else {
         return Ok(None);
     };
-    let open = OPEN.get("the cache table", || Ok(Mutex::default()))?;
-    let mut open = briefly(open, "the cache table")?;
+    // This process's table: one made by a parent may have been locked at
+    // the fork by a thread this process does not have.
+    let mut open = CACHES
+        .get(|| Ok(Mutex::default()))?
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
     if let Some(c) = open.iter().find(|c| c.dir() == dir && c.max_bytes() == max) {
         return Ok(Some(c.clone()));
     }

@@ -295,10 +295,10 @@ impl Session {
 
     /// Refuses a forked child's fetch through the parent's connections.
     fn here(&self) -> PyResult<()> {
-        match self.maker.forked() {
-            true => Err(self.maker.refuse(&self.label)),
-            false => Ok(()),
+        if self.maker.forked() {
+            return Err(self.maker.refuse(&self.label));
         }
+        Ok(())
     }
 
     /// The source, while the session is open.

@@ -4,6 +4,7 @@ files: every tensor of a real model equal to what the `safetensors`
 package loads, laziness proved by the server's byte counters, arrival
 order, and each kind of failure raising its own exception."""
 import contextlib
+import gc
 import os
 import pathlib
 import re
@@ -14,6 +15,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import traceback
 import urllib.request
 
 import numpy as np
@@ -278,39 +280,23 @@ def test_a_refused_token(real_model, tmp_path):
                 f.get_tensor(f.keys()[0])
 
 
-@pytest.mark.parametrize("transport", ["quic", "http"])
-def test_a_forked_child_opens_its_own_and_never_waits_on_the_parents(served, transport):
-    """A child forked after its parent used a handle (a DataLoader worker,
-    a multiprocessing pool under "fork"): the inherited handle refuses by
-    name instead of waiting for ever on the parent's runtime, a fresh load
-    in the child gets every tensor, and the parent's handle carries on."""
-    port, original = served
-    url = urls(port)[transport]
-    h = ztserve.safe_open(url, insecure=True)
-    names = h.keys()
-    assert np.array_equal(h.get_tensor(names[0]), original[names[0]])
+def in_child(work):
+    """Runs `work()` (returning lines of text) in a forked child, which
+    never returns into pytest; its lines, or its traceback. A wait that
+    never ends is cut by an alarm (the status then names a signal)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        # The child reports through the pipe and never returns into pytest;
-        # a wait that never ends is cut by the alarm (status: a signal).
         code = 1
         try:
             os.close(r)
             signal.alarm(30)
-            lines = []
             try:
-                h.get_tensor(names[1])
-                lines.append("inherited: no error")
-            except ztserve.Error as e:
-                lines.append(f"inherited: {e}")
-            got = ztserve.load(url, insecure=True)
-            same_all = sorted(got) == sorted(original) and all(
-                np.array_equal(got[k], v) for k, v in original.items()
-            )
-            lines.append(f"fresh: {same_all}")
+                lines = work()
+                code = 0
+            except BaseException:
+                lines = [traceback.format_exc()]
             os.write(w, "\n".join(lines).encode())
-            code = 0
         finally:
             os._exit(code)
     os.close(w)
@@ -318,10 +304,50 @@ def test_a_forked_child_opens_its_own_and_never_waits_on_the_parents(served, tra
         report = f.read()
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, report)
-    inherited, fresh = report.splitlines()
-    assert "was forked from it" in inherited and url in inherited, report
-    assert fresh == "fresh: True", report
+    return report.splitlines()
+
+
+@pytest.mark.parametrize("transport", ["quic", "http"])
+def test_a_forked_child_opens_its_own_and_never_waits_on_the_parents(served, transport):
+    """A child forked after its parent used a handle (a DataLoader worker,
+    a multiprocessing pool under "fork"), and one forked while a fetch was
+    in flight: the inherited handle refuses by name instead of waiting for
+    ever on the parent's runtime, closing and dropping it there leaves the
+    parent's connections alone, a fresh load in the child gets every
+    tensor, and the parent's handle carries on."""
+    port, original = served
+    url = urls(port)[transport]
+    h = ztserve.safe_open(url, insecure=True)
+    names = h.keys()
+    assert np.array_equal(h.get_tensor(names[0]), original[names[0]])
+
+    def fresh():
+        got = ztserve.load(url, insecure=True)
+        return sorted(got) == sorted(original) and all(np.array_equal(got[k], v) for k, v in original.items())
+
+    def child():
+        nonlocal h
+        try:
+            h.get_tensor(names[1])
+            inherited = "inherited: no error"
+        except ztserve.Error as e:
+            inherited = f"inherited: {e}"
+        h.close()
+        h = None
+        gc.collect()
+        return [inherited, f"fresh: {fresh()}"]
+
+    inherited, loaded = in_child(child)
+    assert "was forked from it" in inherited and url in inherited, inherited
+    assert loaded == "fresh: True"
+    # The child closed and dropped its copy of `h`; the parent's is whole.
     assert np.array_equal(h.get_tensor(names[-1]), original[names[-1]])
+    # Forks while the parent's fetch is in flight, one after another.
+    for _ in range(3):
+        h.prefetch(names)
+        assert in_child(lambda: [f"fresh: {fresh()}"]) == ["fresh: True"]
+    for n in names:
+        assert np.array_equal(h.get_tensor(n), original[n]), n
     h.close()
 
 

@@ -6,8 +6,7 @@
 //!   fetches started in the background;
 //! - `fetch`: `ztserve.fetch`, zt-client's resumable fetch to a file;
 //! - `options`: client options from keyword arguments;
-//! - `process`: what a forked child makes afresh (the I/O runtime), and
-//!   the hooks `os.register_at_fork` runs;
+//! - `process`: what a forked child makes afresh (the I/O runtime);
 //! - `table`: what has arrived, waited for and taken whole objects at a time;
 //! - `source`: the tasks that fetch from a server or read a local file;
 //! - `buffer`: the bytes handed to Python, through the buffer protocol
@@ -28,13 +27,11 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     zt_client::trust::install_provider();
+    process::loaded();
     let py = m.py();
     m.add_class::<session::Session>()?;
     m.add_class::<buffer::Buffer>()?;
     m.add_function(wrap_pyfunction!(fetch::fetch, m)?)?;
-    m.add_function(wrap_pyfunction!(process::before_fork, m)?)?;
-    m.add_function(wrap_pyfunction!(process::after_fork_in_parent, m)?)?;
-    m.add_function(wrap_pyfunction!(process::after_fork_in_child, m)?)?;
     m.add("Error", py.get_type::<error::Error>())?;
     m.add("ConnectError", py.get_type::<error::ConnectError>())?;
     m.add("NotFoundError", py.get_type::<error::NotFoundError>())?;

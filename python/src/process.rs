@@ -1,27 +1,28 @@
 //! What belongs to one process, and a child forked from it must not use:
 //! the I/O runtime, whose worker threads `fork` does not copy (the child
-//! would wait on them for ever), and the connections a handle opened
-//! (their sockets are shared with the parent). A forked child (a
+//! would wait on them for ever), the connections a handle opened (their
+//! sockets are shared with the parent), and the random state of the
+//! thread that forked (copied, so that children forked from one parent
+//! would draw the same QUIC connection IDs). A forked child (a
 //! `DataLoader` worker, a `multiprocessing` pool under the `fork` start
-//! method) gets a runtime and a cache table of its own on first use; what
-//! the parent made is left as it was, never used nor dropped
-//! (docs/python.md, "Processes").
+//! method) gets a runtime and a cache table of its own on first use, told
+//! apart by process id; what the parent made is left as it was, never
+//! used nor dropped (docs/python.md, "Processes").
 //!
-//! The package registers [`before_fork`] and the two after-fork hooks
-//! with `os.register_at_fork`: the locks a child uses (this module's and
-//! zt-format's spare mappings) are held across the fork, so no other
-//! thread of the parent holds one at that moment and the child finds
-//! them free.
+//! No lock here needs a fork handler: [`PerProcess`]'s are only taken by
+//! a thread holding the GIL and let go before it releases it, so none is
+//! held by another thread while the thread that forks holds the GIL. The
+//! one lock other threads take without it, zt-format's spare mappings, is
+//! never waited for.
 
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::cell::Cell;
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use pyo3::prelude::*;
 use tokio::runtime::Runtime;
 use zt_client::cache::Cache;
 
-/// A value made by process `pid` in fork generation `generation`.
+/// A value and the process that made it.
 #[derive(Debug)]
 struct Owned<T: 'static> {
     made_by: Maker,
@@ -42,17 +43,13 @@ impl<T: 'static> PerProcess<T> {
         }
     }
 
-    /// The lock, whatever a panicking holder left (the value is replaced
-    /// whole or not at all).
-    fn lock(&self) -> MutexGuard<'_, Option<Owned<T>>> {
-        self.current.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// This process's value, made with `make` on first use here. A
-    /// parent's is leaked, not dropped: dropping a runtime joins worker
-    /// threads this process does not have.
+    /// This process's value, made with `make` on first use here. Called
+    /// with the GIL held (see the module's note). A parent's value is
+    /// leaked, not dropped: dropping a runtime joins worker threads this
+    /// process does not have.
     pub(crate) fn get(&self, make: impl FnOnce() -> PyResult<T>) -> PyResult<&'static T> {
-        let mut current = self.lock();
+        let mut current: MutexGuard<'_, _> =
+            self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(c) = current.as_ref().filter(|c| !c.made_by.forked()) {
             return Ok(c.value);
         }
@@ -70,16 +67,29 @@ static RUNTIME: PerProcess<Runtime> = PerProcess::new();
 /// The component caches opened, one per folder and bound.
 pub(crate) static CACHES: PerProcess<Mutex<Vec<Cache>>> = PerProcess::new();
 
+/// The process that loaded the extension.
+static FIRST: OnceLock<u32> = OnceLock::new();
+
+/// Records the process that loads the extension (at import).
+pub(crate) fn loaded() {
+    FIRST.get_or_init(std::process::id);
+}
+
 /// I/O worker threads of a forked child's runtime at most: a host's
 /// every core for each of a dozen `DataLoader` workers would be hundreds
-/// of threads, and the parent's runtime keeps its own.
+/// of threads.
 const CHILD_WORKERS: usize = 4;
 
-/// The I/O runtime of this process.
+/// The I/O runtime of this process, with the calling thread's random
+/// state fresh in it. Every call that connects comes through here first.
 pub(crate) fn runtime() -> PyResult<&'static Runtime> {
+    reseed_after_fork();
     RUNTIME.get(|| {
         let mut b = tokio::runtime::Builder::new_multi_thread();
-        if GENERATION.load(Ordering::Relaxed) > 0 {
+        if FIRST
+            .get()
+            .is_some_and(|&first| first != std::process::id())
+        {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             b.worker_threads(cores.min(CHILD_WORKERS));
         }
@@ -90,49 +100,25 @@ pub(crate) fn runtime() -> PyResult<&'static Runtime> {
     })
 }
 
-/// Forks this process has come through as a child: with the pid (which a
-/// child in a new pid namespace may share with its parent's parent), what
-/// tells a child from the process that made a value.
-static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-/// The locks held across a fork, by the thread that forks.
-struct Held {
-    _runtime: MutexGuard<'static, Option<Owned<Runtime>>>,
-    _caches: MutexGuard<'static, Option<Owned<Mutex<Vec<Cache>>>>>,
-    _spares: zt_format::ForkGuard,
-}
-
 thread_local! {
-    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+    /// The process in which this thread's random state was last known to
+    /// be its own (0: not yet).
+    static SEEDED_IN: Cell<u32> = const { Cell::new(0) };
 }
 
-/// `os.register_at_fork(before=…)`: waits (without the GIL) until no other
-/// thread holds the locks a child uses, and holds them across the fork.
-/// Always in this order, the order no other path takes two of them in.
-#[pyfunction]
-pub(crate) fn before_fork(py: Python<'_>) {
-    py.detach(|| {
-        let held = Held {
-            _runtime: RUNTIME.lock(),
-            _caches: CACHES.lock(),
-            _spares: zt_format::hold_for_fork(),
-        };
-        HELD.with(|h| *h.borrow_mut() = Some(held));
-    });
-}
-
-/// `os.register_at_fork(after_in_parent=…)`: lets the locks go.
-#[pyfunction]
-pub(crate) fn after_fork_in_parent() {
-    HELD.with(|h| h.borrow_mut().take());
-}
-
-/// `os.register_at_fork(after_in_child=…)`: a new generation (every value
-/// made before is the parent's), and the locks let go.
-#[pyfunction]
-pub(crate) fn after_fork_in_child() {
-    GENERATION.fetch_add(1, Ordering::Relaxed);
-    HELD.with(|h| h.borrow_mut().take());
+/// Reseeds this thread's `rand` generator from the system the first time
+/// the thread calls in from a process: quinn draws connection IDs and
+/// reset keys from it, and `fork` copies the forking thread's state into
+/// every child (rand does not reseed on fork), so two workers forked
+/// from one parent would open connections with the same IDs, and the
+/// server would take one's handshake for the other's.
+fn reseed_after_fork() {
+    let pid = std::process::id();
+    if SEEDED_IN.get() != pid {
+        // The system's randomness unavailable: the state stays as it was.
+        let _ = rand::rng().reseed();
+        SEEDED_IN.set(pid);
+    }
 }
 
 /// The process that made a value or a handle, to tell a forked child's
@@ -140,14 +126,12 @@ pub(crate) fn after_fork_in_child() {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Maker {
     pid: u32,
-    generation: u64,
 }
 
 impl Maker {
     pub(crate) fn this() -> Self {
         Maker {
             pid: std::process::id(),
-            generation: GENERATION.load(Ordering::Relaxed),
         }
     }
 

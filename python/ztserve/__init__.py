@@ -29,15 +29,6 @@ from ._native import (
     RefusedError,
 )
 from ._native import fetch as _fetch
-from . import _native
-
-# A child forked while another thread used the package finds its locks
-# free, and makes its own I/O runtime (docs/python.md, "Processes").
-os.register_at_fork(
-    before=_native.before_fork,
-    after_in_parent=_native.after_fork_in_parent,
-    after_in_child=_native.after_fork_in_child,
-)
 
 
 def fetch(url, output, select=None, progress=None, **options) -> dict:

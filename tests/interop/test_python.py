@@ -8,6 +8,7 @@ import gc
 import os
 import pathlib
 import re
+import select
 import shutil
 import signal
 import ssl
@@ -280,17 +281,15 @@ def test_a_refused_token(real_model, tmp_path):
                 f.get_tensor(f.keys()[0])
 
 
-def in_child(work):
-    """Runs `work()` (returning lines of text) in a forked child, which
-    never returns into pytest; its lines, or its traceback. A wait that
-    never ends is cut by an alarm (the status then names a signal)."""
+def fork_child(work):
+    """Forks a child that runs `work()` (returning lines of text) and never
+    returns into pytest; (pid, the read end of its report pipe)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
             os.close(r)
-            signal.alarm(30)
             try:
                 lines = work()
                 code = 0
@@ -300,21 +299,44 @@ def in_child(work):
         finally:
             os._exit(code)
     os.close(w)
-    with os.fdopen(r) as f:
-        report = f.read()
+    return pid, r
+
+
+def child_report(pid, r, limit=60):
+    """The lines of a child from `fork_child`; a child still running after
+    `limit` seconds (waiting for ever) is killed and the test fails."""
+    deadline = time.monotonic() + limit
+    report = b""
+    with os.fdopen(r, "rb") as f:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([f], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise AssertionError(f"the child was still running after {limit} s: {report!r}")
+            chunk = os.read(f.fileno(), 65536)
+            if not chunk:
+                break
+            report += chunk
     _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, report)
-    return report.splitlines()
+    text = report.decode()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, text)
+    return text.splitlines()
+
+
+def in_child(work):
+    return child_report(*fork_child(work))
 
 
 @pytest.mark.parametrize("transport", ["quic", "http"])
 def test_a_forked_child_opens_its_own_and_never_waits_on_the_parents(served, transport):
     """A child forked after its parent used a handle (a DataLoader worker,
-    a multiprocessing pool under "fork"), and one forked while a fetch was
-    in flight: the inherited handle refuses by name instead of waiting for
-    ever on the parent's runtime, closing and dropping it there leaves the
-    parent's connections alone, a fresh load in the child gets every
-    tensor, and the parent's handle carries on."""
+    a multiprocessing pool under "fork"), children forked together that
+    connect at once, and children forked while a fetch was in flight: the
+    inherited handle refuses by name instead of waiting for ever on the
+    parent's runtime (closing and dropping it there must not hang either),
+    every fresh load in a child (the component cache off: over its own
+    connections) gets every tensor, and the parent's handle carries on."""
     port, original = served
     url = urls(port)[transport]
     h = ztserve.safe_open(url, insecure=True)
@@ -322,7 +344,7 @@ def test_a_forked_child_opens_its_own_and_never_waits_on_the_parents(served, tra
     assert np.array_equal(h.get_tensor(names[0]), original[names[0]])
 
     def fresh():
-        got = ztserve.load(url, insecure=True)
+        got = ztserve.load(url, insecure=True, cache=False)
         return sorted(got) == sorted(original) and all(np.array_equal(got[k], v) for k, v in original.items())
 
     def child():
@@ -340,8 +362,21 @@ def test_a_forked_child_opens_its_own_and_never_waits_on_the_parents(served, tra
     inherited, loaded = in_child(child)
     assert "was forked from it" in inherited and url in inherited, inherited
     assert loaded == "fresh: True"
-    # The child closed and dropped its copy of `h`; the parent's is whole.
     assert np.array_equal(h.get_tensor(names[-1]), original[names[-1]])
+    # Siblings forked from one state, connecting at the same moment: their
+    # connections must not be taken for one another's.
+    go_r, go_w = os.pipe()
+
+    def sibling():
+        os.read(go_r, 1)
+        return [f"fresh: {fresh()}"]
+
+    siblings = [fork_child(sibling) for _ in range(3)]
+    os.write(go_w, b"go!")
+    for pid, r in siblings:
+        assert child_report(pid, r) == ["fresh: True"]
+    os.close(go_r)
+    os.close(go_w)
     # Forks while the parent's fetch is in flight, one after another.
     for _ in range(3):
         h.prefetch(names)

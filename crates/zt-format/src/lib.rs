@@ -106,7 +106,6 @@ pub use manifest::{
     element_count, Attributes, CborValue, FilePart, Format, Manifest, Object, Objects, Origin,
     Source,
 };
-pub use memory::{hold_for_fork, ForkGuard};
 pub use mmap::{MappedFile, PrivateMap};
 pub use options::{
     Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP, DEFAULT_MANIFEST_MEMORY, OBJECT_MEMORY,

@@ -46,7 +46,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
 
 use memmap2::MmapMut;
 
@@ -119,35 +119,27 @@ impl Spares {
     }
 }
 
-/// The spares, whatever a thread that panicked holding them left: every
-/// change to them keeps `bytes` equal to their lengths' sum.
-fn lock(spares: &Mutex<Spares>) -> MutexGuard<'_, Spares> {
-    spares.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The spares held across a `fork`, for a program that forks while other
-/// threads may take or free large buffers (the Python package holds it
-/// from `os.register_at_fork`): while it is held no other thread holds
-/// the spares, so the child finds them free, and the policy has been
-/// read. Drop it after the fork, in the parent and in the child.
-#[derive(Debug)]
-pub struct ForkGuard {
-    _spares: MutexGuard<'static, Spares>,
-}
-
-/// Waits until no other thread holds the spares, and holds them (see
-/// [`ForkGuard`]).
-pub fn hold_for_fork() -> ForkGuard {
-    let _ = Policy::current();
-    ForkGuard {
-        _spares: lock(&SPARES),
+/// The spares, unless another thread holds them now: they are never
+/// waited for. A buffer taken or freed meanwhile maps or unmaps its own,
+/// and a child forked while a thread of its parent held them (the lock
+/// then stays held in the child, by a thread it does not have) never
+/// blocks on them. Whatever a thread that panicked holding them left is
+/// used: every change to them keeps `bytes` equal to their lengths' sum.
+fn lock(spares: &Mutex<Spares>) -> Option<MutexGuard<'_, Spares>> {
+    match spares.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
     }
 }
 
 /// A freed mapping: kept in `spares`, or unmapped (and no longer
 /// counted in [`LIVE`]), with any older spares it pushed out.
 fn release(map: MmapMut, spares: &Mutex<Spares>) {
-    let unkept = lock(spares).keep(map);
+    let unkept = match lock(spares) {
+        Some(mut kept) => kept.keep(map),
+        None => vec![map],
+    };
     for map in unkept {
         drop(map);
         LIVE.fetch_sub(1, Ordering::Relaxed);
@@ -282,7 +274,7 @@ impl Memory {
         if !policy.maps(capacity, align) {
             return None;
         }
-        let map = lock(spares).take(capacity)?;
+        let map = lock(spares)?.take(capacity)?;
         Some(Memory {
             inner: Inner::Mapped {
                 map,
@@ -478,11 +470,11 @@ mod tests {
         LIVE.fetch_add(1, Ordering::Relaxed);
         old.fill(0xAA);
         let ptr = old.as_ptr();
-        assert!(lock(&spares).keep(old).is_empty());
+        assert!(held(&spares).keep(old).is_empty());
         let asked = (7 << 20) / 2;
         let mut m = room(asked, 4096, ON, &spares);
         assert_eq!(m.as_ptr(), ptr, "the spare was not taken");
-        assert_eq!(lock(&spares).bytes, 0);
+        assert_eq!(held(&spares).bytes, 0);
         assert_eq!((m.len(), m.capacity()), (0, asked));
         assert_eq!(m.extend(b"abc"), 3);
         m.zero_to(100);
@@ -521,22 +513,60 @@ mod tests {
         assert!(spares.maps.iter().all(|m| m.len() == 16 << 20));
     }
 
+    /// The spares of a test, which no other thread holds.
+    fn held(spares: &Mutex<Spares>) -> MutexGuard<'_, Spares> {
+        lock(spares).expect("no other thread holds these spares")
+    }
+
+    /// Held by another thread (as a child forked while its parent's
+    /// thread held them finds them, for good): buffers are mapped and
+    /// unmapped past them at once. Code that waited for them would take
+    /// the spare once the holder lets go, and fail here.
     #[test]
-    fn a_fork_guard_holds_the_spares_until_dropped() {
-        let guard = hold_for_fork();
-        assert!(SPARES.try_lock().is_err(), "another thread could hold them");
-        drop(guard);
+    fn spares_held_elsewhere_are_passed_by_not_waited_for() {
+        if !cfg!(target_os = "linux") {
+            return;
+        }
+        let spares = none();
+        let kept = MmapMut::map_anon(8 << 20).unwrap();
+        let ptr = kept.as_ptr() as usize;
+        assert!(held(&spares).keep(kept).is_empty());
+        let (taken, release_it) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        let m = std::thread::scope(|s| {
+            s.spawn(|| {
+                let holder = held(&spares);
+                taken.wait();
+                release_it.wait();
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                drop(holder);
+            });
+            taken.wait();
+            let m = room(7 << 20, 4096, ON, &spares);
+            // Freed while they are held: unmapped, not kept.
+            LIVE.fetch_add(1, Ordering::Relaxed);
+            release(MmapMut::map_anon(4 << 20).unwrap(), &spares);
+            release_it.wait();
+            assert!(is_mapped(&m));
+            assert_ne!(
+                m.as_ptr() as usize,
+                ptr,
+                "the spare was taken: the spares were waited for"
+            );
+            m
+        });
+        assert_eq!(held(&spares).bytes, 8 << 20, "kept while held elsewhere");
+        drop(m);
     }
 
     #[test]
     fn released_mappings_are_kept_or_unmapped() {
         let spares = none();
         release(MmapMut::map_anon(8 << 20).unwrap(), &spares);
-        assert_eq!(lock(&spares).bytes, 8 << 20);
+        assert_eq!(held(&spares).bytes, 8 << 20);
         // Too large to keep: unmapped, and counted no more.
         LIVE.fetch_add(1, Ordering::Relaxed);
         release(MmapMut::map_anon(SPARE_MOST + 4096).unwrap(), &spares);
-        assert_eq!(lock(&spares).bytes, 8 << 20);
+        assert_eq!(held(&spares).bytes, 8 << 20);
     }
 
     #[test]

@@ -147,8 +147,9 @@ fn cache(a: &ClientArgs) -> PyResult<Option<Cache>> {
     else {
         return Ok(None);
     };
-    // This process's table: one made by a parent may have been locked at
-    // the fork by a thread this process does not have.
+    // This process's table: a parent's caches are never reused in a child
+    // (an I/O thread of the parent may have held one's usage lock, taken
+    // without the GIL, at the fork).
     let mut open = CACHES
         .get(|| Ok(Mutex::default()))?
         .lock()

@@ -11,9 +11,11 @@
 //!
 //! No lock here needs a fork handler: [`PerProcess`]'s are only taken by
 //! a thread holding the GIL and let go before it releases it, so none is
-//! held by another thread while the thread that forks holds the GIL. The
-//! one lock other threads take without it, zt-format's spare mappings, is
-//! never waited for.
+//! held by another thread while the thread that forks holds the GIL (the
+//! extension is built for the stable ABI, which free-threaded Python does
+//! not load). Locks that I/O threads take without the GIL are never met
+//! in a child: a parent's caches and handles are not used there, and
+//! zt-format's spare mappings are never waited for.
 
 use std::cell::Cell;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};

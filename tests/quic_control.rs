@@ -329,3 +329,114 @@ async fn the_shares_of_a_request_carry_each_component_once_balanced_by_bytes() {
     let (most, least) = (load.iter().max().unwrap(), load.iter().min().unwrap());
     assert!(most - least <= largest, "balanced by bytes: {load:?}");
 }
+
+/// Reads control messages until `pick` takes one.
+async fn until<T>(
+    recv: &mut RecvStream,
+    d: &mut Deframer,
+    mut pick: impl FnMut(Message) -> Option<T>,
+) -> T {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        while let Some(m) = d.next_message().unwrap() {
+            if let Some(t) = pick(m) {
+                return t;
+            }
+        }
+        read_more(recv, d, &mut buf).await;
+    }
+}
+
+/// Shutting down (SIGTERM) with the deadline two minutes off, three
+/// connections open: one that never opened its control stream and one
+/// whose only request was answered are closed with `shutting_down` at
+/// once; a busy one has a new `get` refused with `shutting_down`, gets
+/// every stream of its request in flight and its `done`, and is closed
+/// with `shutting_down` after that. The daemon exits long before its
+/// deadline. (Before, every open connection was kept to the deadline.)
+#[test]
+fn shutting_down_closes_idle_connections_at_once_and_busy_ones_once_answered() {
+    let root = tempfile::tempdir().unwrap();
+    common::fetch::big_model(root.path());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config_file(dir.path(), "shutdown_timeout_secs = 120\n");
+    let mut s = Server::start_quic(root.path(), &["--config", &cfg]);
+    let (addr, fp) = s.quic.clone().unwrap();
+    let shutting_down = Some(u64::from(Code::ShuttingDown.value()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let silent = common::quic::raw_connect(&addr, &fp, None).await;
+        let answered = common::quic::raw_connect(&addr, &fp, None).await;
+        let (mut a_send, mut a_recv) = answered.open_bi().await.unwrap();
+        let only_manifest = Get {
+            id: 1,
+            path: "big.zt".into(),
+            manifest_only: true,
+            ..Get::default()
+        };
+        a_send
+            .write_all(&frame(&Message::Get(only_manifest)).unwrap())
+            .await
+            .unwrap();
+        until_done(&mut a_recv, &mut Deframer::new(1 << 30), 1).await;
+
+        let busy = common::quic::raw_connect(&addr, &fp, None).await;
+        let (mut send, mut recv) = busy.open_bi().await.unwrap();
+        let mut d = Deframer::new(1 << 30);
+        send.write_all(&get(1, "big.zt")).await.unwrap();
+        let streams = until(&mut recv, &mut d, |m| match m {
+            Message::Manifest(m) => Some(m.streams),
+            _ => None,
+        })
+        .await;
+        // Its component streams are not read yet: flow control keeps the
+        // request in flight.
+        s.terminate();
+        let limit = Duration::from_secs(10);
+        assert_eq!(
+            common::quic::close_code_within(&silent, limit).await,
+            shutting_down
+        );
+        assert_eq!(
+            common::quic::close_code_within(&answered, limit).await,
+            shutting_down
+        );
+        assert!(
+            busy.close_reason().is_none(),
+            "closed with a request in flight"
+        );
+        send.write_all(&get(2, "big.zt")).await.unwrap();
+        let refused = until(&mut recv, &mut d, |m| match m {
+            Message::Error(e) if e.id == Some(2) => Some(e.code),
+            _ => None,
+        })
+        .await;
+        assert_eq!(refused, Code::ShuttingDown);
+        let reader = busy.clone();
+        let read = tokio::spawn(async move {
+            let mut whole = 0u64;
+            while let Ok(mut uni) = reader.accept_uni().await {
+                if uni.read_to_end(usize::MAX).await.is_ok() {
+                    whole += 1;
+                }
+            }
+            whole
+        });
+        let done = until(&mut recv, &mut d, |m| match m {
+            Message::Done(done) if done.id == 1 => Some(done),
+            _ => None,
+        })
+        .await;
+        assert_eq!((done.sent, done.cancelled), (streams, 0));
+        assert_eq!(
+            common::quic::close_code_within(&busy, limit).await,
+            shutting_down
+        );
+        assert_eq!(read.await.unwrap(), streams, "streams read in full");
+    });
+    assert_eq!(s.wait(Duration::from_secs(30)), Some(0));
+}

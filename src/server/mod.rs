@@ -280,7 +280,8 @@ pub async fn run(
         tracing::info!(quic = %local, fingerprint = %bound.fingerprint, "listening (ztp/1)");
         let endpoint = bound.endpoint.clone();
         let (closing_tx, closing) = tokio::sync::watch::channel(false);
-        let serve = tokio::spawn(quic::serve(Arc::clone(&state), bound, closing));
+        let stopping = stop_rx.clone();
+        let serve = tokio::spawn(quic::serve(Arc::clone(&state), bound, stopping, closing));
         let rx = stop_rx.clone();
         Some(tokio::spawn(async move {
             stopped(rx).await;

@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use quinn::Connection;
 use tokio::sync::{watch, Semaphore};
 use zt_format::rows::Rows;
-use ztp_proto::{Close, Code, Deframer, Done, Get, ManifestMsg, Message, Received, ServerSession};
+use ztp_proto::{
+    Close, Code, Deframer, Done, ErrorMsg, Get, ManifestMsg, Message, Received, ServerSession,
+};
 
 use super::cancel::RequestCtl;
 use super::control::{Control, Session};
@@ -26,16 +28,68 @@ const FEATURES: &[&str] = &[
     ztp_proto::FEATURE_SHARES,
 ];
 
-/// Serves one connection until it closes. `closing` turns true when the
-/// daemon's shutdown deadline has passed: the connection is then closed
-/// with `shutting_down`.
+/// A `get` not yet answered in full: counted from its arrival until its
+/// last message (`done` or `error`) is queued on the control stream, so
+/// that a connection shutting down closes after it (the close follows
+/// that message on the stream).
+struct Answering(Arc<watch::Sender<usize>>);
+
+impl Answering {
+    fn new(count: &Arc<watch::Sender<usize>>) -> Answering {
+        count.send_modify(|n| *n += 1);
+        Answering(Arc::clone(count))
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// What every request on a connection uses.
+#[derive(Clone)]
+struct Shared {
+    state: Arc<State>,
+    conn: Connection,
+    control: Control,
+    session: Session,
+    slots: Arc<Semaphore>,
+}
+
+/// What the control loop does next.
+enum Next {
+    Read(Result<Option<usize>, quinn::ReadError>),
+    /// The daemon is shutting down: refuse new requests, finish these.
+    Drain,
+    /// Close with `shutting_down`: nothing is left to answer, or the
+    /// shutdown deadline passed.
+    Close,
+}
+
+/// Serves one connection until it closes. Once `stopping` turns true (the
+/// daemon is shutting down), a new `get` is refused with `shutting_down`
+/// and the connection is closed with `shutting_down` as soon as every
+/// request on it has been answered in full: at once when it is idle.
+/// `closing` turns true when the shutdown deadline has passed: the
+/// connection is then closed whatever is in flight.
 pub(super) async fn handle(
     state: Arc<State>,
     conn: Connection,
+    mut stopping: watch::Receiver<bool>,
     mut closing: watch::Receiver<bool>,
 ) {
     let _open = state.metrics.quic_connection();
-    let (send, mut recv) = match conn.accept_bi().await {
+    let accepted = tokio::select! {
+        s = conn.accept_bi() => s,
+        Ok(_) = stopping.wait_for(|s| *s) => {
+            // Nothing asked on it, so nothing to announce first.
+            let code = quinn::VarInt::from_u32(Code::ShuttingDown.value());
+            conn.close(code, b"the server is shutting down");
+            return;
+        }
+    };
+    let (send, mut recv) = match accepted {
         Ok(s) => s,
         Err(e) => {
             tracing::debug!(error = %e, "connection closed before its control stream");
@@ -49,24 +103,42 @@ pub(super) async fn handle(
     let slots = Arc::new(Semaphore::new(state.config.quic.max_streams));
     let mut deframer = Deframer::new(state.config.quic.max_request_bytes);
     let mut buf = vec![0u8; 16 * 1024];
+    let shared = Shared {
+        state: Arc::clone(&state),
+        conn: conn.clone(),
+        control: control.clone(),
+        session: Arc::clone(&session),
+        slots: Arc::clone(&slots),
+    };
+    let answering = Arc::new(watch::Sender::new(0usize));
+    let mut unanswered = answering.subscribe();
+    let mut draining = false;
     'read: loop {
-        let read = tokio::select! {
-            r = recv.read(&mut buf) => Some(r),
-            Ok(_) = closing.wait_for(|c| *c) => None,
+        let next = tokio::select! {
+            // A shutdown is seen before anything read after it.
+            biased;
+            Ok(_) = closing.wait_for(|c| *c) => Next::Close,
+            Ok(_) = stopping.wait_for(|s| *s), if !draining => Next::Drain,
+            Ok(_) = unanswered.wait_for(|n| *n == 0), if draining => Next::Close,
+            r = recv.read(&mut buf) => Next::Read(r),
         };
-        let Some(read) = read else {
-            let reason = "the server is shutting down".to_owned();
-            control
-                .close(Close {
-                    code: Code::ShuttingDown,
-                    reason,
-                })
-                .await;
-            break;
-        };
-        match read {
-            Ok(Some(n)) => deframer.push(buf.get(..n).unwrap_or_default()),
-            Ok(None) | Err(_) => break,
+        match next {
+            Next::Read(Ok(Some(n))) => deframer.push(buf.get(..n).unwrap_or_default()),
+            Next::Read(Ok(None) | Err(_)) => break,
+            Next::Drain => {
+                draining = true;
+                continue;
+            }
+            Next::Close => {
+                let reason = "the server is shutting down".to_owned();
+                control
+                    .close(Close {
+                        code: Code::ShuttingDown,
+                        reason,
+                    })
+                    .await;
+                break;
+            }
         }
         loop {
             let frame = match deframer.next_message() {
@@ -79,6 +151,14 @@ pub(super) async fn handle(
                 Err(_) => break 'read,
             };
             match received {
+                Received::Serve(g) if draining => {
+                    let refused = ErrorMsg {
+                        id: Some(g.id),
+                        code: Code::ShuttingDown,
+                        message: "the server is shutting down".to_owned(),
+                    };
+                    control.send(Message::Error(refused)).await;
+                }
                 // The token first: a `get` without one causes no work
                 // (no hashing, reading or rendering).
                 Received::Serve(g) if !authorized(&state, &g) => {
@@ -90,15 +170,16 @@ pub(super) async fn handle(
                 Received::Serve(g) if state.catalog.is_pending(&g.path) => {
                     // Its digests are being computed: wait beside the
                     // control loop, which keeps reading.
-                    let (state, conn, control) =
-                        (Arc::clone(&state), conn.clone(), control.clone());
-                    let (session, slots) = (Arc::clone(&session), Arc::clone(&slots));
+                    let (shared, answer) = (shared.clone(), Answering::new(&answering));
                     tokio::spawn(async move {
-                        let resolved = state.catalog.resolve(&g.path, need(&g)).await;
-                        get(&state, &conn, &control, &session, &slots, g, resolved).await;
+                        let resolved = shared.state.catalog.resolve(&g.path, need(&g)).await;
+                        get(shared, g, resolved, answer).await;
                     });
                 }
-                Received::Serve(g) => get(&state, &conn, &control, &session, &slots, g, None).await,
+                Received::Serve(g) => {
+                    let answer = Answering::new(&answering);
+                    get(shared.clone(), g, None, answer).await;
+                }
                 Received::Answer(e) => control.send(Message::Error(e)).await,
                 Received::Cancel {
                     request,
@@ -113,7 +194,7 @@ pub(super) async fn handle(
             }
         }
     }
-    drop(control);
+    drop((control, shared));
     let _ = writer.await;
     // Let streams in flight finish; the connection closes when the client is done.
     let _ = conn.closed().await;
@@ -121,21 +202,20 @@ pub(super) async fn handle(
 
 /// Resolves and answers one `get`: an `error`, or the manifest and then
 /// the component streams.
-async fn get(
-    state: &Arc<State>,
-    conn: &Connection,
-    control: &Control,
-    session: &Session,
-    slots: &Arc<Semaphore>,
-    g: Get,
-    resolved: Option<Entry>,
-) {
+async fn get(c: Shared, g: Get, resolved: Option<Entry>, answer: Answering) {
+    let Shared {
+        state,
+        conn,
+        control,
+        session,
+        slots,
+    } = c;
     let id = g.id;
     let Plan {
         served,
         manifest,
         parts,
-    } = match plan(state, &g, resolved).await {
+    } = match plan(&state, &g, resolved).await {
         Ok(plan) => plan,
         Err(r) => return control.send(Message::Error(refused::error(id, r))).await,
     };
@@ -181,13 +261,6 @@ async fn get(
     if let Ok(mut s) = session.lock() {
         s.start(id, Arc::clone(&ctl));
     }
-    let (state, conn, control, session, slots) = (
-        Arc::clone(state),
-        conn.clone(),
-        control.clone(),
-        Arc::clone(session),
-        Arc::clone(slots),
-    );
     tokio::spawn(async move {
         let writers = send::writers(count);
         let (sent, cancelled) =
@@ -202,6 +275,7 @@ async fn get(
             cancelled,
         };
         control.send(Message::Done(done)).await;
+        drop(answer);
     });
 }
 

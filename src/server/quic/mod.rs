@@ -100,10 +100,18 @@ pub fn bind(state: &State, addr: SocketAddr) -> Result<Bound> {
     })
 }
 
-/// Accepts connections until the endpoint is closed. Once `closing` turns
-/// true (the shutdown deadline passed), each open connection announces
-/// `shutting_down` on its control stream and closes.
-pub async fn serve(state: Arc<State>, bound: Bound, closing: watch::Receiver<bool>) {
+/// Accepts connections until the endpoint is closed. Once `stopping`
+/// turns true (the daemon is shutting down), each open connection refuses
+/// new requests and, once those in flight are answered (at once when it is
+/// idle), announces `shutting_down` on its control stream and closes; once
+/// `closing` turns true (the shutdown deadline passed), those still open
+/// do so whatever is in flight.
+pub async fn serve(
+    state: Arc<State>,
+    bound: Bound,
+    stopping: watch::Receiver<bool>,
+    closing: watch::Receiver<bool>,
+) {
     let Bound {
         endpoint, paths, ..
     } = bound;
@@ -114,7 +122,8 @@ pub async fn serve(state: Arc<State>, bound: Bound, closing: watch::Receiver<boo
             tracing::warn!("QUIC connection refused: connection limit reached");
             continue;
         };
-        let (state, closing, paths) = (Arc::clone(&state), closing.clone(), Arc::clone(&paths));
+        let (state, paths) = (Arc::clone(&state), Arc::clone(&paths));
+        let (stopping, closing) = (stopping.clone(), closing.clone());
         tokio::spawn(async move {
             let remote = incoming.remote_address();
             let connecting = incoming.accept_with(paths.config_for(remote.ip()));
@@ -122,7 +131,7 @@ pub async fn serve(state: Arc<State>, bound: Bound, closing: watch::Receiver<boo
                 Ok(connecting) => match connecting.await {
                     // Every log line of the connection carries the peer's address.
                     Ok(c) => {
-                        conn::handle(Arc::clone(&state), c.clone(), closing)
+                        conn::handle(Arc::clone(&state), c.clone(), stopping, closing)
                             .instrument(tracing::info_span!("quic", %remote))
                             .await;
                         state.metrics.quic_ended(&c.stats());

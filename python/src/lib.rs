@@ -16,6 +16,7 @@
 mod buffer;
 mod error;
 mod fetch;
+mod live;
 mod options;
 mod process;
 mod session;

@@ -6,15 +6,17 @@
 //! would draw the same QUIC connection IDs). A forked child (a
 //! `DataLoader` worker, a `multiprocessing` pool under the `fork` start
 //! method) gets a runtime and a cache table of its own on first use, told
-//! apart by process id; what the parent made is left as it was, never
-//! used nor dropped (docs/python.md, "Processes").
+//! apart by process id, and a handle it inherited opens its source again
+//! there ([`crate::live::Live`]); what the parent made is left as it was,
+//! never used nor dropped (docs/python.md, "Processes").
 //!
 //! No lock here needs a fork handler: [`PerProcess`]'s are only taken by
 //! a thread holding the GIL and let go before it releases it, so none is
 //! held by another thread while the thread that forks holds the GIL (the
 //! extension is built for the stable ABI, which free-threaded Python does
 //! not load). Locks that I/O threads take without the GIL are never met
-//! in a child: a parent's caches and handles are not used there, and
+//! in a child: a parent's caches and a handle's fetch tables are not
+//! used there, and
 //! zt-format's spare mappings are never waited for.
 
 use std::cell::Cell;
@@ -142,15 +144,7 @@ impl Maker {
         self != Maker::this()
     }
 
-    /// The error for `label`'s use in a forked child.
-    pub(crate) fn refuse(self, label: &str) -> PyErr {
-        crate::error::Error::new_err(format!(
-            "{label}: this handle was opened in process {} and this process ({}) was forked \
-             from it; what it reads through (connections, background tasks) stays with that \
-             process: open the source again here (in a DataLoader, in worker_init_fn or the \
-             dataset's first __getitem__)",
-            self.pid,
-            std::process::id()
-        ))
+    pub(crate) fn pid(self) -> u32 {
+        self.pid
     }
 }

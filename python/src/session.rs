@@ -1,24 +1,25 @@
 //! An open source: its manifest, where its bytes come from, and what has
 //! arrived. Python's `safe_open` handle wraps one. Every wait releases the
 //! GIL and wakes every 100 ms to let Ctrl-C through; the handle may be
-//! used from several threads at once.
+//! used from several threads at once, and from a child forked after it
+//! was opened (which opens the source again for itself: [`Live`]).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tokio::task::JoinHandle;
-use zt_client::Client;
+use zt_client::{Client, Options, Remote};
 use zt_format::Manifest;
 
 use crate::buffer::Buffer;
 use crate::error::{Failure, Kind};
+use crate::live::{closed_why, Live};
 use crate::options::{client_options, ClientArgs};
 use crate::process::{runtime, Maker};
 use crate::source::Source;
-use crate::table::{Part, Table, Waited};
+use crate::table::{Part, Waited};
 
 /// A component handed to Python: role, bytes, dtype and logical type.
 type PyPart = (String, Buffer, String, Option<String>);
@@ -44,15 +45,16 @@ pub(crate) struct Session {
     manifest: Manifest,
     etag: Option<String>,
     size: u64,
-    /// `None` once closed (which drops the client and its connections).
-    source: Mutex<Option<Source>>,
-    table: Arc<Table>,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
     /// The largest decoded component accepted.
     cap: u64,
-    /// The process that opened it: a child forked from it may read the
-    /// manifest, but fetches nothing through the parent's connections.
-    maker: Maker,
+    /// How it was opened, to open it again in a forked child.
+    args: ClientArgs,
+    /// The process that opened it.
+    opened_by: Maker,
+    /// What this process reads through. Its lock is only taken by a
+    /// thread holding the GIL, and let go before the GIL is released (a
+    /// child is forked by a thread holding the GIL, so none holds it then).
+    live: Mutex<Live>,
 }
 
 #[pymethods]
@@ -72,10 +74,7 @@ impl Session {
         let args = ClientArgs::from_dict(options)?;
         let select = select.unwrap_or_default();
         let rt = runtime()?;
-        let mut options = client_options(&args)?;
-        // A local file is the caller's own: one without digests (a
-        // safetensors or GGUF file) is read as it is (docs/python.md).
-        options.require_digest &= Client::is_url(&source);
+        let options = options_for(&source, &args)?;
         let max_buffered = max_buffered_bytes.unwrap_or(256 << 20).max(1 << 20);
         let mmap = args.mmap;
         let cap = options.component_cap;
@@ -92,20 +91,27 @@ impl Session {
             .map_err(|e| Failure::from(e).into_py())?;
         // A local file has no server and so no ETag of its own.
         let etag = (!client.is_local()).then(|| remote.etag.clone());
-        let mut s = Session::new(
-            source,
-            remote.manifest.clone(),
-            etag,
-            remote.size,
-            Source {
+        let (manifest, size) = (remote.manifest.clone(), remote.size);
+        let live = Live::new(
+            Some(Source {
                 client: Arc::new(client),
                 remote: Arc::new(remote),
                 max_buffered,
                 mmap,
-            },
+            }),
+            0,
+            &source,
         );
-        s.cap = cap;
-        Ok(s)
+        Ok(Session {
+            label: source,
+            manifest,
+            etag,
+            size,
+            cap,
+            args,
+            opened_by: Maker::this(),
+            live: Mutex::new(live),
+        })
     }
 
     /// The object names, in the order their bytes lie in the file.
@@ -131,8 +137,7 @@ impl Session {
 
     /// Starts fetching `names` in the background; returns the batch that
     /// yields them as they arrive ([`Session::next`]).
-    fn start(&self, names: Vec<String>) -> PyResult<u64> {
-        self.here()?;
+    fn start(&self, py: Python<'_>, names: Vec<String>) -> PyResult<u64> {
         let mut wanted = Vec::with_capacity(names.len());
         for n in names {
             let o = self.manifest.objects.get(&n).ok_or_else(|| {
@@ -140,19 +145,13 @@ impl Session {
             })?;
             wanted.push((n, o.components.len()));
         }
-        let (batch, fetch) = self.table.request(&wanted);
+        let mut live = self.live(py)?;
+        let source = live.source.clone().ok_or_else(|| closed(&self.label))?;
+        let batch = live.number_batch();
+        let fetch = live.table.request(batch, &wanted);
         if !fetch.names.is_empty() {
-            let source = self.source.lock().map_err(|_| closed(&self.label))?;
-            let Some(source) = source.as_ref() else {
-                self.table
-                    .close(&format!("{}: the handle was closed", self.label));
-                return Err(closed(&self.label));
-            };
-            let task = source.start(runtime()?, fetch, Arc::clone(&self.table), self.cap);
-            if let Ok(mut t) = self.tasks.lock() {
-                t.retain(|t| !t.is_finished());
-                t.push(task);
-            }
+            let task = source.start(runtime()?, fetch, Arc::clone(&live.table), self.cap);
+            live.track(task);
         }
         Ok(batch)
     }
@@ -160,9 +159,8 @@ impl Session {
     /// Waits for `name` (started before) and takes its components.
     #[pyo3(signature = (name, timeout=None))]
     fn take(&self, py: Python<'_>, name: &str, timeout: Option<f64>) -> PyResult<Vec<PyPart>> {
-        self.here()?;
         let deadline = deadline(timeout)?;
-        let table = Arc::clone(&self.table);
+        let table = Arc::clone(&self.live(py)?.table);
         let got = py.detach(|| table.take(name, deadline, check_signals))?;
         match got {
             Waited::Got(Ok(parts)) => Ok(to_py(parts)),
@@ -179,9 +177,22 @@ impl Session {
         batch: u64,
         timeout: Option<f64>,
     ) -> PyResult<Option<(String, Vec<PyPart>)>> {
-        self.here()?;
         let deadline = deadline(timeout)?;
-        let table = Arc::clone(&self.table);
+        let table = {
+            let live = self.live(py)?;
+            if !live.started_here(batch) {
+                // Its objects went to the parent: ending here would look
+                // like the end of the batch.
+                return Err(crate::error::Error::new_err(format!(
+                    "{}: these objects were asked for in process {} before this process ({}) \
+                     was forked from it, and arrive there; ask again here",
+                    self.label,
+                    self.opened_by.pid(),
+                    std::process::id()
+                )));
+            }
+            Arc::clone(&live.table)
+        };
         let got = py.detach(|| table.next(batch, deadline, check_signals))?;
         match got {
             Waited::Got(None) => Ok(None),
@@ -194,10 +205,9 @@ impl Session {
     /// Rows `start..end` of `name` (a raw dense object), fetched alone
     /// and verified: the data component cut to those rows.
     fn rows(&self, py: Python<'_>, name: &str, start: u64, end: u64) -> PyResult<Vec<PyPart>> {
-        self.here()?;
         let rt = runtime()?;
         let rows = zt_format::rows::Rows { start, end };
-        let source = self.open_source()?;
+        let source = self.open_source(py)?;
         let got = py.detach(|| source.rows(rt, name, rows));
         match got {
             Ok(part) => Ok(to_py(vec![part])),
@@ -209,11 +219,10 @@ impl Session {
     /// `name` (a raw dense object), fetched alone where the server gathers
     /// it and verified; the slice's data and its shape.
     fn slice(&self, py: Python<'_>, name: &str, spec: &str) -> PyResult<(Vec<PyPart>, Vec<u64>)> {
-        self.here()?;
         let rt = runtime()?;
         let slice = zt_format::slice::Slice::parse(spec)
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{name:?}: {e}")))?;
-        let source = self.open_source()?;
+        let source = self.open_source(py)?;
         let got = py.detach(|| source.slice(rt, name, &slice));
         match got {
             Ok((part, shape)) => Ok((to_py(vec![part]), shape)),
@@ -221,30 +230,26 @@ impl Session {
         }
     }
 
-    /// Forgets a batch nobody reads from any more.
+    /// Forgets a batch nobody reads from any more (one of a parent's, in
+    /// a forked child, is not in this process's table).
     fn drop_batch(&self, batch: u64) {
-        if !self.maker.forked() {
-            self.table.drop_batch(batch);
+        let live = self.lock_live();
+        if !live.maker.forked() {
+            live.table.drop_batch(batch);
         }
     }
 
     /// Cancels everything in flight (waiting callers get an error) and
-    /// closes the connections; in a forked child, nothing (they are the
-    /// parent's).
+    /// closes the connections: this process's own (in a forked child that
+    /// never read through the handle, the parent's are left to it).
     fn close(&self) {
-        if self.maker.forked() {
-            return;
+        let mut live = self.lock_live();
+        if live.maker.forked() {
+            let after = live.batches_after();
+            live.set_aside(Live::new(None, after, &self.label));
+        } else {
+            live.close(&self.label);
         }
-        if let Ok(mut tasks) = self.tasks.lock() {
-            for t in tasks.drain(..) {
-                t.abort();
-            }
-        }
-        if let Ok(mut source) = self.source.lock() {
-            source.take();
-        }
-        self.table
-            .close(&format!("{}: the handle was closed", self.label));
     }
 
     /// What was opened: the URL or path.
@@ -273,62 +278,90 @@ impl Session {
 }
 
 impl Session {
-    fn new(
-        label: String,
-        manifest: Manifest,
-        etag: Option<String>,
-        size: u64,
-        source: Source,
-    ) -> Session {
-        Session {
-            label,
-            manifest,
-            etag,
-            size,
-            source: Mutex::new(Some(source)),
-            table: Arc::default(),
-            tasks: Mutex::default(),
-            cap: zt_format::DEFAULT_DECOMPRESS_CAP,
-            maker: Maker::this(),
-        }
+    fn lock_live(&self) -> MutexGuard<'_, Live> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Refuses a forked child's fetch through the parent's connections.
-    fn here(&self) -> PyResult<()> {
-        if self.maker.forked() {
-            return Err(self.maker.refuse(&self.label));
+    /// What this process reads through. In a child forked since the handle
+    /// was opened (or last used), the first call sets the parent's aside
+    /// and opens the source again here, pinned to the version it read.
+    fn live(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, Live>> {
+        let (inherited, after) = {
+            let live = self.lock_live();
+            if !live.maker.forked() {
+                return Ok(live);
+            }
+            let inherited = live.source.as_ref().map(|s| {
+                let remote = Arc::clone(&s.remote);
+                (remote, s.max_buffered, s.mmap)
+            });
+            (inherited, live.batches_after())
+        };
+        // Connecting lets go of the GIL, so not under the lock.
+        let source = inherited
+            .map(|(remote, max_buffered, mmap)| self.reopen(py, remote, max_buffered, mmap))
+            .transpose()?;
+        let mut live = self.lock_live();
+        // Another thread of this child may have opened it meanwhile: its
+        // source is kept, this one dropped.
+        if live.maker.forked() {
+            live.set_aside(Live::new(source, after, &self.label));
         }
-        Ok(())
+        Ok(live)
+    }
+
+    /// The source opened again in a forked child, reading the version
+    /// `remote` describes: every fetch names its ETag, so a file changed
+    /// since fails by name instead of mixing versions.
+    fn reopen(
+        &self,
+        py: Python<'_>,
+        remote: Arc<Remote>,
+        max_buffered: u64,
+        mmap: bool,
+    ) -> PyResult<Source> {
+        let rt = runtime()?;
+        let options = options_for(&self.label, &self.args)?;
+        let at = self.label.as_str();
+        let client = py
+            .detach(|| rt.block_on(Client::open(at, options)))
+            .map_err(|e| Failure::from(e).into_py())?;
+        Ok(Source {
+            client: Arc::new(client),
+            remote,
+            max_buffered,
+            mmap,
+        })
     }
 
     /// The source, while the session is open.
-    fn open_source(&self) -> PyResult<Source> {
-        self.source
-            .lock()
-            .ok()
-            .and_then(|s| s.as_ref().cloned())
+    fn open_source(&self, py: Python<'_>) -> PyResult<Source> {
+        self.live(py)?
+            .source
+            .clone()
             .ok_or_else(|| closed(&self.label))
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        if self.maker.forked() {
-            // The parent's connections and tasks: closing them here would
-            // close the parent's (over a shared socket) or wait on its
-            // runtime. Left, without touching their locks.
-            let source = self
-                .source
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            let tasks =
-                std::mem::take(self.tasks.get_mut().unwrap_or_else(PoisonError::into_inner));
-            std::mem::forget((source, tasks));
-            return;
+        let live = self.live.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if live.maker.forked() {
+            let after = live.batches_after();
+            live.set_aside(Live::new(None, after, &self.label));
+        } else {
+            live.close(&self.label);
         }
-        self.close();
     }
+}
+
+/// The client options `args` ask for, reading `source`: a local file is
+/// the caller's own, and one without digests (a safetensors or GGUF file)
+/// is read as it is (docs/python.md).
+fn options_for(source: &str, args: &ClientArgs) -> PyResult<Options> {
+    let mut options = client_options(args)?;
+    options.require_digest &= Client::is_url(source);
+    Ok(options)
 }
 
 fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
@@ -342,7 +375,7 @@ fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
 }
 
 fn closed(label: &str) -> PyErr {
-    crate::error::Error::new_err(format!("{label}: the handle was closed"))
+    crate::error::Error::new_err(closed_why(label))
 }
 
 fn timed_out(what: &str) -> PyErr {

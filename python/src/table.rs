@@ -55,7 +55,6 @@ pub(crate) struct Fetch {
 struct State {
     slots: HashMap<String, Slot>,
     batches: HashMap<u64, Batch>,
-    next_batch: u64,
     next_fetch: u64,
     /// Why nothing more will arrive (the handle was closed).
     closed: Option<String>,
@@ -86,13 +85,11 @@ impl Table {
         }
     }
 
-    /// Asks for `names` (each with its number of components): returns the
-    /// batch that yields them, and the fetch the caller must start for
-    /// those not already arrived or on their way.
-    pub(crate) fn request(&self, names: &[(String, usize)]) -> (u64, Fetch) {
+    /// Asks for `names` (each with its number of components) as batch
+    /// `id` (numbered by the caller): returns the fetch the caller must
+    /// start for those not already arrived or on their way.
+    pub(crate) fn request(&self, id: u64, names: &[(String, usize)]) -> Fetch {
         let mut st = self.lock();
-        let id = st.next_batch;
-        st.next_batch += 1;
         let by = st.next_fetch;
         st.next_fetch += 1;
         let mut batch = Batch::default();
@@ -118,13 +115,10 @@ impl Table {
             }
         }
         st.batches.insert(id, batch);
-        (
-            id,
-            Fetch {
-                id: by,
-                names: fetch,
-            },
-        )
+        Fetch {
+            id: by,
+            names: fetch,
+        }
     }
 
     /// A component arrived, verified, through fetch `by`.

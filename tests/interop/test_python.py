@@ -329,39 +329,55 @@ def in_child(work):
 
 
 @pytest.mark.parametrize("transport", ["quic", "http"])
-def test_a_forked_child_opens_its_own_and_never_waits_on_the_parents(served, transport):
+def test_a_forked_child_reads_through_what_it_inherited_and_never_waits_on_the_parent(served, transport):
     """A child forked after its parent used a handle (a DataLoader worker,
     a multiprocessing pool under "fork"), children forked together that
     connect at once, and children forked while a fetch was in flight: the
-    inherited handle refuses by name instead of waiting for ever on the
-    parent's runtime (closing and dropping it there must not hang either),
-    every fresh load in a child (the component cache off: over its own
-    connections) gets every tensor, and the parent's handle carries on."""
+    inherited handle opens the source again in the child and gets every
+    tensor, instead of waiting for ever on the parent's runtime; closing
+    and dropping it there leaves the parent's alone; a batch the parent
+    started raises by name in the child instead of ending early; every
+    fresh load in a child gets every tensor; the parent carries on."""
     port, original = served
     url = urls(port)[transport]
     h = ztserve.safe_open(url, insecure=True)
     names = h.keys()
     assert np.array_equal(h.get_tensor(names[0]), original[names[0]])
+    started = h.tensors(names)
+    got = dict([next(started)])
 
     def fresh():
         got = ztserve.load(url, insecure=True, cache=False)
         return sorted(got) == sorted(original) and all(np.array_equal(got[k], v) for k, v in original.items())
 
+    def inherited():
+        return all(np.array_equal(h.get_tensor(n), original[n]) for n in names)
+
     def child():
         nonlocal h
+        first = inherited()
         try:
-            h.get_tensor(names[1])
-            inherited = "inherited: no error"
+            next(started)
+            batch = "parent's batch: no error"
         except ztserve.Error as e:
-            inherited = f"inherited: {e}"
+            batch = f"parent's batch: {e}"
         h.close()
+        try:
+            h.get_tensor(names[0])
+            closed = "closed: no error"
+        except ztserve.Error as e:
+            closed = f"closed: {e}"
         h = None
         gc.collect()
-        return [inherited, f"fresh: {fresh()}"]
+        return [f"inherited: {first}", batch, closed, f"fresh: {fresh()}"]
 
-    inherited, loaded = in_child(child)
-    assert "was forked from it" in inherited and url in inherited, inherited
+    first, batch, closed, loaded = in_child(child)
+    assert first == "inherited: True"
+    assert "before this process" in batch and url in batch, batch
+    assert "the handle was closed" in closed, closed
     assert loaded == "fresh: True"
+    got.update(started)
+    same(got, original)
     assert np.array_equal(h.get_tensor(names[-1]), original[names[-1]])
     # Siblings forked from one state, connecting at the same moment: their
     # connections must not be taken for one another's.
@@ -369,21 +385,69 @@ def test_a_forked_child_opens_its_own_and_never_waits_on_the_parents(served, tra
 
     def sibling():
         os.read(go_r, 1)
-        return [f"fresh: {fresh()}"]
+        return [f"inherited: {inherited()}", f"fresh: {fresh()}"]
 
     siblings = [fork_child(sibling) for _ in range(3)]
     os.write(go_w, b"go!")
     for pid, r in siblings:
-        assert child_report(pid, r) == ["fresh: True"]
+        assert child_report(pid, r) == ["inherited: True", "fresh: True"]
     os.close(go_r)
     os.close(go_w)
     # Forks while the parent's fetch is in flight, one after another.
     for _ in range(3):
         h.prefetch(names)
-        assert in_child(lambda: [f"fresh: {fresh()}"]) == ["fresh: True"]
+        assert in_child(lambda: [f"inherited: {inherited()}"]) == ["inherited: True"]
     for n in names:
         assert np.array_equal(h.get_tensor(n), original[n]), n
     h.close()
+
+
+def etag_of(url):
+    return urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=10).headers["ETag"]
+
+
+def test_a_forked_child_never_reads_a_changed_file_through_what_it_inherited(real_model, tmp_path):
+    """A handle inherited by a forked child reads the version its parent
+    opened: after the file is replaced, the child's read fails naming the
+    change (over ztp/1, HTTP and from a local path), never mixing
+    versions; the parent's handle refuses it the same way over the
+    network, and from a local path reads the version it mapped."""
+    root = tmp_path / "root"
+    root.mkdir()
+    path = root / "model.safetensors"
+    shutil.copy(real_model, path)
+    opened = safetensors.numpy.load_file(real_model)
+    with daemon(root, tmp_path) as port:
+        for round, at in enumerate([*urls(port).values(), str(path)], start=1):
+            h = ztserve.safe_open(at, insecure=True)
+            names = h.keys()
+            version = {k: v + round if v.dtype.kind == "f" else v for k, v in opened.items()}
+            safetensors.numpy.save_file(version, str(tmp_path / "next.safetensors"))
+            before = etag_of(urls(port)["http"])
+            os.replace(tmp_path / "next.safetensors", path)
+            # The daemon notices a replaced file within a moment, serving
+            # the version it had open (under its own ETag) meanwhile.
+            deadline = time.monotonic() + 30
+            while etag_of(urls(port)["http"]) == before:
+                assert time.monotonic() < deadline, "the daemon never saw the new version"
+                time.sleep(0.1)
+
+            def child():
+                try:
+                    h.get_tensor(names[0])
+                    return ["no error"]
+                except ztserve.Error as e:
+                    return [type(e).__name__, str(e)]
+
+            report = in_child(child)
+            assert report[0] == "ProtocolError" and "changed" in report[1], (at, report)
+            if at == str(path):
+                assert np.array_equal(h.get_tensor(names[0]), opened[names[0]])
+            else:
+                with pytest.raises(ztserve.ProtocolError, match="changed"):
+                    h.get_tensor(names[0])
+            h.close()
+            opened = version
 
 
 def test_an_unknown_option_is_a_type_error(served):

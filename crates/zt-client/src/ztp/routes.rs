@@ -61,15 +61,20 @@ fn all_lost(routes: &Routes, why: &str) {
     fail_all(routes, |path| Error::Transport(format!("{path}: {why}")));
 }
 
-/// The error for a server's `error` message about one request: a
-/// component it refused as corrupt can never be fetched; anything else is
-/// the server's answer.
-fn server_error(code: Code, message: &str) -> Error {
+/// The error for a server's `error` message about a request for `path`:
+/// a component it refused as corrupt can never be fetched; a version
+/// (`if_match`) the file no longer has is a changed file, as over HTTP;
+/// anything else is the server's answer.
+fn server_error(path: &str, code: Code, message: &str) -> Error {
     let text = format!("server error {code}: {}", quote(message));
     match code {
         Code::Corrupt => Error::Corrupt {
             at: None,
             message: text,
+        },
+        Code::PreconditionFailed => Error::Changed {
+            url: path.to_owned(),
+            detail: format!("({text})"),
         },
         code => Error::Server {
             status: Status::Ztp(code),
@@ -141,13 +146,16 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
                     request,
                     code,
                     message,
-                }) => request.fail(server_error(code, &message)),
+                }) => {
+                    let e = server_error(&request.path, code, &message);
+                    request.fail(e);
+                }
                 Ok(Said::Refused {
                     request,
                     code,
                     message,
                 }) => {
-                    let e = server_error(code, &message);
+                    let e = server_error(&request.path, code, &message);
                     let _ = request.deliver.send((Event::Component(Err(e)), None));
                 }
                 Ok(Said::Done { request, sent }) => {

@@ -182,3 +182,50 @@ fn a_client_killed_mid_transfer_frees_its_connection_and_streams() {
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     assert!(out.exists());
 }
+
+/// A client kept open while its server restarts (same address, same
+/// certificate): the shutdown closes its connection, and its next
+/// requests connect again and are answered, a fetch pinned to the version
+/// read before the restart included, as over HTTP. Once closed by its
+/// owner it connects no more.
+#[test]
+fn a_client_kept_open_connects_again_after_its_server_restarts() {
+    let port = common::free_port();
+    let state = tempfile::tempdir().unwrap();
+    let start = || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ztserve"));
+        cmd.arg("--root")
+            .arg(common::repo().join("models"))
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--log-format", "json", "--log-level", "info", "--state-dir"])
+            .arg(state.path());
+        Server::from_command(cmd, None)
+    };
+    let mut s = start();
+    let (_, fp) = s.quic.clone().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let options = zt_client::Options {
+            trust: zt_client::trust::Trust::fingerprint(&fp).unwrap(),
+            ..zt_client::Options::default()
+        };
+        let url = format!("quic://127.0.0.1:{port}/sample.zt");
+        let client = zt_client::Client::connect(&url, options).await.unwrap();
+        let before = client.manifest().await.unwrap();
+        s.terminate();
+        assert_eq!(s.wait(Duration::from_secs(20)), Some(0));
+        let _again = start();
+        let mut fetch = client.fetch(&[], Some(&before.etag)).await.unwrap();
+        let mut objects = std::collections::BTreeSet::new();
+        while let Some(d) = fetch.next().await {
+            objects.insert(d.unwrap().object);
+        }
+        let want: std::collections::BTreeSet<_> =
+            before.manifest.objects.keys().map(str::to_owned).collect();
+        assert_eq!(objects, want);
+        assert_eq!(client.manifest().await.unwrap().etag, before.etag);
+        client.close().await;
+        let closed = client.manifest().await;
+        assert!(closed.is_err(), "a closed client answered: {closed:?}");
+    });
+}

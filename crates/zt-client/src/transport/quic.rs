@@ -45,7 +45,8 @@ impl QuicTransport {
 impl Transport for QuicTransport {
     fn manifest<'a>(&'a self, select: &'a [String]) -> BoxFuture<'a, Result<Remote>> {
         Box::pin(async move {
-            let mut f = self.conns.first.get_manifest(&self.path, select).await?;
+            let first = self.conns.first().await?;
+            let mut f = first.get_manifest(&self.path, select).await?;
             Ok(Remote {
                 manifest: std::mem::take(&mut f.manifest),
                 etag: std::mem::take(&mut f.etag),
@@ -74,9 +75,8 @@ impl Transport for QuicTransport {
         etag: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Vec<u8>>>> {
         Box::pin(async move {
-            let offered = self
-                .conns
-                .first
+            let first = self.conns.first().await?;
+            let offered = first
                 .features()
                 .is_some_and(|f| f.iter().any(|x| x == ztp_proto::FEATURE_RANGES));
             if !offered {
@@ -90,11 +90,7 @@ impl Transport for QuicTransport {
                 return Ok(Vec::new());
             }
             let pairs: Vec<(u64, u64)> = ranges.iter().map(|r| (r.start, r.end)).collect();
-            let mut fetch = self
-                .conns
-                .first
-                .request_ranges(&self.path, &pairs, etag)
-                .await?;
+            let mut fetch = first.request_ranges(&self.path, &pairs, etag).await?;
             let mut out: Vec<Option<Vec<u8>>> = vec![None; ranges.len()];
             while let Some(d) = fetch.next().await {
                 let d = d?;
@@ -127,7 +123,8 @@ impl Transport for QuicTransport {
             let (object, rows) = (asked.object, asked.rows);
             let f = self
                 .conns
-                .first
+                .first()
+                .await?
                 .request_rows(
                     &self.path,
                     object,
@@ -141,9 +138,8 @@ impl Transport for QuicTransport {
 
     fn read_slice<'a>(&'a self, asked: SliceAsked<'a>) -> BoxFuture<'a, Result<Delivered>> {
         Box::pin(async move {
-            let offered = self
-                .conns
-                .first
+            let first = self.conns.first().await?;
+            let offered = first
                 .features()
                 .is_some_and(|f| f.iter().any(|x| x == ztp_proto::FEATURE_SLICES));
             if !offered {
@@ -156,9 +152,7 @@ impl Transport for QuicTransport {
                 .iter()
                 .map(|r| (r.start, r.end))
                 .collect();
-            let f = self
-                .conns
-                .first
+            let f = first
                 .request_slice(&self.path, object, ranges, &asked.remote.etag)
                 .await?;
             self.only(f, object, len, "a slice").await
@@ -166,7 +160,7 @@ impl Transport for QuicTransport {
     }
 
     fn recycle(&self, buf: AlignedBuf) {
-        self.conns.first.recycle(buf);
+        self.conns.recycle(buf);
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {

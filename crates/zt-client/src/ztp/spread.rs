@@ -26,8 +26,14 @@
 //! once every share's `done` is in, or at once when any of its connections
 //! is lost. While a spread fetch lives, its connections do (even past
 //! the client's drop); after [`Spread::close`] no connection is opened.
+//!
+//! The first connection is opened again for the next request once it has
+//! closed (the server shut down or restarted, the network dropped it):
+//! a client kept open outlives a server's restart, as over HTTP. What was
+//! in flight on it when it closed has failed.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,15 +46,23 @@ use super::{Asked, QuicClient};
 use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::fetch::{Event, Fetch};
+use crate::pool::BufPool;
 
 /// The client's connection, and the others it opened for spread fetches.
 #[derive(Debug)]
 pub(crate) struct Spread {
-    pub(crate) first: QuicClient,
-    /// Where the first connection went and whom it verified, for the others.
+    /// Replaced when it has closed ([`Spread::first`]).
+    first: Mutex<Arc<QuicClient>>,
+    /// Where the first connection went and whom it verified, for the
+    /// others and for opening it again.
     addr: SocketAddr,
     server_name: String,
+    options: Arc<crate::Options>,
+    /// Component buffers, shared by every connection.
+    pool: Arc<BufPool>,
     more: Mutex<More>,
+    /// [`Spread::close`] ran: no connection is opened any more.
+    closed: AtomicBool,
 }
 
 /// The connections a client opened besides its first.
@@ -57,8 +71,6 @@ struct More {
     open: Vec<Arc<QuicClient>>,
     /// When opening one last failed.
     failed: Option<Instant>,
-    /// [`Spread::close`] ran: none is opened any more.
-    closed: bool,
 }
 
 /// How long opening another connection may take before its share goes to
@@ -137,12 +149,49 @@ impl Spread {
         server_name: &str,
         options: Arc<crate::Options>,
     ) -> Result<Self> {
+        let pool = Arc::<BufPool>::default();
+        let first =
+            QuicClient::connect_sharing(addr, server_name, Arc::clone(&options), Arc::clone(&pool))
+                .await?;
         Ok(Spread {
-            first: QuicClient::connect(addr, server_name, options).await?,
+            first: Mutex::new(Arc::new(first)),
             addr,
             server_name: server_name.to_owned(),
+            options,
+            pool,
             more: Mutex::default(),
+            closed: AtomicBool::new(false),
         })
+    }
+
+    /// The first connection, opened again first if it has closed and the
+    /// client has not been closed. Requests that find it closed wait for
+    /// one reconnection between them.
+    pub(crate) async fn first(&self) -> Result<Arc<QuicClient>> {
+        let mut first = self.first.lock().await;
+        if first.conn.close_reason().is_some() && !self.closed.load(Ordering::Acquire) {
+            let again = self.open().await?;
+            tracing::debug!(server = %self.addr, "the connection had closed; connected again");
+            *first = Arc::new(again);
+        }
+        Ok(Arc::clone(&first))
+    }
+
+    /// A new connection to the server, taking buffers from the pool.
+    async fn open(&self) -> Result<QuicClient> {
+        let options = Arc::clone(&self.options);
+        QuicClient::connect_sharing(
+            self.addr,
+            &self.server_name,
+            options,
+            Arc::clone(&self.pool),
+        )
+        .await
+    }
+
+    /// Gives a buffer back to the pool.
+    pub(crate) fn recycle(&self, buf: zt_format::AlignedBuf) {
+        self.pool.give(buf);
     }
 
     /// Fetches the selection over up to `options.quic_connections()`
@@ -150,8 +199,8 @@ impl Spread {
     /// manifest is in, and delivers that share's components at once; the
     /// other shares join it as they are set up ([`Spread::join`]).
     pub(crate) async fn fetch(self: &Arc<Self>, a: Asking<'_>) -> Result<Fetch> {
-        let first = &self.first;
-        let n = first.options.quic_connections() as u64;
+        let first = self.first().await?;
+        let n = self.options.quic_connections() as u64;
         // Once a manifest on the connection has said the server lacks the
         // feature, no share is asked for. Before then the first `get` may
         // carry one: a server without the feature ignores it and sends the
@@ -168,7 +217,7 @@ impl Spread {
         let mut get = Get {
             path: a.path.to_owned(),
             select: a.select.to_vec(),
-            token: first.options.token.clone(),
+            token: self.options.token.clone(),
             if_match: a.if_match.map(str::to_owned),
             share: Some((0, n)),
             ..Get::default()
@@ -203,7 +252,8 @@ impl Spread {
                 etag: m.etag.clone(),
                 size: m.size,
             };
-            tokio::spawn(Arc::clone(self).join(get, shares, version, deliver, part));
+            let first = Arc::clone(&first);
+            tokio::spawn(Arc::clone(self).join(first, get, shares, version, deliver, part));
         }
         // A stream per component of the selection (PROTOCOL.md section
         // 4), whichever share carries it.
@@ -219,8 +269,9 @@ impl Spread {
     }
 
     /// Sets up shares 1 to `shares - 1` of the fetch whose share 0 asked
-    /// `get` and found `version`, each on a connection of its own where
-    /// one opens, else on the first; `part` makes each share's budget.
+    /// `get` on `first` and found `version`, each on a connection of its
+    /// own where one opens, else on `first`; `part` makes each share's
+    /// budget.
     /// The fetch watches every connection for silence from the moment it
     /// is known ([`Event::Watch`]). Each share set up joins the fetch
     /// ([`Event::Joined`]) and only then delivers into it, so a share
@@ -230,6 +281,7 @@ impl Spread {
     /// is dropped, and setting up stops as soon as it is.
     async fn join(
         self: Arc<Self>,
+        first: Arc<QuicClient>,
         get: Get,
         shares: u64,
         version: Version,
@@ -246,57 +298,60 @@ impl Spread {
                 usize::try_from(i - 1)
                     .ok()
                     .and_then(|k| others.get(k))
-                    .map_or(&self.first, |c| c)
+                    .map_or(&*first, |c| c)
             };
             let asking = Share {
                 get: &get,
                 version: &version,
                 part: &part,
             };
-            join_all((1..shares).map(|i| self.carry(asking, i, on(i), deliver.clone()))).await;
+            let carried = (1..shares).map(|i| carry(asking, i, on(i), &first, deliver.clone()));
+            join_all(carried).await;
         };
         tokio::select! {
             () = set_up => {}
             () = dropped.closed() => {}
         }
     }
+}
 
-    /// Sets up share `i` on `conn` (or, failing that, on the first
-    /// connection) and forwards its components into the fetch until the
-    /// fetch is dropped; a share that cannot be set up fails the fetch.
-    async fn carry(&self, s: Share<'_>, i: u64, conn: &QuicClient, deliver: Delivery) {
-        let (asked, mut rx) = match s.ask(conn, i).await {
-            Ok(share) => share,
-            // Another connection may reach another replica (one with
-            // another version of the file, or without the feature), or
-            // fail: the first connection, which gave the manifest, carries
-            // the share instead.
-            Err(e) => {
-                tracing::debug!(share = i, error = %e, "asking the first connection");
-                match s.ask(&self.first, i).await {
-                    Ok(share) => share,
-                    Err(again) => {
-                        let e = Error::Transport(format!(
-                            "{}: share {i} failed on the connection to {} ({e}) and on the first ({again})",
-                            s.get.path,
-                            conn.conn.remote_address()
-                        ));
-                        let _ = deliver.send((Event::Lost(e), None));
-                        return;
-                    }
+/// Sets up share `i` on `conn` (or, failing that, on `first`) and
+/// forwards its components into the fetch until the fetch is dropped; a
+/// share that cannot be set up fails the fetch.
+async fn carry(s: Share<'_>, i: u64, conn: &QuicClient, first: &QuicClient, deliver: Delivery) {
+    let (asked, mut rx) = match s.ask(conn, i).await {
+        Ok(share) => share,
+        // Another connection may reach another replica (one with
+        // another version of the file, or without the feature), or
+        // fail: the first connection, which gave the manifest, carries
+        // the share instead.
+        Err(e) => {
+            tracing::debug!(share = i, error = %e, "asking the first connection");
+            match s.ask(first, i).await {
+                Ok(share) => share,
+                Err(again) => {
+                    let e = Error::Transport(format!(
+                        "{}: share {i} failed on the connection to {} ({e}) and on the first ({again})",
+                        s.get.path,
+                        conn.conn.remote_address()
+                    ));
+                    let _ = deliver.send((Event::Lost(e), None));
+                    return;
                 }
             }
-        };
-        let _ = deliver.send((Event::Joined, None));
-        // The share stays routable while this forwards.
-        let _routed = asked.routed;
-        while let Some(arrival) = rx.recv().await {
-            if deliver.send(arrival).is_err() {
-                break;
-            }
+        }
+    };
+    let _ = deliver.send((Event::Joined, None));
+    // The share stays routable while this forwards.
+    let _routed = asked.routed;
+    while let Some(arrival) = rx.recv().await {
+        if deliver.send(arrival).is_err() {
+            break;
         }
     }
+}
 
+impl Spread {
     /// Up to `count` open connections besides the first, opening what is
     /// missing (concurrently, each within [`OPEN_WAIT`]) and dropping those
     /// that have closed. After a failure to open one, none is tried for
@@ -304,22 +359,15 @@ impl Spread {
     async fn others(&self, count: u64) -> Vec<Arc<QuicClient>> {
         let count = usize::try_from(count).unwrap_or(usize::MAX);
         let mut more = self.more.lock().await;
-        if more.closed {
+        if self.closed.load(Ordering::Acquire) {
             return Vec::new();
         }
         more.open.retain(|c| c.conn.close_reason().is_none());
         let resting = more.failed.is_some_and(|t| t.elapsed() < OPEN_BACKOFF);
         if more.open.len() < count && !resting {
-            let options = &self.first.options;
-            let opened = join_all((more.open.len()..count).map(|_| {
-                let open = QuicClient::connect_sharing(
-                    self.addr,
-                    &self.server_name,
-                    Arc::clone(options),
-                    Arc::clone(&self.first.pool),
-                );
-                tokio::time::timeout(OPEN_WAIT, open)
-            }))
+            let opened = join_all(
+                (more.open.len()..count).map(|_| tokio::time::timeout(OPEN_WAIT, self.open())),
+            )
             .await;
             for c in opened {
                 let why = match c {
@@ -342,11 +390,9 @@ impl Spread {
 
     /// Closes every connection ([`QuicClient::close`]).
     pub(crate) async fn close(&self) {
-        let more = {
-            let mut more = self.more.lock().await;
-            more.closed = true;
-            more.open.clone()
-        };
-        tokio::join!(join_all(more.iter().map(|c| c.close())), self.first.close());
+        self.closed.store(true, Ordering::Release);
+        let more = self.more.lock().await.open.clone();
+        let first = Arc::clone(&*self.first.lock().await);
+        tokio::join!(join_all(more.iter().map(|c| c.close())), first.close());
     }
 }

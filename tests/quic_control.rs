@@ -347,10 +347,10 @@ async fn until<T>(
     }
 }
 
-/// Shutting down (SIGTERM) with the deadline two minutes off, three
-/// connections open: one that never opened its control stream and one
-/// whose only request was answered are closed with `shutting_down` at
-/// once; a busy one has a new `get` refused with `shutting_down`, gets
+/// Shutting down (SIGTERM) with the deadline two minutes off, four
+/// connections open: one that never opened its control stream, one whose
+/// only request was answered, and one that then ended its control stream
+/// are closed with `shutting_down` at once; a busy one has a new `get` refused with `shutting_down`, gets
 /// every stream of its request in flight and its `done`, and is closed
 /// with `shutting_down` after that. The daemon exits long before its
 /// deadline. (Before, every open connection was kept to the deadline.)
@@ -383,6 +383,21 @@ fn shutting_down_closes_idle_connections_at_once_and_busy_ones_once_answered() {
             .await
             .unwrap();
         until_done(&mut a_recv, &mut Deframer::new(1 << 30), 1).await;
+        // The same, then its control stream ended by the client.
+        let ended = common::quic::raw_connect(&addr, &fp, None).await;
+        let (mut e_send, mut e_recv) = ended.open_bi().await.unwrap();
+        let only_manifest = Get {
+            id: 1,
+            path: "big.zt".into(),
+            manifest_only: true,
+            ..Get::default()
+        };
+        e_send
+            .write_all(&frame(&Message::Get(only_manifest)).unwrap())
+            .await
+            .unwrap();
+        until_done(&mut e_recv, &mut Deframer::new(1 << 30), 1).await;
+        e_send.finish().unwrap();
 
         let busy = common::quic::raw_connect(&addr, &fp, None).await;
         let (mut send, mut recv) = busy.open_bi().await.unwrap();
@@ -403,6 +418,10 @@ fn shutting_down_closes_idle_connections_at_once_and_busy_ones_once_answered() {
         );
         assert_eq!(
             common::quic::close_code_within(&answered, limit).await,
+            shutting_down
+        );
+        assert_eq!(
+            common::quic::close_code_within(&ended, limit).await,
             shutting_down
         );
         assert!(

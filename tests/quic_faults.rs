@@ -185,9 +185,13 @@ fn a_client_killed_mid_transfer_frees_its_connection_and_streams() {
 
 /// A client kept open while its server restarts (same address, same
 /// certificate): the shutdown closes its connection, and its next
-/// requests connect again and are answered, a fetch pinned to the version
-/// read before the restart included, as over HTTP. Once closed by its
-/// owner it connects no more.
+/// requests connect again and are answered, as over HTTP: byte ranges
+/// first (the features the server named before the restart still count
+/// on the new connection, which has seen no manifest yet), then a fetch
+/// pinned to the version read before the restart. While the server is
+/// down a request fails with a transport error naming its address instead
+/// of waiting; once the server is back, the next connects again. Once
+/// closed by its owner the client connects no more.
 #[test]
 fn a_client_kept_open_connects_again_after_its_server_restarts() {
     let port = common::free_port();
@@ -201,12 +205,14 @@ fn a_client_kept_open_connects_again_after_its_server_restarts() {
             .arg(state.path());
         Server::from_command(cmd, None)
     };
+    let file = std::fs::read(common::repo().join("models/sample.zt")).unwrap();
     let mut s = start();
     let (_, fp) = s.quic.clone().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let options = zt_client::Options {
             trust: zt_client::trust::Trust::fingerprint(&fp).unwrap(),
+            idle_timeout: Duration::from_secs(2),
             ..zt_client::Options::default()
         };
         let url = format!("quic://127.0.0.1:{port}/sample.zt");
@@ -214,7 +220,12 @@ fn a_client_kept_open_connects_again_after_its_server_restarts() {
         let before = client.manifest().await.unwrap();
         s.terminate();
         assert_eq!(s.wait(Duration::from_secs(20)), Some(0));
-        let _again = start();
+        let mut s = start();
+        let ranges = client.read_ranges(&[64..80, 128..144], &before.etag).await;
+        assert_eq!(
+            ranges.unwrap(),
+            vec![file[64..80].to_vec(), file[128..144].to_vec()]
+        );
         let mut fetch = client.fetch(&[], Some(&before.etag)).await.unwrap();
         let mut objects = std::collections::BTreeSet::new();
         while let Some(d) = fetch.next().await {
@@ -223,6 +234,19 @@ fn a_client_kept_open_connects_again_after_its_server_restarts() {
         let want: std::collections::BTreeSet<_> =
             before.manifest.objects.keys().map(str::to_owned).collect();
         assert_eq!(objects, want);
+        // Down: the request fails, naming where it went.
+        s.terminate();
+        assert_eq!(s.wait(Duration::from_secs(20)), Some(0));
+        let down = client.manifest().await;
+        match &down {
+            Err(zt_client::Error::Transport(why)) => {
+                assert!(why.contains(&format!("127.0.0.1:{port}")), "{why}")
+            }
+            other => panic!("with the server down: {other:?}"),
+        }
+        // Back, past the pause after a failed attempt.
+        let _back = start();
+        tokio::time::sleep(Duration::from_millis(1100)).await;
         assert_eq!(client.manifest().await.unwrap().etag, before.etag);
         client.close().await;
         let closed = client.manifest().await;

@@ -59,10 +59,14 @@ impl Live {
         self.next_batch
     }
 
-    /// Whether `batch` was started in this process (and not in the one it
-    /// was forked from).
-    pub(crate) fn started_here(&self, batch: u64) -> bool {
-        batch >= self.first_batch
+    /// Whether `batch` was started before this process was forked (in
+    /// its parent, or further up), and so never arrives here.
+    pub(crate) fn asked_before_fork(&self, batch: u64) -> bool {
+        match self.maker.forked() {
+            // Still the parent's state: every batch it numbered.
+            true => batch < self.next_batch,
+            false => batch < self.first_batch,
+        }
     }
 
     /// Keeps `task`, forgetting those finished.

@@ -143,8 +143,4 @@ impl Maker {
     pub(crate) fn forked(self) -> bool {
         self != Maker::this()
     }
-
-    pub(crate) fn pid(self) -> u32 {
-        self.pid
-    }
 }

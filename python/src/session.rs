@@ -17,7 +17,7 @@ use crate::buffer::Buffer;
 use crate::error::{Failure, Kind};
 use crate::live::{closed_why, Live};
 use crate::options::{client_options, ClientArgs};
-use crate::process::{runtime, Maker};
+use crate::process::runtime;
 use crate::source::Source;
 use crate::table::{Part, Waited};
 
@@ -49,8 +49,6 @@ pub(crate) struct Session {
     cap: u64,
     /// How it was opened, to open it again in a forked child.
     args: ClientArgs,
-    /// The process that opened it.
-    opened_by: Maker,
     /// What this process reads through. Its lock is only taken by a
     /// thread holding the GIL, and let go before the GIL is released (a
     /// child is forked by a thread holding the GIL, so none holds it then).
@@ -109,7 +107,6 @@ impl Session {
             size,
             cap,
             args,
-            opened_by: Maker::this(),
             live: Mutex::new(live),
         })
     }
@@ -178,21 +175,17 @@ impl Session {
         timeout: Option<f64>,
     ) -> PyResult<Option<(String, Vec<PyPart>)>> {
         let deadline = deadline(timeout)?;
-        let table = {
-            let live = self.live(py)?;
-            if !live.started_here(batch) {
-                // Its objects went to the parent: ending here would look
-                // like the end of the batch.
-                return Err(crate::error::Error::new_err(format!(
-                    "{}: these objects were asked for in process {} before this process ({}) \
-                     was forked from it, and arrive there; ask again here",
-                    self.label,
-                    self.opened_by.pid(),
-                    std::process::id()
-                )));
-            }
-            Arc::clone(&live.table)
-        };
+        if self.lock_live().asked_before_fork(batch) {
+            // Its objects arrive in the process that asked: ending here
+            // would look like the end of the batch.
+            return Err(crate::error::Error::new_err(format!(
+                "{}: these objects were asked for before this process ({}) was forked, \
+                 and arrive in the process that asked; ask again here",
+                self.label,
+                std::process::id()
+            )));
+        }
+        let table = Arc::clone(&self.live(py)?.table);
         let got = py.detach(|| table.next(batch, deadline, check_signals))?;
         match got {
             Waited::Got(None) => Ok(None),

@@ -84,8 +84,7 @@ pub(super) async fn handle(
         s = conn.accept_bi() => s,
         Ok(_) = stopping.wait_for(|s| *s) => {
             // Nothing asked on it, so nothing to announce first.
-            let code = quinn::VarInt::from_u32(Code::ShuttingDown.value());
-            conn.close(code, b"the server is shutting down");
+            close_now(&conn);
             return;
         }
     };
@@ -196,8 +195,28 @@ pub(super) async fn handle(
     }
     drop((control, shared));
     let _ = writer.await;
-    // Let streams in flight finish; the connection closes when the client is done.
-    let _ = conn.closed().await;
+    // Let streams in flight finish: the connection closes when the client
+    // is done, or, once the daemon is stopping (a client that ended its
+    // control stream), when nothing is left to answer, or at the deadline.
+    let drained = async {
+        if stopping.wait_for(|s| *s).await.is_ok() {
+            let _ = unanswered.wait_for(|n| *n == 0).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        _ = conn.closed() => {}
+        () = drained => close_now(&conn),
+        Ok(_) = closing.wait_for(|c| *c) => close_now(&conn),
+    }
+}
+
+/// Closes `conn` with `shutting_down`, without announcing it on the
+/// control stream (never opened, or already ended).
+fn close_now(conn: &Connection) {
+    let code = quinn::VarInt::from_u32(Code::ShuttingDown.value());
+    conn.close(code, b"the server is shutting down");
 }
 
 /// Resolves and answers one `get`: an `error`, or the manifest and then

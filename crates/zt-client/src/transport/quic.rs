@@ -76,9 +76,7 @@ impl Transport for QuicTransport {
     ) -> BoxFuture<'a, Result<Vec<Vec<u8>>>> {
         Box::pin(async move {
             let first = self.conns.first().await?;
-            let offered = first
-                .features()
-                .is_some_and(|f| f.iter().any(|x| x == ztp_proto::FEATURE_RANGES));
+            let offered = self.conns.offers(&first, ztp_proto::FEATURE_RANGES).await;
             if !offered {
                 return Err(Error::Usage(format!(
                     "{}: the server does not offer byte ranges over ztp/1 (feature {:?}); fetch a byte-identical copy over http(s), or write a .zt file (-o NAME.zt)",
@@ -139,9 +137,7 @@ impl Transport for QuicTransport {
     fn read_slice<'a>(&'a self, asked: SliceAsked<'a>) -> BoxFuture<'a, Result<Delivered>> {
         Box::pin(async move {
             let first = self.conns.first().await?;
-            let offered = first
-                .features()
-                .is_some_and(|f| f.iter().any(|x| x == ztp_proto::FEATURE_SLICES));
+            let offered = self.conns.offers(&first, ztp_proto::FEATURE_SLICES).await;
             if !offered {
                 return super::slice_from_rows(self, asked).await;
             }

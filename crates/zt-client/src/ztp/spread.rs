@@ -30,7 +30,10 @@
 //! The first connection is opened again for the next request once it has
 //! closed (the server shut down or restarted, the network dropped it):
 //! a client kept open outlives a server's restart, as over HTTP. What was
-//! in flight on it when it closed has failed.
+//! in flight on it when it closed has failed. Opening it again is tried
+//! once at a time, within the connection's idle timeout; after a failure,
+//! requests for [`REOPEN_BACKOFF`] get that failure at once instead of
+//! each waiting out a handshake of its own.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,7 +55,7 @@ use crate::pool::BufPool;
 #[derive(Debug)]
 pub(crate) struct Spread {
     /// Replaced when it has closed ([`Spread::first`]).
-    first: Mutex<Arc<QuicClient>>,
+    first: Mutex<First>,
     /// Where the first connection went and whom it verified, for the
     /// others and for opening it again.
     addr: SocketAddr,
@@ -64,6 +67,21 @@ pub(crate) struct Spread {
     /// [`Spread::close`] ran: no connection is opened any more.
     closed: AtomicBool,
 }
+
+/// The first connection, and what is known of the server through it.
+#[derive(Debug)]
+struct First {
+    client: Arc<QuicClient>,
+    /// The features the last manifest named, on this connection or one
+    /// before it (a connection opened again knows none until its first).
+    features: Option<Vec<String>>,
+    /// When opening it again last failed, and why.
+    failed: Option<(Instant, String)>,
+}
+
+/// How long after a failure to open the first connection again requests
+/// fail at once with that failure.
+const REOPEN_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The connections a client opened besides its first.
 #[derive(Debug, Default)]
@@ -154,7 +172,11 @@ impl Spread {
             QuicClient::connect_sharing(addr, server_name, Arc::clone(&options), Arc::clone(&pool))
                 .await?;
         Ok(Spread {
-            first: Mutex::new(Arc::new(first)),
+            first: Mutex::new(First {
+                client: Arc::new(first),
+                features: None,
+                failed: None,
+            }),
             addr,
             server_name: server_name.to_owned(),
             options,
@@ -165,16 +187,52 @@ impl Spread {
     }
 
     /// The first connection, opened again first if it has closed and the
-    /// client has not been closed. Requests that find it closed wait for
-    /// one reconnection between them.
+    /// client has not been closed (one attempt at a time; see the module's
+    /// note).
     pub(crate) async fn first(&self) -> Result<Arc<QuicClient>> {
         let mut first = self.first.lock().await;
-        if first.conn.close_reason().is_some() && !self.closed.load(Ordering::Acquire) {
-            let again = self.open().await?;
-            tracing::debug!(server = %self.addr, "the connection had closed; connected again");
-            *first = Arc::new(again);
+        if let Some(f) = first.client.features() {
+            first.features = Some(f);
         }
-        Ok(Arc::clone(&first))
+        if first.client.conn.close_reason().is_none() || self.closed.load(Ordering::Acquire) {
+            return Ok(Arc::clone(&first.client));
+        }
+        if let Some((at, why)) = &first.failed {
+            if at.elapsed() < REOPEN_BACKOFF {
+                return Err(Error::Transport(why.clone()));
+            }
+        }
+        let limit = self.options.idle_timeout;
+        let again = match tokio::time::timeout(limit, self.open()).await {
+            Ok(Ok(again)) => again,
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!(
+                        "connecting to {} over QUIC again: no handshake within {} s",
+                        self.addr,
+                        limit.as_secs_f64()
+                    ),
+                };
+                first.failed = Some((Instant::now(), why.clone()));
+                return Err(Error::Transport(why));
+            }
+        };
+        tracing::debug!(server = %self.addr, "the connection had closed; connected again");
+        first.client = Arc::new(again);
+        first.failed = None;
+        Ok(Arc::clone(&first.client))
+    }
+
+    /// Whether the server offers `feature`, as `first` knows it or, on a
+    /// connection opened again that has not seen a manifest yet, as the
+    /// one before it knew it.
+    pub(crate) async fn offers(&self, first: &QuicClient, feature: &str) -> bool {
+        let known = match first.features() {
+            Some(f) => Some(f),
+            None => self.first.lock().await.features.clone(),
+        };
+        known.is_some_and(|f| f.iter().any(|x| x == feature))
     }
 
     /// A new connection to the server, taking buffers from the pool.
@@ -392,7 +450,7 @@ impl Spread {
     pub(crate) async fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let more = self.more.lock().await.open.clone();
-        let first = Arc::clone(&*self.first.lock().await);
+        let first = Arc::clone(&self.first.lock().await.client);
         tokio::join!(join_all(more.iter().map(|c| c.close())), first.close());
     }
 }

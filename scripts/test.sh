@@ -9,7 +9,8 @@ export CARGO_TERM_COLOR=never
 export CARGO_INCREMENTAL=0
 
 step() {
-    printf '\n==> %s\n' "$*"
+    # Seconds since the run began, so that a slow step shows in the log.
+    printf '\n==> [%ss] %s\n' "$SECONDS" "$*"
     # Free space, so that a run that fills the disk says so in its log.
     df -h . | tail -n 1
 }
@@ -89,3 +90,4 @@ cargo build --locked --bin zt --bin ztserve
 ZT_BIN="$PWD/target/debug/zt" ZT_DAEMON_BIN="$PWD/target/debug/ztserve" \
     ZT_MODEL_CACHE="$PWD/target/model-cache" \
     .venv/bin/python -m pytest -q tests/interop
+step "done"

@@ -13,11 +13,9 @@ Not part of `.ci/run` (CI has no GPU)."""
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 import torch
 from safetensors import safe_open
@@ -25,6 +23,9 @@ from safetensors.torch import save_file
 from torch.utils.data import DataLoader, Dataset
 
 import ztserve
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
+import daemon  # noqa: E402
 
 TENSORS, ROWS, COLS = 64, 4096, 2048
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
@@ -44,20 +45,8 @@ print(f"model {size} bytes, {TENSORS} tensors; torch {torch.__version__}, {torch
       f"{os.cpu_count()} cores, {workers} workers forked from a process using CUDA"
       + (", each tensor copied in the worker" if clone else ""), flush=True)
 
-state = tempfile.mkdtemp()
-with open(os.path.join(state, "c.toml"), "w") as f:
-    f.write('root = "/unused"\n[digests]\nrate_mib_s = 0\n')
 port = 7072
-d = subprocess.Popen([os.environ.get("ZT_DAEMON_BIN", "target/release/ztserve"), "--config", os.path.join(state, "c.toml"),
-                      "--root", root, "--listen", f"127.0.0.1:{port}", "--state-dir", state, "--log-level", "warn"])
-for _ in range(300):
-    try:
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
-        break
-    except OSError:
-        time.sleep(0.2)
-urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/files/m.safetensors/manifest", timeout=600).read()
-
+d, state = daemon.start(root, port, warm="m.safetensors")
 
 class Tensors(Dataset):
     """One tensor per item, read through `handle` (opened in the parent)."""
@@ -111,7 +100,5 @@ try:
     for label, t in list(times.items())[1:]:
         print(f"  {label}: {t / peer:.3f}x the peer's time", flush=True)
 finally:
-    d.terminate()
-    d.wait(10)
+    daemon.stop(d, state)
     shutil.rmtree(root, ignore_errors=True)
-    shutil.rmtree(state, ignore_errors=True)

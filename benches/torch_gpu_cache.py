@@ -13,16 +13,17 @@ Not part of `.ci/run` (CI has no GPU)."""
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 import torch
 from safetensors.torch import load_file, save_file
 
 import ztserve
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
+import daemon  # noqa: E402
 
 LAYERS, ROWS, COLS, WORLD, RANK = 32, 4096, 4096, 8, 3
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
@@ -34,19 +35,8 @@ save_file(want, path)
 size = os.path.getsize(path)
 print(f"model {size} bytes; torch {torch.__version__}, {torch.cuda.get_device_name(0)}, {os.cpu_count()} cores", flush=True)
 
-state = tempfile.mkdtemp()
-with open(os.path.join(state, "c.toml"), "w") as f:
-    f.write('root = "/unused"\n[digests]\nrate_mib_s = 0\n')
-d = subprocess.Popen([os.environ.get("ZT_DAEMON_BIN", "target/release/ztserve"), "--config", os.path.join(state, "c.toml"),
-                      "--root", root, "--listen", "127.0.0.1:7071", "--state-dir", state, "--log-level", "warn"])
+d, state = daemon.start(root, 7071, warm="m.safetensors")
 url = "http://127.0.0.1:7071/m.safetensors"
-for _ in range(300):
-    try:
-        urllib.request.urlopen(url.rsplit("/", 1)[0] + "/readyz", timeout=1)
-        break
-    except OSError:
-        time.sleep(0.2)
-urllib.request.urlopen("http://127.0.0.1:7071/v1/files/m.safetensors/manifest", timeout=600).read()
 cache = tempfile.mkdtemp()
 cols = COLS // WORLD
 
@@ -102,7 +92,6 @@ try:
           f"mmap: {times[labels[1]] / times[labels[3]]:.2f}x faster")
     print(f"  shard / (whole + slice on the GPU) = {times[labels[5]] / times[labels[4]]:.3f}x")
 finally:
-    d.terminate()
-    d.wait(10)
-    for p in (root, state, cache):
+    daemon.stop(d, state)
+    for p in (root, cache):
         shutil.rmtree(p, ignore_errors=True)

@@ -347,6 +347,24 @@ async fn until<T>(
     }
 }
 
+/// A connection whose one request (`big.zt`'s manifest alone) was
+/// answered, and its control stream (kept open by the caller).
+async fn answered_once(addr: &str, fp: &str) -> (Connection, SendStream, RecvStream) {
+    let conn = common::quic::raw_connect(addr, fp, None).await;
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let only_manifest = Get {
+        id: 1,
+        path: "big.zt".into(),
+        manifest_only: true,
+        ..Get::default()
+    };
+    send.write_all(&frame(&Message::Get(only_manifest)).unwrap())
+        .await
+        .unwrap();
+    until_done(&mut recv, &mut Deframer::new(1 << 30), 1).await;
+    (conn, send, recv)
+}
+
 /// Shutting down (SIGTERM) with the deadline two minutes off, four
 /// connections open: one that never opened its control stream, one whose
 /// only request was answered, and one that then ended its control stream
@@ -370,33 +388,9 @@ fn shutting_down_closes_idle_connections_at_once_and_busy_ones_once_answered() {
         .unwrap();
     rt.block_on(async {
         let silent = common::quic::raw_connect(&addr, &fp, None).await;
-        let answered = common::quic::raw_connect(&addr, &fp, None).await;
-        let (mut a_send, mut a_recv) = answered.open_bi().await.unwrap();
-        let only_manifest = Get {
-            id: 1,
-            path: "big.zt".into(),
-            manifest_only: true,
-            ..Get::default()
-        };
-        a_send
-            .write_all(&frame(&Message::Get(only_manifest)).unwrap())
-            .await
-            .unwrap();
-        until_done(&mut a_recv, &mut Deframer::new(1 << 30), 1).await;
+        let (answered, _a_send, _a_recv) = answered_once(&addr, &fp).await;
         // The same, then its control stream ended by the client.
-        let ended = common::quic::raw_connect(&addr, &fp, None).await;
-        let (mut e_send, mut e_recv) = ended.open_bi().await.unwrap();
-        let only_manifest = Get {
-            id: 1,
-            path: "big.zt".into(),
-            manifest_only: true,
-            ..Get::default()
-        };
-        e_send
-            .write_all(&frame(&Message::Get(only_manifest)).unwrap())
-            .await
-            .unwrap();
-        until_done(&mut e_recv, &mut Deframer::new(1 << 30), 1).await;
+        let (ended, mut e_send, _e_recv) = answered_once(&addr, &fp).await;
         e_send.finish().unwrap();
 
         let busy = common::quic::raw_connect(&addr, &fp, None).await;

@@ -329,7 +329,7 @@ def in_child(work):
 
 
 @pytest.mark.parametrize("transport", ["quic", "http"])
-def test_a_forked_child_reads_through_what_it_inherited_and_never_waits_on_the_parent(served, transport):
+def test_a_forked_child_reads_through_what_it_inherited_and_never_waits_on_the_parent(served, transport, tmp_path):
     """A child forked after its parent used a handle (a DataLoader worker,
     a multiprocessing pool under "fork"), children forked together that
     connect at once, and children forked while a fetch was in flight: the
@@ -337,7 +337,10 @@ def test_a_forked_child_reads_through_what_it_inherited_and_never_waits_on_the_p
     tensor, instead of waiting for ever on the parent's runtime; closing
     and dropping it there leaves the parent's alone; a batch the parent
     started raises by name in the child instead of ending early; every
-    fresh load in a child gets every tensor; the parent carries on."""
+    fresh load in a child gets every tensor; the parent carries on. With
+    the component cache on, a child forked after the parent used it
+    stores into the same folder and loads from it, and the parent then
+    loads what the child stored."""
     port, original = served
     url = urls(port)[transport]
     h = ztserve.safe_open(url, insecure=True)
@@ -400,6 +403,21 @@ def test_a_forked_child_reads_through_what_it_inherited_and_never_waits_on_the_p
     for n in names:
         assert np.array_equal(h.get_tensor(n), original[n]), n
     h.close()
+    # The component cache, used by the parent before the fork.
+    cache_dir = tmp_path / "cache"
+    name = names[0]
+    same(ztserve.load(url, insecure=True, cache_dir=str(cache_dir), select=[name]), {name: original[name]})
+    before = {p for p in cache_dir.rglob("*") if p.is_file()}
+
+    def cached():
+        first = ztserve.load(url, insecure=True, cache_dir=str(cache_dir))
+        again = ztserve.load(url, insecure=True, cache_dir=str(cache_dir))
+        ok = all(np.array_equal(first[k], v) and np.array_equal(again[k], v) for k, v in original.items())
+        return [f"cached: {ok}"]
+
+    assert in_child(cached) == ["cached: True"]
+    assert {p for p in cache_dir.rglob("*") if p.is_file()} > before, "the child stored nothing"
+    same(ztserve.load(url, insecure=True, cache_dir=str(cache_dir)), original)
 
 
 def etag_of(url):

@@ -453,3 +453,58 @@ fn shutting_down_closes_idle_connections_at_once_and_busy_ones_once_answered() {
     });
     assert_eq!(s.wait(Duration::from_secs(30)), Some(0));
 }
+
+/// A client that asks for a file and ends its control stream at once,
+/// reading nothing yet, while the daemon shuts down: it still gets every
+/// stream and its `done` before the close with `shutting_down` (the
+/// server's end of the control stream is acknowledged before it closes).
+#[test]
+fn a_client_that_ended_its_control_stream_gets_its_done_before_the_shutdown_close() {
+    let root = tempfile::tempdir().unwrap();
+    common::fetch::big_model(root.path());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config_file(dir.path(), "shutdown_timeout_secs = 120\n");
+    let mut s = Server::start_quic(root.path(), &["--config", &cfg]);
+    let (addr, fp) = s.quic.clone().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let conn = common::quic::raw_connect(&addr, &fp, None).await;
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        send.write_all(&get(1, "big.zt")).await.unwrap();
+        send.finish().unwrap();
+        let mut d = Deframer::new(1 << 30);
+        let streams = until(&mut recv, &mut d, |m| match m {
+            Message::Manifest(m) => Some(m.streams),
+            _ => None,
+        })
+        .await;
+        s.terminate();
+        assert!(common::eventually(Duration::from_secs(10), || {
+            common::curl(&[], &s.url("/readyz")).status != 200
+        }));
+        let reader = conn.clone();
+        let read = tokio::spawn(async move {
+            let mut whole = 0u64;
+            while let Ok(mut uni) = reader.accept_uni().await {
+                if uni.read_to_end(usize::MAX).await.is_ok() {
+                    whole += 1;
+                }
+            }
+            whole
+        });
+        let done = until(&mut recv, &mut d, |m| match m {
+            Message::Done(done) if done.id == 1 => Some(done),
+            _ => None,
+        })
+        .await;
+        assert_eq!((done.sent, done.cancelled), (streams, 0));
+        let code = common::quic::close_code_within(&conn, Duration::from_secs(10)).await;
+        assert_eq!(code, Some(u64::from(Code::ShuttingDown.value())));
+        assert_eq!(read.await.unwrap(), streams, "streams read in full");
+    });
+    assert_eq!(s.wait(Duration::from_secs(30)), Some(0));
+}

@@ -186,12 +186,13 @@ fn a_client_killed_mid_transfer_frees_its_connection_and_streams() {
 /// A client kept open while its server restarts (same address, same
 /// certificate): the shutdown closes its connection, and its next
 /// requests connect again and are answered, as over HTTP: byte ranges
-/// first (the features the server named before the restart still count
-/// on the new connection, which has seen no manifest yet), then a fetch
-/// pinned to the version read before the restart. While the server is
-/// down a request fails with a transport error naming its address instead
-/// of waiting; once the server is back, the next connects again. Once
-/// closed by its owner the client connects no more.
+/// first (on the new connection, which has seen no manifest yet, the
+/// answer says whether the server offers them), then a fetch pinned to
+/// the version read before the restart. While the server is down a
+/// request fails with a transport error naming its address, and one
+/// right after it gets that failure without trying again; once the server
+/// is back, the next connects again. Once closed by its owner the client
+/// connects no more.
 #[test]
 fn a_client_kept_open_connects_again_after_its_server_restarts() {
     let port = common::free_port();
@@ -243,6 +244,13 @@ fn a_client_kept_open_connects_again_after_its_server_restarts() {
                 assert!(why.contains(&format!("127.0.0.1:{port}")), "{why}")
             }
             other => panic!("with the server down: {other:?}"),
+        }
+        // Right after the failure: the same failure, without a new attempt.
+        match client.manifest().await {
+            Err(zt_client::Error::Transport(why)) => {
+                assert!(why.contains("not tried again"), "{why}")
+            }
+            other => panic!("right after the failure: {other:?}"),
         }
         // Back, past the pause after a failed attempt.
         let _back = start();

@@ -113,6 +113,17 @@ impl Status {
 }
 
 impl Error {
+    /// The same failure again, for a later request that did not try
+    /// anew: its kind kept, `note` added to its message (a certificate
+    /// refused stays a TLS error, which no retry fixes).
+    pub(crate) fn again(&self, note: &str) -> Error {
+        match self {
+            Error::Tls(m) => Error::Tls(format!("{m}{note}")),
+            Error::Usage(m) => Error::Usage(format!("{m}{note}")),
+            other => Error::Transport(format!("{other}{note}")),
+        }
+    }
+
     /// Whether a later attempt may succeed where this one failed (the
     /// network, a server that was shutting down or busy, a file replaced
     /// on the server): what running `zt fetch` again resumes or restarts.

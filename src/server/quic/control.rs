@@ -69,7 +69,11 @@ impl Control {
                     Out::Close(c) => return close(send, &conn, c).await,
                 }
             }
-            let _ = send.finish();
+            // Until the client has it all (at most CLOSE_GRACE): the daemon
+            // may close the connection next, which drops what is unsent.
+            if send.finish().is_ok() {
+                let _ = tokio::time::timeout(CLOSE_GRACE, send.stopped()).await;
+            }
         });
         (control, writer)
     }

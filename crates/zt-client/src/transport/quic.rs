@@ -76,8 +76,10 @@ impl Transport for QuicTransport {
     ) -> BoxFuture<'a, Result<Vec<Vec<u8>>>> {
         Box::pin(async move {
             let first = self.conns.first().await?;
-            let offered = self.conns.offers(&first, ztp_proto::FEATURE_RANGES).await;
-            if !offered {
+            // Unknown on a connection that has had no manifest yet: the
+            // answer's features are checked then.
+            let offered = first.offers(ztp_proto::FEATURE_RANGES);
+            if offered == Some(false) {
                 return Err(Error::Usage(format!(
                     "{}: the server does not offer byte ranges over ztp/1 (feature {:?}); fetch a byte-identical copy over http(s), or write a .zt file (-o NAME.zt)",
                     self.url,
@@ -137,8 +139,9 @@ impl Transport for QuicTransport {
     fn read_slice<'a>(&'a self, asked: SliceAsked<'a>) -> BoxFuture<'a, Result<Delivered>> {
         Box::pin(async move {
             let first = self.conns.first().await?;
-            let offered = self.conns.offers(&first, ztp_proto::FEATURE_SLICES).await;
-            if !offered {
+            // Unknown (no manifest yet on this connection): rows, which
+            // every server has.
+            if first.offers(ztp_proto::FEATURE_SLICES) != Some(true) {
                 return super::slice_from_rows(self, asked).await;
             }
             let (object, len) = (asked.object, asked.gather.len());

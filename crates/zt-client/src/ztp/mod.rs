@@ -14,7 +14,10 @@ use quinn::crypto::rustls::QuicClientConfig;
 use quinn::{Connection, Endpoint};
 use tokio::sync::{mpsc, oneshot};
 use zt_format::{AlignedBuf, Limits};
-use ztp_proto::{frame, Cancel, Code, Get, ManifestMsg, Message, ALPN};
+use ztp_proto::{
+    frame, Cancel, Code, Get, ManifestMsg, Message, ALPN, FEATURE_RANGES, FEATURE_ROWS,
+    FEATURE_SLICES,
+};
 
 use crate::budget::Budget;
 use crate::error::{Error, Result};
@@ -318,10 +321,25 @@ impl QuicClient {
             zt_format::container::View::File
         };
         let path = get.path.clone();
+        // What the server must have named for this `get` to be answered as
+        // asked (one without it would send whole objects instead).
+        let needs = match () {
+            () if !get.ranges.is_empty() => Some(("byte ranges", FEATURE_RANGES)),
+            () if !get.slice.is_empty() => Some(("slices", FEATURE_SLICES)),
+            () if get.rows.is_some() => Some(("rows", FEATURE_ROWS)),
+            () => None,
+        };
         let (dtx, drx) = mpsc::unbounded_channel();
         let asked = self
             .send_get(get, dtx, max_buffered.map(Budget::new))
             .await?;
+        if let Some((what, feature)) = needs {
+            if !asked.msg.features.iter().any(|f| f == feature) {
+                return Err(Error::Usage(format!(
+                    "{path}: the server does not offer {what} over ztp/1 (feature {feature:?})"
+                )));
+            }
+        }
         let manifest = self.decode(&path, &asked.msg, view)?;
         let m = asked.msg;
         let routed = asked.routed;
@@ -422,6 +440,13 @@ impl QuicClient {
     /// `None` before the first manifest.
     pub fn features(&self) -> Option<Vec<String>> {
         self.routes.lock().ok()?.features().map(<[String]>::to_vec)
+    }
+
+    /// Whether the server named `feature` in a manifest on this
+    /// connection (`None`: none has arrived yet).
+    pub fn offers(&self, feature: &str) -> Option<bool> {
+        let routes = self.routes.lock().ok()?;
+        routes.features().map(|f| f.iter().any(|x| x == feature))
     }
 
     pub fn connection(&self) -> &Connection {

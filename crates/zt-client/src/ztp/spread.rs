@@ -33,7 +33,9 @@
 //! in flight on it when it closed has failed. Opening it again is tried
 //! once at a time, within the connection's idle timeout; after a failure,
 //! requests for [`REOPEN_BACKOFF`] get that failure at once instead of
-//! each waiting out a handshake of its own.
+//! each waiting out a handshake of its own. The new connection knows no
+//! features until its first manifest (PROTOCOL.md section 4): what the
+//! old one was told is not assumed.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,15 +70,12 @@ pub(crate) struct Spread {
     closed: AtomicBool,
 }
 
-/// The first connection, and what is known of the server through it.
+/// The first connection, and how opening it again last failed.
 #[derive(Debug)]
 struct First {
     client: Arc<QuicClient>,
-    /// The features the last manifest named, on this connection or one
-    /// before it (a connection opened again knows none until its first).
-    features: Option<Vec<String>>,
-    /// When opening it again last failed, and why.
-    failed: Option<(Instant, String)>,
+    /// When opening it again last failed, and the error.
+    failed: Option<(Instant, Error)>,
 }
 
 /// How long after a failure to open the first connection again requests
@@ -174,7 +173,6 @@ impl Spread {
         Ok(Spread {
             first: Mutex::new(First {
                 client: Arc::new(first),
-                features: None,
                 failed: None,
             }),
             addr,
@@ -191,48 +189,41 @@ impl Spread {
     /// note).
     pub(crate) async fn first(&self) -> Result<Arc<QuicClient>> {
         let mut first = self.first.lock().await;
-        if let Some(f) = first.client.features() {
-            first.features = Some(f);
-        }
         if first.client.conn.close_reason().is_none() || self.closed.load(Ordering::Acquire) {
             return Ok(Arc::clone(&first.client));
         }
-        if let Some((at, why)) = &first.failed {
+        if let Some((at, e)) = &first.failed {
             if at.elapsed() < REOPEN_BACKOFF {
-                return Err(Error::Transport(why.clone()));
+                let pause = REOPEN_BACKOFF.as_secs_f64();
+                return Err(e.again(&format!(" (not tried again within {pause} s of it)")));
             }
         }
         let limit = self.options.idle_timeout;
         let again = match tokio::time::timeout(limit, self.open()).await {
             Ok(Ok(again)) => again,
-            failed => {
-                let why = match failed {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => format!(
-                        "connecting to {} over QUIC again: no handshake within {} s",
-                        self.addr,
-                        limit.as_secs_f64()
-                    ),
-                };
-                first.failed = Some((Instant::now(), why.clone()));
-                return Err(Error::Transport(why));
+            Ok(Err(e)) => {
+                first.failed = Some((Instant::now(), e.again("")));
+                return Err(e);
+            }
+            Err(_) => {
+                let e = Error::Transport(format!(
+                    "connecting to {} over QUIC again: no handshake within {} s",
+                    self.addr,
+                    limit.as_secs_f64()
+                ));
+                first.failed = Some((Instant::now(), e.again("")));
+                return Err(e);
             }
         };
+        if self.closed.load(Ordering::Acquire) {
+            // Closed meanwhile, without waiting for this attempt.
+            again.close().await;
+            return Ok(Arc::clone(&first.client));
+        }
         tracing::debug!(server = %self.addr, "the connection had closed; connected again");
         first.client = Arc::new(again);
         first.failed = None;
         Ok(Arc::clone(&first.client))
-    }
-
-    /// Whether the server offers `feature`, as `first` knows it or, on a
-    /// connection opened again that has not seen a manifest yet, as the
-    /// one before it knew it.
-    pub(crate) async fn offers(&self, first: &QuicClient, feature: &str) -> bool {
-        let known = match first.features() {
-            Some(f) => Some(f),
-            None => self.first.lock().await.features.clone(),
-        };
-        known.is_some_and(|f| f.iter().any(|x| x == feature))
     }
 
     /// A new connection to the server, taking buffers from the pool.
@@ -450,7 +441,17 @@ impl Spread {
     pub(crate) async fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let more = self.more.lock().await.open.clone();
-        let first = Arc::clone(&self.first.lock().await.client);
-        tokio::join!(join_all(more.iter().map(|c| c.close())), first.close());
+        // Held by an attempt to open it again: that one is closed, and
+        // the connection it would replace already is.
+        let first = match self.first.try_lock() {
+            Ok(first) => Some(Arc::clone(&first.client)),
+            Err(_) => None,
+        };
+        let first = async {
+            if let Some(c) = first {
+                c.close().await;
+            }
+        };
+        tokio::join!(join_all(more.iter().map(|c| c.close())), first);
     }
 }

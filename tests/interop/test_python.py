@@ -386,14 +386,19 @@ def test_a_forked_child_reads_through_what_it_inherited_and_never_waits_on_the_p
     # connections must not be taken for one another's.
     go_r, go_w = os.pipe()
 
+    matrix = next(n for n in names if original[n].ndim == 2)
+
     def sibling():
         os.read(go_r, 1)
-        return [f"inherited: {inherited()}", f"fresh: {fresh()}"]
+        # A slice first: the child's connection has had no manifest yet.
+        cut = h.get_slice(matrix)[1:3, 2:5]
+        sliced = np.array_equal(cut, original[matrix][1:3, 2:5])
+        return [f"sliced: {sliced}", f"inherited: {inherited()}", f"fresh: {fresh()}"]
 
     siblings = [fork_child(sibling) for _ in range(3)]
     os.write(go_w, b"go!")
     for pid, r in siblings:
-        assert child_report(pid, r) == ["inherited: True", "fresh: True"]
+        assert child_report(pid, r) == ["sliced: True", "inherited: True", "fresh: True"]
     os.close(go_r)
     os.close(go_w)
     # Forks while the parent's fetch is in flight, one after another.

@@ -12,6 +12,7 @@ use crate::fetch::Fetch;
 use crate::remote::Remote;
 use crate::verify::Delivered;
 use crate::ztp::spread::{Asking, Spread};
+use crate::ztp::QuicClient;
 
 #[derive(Debug)]
 pub(crate) struct QuicTransport {
@@ -24,6 +25,20 @@ pub(crate) struct QuicTransport {
 }
 
 impl QuicTransport {
+    /// Whether the server offers `feature`: as `first` was told, or, on a
+    /// connection that has had no manifest yet (opened again after its
+    /// server restarted), as a manifest-only request for `object` then
+    /// says (one round trip; PROTOCOL.md section 4: no request depends on
+    /// a feature the connection has not been told of).
+    async fn offers(&self, first: &QuicClient, feature: &str, object: &str) -> Result<bool> {
+        if let Some(known) = first.offers(feature) {
+            return Ok(known);
+        }
+        let select = [zt_format::select::escape(object)];
+        drop(first.get_manifest(&self.path, &select).await?);
+        Ok(first.offers(feature) == Some(true))
+    }
+
     /// The one component a request for `what` (rows, a slice) of
     /// `object` delivers: `len` bytes of that object, verified.
     async fn only(&self, mut f: Fetch, object: &str, len: u64, what: &str) -> Result<Delivered> {
@@ -121,10 +136,15 @@ impl Transport for QuicTransport {
     fn read_rows<'a>(&'a self, asked: RowsAsked<'a>) -> BoxFuture<'a, Result<Delivered>> {
         Box::pin(async move {
             let (object, rows) = (asked.object, asked.rows);
-            let f = self
-                .conns
-                .first()
-                .await?
+            let first = self.conns.first().await?;
+            if !self.offers(&first, ztp_proto::FEATURE_ROWS, object).await? {
+                return Err(Error::Usage(format!(
+                    "{}: the server does not offer rows over ztp/1 (feature {:?})",
+                    self.url,
+                    ztp_proto::FEATURE_ROWS
+                )));
+            }
+            let f = first
                 .request_rows(
                     &self.path,
                     object,
@@ -139,9 +159,10 @@ impl Transport for QuicTransport {
     fn read_slice<'a>(&'a self, asked: SliceAsked<'a>) -> BoxFuture<'a, Result<Delivered>> {
         Box::pin(async move {
             let first = self.conns.first().await?;
-            // Unknown (no manifest yet on this connection): rows, which
-            // every server has.
-            if first.offers(ztp_proto::FEATURE_SLICES) != Some(true) {
+            let offered = self
+                .offers(&first, ztp_proto::FEATURE_SLICES, asked.object)
+                .await?;
+            if !offered {
                 return super::slice_from_rows(self, asked).await;
             }
             let (object, len) = (asked.object, asked.gather.len());

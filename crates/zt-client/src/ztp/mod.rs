@@ -335,6 +335,8 @@ impl QuicClient {
             .await?;
         if let Some((what, feature)) = needs {
             if !asked.msg.features.iter().any(|f| f == feature) {
+                // Whatever it would send instead is not wanted.
+                let _ = self.cancel(asked.routed.id, None, None).await;
                 return Err(Error::Usage(format!(
                     "{path}: the server does not offer {what} over ztp/1 (feature {feature:?})"
                 )));

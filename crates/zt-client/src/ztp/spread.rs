@@ -39,7 +39,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
@@ -56,8 +56,12 @@ use crate::pool::BufPool;
 /// The client's connection, and the others it opened for spread fetches.
 #[derive(Debug)]
 pub(crate) struct Spread {
-    /// Replaced when it has closed ([`Spread::first`]).
-    first: Mutex<First>,
+    /// Replaced when it has closed ([`Spread::first`]); locked only for a
+    /// moment, never across an await.
+    first: std::sync::Mutex<Arc<QuicClient>>,
+    /// Held while the first connection is opened again: one attempt at a
+    /// time, and how the last one failed.
+    reopening: Mutex<Option<(Instant, Error)>>,
     /// Where the first connection went and whom it verified, for the
     /// others and for opening it again.
     addr: SocketAddr,
@@ -68,14 +72,6 @@ pub(crate) struct Spread {
     more: Mutex<More>,
     /// [`Spread::close`] ran: no connection is opened any more.
     closed: AtomicBool,
-}
-
-/// The first connection, and how opening it again last failed.
-#[derive(Debug)]
-struct First {
-    client: Arc<QuicClient>,
-    /// When opening it again last failed, and the error.
-    failed: Option<(Instant, Error)>,
 }
 
 /// How long after a failure to open the first connection again requests
@@ -171,10 +167,8 @@ impl Spread {
             QuicClient::connect_sharing(addr, server_name, Arc::clone(&options), Arc::clone(&pool))
                 .await?;
         Ok(Spread {
-            first: Mutex::new(First {
-                client: Arc::new(first),
-                failed: None,
-            }),
+            first: std::sync::Mutex::new(Arc::new(first)),
+            reopening: Mutex::default(),
             addr,
             server_name: server_name.to_owned(),
             options,
@@ -184,15 +178,26 @@ impl Spread {
         })
     }
 
+    /// The first connection as it is now.
+    fn current(&self) -> Arc<QuicClient> {
+        Arc::clone(&self.first.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
     /// The first connection, opened again first if it has closed and the
     /// client has not been closed (one attempt at a time; see the module's
     /// note).
     pub(crate) async fn first(&self) -> Result<Arc<QuicClient>> {
-        let mut first = self.first.lock().await;
-        if first.client.conn.close_reason().is_none() || self.closed.load(Ordering::Acquire) {
-            return Ok(Arc::clone(&first.client));
+        let current = self.current();
+        if current.conn.close_reason().is_none() || self.closed.load(Ordering::Acquire) {
+            return Ok(current);
         }
-        if let Some((at, e)) = &first.failed {
+        let mut failed = self.reopening.lock().await;
+        // Another request may have opened it again meanwhile.
+        let current = self.current();
+        if current.conn.close_reason().is_none() || self.closed.load(Ordering::Acquire) {
+            return Ok(current);
+        }
+        if let Some((at, e)) = &*failed {
             if at.elapsed() < REOPEN_BACKOFF {
                 let pause = REOPEN_BACKOFF.as_secs_f64();
                 return Err(e.again(&format!(" (not tried again within {pause} s of it)")));
@@ -202,7 +207,7 @@ impl Spread {
         let again = match tokio::time::timeout(limit, self.open()).await {
             Ok(Ok(again)) => again,
             Ok(Err(e)) => {
-                first.failed = Some((Instant::now(), e.again("")));
+                *failed = Some((Instant::now(), e.again("")));
                 return Err(e);
             }
             Err(_) => {
@@ -211,19 +216,24 @@ impl Spread {
                     self.addr,
                     limit.as_secs_f64()
                 ));
-                first.failed = Some((Instant::now(), e.again("")));
+                *failed = Some((Instant::now(), e.again("")));
                 return Err(e);
             }
         };
-        if self.closed.load(Ordering::Acquire) {
-            // Closed meanwhile, without waiting for this attempt.
-            again.close().await;
-            return Ok(Arc::clone(&first.client));
+        *failed = None;
+        let again = Arc::new(again);
+        {
+            let mut first = self.first.lock().unwrap_or_else(PoisonError::into_inner);
+            // Closed meanwhile: `close` closed the connection it found,
+            // so this one is closed here instead of replacing it.
+            if !self.closed.load(Ordering::Acquire) {
+                *first = Arc::clone(&again);
+                tracing::debug!(server = %self.addr, "the connection had closed; connected again");
+                return Ok(again);
+            }
         }
-        tracing::debug!(server = %self.addr, "the connection had closed; connected again");
-        first.client = Arc::new(again);
-        first.failed = None;
-        Ok(Arc::clone(&first.client))
+        again.close().await;
+        Ok(current)
     }
 
     /// A new connection to the server, taking buffers from the pool.
@@ -441,17 +451,9 @@ impl Spread {
     pub(crate) async fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let more = self.more.lock().await.open.clone();
-        // Held by an attempt to open it again: that one is closed, and
-        // the connection it would replace already is.
-        let first = match self.first.try_lock() {
-            Ok(first) => Some(Arc::clone(&first.client)),
-            Err(_) => None,
-        };
-        let first = async {
-            if let Some(c) = first {
-                c.close().await;
-            }
-        };
-        tokio::join!(join_all(more.iter().map(|c| c.close())), first);
+        // An attempt to open it again that ends after this closes its own
+        // connection (`first`).
+        let first = self.current();
+        tokio::join!(join_all(more.iter().map(|c| c.close())), first.close());
     }
 }

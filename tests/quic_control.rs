@@ -347,6 +347,30 @@ async fn until<T>(
     }
 }
 
+/// Reads every component stream `conn` accepts to its end, until the
+/// connection closes; how many were read whole.
+fn read_every_stream(conn: &Connection) -> tokio::task::JoinHandle<u64> {
+    let conn = conn.clone();
+    tokio::spawn(async move {
+        let mut whole = 0u64;
+        while let Ok(mut uni) = conn.accept_uni().await {
+            if uni.read_to_end(usize::MAX).await.is_ok() {
+                whole += 1;
+            }
+        }
+        whole
+    })
+}
+
+/// The `done` of request `id`.
+async fn done_of(recv: &mut RecvStream, d: &mut Deframer, id: u64) -> ztp_proto::Done {
+    until(recv, d, |m| match m {
+        Message::Done(done) if done.id == id => Some(done),
+        _ => None,
+    })
+    .await
+}
+
 /// A connection whose one request (`big.zt`'s manifest alone) was
 /// answered, and its control stream (kept open by the caller).
 async fn answered_once(addr: &str, fp: &str) -> (Connection, SendStream, RecvStream) {
@@ -365,27 +389,42 @@ async fn answered_once(addr: &str, fp: &str) -> (Connection, SendStream, RecvStr
     (conn, send, recv)
 }
 
-/// Shutting down (SIGTERM) with the deadline two minutes off, four
-/// connections open: one that never opened its control stream, one whose
-/// only request was answered, and one that then ended its control stream
-/// are closed with `shutting_down` at once; a busy one has a new `get` refused with `shutting_down`, gets
-/// every stream of its request in flight and its `done`, and is closed
-/// with `shutting_down` after that. The daemon exits long before its
-/// deadline. (Before, every open connection was kept to the deadline.)
-#[test]
-fn shutting_down_closes_idle_connections_at_once_and_busy_ones_once_answered() {
+/// A daemon serving `big.zt` with its shutdown deadline two minutes off,
+/// its QUIC address and fingerprint, a runtime for the clients, and the
+/// folders to keep while it runs.
+fn far_deadline_server() -> (
+    Server,
+    String,
+    String,
+    tokio::runtime::Runtime,
+    [tempfile::TempDir; 2],
+) {
     let root = tempfile::tempdir().unwrap();
     common::fetch::big_model(root.path());
     let dir = tempfile::tempdir().unwrap();
     let cfg = common::config_file(dir.path(), "shutdown_timeout_secs = 120\n");
-    let mut s = Server::start_quic(root.path(), &["--config", &cfg]);
+    let s = Server::start_quic(root.path(), &["--config", &cfg]);
     let (addr, fp) = s.quic.clone().unwrap();
-    let shutting_down = Some(u64::from(Code::ShuttingDown.value()));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
+    (s, addr, fp, rt, [root, dir])
+}
+
+/// Shutting down (SIGTERM) with the deadline two minutes off, four
+/// connections open: one that never opened its control stream, one whose
+/// only request was answered, and one that then ended its control stream
+/// are closed with `shutting_down` at once; a busy one has a new `get`
+/// refused with `shutting_down`, gets every stream of its request in
+/// flight and its `done`, and is closed with `shutting_down` after that.
+/// The daemon exits long before its deadline. (Before, every open
+/// connection was kept to the deadline.)
+#[test]
+fn shutting_down_closes_idle_connections_at_once_and_busy_ones_once_answered() {
+    let (mut s, addr, fp, rt, _dirs) = far_deadline_server();
+    let shutting_down = Some(u64::from(Code::ShuttingDown.value()));
     rt.block_on(async {
         let silent = common::quic::raw_connect(&addr, &fp, None).await;
         let (answered, _a_send, _a_recv) = answered_once(&addr, &fp).await;
@@ -429,21 +468,8 @@ fn shutting_down_closes_idle_connections_at_once_and_busy_ones_once_answered() {
         })
         .await;
         assert_eq!(refused, Code::ShuttingDown);
-        let reader = busy.clone();
-        let read = tokio::spawn(async move {
-            let mut whole = 0u64;
-            while let Ok(mut uni) = reader.accept_uni().await {
-                if uni.read_to_end(usize::MAX).await.is_ok() {
-                    whole += 1;
-                }
-            }
-            whole
-        });
-        let done = until(&mut recv, &mut d, |m| match m {
-            Message::Done(done) if done.id == 1 => Some(done),
-            _ => None,
-        })
-        .await;
+        let read = read_every_stream(&busy);
+        let done = done_of(&mut recv, &mut d, 1).await;
         assert_eq!((done.sent, done.cancelled), (streams, 0));
         assert_eq!(
             common::quic::close_code_within(&busy, limit).await,
@@ -460,17 +486,7 @@ fn shutting_down_closes_idle_connections_at_once_and_busy_ones_once_answered() {
 /// server's end of the control stream is acknowledged before it closes).
 #[test]
 fn a_client_that_ended_its_control_stream_gets_its_done_before_the_shutdown_close() {
-    let root = tempfile::tempdir().unwrap();
-    common::fetch::big_model(root.path());
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = common::config_file(dir.path(), "shutdown_timeout_secs = 120\n");
-    let mut s = Server::start_quic(root.path(), &["--config", &cfg]);
-    let (addr, fp) = s.quic.clone().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let (mut s, addr, fp, rt, _dirs) = far_deadline_server();
     rt.block_on(async {
         let conn = common::quic::raw_connect(&addr, &fp, None).await;
         let (mut send, mut recv) = conn.open_bi().await.unwrap();
@@ -486,21 +502,8 @@ fn a_client_that_ended_its_control_stream_gets_its_done_before_the_shutdown_clos
         assert!(common::eventually(Duration::from_secs(10), || {
             common::curl(&[], &s.url("/readyz")).status != 200
         }));
-        let reader = conn.clone();
-        let read = tokio::spawn(async move {
-            let mut whole = 0u64;
-            while let Ok(mut uni) = reader.accept_uni().await {
-                if uni.read_to_end(usize::MAX).await.is_ok() {
-                    whole += 1;
-                }
-            }
-            whole
-        });
-        let done = until(&mut recv, &mut d, |m| match m {
-            Message::Done(done) if done.id == 1 => Some(done),
-            _ => None,
-        })
-        .await;
+        let read = read_every_stream(&conn);
+        let done = done_of(&mut recv, &mut d, 1).await;
         assert_eq!((done.sent, done.cancelled), (streams, 0));
         let code = common::quic::close_code_within(&conn, Duration::from_secs(10)).await;
         assert_eq!(code, Some(u64::from(Code::ShuttingDown.value())));

@@ -12,7 +12,9 @@
 //!
 //! `cargo bench --bench fetch -- [ROUNDS]` (default 5; medians);
 //! `ZT_BENCH_ONLY=1,4` runs only those sections; `ZT_DAEMON_BIN=PATH`
-//! serves from another build of the daemon. Needs
+//! serves from another build of the daemon. The daemons' background
+//! hashing (their startup check of every file's digests) is waited out
+//! before the first round. Needs
 //! `curl` and `nginx` on PATH. Not part of `.ci/run`.
 
 use std::path::{Path, PathBuf};
@@ -624,6 +626,9 @@ fn main() -> Result<()> {
     let _z = peers::ztserve(&root, b.zp, &b.data.join("state"))?;
     let blake3 = [("ZTSERVE_DIGESTS_ALGORITHM", "blake3")];
     let _zb = peers::ztserve_env(&root, b.zb, &b.data.join("state-blake3"), &blake3)?;
+    for port in [b.zp, b.zb] {
+        peers::wait_quiet(port)?;
+    }
     // The peer of sections 1, 4 and 5 only: the others run without nginx
     // installed (as on a machine lent for a few minutes).
     let nginx_needed = ["1", "4", "5"].iter().any(|k| want(k));

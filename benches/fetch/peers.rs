@@ -49,6 +49,35 @@ fn wait_for(port: u16, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Waits until the daemon on `port` has no background hashing left (at
+/// startup it checks every file's digests and computes those of files
+/// without their own, at `[digests] rate_mib_s`), so that no measured
+/// round shares the CPU with it. Reads its gauges from `/metrics`.
+#[allow(dead_code)]
+pub(crate) fn wait_quiet(port: u16) -> Result<()> {
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let gauge = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+    };
+    let start = Instant::now();
+    loop {
+        let out = Command::new("curl").args(["-sf", &url]).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let busy: Vec<&str> = ["ztserve_digest_pending", "ztserve_digest_unverified"]
+            .into_iter()
+            .filter(|name| gauge(&text, name) != Some(0.0))
+            .collect();
+        if busy.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(300) {
+            bail!("ztserve on {port} still hashing after 300 s: {busy:?} not 0");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 /// ztserve on `port` (TCP and UDP), serving `root`.
 pub(crate) fn ztserve(root: &Path, port: u16, state: &Path) -> Result<Proc> {
     ztserve_env(root, port, state, &[])

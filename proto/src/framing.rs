@@ -94,9 +94,10 @@ impl Deframer {
         self.buf.len()
     }
 
-    /// The body of the next complete frame, if one is buffered. Refuses an
-    /// oversized frame as soon as its length is known, before buffering it.
-    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+    /// The length of the next frame's body if the whole frame is
+    /// buffered. Refuses an oversized frame as soon as its length is
+    /// known, before buffering it.
+    fn complete(&self) -> Result<Option<usize>, FrameError> {
         let Some(len) = self.buf.get(..4) else {
             return Ok(None);
         };
@@ -112,29 +113,39 @@ impl Deframer {
                 limit: self.limit,
             });
         }
-        let end = len.saturating_add(4);
-        if self.buf.len() < end {
+        Ok((self.buf.len() >= len.saturating_add(4)).then_some(len))
+    }
+
+    /// Reads the next complete frame's body with `read`, straight from
+    /// the buffer (a manifest's megabytes are not copied out first), and
+    /// consumes the frame.
+    fn next_with<T>(
+        &mut self,
+        read: impl FnOnce(&[u8]) -> Result<T, FrameError>,
+    ) -> Result<Option<T>, FrameError> {
+        let Some(len) = self.complete()? else {
             return Ok(None);
-        }
-        let body = self.buf.get(4..end).map(<[u8]>::to_vec).unwrap_or_default();
+        };
+        let end = len.saturating_add(4);
+        let out = read(self.buf.get(4..end).unwrap_or_default());
         self.buf.drain(..end);
-        Ok(Some(body))
+        out.map(Some)
+    }
+
+    /// The body of the next complete frame, if one is buffered. Refuses an
+    /// oversized frame as soon as its length is known, before buffering it.
+    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        self.next_with(|body| Ok(body.to_vec()))
     }
 
     /// The next complete message, if one is buffered.
     pub fn next_message(&mut self) -> Result<Option<Message>, FrameError> {
-        match self.next_frame()? {
-            Some(body) => Ok(Some(Message::from_value(&decode_value(&body)?)?)),
-            None => Ok(None),
-        }
+        self.next_with(|body| Ok(Message::from_owned_value(decode_value(body)?)?))
     }
 
     /// The next complete component header, if one is buffered.
     pub fn next_header(&mut self) -> Result<Option<ComponentHeader>, FrameError> {
-        match self.next_frame()? {
-            Some(body) => Ok(Some(ComponentHeader::from_value(&decode_value(&body)?)?)),
-            None => Ok(None),
-        }
+        self.next_with(|body| Ok(ComponentHeader::from_value(&decode_value(body)?)?))
     }
 
     /// Takes what is buffered past the frames read so far (the start of a

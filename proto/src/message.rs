@@ -193,6 +193,26 @@ impl Message {
         }
     }
 
+    /// [`Message::from_value`], taking the value: a manifest's bytes move
+    /// into the message instead of being copied.
+    pub fn from_owned_value(mut v: Value) -> Result<Message, FieldError> {
+        let taken = match &mut v {
+            Value::Map(entries) => entries
+                .iter_mut()
+                .find(|(k, _)| k.as_text() == Some("manifest"))
+                .and_then(|(_, v)| match v {
+                    Value::Bytes(b) => Some(std::mem::take(b)),
+                    _ => None,
+                }),
+            _ => None,
+        };
+        let mut m = Message::from_value(&v)?;
+        if let (Message::Manifest(m), Some(bytes)) = (&mut m, taken) {
+            m.manifest = bytes;
+        }
+        Ok(m)
+    }
+
     /// Reads a message from a CBOR value.
     pub fn from_value(v: &Value) -> Result<Message, FieldError> {
         let f = Fields::new(v)?;

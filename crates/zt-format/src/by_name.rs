@@ -31,6 +31,33 @@ impl<V> ByName<V> {
         ByName::default()
     }
 
+    /// [`FromIterator`] on entries already in a vector, which it keeps (a
+    /// 10,000-object manifest is not moved into a second one).
+    pub(crate) fn from_vec(mut entries: Vec<(Box<str>, V)>) -> Self {
+        // A manifest's names usually come sorted and unique: checked, not sorted.
+        if !entries.is_sorted_by(|a, b| a.0 < b.0) {
+            sort_keys(&mut entries);
+        }
+        entries.shrink_to_fit();
+        ByName { entries }
+    }
+
+    /// [`ByName::from_vec`] for names that must be unique: the first name
+    /// found twice is the error.
+    pub(crate) fn from_unique_vec(mut entries: Vec<(Box<str>, V)>) -> Result<Self, Box<str>> {
+        if !entries.is_sorted_by(|a, b| a.0 < b.0) {
+            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            if let Some(w) = entries
+                .windows(2)
+                .find(|w| matches!(w, [a, b] if a.0 == b.0))
+            {
+                return Err(w.first().map(|e| e.0.clone()).unwrap_or_default());
+            }
+        }
+        entries.shrink_to_fit();
+        Ok(ByName { entries })
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -154,12 +181,7 @@ impl<N: Into<Box<str>>, V> FromIterator<(N, V)> for ByName<V> {
         let iter = iter.into_iter();
         let mut entries: Vec<(Box<str>, V)> = Vec::with_capacity(iter.size_hint().0);
         entries.extend(iter.map(|(n, o)| (n.into(), o)));
-        // A manifest's names usually come sorted and unique: checked, not sorted.
-        if !entries.is_sorted_by(|a, b| a.0 < b.0) {
-            sort_keys(&mut entries);
-        }
-        entries.shrink_to_fit();
-        ByName { entries }
+        ByName::from_vec(entries)
     }
 }
 

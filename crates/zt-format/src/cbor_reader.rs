@@ -352,7 +352,7 @@ impl<'a> Reader<'a> {
         // need collecting only once they turn out not to be ascending.
         let mut small: [&'a [u8]; SMALL_MAP] = [&[]; SMALL_MAP];
         let mut seen = 0usize;
-        let mut last: &'a [u8] = &[];
+        let mut last: Option<&'a [u8]> = None;
         let mut sorted = true;
         let (start, count) = self.entries(field, context, |r, key| {
             match &key.0 {
@@ -366,8 +366,12 @@ impl<'a> Reader<'a> {
                         *slot = k;
                         seen = seen.saturating_add(1);
                     }
-                    sorted &= last < *k;
-                    last = k;
+                    // The first key has nothing to follow (most maps
+                    // here have one key: no comparison at all).
+                    if let Some(before) = last {
+                        sorted &= before < *k;
+                    }
+                    last = Some(k);
                 }
                 // An indefinite-length key: compared at the end.
                 Cow::Owned(_) => sorted = false,
@@ -378,6 +382,19 @@ impl<'a> Reader<'a> {
             self.check_large_map_keys(start, context)?;
         }
         Ok(())
+    }
+
+    /// [`Reader::map`] for a map whose caller sorts its keys anyway and
+    /// must find duplicate text keys itself, then (the objects of a
+    /// manifest: [`crate::by_name::ByName::from_unique_vec`]); other keys
+    /// are still checked here. Spares a large map a second pass and sort.
+    pub(crate) fn map_checked_by_caller<E: From<Rule>>(
+        &mut self,
+        field: &str,
+        context: &str,
+        f: impl FnMut(&mut Self, &Key<'a>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.entries(field, context, f).map(drop)
     }
 
     /// Iterates a map whose keys the schema names in `known`: `f` gets the

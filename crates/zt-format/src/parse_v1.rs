@@ -206,19 +206,24 @@ fn object_map(
     // objects), not grown push by push: a 10,000-object manifest spent a
     // tenth of its decoding in reallocations.
     let announced = r.peek_map_len().and_then(|n| usize::try_from(n).ok());
-    let mut list: Vec<(String, Object)> = Vec::new();
+    let mut list: Vec<(Box<str>, Object)> = Vec::new();
     if let Some(n) = announced.filter(|&n| room(n).is_ok()) {
         list.reserve_exact(n);
     }
-    r.map::<Located>("objects", "objects", |r, name| {
+    r.map_checked_by_caller::<Located>("objects", "objects", |r, name| {
         room(list.len().saturating_add(1))?;
         let name = name.text()?;
         let obj = object(r).map_err(|e| e.in_object(name))?;
-        list.push((name.to_owned(), obj));
+        list.push((name.into(), obj));
         Ok(())
     })?;
-    // Keys are unique (checked above); sorted once.
-    Ok(list.into_iter().collect())
+    // Sorted once, in place, which finds a name given twice.
+    Objects::from_unique_vec(list).map_err(|name| {
+        Located::from(Rule::DuplicateKey {
+            key: name.into(),
+            context: "objects".to_owned(),
+        })
+    })
 }
 
 fn object(r: &mut Reader<'_>) -> Parse<Object> {
@@ -465,6 +470,69 @@ mod tests {
         };
         let m = manifest(&bytes, "t", &crate::Limits::default(), &mut Vec::new()).unwrap();
         assert!(m.objects.is_empty());
+    }
+
+    /// Object names given twice are refused by name whether the map's
+    /// names come sorted or not, and however far apart they are.
+    #[test]
+    #[allow(clippy::indexing_slicing)]
+    fn an_object_name_given_twice_is_refused() {
+        use ciborium::Value as V;
+        let component = || {
+            V::Map(vec![
+                (V::Text("dtype".into()), V::Text("u8".into())),
+                (V::Text("offset".into()), V::Integer(0.into())),
+                (V::Text("length".into()), V::Integer(0.into())),
+            ])
+        };
+        let object = || {
+            V::Map(vec![
+                (
+                    V::Text("shape".into()),
+                    V::Array(vec![V::Integer(0.into())]),
+                ),
+                (V::Text("format".into()), V::Text("dense".into())),
+                (
+                    V::Text("components".into()),
+                    V::Map(vec![(V::Text("data".into()), component())]),
+                ),
+            ])
+        };
+        let manifest_bytes = |names: &[String]| {
+            let objects = names
+                .iter()
+                .map(|n| (V::Text(n.clone()), object()))
+                .collect();
+            let v = V::Map(vec![
+                (V::Text("version".into()), V::Text("1.2.0".into())),
+                (V::Text("objects".into()), V::Map(objects)),
+            ]);
+            let mut out = Vec::new();
+            ciborium::ser::into_writer(&v, &mut out).unwrap();
+            out
+        };
+        let read = |names: &[String]| {
+            manifest(
+                &manifest_bytes(names),
+                "t.zt",
+                &crate::Limits::default(),
+                &mut Vec::new(),
+            )
+        };
+        let sorted: Vec<String> = (0..40).map(|i| format!("o{i:03}")).collect();
+        let mut shuffled = sorted.clone();
+        shuffled.reverse();
+        assert_eq!(read(&sorted).unwrap().objects.len(), 40);
+        assert_eq!(read(&shuffled).unwrap().objects.len(), 40);
+        for names in [sorted, shuffled] {
+            for (a, b) in [(0, 39), (20, 21), (3, 5)] {
+                let mut dup = names.clone();
+                dup[b] = dup[a].clone();
+                let e = read(&dup).unwrap_err();
+                assert_eq!(e.rule().unwrap().name(), "duplicate-key", "{e}");
+                assert!(e.to_string().contains(&dup[a]), "{e}");
+            }
+        }
     }
 
     /// A `.zt` file of more objects than `limits.manifest_memory` holds is

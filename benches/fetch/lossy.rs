@@ -114,6 +114,7 @@ impl Bench {
             &self.data.join("state-bbr"),
             &[("ZTSERVE_QUIC_CONGESTION", "bbr")],
         )?;
+        peers::wait_quiet(bbr_port)?;
         let bbr = format!("quic://127.0.0.1:{bbr_port}/{file}");
         // ztp/1 by connections per fetch (the default is 2).
         let quic = self.zquic(file);

@@ -52,30 +52,54 @@ fn wait_for(port: u16, what: &str) -> Result<()> {
 /// Waits until the daemon on `port` has no background hashing left (at
 /// startup it checks every file's digests and computes those of files
 /// without their own, at `[digests] rate_mib_s`), so that no measured
-/// round shares the CPU with it. Reads its gauges from `/metrics`.
+/// round shares the CPU with it: its `/metrics` gauges of files to hash
+/// and components to check read 0, and the count of components checked
+/// stays the same, twice, more than the verifier's idle pause (500 ms)
+/// apart (the gauges are refreshed once per verifier pass).
 #[allow(dead_code)]
 pub(crate) fn wait_quiet(port: u16) -> Result<()> {
     let url = format!("http://127.0.0.1:{port}/metrics");
-    let gauge = |text: &str, name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
-    };
     let start = Instant::now();
+    let mut last: Option<f64> = None;
     loop {
-        let out = Command::new("curl").args(["-sf", &url]).output()?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let busy: Vec<&str> = ["ztserve_digest_pending", "ztserve_digest_unverified"]
-            .into_iter()
-            .filter(|name| gauge(&text, name) != Some(0.0))
-            .collect();
-        if busy.is_empty() {
-            return Ok(());
+        let reading = quiet_reading(&url)?;
+        match (reading, last) {
+            (Ok(checked), Some(before)) if checked == before => return Ok(()),
+            (Ok(checked), _) => last = Some(checked),
+            (Err(busy), _) => {
+                last = None;
+                if start.elapsed() > Duration::from_secs(300) {
+                    bail!("ztserve on {port} still hashing after 300 s: {busy}");
+                }
+            }
         }
-        if start.elapsed() > Duration::from_secs(300) {
-            bail!("ztserve on {port} still hashing after 300 s: {busy:?} not 0");
-        }
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::sleep(Duration::from_millis(600));
     }
+}
+
+/// One reading of `url` (a daemon's `/metrics`): the count of components
+/// checked when nothing is left to hash or check, else what is left.
+fn quiet_reading(url: &str) -> Result<std::result::Result<f64, String>> {
+    let out = Command::new("curl")
+        .args(["-sf", "-m", "10", url])
+        .output()
+        .context("running curl (needed on PATH)")?;
+    anyhow::ensure!(out.status.success(), "{url}: no answer ({})", out.status);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let gauge = |name: &str| -> Result<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .with_context(|| format!("{url}: no {name}"))
+    };
+    let pending = gauge("ztserve_digest_pending")?;
+    let unverified = gauge("ztserve_digest_unverified")?;
+    let checked = gauge("ztserve_digest_verified_total")?;
+    Ok(match pending == 0.0 && unverified == 0.0 {
+        true => Ok(checked),
+        false => Err(format!(
+            "{pending} files to hash, {unverified} components to check"
+        )),
+    })
 }
 
 /// ztserve on `port` (TCP and UDP), serving `root`.

@@ -336,6 +336,46 @@ mod tests {
             f.extend_from_slice(body);
             d.push(&f);
             assert!(d.next_message().is_err(), "{body:?}");
+            // The bad frame is consumed, not read again.
+            assert_eq!(d.buffered(), 0, "{body:?}");
+        }
+        // A manifest message whose bytes are given twice, or are not bytes.
+        let manifest = |fields: Vec<(&str, Value)>| {
+            let mut entries = vec![
+                (Value::Text("t".into()), Value::Text("manifest".into())),
+                (Value::Text("id".into()), Value::Integer(1.into())),
+                (Value::Text("etag".into()), Value::Text("\"e\"".into())),
+                (Value::Text("size".into()), Value::Integer(1.into())),
+                (Value::Text("streams".into()), Value::Integer(0.into())),
+            ];
+            entries.extend(fields.into_iter().map(|(k, v)| (Value::Text(k.into()), v)));
+            encode(&Value::Map(entries)).unwrap()
+        };
+        for (fields, want) in [
+            (
+                vec![
+                    ("manifest", Value::Bytes(vec![1])),
+                    ("manifest", Value::Bytes(vec![2])),
+                ],
+                FieldError::Duplicate("manifest".into()),
+            ),
+            (
+                vec![("manifest", Value::Text("x".into()))],
+                FieldError::Type {
+                    field: "manifest",
+                    expected: "a byte string",
+                },
+            ),
+        ] {
+            let mut d = Deframer::new(100);
+            d.push(&manifest(fields));
+            assert_eq!(d.next_message(), Err(FrameError::Field(want)));
+        }
+        let mut d = Deframer::new(100);
+        d.push(&manifest(vec![("manifest", Value::Bytes(vec![7, 8]))]));
+        match d.next_message() {
+            Ok(Some(Message::Manifest(m))) => assert_eq!(m.manifest, [7, 8]),
+            other => panic!("{other:?}"),
         }
         let mut deep = vec![0x81u8; 40];
         deep.push(0);

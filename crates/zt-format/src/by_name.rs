@@ -42,8 +42,8 @@ impl<V> ByName<V> {
         ByName { entries }
     }
 
-    /// [`ByName::from_vec`] for names that must be unique: the first name
-    /// found twice is the error.
+    /// [`ByName::from_vec`] for names that must be unique: a name given
+    /// twice is the error (the first such in name order).
     pub(crate) fn from_unique_vec(mut entries: Vec<(Box<str>, V)>) -> Result<Self, Box<str>> {
         if !entries.is_sorted_by(|a, b| a.0 < b.0) {
             entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));

@@ -3,8 +3,10 @@
 //! It borrows text instead of building a value tree, so a manifest with
 //! 10,000 objects parses with a handful of allocations per object. It still
 //! enforces every rule of the strict decoder: a depth limit, no duplicate map
-//! keys (in every map, skipped ones included), well-formed items, and no
-//! trailing bytes (checked by the caller with [`Reader::is_at_end`]).
+//! keys (in every map, skipped ones included; a manifest's objects map
+//! leaves its text keys to the caller's sort,
+//! [`Reader::map_checked_by_caller`]), well-formed items, and no trailing
+//! bytes (checked by the caller with [`Reader::is_at_end`]).
 
 use std::borrow::Cow;
 
@@ -384,10 +386,12 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
-    /// [`Reader::map`] for a map whose caller sorts its keys anyway and
-    /// must find duplicate text keys itself, then (the objects of a
-    /// manifest: [`crate::by_name::ByName::from_unique_vec`]); other keys
-    /// are still checked here. Spares a large map a second pass and sort.
+    /// [`Reader::map`] without its check of text keys for duplicates: the
+    /// caller must refuse them itself, or they are accepted. For a large
+    /// map whose keys the caller sorts anyway (a manifest's objects, into
+    /// [`crate::by_name::ByName::from_unique_vec`], which finds them): no
+    /// second pass over the keys and no second sort. Other keys are still
+    /// checked here.
     pub(crate) fn map_checked_by_caller<E: From<Rule>>(
         &mut self,
         field: &str,

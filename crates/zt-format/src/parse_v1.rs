@@ -530,9 +530,19 @@ mod tests {
                 dup[b] = dup[a].clone();
                 let e = read(&dup).unwrap_err();
                 assert_eq!(e.rule().unwrap().name(), "duplicate-key", "{e}");
+                assert!(e.to_string().starts_with("t.zt"), "{e}");
                 assert!(e.to_string().contains(&dup[a]), "{e}");
             }
         }
+        // The same name once in chunks (an indefinite-length text key).
+        let plain = manifest_bytes(&["o000".to_owned(), "zzzz".to_owned()]);
+        let at = plain.windows(5).position(|w| w == b"\x64zzzz").unwrap();
+        let mut chunked = plain[..at].to_vec();
+        chunked.extend_from_slice(b"\x7f\x62o0\x6200\xff");
+        chunked.extend_from_slice(&plain[at + 5..]);
+        let e = manifest(&chunked, "t.zt", &crate::Limits::default(), &mut Vec::new());
+        let e = e.unwrap_err();
+        assert_eq!(e.rule().unwrap().name(), "duplicate-key", "{e}");
     }
 
     /// A `.zt` file of more objects than `limits.manifest_memory` holds is

@@ -31,19 +31,10 @@ impl<V> ByName<V> {
         ByName::default()
     }
 
-    /// [`FromIterator`] on entries already in a vector, which it keeps (a
-    /// 10,000-object manifest is not moved into a second one).
-    pub(crate) fn from_vec(mut entries: Vec<(Box<str>, V)>) -> Self {
-        // A manifest's names usually come sorted and unique: checked, not sorted.
-        if !entries.is_sorted_by(|a, b| a.0 < b.0) {
-            sort_keys(&mut entries);
-        }
-        entries.shrink_to_fit();
-        ByName { entries }
-    }
-
-    /// [`ByName::from_vec`] for names that must be unique: a name given
-    /// twice is the error (the first such in name order).
+    /// The table of `entries`, kept in their vector (a 10,000-object
+    /// manifest is not moved into a second one) and sorted once, for
+    /// names that must be unique: a name given twice is the error (the
+    /// first such in name order).
     pub(crate) fn from_unique_vec(mut entries: Vec<(Box<str>, V)>) -> Result<Self, Box<str>> {
         if !entries.is_sorted_by(|a, b| a.0 < b.0) {
             entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -181,7 +172,12 @@ impl<N: Into<Box<str>>, V> FromIterator<(N, V)> for ByName<V> {
         let iter = iter.into_iter();
         let mut entries: Vec<(Box<str>, V)> = Vec::with_capacity(iter.size_hint().0);
         entries.extend(iter.map(|(n, o)| (n.into(), o)));
-        ByName::from_vec(entries)
+        // A manifest's names usually come sorted and unique: checked, not sorted.
+        if !entries.is_sorted_by(|a, b| a.0 < b.0) {
+            sort_keys(&mut entries);
+        }
+        entries.shrink_to_fit();
+        ByName { entries }
     }
 }
 

@@ -257,6 +257,9 @@ where
     for s in says {
         assert!(text.contains(s), "{s:?} in {text:?}");
     }
+    // Whatever failed, the error names the request by its URL.
+    let url = format!("quic://localhost:{}/m.zt", addr.port());
+    assert!(text.contains(&url), "{url:?} in {text:?}");
     drop(c);
     let conn = tokio::time::timeout(Duration::from_secs(10), server)
         .await

@@ -94,6 +94,15 @@ async fn whole_model_and_lazy_selections_on_one_connection() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("not_found"), "{err}");
+    // Named by its URL, as over HTTP (a name's space percent-encoded).
+    let err = client
+        .get("no such/missing.zt", &[], &[], None)
+        .await
+        .unwrap_err()
+        .to_string();
+    let port = client.connection().remote_address().port();
+    let url = format!("quic://localhost:{port}/no%20such/missing.zt");
+    assert!(err.starts_with(&url), "{url} in {err}");
     let err = client
         .get("sample.zt", &["nope*".into()], &[], None)
         .await

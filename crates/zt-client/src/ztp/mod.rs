@@ -38,6 +38,8 @@ pub struct QuicClient {
     routes: Routes,
     options: Arc<Options>,
     pool: Arc<BufPool>,
+    /// `quic://host:port`, which with a request's path names it in errors.
+    origin: String,
 }
 
 /// A request sent and answered with its manifest.
@@ -83,6 +85,30 @@ impl Drop for QuicClient {
     fn drop(&mut self) {
         self.conn
             .close(quinn::VarInt::from_u32(Code::Ok.value()), b"client done");
+    }
+}
+
+/// What a path keeps percent-encoded when an error names its URL (a
+/// file's name may hold spaces, `?` or `#`).
+const NOT_IN_A_PATH: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}');
+
+/// `quic://host:port`: a server as a URL names it (an IPv6 address in
+/// brackets).
+fn origin(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("quic://[{host}]:{port}")
+    } else {
+        format!("quic://{host}:{port}")
     }
 }
 
@@ -199,6 +225,7 @@ impl QuicClient {
             routes,
             options,
             pool,
+            origin: origin(server_name, addr.port()),
         })
     }
 
@@ -321,6 +348,7 @@ impl QuicClient {
             zt_format::container::View::File
         };
         let path = get.path.clone();
+        let name = self.name_of(&path);
         // What the server must have named for this `get` to be answered as
         // asked (one without it would send whole objects instead).
         let needs = match () {
@@ -338,7 +366,7 @@ impl QuicClient {
                 // Whatever it would send instead is not wanted.
                 let _ = self.cancel(asked.routed.id, None, None).await;
                 return Err(Error::Usage(format!(
-                    "{path}: the server does not offer {what} over ztp/1 (feature {feature:?})"
+                    "{name}: the server does not offer {what} over ztp/1 (feature {feature:?})"
                 )));
             }
         }
@@ -354,7 +382,8 @@ impl QuicClient {
         )
     }
 
-    /// The manifest a `manifest` message carries, decoded and validated.
+    /// The manifest a `manifest` message carries for a request for
+    /// `path`, decoded and validated (its errors name the URL).
     fn decode(
         &self,
         path: &str,
@@ -365,14 +394,29 @@ impl QuicClient {
             manifest_cap: self.options.manifest_cap,
             ..Limits::default()
         };
-        let (manifest, _) =
-            zt_format::container::decode_manifest(path, &m.manifest, m.size, &limits, view)?;
+        let (manifest, _) = zt_format::container::decode_manifest(
+            &self.name_of(path),
+            &m.manifest,
+            m.size,
+            &limits,
+            view,
+        )?;
         Ok(manifest)
     }
 
     /// This connection, watched for silence on behalf of a request for `path`.
     fn watch(&self, path: &str) -> Watch {
-        Watch::new(self.conn.clone(), path, self.options.silence_timeout)
+        Watch::new(
+            self.conn.clone(),
+            &self.name_of(path),
+            self.options.silence_timeout,
+        )
+    }
+
+    /// What errors about a request for `path` call it: its URL.
+    pub(crate) fn name_of(&self, path: &str) -> String {
+        let path = percent_encoding::utf8_percent_encode(path, NOT_IN_A_PATH);
+        format!("{}/{path}", self.origin)
     }
 
     /// Sends `get` and waits for its `manifest` message (not decoded); its
@@ -386,9 +430,10 @@ impl QuicClient {
     ) -> Result<Asked> {
         let path = get.path.clone();
         let path = path.as_str();
+        let name = self.name_of(path);
         let (mtx, mrx) = oneshot::channel();
         let route = Route {
-            path: path.to_owned(),
+            name: name.clone(),
             manifest: Some(mtx),
             deliver,
             budget,
@@ -397,7 +442,7 @@ impl QuicClient {
         // and streams until it is forgotten (the fetch dropped, or a failure).
         let get = match self.routes.lock() {
             Ok(mut session) => session.request(get, route),
-            Err(_) => return Err(Error::Transport(format!("{path}: the connection failed"))),
+            Err(_) => return Err(Error::Transport(format!("{name}: the connection failed"))),
         };
         let routed = Routed {
             routes: Arc::clone(&self.routes),
@@ -410,7 +455,7 @@ impl QuicClient {
             .await?
             .map_err(|_| {
                 Error::Transport(format!(
-                    "{path}: connection closed before the manifest arrived"
+                    "{name}: connection closed before the manifest arrived"
                 ))
             })??;
         Ok(Asked { routed, msg })

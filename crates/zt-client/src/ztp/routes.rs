@@ -18,8 +18,9 @@ pub(super) type Delivery = mpsc::UnboundedSender<Arrival>;
 /// One request in flight: where its manifest, components and errors go.
 #[derive(Debug)]
 pub(super) struct Route {
-    /// The file asked for, to name in errors.
-    pub(super) path: String,
+    /// The file asked for, as a URL (`quic://host:port/path`), to name
+    /// in errors.
+    pub(super) name: String,
     pub(super) manifest: Option<oneshot::Sender<Result<ManifestMsg>>>,
     pub(super) deliver: Delivery,
     /// A bounded request's budget: a stream waits for room before its
@@ -51,34 +52,34 @@ fn fail_all(routes: &Routes, make: impl Fn(&str) -> Error) {
         return;
     };
     for route in session.drain() {
-        let e = make(&route.path);
+        let e = make(&route.name);
         route.fail(e);
     }
 }
 
 /// Every request on the connection fails with a transport error (resumable).
 fn all_lost(routes: &Routes, why: &str) {
-    fail_all(routes, |path| Error::Transport(format!("{path}: {why}")));
+    fail_all(routes, |name| Error::Transport(format!("{name}: {why}")));
 }
 
-/// The error for a server's `error` message about a request for `path`:
-/// a component it refused as corrupt can never be fetched; a version
-/// (`if_match`) the file no longer has is a changed file, as over HTTP;
-/// anything else is the server's answer.
-fn server_error(path: &str, code: Code, message: &str) -> Error {
+/// The error for a server's `error` message about a request for `name`
+/// (its URL): a component it refused as corrupt can never be fetched; a
+/// version (`if_match`) the file no longer has is a changed file, as over
+/// HTTP; anything else is the server's answer.
+fn server_error(name: &str, code: Code, message: &str) -> Error {
     let text = format!("server error {code}: {}", quote(message));
     match code {
         Code::Corrupt => Error::Corrupt {
             at: None,
-            message: text,
+            message: format!("{name}: {text}"),
         },
         Code::PreconditionFailed => Error::Changed {
-            url: path.to_owned(),
+            url: name.to_owned(),
             detail: format!("({text})"),
         },
         code => Error::Server {
             status: Status::Ztp(code),
-            message: text,
+            message: format!("{name}: {text}"),
         },
     }
 }
@@ -107,7 +108,7 @@ pub(super) fn violation(conn: &Connection, routes: &Routes, why: &ztp_proto::Vio
     // again as lost (see `lost`).
     let code = quinn::VarInt::from_u32(Code::ProtocolViolation.value());
     conn.close(code, why.as_bytes());
-    fail_all(routes, |path| Error::Protocol(format!("{path}: {why}")));
+    fail_all(routes, |name| Error::Protocol(format!("{name}: {why}")));
 }
 
 /// Reads the control stream, handing each server message to its request.
@@ -147,7 +148,7 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
                     code,
                     message,
                 }) => {
-                    let e = server_error(&request.path, code, &message);
+                    let e = server_error(&request.name, code, &message);
                     request.fail(e);
                 }
                 Ok(Said::Refused {
@@ -155,7 +156,7 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
                     code,
                     message,
                 }) => {
-                    let e = server_error(&request.path, code, &message);
+                    let e = server_error(&request.name, code, &message);
                     let _ = request.deliver.send((Event::Component(Err(e)), None));
                 }
                 Ok(Said::Done { request, sent }) => {
@@ -169,9 +170,9 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
                         "the server is closing the connection: {code}: {}",
                         quote(&message)
                     );
-                    fail_all(&routes, |path| Error::Server {
+                    fail_all(&routes, |name| Error::Server {
                         status: Status::Ztp(code),
-                        message: format!("{path}: {text}"),
+                        message: format!("{name}: {text}"),
                     });
                 }
                 Ok(Said::Nothing) => {}

@@ -391,7 +391,7 @@ async fn carry(s: Share<'_>, i: u64, conn: &QuicClient, first: &QuicClient, deli
                 Err(again) => {
                     let e = Error::Transport(format!(
                         "{}: share {i} failed on the connection to {} ({e}) and on the first ({again})",
-                        s.get.path,
+                        first.name_of(&s.get.path),
                         conn.conn.remote_address()
                     ));
                     let _ = deliver.send((Event::Lost(e), None));

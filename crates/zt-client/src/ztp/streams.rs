@@ -138,12 +138,18 @@ async fn receive(
         }
     };
     let route = match routes.lock() {
-        Ok(mut session) => session
-            .on_header(&header)
-            .map(|r| r.map(|route| (route.deliver.clone(), route.budget.clone()))),
+        Ok(mut session) => session.on_header(&header).map(|r| {
+            r.map(|route| {
+                (
+                    route.deliver.clone(),
+                    route.budget.clone(),
+                    route.name.clone(),
+                )
+            })
+        }),
         Err(_) => return Outcome::Dropped,
     };
-    let (deliver, budget) = match route {
+    let (deliver, budget, name) = match route {
         Ok(Some(r)) => r,
         // A request the client gave up: nobody wants the bytes.
         Ok(None) => return Outcome::Dropped,
@@ -237,6 +243,7 @@ async fn receive(
             verification,
         })
     }
-    .await;
+    .await
+    .map_err(|e| e.named(&name));
     Outcome::Arrived(deliver, (Event::Component(result), held))
 }

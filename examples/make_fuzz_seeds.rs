@@ -46,7 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             id: 1,
             etag: "\"zt-1\"".into(),
             size: 4096,
-            manifest: vec![0xa0],
+            manifest: vec![0xa0].into(),
             streams: 3,
             features: Vec::new(),
         }),

@@ -85,7 +85,7 @@ impl Script {
             id: self.get.id,
             etag: "\"zt-hostile\"".into(),
             size: self.model.bytes.len() as u64,
-            manifest: self.model.manifest.clone(),
+            manifest: self.model.manifest.clone().into(),
             streams,
             features: Vec::new(),
         };

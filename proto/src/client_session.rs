@@ -361,7 +361,7 @@ mod tests {
             id,
             etag: "\"e\"".into(),
             size: 10,
-            manifest: vec![0xa0],
+            manifest: vec![0xa0].into(),
             streams,
             features: features.iter().map(|f| (*f).to_owned()).collect(),
         }))

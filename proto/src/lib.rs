@@ -36,7 +36,7 @@ mod value;
 
 pub use client_session::{ClientSession, Event, Violation};
 pub use code::Code;
-pub use framing::{frame, frame_header, frame_owned, Deframer, FrameError, MAX_CLIENT_MESSAGE};
+pub use framing::{frame, frame_chunks, frame_header, Deframer, FrameError, MAX_CLIENT_MESSAGE};
 pub use message::{Cancel, ComponentHeader, Done, ErrorMsg, Get, ManifestMsg, Message};
 pub use server_session::{Close, Received, ServerSession};
 

@@ -60,8 +60,9 @@ pub struct ManifestMsg {
     pub etag: String,
     /// The file's size in bytes.
     pub size: u64,
-    /// The manifest filtered to the selection, as v1.2 CBOR.
-    pub manifest: Vec<u8>,
+    /// The manifest filtered to the selection, as v1.2 CBOR (shared, not
+    /// copied: a server sends the bytes it keeps rendered).
+    pub manifest: bytes::Bytes,
     /// How many component streams will follow for this request.
     pub streams: u64,
     /// What the server supports beyond ztp/1 as first published
@@ -115,16 +116,18 @@ pub struct ComponentHeader {
     pub offset: u64,
 }
 
-/// A `manifest` message as a CBOR value, with `bytes` as its manifest.
-fn manifest_value(m: &ManifestMsg, bytes: Vec<u8>) -> Value {
+/// A `manifest` message as a CBOR value, with `bytes` as its manifest,
+/// which comes last: [`crate::frame_chunks`] sends the bytes as they are
+/// after the rest.
+pub(crate) fn manifest_value(m: &ManifestMsg, bytes: Vec<u8>) -> Value {
     map(vec![
         ("t", text("manifest")),
         ("id", uint(m.id)),
         ("etag", text(&m.etag)),
         ("size", uint(m.size)),
-        ("manifest", Some(Value::Bytes(bytes))),
         ("streams", uint(m.streams)),
         ("features", texts(&m.features)),
+        ("manifest", Some(Value::Bytes(bytes))),
     ])
 }
 
@@ -144,7 +147,8 @@ impl Message {
     pub fn into_value(self) -> Value {
         match self {
             Message::Manifest(mut m) => {
-                let bytes = std::mem::take(&mut m.manifest);
+                // No copy unless the bytes are shared.
+                let bytes = Vec::from(std::mem::take(&mut m.manifest));
                 manifest_value(&m, bytes)
             }
             other => other.to_value(),
@@ -177,7 +181,7 @@ impl Message {
                 ("object", c.object.as_deref().and_then(text)),
                 ("component", c.component.as_deref().and_then(text)),
             ]),
-            Message::Manifest(m) => manifest_value(m, m.manifest.clone()),
+            Message::Manifest(m) => manifest_value(m, m.manifest.to_vec()),
             Message::Done(d) => map(vec![
                 ("t", text("done")),
                 ("id", uint(d.id)),
@@ -208,7 +212,7 @@ impl Message {
         };
         let mut m = Message::from_value(&v)?;
         if let (Message::Manifest(m), Some(bytes)) = (&mut m, taken) {
-            m.manifest = bytes;
+            m.manifest = bytes.into();
         }
         Ok(m)
     }
@@ -249,7 +253,7 @@ impl Message {
                 id: f.uint("id")?,
                 etag: f.text("etag")?,
                 size: f.uint("size")?,
-                manifest: f.bytes("manifest")?,
+                manifest: f.bytes("manifest")?.into(),
                 streams: f.uint("streams")?,
                 features: f.texts("features")?,
             }),

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use quinn::{Connection, SendStream, VarInt};
 use tokio::sync::{mpsc, oneshot};
-use ztp_proto::{frame, frame_owned, Close, ErrorMsg, Message, ServerSession};
+use ztp_proto::{frame, frame_chunks, Close, ErrorMsg, Message, ServerSession};
 
 use super::cancel::RequestCtl;
 
@@ -58,8 +58,12 @@ impl Control {
             while let Some(out) = rx.recv().await {
                 match out {
                     Out::Message(m, queued) => {
-                        let Ok(bytes) = frame_owned(*m) else { continue };
-                        if send.write_all(&bytes).await.is_err() {
+                        // A manifest's bytes go out as the renderings
+                        // cache keeps them, after the rest of the frame.
+                        let Ok(mut chunks) = frame_chunks(*m) else {
+                            continue;
+                        };
+                        if send.write_all_chunks(&mut chunks).await.is_err() {
                             break;
                         }
                         if let Some(q) = queued {

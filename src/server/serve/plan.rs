@@ -52,7 +52,8 @@ pub(crate) enum Check {
 #[derive(Debug)]
 pub(crate) struct Plan {
     pub(crate) served: Arc<Served>,
-    pub(crate) manifest: Vec<u8>,
+    /// Shared with the renderings cache where it came from there.
+    pub(crate) manifest: bytes::Bytes,
     pub(crate) parts: Vec<Part>,
 }
 
@@ -260,7 +261,7 @@ pub(crate) async fn selection(
         .get(key, move |w| crate::server::render::ztp(&of, &wanted, w))
         .await;
     let manifest = match &*rendered {
-        Rendered::Body { bytes, .. } => bytes.to_vec(),
+        Rendered::Body { bytes, .. } => bytes.clone(),
         Rendered::Refused(r) => return Err(r.clone().into()),
     };
     if manifest_only {
@@ -374,7 +375,7 @@ pub(crate) fn byte_ranges(served: Arc<Served>, ranges: &[(u64, u64)]) -> Result<
             check: Check::Bytes,
         });
     }
-    let manifest = zt_format::manifest_cbor(&m);
+    let manifest = zt_format::manifest_cbor(&m).into();
     Ok(Plan {
         served,
         manifest,
@@ -473,7 +474,7 @@ fn cut_part(
         objects: [(name.clone(), obj)].into_iter().collect(),
         ..Manifest::default()
     };
-    let manifest = zt_format::manifest_cbor(&m);
+    let manifest = zt_format::manifest_cbor(&m).into();
     let part = Part {
         from: holder(&served, &name, "data"),
         object: name,

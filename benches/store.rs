@@ -157,6 +157,9 @@ fn main() -> Result<()> {
     let _from_store =
         peers::ztserve_env(Path::new("s3://models/prod"), sport, &state.join("s"), &env)?;
     let _from_local = peers::ztserve(&local, lport, &state.join("l"))?;
+    // No round shares the CPU with either daemon's background hashing.
+    peers::wait_quiet(sport)?;
+    peers::wait_quiet(lport)?;
     let out = work.path().join("out.zt");
 
     println!("1 GiB model ({size} bytes), {rounds} rounds, medians");

@@ -128,6 +128,8 @@ fn main() -> Result<()> {
     let (zp, np) = (peers::free_port()?, peers::free_port()?);
     let z = peers::ztserve(&root, zp, &data.join("state"))?;
     let _n = nginx::Nginx::start(&root, np, &data)?;
+    // No row shares the CPU with the daemon's background hashing.
+    peers::wait_quiet(zp)?;
     println!("# {FILE}: {size} bytes, {LAYERS} layers; {secs} s per row; client and server on one machine");
 
     let only = std::env::var("ZT_BENCH_ONLY").unwrap_or_default();
@@ -222,6 +224,7 @@ fn section_clients(pid: u32, zp: u16, np: u16, path: &Path, data: &Path, secs: u
         &data.join("state-none-kept"),
         &[("ZTSERVE_QUIC_PIECE_CACHE_BYTES", "0")],
     )?;
+    peers::wait_quiet(port)?;
     let r = rt.block_on(clients::run(
         &format!("quic://127.0.0.1:{port}/{FILE}"),
         Via::Quic,

@@ -6,7 +6,10 @@
 //!   file copied byte for byte, checked against digests computed by the
 //!   daemon (sha256) and by a second one (blake3);
 //! * time to first layer through the client library;
-//! * ztp/1 against a bare quinn transfer (the QUIC ceiling) and our HTTP;
+//! * ztp/1 against a bare quinn transfer (the QUIC ceiling) and our HTTP,
+//!   from a daemon reading the file (the page cache) and from one keeping
+//!   the model in memory as the bare sender does
+//!   (`quic.piece_cache_bytes` = 2 GiB);
 //! * connect-and-manifest latency for a 10,000-object file;
 //! * whole-file fetches at 0, 1 and 5 % packet loss (needs root).
 //!
@@ -48,6 +51,10 @@ const MANY: usize = 10_000;
 /// The layers model's tensors as a safetensors file (no digests of its
 /// own: the daemon computes sha256 digests for it).
 const SAFETENSORS: &str = "layers.safetensors";
+
+/// `quic.piece_cache_bytes` of the daemon that keeps what it sends
+/// (2 GiB: the 1 GiB model and room).
+const KEPT: &str = "2147483648";
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -205,6 +212,10 @@ struct Bench {
     zp: u16,
     /// A second daemon, computing blake3 digests instead of sha256.
     zb: u16,
+    /// A third, keeping every chunk it sends in memory
+    /// (`quic.piece_cache_bytes` larger than the model), as bare quinn
+    /// sends from memory: sections 2 and 3 only.
+    zk: u16,
     np: u16,
     data: PathBuf,
     out: PathBuf,
@@ -378,6 +389,10 @@ impl Bench {
         // Label, transport, URL, whether the consumer keeps every tensor,
         // connections (`None`: the default).
         let quic = self.zquic("layers-crc32c.zt");
+        let kept = quic.replace(&format!(":{}/", self.zp), &format!(":{}/", self.zk));
+        // Its first fetch reads the file and keeps the chunks; the rounds
+        // are sent from memory.
+        self.rt.block_on(load(&kept, Via::Quic, false, Some(1)))?;
         let urls = [
             (
                 "Quic, 1 connection",
@@ -428,6 +443,13 @@ impl Bench {
                 false,
                 Some(8),
             ),
+            (
+                "Quic from memory (a daemon keeping the model), 1 connection",
+                Via::Quic,
+                kept,
+                false,
+                Some(1),
+            ),
         ];
         let mut loads: Vec<Vec<Loaded>> = urls.iter().map(|_| Vec::new()).collect();
         // The ceiling moves the served file's own bytes (ceiling.rs says why).
@@ -449,11 +471,15 @@ impl Bench {
             ))?);
         }
         drop(payload);
-        let paired: Vec<f64> = bare
-            .iter()
-            .zip(loads.first().into_iter().flatten())
-            .map(|(b, q)| b / q.total)
-            .collect();
+        // Round by round against the ceiling: from the page cache, and
+        // from a daemon keeping the model in memory (the last variant).
+        let paired = |runs: Option<&Vec<Loaded>>| -> Vec<f64> {
+            bare.iter()
+                .zip(runs.into_iter().flatten())
+                .map(|(b, q)| b / q.total)
+                .collect()
+        };
+        let (paired, paired_kept) = (paired(loads.first()), paired(loads.last()));
         let mut totals = vec![f64::NAN; urls.len()];
         for (i, ((label, ..), runs)) in urls.iter().zip(loads).enumerate() {
             let total = median(runs.iter().map(|r| r.total).collect());
@@ -483,7 +509,7 @@ impl Bench {
                 row(label, *t, size, http, "our HTTP");
             }
         }
-        let (quic, quic_kept) = (totals[0], totals[2]);
+        let (quic, quic_kept, from_memory) = (totals[0], totals[2], totals[totals.len() - 1]);
         println!(
             "# 3. QUIC ceiling: bare quinn, one connection, one stream, the model's {size} bytes from memory"
         );
@@ -506,12 +532,20 @@ impl Bench {
                 "ceiling",
             ),
             (fetch, quic, http, "our HTTP"),
+            (
+                "ztp/1 library fetch from a daemon keeping the model",
+                from_memory,
+                ceiling,
+                "ceiling",
+            ),
         ] {
             row(name, secs, size, against, peer);
         }
         println!(
-            "ztp/1 against the ceiling, round by round (median of the rounds' ratios): {:.3}x",
-            median(paired)
+            "ztp/1 against the ceiling, round by round (median of the rounds' ratios): {:.3}x; \
+             from a daemon keeping the model in memory (quic.piece_cache_bytes = {KEPT}): {:.3}x",
+            median(paired),
+            median(paired_kept)
         );
         Ok(())
     }
@@ -618,6 +652,7 @@ fn main() -> Result<()> {
         size: std::fs::metadata(root.join("layers-crc32c.zt"))?.len(),
         zp: peers::free_port()?,
         zb: peers::free_port()?,
+        zk: peers::free_port()?,
         np: peers::free_port()?,
         out: data.join("out.zt"),
         rt: tokio::runtime::Runtime::new()?,
@@ -626,8 +661,20 @@ fn main() -> Result<()> {
     let _z = peers::ztserve(&root, b.zp, &b.data.join("state"))?;
     let blake3 = [("ZTSERVE_DIGESTS_ALGORITHM", "blake3")];
     let _zb = peers::ztserve_env(&root, b.zb, &b.data.join("state-blake3"), &blake3)?;
+    let _zk = match want("2") || want("3") {
+        true => Some(peers::ztserve_env(
+            &root,
+            b.zk,
+            &b.data.join("state-kept"),
+            &[("ZTSERVE_QUIC_PIECE_CACHE_BYTES", KEPT)],
+        )?),
+        false => None,
+    };
     for port in [b.zp, b.zb] {
         peers::wait_quiet(port)?;
+    }
+    if _zk.is_some() {
+        peers::wait_quiet(b.zk)?;
     }
     // The peer of sections 1, 4 and 5 only: the others run without nginx
     // installed (as on a machine lent for a few minutes).
@@ -654,7 +701,7 @@ fn main() -> Result<()> {
         b.manifests()?;
     }
     if want("5") {
-        drop((_z, _zb, _n));
+        drop((_z, _zb, _zk, _n));
         lossy::outer(n)?;
     }
     Ok(())

@@ -80,8 +80,9 @@ impl Key<'_> {
     }
 }
 
-/// A position-tracking decoder.
-#[derive(Debug)]
+/// A position-tracking decoder; a clone reads ahead without moving the
+/// original.
+#[derive(Debug, Clone)]
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,

@@ -125,8 +125,7 @@ pub(crate) fn manifest(
     let mut source = Source::Zt;
     let mut files = BTreeMap::new();
     let mut attributes = Attributes::new();
-    let mut objects: Option<Objects> = None;
-    let mut deferred: Option<usize> = None;
+    let mut objects: Option<Parse<Objects>> = None;
     let mut version_checked = false;
     let root = r.map::<Located>("manifest", "manifest", |r, key| {
         match key.bytes() {
@@ -144,10 +143,27 @@ pub(crate) fn manifest(
                     // Check the version before reading a schema it may not share.
                     check_version(v, &at, warnings).map_err(|e| Located::from(error_rule(e)))?;
                     version_checked = true;
-                    objects = Some(object_map(r, &room)?);
+                    objects = Some(Ok(object_map(r, &room)?));
                 } else {
-                    deferred = Some(r.position());
-                    r.skip()?;
+                    // Canonical CBOR puts `objects` before `version`: read
+                    // once, now, and whether a failure of its schema is
+                    // the one reported waits for the version (another
+                    // major version's objects may have another shape). A
+                    // failed read leaves `r` where it was, to skip.
+                    let mut ahead = r.clone();
+                    match object_map(&mut ahead, &room) {
+                        Ok(o) => {
+                            *r = ahead;
+                            objects = Some(Ok(o));
+                        }
+                        Err(e) => match r.skip() {
+                            Ok(()) => objects = Some(Err(e)),
+                            // Broken CBOR (syntax, a key given twice),
+                            // whatever the version: the read's error names
+                            // the object and the rule.
+                            Err(_) => return Err(e),
+                        },
+                    }
                 }
             }
             _ => {
@@ -172,11 +188,9 @@ pub(crate) fn manifest(
     if !version_checked {
         check_version(&version, &at, warnings)?;
     }
-    let objects = match (objects, deferred) {
-        (Some(o), _) => o,
-        (None, Some(pos)) => object_map(&mut Reader::at(bytes, pos, max_depth), &room)
-            .map_err(|e| e.into_error(file))?,
-        (None, None) => return Err(Error::invalid(at, Rule::MissingField { field: "objects" })),
+    let objects = match objects {
+        Some(parsed) => parsed.map_err(|e| e.into_error(file))?,
+        None => return Err(Error::invalid(at, Rule::MissingField { field: "objects" })),
     };
     Ok(Manifest {
         version,
@@ -456,86 +470,113 @@ mod tests {
         assert!(check_version("x", &at, &mut w).is_err());
     }
 
+    use ciborium::Value as V;
+
+    /// An object of one empty `u8` component, with or without its shape.
+    fn object_value(with_shape: bool) -> V {
+        let component = V::Map(vec![
+            (V::Text("dtype".into()), V::Text("u8".into())),
+            (V::Text("offset".into()), V::Integer(0.into())),
+            (V::Text("length".into()), V::Integer(0.into())),
+        ]);
+        let mut fields = vec![
+            (V::Text("format".into()), V::Text("dense".into())),
+            (
+                V::Text("components".into()),
+                V::Map(vec![(V::Text("data".into()), component)]),
+            ),
+        ];
+        if with_shape {
+            let shape = V::Array(vec![V::Integer(0.into())]);
+            fields.push((V::Text("shape".into()), shape));
+        }
+        V::Map(fields)
+    }
+
+    /// A manifest of `version` with objects `names` (the last without
+    /// its shape unless `whole`), `objects` first (as canonical CBOR
+    /// orders the keys) or `version` first.
+    fn manifest_of(names: &[String], version: &str, objects_first: bool, whole: bool) -> Vec<u8> {
+        let objects = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                (
+                    V::Text(n.clone()),
+                    object_value(whole || i.saturating_add(1) < names.len()),
+                )
+            })
+            .collect();
+        let mut root = vec![
+            (V::Text("version".into()), V::Text(version.into())),
+            (V::Text("objects".into()), V::Map(objects)),
+        ];
+        if objects_first {
+            root.reverse();
+        }
+        let mut out = Vec::new();
+        ciborium::ser::into_writer(&V::Map(root), &mut out).unwrap();
+        out
+    }
+
+    fn read(bytes: &[u8]) -> Result<Manifest> {
+        manifest(bytes, "t.zt", &crate::Limits::default(), &mut Vec::new())
+    }
+
+    /// `objects` before `version` (canonical CBOR's order) reads the
+    /// same, once; a fault in the objects is reported as with `version`
+    /// first, unless the version is one this crate does not read, which
+    /// is reported instead (its objects may have another shape).
     #[test]
-    fn objects_before_version_still_parse() {
-        let bytes = {
-            use ciborium::Value as V;
-            let v = V::Map(vec![
-                (V::Text("objects".into()), V::Map(vec![])),
-                (V::Text("version".into()), V::Text("1.2.0".into())),
-            ]);
-            let mut out = Vec::new();
-            ciborium::ser::into_writer(&v, &mut out).unwrap();
-            out
-        };
-        let m = manifest(&bytes, "t", &crate::Limits::default(), &mut Vec::new()).unwrap();
-        assert!(m.objects.is_empty());
+    fn objects_before_version_read_as_after_it() {
+        let names: Vec<String> = (0..30).map(|i| format!("o{i:02}")).collect();
+        for first in [false, true] {
+            let m = read(&manifest_of(&names, "1.2.0", first, true)).unwrap();
+            assert_eq!(m.objects.len(), 30);
+            assert!(read(&manifest_of(&[], "1.2.0", first, true))
+                .unwrap()
+                .objects
+                .is_empty());
+            let e = read(&manifest_of(&names, "1.2.0", first, false)).unwrap_err();
+            assert_eq!(e.rule().unwrap().name(), "missing-field", "{e}");
+            assert!(e.to_string().contains("o29"), "{e}");
+            let e = read(&manifest_of(&names, "2.0.0", first, false)).unwrap_err();
+            assert_eq!(e.rule().unwrap().name(), "version", "{e}");
+        }
     }
 
     /// Object names given twice are refused by name whether the map's
-    /// names come sorted or not, and however far apart they are.
+    /// names come sorted or not, however far apart they are, and whether
+    /// `objects` comes before `version` or after it.
     #[test]
     #[allow(clippy::indexing_slicing)]
     fn an_object_name_given_twice_is_refused() {
-        use ciborium::Value as V;
-        let component = || {
-            V::Map(vec![
-                (V::Text("dtype".into()), V::Text("u8".into())),
-                (V::Text("offset".into()), V::Integer(0.into())),
-                (V::Text("length".into()), V::Integer(0.into())),
-            ])
-        };
-        let object = || {
-            V::Map(vec![
-                (
-                    V::Text("shape".into()),
-                    V::Array(vec![V::Integer(0.into())]),
-                ),
-                (V::Text("format".into()), V::Text("dense".into())),
-                (
-                    V::Text("components".into()),
-                    V::Map(vec![(V::Text("data".into()), component())]),
-                ),
-            ])
-        };
-        let manifest_bytes = |names: &[String]| {
-            let objects = names
-                .iter()
-                .map(|n| (V::Text(n.clone()), object()))
-                .collect();
-            let v = V::Map(vec![
-                (V::Text("version".into()), V::Text("1.2.0".into())),
-                (V::Text("objects".into()), V::Map(objects)),
-            ]);
-            let mut out = Vec::new();
-            ciborium::ser::into_writer(&v, &mut out).unwrap();
-            out
-        };
-        let read = |names: &[String]| {
-            manifest(
-                &manifest_bytes(names),
-                "t.zt",
-                &crate::Limits::default(),
-                &mut Vec::new(),
-            )
-        };
         let sorted: Vec<String> = (0..40).map(|i| format!("o{i:03}")).collect();
         let mut shuffled = sorted.clone();
         shuffled.reverse();
-        assert_eq!(read(&sorted).unwrap().objects.len(), 40);
-        assert_eq!(read(&shuffled).unwrap().objects.len(), 40);
-        for names in [sorted, shuffled] {
-            for (a, b) in [(0, 39), (20, 21), (3, 5)] {
-                let mut dup = names.clone();
-                dup[b] = dup[a].clone();
-                let e = read(&dup).unwrap_err();
-                assert_eq!(e.rule().unwrap().name(), "duplicate-key", "{e}");
-                assert!(e.to_string().starts_with("t.zt"), "{e}");
-                assert!(e.to_string().contains(&dup[a]), "{e}");
+        for first in [false, true] {
+            let bytes = |names: &[String]| manifest_of(names, "1.2.0", first, true);
+            assert_eq!(read(&bytes(&sorted)).unwrap().objects.len(), 40);
+            assert_eq!(read(&bytes(&shuffled)).unwrap().objects.len(), 40);
+            for names in [&sorted, &shuffled] {
+                for (a, b) in [(0, 39), (20, 21), (3, 5)] {
+                    let mut dup = names.clone();
+                    dup[b] = dup[a].clone();
+                    let e = read(&bytes(&dup)).unwrap_err();
+                    assert_eq!(e.rule().unwrap().name(), "duplicate-key", "{e}");
+                    assert!(e.to_string().starts_with("t.zt"), "{e}");
+                    assert!(e.to_string().contains(&dup[a]), "{e}");
+                    assert!(e.to_string().contains("objects"), "{first}: {e}");
+                }
             }
         }
         // The same name once in chunks (an indefinite-length text key).
-        let plain = manifest_bytes(&["o000".to_owned(), "zzzz".to_owned()]);
+        let plain = manifest_of(
+            &["o000".to_owned(), "zzzz".to_owned()],
+            "1.2.0",
+            false,
+            true,
+        );
         let at = plain.windows(5).position(|w| w == b"\x64zzzz").unwrap();
         let mut chunked = plain[..at].to_vec();
         chunked.extend_from_slice(b"\x7f\x62o0\x6200\xff");

@@ -64,7 +64,7 @@ pub fn frame_chunks(m: Message) -> Result<[Bytes; 2], FrameError> {
         return Err(FrameError::Cbor("the manifest is not last".to_owned()));
     }
     byte_string_head(&mut head, manifest.len() as u64);
-    let body = (head.len() - 4).saturating_add(manifest.len());
+    let body = head.len().saturating_sub(4).saturating_add(manifest.len());
     let len = u32::try_from(body).map_err(|_| FrameError::TooLarge {
         size: body as u64,
         limit: u32::MAX as usize,
@@ -334,10 +334,10 @@ mod tests {
         assert_eq!(d.buffered(), 0);
     }
 
-    /// A message framed in two pieces reads back as itself, byte for byte
-    /// the frame `frame` writes but for where the manifest sits; a
-    /// manifest's bytes are the very bytes given (not a copy), whatever
-    /// the length of their CBOR head (1, 2, 3, 5 bytes).
+    /// A message framed in two pieces is, byte for byte, the frame
+    /// `frame` writes, and reads back as itself; a manifest's bytes are
+    /// the very bytes given (not a copy), whatever the length of their
+    /// CBOR head (1, 2, 3, 5 bytes; 9 below).
     #[test]
     fn manifests_are_framed_without_copying_their_bytes() {
         let mut messages = all_messages();
@@ -362,11 +362,35 @@ mod tests {
                 None => assert!(tail.is_empty()),
             }
             let wire = [&head[..], &tail[..]].concat();
-            assert_eq!(wire.len(), frame(&m).unwrap().len());
+            assert_eq!(wire, frame(&m).unwrap());
             let mut d = Deframer::new(1 << 20);
             d.push(&wire);
             assert_eq!(d.next_message().unwrap(), Some(m));
             assert_eq!(d.buffered(), 0);
+        }
+    }
+
+    /// A byte string's head is ciborium's, at every boundary of its length.
+    #[test]
+    fn byte_string_heads_are_cbors() {
+        for len in [
+            0u64,
+            23,
+            24,
+            255,
+            256,
+            65_535,
+            65_536,
+            u32::MAX as u64,
+            1 << 32,
+        ] {
+            let mut ours = Vec::new();
+            byte_string_head(&mut ours, len);
+            let mut theirs = Vec::new();
+            ciborium_ll::Encoder::from(&mut theirs)
+                .push(ciborium_ll::Header::Bytes(Some(len as usize)))
+                .unwrap();
+            assert_eq!(ours, theirs, "{len}");
         }
     }
 

@@ -143,18 +143,6 @@ impl Message {
         }
     }
 
-    /// The message as a CBOR value, moving a manifest's bytes into it.
-    pub fn into_value(self) -> Value {
-        match self {
-            Message::Manifest(mut m) => {
-                // No copy unless the bytes are shared.
-                let bytes = Vec::from(std::mem::take(&mut m.manifest));
-                manifest_value(&m, bytes)
-            }
-            other => other.to_value(),
-        }
-    }
-
     /// The message as a CBOR value.
     pub fn to_value(&self) -> Value {
         match self {

@@ -183,26 +183,6 @@ impl Error {
             message: format!("{at}: {why}"),
         }
     }
-
-    /// The same failure with `name` (the URL of the request it concerns)
-    /// leading its message: for a component's failure, raised where only
-    /// its object and component were known.
-    pub(crate) fn named(self, name: &str) -> Error {
-        let lead = |m: String| format!("{name}: {m}");
-        match self {
-            Error::Transport(m) => Error::Transport(lead(m)),
-            Error::Protocol(m) => Error::Protocol(lead(m)),
-            Error::Corrupt { at, message } => Error::Corrupt {
-                at,
-                message: lead(message),
-            },
-            Error::Unverifiable { at, message } => Error::Unverifiable {
-                at,
-                message: lead(message),
-            },
-            other => other,
-        }
-    }
 }
 
 /// A server's own words (an error body, an `error` message), cut to their

@@ -193,6 +193,15 @@ pub enum Rule {
 }
 
 impl Rule {
+    /// Whether the rule is CBOR's own (syntax, nesting, a map's key given
+    /// twice), broken whatever the manifest's version.
+    pub(crate) fn is_cbor(&self) -> bool {
+        matches!(
+            self,
+            Rule::CborSyntax { .. } | Rule::CborTooDeep { .. } | Rule::DuplicateKey { .. }
+        )
+    }
+
     /// A short, stable, kebab-case name for the rule.
     pub fn name(&self) -> &'static str {
         match self {

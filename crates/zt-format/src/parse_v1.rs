@@ -158,10 +158,13 @@ pub(crate) fn manifest(
                         }
                         Err(e) => match r.skip() {
                             Ok(()) => objects = Some(Err(e)),
-                            // Broken CBOR (syntax, a key given twice),
-                            // whatever the version: the read's error names
-                            // the object and the rule.
-                            Err(_) => return Err(e),
+                            // Broken CBOR, whatever the version: the
+                            // read's error if it found that (it names the
+                            // object), else the skip's (the read stopped
+                            // at a fault of the schema before it).
+                            Err(broken) => {
+                                return Err(if e.rule.is_cbor() { e } else { broken.into() })
+                            }
                         },
                     }
                 }
@@ -542,6 +545,36 @@ mod tests {
             assert!(e.to_string().contains("o29"), "{e}");
             let e = read(&manifest_of(&names, "2.0.0", first, false)).unwrap_err();
             assert_eq!(e.rule().unwrap().name(), "version", "{e}");
+        }
+    }
+
+    /// With `objects` first, a fault of the schema followed by broken
+    /// CBOR reports the CBOR's fault, whatever the version (the version
+    /// cannot be reached to say which schema applies); broken CBOR alone
+    /// is reported naming its object.
+    #[test]
+    fn objects_first_broken_cbor_after_a_schema_fault_reports_the_cbor() {
+        let replace = |bytes: &mut Vec<u8>, from: &[u8], to: &[u8], last: bool| {
+            let mut at = bytes
+                .windows(from.len())
+                .enumerate()
+                .filter(|(_, w)| *w == from);
+            let found = if last { at.next_back() } else { at.next() };
+            let i = found.unwrap().0;
+            bytes.splice(i..i + from.len(), to.iter().copied());
+        };
+        let names = ["a".to_owned(), "b".to_owned()];
+        for version in ["1.2.0", "2.0.0"] {
+            let mut bytes = manifest_of(&names, version, true, true);
+            // `b`'s dtype not UTF-8: broken CBOR, found by the read and the skip alike.
+            replace(&mut bytes, b"\x62u8", b"\x62\xff\xfe", true);
+            let e = read(&bytes).unwrap_err();
+            assert_eq!(e.rule().unwrap().name(), "cbor-syntax", "{e}");
+            assert!(e.to_string().contains("\"b\""), "{e}");
+            // `a` without its shape before it: the skip's fault.
+            replace(&mut bytes, b"\x65shape", b"\x65shapX", false);
+            let e = read(&bytes).unwrap_err();
+            assert_eq!(e.rule().unwrap().name(), "cbor-syntax", "{version}: {e}");
         }
     }
 

@@ -60,8 +60,20 @@ impl Control {
                     Out::Message(m, queued) => {
                         // A manifest's bytes go out as the renderings
                         // cache keeps them, after the rest of the frame.
-                        let Ok(mut chunks) = frame_chunks(*m) else {
-                            continue;
+                        let mut chunks = match frame_chunks(*m) {
+                            Ok(chunks) => chunks,
+                            // A message that cannot be framed (none the
+                            // daemon makes: manifests are capped far below
+                            // 4 GiB): streams must not follow it unsaid.
+                            Err(e) => {
+                                tracing::error!(error = %e, "a message could not be framed");
+                                let reason = format!("a message could not be framed: {e}");
+                                let c = Close {
+                                    code: ztp_proto::Code::Internal,
+                                    reason,
+                                };
+                                return close(send, &conn, c).await;
+                            }
                         };
                         if send.write_all_chunks(&mut chunks).await.is_err() {
                             break;

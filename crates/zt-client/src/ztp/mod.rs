@@ -112,6 +112,12 @@ fn origin(host: &str, port: u16) -> String {
     }
 }
 
+/// `origin` and `path` as one URL, the path percent-encoded.
+fn url_of(origin: &str, path: &str) -> String {
+    let path = percent_encoding::utf8_percent_encode(path, NOT_IN_A_PATH);
+    format!("{origin}/{path}")
+}
+
 /// The most [`QuicClient::close`] waits for its close to leave.
 const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -415,8 +421,7 @@ impl QuicClient {
 
     /// What errors about a request for `path` call it: its URL.
     pub(crate) fn name_of(&self, path: &str) -> String {
-        let path = percent_encoding::utf8_percent_encode(path, NOT_IN_A_PATH);
-        format!("{}/{path}", self.origin)
+        url_of(&self.origin, path)
     }
 
     /// Sends `get` and waits for its `manifest` message (not decoded); its
@@ -448,7 +453,9 @@ impl QuicClient {
             routes: Arc::clone(&self.routes),
             id: get.id,
         };
-        self.send(&Message::Get(get)).await?;
+        self.send(&Message::Get(get))
+            .await
+            .map_err(|e| e.within(&name))?;
         let msg = self
             .watch(path)
             .unless_silent("its manifest", mrx)
@@ -503,5 +510,18 @@ impl QuicClient {
     /// Takes back a delivered component's buffer for a later component.
     pub fn recycle(&self, buf: AlignedBuf) {
         self.pool.give(buf);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{origin, url_of};
+
+    #[test]
+    fn errors_name_a_url_with_brackets_and_escapes_where_due() {
+        assert_eq!(origin("::1", 7070), "quic://[::1]:7070");
+        assert_eq!(origin("models.example", 443), "quic://models.example:443");
+        let url = url_of("quic://h:1", "a b/c?d#e%f/\u{e9}.zt");
+        assert_eq!(url, "quic://h:1/a%20b/c%3Fd%23e%25f/%C3%A9.zt");
     }
 }

@@ -244,6 +244,6 @@ async fn receive(
         })
     }
     .await
-    .map_err(|e| e.named(&name));
+    .map_err(|e| e.within(&name));
     Outcome::Arrived(deliver, (Event::Component(result), held))
 }

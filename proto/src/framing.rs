@@ -33,14 +33,21 @@ fn encode(v: &Value) -> Result<Vec<u8>, FrameError> {
     let mut out = vec![0u8; 4];
     ciborium::ser::into_writer(v, &mut out).map_err(|e| FrameError::Cbor(e.to_string()))?;
     let body = out.len().saturating_sub(4);
+    set_prefix(&mut out, body)?;
+    Ok(out)
+}
+
+/// Writes `body` (the length of what follows the prefix) into the first
+/// four bytes of `frame`.
+fn set_prefix(frame: &mut [u8], body: usize) -> Result<(), FrameError> {
     let len = u32::try_from(body).map_err(|_| FrameError::TooLarge {
         size: body as u64,
         limit: u32::MAX as usize,
     })?;
-    if let Some(prefix) = out.get_mut(..4) {
+    if let Some(prefix) = frame.get_mut(..4) {
         prefix.copy_from_slice(&len.to_be_bytes());
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A message, framed.
@@ -65,13 +72,7 @@ pub fn frame_chunks(m: Message) -> Result<[Bytes; 2], FrameError> {
     }
     byte_string_head(&mut head, manifest.len() as u64);
     let body = head.len().saturating_sub(4).saturating_add(manifest.len());
-    let len = u32::try_from(body).map_err(|_| FrameError::TooLarge {
-        size: body as u64,
-        limit: u32::MAX as usize,
-    })?;
-    if let Some(prefix) = head.get_mut(..4) {
-        prefix.copy_from_slice(&len.to_be_bytes());
-    }
+    set_prefix(&mut head, body)?;
     Ok([Bytes::from(head), manifest])
 }
 

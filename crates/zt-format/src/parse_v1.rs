@@ -460,6 +460,7 @@ pub(crate) fn attributes_from_value(v: &Value, field: &str) -> Result<Attributes
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ciborium::Value as V;
 
     #[test]
     fn version_policy() {
@@ -472,8 +473,6 @@ mod tests {
         assert!(check_version("2.0.0", &at, &mut w).is_err());
         assert!(check_version("x", &at, &mut w).is_err());
     }
-
-    use ciborium::Value as V;
 
     /// An object of one empty `u8` component, with or without its shape.
     fn object_value(with_shape: bool) -> V {

@@ -70,8 +70,13 @@ impl Client {
                         .next()
                         .ok_or_else(|| Error::Transport(format!("{host}: no address")))?,
                 };
+                let server = crate::ztp::Server {
+                    addr,
+                    name: &host,
+                    port,
+                };
                 Arc::new(QuicTransport {
-                    conns: Arc::new(Spread::connect(addr, &host, Arc::clone(&options)).await?),
+                    conns: Arc::new(Spread::connect(server, Arc::clone(&options)).await?),
                     path: file,
                     url: url.to_owned(),
                 })

@@ -42,6 +42,17 @@ pub struct QuicClient {
     origin: String,
 }
 
+/// Where a connection goes: the address, the name the server's
+/// certificate is checked against, and the port the URL names (errors
+/// name the URL, `quic://name:port/path`, even where `connect_to` or a
+/// mirror sent the connection to another address).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Server<'a> {
+    pub(crate) addr: SocketAddr,
+    pub(crate) name: &'a str,
+    pub(crate) port: u16,
+}
+
 /// A request sent and answered with its manifest.
 struct Asked {
     routed: Routed,
@@ -159,17 +170,26 @@ impl QuicClient {
         server_name: &str,
         options: Arc<Options>,
     ) -> Result<Self> {
-        Self::connect_sharing(addr, server_name, options, Arc::default()).await
+        let at = Server {
+            addr,
+            name: server_name,
+            port: addr.port(),
+        };
+        Self::connect_sharing(at, options, Arc::default()).await
     }
 
-    /// [`QuicClient::connect`], taking component buffers from `pool` (a
-    /// spread fetch's connections share one).
-    async fn connect_sharing(
-        addr: SocketAddr,
-        server_name: &str,
+    /// [`QuicClient::connect`] to `at`, taking component buffers from
+    /// `pool` (a spread fetch's connections share one).
+    pub(crate) async fn connect_sharing(
+        at: Server<'_>,
         options: Arc<Options>,
         pool: Arc<BufPool>,
     ) -> Result<Self> {
+        let Server {
+            addr,
+            name: server_name,
+            port,
+        } = at;
         crate::trust::install_provider();
         let (tls, refusals) = watched_config(&options.trust, ALPN)?;
         let quic_tls = QuicClientConfig::try_from(tls)
@@ -231,7 +251,7 @@ impl QuicClient {
             routes,
             options,
             pool,
-            origin: origin(server_name, addr.port()),
+            origin: origin(server_name, port),
         })
     }
 

@@ -47,7 +47,7 @@ use tokio::sync::{mpsc, Mutex};
 use ztp_proto::{Get, FEATURE_SHARES};
 
 use super::routes::Delivery;
-use super::{Asked, QuicClient};
+use super::{Asked, QuicClient, Server};
 use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::fetch::{Event, Fetch};
@@ -65,6 +65,8 @@ pub(crate) struct Spread {
     /// Where the first connection went and whom it verified, for the
     /// others and for opening it again.
     addr: SocketAddr,
+    /// The port the URL names (errors name the URL).
+    port: u16,
     server_name: String,
     options: Arc<crate::Options>,
     /// Component buffers, shared by every connection.
@@ -157,20 +159,16 @@ pub(crate) struct Asking<'a> {
 
 impl Spread {
     /// Connects the first connection; the others wait for a fetch.
-    pub(crate) async fn connect(
-        addr: SocketAddr,
-        server_name: &str,
-        options: Arc<crate::Options>,
-    ) -> Result<Self> {
+    pub(crate) async fn connect(at: Server<'_>, options: Arc<crate::Options>) -> Result<Self> {
         let pool = Arc::<BufPool>::default();
         let first =
-            QuicClient::connect_sharing(addr, server_name, Arc::clone(&options), Arc::clone(&pool))
-                .await?;
+            QuicClient::connect_sharing(at, Arc::clone(&options), Arc::clone(&pool)).await?;
         Ok(Spread {
             first: std::sync::Mutex::new(Arc::new(first)),
             reopening: Mutex::default(),
-            addr,
-            server_name: server_name.to_owned(),
+            addr: at.addr,
+            port: at.port,
+            server_name: at.name.to_owned(),
             options,
             pool,
             more: Mutex::default(),
@@ -239,13 +237,12 @@ impl Spread {
     /// A new connection to the server, taking buffers from the pool.
     async fn open(&self) -> Result<QuicClient> {
         let options = Arc::clone(&self.options);
-        QuicClient::connect_sharing(
-            self.addr,
-            &self.server_name,
-            options,
-            Arc::clone(&self.pool),
-        )
-        .await
+        let at = Server {
+            addr: self.addr,
+            name: &self.server_name,
+            port: self.port,
+        };
+        QuicClient::connect_sharing(at, options, Arc::clone(&self.pool)).await
     }
 
     /// Gives a buffer back to the pool.

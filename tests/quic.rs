@@ -235,23 +235,34 @@ async fn under_a_bandwidth_limit_layer_0_finishes_first_with_default_settings() 
     assert_eq!(inversions, 0, "{order:?}");
 }
 
-/// Errors name the URL as given, even where `connect_to` sent the
-/// connection to another address (it named the address's port).
+/// A request's errors name the URL's host and port, even where
+/// `connect_to` sent the connection to another address (they named the
+/// address's port).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_name_the_url_given_not_the_address_connected() {
     let root = sample_root();
     let s = Server::start_quic(root.path(), &[]);
     let (addr, fp) = s.quic.clone().unwrap();
-    let pinned = Options {
+    let pinned = || Options {
         connect_to: Some(addr.parse().unwrap()),
         ..options(&fp)
     };
-    let client = zt_client::Client::connect("quic://localhost:9/missing.zt", pinned)
-        .await
-        .unwrap();
-    let err = client.manifest().await.unwrap_err().to_string();
-    assert!(err.starts_with("quic://localhost:9/missing.zt: "), "{err}");
-    assert!(err.contains("not_found"), "{err}");
+    // The URL's port, and 7070 where it names none.
+    for (url, named) in [
+        (
+            "quic://localhost:9/missing.zt",
+            "quic://localhost:9/missing.zt: ",
+        ),
+        (
+            "quic://localhost/missing.zt",
+            "quic://localhost:7070/missing.zt: ",
+        ),
+    ] {
+        let client = zt_client::Client::connect(url, pinned()).await.unwrap();
+        let err = client.manifest().await.unwrap_err().to_string();
+        assert!(err.starts_with(named), "{err}");
+        assert!(err.contains("not_found"), "{err}");
+    }
 }
 
 /// A fetch spread over four connections (`connections`, the `shares`

@@ -81,7 +81,7 @@ pub fn frame_chunks(m: Message) -> Result<[Bytes; 2], FrameError> {
 fn byte_string_head(out: &mut Vec<u8>, len: usize) -> Result<(), FrameError> {
     ciborium_ll::Encoder::from(out)
         .push(ciborium_ll::Header::Bytes(Some(len)))
-        .map_err(|e| FrameError::Cbor(format!("{e:?}")))
+        .map_err(|e| FrameError::Cbor(e.to_string()))
 }
 
 /// A component header, framed.
@@ -324,7 +324,7 @@ mod tests {
     /// A message framed in two pieces is, byte for byte, the frame
     /// `frame` writes, and reads back as itself; a manifest's bytes are
     /// the very bytes given (not a copy), whatever the length of their
-    /// CBOR head (1, 2, 3, 5 bytes; 9 below).
+    /// CBOR head (1, 2, 3, 5 bytes; 9 in the test after).
     #[test]
     fn manifests_are_framed_without_copying_their_bytes() {
         let mut messages = all_messages();
@@ -354,6 +354,23 @@ mod tests {
             d.push(&wire);
             assert_eq!(d.next_message().unwrap(), Some(m));
             assert_eq!(d.buffered(), 0);
+        }
+    }
+
+    /// A byte string's head is the shortest, up to a 9-byte one (a frame
+    /// of that size cannot be built to compare whole).
+    #[test]
+    fn byte_string_heads_are_the_shortest() {
+        for (len, head) in [
+            (23usize, vec![0x57]),
+            (24, vec![0x58, 24]),
+            (256, vec![0x59, 1, 0]),
+            (65_536, vec![0x5a, 0, 1, 0, 0]),
+            (1 << 32, vec![0x5b, 0, 0, 0, 1, 0, 0, 0, 0]),
+        ] {
+            let mut out = Vec::new();
+            byte_string_head(&mut out, len).unwrap();
+            assert_eq!(out, head, "{len}");
         }
     }
 

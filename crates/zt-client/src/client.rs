@@ -70,7 +70,7 @@ impl Client {
                         .next()
                         .ok_or_else(|| Error::Transport(format!("{host}: no address")))?,
                 };
-                let server = crate::ztp::Server {
+                let server = crate::ztp::Dial {
                     addr,
                     name: &host,
                     port,

@@ -47,7 +47,7 @@ pub struct QuicClient {
 /// name the URL, `quic://name:port/path`, even where `connect_to` or a
 /// mirror sent the connection to another address).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Server<'a> {
+pub(crate) struct Dial<'a> {
     pub(crate) addr: SocketAddr,
     pub(crate) name: &'a str,
     pub(crate) port: u16,
@@ -170,7 +170,7 @@ impl QuicClient {
         server_name: &str,
         options: Arc<Options>,
     ) -> Result<Self> {
-        let at = Server {
+        let at = Dial {
             addr,
             name: server_name,
             port: addr.port(),
@@ -179,13 +179,14 @@ impl QuicClient {
     }
 
     /// [`QuicClient::connect`] to `at`, taking component buffers from
-    /// `pool` (a spread fetch's connections share one).
-    pub(crate) async fn connect_sharing(
-        at: Server<'_>,
+    /// `pool` (a spread fetch's connections share one). Its requests'
+    /// errors name `quic://{at.name}:{at.port}/PATH`.
+    async fn connect_sharing(
+        at: Dial<'_>,
         options: Arc<Options>,
         pool: Arc<BufPool>,
     ) -> Result<Self> {
-        let Server {
+        let Dial {
             addr,
             name: server_name,
             port,

@@ -47,7 +47,7 @@ use tokio::sync::{mpsc, Mutex};
 use ztp_proto::{Get, FEATURE_SHARES};
 
 use super::routes::Delivery;
-use super::{Asked, QuicClient, Server};
+use super::{Asked, Dial, QuicClient};
 use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::fetch::{Event, Fetch};
@@ -65,9 +65,9 @@ pub(crate) struct Spread {
     /// Where the first connection went and whom it verified, for the
     /// others and for opening it again.
     addr: SocketAddr,
+    server_name: String,
     /// The port the URL names (errors name the URL).
     port: u16,
-    server_name: String,
     options: Arc<crate::Options>,
     /// Component buffers, shared by every connection.
     pool: Arc<BufPool>,
@@ -159,7 +159,7 @@ pub(crate) struct Asking<'a> {
 
 impl Spread {
     /// Connects the first connection; the others wait for a fetch.
-    pub(crate) async fn connect(at: Server<'_>, options: Arc<crate::Options>) -> Result<Self> {
+    pub(crate) async fn connect(at: Dial<'_>, options: Arc<crate::Options>) -> Result<Self> {
         let pool = Arc::<BufPool>::default();
         let first =
             QuicClient::connect_sharing(at, Arc::clone(&options), Arc::clone(&pool)).await?;
@@ -167,8 +167,8 @@ impl Spread {
             first: std::sync::Mutex::new(Arc::new(first)),
             reopening: Mutex::default(),
             addr: at.addr,
-            port: at.port,
             server_name: at.name.to_owned(),
+            port: at.port,
             options,
             pool,
             more: Mutex::default(),
@@ -237,7 +237,7 @@ impl Spread {
     /// A new connection to the server, taking buffers from the pool.
     async fn open(&self) -> Result<QuicClient> {
         let options = Arc::clone(&self.options);
-        let at = Server {
+        let at = Dial {
             addr: self.addr,
             name: &self.server_name,
             port: self.port,

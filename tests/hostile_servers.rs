@@ -68,6 +68,8 @@ fn model() -> Model {
 struct Script {
     conn: Connection,
     control: SendStream,
+    /// The control stream's other half, for a script that reads on.
+    recv: RecvStream,
     get: Get,
     model: Arc<Model>,
 }
@@ -81,13 +83,18 @@ impl Script {
 
     /// The manifest, announcing `streams` component streams.
     async fn manifest(&mut self, streams: u64) {
+        self.manifest_offering(streams, Vec::new()).await;
+    }
+
+    /// The manifest, announcing `streams` streams and `features`.
+    async fn manifest_offering(&mut self, streams: u64, features: Vec<String>) {
         let m = ManifestMsg {
             id: self.get.id,
             etag: "\"zt-hostile\"".into(),
             size: self.model.bytes.len() as u64,
             manifest: self.model.manifest.clone().into(),
             streams,
-            features: Vec::new(),
+            features,
         };
         self.say(Message::Manifest(m)).await;
     }
@@ -176,6 +183,7 @@ where
         let s = Script {
             conn: conn.clone(),
             control,
+            recv,
             get,
             model,
         };
@@ -540,4 +548,54 @@ async fn a_server_without_shares_answers_a_spread_fetch_whole() {
         .unwrap()
         .unwrap();
     assert_eq!(closed_with(&conn), Some(OK));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_refused_everywhere_fails_the_fetch_naming_the_url_once() {
+    // The server takes one connection (the others never finish their
+    // handshakes), offers shares, and refuses every share after the first.
+    let (addr, fp, server) = serve(|mut s| async move {
+        s.manifest_offering(1, vec![ztp_proto::FEATURE_SHARES.to_owned()])
+            .await;
+        // The share asked on the first connection, twice (once for the
+        // connection that did not open, once as the fallback).
+        for _ in 0..2 {
+            let Ok(g) = tokio::time::timeout(Duration::from_secs(10), read_get(&mut s.recv)).await
+            else {
+                break;
+            };
+            let message = "no such version".to_owned();
+            let (id, code) = (Some(g.id), Code::NotFound);
+            s.say(Message::Error(ErrorMsg { id, code, message })).await;
+        }
+        s
+    })
+    .await;
+    let options = Options {
+        trust: Trust::fingerprint(&fp).unwrap(),
+        connections: Some(2),
+        connect_to: Some(addr),
+        ..Options::default()
+    };
+    let c = zt_client::Client::connect("quic://localhost/m.zt", options)
+        .await
+        .unwrap();
+    let mut f = c.fetch(&[], None).await.unwrap();
+    let err = loop {
+        match f.next().await {
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => break e.to_string(),
+            None => panic!("the fetch ended without its share"),
+        }
+    };
+    // The URL as given (no port: the default), once, however many
+    // connections the share was tried on.
+    let url = "quic://localhost:7070/m.zt";
+    assert!(err.contains("share 1 failed"), "{err}");
+    assert!(err.contains("no such version"), "{err}");
+    assert_eq!(err.matches(url).count(), 1, "the URL once: {err}");
+    drop(f);
+    c.close().await;
+    drop(c);
+    let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
 }

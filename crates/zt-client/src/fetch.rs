@@ -36,6 +36,8 @@ pub(crate) type Arrival = (Event, Option<Held>);
 #[derive(Debug)]
 pub struct Fetch {
     pub id: u64,
+    /// What was fetched (its URL, or the local file), named by errors.
+    source: String,
     /// The selected objects, with their offsets in the remote file.
     pub manifest: Manifest,
     /// The remote file's ETag and size.
@@ -84,6 +86,7 @@ impl Drop for Fetch {
 
 impl Fetch {
     pub(crate) fn new(
+        source: impl Into<String>,
         id: u64,
         manifest: Manifest,
         etag: String,
@@ -93,6 +96,7 @@ impl Fetch {
     ) -> Self {
         Fetch {
             id,
+            source: source.into(),
             manifest,
             etag,
             size,
@@ -174,9 +178,11 @@ impl Fetch {
                     self.lost = true;
                     Err(e)
                 }
-                None => Err(Error::Transport(
-                    "connection lost before every component arrived".into(),
-                )),
+                // Every sender is gone without a word: say whose.
+                None => Err(Error::Transport(format!(
+                    "{}: the transfer ended before every component arrived",
+                    self.source
+                ))),
             };
             self.received += 1;
             let item = match item {
@@ -194,5 +200,26 @@ impl Fetch {
             };
             return Some(item);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_transfer_that_ends_without_a_word_names_its_source() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let url = "quic://127.0.0.1:7070/big.zt";
+        let mut fetch = Fetch::new(url, 1, Manifest::default(), "\"e\"".into(), 0, 3, rx);
+        drop(tx);
+        let err = fetch
+            .next()
+            .await
+            .expect("an error")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("3 of 3 components undelivered"), "{err}");
+        assert!(err.contains(url), "{err}");
     }
 }

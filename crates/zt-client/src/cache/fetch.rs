@@ -90,6 +90,7 @@ pub(crate) async fn start(
     };
     tokio::spawn(job.run(hits, network));
     Ok(Some(Fetch::new(
+        url,
         id,
         selected,
         remote.etag.clone(),

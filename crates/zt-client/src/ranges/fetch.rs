@@ -118,7 +118,15 @@ impl HttpSource {
                 let _ = turn.send((permit, held));
             }
         });
-        Ok(Fetch::new(0, manifest, remote.etag, remote.size, n, rx))
+        Ok(Fetch::new(
+            self.url.clone(),
+            0,
+            manifest,
+            remote.etag,
+            remote.size,
+            n,
+            rx,
+        ))
     }
 
     async fn component(

@@ -191,6 +191,7 @@ impl Transport for LocalTransport {
                 }
             });
             Ok(Fetch::new(
+                self.file.label(),
                 0,
                 remote.manifest,
                 remote.etag,

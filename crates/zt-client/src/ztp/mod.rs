@@ -401,7 +401,7 @@ impl QuicClient {
         let m = asked.msg;
         let routed = asked.routed;
         Ok(
-            Fetch::new(routed.id, manifest, m.etag, m.size, m.streams, drx)
+            Fetch::new(name, routed.id, manifest, m.etag, m.size, m.streams, drx)
                 .watched(self.watch(&path))
                 // The request stays routable until the fetch is dropped: its
                 // last streams may be read after its `done`.

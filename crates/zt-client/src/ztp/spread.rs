@@ -315,13 +315,19 @@ impl Spread {
         // 4), whichever share carries it.
         let streams = if shares > 1 { components } else { m.streams };
         let routed = asked.routed;
-        Ok(
-            Fetch::new(routed.id, manifest, m.etag, m.size, streams, delivered)
-                .in_shares(shares)
-                .watched(first.watch(a.path))
-                // The first share stays routable until the fetch is dropped.
-                .on_drop(move || drop(routed)),
+        Ok(Fetch::new(
+            first.name_of(a.path),
+            routed.id,
+            manifest,
+            m.etag,
+            m.size,
+            streams,
+            delivered,
         )
+        .in_shares(shares)
+        .watched(first.watch(a.path))
+        // The first share stays routable until the fetch is dropped.
+        .on_drop(move || drop(routed)))
     }
 
     /// Sets up shares 1 to `shares - 1` of the fetch whose share 0 asked
@@ -386,10 +392,18 @@ async fn carry(s: Share<'_>, i: u64, conn: &QuicClient, first: &QuicClient, deli
             match s.ask(first, i).await {
                 Ok(share) => share,
                 Err(again) => {
+                    // Each error starts with the URL already: said once.
+                    let url = first.name_of(&s.get.path);
+                    let bare = |e: Error| {
+                        let m = e.to_string();
+                        m.strip_prefix(&format!("{url}: "))
+                            .map_or(m.clone(), str::to_owned)
+                    };
                     let e = Error::Transport(format!(
-                        "{}: share {i} failed on the connection to {} ({e}) and on the first ({again})",
-                        first.name_of(&s.get.path),
-                        conn.conn.remote_address()
+                        "{url}: share {i} failed on the connection to {} ({}) and on the first ({})",
+                        conn.conn.remote_address(),
+                        bare(e),
+                        bare(again)
                     ));
                     let _ = deliver.send((Event::Lost(e), None));
                     return;

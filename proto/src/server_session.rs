@@ -29,8 +29,10 @@ impl Close {
 /// What the server does with what arrived.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Received<R> {
-    /// Resolve the request and answer it: an `error` for it, or its
-    /// `manifest` and then (unless `manifest_only`) [`ServerSession::start`].
+    /// Resolve the request and answer it: its `error` (after
+    /// [`ServerSession::answered`]), or its `manifest` and then either
+    /// [`ServerSession::start`] or, for `manifest_only`,
+    /// [`ServerSession::answered`] and its `done`.
     Serve(Get),
     /// Answer with this `error` and nothing else for that id.
     Answer(ErrorMsg),
@@ -40,26 +42,66 @@ pub enum Received<R> {
         object: Option<String>,
         component: Option<String>,
     },
-    /// Nothing to do (a `cancel` for an id not in flight).
+    /// Nothing to do (a `cancel` for an id not in flight, or one held
+    /// until its request starts).
     Nothing,
     /// Close the connection: the client broke the protocol.
     Close(Close),
 }
 
-/// The requests of one connection whose component streams are going, each
-/// with the driver's handle `R` (how to cancel it).
+/// Bytes of object and component names in `cancel`s held for requests
+/// whose streams have not started, per connection (a client's one frame
+/// at most). Past it the connection is closed: no honest client names
+/// that much of what it has not yet seen a manifest for.
+pub const MAX_HELD_CANCEL_BYTES: usize = 64 * 1024;
+
+/// The `cancel`s of a request that arrived before its streams started,
+/// for the driver to apply once they do ([`ServerSession::start`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// The whole request was cancelled.
+    pub all: bool,
+    /// Objects (and, where named, one component of each) cancelled.
+    pub parts: Vec<(String, Option<String>)>,
+}
+
+impl Held {
+    fn bytes(&self) -> usize {
+        self.parts
+            .iter()
+            .map(|(o, c)| o.len() + c.as_ref().map_or(0, String::len))
+            .sum()
+    }
+}
+
+/// A request in flight (PROTOCOL.md section 4: from its `get` until its
+/// `done` or `error`).
+#[derive(Debug)]
+enum Flight<R> {
+    /// Being answered: its streams have not started.
+    Answering(Held),
+    /// Its component streams are going, cancelled through `R`.
+    Started(R),
+}
+
+/// The requests of one connection in flight, each whose streams have
+/// started with the driver's handle `R` (how to cancel it).
 #[derive(Debug)]
 pub struct ServerSession<R> {
-    requests: HashMap<u64, R>,
+    requests: HashMap<u64, Flight<R>>,
     max_requests: usize,
+    /// Bytes of names in every request's [`Held`] cancels.
+    held_bytes: usize,
 }
 
 impl<R: Clone> ServerSession<R> {
-    /// A session that serves at most `max_requests` requests at once.
+    /// A session that serves at most `max_requests` requests at once,
+    /// counted from their `get`.
     pub fn new(max_requests: usize) -> Self {
         ServerSession {
             requests: HashMap::new(),
             max_requests,
+            held_bytes: 0,
         }
     }
 
@@ -77,18 +119,7 @@ impl<R: Clone> ServerSession<R> {
         };
         match msg {
             Message::Get(g) => self.on_get(g),
-            Message::Cancel(Cancel {
-                id,
-                object,
-                component,
-            }) => match self.requests.get(&id) {
-                Some(request) => Received::Cancel {
-                    request: request.clone(),
-                    object,
-                    component,
-                },
-                None => Received::Nothing,
-            },
+            Message::Cancel(c) => self.on_cancel(c),
             other => Received::Close(Close::violation(format!(
                 "{} is a server message",
                 other.kind()
@@ -119,28 +150,95 @@ impl<R: Clone> ServerSession<R> {
                 message: format!("at most {} requests in flight", self.max_requests),
             });
         }
+        self.requests
+            .insert(g.id, Flight::Answering(Held::default()));
         Received::Serve(g)
     }
 
+    fn on_cancel(&mut self, c: Cancel) -> Received<R> {
+        let Cancel {
+            id,
+            object,
+            component,
+        } = c;
+        let held = match self.requests.get_mut(&id) {
+            None => return Received::Nothing,
+            Some(Flight::Started(request)) => {
+                return Received::Cancel {
+                    request: request.clone(),
+                    object,
+                    component,
+                }
+            }
+            Some(Flight::Answering(held)) => held,
+        };
+        let Some(object) = object else {
+            self.held_bytes -= held.bytes();
+            *held = Held {
+                all: true,
+                parts: Vec::new(),
+            };
+            return Received::Nothing;
+        };
+        let part = (object, component);
+        if held.all || held.parts.contains(&part) {
+            return Received::Nothing;
+        }
+        let size = part.0.len() + part.1.as_ref().map_or(0, String::len);
+        if self.held_bytes + size > MAX_HELD_CANCEL_BYTES {
+            return Received::Close(Close::violation(format!(
+                "more than {MAX_HELD_CANCEL_BYTES} bytes of names in cancels of requests not yet started"
+            )));
+        }
+        self.held_bytes += size;
+        held.parts.push(part);
+        Received::Nothing
+    }
+
     /// Request `id` was answered with its manifest and its component
-    /// streams are starting: it is in flight until [`ServerSession::finish`].
-    pub fn start(&mut self, id: u64, request: R) {
-        self.requests.insert(id, request);
+    /// streams are starting: it is in flight until
+    /// [`ServerSession::finish`]. Returns the `cancel`s that came for it
+    /// meanwhile, to apply through `request`.
+    pub fn start(&mut self, id: u64, request: R) -> Held {
+        match self.requests.insert(id, Flight::Started(request)) {
+            Some(Flight::Answering(held)) => {
+                self.held_bytes -= held.bytes();
+                held
+            }
+            _ => Held::default(),
+        }
+    }
+
+    /// Request `id` was answered without streams (its `error`, or a
+    /// `manifest_only` request's `done`, is being sent): its id may be
+    /// used again.
+    pub fn answered(&mut self, id: u64) {
+        self.finish(id);
     }
 
     /// Request `id`'s `done` went out: its id may be used again.
     pub fn finish(&mut self, id: u64) -> Option<R> {
-        self.requests.remove(&id)
+        match self.requests.remove(&id)? {
+            Flight::Started(r) => Some(r),
+            Flight::Answering(held) => {
+                self.held_bytes -= held.bytes();
+                None
+            }
+        }
     }
 
-    /// Requests in flight.
+    /// Requests in flight, from their `get`.
     pub fn in_flight(&self) -> usize {
         self.requests.len()
     }
 
-    /// Every request in flight, for closing the connection.
+    /// Every request whose streams have started, for closing the
+    /// connection.
     pub fn requests(&self) -> impl Iterator<Item = &R> {
-        self.requests.values()
+        self.requests.values().filter_map(|f| match f {
+            Flight::Started(r) => Some(r),
+            Flight::Answering(_) => None,
+        })
     }
 
     /// The code a component stream is reset with after the client's
@@ -190,12 +288,111 @@ mod tests {
     }
 
     #[test]
-    fn an_id_answered_without_streams_is_never_busy() {
-        // An error answer or a manifest_only answer never starts the request.
+    fn an_id_is_in_flight_from_its_get_until_answered() {
+        // An error answer or a manifest_only answer never starts the
+        // request, but until it is sent the id is taken.
         let mut s: ServerSession<&str> = ServerSession::new(1);
         assert!(matches!(s.on_frame(get(7)), Received::Serve(_)));
-        assert!(matches!(s.on_frame(get(7)), Received::Serve(_)));
+        assert_eq!(s.in_flight(), 1);
+        closes_with(
+            s.on_frame(get(7)),
+            Code::ProtocolViolation,
+            "request id 7 is already in flight",
+        );
+        s.answered(7);
         assert_eq!(s.in_flight(), 0);
+        assert!(matches!(s.on_frame(get(7)), Received::Serve(_)));
+    }
+
+    #[test]
+    fn requests_being_answered_count_against_the_limit() {
+        // However long a request takes to answer (a file still hashing),
+        // the limit counts it from its get.
+        let mut s: ServerSession<&str> = ServerSession::new(2);
+        for id in [1, 2] {
+            assert!(matches!(s.on_frame(get(id)), Received::Serve(_)));
+        }
+        match s.on_frame(get(3)) {
+            Received::Answer(e) => assert_eq!(e.code, Code::TooManyRequests),
+            other => panic!("{other:?}"),
+        }
+        s.answered(1);
+        assert!(matches!(s.on_frame(get(3)), Received::Serve(_)));
+    }
+
+    fn cancel(
+        id: u64,
+        object: Option<&str>,
+        component: Option<&str>,
+    ) -> Result<Message, FrameError> {
+        Ok(Message::Cancel(Cancel {
+            id,
+            object: object.map(str::to_owned),
+            component: component.map(str::to_owned),
+        }))
+    }
+
+    #[test]
+    fn cancels_before_the_streams_start_are_held_and_handed_over() {
+        let mut s = ServerSession::new(4);
+        assert!(matches!(s.on_frame(get(1)), Received::Serve(_)));
+        assert_eq!(s.on_frame(cancel(1, Some("a"), None)), Received::Nothing);
+        assert_eq!(s.on_frame(cancel(1, Some("a"), None)), Received::Nothing);
+        assert_eq!(
+            s.on_frame(cancel(1, Some("b"), Some("data"))),
+            Received::Nothing
+        );
+        let held = s.start(1, "one");
+        assert!(!held.all);
+        assert_eq!(
+            held.parts,
+            [
+                ("a".to_owned(), None),
+                ("b".to_owned(), Some("data".to_owned()))
+            ],
+            "each once"
+        );
+        assert!(matches!(
+            s.on_frame(cancel(1, Some("c"), None)),
+            Received::Cancel { request: "one", .. }
+        ));
+        // A cancel of the whole request replaces what was held.
+        assert!(matches!(s.on_frame(get(2)), Received::Serve(_)));
+        assert_eq!(s.on_frame(cancel(2, Some("a"), None)), Received::Nothing);
+        assert_eq!(s.on_frame(cancel(2, None, None)), Received::Nothing);
+        assert_eq!(s.on_frame(cancel(2, Some("b"), None)), Received::Nothing);
+        assert_eq!(
+            s.start(2, "two"),
+            Held {
+                all: true,
+                parts: Vec::new()
+            }
+        );
+        assert_eq!(s.held_bytes, 0);
+    }
+
+    #[test]
+    fn held_cancels_are_bounded_per_connection() {
+        let mut s: ServerSession<&str> = ServerSession::new(4);
+        let name = "x".repeat(1000);
+        for id in [1, 2] {
+            assert!(matches!(s.on_frame(get(id)), Received::Serve(_)));
+        }
+        let mut n = 0;
+        let closed = loop {
+            let object = format!("{name}{n}");
+            match s.on_frame(cancel(1 + n % 2, Some(&object), None)) {
+                Received::Nothing => n += 1,
+                other => break other,
+            }
+        };
+        closes_with(closed, Code::ProtocolViolation, "bytes of names in cancels");
+        assert!(s.held_bytes <= MAX_HELD_CANCEL_BYTES);
+        assert!(n as usize >= MAX_HELD_CANCEL_BYTES / 1010 - 1, "{n}");
+        // Answering a request gives its bytes back.
+        s.answered(1);
+        s.answered(2);
+        assert_eq!(s.held_bytes, 0);
     }
 
     #[test]
@@ -218,21 +415,15 @@ mod tests {
     #[test]
     fn cancel_reaches_a_request_in_flight_and_nothing_else() {
         let mut s = ServerSession::new(4);
+        assert!(matches!(s.on_frame(get(5)), Received::Serve(_)));
         s.start(5, "five");
-        let cancel = |id, object: Option<&str>| {
-            Ok(Message::Cancel(Cancel {
-                id,
-                object: object.map(str::to_owned),
-                component: None,
-            }))
-        };
-        match s.on_frame(cancel(5, Some("w"))) {
+        match s.on_frame(cancel(5, Some("w"), None)) {
             Received::Cancel {
                 request, object, ..
             } => assert_eq!((request, object.as_deref()), ("five", Some("w"))),
             other => panic!("{other:?}"),
         }
-        assert_eq!(s.on_frame(cancel(6, None)), Received::Nothing);
+        assert_eq!(s.on_frame(cancel(6, None, None)), Received::Nothing);
     }
 
     #[test]
@@ -279,6 +470,7 @@ mod tests {
                 matches!(s.on_frame(share(1, ok)), Received::Serve(_)),
                 "{ok:?}"
             );
+            s.answered(1);
         }
         for bad in [(0, 0), (4, 4), (9, 2), (0, crate::MAX_SHARES + 1)] {
             closes_with(

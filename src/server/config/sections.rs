@@ -249,9 +249,10 @@ settings! {
         pub piece_cache_bytes: u64 = 256 << 20,
         /// Seconds without traffic before a connection is closed.
         pub idle_timeout_secs: u64 = 60,
-        /// Seconds a component stream may accept no bytes (a client that
-        /// stopped reading) before the connection is closed with
-        /// `stalled`.
+        /// Seconds a component stream, or the control stream, may accept
+        /// no bytes (a client that stopped reading), or a request may wait
+        /// for the client to allow a component stream while none is open,
+        /// before the connection is closed with `stalled`.
         pub stall_timeout_secs: u64 = 30,
         /// Flow-control window per stream, in bytes.
         pub stream_window: u64 = 16 << 20,

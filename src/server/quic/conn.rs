@@ -98,7 +98,8 @@ pub(super) async fn handle(
     let session: Session = Arc::new(Mutex::new(ServerSession::new(
         state.config.quic.max_requests,
     )));
-    let (control, writer) = Control::spawn(send, conn.clone(), Arc::clone(&session));
+    let stall = std::time::Duration::from_secs(state.config.quic.stall_timeout_secs.max(1));
+    let (control, writer) = Control::spawn(send, conn.clone(), Arc::clone(&session), stall);
     let slots = Arc::new(Semaphore::new(state.config.quic.max_streams));
     let mut deframer = Deframer::new(state.config.quic.max_request_bytes);
     let mut buf = vec![0u8; 16 * 1024];
@@ -151,6 +152,7 @@ pub(super) async fn handle(
             };
             match received {
                 Received::Serve(g) if draining => {
+                    answered(&session, g.id);
                     let refused = ErrorMsg {
                         id: Some(g.id),
                         code: Code::ShuttingDown,
@@ -161,6 +163,7 @@ pub(super) async fn handle(
                 // The token first: a `get` without one causes no work
                 // (no hashing, reading or rendering).
                 Received::Serve(g) if !authorized(&state, &g) => {
+                    answered(&session, g.id);
                     let refusal = Refusal::Unauthorized("a valid token is required".to_owned());
                     control
                         .send(Message::Error(refused::error(g.id, refusal)))
@@ -168,7 +171,9 @@ pub(super) async fn handle(
                 }
                 Received::Serve(g) if state.catalog.is_pending(&g.path) => {
                     // Its digests are being computed: wait beside the
-                    // control loop, which keeps reading.
+                    // control loop, which keeps reading (such requests
+                    // count against the connection's limit from their
+                    // `get`, as every request does).
                     let (shared, answer) = (shared.clone(), Answering::new(&answering));
                     tokio::spawn(async move {
                         let resolved = shared.state.catalog.resolve(&g.path, need(&g)).await;
@@ -212,6 +217,13 @@ pub(super) async fn handle(
     }
 }
 
+/// Request `id` is answered without streams: its id is free again.
+fn answered(session: &Session, id: u64) {
+    if let Ok(mut s) = session.lock() {
+        s.answered(id);
+    }
+}
+
 /// Closes `conn` with `shutting_down`, without announcing it on the
 /// control stream (never opened, or already ended).
 fn close_now(conn: &Connection) {
@@ -236,7 +248,10 @@ async fn get(c: Shared, g: Get, resolved: Option<Entry>, answer: Answering) {
         parts,
     } = match plan(&state, &g, resolved).await {
         Ok(plan) => plan,
-        Err(r) => return control.send(Message::Error(refused::error(id, r))).await,
+        Err(r) => {
+            answered(&session, id);
+            return control.send(Message::Error(refused::error(id, r))).await;
+        }
     };
     // A share's components (balanced by bytes: ztp_proto::share) keep
     // their positions in the whole request's order as `seq`.
@@ -269,6 +284,7 @@ async fn get(c: Shared, g: Get, resolved: Option<Entry>, answer: Answering) {
     // before the first component stream opens: it arrives first.
     control.send_queued(msg).await;
     if g.manifest_only {
+        answered(&session, id);
         let done = Done {
             id,
             sent: 0,
@@ -276,9 +292,23 @@ async fn get(c: Shared, g: Get, resolved: Option<Entry>, answer: Answering) {
         };
         return control.send(Message::Done(done)).await;
     }
-    let ctl = Arc::new(RequestCtl::default());
-    if let Ok(mut s) = session.lock() {
-        s.start(id, Arc::clone(&ctl));
+    let sends = items
+        .iter()
+        .map(|i| (i.header.object.as_str(), i.header.component.as_str()));
+    let ctl = Arc::new(RequestCtl::new(sends));
+    // Cancels that came while it was being answered take effect now,
+    // before its first stream opens.
+    let held = session
+        .lock()
+        .ok()
+        .map(|mut s| s.start(id, Arc::clone(&ctl)));
+    if let Some(held) = held {
+        for (object, component) in held.parts {
+            ctl.cancel(Some(object), component);
+        }
+        if held.all {
+            ctl.cancel(None, None);
+        }
     }
     tokio::spawn(async move {
         let writers = send::writers(count);

@@ -12,6 +12,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use quinn::{Connection, SendStream, VarInt};
 use tokio::sync::{mpsc, oneshot};
 use ztp_proto::{frame, frame_chunks, Close, ErrorMsg, Message, ServerSession};
@@ -41,11 +42,14 @@ pub(super) struct Control {
 
 impl Control {
     /// Starts the writer for `send`, the server's half of `conn`'s control
-    /// stream.
+    /// stream. A client that accepts none of its bytes for `stall` is
+    /// closed with `stalled` (its control stream cannot carry the
+    /// announcement).
     pub(super) fn spawn(
         mut send: SendStream,
         conn: Connection,
         session: Session,
+        stall: Duration,
     ) -> (Control, tokio::task::JoinHandle<()>) {
         let (tx, mut rx) = mpsc::channel::<Out>(64);
         let control = Control {
@@ -75,8 +79,19 @@ impl Control {
                                 return close(send, &conn, c).await;
                             }
                         };
-                        if send.write_all_chunks(&mut chunks).await.is_err() {
-                            break;
+                        match write_within(&mut send, &mut chunks, stall).await {
+                            Ok(()) => {}
+                            Err(Stop::Gone) => break,
+                            Err(Stop::Stalled) => {
+                                let reason = format!(
+                                    "the client read nothing of the control stream for {} s",
+                                    stall.as_secs()
+                                );
+                                tracing::info!(%reason, "closing QUIC connection");
+                                let code = VarInt::from_u32(ztp_proto::Code::Stalled.value());
+                                conn.close(code, reason.as_bytes());
+                                return;
+                            }
                         }
                         if let Some(q) = queued {
                             let _ = q.send(());
@@ -124,13 +139,47 @@ impl Control {
                 r.cancel(None, None);
             }
         }
-        // A writer already gone (the client stopped the control stream)
-        // cannot announce anything: close at once.
-        if let Err(mpsc::error::SendError(Out::Close(c))) = self.tx.send(Out::Close(c)).await {
+        // A writer already gone (the client stopped the control stream),
+        // or one so far behind that its queue is full (a client that
+        // reads too little of it), cannot announce anything soon: close
+        // at once rather than wait for it.
+        let not_queued = match self.tx.try_send(Out::Close(c)) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Full(out) | mpsc::error::TrySendError::Closed(out)) => {
+                out
+            }
+        };
+        if let Out::Close(c) = not_queued {
             self.conn
                 .close(VarInt::from_u32(c.code.value()), c.reason.as_bytes());
         }
     }
+}
+
+/// Why a write to the control stream stopped.
+enum Stop {
+    /// The stream or the connection is gone.
+    Gone,
+    /// The client accepted no byte for the stall timeout.
+    Stalled,
+}
+
+/// Writes every chunk, failing once no byte was accepted for `stall`
+/// (progress, however slow, restarts the wait).
+async fn write_within(
+    send: &mut SendStream,
+    mut chunks: &mut [Bytes],
+    stall: Duration,
+) -> Result<(), Stop> {
+    while !chunks.is_empty() {
+        let written = match tokio::time::timeout(stall, send.write_chunks(chunks)).await {
+            Ok(Ok(w)) => w,
+            Ok(Err(_)) => return Err(Stop::Gone),
+            Err(_) => return Err(Stop::Stalled),
+        };
+        chunks = &mut chunks[written.chunks..];
+    }
+    Ok(())
 }
 
 async fn close(mut send: SendStream, conn: &Connection, c: Close) {

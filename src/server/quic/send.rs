@@ -116,12 +116,8 @@ pub(super) async fn run(
         let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
             break;
         };
-        let mut stream = match conn.open_uni().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::debug!(error = %e, "connection lost while opening streams");
-                break;
-            }
+        let Some(mut stream) = open(state, conn, &slots, control).await else {
+            break;
         };
         // Earlier in the order, higher priority: layer 0 finishes first.
         let priority = i32::try_from(n.saturating_sub(usize::try_from(h.seq).unwrap_or(0)))
@@ -165,6 +161,45 @@ pub(super) async fn run(
     // Everything not sent whole was cancelled: by the client, refused,
     // failed, or never opened because the connection went.
     (sent, count.saturating_sub(sent))
+}
+
+/// A new component stream, once the client allows one. Open streams are
+/// watched by their own stall timers; a client that allows none while
+/// none of the connection's is open is closed with `stalled` once the
+/// stall timeout passes (`None`: no stream, the request ends).
+async fn open(
+    state: &Arc<State>,
+    conn: &Connection,
+    slots: &Semaphore,
+    control: &Control,
+) -> Option<SendStream> {
+    let quic = &state.config.quic;
+    let stall = std::time::Duration::from_secs(quic.stall_timeout_secs.max(1));
+    loop {
+        match tokio::time::timeout(stall, conn.open_uni()).await {
+            Ok(Ok(s)) => return Some(s),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "connection lost while opening streams");
+                return None;
+            }
+            // This one's slot is taken: others are open, and their own
+            // timers watch them.
+            Err(_) if slots.available_permits() + 1 < quic.max_streams => {}
+            Err(_) => {
+                let reason = format!(
+                    "the client allowed no component stream for {} s",
+                    quic.stall_timeout_secs
+                );
+                control
+                    .close(Close {
+                        code: Code::Stalled,
+                        reason,
+                    })
+                    .await;
+                return None;
+            }
+        }
+    }
 }
 
 /// How a write ended.

@@ -1,10 +1,10 @@
 //! What an open handle reads through in one process: its source (the
 //! client and its connections), the table its fetches fill, and their
 //! tasks. A child forked from the process that opened the handle sets the
-//! parent's aside on first use, untouched, and opens the source again for
-//! itself, every fetch still pinned to the version (ETag) the parent read:
-//! the child gets the same bytes or an error naming the change
-//! (docs/python.md, "Processes").
+//! parent's aside on first use, keeping only the objects that had arrived
+//! whole, and opens the source again for itself, every fetch still pinned
+//! to the version (ETag) the parent read: the child gets the same bytes or
+//! an error naming the change (docs/python.md, "Processes").
 
 use std::sync::Arc;
 
@@ -90,8 +90,16 @@ impl Live {
     /// been held by a parent's I/O thread at the fork; closing the
     /// connections would close the parent's, whose sockets the child
     /// shares; dropping the tasks would wait on the parent's runtime).
-    pub(crate) fn set_aside(&mut self, with: Live) {
-        std::mem::forget(std::mem::replace(self, with));
+    /// With `keep_arrived`, the objects that had arrived in the parent
+    /// and were not taken move to `with`'s table: the child's copies of
+    /// the parent's memory, verified there, not fetched again (none if a
+    /// parent's thread held the table at the fork).
+    pub(crate) fn set_aside(&mut self, with: Live, keep_arrived: bool) {
+        let parent = std::mem::replace(self, with);
+        if keep_arrived {
+            self.table.adopt(parent.table.take_arrived_unless_held());
+        }
+        std::mem::forget(parent);
     }
 }
 

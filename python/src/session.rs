@@ -239,7 +239,7 @@ impl Session {
         let mut live = self.lock_live();
         if live.maker.forked() {
             let after = live.batches_after();
-            live.set_aside(Live::new(None, after, &self.label));
+            live.set_aside(Live::new(None, after, &self.label), false);
         } else {
             live.close(&self.label);
         }
@@ -277,7 +277,8 @@ impl Session {
 
     /// What this process reads through. In a child forked since the handle
     /// was opened (or last used), the first call sets the parent's aside
-    /// and opens the source again here, pinned to the version it read.
+    /// (keeping what had arrived and was not taken) and opens the source
+    /// again here, pinned to the version it read.
     fn live(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, Live>> {
         let (inherited, after) = {
             let live = self.lock_live();
@@ -298,7 +299,8 @@ impl Session {
         // Another thread of this child may have opened it meanwhile: its
         // source is kept, this one dropped.
         if live.maker.forked() {
-            live.set_aside(Live::new(source, after, &self.label));
+            let keep_arrived = source.is_some();
+            live.set_aside(Live::new(source, after, &self.label), keep_arrived);
         }
         Ok(live)
     }
@@ -341,7 +343,7 @@ impl Drop for Session {
         let live = self.live.get_mut().unwrap_or_else(PoisonError::into_inner);
         if live.maker.forked() {
             let after = live.batches_after();
-            live.set_aside(Live::new(None, after, &self.label));
+            live.set_aside(Live::new(None, after, &self.label), false);
         } else {
             live.close(&self.label);
         }

@@ -4,7 +4,7 @@
 //! it, so the library holds no reference to memory a caller owns.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use zt_format::{DType, LogicalType};
@@ -253,6 +253,39 @@ impl Table {
                 Some(st) => st,
                 None => return Ok(Waited::TimedOut),
             };
+        }
+    }
+
+    /// The objects that arrived and were not taken, moved out, unless
+    /// another thread holds the table (in a forked child: a thread of the
+    /// parent's, which will never let go): then none.
+    pub(crate) fn take_arrived_unless_held(&self) -> Vec<(String, Vec<Part>)> {
+        let mut st = match self.state.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Vec::new(),
+        };
+        let names: Vec<String> = st
+            .slots
+            .iter()
+            .filter(|(_, s)| matches!(s, Slot::Ready(_)))
+            .map(|(n, _)| n.clone())
+            .collect();
+        names
+            .into_iter()
+            .filter_map(|n| match st.slots.remove(&n) {
+                Some(Slot::Ready(parts)) => Some((n, parts)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Objects that arrived elsewhere (`take_arrived_unless_held`), ready
+    /// to be taken here as if fetched.
+    pub(crate) fn adopt(&self, arrived: Vec<(String, Vec<Part>)>) {
+        let mut st = self.lock();
+        for (name, parts) in arrived {
+            st.slots.insert(name, Slot::Ready(parts));
         }
     }
 

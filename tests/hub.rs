@@ -236,6 +236,18 @@ fn a_large_tree_is_listed_in_pages_by_absolute_links() {
         link.starts_with("<https://hub.example:8443/api/models/org/many/tree/"),
         "{link}"
     );
+    // A shared cache must not hand those links to another client.
+    let vary: Vec<&str> = proxied
+        .headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("vary"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let vary = vary.join(", ");
+    assert!(
+        vary.contains("X-Forwarded-Host") && vary.contains("X-Forwarded-Proto"),
+        "{vary:?}"
+    );
 }
 
 #[test]

@@ -261,6 +261,17 @@ pub(super) fn base_url(state: &State, uri: &Uri, headers: &HeaderMap) -> String 
     format!("{scheme}://{host}")
 }
 
+/// Says that `r` may differ with the headers [`base_url`] reads besides
+/// the request's own: a shared cache keys on the URL and `Host`, so
+/// without this one client's `X-Forwarded-Host` would reach others in
+/// the links it put in a kept answer (the Xet token's URL among them).
+pub(super) fn varies_with_forwarding(r: &mut Response) {
+    r.headers_mut().append(
+        axum::http::header::VARY,
+        HeaderValue::from_static("X-Forwarded-Host, X-Forwarded-Proto"),
+    );
+}
+
 /// `text` as one path segment: every byte but letters and digits
 /// percent-encoded (`org/name` is `org%2Fname`).
 pub(super) fn encode(text: &str) -> String {
@@ -320,10 +331,9 @@ pub(crate) async fn fallback(
         Some(asked) => {
             let flow = flow.map_or_else(|| state.flows.open(false), |f| f.0);
             let r = resolve::answer(&state, &method, &uri, &asked, &headers, &flow).await;
-            with_template(
-                r.unwrap_or_else(IntoResponse::into_response),
-                "/{repo}/resolve/{revision}/{path}",
-            )
+            let mut r = r.unwrap_or_else(IntoResponse::into_response);
+            varies_with_forwarding(&mut r);
+            with_template(r, "/{repo}/resolve/{revision}/{path}")
         }
         None => super::handlers::fallback(state, method, uri, query, headers, flow).await,
     }
@@ -340,7 +350,9 @@ pub(crate) async fn api(
     body: Bytes,
 ) -> Response {
     let (r, template) = api::answer(&state, &method, &uri, query.as_deref(), &headers, &body).await;
-    with_template(r.unwrap_or_else(IntoResponse::into_response), template)
+    let mut r = r.unwrap_or_else(IntoResponse::into_response);
+    varies_with_forwarding(&mut r);
+    with_template(r, template)
 }
 
 /// `GET /v1/repos`: the repositories the root's layout makes, each with

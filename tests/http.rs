@@ -317,6 +317,27 @@ fn hostile_paths_get_404_and_the_daemon_stays_up() {
         .join(format!("outside-{}.zt", std::process::id()));
     std::fs::copy(common::repo().join("models/sample.zt"), &outside).unwrap();
     std::os::unix::fs::symlink(&outside, root.path().join("link-out.zt")).unwrap();
+    // Symlinks inside the root to what the root hides: a dot folder's
+    // file, a dot folder, a file still being written.
+    let hidden = root.path().join(".git");
+    std::fs::create_dir(&hidden).unwrap();
+    std::fs::copy(
+        common::repo().join("models/sample.zt"),
+        hidden.join("secret.zt"),
+    )
+    .unwrap();
+    std::fs::copy(
+        common::repo().join("models/sample.zt"),
+        root.path().join("half.zt.part"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(hidden.join("secret.zt"), root.path().join("link-dot.zt")).unwrap();
+    std::os::unix::fs::symlink(&hidden, root.path().join("linkdir")).unwrap();
+    std::os::unix::fs::symlink(
+        root.path().join("half.zt.part"),
+        root.path().join("link-part.zt"),
+    )
+    .unwrap();
     let s = Server::start(root.path(), &[]);
     for p in [
         "/v1/files/../sample.zt",
@@ -327,6 +348,9 @@ fn hostile_paths_get_404_and_the_daemon_stays_up() {
         "/v1/files//etc/passwd",
         "/v1/files/%2fetc%2fpasswd",
         "/v1/files/link-out.zt",
+        "/v1/files/link-dot.zt",
+        "/v1/files/linkdir/secret.zt",
+        "/v1/files/link-part.zt",
         "/v1/files/sample.zt%00",
         "/v1/files/sample.zt/objects/%2e%2e/data",
         "/v1/files/sample.zt/objects/lm_head.weight/../../sample.zt",

@@ -379,10 +379,14 @@ fn symlinked_folders_are_repositories_under_their_own_names() {
     };
     assert_eq!(siblings("org/m"), ["README.md", "config.json", "model.zt"]);
     assert_eq!(siblings("org/alias"), siblings("org/m"));
-    // The link into a dot-folder is listed under its own name: its files
-    // are served there, and the dot-folder never.
-    assert_eq!(siblings("org/dot"), ["secret.json"]);
-    let r = curl(&[], &s.url("/api/models/.hidden/x"));
+    // The link into a dot-folder is left out as the dot-folder is (a
+    // repository's symlink must not serve what the root hides, such as
+    // another repository's `.git/config`).
+    for id in ["org/dot", ".hidden/x"] {
+        let r = curl(&[], &s.url(&format!("/api/models/{id}")));
+        assert_eq!(r.header("x-error-code"), Some("RepoNotFound"), "{id}");
+    }
+    let r = curl(&[], &s.url("/org/dot/resolve/main/secret.json"));
     assert_eq!(r.header("x-error-code"), Some("RepoNotFound"));
     let alias = curl(&["-L"], &s.url("/org/alias/resolve/main/config.json"));
     assert_eq!(alias.body, br#"{"model_type":"bert"}"#);

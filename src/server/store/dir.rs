@@ -93,6 +93,13 @@ impl Root for DirRoot {
                     tracing::warn!(file = owned, target = %path.display(), "a pack member is a symlink out of the root");
                     return Err(OpenError::OutsideRoot { rel: owned });
                 }
+                if hidden_inside(&dir, &path) {
+                    let why = "it is, or leads to, a file the root hides (a dotfile, a file being written)";
+                    return Err(OpenError::NoMember {
+                        rel: owned,
+                        why: why.to_owned(),
+                    });
+                }
                 open_local(&owned, &path)
             })
             .await
@@ -184,8 +191,13 @@ fn walk(root: &Path, shown: &Path, real: &Path, out: &mut Vec<Seen>, depth: usiz
             continue;
         };
         let (target, meta) = if lmeta.file_type().is_symlink() {
-            // Follow a symlink only if it resolves inside the root.
+            // Follow a symlink only if it resolves inside the root, to
+            // what a listing would show there itself.
             match path.canonicalize() {
+                Ok(t) if hidden_inside(root, &t) => {
+                    tracing::warn!(link = %seen_as.display(), target = %t.display(), "symlink points at a hidden file or folder; ignored");
+                    continue;
+                }
                 Ok(t) if t.starts_with(root) => match t.metadata() {
                     Ok(m) => (t, m),
                     Err(_) => continue,
@@ -231,7 +243,7 @@ fn one(root: &Path, rel: &str) -> Option<Seen> {
     }
     let target = root.join(rel).canonicalize().ok()?;
     let meta = target.metadata().ok().filter(std::fs::Metadata::is_file)?;
-    if !target.starts_with(root) {
+    if !target.starts_with(root) || hidden_inside(root, &target) {
         return None;
     }
     let source = zt_format::source::by_name(rel.rsplit('/').next()?);
@@ -242,6 +254,18 @@ fn one(root: &Path, rel: &str) -> Option<Seen> {
         identity: Identity::of(&meta),
         at: At::Path(target),
         source,
+    })
+}
+
+/// Whether `target` (canonical) lies inside `root` under a name a listing
+/// leaves out (a dotfile or dot folder, a file being written): a symlink
+/// must not serve what the root's own path would not.
+fn hidden_inside(root: &Path, target: &Path) -> bool {
+    target.strip_prefix(root).is_ok_and(|rel| {
+        rel.components().any(|c| match c {
+            PathPart::Normal(s) => s.to_str().is_none_or(ignored_name),
+            _ => true,
+        })
     })
 }
 

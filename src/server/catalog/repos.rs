@@ -76,8 +76,10 @@ impl Repos {
         let mut grouped: BTreeMap<(Kind, String), BTreeMap<String, RepoFile>> = BTreeMap::new();
         for seen in files.values() {
             // No part a dotfile, whatever led there (a listing never
-            // names one; this holds if one ever did).
-            if seen.rel.split('/').any(ignored_name) {
+            // names one; this holds if one ever did); no backslash, which
+            // no Hub URL may carry (listed, it could never be fetched, and
+            // a snapshot of the repository would fail on it).
+            if seen.rel.split('/').any(ignored_name) || seen.rel.contains('\\') {
                 continue;
             }
             let file = RepoFile {

@@ -81,6 +81,19 @@ fn rows_over_http_carry_a_digest_of_exactly_their_bytes() {
     );
     assert_eq!(metric(&s, "ztserve_digest_rows_total"), 1);
     assert_eq!(metric(&s, "ztserve_digest_rows_bytes_total"), 72);
+    // The same rows of the same version again: their digest is kept, not
+    // hashed again.
+    let again = curl(
+        &[],
+        &s.url("/v1/files/m.safetensors/objects/w/data?rows=2:5"),
+    );
+    assert_eq!(again.body, r.body);
+    assert_eq!(again.header("content-digest"), r.header("content-digest"));
+    assert_eq!(metric(&s, "ztserve_digest_rows_total"), 1);
+    assert_eq!(
+        metric(&s, "ztserve_slice_digests_total{result=\"kept\"}"),
+        1
+    );
 
     // Each rule, named, and the daemon still serving.
     let err = |path: &str, status: u16, code: &str| {

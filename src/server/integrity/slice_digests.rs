@@ -1,5 +1,6 @@
-//! The digests of slices already gathered, kept so that the same slice
-//! of the same version is hashed once: tensor-parallel ranks restarted,
+//! The digests of slices already gathered (and of row ranges, keyed
+//! `rows START:END`), kept so that the same slice of the same version is
+//! hashed once: tensor-parallel ranks restarted,
 //! or several replicas of a model each loading the same rank's shard, ask
 //! for the same slices again, and the digest pass reads every window of
 //! the slice (a column block: the whole tensor) before the first byte is
@@ -51,7 +52,7 @@ impl SliceDigests {
     fn with_max(max: usize) -> SliceDigests {
         let results = counter_vec(
             "ztserve_slice_digests_total",
-            "Digests of gathered slices by where they came from: computed (the slice read and hashed before it was sent) or kept (the same slice of the same version hashed before).",
+            "Digests of gathered slices and row ranges by where they came from: computed (the slice read and hashed before it was sent) or kept (the same slice of the same version hashed before).",
             &["result"],
         );
         for result in ["computed", "kept"] {

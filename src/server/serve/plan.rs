@@ -394,7 +394,7 @@ pub(crate) async fn rows(
     rows: Rows,
 ) -> Result<Plan, Refusal> {
     let (name, mut obj) = one_object(state, &served, select, "rows").await?;
-    let cut = slice(&served, &name, rows, state.catalog.digest_metrics()).await?;
+    let cut = slice(&served, &name, rows, &state.catalog).await?;
     if let Some(first) = obj.shape.first_mut() {
         *first = rows.end.saturating_sub(rows.start);
     }

@@ -11,10 +11,10 @@ use zt_format::{Digest, DigestAlgorithm, Hasher};
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use crate::server::catalog::Served;
+use crate::server::catalog::{Catalog, Served};
+use crate::server::integrity::slice_digests::SliceDigests;
 
 use crate::server::integrity::checks::CheckFailure;
-use crate::server::integrity::digests::DigestMetrics;
 use crate::server::store::blob::{Stop, Visit};
 
 /// Rows of an object's `data`, ready to send.
@@ -39,12 +39,14 @@ pub(crate) enum RowsFailure {
 
 /// Rows `rows` of `object` in `served`: the whole component checked on
 /// first use, then the rows read (on the runtime) and hashed (on the
-/// blocking pool).
+/// blocking pool), unless the same rows of the same version were hashed
+/// before (kept with the slices' digests: ranks restarted, or replicas of
+/// a model, ask for the same rows again).
 pub(crate) async fn slice(
     served: &Arc<Served>,
     object: &str,
     rows: Rows,
-    metrics: &DigestMetrics,
+    catalog: &Catalog,
 ) -> Result<Slice, RowsFailure> {
     let obj =
         served.manifest.objects.get(object).ok_or_else(|| {
@@ -62,7 +64,41 @@ pub(crate) async fn slice(
         .map_err(RowsFailure::Refused)?;
     let owner = served.owner(object, "data");
     let holder = owner.as_ref().unwrap_or(served);
-    let span = c.offset + start..c.offset + start + len;
+    let spec = format!("rows {}:{}", rows.start, rows.end);
+    let key = SliceDigests::key(&holder.version_key(), object, &spec);
+    let kept = key.as_deref().and_then(|k| catalog.slice_digests().get(k));
+    let digest = match kept {
+        Some(digest) => digest,
+        None => {
+            let digest = hash(
+                holder,
+                object,
+                rows,
+                c.offset + start..c.offset + start + len,
+            )
+            .await?;
+            catalog.slice_digests().computed(key, digest.clone());
+            let metrics = catalog.digest_metrics();
+            metrics.rows.inc();
+            metrics.row_bytes.inc_by(len);
+            digest
+        }
+    };
+    Ok(Slice {
+        start,
+        len,
+        component_offset: c.offset,
+        digest,
+    })
+}
+
+/// The sha256 of `span` of `holder`'s file (rows `rows` of `object`).
+async fn hash(
+    holder: &Served,
+    object: &str,
+    rows: Rows,
+    span: std::ops::Range<u64>,
+) -> Result<Digest, RowsFailure> {
     let hashed = holder
         .file
         .visit(span, false, Sha256(Hasher::new(DigestAlgorithm::Sha256)))
@@ -77,14 +113,7 @@ pub(crate) async fn slice(
             holder.path, rows.start, rows.end
         )))
     })?;
-    metrics.rows.inc();
-    metrics.row_bytes.inc_by(len);
-    Ok(Slice {
-        start,
-        len,
-        component_offset: c.offset,
-        digest: h.finish(),
-    })
+    Ok(h.finish())
 }
 
 /// The sha256 of rows as they are read.

@@ -431,3 +431,38 @@ fn paths_info_answers_what_exists_within_its_bounds() {
     let r = post(&many);
     assert_eq!(r.status, 413, "{}", String::from_utf8_lossy(&r.body));
 }
+
+#[test]
+fn a_file_whose_xet_index_would_not_fit_goes_out_over_plain_http() {
+    let root = tempfile::tempdir().unwrap();
+    let m = root.path().join("org/big");
+    std::fs::create_dir_all(&m).unwrap();
+    // 16 MiB that cut as files usually do: about 10 KiB of index.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let bytes: Vec<u8> = (0..16 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(m.join("weights.bin"), &bytes).unwrap();
+    let head = |budget: Option<u64>| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut hub = "xet_wait_ms = 30000\n".to_owned();
+        if let Some(b) = budget {
+            hub.push_str(&format!("xet_index_bytes = {b}\n"));
+        }
+        let cfg = common::config_file(dir.path(), &format!("[hub]\n{hub}"));
+        let s = Server::start(root.path(), &["--config", &cfg]);
+        let url = s.url("/org/big/resolve/main/weights.bin");
+        let r = curl(&["-I", "-L"], &url);
+        let got = curl(&["-L"], &url);
+        assert!(got.body == bytes, "the file, whole");
+        r.header("x-xet-hash").map(str::to_owned)
+    };
+    assert!(head(None).is_some(), "indexed within the default budget");
+    // Half of 8 KiB for one index: not even started.
+    assert_eq!(head(Some(8192)), None, "plain HTTP");
+}

@@ -208,6 +208,18 @@ impl Chunker {
         self.fed
     }
 
+    /// Memory the chunks so far hold (what the index will need at least).
+    pub(crate) fn held_bytes(&self) -> u64 {
+        (self.chunks.capacity() * std::mem::size_of::<Chunk>() + self.carry.capacity()) as u64
+    }
+
+    /// What the chunks of a file of `size` bytes take, cut at the usual
+    /// chunk length (content that cuts shorter takes up to 8 times this).
+    pub(crate) fn usual_bytes(size: u64) -> u64 {
+        size.div_ceil(TARGET as u64)
+            .saturating_mul(std::mem::size_of::<Chunk>() as u64)
+    }
+
     /// The bytes of the chunk begun before the next piece.
     pub(crate) fn carry(&self) -> &[u8] {
         &self.carry

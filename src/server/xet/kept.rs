@@ -87,6 +87,13 @@ impl Kept {
         }
     }
 
+    /// The most one index may take while made or kept: the budget's
+    /// share of each of the [`BUILDS`] made at once (so the indexes kept
+    /// and those being made together hold at most twice the budget).
+    pub(crate) fn most_per_index(&self) -> u64 {
+        self.budget / BUILDS as u64
+    }
+
     /// The index of version `tag`: made by `make` in the background if no
     /// request has started it, waited for at most `wait`.
     pub(crate) async fn get<F>(self: &Arc<Self>, tag: &str, wait: Duration, make: F) -> Found

@@ -77,6 +77,11 @@ pub(super) async fn offer(
     if !state.config.hub.xet || size < LINKED_FROM {
         return None;
     }
+    // A file whose index would not fit goes out over plain HTTP, unread.
+    if let Err(why) = fits(state, held, size) {
+        tracing::debug!(file = %held.path(), reason = %why, "no Xet index; the file goes out over plain HTTP");
+        return None;
+    }
     let wait = Duration::from_millis(state.config.hub.xet_wait_ms);
     let make = build(Arc::clone(state), held.clone(), size);
     match state.xet.get(tag, wait, make).await {
@@ -101,8 +106,11 @@ pub(super) async fn index_now(
     tag: &str,
     size: u64,
 ) -> Result<Arc<Index>, HubError> {
-    let make = build(Arc::clone(state), held.clone(), size);
     let refused = |r: Refusal| Err(HubError::Refused(r.into()));
+    if let Err(why) = fits(state, held, size) {
+        return refused(Refusal::Unavailable(why));
+    }
+    let make = build(Arc::clone(state), held.clone(), size);
     match state.xet.get(tag, Duration::from_secs(3600), make).await {
         Found::Ready(ix) => Ok(ix),
         Found::Busy => refused(Refusal::Busy(format!(
@@ -115,6 +123,23 @@ pub(super) async fn index_now(
         ))),
         Found::Failed(why) => refused(Refusal::Unavailable(why)),
     }
+}
+
+/// Whether the index of `held` (`size` bytes), cut as files usually cut,
+/// fits in its share of `hub.xet_index_bytes`; else why not.
+fn fits(state: &State, held: &Held, size: u64) -> Result<(), String> {
+    let (usual, most) = (Chunker::usual_bytes(size), state.xet.most_per_index());
+    match usual <= most {
+        true => Ok(()),
+        false => Err(too_large(held, most)),
+    }
+}
+
+fn too_large(held: &Held, most: u64) -> String {
+    format!(
+        "{}: its Xet index would take more than {most} bytes (half of hub.xet_index_bytes)",
+        held.path()
+    )
 }
 
 /// Makes the index of `held` (`size` bytes): its bytes cut and hashed
@@ -167,6 +192,12 @@ async fn chunk(state: &Arc<State>, held: &Held, size: u64) -> Result<Chunker, St
         let next = chunker.fed() + bytes.len() as u64;
         let (read_next, cut) = tokio::join!(read(next), cut_piece(state, &mut chunker, bytes));
         cut?;
+        // Content that cuts shorter than files usually do: stop at the
+        // bound, not past it.
+        let most = state.xet.most_per_index();
+        if chunker.held_bytes() > most {
+            return Err(too_large(held, most));
+        }
         piece = read_next?;
     }
     Ok(chunker)

@@ -25,6 +25,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
@@ -56,7 +57,7 @@ pub(super) async fn answer(
     uri: &Uri,
     query: Option<&str>,
     headers: &HeaderMap,
-    body: &[u8],
+    body: Bytes,
 ) -> (Result<Response, HubError>, &'static str) {
     let Some(asked) = api_url(uri.path()) else {
         return (
@@ -95,8 +96,8 @@ pub(super) async fn answer(
         }
     };
     let base = base_url(state, uri, headers);
-    let form = pairs(body);
-    let job = move || listing(&repos, kind, &id, &under, &params, &form, &base);
+    // A paths-info body (up to the body limit) is parsed inside the job.
+    let job = move || listing(&repos, kind, &id, &under, &params, &pairs(&body), &base);
     let done = state
         .cpu
         .run_sized("the repository listing", work, job)

@@ -349,7 +349,7 @@ pub(crate) async fn api(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (r, template) = api::answer(&state, &method, &uri, query.as_deref(), &headers, &body).await;
+    let (r, template) = api::answer(&state, &method, &uri, query.as_deref(), &headers, body).await;
     let mut r = r.unwrap_or_else(IntoResponse::into_response);
     varies_with_forwarding(&mut r);
     with_template(r, template)

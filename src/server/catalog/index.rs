@@ -46,6 +46,9 @@ pub struct IndexFile {
     pub(crate) names: Names,
     /// The last linking, with the member ETags it was made from.
     pub(super) linked: std::sync::Mutex<Option<(Vec<String>, Arc<Served>)>>,
+    /// Held while a linking is made: requests that find none wait for
+    /// the one being made instead of each merging the members again.
+    pub(super) linking: tokio::sync::Mutex<()>,
 }
 
 impl IndexFile {
@@ -138,12 +141,23 @@ impl Catalog {
             }
         }
         let etags: Vec<String> = shards.values().map(|s| s.etag.clone()).collect();
-        if let Ok(g) = ix.linked.lock() {
-            if let Some((_, served)) = g.as_ref().filter(|(was, _)| *was == etags) {
-                return Entry::Served(Arc::clone(served));
-            }
+        let linked = || {
+            let g = ix.linked.lock().ok()?;
+            let (_, served) = g.as_ref().filter(|(was, _)| *was == etags)?;
+            Some(Entry::Served(Arc::clone(served)))
+        };
+        if let Some(served) = linked() {
+            return served;
         }
-        match build_index(ix, shards, &etags) {
+        let _one = ix.linking.lock().await;
+        if let Some(served) = linked() {
+            return served;
+        }
+        // Merging the members' manifests (thousands of objects in a large
+        // checkpoint) is the blocking pool's work.
+        let (file, given) = (Arc::clone(ix), etags.clone());
+        let built = off_runtime(move || build_index(&file, shards, &given)).await;
+        match built {
             Ok(served) => {
                 let served = Arc::new(served);
                 if let Ok(mut g) = ix.linked.lock() {
@@ -208,6 +222,7 @@ impl Catalog {
                 raw,
                 names,
                 linked: std::sync::Mutex::new(None),
+                linking: tokio::sync::Mutex::new(()),
             })),
             Err(reason) => settled(Err(reason), rel, size, modified, identity),
         }

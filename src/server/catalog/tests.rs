@@ -121,3 +121,63 @@ async fn compressed_ragged_offsets_are_checked_as_they_are_decoded() {
     assert!(e.contains("decrease at row 2: 2 after 5"), "{e}");
     assert!(e.contains("\"t\"") && e.contains("offsets"), "{e}");
 }
+
+/// Requests that find a sharded checkpoint not yet linked to its shards
+/// wait for one linking, made once on the blocking pool, and all get it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_is_linked_once_for_requests_that_come_together() {
+    use safetensors::tensor::TensorView;
+    let root = Arc::new(MemoryRoot::default());
+    let data = vec![7u8; 64];
+    let mut weight_map = serde_json::Map::new();
+    for n in 1..=2 {
+        let shard = format!("model-0000{n}-of-00002.safetensors");
+        let views: Vec<(String, TensorView<'_>)> = (0..4)
+            .map(|i| {
+                let name = format!("layers.{}.weight", (n - 1) * 4 + i);
+                weight_map.insert(name.clone(), serde_json::json!(shard));
+                let v = TensorView::new(safetensors::Dtype::U8, vec![64], &data).unwrap();
+                (name, v)
+            })
+            .collect();
+        root.put(&shard, safetensors::serialize(views, None).unwrap());
+    }
+    let index = serde_json::json!({ "weight_map": weight_map });
+    root.put(
+        "model.safetensors.index.json",
+        serde_json::to_vec(&index).unwrap(),
+    );
+    let state = tempfile::tempdir().unwrap();
+    let catalog = Arc::new(
+        Catalog::new(
+            Arc::clone(&root) as _,
+            Limits::default(),
+            &DigestsConfig::default(),
+            state.path(),
+            &[],
+            true,
+        )
+        .unwrap(),
+    );
+    catalog.rescan().await;
+    let asks = (0..8).map(|_| {
+        let c = Arc::clone(&catalog);
+        tokio::spawn(async move {
+            c.resolve("model.safetensors.index.json", super::Need::Everything)
+                .await
+        })
+    });
+    let got = futures_util::future::join_all(asks).await;
+    let served: Vec<Arc<super::Served>> = got
+        .into_iter()
+        .map(|r| match r.unwrap() {
+            Some(Entry::Served(s)) => s,
+            other => panic!("not served: {other:?}"),
+        })
+        .collect();
+    assert_eq!(served[0].manifest.objects.len(), 8);
+    assert!(
+        served.iter().all(|s| Arc::ptr_eq(s, &served[0])),
+        "one linking, shared"
+    );
+}

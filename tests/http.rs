@@ -338,6 +338,11 @@ fn hostile_paths_get_404_and_the_daemon_stays_up() {
         root.path().join("link-part.zt"),
     )
     .unwrap();
+    // git-annex's object store is what its working trees link into.
+    let annexed = root.path().join(".git/annex/objects/Ab/Cd/KEY");
+    std::fs::create_dir_all(&annexed).unwrap();
+    std::fs::copy(common::repo().join("models/sample.zt"), annexed.join("KEY")).unwrap();
+    std::os::unix::fs::symlink(annexed.join("KEY"), root.path().join("annexed.zt")).unwrap();
     let s = Server::start(root.path(), &[]);
     for p in [
         "/v1/files/../sample.zt",
@@ -368,6 +373,15 @@ fn hostile_paths_get_404_and_the_daemon_stays_up() {
         }
     }
     assert_eq!(curl(&[], &s.url("/healthz")).status, 200);
+    // ...and served through the link; nothing else of `.git/` is.
+    assert_eq!(
+        curl(&[], &s.url("/v1/files/annexed.zt/manifest")).status,
+        200
+    );
+    assert_eq!(
+        curl(&[], &s.url("/.git/annex/objects/Ab/Cd/KEY/KEY")).status,
+        404
+    );
     let _ = std::fs::remove_file(outside);
 }
 

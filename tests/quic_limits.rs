@@ -205,12 +205,17 @@ async fn a_client_that_allows_no_component_stream_is_closed_as_stalled() {
     t.max_concurrent_uni_streams(VarInt::from_u32(0));
     let conn = raw_connect(&addr, &fp, Some(t)).await;
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    send.write_all(&get(1, INDEX)).await.unwrap();
+    // Two requests, each waiting for a stream the other has not opened.
+    let mut two = get(1, INDEX);
+    two.extend(get(2, INDEX));
+    send.write_all(&two).await.unwrap();
     let mut d = Deframer::new(1 << 30);
-    assert!(matches!(
-        next(&mut recv, &mut d).await,
-        Message::Manifest(_)
-    ));
+    for _ in 0..2 {
+        assert!(matches!(
+            next(&mut recv, &mut d).await,
+            Message::Manifest(_)
+        ));
+    }
     assert_eq!(
         close_code_within(&conn, Duration::from_secs(30)).await,
         Some(u64::from(Code::Stalled.value())),

@@ -38,7 +38,9 @@ pub use client_session::{ClientSession, Event, Violation};
 pub use code::Code;
 pub use framing::{frame, frame_chunks, frame_header, Deframer, FrameError, MAX_CLIENT_MESSAGE};
 pub use message::{Cancel, ComponentHeader, Done, ErrorMsg, Get, ManifestMsg, Message};
-pub use server_session::{Close, Held, Received, ServerSession, MAX_HELD_CANCEL_BYTES};
+pub use server_session::{
+    Close, Held, Received, ServerSession, HELD_CANCEL_COST, MAX_HELD_CANCEL_BYTES,
+};
 
 /// The ALPN protocol identifier.
 pub const ALPN: &[u8] = b"ztp/1";

@@ -4,7 +4,7 @@
 //! here, and carries out the answer; every rule of `PROTOCOL.md` that
 //! concerns what a client may send is decided here, and unit-tested here.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::code::Code;
 use crate::framing::FrameError;
@@ -49,11 +49,16 @@ pub enum Received<R> {
     Close(Close),
 }
 
-/// Bytes of object and component names in `cancel`s held for requests
-/// whose streams have not started, per connection (a client's one frame
-/// at most). Past it the connection is closed: no honest client names
-/// that much of what it has not yet seen a manifest for.
+/// Bytes of `cancel`s held for requests whose streams have not started,
+/// per connection, each counted as its names plus [`HELD_CANCEL_COST`]
+/// (what holding it costs besides). Past it the connection is closed: no
+/// honest client names that much of what it has not yet seen a manifest
+/// for.
 pub const MAX_HELD_CANCEL_BYTES: usize = 64 * 1024;
+
+/// What one held `cancel` is charged besides its names: its place in the
+/// set and its strings' allocations.
+pub const HELD_CANCEL_COST: usize = 64;
 
 /// The `cancel`s of a request that arrived before its streams started,
 /// for the driver to apply once they do ([`ServerSession::start`]).
@@ -65,12 +70,23 @@ pub struct Held {
     pub parts: Vec<(String, Option<String>)>,
 }
 
-impl Held {
-    fn bytes(&self) -> usize {
-        self.parts
-            .iter()
-            .map(|(o, c)| o.len() + c.as_ref().map_or(0, String::len))
-            .sum()
+/// The cancels of a request being answered, each once.
+#[derive(Debug, Default)]
+struct Holding {
+    all: bool,
+    parts: HashSet<(String, Option<String>)>,
+    /// What they are charged ([`HELD_CANCEL_COST`]).
+    bytes: usize,
+}
+
+impl Holding {
+    fn into_held(self) -> Held {
+        let mut parts: Vec<_> = self.parts.into_iter().collect();
+        parts.sort();
+        Held {
+            all: self.all,
+            parts,
+        }
     }
 }
 
@@ -79,7 +95,7 @@ impl Held {
 #[derive(Debug)]
 enum Flight<R> {
     /// Being answered: its streams have not started.
-    Answering(Held),
+    Answering(Holding),
     /// Its component streams are going, cancelled through `R`.
     Started(R),
 }
@@ -90,7 +106,7 @@ enum Flight<R> {
 pub struct ServerSession<R> {
     requests: HashMap<u64, Flight<R>>,
     max_requests: usize,
-    /// Bytes of names in every request's [`Held`] cancels.
+    /// What every request's held cancels are charged.
     held_bytes: usize,
 }
 
@@ -151,7 +167,7 @@ impl<R: Clone> ServerSession<R> {
             });
         }
         self.requests
-            .insert(g.id, Flight::Answering(Held::default()));
+            .insert(g.id, Flight::Answering(Holding::default()));
         Received::Serve(g)
     }
 
@@ -173,10 +189,10 @@ impl<R: Clone> ServerSession<R> {
             Some(Flight::Answering(held)) => held,
         };
         let Some(object) = object else {
-            self.held_bytes -= held.bytes();
-            *held = Held {
+            self.held_bytes -= held.bytes;
+            *held = Holding {
                 all: true,
-                parts: Vec::new(),
+                ..Holding::default()
             };
             return Received::Nothing;
         };
@@ -184,14 +200,15 @@ impl<R: Clone> ServerSession<R> {
         if held.all || held.parts.contains(&part) {
             return Received::Nothing;
         }
-        let size = part.0.len() + part.1.as_ref().map_or(0, String::len);
+        let size = part.0.len() + part.1.as_ref().map_or(0, String::len) + HELD_CANCEL_COST;
         if self.held_bytes + size > MAX_HELD_CANCEL_BYTES {
             return Received::Close(Close::violation(format!(
-                "more than {MAX_HELD_CANCEL_BYTES} bytes of names in cancels of requests not yet started"
+                "more than {MAX_HELD_CANCEL_BYTES} bytes of cancels held for requests not yet started"
             )));
         }
         self.held_bytes += size;
-        held.parts.push(part);
+        held.bytes += size;
+        held.parts.insert(part);
         Received::Nothing
     }
 
@@ -202,8 +219,8 @@ impl<R: Clone> ServerSession<R> {
     pub fn start(&mut self, id: u64, request: R) -> Held {
         match self.requests.insert(id, Flight::Started(request)) {
             Some(Flight::Answering(held)) => {
-                self.held_bytes -= held.bytes();
-                held
+                self.held_bytes -= held.bytes;
+                held.into_held()
             }
             _ => Held::default(),
         }
@@ -221,7 +238,7 @@ impl<R: Clone> ServerSession<R> {
         match self.requests.remove(&id)? {
             Flight::Started(r) => Some(r),
             Flight::Answering(held) => {
-                self.held_bytes -= held.bytes();
+                self.held_bytes -= held.bytes;
                 None
             }
         }
@@ -386,12 +403,22 @@ mod tests {
                 other => break other,
             }
         };
-        closes_with(closed, Code::ProtocolViolation, "bytes of names in cancels");
+        closes_with(closed, Code::ProtocolViolation, "bytes of cancels held");
         assert!(s.held_bytes <= MAX_HELD_CANCEL_BYTES);
-        assert!(n as usize >= MAX_HELD_CANCEL_BYTES / 1010 - 1, "{n}");
-        // Answering a request gives its bytes back.
+        let each = 1004 + HELD_CANCEL_COST;
+        assert!(n as usize >= MAX_HELD_CANCEL_BYTES / each - 1, "{n}");
+        // Short names are charged for their holding too: a flood of them
+        // stops at the same bound.
+        assert!(matches!(s.on_frame(get(3)), Received::Serve(_)));
         s.answered(1);
         s.answered(2);
+        let mut short = 0usize;
+        while let Received::Nothing = s.on_frame(cancel(3, Some(&short.to_string()), None)) {
+            short += 1;
+        }
+        assert!(short <= MAX_HELD_CANCEL_BYTES / HELD_CANCEL_COST, "{short}");
+        s.answered(3);
+        // Answering a request gives its bytes back.
         assert_eq!(s.held_bytes, 0);
     }
 

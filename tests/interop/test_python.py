@@ -452,12 +452,19 @@ def test_a_forked_child_takes_what_the_parent_prefetched_without_fetching_it_aga
         ok = all(np.array_equal(h.get_tensor(n), original[n]) for n in names)
         return [f"equal: {ok}", f"moved: {int(metric(port, counter) - start)}"]
 
-    equal, moved = in_child(child)
-    assert equal == "equal: True"
-    moved = int(moved.split(": ")[1])
     # The taken tensor again, the reopened source's manifest and the
     # /metrics answers; not the rest.
-    assert original[taken].nbytes <= moved <= original[taken].nbytes + (256 << 10), (moved, total)
+    most = original[taken].nbytes + (256 << 10)
+    for settle in (0, 3):
+        # The server's count says the bytes left, not that the parent has
+        # verified them all: on a loaded machine, a second fork later.
+        time.sleep(settle)
+        equal, moved = in_child(child)
+        assert equal == "equal: True"
+        moved = int(moved.split(": ")[1])
+        if moved <= most:
+            break
+    assert original[taken].nbytes <= moved <= most, (moved, total)
     for n in names[1:]:
         assert np.array_equal(h.get_tensor(n), original[n]), n
     h.close()

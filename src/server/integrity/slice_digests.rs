@@ -1,11 +1,11 @@
-//! The digests of slices already gathered (and of row ranges, keyed
-//! `rows START:END`), kept so that the same slice of the same version is
-//! hashed once: tensor-parallel ranks restarted,
-//! or several replicas of a model each loading the same rank's shard, ask
-//! for the same slices again, and the digest pass reads every window of
-//! the slice (a column block: the whole tensor) before the first byte is
-//! sent. Keyed by the file's version (its path and identity: a new
-//! version is a new key), the object and the slice; at most
+//! The digests of slices already gathered (and of row ranges), kept so
+//! that the same slice of the same version is hashed once:
+//! tensor-parallel ranks restarted, or several replicas of a model each
+//! loading the same rank's shard, ask for the same slices again, and the
+//! digest pass reads every window of the slice (a column block: the whole
+//! tensor) before the first byte is sent. Keyed by the file's version (its
+//! path and identity: a new version is a new key), the object, and the
+//! slice or rows with where its component lies in the file; at most
 //! [`MAX_ENTRIES`] entries of at most [`MAX_KEY`] bytes of key each, the
 //! least recently used evicted first. Requests that miss at once each
 //! hash (no single flight: a miss costs what it did before the cache).

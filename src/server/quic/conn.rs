@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use quinn::Connection;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use zt_format::rows::Rows;
 use ztp_proto::{
     Close, Code, Deframer, Done, ErrorMsg, Get, ManifestMsg, Message, Received, ServerSession,
@@ -13,7 +13,7 @@ use ztp_proto::{
 use super::cancel::RequestCtl;
 use super::control::{Control, Session};
 use super::refused;
-use super::send::{self, Item};
+use super::send::{self, Item, Streams};
 use crate::server::catalog::{Entry, Need};
 use crate::server::serve::plan::{self, Plan};
 use crate::server::serve::{entry, Refusal};
@@ -54,7 +54,7 @@ struct Shared {
     conn: Connection,
     control: Control,
     session: Session,
-    slots: Arc<Semaphore>,
+    streams: Streams,
 }
 
 /// What the control loop does next.
@@ -100,7 +100,7 @@ pub(super) async fn handle(
     )));
     let stall = std::time::Duration::from_secs(state.config.quic.stall_timeout_secs.max(1));
     let (control, writer) = Control::spawn(send, conn.clone(), Arc::clone(&session), stall);
-    let slots = Arc::new(Semaphore::new(state.config.quic.max_streams));
+    let streams = Streams::new(state.config.quic.max_streams);
     let mut deframer = Deframer::new(state.config.quic.max_request_bytes);
     let mut buf = vec![0u8; 16 * 1024];
     let shared = Shared {
@@ -108,7 +108,7 @@ pub(super) async fn handle(
         conn: conn.clone(),
         control: control.clone(),
         session: Arc::clone(&session),
-        slots: Arc::clone(&slots),
+        streams: streams.clone(),
     };
     let answering = Arc::new(watch::Sender::new(0usize));
     let mut unanswered = answering.subscribe();
@@ -175,13 +175,14 @@ pub(super) async fn handle(
                     // count against the connection's limit from their
                     // `get`, as every request does).
                     let (shared, answer) = (shared.clone(), Answering::new(&answering));
+                    let unanswered = Unanswered::new(&session, g.id);
                     tokio::spawn(async move {
                         let resolved = shared.state.catalog.resolve(&g.path, need(&g)).await;
-                        get(shared, g, resolved, answer).await;
+                        get(shared, g, resolved, (answer, unanswered)).await;
                     });
                 }
                 Received::Serve(g) => {
-                    let answer = Answering::new(&answering);
+                    let answer = (Answering::new(&answering), Unanswered::new(&session, g.id));
                     get(shared.clone(), g, None, answer).await;
                 }
                 Received::Answer(e) => control.send(Message::Error(e)).await,
@@ -224,6 +225,46 @@ fn answered(session: &Session, id: u64) {
     }
 }
 
+/// A request accepted and not yet answered or started: its id and its
+/// place among the connection's requests are given back however its
+/// answering ends, a panic included.
+struct Unanswered {
+    session: Session,
+    id: u64,
+    armed: bool,
+}
+
+impl Unanswered {
+    fn new(session: &Session, id: u64) -> Unanswered {
+        Unanswered {
+            session: Arc::clone(session),
+            id,
+            armed: true,
+        }
+    }
+
+    /// Answered without streams (an `error`, a `manifest_only` `done`).
+    fn answered(mut self) {
+        self.armed = false;
+        answered(&self.session, self.id);
+    }
+
+    /// Its streams start under `ctl`: the cancels held for it meanwhile.
+    fn start(mut self, ctl: &Arc<RequestCtl>) -> Option<ztp_proto::Held> {
+        self.armed = false;
+        let mut s = self.session.lock().ok()?;
+        Some(s.start(self.id, Arc::clone(ctl)))
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if self.armed {
+            answered(&self.session, self.id);
+        }
+    }
+}
+
 /// Closes `conn` with `shutting_down`, without announcing it on the
 /// control stream (never opened, or already ended).
 fn close_now(conn: &Connection) {
@@ -233,13 +274,14 @@ fn close_now(conn: &Connection) {
 
 /// Resolves and answers one `get`: an `error`, or the manifest and then
 /// the component streams.
-async fn get(c: Shared, g: Get, resolved: Option<Entry>, answer: Answering) {
+async fn get(c: Shared, g: Get, resolved: Option<Entry>, answer: (Answering, Unanswered)) {
+    let (answer, unanswered) = answer;
     let Shared {
         state,
         conn,
         control,
         session,
-        slots,
+        streams: open,
     } = c;
     let id = g.id;
     let Plan {
@@ -249,7 +291,7 @@ async fn get(c: Shared, g: Get, resolved: Option<Entry>, answer: Answering) {
     } = match plan(&state, &g, resolved).await {
         Ok(plan) => plan,
         Err(r) => {
-            answered(&session, id);
+            unanswered.answered();
             return control.send(Message::Error(refused::error(id, r))).await;
         }
     };
@@ -284,7 +326,7 @@ async fn get(c: Shared, g: Get, resolved: Option<Entry>, answer: Answering) {
     // before the first component stream opens: it arrives first.
     control.send_queued(msg).await;
     if g.manifest_only {
-        answered(&session, id);
+        unanswered.answered();
         let done = Done {
             id,
             sent: 0,
@@ -298,11 +340,7 @@ async fn get(c: Shared, g: Get, resolved: Option<Entry>, answer: Answering) {
     let ctl = Arc::new(RequestCtl::new(sends));
     // Cancels that came while it was being answered take effect now,
     // before its first stream opens.
-    let held = session
-        .lock()
-        .ok()
-        .map(|mut s| s.start(id, Arc::clone(&ctl)));
-    if let Some(held) = held {
+    if let Some(held) = unanswered.start(&ctl) {
         for (object, component) in held.parts {
             ctl.cancel(Some(object), component);
         }
@@ -313,7 +351,7 @@ async fn get(c: Shared, g: Get, resolved: Option<Entry>, answer: Answering) {
     tokio::spawn(async move {
         let writers = send::writers(count);
         let (sent, cancelled) =
-            send::run(&state, &conn, items, &ctl, &control, slots, writers).await;
+            send::run(&state, &conn, items, &ctl, &control, open, writers).await;
         // The id is free before `done` says so: a client may reuse it at once.
         if let Ok(mut s) = session.lock() {
             s.finish(id);

@@ -2,6 +2,7 @@
 //! most `quic.max_streams` open at a time per connection, earlier ones
 //! with higher send priority.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures_util::StreamExt as _;
@@ -94,7 +95,7 @@ pub(super) async fn run(
     items: Vec<Item>,
     ctl: &Arc<RequestCtl>,
     control: &Control,
-    slots: Arc<Semaphore>,
+    streams: Streams,
     writers: usize,
 ) -> (u64, u64) {
     let mut sent = 0u64;
@@ -113,12 +114,13 @@ pub(super) async fn run(
         if ctl.is_cancelled(&h.object, &h.component) {
             continue;
         }
-        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+        let Ok(permit) = Arc::clone(&streams.slots).acquire_owned().await else {
             break;
         };
-        let Some(mut stream) = open(state, conn, &slots, control).await else {
+        let Some(mut stream) = open(state, conn, &streams, control).await else {
             break;
         };
+        let opened = Opened::count(&streams.open);
         // Earlier in the order, higher priority: layer 0 finishes first.
         let priority = i32::try_from(n.saturating_sub(usize::try_from(h.seq).unwrap_or(0)))
             .unwrap_or(i32::MAX);
@@ -129,7 +131,7 @@ pub(super) async fn run(
         let (state, ctl, control) = (Arc::clone(state), Arc::clone(ctl), control.clone());
         let open = state.metrics.quic_stream();
         tasks.spawn(async move {
-            let _open = open;
+            let (_open, _opened) = (open, opened);
             let sent = send_one(&state, &ctl, &mut stream, &item, writing).await;
             if let Written::Refused(why) = sent.clone() {
                 let error = refused::error(item.header.id, why);
@@ -163,14 +165,48 @@ pub(super) async fn run(
     (sent, count.saturating_sub(sent))
 }
 
+/// A connection's component streams: the slots they take (at most
+/// `quic.max_streams`, waited for in turn) and how many are open now.
+#[derive(Debug, Clone)]
+pub(super) struct Streams {
+    pub(super) slots: Arc<Semaphore>,
+    pub(super) open: Arc<AtomicUsize>,
+}
+
+impl Streams {
+    pub(super) fn new(max: usize) -> Streams {
+        Streams {
+            slots: Arc::new(Semaphore::new(max)),
+            open: Arc::default(),
+        }
+    }
+}
+
+/// One stream counted open in [`Streams::open`] until dropped.
+struct Opened(Arc<AtomicUsize>);
+
+impl Opened {
+    fn count(open: &Arc<AtomicUsize>) -> Opened {
+        open.fetch_add(1, Ordering::SeqCst);
+        Opened(Arc::clone(open))
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// A new component stream, once the client allows one. Open streams are
 /// watched by their own stall timers; a client that allows none while
-/// none of the connection's is open is closed with `stalled` once the
-/// stall timeout passes (`None`: no stream, the request ends).
+/// none of the connection's is open (whatever its requests waiting to
+/// open one) is closed with `stalled` once the stall timeout passes
+/// (`None`: no stream, the request ends).
 async fn open(
     state: &Arc<State>,
     conn: &Connection,
-    slots: &Semaphore,
+    streams: &Streams,
     control: &Control,
 ) -> Option<SendStream> {
     let quic = &state.config.quic;
@@ -182,9 +218,8 @@ async fn open(
                 tracing::debug!(error = %e, "connection lost while opening streams");
                 return None;
             }
-            // This one's slot is taken: others are open, and their own
-            // timers watch them.
-            Err(_) if slots.available_permits() + 1 < quic.max_streams => {}
+            // Others are open, and their own timers watch them.
+            Err(_) if streams.open.load(Ordering::SeqCst) > 0 => {}
             Err(_) => {
                 let reason = format!(
                     "the client allowed no component stream for {} s",

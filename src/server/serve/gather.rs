@@ -169,7 +169,10 @@ pub(crate) async fn gather(
             gather.spec()
         )))
     };
-    let key = SliceDigests::key(&holder.version_key(), object, &gather.spec());
+    // The slice of the component where it lies in the file's version
+    // (two packs may give one name to two tensors of the same file).
+    let spec = format!("{} at {}", gather.spec(), c.offset);
+    let key = SliceDigests::key(&holder.version_key(), object, &spec);
     let kept = key.as_deref().and_then(|k| catalog.slice_digests().get(k));
     let digest = match kept {
         Some(digest) => digest,

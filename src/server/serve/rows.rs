@@ -64,19 +64,17 @@ pub(crate) async fn slice(
         .map_err(RowsFailure::Refused)?;
     let owner = served.owner(object, "data");
     let holder = owner.as_ref().unwrap_or(served);
-    let spec = format!("rows {}:{}", rows.start, rows.end);
+    let span = c.offset + start..c.offset + start + len;
+    // Keyed by where the bytes lie in the file's version, not only by
+    // the object's name (two packs may give one name to two tensors of
+    // the same file).
+    let spec = format!("bytes {}-{}", span.start, span.end);
     let key = SliceDigests::key(&holder.version_key(), object, &spec);
     let kept = key.as_deref().and_then(|k| catalog.slice_digests().get(k));
     let digest = match kept {
         Some(digest) => digest,
         None => {
-            let digest = hash(
-                holder,
-                object,
-                rows,
-                c.offset + start..c.offset + start + len,
-            )
-            .await?;
+            let digest = hash(holder, object, rows, span).await?;
             catalog.slice_digests().computed(key, digest.clone());
             let metrics = catalog.digest_metrics();
             metrics.rows.inc();

@@ -259,15 +259,41 @@ fn one(root: &Path, rel: &str) -> Option<Seen> {
 
 /// Whether `target` (canonical) lies inside `root` under a name a listing
 /// leaves out (a dotfile or dot folder, a file being written): a symlink
-/// must not serve what the root's own path would not.
+/// must not serve what the root's own path would not. The object stores
+/// that version-control tools link a working tree's files into
+/// ([`LINKED_STORES`]) are the exception: their files are what the links
+/// stand for.
 fn hidden_inside(root: &Path, target: &Path) -> bool {
-    target.strip_prefix(root).is_ok_and(|rel| {
-        rel.components().any(|c| match c {
-            PathPart::Normal(s) => s.to_str().is_none_or(ignored_name),
-            _ => true,
+    let Ok(rel) = target.strip_prefix(root) else {
+        return false;
+    };
+    let parts: Option<Vec<&str>> = rel
+        .components()
+        .map(|c| match c {
+            PathPart::Normal(s) => s.to_str(),
+            _ => None,
         })
-    })
+        .collect();
+    let Some(parts) = parts else {
+        return true;
+    };
+    let Some(first) = parts.iter().position(|p| ignored_name(p)) else {
+        return false;
+    };
+    let rest = &parts[first..];
+    let store = LINKED_STORES
+        .iter()
+        .find(|s| rest.len() > s.len() && rest.starts_with(s));
+    match store {
+        Some(s) => rest[s.len()..].iter().any(|p| ignored_name(p)),
+        None => true,
+    }
 }
+
+/// Folders under a dot folder that a working tree's files are symlinks
+/// into, served through those links: git-annex's (and DataLad's) object
+/// store, DVC's cache.
+const LINKED_STORES: &[&[&str]] = &[&[".git", "annex", "objects"], &[".dvc", "cache"]];
 
 /// The `/`-separated path of `path` under `root`.
 fn relative(root: &Path, path: &Path) -> Option<String> {

@@ -208,16 +208,33 @@ impl Chunker {
         self.fed
     }
 
-    /// Memory the chunks so far hold (what the index will need at least).
-    pub(crate) fn held_bytes(&self) -> u64 {
-        (self.chunks.capacity() * std::mem::size_of::<Chunk>() + self.carry.capacity()) as u64
+    /// A chunker for a file of `size` bytes, with room for its chunks as
+    /// files usually cut ([`Chunker::usual_bytes`]), so that it does not
+    /// grow by doubling.
+    pub(crate) fn for_size(size: u64) -> Chunker {
+        let room = usize::try_from(Self::usual_chunks(size)).unwrap_or(0);
+        Chunker {
+            chunks: Vec::with_capacity(room),
+            ..Chunker::default()
+        }
     }
 
-    /// What the chunks of a file of `size` bytes take, cut at the usual
-    /// chunk length (content that cuts shorter takes up to 8 times this).
+    /// What the chunks so far take (what the index will hold at least).
+    pub(crate) fn held_bytes(&self) -> u64 {
+        (self.chunks.len() * std::mem::size_of::<Chunk>()) as u64
+    }
+
+    /// Chunks of a file of `size` bytes cut as files usually cut, with a
+    /// quarter more for the spread (content that cuts shorter makes up to
+    /// 8 times the usual count).
+    fn usual_chunks(size: u64) -> u64 {
+        let usual = size.div_ceil(TARGET as u64);
+        usual.saturating_add(usual / 4)
+    }
+
+    /// What [`Chunker::for_size`] makes room for, in bytes.
     pub(crate) fn usual_bytes(size: u64) -> u64 {
-        size.div_ceil(TARGET as u64)
-            .saturating_mul(std::mem::size_of::<Chunk>() as u64)
+        Self::usual_chunks(size).saturating_mul(std::mem::size_of::<Chunk>() as u64)
     }
 
     /// The bytes of the chunk begun before the next piece.

@@ -186,7 +186,7 @@ async fn chunk(state: &Arc<State>, held: &Held, size: u64) -> Result<Chunker, St
             false => Ok(Some(bytes)),
         }
     };
-    let mut chunker = Chunker::default();
+    let mut chunker = Chunker::for_size(size);
     let mut piece = read(0).await?;
     while let Some(bytes) = piece {
         let next = chunker.fed() + bytes.len() as u64;

@@ -42,6 +42,18 @@ impl Bytes {
             Bytes::Mapped(m) => m.as_mut_slice(),
         }
     }
+
+    /// A copy in memory of its own (64-byte aligned), for a second caller
+    /// of the same object: the library never hands one buffer out twice.
+    pub(crate) fn copy(&self) -> Option<Bytes> {
+        let bytes = match self {
+            Bytes::Owned(b) => b.as_slice(),
+            Bytes::Mapped(m) => m.as_slice(),
+        };
+        zt_format::AlignedBuf::copy_from(bytes)
+            .ok()
+            .map(Bytes::Owned)
+    }
 }
 
 /// Bytes received, verified and owned by Python: 64-byte aligned,

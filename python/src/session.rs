@@ -135,35 +135,23 @@ impl Session {
     /// Starts fetching `names` in the background; returns the batch that
     /// yields them as they arrive ([`Session::next`]).
     fn start(&self, py: Python<'_>, names: Vec<String>) -> PyResult<u64> {
-        let mut wanted = Vec::with_capacity(names.len());
-        for n in names {
-            let o = self.manifest.objects.get(&n).ok_or_else(|| {
-                Failure::new(Kind::NotFound, format!("{}: no object {n:?}", self.label)).into_py()
-            })?;
-            wanted.push((n, o.components.len()));
-        }
-        let mut live = self.live(py)?;
-        let source = live.source.clone().ok_or_else(|| closed(&self.label))?;
-        let batch = live.number_batch();
-        let fetch = live.table.request(batch, &wanted);
-        if !fetch.names.is_empty() {
-            let task = source.start(runtime()?, fetch, Arc::clone(&live.table), self.cap);
-            live.track(task);
-        }
-        Ok(batch)
+        self.start_taking(py, names, None)
+    }
+
+    /// `name` fetched (unless it has arrived or is on its way) and taken,
+    /// in one call: a caller asking for an object another caller is
+    /// waiting for too gets a copy of its own, never an error.
+    #[pyo3(signature = (name, timeout=None))]
+    fn get(&self, py: Python<'_>, name: String, timeout: Option<f64>) -> PyResult<Vec<PyPart>> {
+        let batch = self.start_taking(py, vec![name.clone()], Some(&name))?;
+        self.drop_batch(batch);
+        self.take_counted(py, &name, timeout, true)
     }
 
     /// Waits for `name` (started before) and takes its components.
     #[pyo3(signature = (name, timeout=None))]
     fn take(&self, py: Python<'_>, name: &str, timeout: Option<f64>) -> PyResult<Vec<PyPart>> {
-        let deadline = deadline(timeout)?;
-        let table = Arc::clone(&self.live(py)?.table);
-        let got = py.detach(|| table.take(name, deadline, check_signals))?;
-        match got {
-            Waited::Got(Ok(parts)) => Ok(to_py(parts)),
-            Waited::Got(Err(f)) => Err(f.about(name, None).into_py()),
-            Waited::TimedOut => Err(timed_out(name)),
-        }
+        self.take_counted(py, name, timeout, false)
     }
 
     /// The next object of `batch` to arrive, or `None` when all were yielded.
@@ -271,6 +259,51 @@ impl Session {
 }
 
 impl Session {
+    /// [`Session::start`], `taker` naming the one object the caller will
+    /// take ([`crate::table::Table::request`]).
+    fn start_taking(
+        &self,
+        py: Python<'_>,
+        names: Vec<String>,
+        taker: Option<&str>,
+    ) -> PyResult<u64> {
+        let mut wanted = Vec::with_capacity(names.len());
+        for n in names {
+            let o = self.manifest.objects.get(&n).ok_or_else(|| {
+                Failure::new(Kind::NotFound, format!("{}: no object {n:?}", self.label)).into_py()
+            })?;
+            wanted.push((n, o.components.len()));
+        }
+        let mut live = self.live(py)?;
+        let source = live.source.clone().ok_or_else(|| closed(&self.label))?;
+        let batch = live.number_batch();
+        let fetch = live.table.request(batch, &wanted, taker);
+        if !fetch.names.is_empty() {
+            let task = source.start(runtime()?, fetch, Arc::clone(&live.table), self.cap);
+            live.track(task);
+        }
+        Ok(batch)
+    }
+
+    /// [`Session::take`]; `counted` when the caller was counted among the
+    /// object's takers as it asked for it.
+    fn take_counted(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        timeout: Option<f64>,
+        counted: bool,
+    ) -> PyResult<Vec<PyPart>> {
+        let deadline = deadline(timeout)?;
+        let table = Arc::clone(&self.live(py)?.table);
+        let got = py.detach(|| table.take(name, counted, deadline, check_signals))?;
+        match got {
+            Waited::Got(Ok(parts)) => Ok(to_py(parts)),
+            Waited::Got(Err(f)) => Err(f.about(name, None).into_py()),
+            Waited::TimedOut => Err(timed_out(name)),
+        }
+    }
+
     fn lock_live(&self) -> MutexGuard<'_, Live> {
         self.live.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -54,6 +54,9 @@ pub(crate) struct Fetch {
 #[derive(Debug, Default)]
 struct State {
     slots: HashMap<String, Slot>,
+    /// Callers waiting in [`Table::take`], by object: the first to take
+    /// an object leaves a copy for the others.
+    takers: HashMap<String, usize>,
     batches: HashMap<u64, Batch>,
     next_fetch: u64,
     /// Why nothing more will arrive (the handle was closed).
@@ -87,9 +90,15 @@ impl Table {
 
     /// Asks for `names` (each with its number of components) as batch
     /// `id` (numbered by the caller): returns the fetch the caller must
-    /// start for those not already arrived or on their way.
-    pub(crate) fn request(&self, id: u64, names: &[(String, usize)]) -> Fetch {
+    /// start for those not already arrived or on their way. `taker` names
+    /// the one object the caller will [`Table::take`] (`counted`), counted
+    /// among its takers from now, so that another caller that takes it
+    /// first leaves a copy.
+    pub(crate) fn request(&self, id: u64, names: &[(String, usize)], taker: Option<&str>) -> Fetch {
         let mut st = self.lock();
+        if let Some(name) = taker {
+            *st.takers.entry(name.to_owned()).or_default() += 1;
+        }
         let by = st.next_fetch;
         st.next_fetch += 1;
         let mut batch = Batch::default();
@@ -188,7 +197,31 @@ impl Table {
     /// Waits until `object` arrived or failed and takes it; `check` runs
     /// between waits (to let the caller notice an interrupt) and stops
     /// the wait with its error.
+    /// `counted`: the caller was counted among the object's takers when it
+    /// asked for it ([`Table::request`]).
     pub(crate) fn take<E>(
+        &self,
+        object: &str,
+        counted: bool,
+        deadline: Option<Instant>,
+        check: impl FnMut() -> Result<(), E>,
+    ) -> Result<Waited<Taken>, E> {
+        if !counted {
+            *self.lock().takers.entry(object.to_owned()).or_default() += 1;
+        }
+        let got = self.take_counted(object, deadline, check);
+        let mut st = self.lock();
+        if let Some(n) = st.takers.get_mut(object) {
+            *n -= 1;
+            if *n == 0 {
+                st.takers.remove(object);
+            }
+        }
+        got
+    }
+
+    /// [`Table::take`] for a caller counted among the object's takers.
+    fn take_counted<E>(
         &self,
         object: &str,
         deadline: Option<Instant>,
@@ -201,9 +234,24 @@ impl Table {
                 Some(_) => {
                     let got = match st.slots.remove(object) {
                         Some(Slot::Ready(parts)) => Ok(parts),
-                        Some(Slot::Failed(f)) => Err(f),
+                        Some(Slot::Failed(f)) => {
+                            // Every other caller waiting for it learns why.
+                            if st.takers.get(object).is_some_and(|n| *n > 1) {
+                                st.slots.insert(object.to_owned(), Slot::Failed(f.clone()));
+                            }
+                            Err(f)
+                        }
                         _ => Err(Failure::new(Kind::Other, "lost track of the object")),
                     };
+                    // Another caller asked for the same object meanwhile
+                    // (two threads, one tensor): it gets a copy of its own.
+                    if let Ok(parts) = &got {
+                        if st.takers.get(object).is_some_and(|n| *n > 1) {
+                            if let Some(copy) = copies(parts) {
+                                st.slots.insert(object.to_owned(), Slot::Ready(copy));
+                            }
+                        }
+                    }
                     return Ok(Waited::Got(got));
                 }
                 None => {
@@ -317,6 +365,22 @@ impl Table {
         check()?;
         Ok(Some(self.lock()))
     }
+}
+
+/// A copy of every part, in memory of its own (`None` if one could not be
+/// made: the next caller fetches the object again).
+fn copies(parts: &[Part]) -> Option<Vec<Part>> {
+    parts
+        .iter()
+        .map(|p| {
+            Some(Part {
+                role: p.role.clone(),
+                data: p.data.copy()?,
+                dtype: p.dtype,
+                logical: p.logical.clone(),
+            })
+        })
+        .collect()
 }
 
 /// Moves `object` from outstanding to arrived in every batch waiting for it.

@@ -247,8 +247,7 @@ class safe_open:
         return sum(c["length"] for c in self._objects[name]["components"].values())
 
     def _take(self, name: str):
-        self._session.drop_batch(self._session.start([name]))
-        return self._session.take(name, self._wait)
+        return self._session.get(name, self._wait)
 
     def _build(self, name: str, parts):
         obj = self._objects[name]

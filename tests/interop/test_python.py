@@ -426,6 +426,35 @@ def test_a_forked_child_reads_through_what_it_inherited_and_never_waits_on_the_p
 
 
 @pytest.mark.parametrize("transport", ["quic", "http"])
+def test_many_threads_on_one_handle_each_get_every_tensor(served, transport):
+    """48 threads reading through one handle, each tensor asked for by two
+    of them at once: over ztp/1 more requests than a connection may have
+    in flight (they wait their turn instead of being refused
+    `too_many_requests`), and two callers of one tensor each get a copy
+    of their own (neither is told it was already taken)."""
+    import concurrent.futures
+
+    port, original = served
+    names = sorted(original)
+    with ztserve.safe_open(urls(port)[transport], insecure=True, cache=False) as h:
+
+        def one(name):
+            return name, h.get_tensor(name)
+
+        with concurrent.futures.ThreadPoolExecutor(48) as pool:
+            got = list(pool.map(one, names + names))
+    assert len(got) == 2 * len(names)
+    for name, arr in got:
+        assert np.array_equal(arr, original[name]), name
+    # Two arrays of one tensor never share memory.
+    first = {}
+    for name, arr in got:
+        if name in first:
+            assert not np.shares_memory(arr, first[name]), name
+        first[name] = arr
+
+
+@pytest.mark.parametrize("transport", ["quic", "http"])
 def test_a_forked_child_takes_what_the_parent_prefetched_without_fetching_it_again(served, transport):
     """A DataLoader pattern: the parent prefetches, then forks. What had
     arrived whole and was not taken is the child's own copy (verified in

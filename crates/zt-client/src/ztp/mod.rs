@@ -40,7 +40,15 @@ pub struct QuicClient {
     pool: Arc<BufPool>,
     /// `quic://host:port`, which with a request's path names it in errors.
     origin: String,
+    /// Requests in flight at once ([`REQUESTS`]): more wait their turn.
+    requests: Arc<tokio::sync::Semaphore>,
 }
+
+/// Requests one connection has in flight at once, at most: what servers
+/// bound them to (PROTOCOL.md section 9, ztserve's `quic.max_requests`),
+/// so that callers past it (many threads each asking for a tensor) wait
+/// their turn instead of each getting `too_many_requests`.
+pub const REQUESTS: usize = 16;
 
 /// Where a connection goes: the address, the name the server's
 /// certificate is checked against, and the port the URL names (errors
@@ -64,6 +72,8 @@ struct Asked {
 pub(super) struct Routed {
     routes: Routes,
     pub(super) id: u64,
+    /// Its turn among the connection's [`REQUESTS`].
+    _turn: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Drop for Routed {
@@ -253,6 +263,7 @@ impl QuicClient {
             options,
             pool,
             origin: origin(server_name, port),
+            requests: Arc::new(tokio::sync::Semaphore::new(REQUESTS)),
         })
     }
 
@@ -447,23 +458,68 @@ impl QuicClient {
 
     /// Sends `get` and waits for its `manifest` message (not decoded); its
     /// components go to `deliver`, each after reserving its length in
-    /// `budget` when given.
+    /// `budget` when given. A request waits for a turn among the
+    /// connection's [`REQUESTS`]; one the server refuses as
+    /// `too_many_requests` (it counts a request until its `done`, which may
+    /// come after the client is through with it, and may bound fewer) is
+    /// sent again after a pause, for as long as the server may stay silent.
     async fn send_get(
         &self,
         get: Get,
         deliver: routes::Delivery,
         budget: Option<Budget>,
     ) -> Result<Asked> {
-        let path = get.path.clone();
-        let path = path.as_str();
-        let name = self.name_of(path);
+        let name = self.name_of(&get.path);
+        let wait = self.options.silence_timeout;
+        let until = tokio::time::Instant::now() + wait;
+        let mut pause = std::time::Duration::from_millis(5);
+        loop {
+            let turn = Arc::clone(&self.requests).acquire_owned();
+            let turn = match tokio::time::timeout_at(until, turn).await {
+                Ok(Ok(turn)) => turn,
+                Ok(Err(_)) => {
+                    return Err(Error::Transport(format!("{name}: the connection is closed")))
+                }
+                Err(_) => {
+                    return Err(Error::Transport(format!(
+                        "{name}: {REQUESTS} requests stayed in flight on the connection for {} s: none ended to make room for this one",
+                        wait.as_secs()
+                    )))
+                }
+            };
+            let asked = self
+                .ask_once(get.clone(), deliver.clone(), budget.clone(), turn, &name)
+                .await;
+            match asked {
+                Err(Error::Server {
+                    status: crate::Status::Ztp(Code::TooManyRequests),
+                    ..
+                }) if tokio::time::Instant::now() + pause < until => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_millis(200));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// [`QuicClient::send_get`] once, in `turn`.
+    async fn ask_once(
+        &self,
+        get: Get,
+        deliver: routes::Delivery,
+        budget: Option<Budget>,
+        turn: tokio::sync::OwnedSemaphorePermit,
+        name: &str,
+    ) -> Result<Asked> {
         let (mtx, mrx) = oneshot::channel();
         let route = Route {
-            name: name.clone(),
+            name: name.to_owned(),
             manifest: Some(mtx),
             deliver,
             budget,
         };
+        let path = get.path.clone();
         // The session hands out the id and routes the request's messages
         // and streams until it is forgotten (the fetch dropped, or a failure).
         let get = match self.routes.lock() {
@@ -473,12 +529,13 @@ impl QuicClient {
         let routed = Routed {
             routes: Arc::clone(&self.routes),
             id: get.id,
+            _turn: turn,
         };
         self.send(&Message::Get(get))
             .await
-            .map_err(|e| e.within(&name))?;
+            .map_err(|e| e.within(name))?;
         let msg = self
-            .watch(path)
+            .watch(&path)
             .unless_silent("its manifest", mrx)
             .await?
             .map_err(|_| {

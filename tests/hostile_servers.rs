@@ -237,6 +237,26 @@ async fn fetch_all(c: &QuicClient) -> (Vec<String>, usize, Vec<zt_client::Error>
     (texts, delivered, errors)
 }
 
+/// A client of `quic://localhost/m.zt` at `addr`, spread over
+/// `connections`, and its fetch of the whole file.
+async fn spread_fetch(
+    addr: SocketAddr,
+    fingerprint: &str,
+    connections: usize,
+) -> (zt_client::Client, zt_client::Fetch) {
+    let options = Options {
+        trust: Trust::fingerprint(fingerprint).unwrap(),
+        connections: Some(connections),
+        connect_to: Some(addr),
+        ..Options::default()
+    };
+    let c = zt_client::Client::connect("quic://localhost/m.zt", options)
+        .await
+        .unwrap();
+    let f = c.fetch(&[], None).await.unwrap();
+    (c, f)
+}
+
 /// How the server's end of the connection was closed by the client.
 fn closed_with(conn: &Connection) -> Option<u64> {
     match conn.close_reason() {
@@ -522,16 +542,7 @@ async fn a_server_without_shares_answers_a_spread_fetch_whole() {
         s
     })
     .await;
-    let options = Options {
-        trust: Trust::fingerprint(&fp).unwrap(),
-        connections: Some(4),
-        connect_to: Some(addr),
-        ..Options::default()
-    };
-    let c = zt_client::Client::connect("quic://localhost/m.zt", options)
-        .await
-        .unwrap();
-    let mut f = c.fetch(&[], None).await.unwrap();
+    let (c, mut f) = spread_fetch(addr, &fp, 4).await;
     let mut seqs = Vec::new();
     while let Some(d) = f.next().await {
         let d = d.unwrap();
@@ -571,16 +582,7 @@ async fn a_share_refused_everywhere_fails_the_fetch_naming_the_url_once() {
         s
     })
     .await;
-    let options = Options {
-        trust: Trust::fingerprint(&fp).unwrap(),
-        connections: Some(2),
-        connect_to: Some(addr),
-        ..Options::default()
-    };
-    let c = zt_client::Client::connect("quic://localhost/m.zt", options)
-        .await
-        .unwrap();
-    let mut f = c.fetch(&[], None).await.unwrap();
+    let (c, mut f) = spread_fetch(addr, &fp, 2).await;
     let err = loop {
         match f.next().await {
             Some(Ok(_)) => continue,

@@ -13,6 +13,7 @@ use futures_util::FutureExt;
 use quinn::{Connection, RecvStream, SendStream};
 use ztp_proto::{frame, Code, Deframer, Get, Message};
 
+use common::quic::get;
 use common::Server;
 
 /// `n` objects of `len` bytes each with crc32c digests, under layer names
@@ -30,15 +31,6 @@ fn many_objects(path: &std::path::Path, n: u32, len: usize) {
             .unwrap();
     }
     std::fs::write(path, w.finish().unwrap()).unwrap();
-}
-
-fn get(id: u64, path: &str) -> Vec<u8> {
-    frame(&Message::Get(Get {
-        id,
-        path: path.into(),
-        ..Get::default()
-    }))
-    .unwrap()
 }
 
 /// Whatever the control stream has already received, without waiting.

@@ -8,11 +8,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::quic::{close_code_within, metric, raw_connect};
+use common::quic::{close_code_within, get, metric, raw_connect};
 use common::{eventually, Server};
 use quinn::{RecvStream, VarInt};
 use safetensors::tensor::TensorView;
-use ztp_proto::{frame, Cancel, Code, Deframer, Get, Message};
+use ztp_proto::{frame, Cancel, Code, Deframer, Message};
 
 const INDEX: &str = "m/model.safetensors.index.json";
 
@@ -49,15 +49,6 @@ fn start(root: &std::path::Path, quic: &str) -> (Server, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = common::config_file(dir.path(), &format!("[quic]\n{quic}"));
     (Server::start_quic(root, &["--config", &cfg]), dir)
-}
-
-fn get(id: u64, path: &str) -> Vec<u8> {
-    frame(&Message::Get(Get {
-        id,
-        path: path.into(),
-        ..Get::default()
-    }))
-    .unwrap()
 }
 
 /// A small window per stream (a request's streams cannot finish unread)

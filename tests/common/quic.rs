@@ -31,6 +31,16 @@ pub async fn raw_connect(
         .unwrap()
 }
 
+/// A framed `get` of all of `path` as request `id`.
+pub fn get(id: u64, path: &str) -> Vec<u8> {
+    let get = ztp_proto::Get {
+        id,
+        path: path.into(),
+        ..ztp_proto::Get::default()
+    };
+    ztp_proto::frame(&ztp_proto::Message::Get(get)).unwrap()
+}
+
 /// The application close code, if the peer closes within `limit`.
 pub async fn close_code_within(conn: &quinn::Connection, limit: Duration) -> Option<u64> {
     match tokio::time::timeout(limit, conn.closed()).await {

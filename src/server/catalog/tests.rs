@@ -18,15 +18,11 @@ fn zt_of(v: f32) -> (Vec<u8>, Vec<u8>) {
     (w.finish().unwrap(), data)
 }
 
-#[tokio::test]
-async fn files_in_memory_are_served_refused_and_seen_replaced() {
-    let root = Arc::new(MemoryRoot::default());
-    let (file, one) = zt_of(1.0);
-    root.put("m.zt", file);
-    root.put("bad.zt", b"not a zTensor file at all".to_vec());
+/// A catalog of `root` with the default digests, and its state folder.
+fn catalog_of(root: &Arc<MemoryRoot>) -> (Catalog, tempfile::TempDir) {
     let state = tempfile::tempdir().unwrap();
     let catalog = Catalog::new(
-        Arc::clone(&root) as _,
+        Arc::clone(root) as _,
         Limits::default(),
         &DigestsConfig::default(),
         state.path(),
@@ -34,6 +30,16 @@ async fn files_in_memory_are_served_refused_and_seen_replaced() {
         true,
     )
     .unwrap();
+    (catalog, state)
+}
+
+#[tokio::test]
+async fn files_in_memory_are_served_refused_and_seen_replaced() {
+    let root = Arc::new(MemoryRoot::default());
+    let (file, one) = zt_of(1.0);
+    root.put("m.zt", file);
+    root.put("bad.zt", b"not a zTensor file at all".to_vec());
+    let (catalog, _state) = catalog_of(&root);
     catalog.rescan().await;
     let snap = catalog.snapshot();
 
@@ -147,18 +153,8 @@ async fn an_index_is_linked_once_for_requests_that_come_together() {
         "model.safetensors.index.json",
         serde_json::to_vec(&index).unwrap(),
     );
-    let state = tempfile::tempdir().unwrap();
-    let catalog = Arc::new(
-        Catalog::new(
-            Arc::clone(&root) as _,
-            Limits::default(),
-            &DigestsConfig::default(),
-            state.path(),
-            &[],
-            true,
-        )
-        .unwrap(),
-    );
+    let (catalog, _state) = catalog_of(&root);
+    let catalog = Arc::new(catalog);
     catalog.rescan().await;
     let asks = (0..8).map(|_| {
         let c = Arc::clone(&catalog);

@@ -267,14 +267,7 @@ fn hidden_inside(root: &Path, target: &Path) -> bool {
     let Ok(rel) = target.strip_prefix(root) else {
         return false;
     };
-    let parts: Option<Vec<&str>> = rel
-        .components()
-        .map(|c| match c {
-            PathPart::Normal(s) => s.to_str(),
-            _ => None,
-        })
-        .collect();
-    let Some(parts) = parts else {
+    let Some(parts) = names(rel) else {
         return true;
     };
     let Some(first) = parts.iter().position(|p| ignored_name(p)) else {
@@ -297,13 +290,16 @@ const LINKED_STORES: &[&[&str]] = &[&[".git", "annex", "objects"], &[".dvc", "ca
 
 /// The `/`-separated path of `path` under `root`.
 fn relative(root: &Path, path: &Path) -> Option<String> {
-    let rel = path.strip_prefix(root).ok()?;
-    let parts: Option<Vec<&str>> = rel
-        .components()
+    Some(names(path.strip_prefix(root).ok()?)?.join("/"))
+}
+
+/// The names a relative path is made of (`None` if one is not UTF-8, or
+/// the path is not plain names).
+fn names(rel: &Path) -> Option<Vec<&str>> {
+    rel.components()
         .map(|c| match c {
             PathPart::Normal(s) => s.to_str(),
             _ => None,
         })
-        .collect();
-    Some(parts?.join("/"))
+        .collect()
 }

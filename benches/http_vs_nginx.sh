@@ -2,6 +2,7 @@
 # ztserve against nginx (sendfile on) serving the same root on 127.0.0.1,
 # measured in the same run; prints medians and ztserve/nginx ratios.
 # Not part of .ci/run. Usage: benches/http_vs_nginx.sh [ROUNDS]
+#   ZT_DAEMON_BIN=PATH serves from another build (A/B runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benches/support/nginx.sh
@@ -15,7 +16,7 @@ mkdir -p "$data/root"
 [ -f "$data/root/one-gib.zt" ] || target/release/examples/make_bench_model "$data/root/one-gib.zt" one-tensor 1
 
 zport=17071; nport=17072
-target/release/ztserve --root "$data/root" --listen 127.0.0.1:$zport --log-level warn &
+"${ZT_DAEMON_BIN:-target/release/ztserve}" --root "$data/root" --listen 127.0.0.1:$zport --log-level warn &
 zpid=$!
 nginx_start "$data" $nport "location /v1/files/ { alias $data/root/; }"
 cleanup() { kill $zpid 2>/dev/null || true; nginx_stop "$data"; }

@@ -19,7 +19,7 @@ use crate::live::{closed_why, Live};
 use crate::options::{client_options, ClientArgs};
 use crate::process::runtime;
 use crate::source::Source;
-use crate::table::{Part, Waited};
+use crate::table::{Part, Table, Waited};
 
 /// A component handed to Python: role, bytes, dtype and logical type.
 type PyPart = (String, Buffer, String, Option<String>);
@@ -143,15 +143,20 @@ impl Session {
     /// waiting for too gets a copy of its own, never an error.
     #[pyo3(signature = (name, timeout=None))]
     fn get(&self, py: Python<'_>, name: String, timeout: Option<f64>) -> PyResult<Vec<PyPart>> {
+        // Whatever can fail fails before the caller is counted as a taker.
+        let deadline = deadline(timeout)?;
+        let table = Arc::clone(&self.live(py)?.table);
         let batch = self.start_taking(py, vec![name.clone()], Some(&name))?;
         self.drop_batch(batch);
-        self.take_counted(py, &name, timeout, true)
+        self.take_from(py, &table, &name, deadline, true)
     }
 
     /// Waits for `name` (started before) and takes its components.
     #[pyo3(signature = (name, timeout=None))]
     fn take(&self, py: Python<'_>, name: &str, timeout: Option<f64>) -> PyResult<Vec<PyPart>> {
-        self.take_counted(py, name, timeout, false)
+        let deadline = deadline(timeout)?;
+        let table = Arc::clone(&self.live(py)?.table);
+        self.take_from(py, &table, name, deadline, false)
     }
 
     /// The next object of `batch` to arrive, or `None` when all were yielded.
@@ -285,17 +290,16 @@ impl Session {
         Ok(batch)
     }
 
-    /// [`Session::take`]; `counted` when the caller was counted among the
-    /// object's takers as it asked for it.
-    fn take_counted(
+    /// [`Session::take`] from `table`; `counted` when the caller was
+    /// counted among the object's takers as it asked for it.
+    fn take_from(
         &self,
         py: Python<'_>,
+        table: &Table,
         name: &str,
-        timeout: Option<f64>,
+        deadline: Option<Instant>,
         counted: bool,
     ) -> PyResult<Vec<PyPart>> {
-        let deadline = deadline(timeout)?;
-        let table = Arc::clone(&self.live(py)?.table);
         let got = py.detach(|| table.take(name, counted, deadline, check_signals))?;
         match got {
             Waited::Got(Ok(parts)) => Ok(to_py(parts)),

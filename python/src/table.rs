@@ -204,39 +204,24 @@ impl Table {
         object: &str,
         counted: bool,
         deadline: Option<Instant>,
-        check: impl FnMut() -> Result<(), E>,
-    ) -> Result<Waited<Taken>, E> {
-        if !counted {
-            *self.lock().takers.entry(object.to_owned()).or_default() += 1;
-        }
-        let got = self.take_counted(object, deadline, check);
-        let mut st = self.lock();
-        if let Some(n) = st.takers.get_mut(object) {
-            *n -= 1;
-            if *n == 0 {
-                st.takers.remove(object);
-            }
-        }
-        got
-    }
-
-    /// [`Table::take`] for a caller counted among the object's takers.
-    fn take_counted<E>(
-        &self,
-        object: &str,
-        deadline: Option<Instant>,
         mut check: impl FnMut() -> Result<(), E>,
     ) -> Result<Waited<Taken>, E> {
         let mut st = self.lock();
+        if !counted {
+            *st.takers.entry(object.to_owned()).or_default() += 1;
+        }
         loop {
             match st.slots.get(object) {
                 Some(Slot::Waiting { .. }) => {}
                 Some(_) => {
+                    // Leaving in the same hold of the lock as taking: the
+                    // takers still counted are exactly those left waiting.
+                    let others = leave(&mut st, object);
                     let got = match st.slots.remove(object) {
                         Some(Slot::Ready(parts)) => Ok(parts),
                         Some(Slot::Failed(f)) => {
                             // Every other caller waiting for it learns why.
-                            if st.takers.get(object).is_some_and(|n| *n > 1) {
+                            if others > 0 {
                                 st.slots.insert(object.to_owned(), Slot::Failed(f.clone()));
                             }
                             Err(f)
@@ -245,25 +230,31 @@ impl Table {
                     };
                     // Another caller asked for the same object meanwhile
                     // (two threads, one tensor): it gets a copy of its own.
-                    if let Ok(parts) = &got {
-                        if st.takers.get(object).is_some_and(|n| *n > 1) {
-                            if let Some(copy) = copies(parts) {
-                                st.slots.insert(object.to_owned(), Slot::Ready(copy));
-                            }
+                    if let (Ok(parts), true) = (&got, others > 0) {
+                        if let Some(copy) = copies(parts) {
+                            st.slots.insert(object.to_owned(), Slot::Ready(copy));
                         }
                     }
                     return Ok(Waited::Got(got));
                 }
                 None => {
+                    leave(&mut st, object);
                     let why = st.closed.clone().unwrap_or_else(|| {
                         format!("object {object:?} was not asked for, or was already taken")
                     });
                     return Ok(Waited::Got(Err(Failure::new(Kind::Other, why))));
                 }
             }
-            st = match self.wait(st, deadline, &mut check)? {
-                Some(st) => st,
-                None => return Ok(Waited::TimedOut),
+            st = match self.wait(st, deadline, &mut check) {
+                Ok(Some(st)) => st,
+                Ok(None) => {
+                    leave(&mut self.lock(), object);
+                    return Ok(Waited::TimedOut);
+                }
+                Err(e) => {
+                    leave(&mut self.lock(), object);
+                    return Err(e);
+                }
             };
         }
     }
@@ -365,6 +356,20 @@ impl Table {
         check()?;
         Ok(Some(self.lock()))
     }
+}
+
+/// One taker of `object` gone (it took it, or gave up): how many are
+/// still waiting for it.
+fn leave(st: &mut State, object: &str) -> usize {
+    let Some(n) = st.takers.get_mut(object) else {
+        return 0;
+    };
+    *n = n.saturating_sub(1);
+    let left = *n;
+    if left == 0 {
+        st.takers.remove(object);
+    }
+    left
 }
 
 /// A copy of every part, in memory of its own (`None` if one could not be

@@ -175,14 +175,17 @@ pub(super) async fn handle(
                     // count against the connection's limit from their
                     // `get`, as every request does).
                     let (shared, answer) = (shared.clone(), Answering::new(&answering));
-                    let unanswered = Unanswered::new(&session, g.id);
+                    let unanswered = Unanswered::new(&session, &control, g.id);
                     tokio::spawn(async move {
                         let resolved = shared.state.catalog.resolve(&g.path, need(&g)).await;
                         get(shared, g, resolved, (answer, unanswered)).await;
                     });
                 }
                 Received::Serve(g) => {
-                    let answer = (Answering::new(&answering), Unanswered::new(&session, g.id));
+                    let answer = (
+                        Answering::new(&answering),
+                        Unanswered::new(&session, &control, g.id),
+                    );
                     get(shared.clone(), g, None, answer).await;
                 }
                 Received::Answer(e) => control.send(Message::Error(e)).await,
@@ -227,17 +230,20 @@ fn answered(session: &Session, id: u64) {
 
 /// A request accepted and not yet answered or started: its id and its
 /// place among the connection's requests are given back however its
-/// answering ends, a panic included.
+/// answering ends, and a panic is answered with `internal` (where the
+/// control queue has room) rather than left for the client to wait on.
 struct Unanswered {
     session: Session,
+    control: Control,
     id: u64,
     armed: bool,
 }
 
 impl Unanswered {
-    fn new(session: &Session, id: u64) -> Unanswered {
+    fn new(session: &Session, control: &Control, id: u64) -> Unanswered {
         Unanswered {
             session: Arc::clone(session),
+            control: control.clone(),
             id,
             armed: true,
         }
@@ -261,6 +267,12 @@ impl Drop for Unanswered {
     fn drop(&mut self) {
         if self.armed {
             answered(&self.session, self.id);
+            self.control.try_send(Message::Error(ErrorMsg {
+                id: Some(self.id),
+                code: Code::Internal,
+                message: "the server failed while answering this request (its log says why)"
+                    .to_owned(),
+            }));
         }
     }
 }

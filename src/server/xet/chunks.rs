@@ -219,9 +219,10 @@ impl Chunker {
         }
     }
 
-    /// What the chunks so far take (what the index will hold at least).
+    /// What the chunks so far hold in memory (room made for them
+    /// included: what the index will hold at least).
     pub(crate) fn held_bytes(&self) -> u64 {
-        (self.chunks.len() * std::mem::size_of::<Chunk>()) as u64
+        (self.chunks.capacity() * std::mem::size_of::<Chunk>()) as u64
     }
 
     /// Chunks of a file of `size` bytes cut as files usually cut, with a

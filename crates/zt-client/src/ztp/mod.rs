@@ -72,8 +72,6 @@ struct Asked {
 pub(super) struct Routed {
     routes: Routes,
     pub(super) id: u64,
-    /// Its turn among the connection's [`REQUESTS`].
-    _turn: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Drop for Routed {
@@ -470,20 +468,22 @@ impl QuicClient {
         budget: Option<Budget>,
     ) -> Result<Asked> {
         let name = self.name_of(&get.path);
-        let wait = self.options.silence_timeout;
-        let until = tokio::time::Instant::now() + wait;
+        let until = tokio::time::Instant::now() + self.options.silence_timeout;
         let mut pause = std::time::Duration::from_millis(5);
         loop {
+            // A turn comes as the requests before it are answered: waited
+            // for while the connection moves data, failing only when it
+            // stays silent as long as a server may.
             let turn = Arc::clone(&self.requests).acquire_owned();
-            let turn = match tokio::time::timeout_at(until, turn).await {
-                Ok(Ok(turn)) => turn,
-                Ok(Err(_)) => {
-                    return Err(Error::Transport(format!("{name}: the connection is closed")))
-                }
+            let turn = match self
+                .watch(&get.path)
+                .unless_silent("a turn among its requests", turn)
+                .await?
+            {
+                Ok(turn) => turn,
                 Err(_) => {
                     return Err(Error::Transport(format!(
-                        "{name}: {REQUESTS} requests stayed in flight on the connection for {} s: none ended to make room for this one",
-                        wait.as_secs()
+                        "{name}: the connection is closed"
                     )))
                 }
             };
@@ -518,6 +518,7 @@ impl QuicClient {
             manifest: Some(mtx),
             deliver,
             budget,
+            turn: Some(turn),
         };
         let path = get.path.clone();
         // The session hands out the id and routes the request's messages
@@ -529,7 +530,6 @@ impl QuicClient {
         let routed = Routed {
             routes: Arc::clone(&self.routes),
             id: get.id,
-            _turn: turn,
         };
         self.send(&Message::Get(get))
             .await

@@ -26,6 +26,11 @@ pub(super) struct Route {
     /// A bounded request's budget: a stream waits for room before its
     /// bytes are read (and quinn's flow control holds the server back).
     pub(super) budget: Option<Budget>,
+    /// Its turn among the connection's requests
+    /// ([`super::REQUESTS`]), given back when the server has answered it
+    /// in full (its `done` or `error`, as the server counts it) or the
+    /// request is forgotten, whichever comes first.
+    pub(super) turn: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Route {
@@ -160,6 +165,9 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
                     let _ = request.deliver.send((Event::Component(Err(e)), None));
                 }
                 Ok(Said::Done { request, sent }) => {
+                    // The server has let the request go: so does its turn
+                    // (its last streams may still be read).
+                    request.turn = None;
                     // Streams cancelled before they opened never arrive:
                     // `sent` says how many will.
                     let _ = request.deliver.send((Event::Done { sent }, None));

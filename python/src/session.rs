@@ -281,10 +281,11 @@ impl Session {
         }
         let mut live = self.live(py)?;
         let source = live.source.clone().ok_or_else(|| closed(&self.label))?;
+        let runtime = runtime()?;
         let batch = live.number_batch();
         let fetch = live.table.request(batch, &wanted, taker);
         if !fetch.names.is_empty() {
-            let task = source.start(runtime()?, fetch, Arc::clone(&live.table), self.cap);
+            let task = source.start(runtime, fetch, Arc::clone(&live.table), self.cap);
             live.track(task);
         }
         Ok(batch)

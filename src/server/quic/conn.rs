@@ -267,12 +267,18 @@ impl Drop for Unanswered {
     fn drop(&mut self) {
         if self.armed {
             answered(&self.session, self.id);
-            self.control.try_send(Message::Error(ErrorMsg {
+            let error = Message::Error(ErrorMsg {
                 id: Some(self.id),
                 code: Code::Internal,
                 message: "the server failed while answering this request (its log says why)"
                     .to_owned(),
-            }));
+            });
+            // Queued without waiting here (a `Drop`), however full the
+            // queue: the client must not wait on a request nobody answers.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let control = self.control.clone();
+                runtime.spawn(async move { control.send(error).await });
+            }
         }
     }
 }
@@ -334,11 +340,12 @@ async fn get(c: Shared, g: Get, resolved: Option<Entry>, answer: (Answering, Una
         streams,
         features: FEATURES.iter().map(|f| (*f).to_owned()).collect(),
     });
-    // The manifest is in the control stream's buffer, which has priority,
-    // before the first component stream opens: it arrives first.
-    control.send_queued(msg).await;
+    // Answered (its id free, no `internal` error left to send) before the
+    // manifest goes out: nothing may follow a manifest but its streams and
+    // `done`.
     if g.manifest_only {
         unanswered.answered();
+        control.send_queued(msg).await;
         let done = Done {
             id,
             sent: 0,
@@ -360,6 +367,9 @@ async fn get(c: Shared, g: Get, resolved: Option<Entry>, answer: (Answering, Una
             ctl.cancel(None, None);
         }
     }
+    // The manifest is in the control stream's buffer, which has priority,
+    // before the first component stream opens: it arrives first.
+    control.send_queued(msg).await;
     tokio::spawn(async move {
         let writers = send::writers(count);
         let (sent, cancelled) =

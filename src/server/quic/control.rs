@@ -114,11 +114,6 @@ impl Control {
         let _ = self.tx.send(Out::Message(Box::new(m), None)).await;
     }
 
-    /// Queues `m` if there is room, without waiting (from a `Drop`).
-    pub(super) fn try_send(&self, m: Message) {
-        let _ = self.tx.try_send(Out::Message(Box::new(m), None));
-    }
-
     /// Queues `m` and returns once its bytes are in the stream's send
     /// buffer, ahead of anything a component stream queues after.
     pub(super) async fn send_queued(&self, m: Message) {

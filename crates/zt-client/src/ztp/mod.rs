@@ -468,7 +468,8 @@ impl QuicClient {
         budget: Option<Budget>,
     ) -> Result<Asked> {
         let name = self.name_of(&get.path);
-        let until = tokio::time::Instant::now() + self.options.silence_timeout;
+        // Refusals are retried for a silence timeout from the first.
+        let mut until = None;
         let mut pause = std::time::Duration::from_millis(5);
         loop {
             // A turn comes as the requests before it are answered: waited
@@ -494,7 +495,11 @@ impl QuicClient {
                 Err(Error::Server {
                     status: crate::Status::Ztp(Code::TooManyRequests),
                     ..
-                }) if tokio::time::Instant::now() + pause < until => {
+                }) if tokio::time::Instant::now() + pause
+                    < *until.get_or_insert_with(|| {
+                        tokio::time::Instant::now() + self.options.silence_timeout
+                    }) =>
+                {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(std::time::Duration::from_millis(200));
                 }

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use prometheus::{IntCounter, IntGauge, Registry};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::server::families::{counter, gauge, register};
 
@@ -139,31 +139,48 @@ impl CpuPool {
         self.job(what, f, false).await
     }
 
+    /// A turn held until dropped, for work that reads between its CPU-heavy
+    /// steps (hashing rows as they are read): taken as [`CpuPool::run`]
+    /// takes one (refused at once when the queue is full), counted as a
+    /// running job.
+    pub(crate) async fn turn(&self, what: &str) -> Result<Turn<'_>, CpuError> {
+        let permit = self.acquire(what, true).await?;
+        self.started.inc();
+        Ok(Turn {
+            _permit: permit,
+            _running: Running::start(&self.running_now),
+        })
+    }
+
+    /// A turn, waiting in the queue for one (refused when `capped` and the
+    /// queue is full).
+    async fn acquire(&self, what: &str, capped: bool) -> Result<OwnedSemaphorePermit, CpuError> {
+        if let Ok(turn) = Arc::clone(&self.turns).try_acquire_owned() {
+            return Ok(turn);
+        }
+        let queued = Queued::join(self, capped).ok_or_else(|| {
+            self.refused.inc();
+            CpuError::Busy {
+                what: what.to_owned(),
+                waiting: self.queue,
+                jobs: self.jobs,
+            }
+        })?;
+        let turn = Arc::clone(&self.turns).acquire_owned().await;
+        drop(queued);
+        turn.map_err(|e| CpuError::Failed {
+            what: what.to_owned(),
+            why: e.to_string(),
+        })
+    }
+
     async fn job<T: Send + 'static>(
         &self,
         what: &str,
         f: impl FnOnce() -> T + Send + 'static,
         capped: bool,
     ) -> Result<T, CpuError> {
-        let turn = match Arc::clone(&self.turns).try_acquire_owned() {
-            Ok(turn) => turn,
-            Err(_) => {
-                let queued = Queued::join(self, capped).ok_or_else(|| {
-                    self.refused.inc();
-                    CpuError::Busy {
-                        what: what.to_owned(),
-                        waiting: self.queue,
-                        jobs: self.jobs,
-                    }
-                })?;
-                let turn = Arc::clone(&self.turns).acquire_owned().await;
-                drop(queued);
-                turn.map_err(|e| CpuError::Failed {
-                    what: what.to_owned(),
-                    why: e.to_string(),
-                })?
-            }
-        };
+        let turn = self.acquire(what, capped).await?;
         self.started.inc();
         let running = Running::start(&self.running_now);
         let job = tokio::task::spawn_blocking(move || {
@@ -215,6 +232,12 @@ impl Drop for Queued<'_> {
         self.0.waiting.fetch_sub(1, Ordering::SeqCst);
         self.0.waiting_now.dec();
     }
+}
+
+/// A turn of the pool's ([`CpuPool::turn`]), given back when dropped.
+pub(crate) struct Turn<'a> {
+    _permit: OwnedSemaphorePermit,
+    _running: Running<'a>,
 }
 
 /// A job counted as running until dropped.

@@ -44,7 +44,7 @@ pub(super) async fn ranges(
         let at = format!("{path}: object {object:?}: {e}");
         return Err(Refusal::Rows(e, at).into());
     }
-    let got = slice(served, object, rows, &state.catalog).await;
+    let got = slice(served, object, rows, &state.catalog, &state.cpu).await;
     let s = got.map_err(|failure| {
         if let RowsFailure::Refused(checks::CheckFailure::Corrupt(why)) = &failure {
             tracing::warn!(file = %path, reason = %why, "refusing a corrupt component");

@@ -42,7 +42,7 @@ pub(super) async fn respond(
         )
     })?;
     let cap = state.config.limits.max_slice_pieces;
-    let g = gather(served, object, &slice, cap, &state.catalog)
+    let g = gather(served, object, &slice, cap, &state.catalog, &state.cpu)
         .await
         .map_err(Refusal::from)?;
     let sha = g.digest.sha256().map(|d| d.to_vec()).unwrap_or_default();

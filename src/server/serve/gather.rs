@@ -15,6 +15,7 @@ use zt_format::slice::{Gather, Slice, SliceError};
 use zt_format::{Digest, DigestAlgorithm, Hasher};
 
 use crate::server::catalog::{Catalog, Served};
+use crate::server::cpu::{CpuError, CpuPool};
 use crate::server::integrity::checks::CheckFailure;
 use crate::server::integrity::slice_digests::SliceDigests;
 use crate::server::store::blob::{Stop, Visit};
@@ -127,18 +128,22 @@ pub(crate) enum SliceFailure {
     NoObject(String),
     Slice(String, SliceError),
     Refused(CheckFailure),
+    /// No turn of the CPU pool to hash them (`limits.cpu_queue`).
+    Busy(CpuError),
 }
 
 /// `slice` of `object` in `served`: at most `cap` runs; the whole
 /// component checked on first use, then the runs read and hashed in order
 /// on the blocking pool ([`Blob::visit_spans`](crate::server::store::Blob::visit_spans): a
-/// local file's windows read into one buffer in one hop).
+/// local file's windows read into one buffer in one hop) within a turn of
+/// `cpu` (refused as busy past its queue), unless kept from before.
 pub(crate) async fn gather(
     served: &Arc<Served>,
     object: &str,
     slice: &Slice,
     cap: u64,
     catalog: &Catalog,
+    cpu: &CpuPool,
 ) -> Result<Gathered, SliceFailure> {
     let path = &served.path;
     let obj = served
@@ -177,7 +182,10 @@ pub(crate) async fn gather(
     let digest = match kept {
         Some(digest) => digest,
         None => {
+            let what = format!("{path}: object {object:?}: hashing slice {}", gather.spec());
+            let turn = cpu.turn(&what).await.map_err(SliceFailure::Busy)?;
             let digest = hash_runs(&holder, &windows).await.map_err(unreadable)?;
+            drop(turn);
             catalog.slice_digests().computed(key, digest.clone());
             let metrics = catalog.digest_metrics();
             metrics.rows.inc();

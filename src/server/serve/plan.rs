@@ -394,7 +394,7 @@ pub(crate) async fn rows(
     rows: Rows,
 ) -> Result<Plan, Refusal> {
     let (name, mut obj) = one_object(state, &served, select, "rows").await?;
-    let cut = slice(&served, &name, rows, &state.catalog).await?;
+    let cut = slice(&served, &name, rows, &state.catalog, &state.cpu).await?;
     if let Some(first) = obj.shape.first_mut() {
         *first = rows.end.saturating_sub(rows.start);
     }
@@ -416,7 +416,7 @@ pub(crate) async fn gathered(
     let ranges: Vec<std::ops::Range<u64>> = ranges.iter().map(|&(a, b)| a..b).collect();
     let slice = zt_format::slice::Slice::of(&ranges);
     let cap = state.config.limits.max_slice_pieces;
-    let g = super::gather::gather(&served, &name, &slice, cap, &state.catalog).await?;
+    let g = super::gather::gather(&served, &name, &slice, cap, &state.catalog, &state.cpu).await?;
     obj.shape.clone_from(&g.gather.shape);
     let len = g.gather.len();
     cut_part(served, name, obj, g.first, len, g.digest, Some(g.windows))

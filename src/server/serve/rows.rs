@@ -12,6 +12,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use crate::server::catalog::{Catalog, Served};
+use crate::server::cpu::{CpuError, CpuPool};
 use crate::server::integrity::slice_digests::SliceDigests;
 
 use crate::server::integrity::checks::CheckFailure;
@@ -35,18 +36,22 @@ pub(crate) enum RowsFailure {
     NoObject(String),
     Rows(String, RowsError),
     Refused(CheckFailure),
+    /// No turn of the CPU pool to hash them (`limits.cpu_queue`).
+    Busy(CpuError),
 }
 
 /// Rows `rows` of `object` in `served`: the whole component checked on
 /// first use, then the rows read (on the runtime) and hashed (on the
-/// blocking pool), unless the same rows of the same version were hashed
-/// before (kept with the slices' digests: ranks restarted, or replicas of
-/// a model, ask for the same rows again).
+/// blocking pool) within a turn of `cpu` (refused as busy past its
+/// queue), unless the same rows of the same version were hashed before
+/// (kept with the slices' digests: ranks restarted, or replicas of a
+/// model, ask for the same rows again).
 pub(crate) async fn slice(
     served: &Arc<Served>,
     object: &str,
     rows: Rows,
     catalog: &Catalog,
+    cpu: &CpuPool,
 ) -> Result<Slice, RowsFailure> {
     let obj =
         served.manifest.objects.get(object).ok_or_else(|| {
@@ -74,7 +79,13 @@ pub(crate) async fn slice(
     let digest = match kept {
         Some(digest) => digest,
         None => {
+            let what = format!(
+                "{}: object {object:?}: hashing rows {}:{}",
+                served.path, rows.start, rows.end
+            );
+            let turn = cpu.turn(&what).await.map_err(RowsFailure::Busy)?;
             let digest = hash(holder, object, rows, span).await?;
+            drop(turn);
             catalog.slice_digests().computed(key, digest.clone());
             let metrics = catalog.digest_metrics();
             metrics.rows.inc();

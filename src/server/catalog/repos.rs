@@ -14,6 +14,8 @@
 //! served.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use sha2::{Digest as _, Sha256};
@@ -62,6 +64,8 @@ pub(crate) struct Repo {
     pub(crate) commit: String,
     /// The latest modification time of its files.
     pub(crate) modified: SystemTime,
+    /// Its folders' ids, made on first use ([`Repo::folders`]).
+    folders: OnceLock<BTreeMap<String, String>>,
 }
 
 /// Every repository of a snapshot's files.
@@ -108,6 +112,7 @@ impl Repos {
                     kind,
                     id: id.clone(),
                     files,
+                    folders: OnceLock::new(),
                 };
                 ((kind, id), repo)
             })
@@ -170,75 +175,169 @@ impl Repo {
         revision.is_empty() || revision == "main" || revision.eq_ignore_ascii_case(&self.commit)
     }
 
-    /// The files and folders directly under the folder `dir` (`""`: the
-    /// top), or every file below it when `recursive` (folders then too, as
-    /// the Hub lists them), in path order; `None` when `dir` is no folder
-    /// of the repository (a file's path included).
-    pub(crate) fn tree(&self, dir: &str, recursive: bool) -> Option<Vec<Item<'_>>> {
-        let prefix = if dir.is_empty() {
-            String::new()
-        } else {
-            format!("{dir}/")
-        };
-        let mut out = Vec::new();
-        let mut folders: BTreeMap<String, Vec<&RepoFile>> = BTreeMap::new();
-        for (path, f) in self.files.range(prefix.clone()..) {
-            let Some(rest) = path.strip_prefix(&prefix) else {
-                break;
-            };
-            let mut at = 0;
-            // Each folder on the way from `dir` to the file.
-            while let Some(slash) = rest.get(at..).and_then(|r| r.find('/')) {
-                let folder = format!("{prefix}{}", rest.get(..at + slash).unwrap_or_default());
-                folders.entry(folder).or_default().push(f);
-                if !recursive {
-                    break;
-                }
-                at += slash + 1;
-            }
-            if recursive || !rest.contains('/') {
-                out.push(Item::File { path, file: f });
-            }
-        }
-        if out.is_empty() && folders.is_empty() {
+    /// One page of the files and folders directly under the folder `dir`
+    /// (`""`: the top), or of every file and folder below it when
+    /// `recursive` (as the Hub lists them): at most `limit` entries in path
+    /// order, those after the path `after` when given, and whether more
+    /// follow; `None` when `dir` is no folder of the repository (a file's
+    /// path included). A page costs its entries' lookups, whatever the
+    /// repository's size: the folders are indexed once per snapshot
+    /// ([`Repo::folders`]).
+    pub(crate) fn tree_page(
+        &self,
+        dir: &str,
+        recursive: bool,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Option<(Vec<Item<'_>>, bool)> {
+        let folders = self.folders();
+        if !dir.is_empty() && !folders.contains_key(dir) {
             return None;
         }
-        out.extend(folders.into_iter().map(|(path, files)| Item::Folder {
-            oid: folder_oid(&files),
-            path,
-        }));
-        out.sort_by(|a, b| a.path().cmp(b.path()));
-        Some(out)
+        let prefix = match dir.is_empty() {
+            true => String::new(),
+            false => format!("{dir}/"),
+        };
+        let mut files = Below::new(&self.files, &prefix, after, recursive)
+            .fuse()
+            .peekable();
+        let mut dirs = Below::new(folders, &prefix, after, recursive)
+            .fuse()
+            .peekable();
+        let mut out = Vec::new();
+        loop {
+            let file_first = match (files.peek(), dirs.peek()) {
+                (None, None) => return Some((out, false)),
+                (Some((f, _)), Some((d, _))) => f < d,
+                (f, _) => f.is_some(),
+            };
+            if out.len() == limit {
+                return Some((out, true));
+            }
+            let item = match file_first {
+                true => files.next().map(|(path, file)| Item::File { path, file }),
+                false => dirs.next().map(|(path, oid)| Item::Folder { path, oid }),
+            };
+            out.extend(item);
+        }
     }
 
-    /// The entry at `path`: its file, or the folder of the files below
-    /// it (found by one lookup, its id made from those files only).
+    /// Every folder of the repository by its path, with its id
+    /// ([`fold_in`]'s, over the files below it in path order): made on
+    /// first use, once per snapshot, in one pass over the files.
+    fn folders(&self) -> &BTreeMap<String, String> {
+        self.folders.get_or_init(|| {
+            let mut done = BTreeMap::new();
+            // The folders the last file lay in, outermost first, each with
+            // its hash so far (a folder's files come one after another).
+            let mut open: Vec<(&str, Sha256)> = Vec::new();
+            for (path, f) in &self.files {
+                let ancestors: Vec<&str> = path
+                    .match_indices('/')
+                    .filter_map(|(i, _)| path.get(..i))
+                    .collect();
+                let shared = open
+                    .iter()
+                    .zip(&ancestors)
+                    .take_while(|((a, _), b)| a == *b)
+                    .count();
+                for (folder, h) in open.drain(shared..) {
+                    done.insert(folder.to_owned(), oid_of(h));
+                }
+                open.extend(
+                    ancestors
+                        .get(shared..)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|a| (*a, Sha256::new())),
+                );
+                for (_, h) in &mut open {
+                    fold_in(h, f);
+                }
+            }
+            for (folder, h) in open {
+                done.insert(folder.to_owned(), oid_of(h));
+            }
+            done
+        })
+    }
+
+    /// The entry at `path`: its file, or the folder of the files below it.
     pub(crate) fn entry(&self, path: &str) -> Option<Item<'_>> {
         if let Some((p, f)) = self.files.get_key_value(path) {
             return Some(Item::File { path: p, file: f });
         }
-        let prefix = format!("{path}/");
-        let below: Vec<&RepoFile> = self
-            .files
-            .range(prefix.clone()..)
-            .take_while(|(p, _)| p.starts_with(&prefix))
-            .map(|(_, f)| f)
-            .collect();
-        (!below.is_empty()).then(|| Item::Folder {
-            oid: folder_oid(&below),
-            path: path.to_owned(),
-        })
+        let (path, oid) = self.folders().get_key_value(path)?;
+        Some(Item::Folder { path, oid })
     }
 }
 
-/// A folder's id: 40 hex digits over the tags of the files below it.
-fn folder_oid(files: &[&RepoFile]) -> String {
-    let mut h = Sha256::new();
-    for f in files {
-        h.update(f.rel.as_bytes());
-        h.update(b"\0");
-        h.update(f.tag.as_bytes());
+/// The entries of a map keyed by path that lie below `prefix`, after
+/// `after`, in order: all of them when `recursive`, else only those
+/// directly under it (a deeper one's siblings below its folder skipped in
+/// one lookup, so a listing never walks a subfolder's files).
+struct Below<'a, 'p, V> {
+    map: &'a BTreeMap<String, V>,
+    prefix: &'p str,
+    recursive: bool,
+    /// Where the next lookup starts.
+    from: Bound<String>,
+}
+
+impl<'a, 'p, V> Below<'a, 'p, V> {
+    fn new(
+        map: &'a BTreeMap<String, V>,
+        prefix: &'p str,
+        after: Option<&str>,
+        recursive: bool,
+    ) -> Below<'a, 'p, V> {
+        let from = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a.to_owned()),
+            _ => Bound::Included(prefix.to_owned()),
+        };
+        Below {
+            map,
+            prefix,
+            recursive,
+            from,
+        }
     }
+}
+
+impl<'a, V> Iterator for Below<'a, '_, V> {
+    type Item = (&'a String, &'a V);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let from = std::mem::replace(&mut self.from, Bound::Unbounded);
+            let (path, v) = self.map.range((from, Bound::Unbounded)).next()?;
+            let rest = path.strip_prefix(self.prefix)?;
+            match rest.find('/').filter(|_| !self.recursive) {
+                None => {
+                    self.from = Bound::Excluded(path.clone());
+                    return Some((path, v));
+                }
+                // Deeper: on past every path under `prefix` + that folder
+                // (`/` + 1 is `0`).
+                Some(slash) => {
+                    let folder = path.get(..self.prefix.len() + slash).unwrap_or_default();
+                    self.from = Bound::Included(format!("{folder}0"));
+                }
+            }
+        }
+    }
+}
+
+/// A folder's id: 40 hex digits of SHA-256 over the root paths and tags
+/// of the files below it, in path order ([`fold_in`] each, then
+/// [`oid_of`]).
+fn fold_in(h: &mut Sha256, f: &RepoFile) {
+    h.update(f.rel.as_bytes());
+    h.update(b"\0");
+    h.update(f.tag.as_bytes());
+}
+
+fn oid_of(h: Sha256) -> String {
     etag::hex(h.finalize().get(..20).unwrap_or_default())
 }
 
@@ -246,7 +345,7 @@ fn folder_oid(files: &[&RepoFile]) -> String {
 #[derive(Debug)]
 pub(crate) enum Item<'a> {
     File { path: &'a str, file: &'a RepoFile },
-    Folder { path: String, oid: String },
+    Folder { path: &'a str, oid: &'a str },
 }
 
 impl Item<'_> {
@@ -279,5 +378,112 @@ mod tests {
                 (Kind::Dataset, "org/name".into(), "data.csv".into()),
             ]
         );
+    }
+
+    /// Pages of a tree, each cut anywhere, make exactly the listing the
+    /// Hub gives: files and folders in path order, folders before names
+    /// that sort between them and their files (`a/b` < `a/b-x` < `a/b/c`),
+    /// each folder's id over the files below it.
+    #[test]
+    fn pages_of_a_tree_list_every_entry_once_in_path_order() {
+        let paths = [
+            "a/b/c",
+            "a/b-x.txt",
+            "a/b/d/e",
+            "a/b0",
+            "a/é/f",
+            "a.txt",
+            "z",
+            "a/b/d/g",
+            "a/c",
+            "q/r/s/t/u",
+        ];
+        let files: BTreeMap<String, RepoFile> = paths
+            .iter()
+            .map(|p| {
+                let f = RepoFile {
+                    rel: format!("org/m/{p}"),
+                    size: p.len() as u64,
+                    modified: SystemTime::UNIX_EPOCH,
+                    tag: format!("\"{p}\""),
+                };
+                (p.to_string(), f)
+            })
+            .collect();
+        let repo = Repo {
+            kind: Kind::Model,
+            id: "org/m".into(),
+            commit: commit(&files),
+            modified: SystemTime::UNIX_EPOCH,
+            files,
+            folders: OnceLock::new(),
+        };
+        // What a listing must say, made the plain way.
+        let expected = |dir: &str, recursive: bool| -> Vec<(String, String)> {
+            let prefix = if dir.is_empty() {
+                String::new()
+            } else {
+                format!("{dir}/")
+            };
+            let mut out = BTreeMap::new();
+            for (path, f) in &repo.files {
+                let Some(rest) = path.strip_prefix(&prefix) else {
+                    continue;
+                };
+                let parts: Vec<&str> = rest.split('/').collect();
+                for n in 1..parts.len() {
+                    if n == 1 || recursive {
+                        let folder = format!("{prefix}{}", parts[..n].join("/"));
+                        let below: Vec<&RepoFile> = repo
+                            .files
+                            .iter()
+                            .filter(|(p, _)| p.starts_with(&format!("{folder}/")))
+                            .map(|(_, f)| f)
+                            .collect();
+                        let mut h = Sha256::new();
+                        below.iter().for_each(|f| fold_in(&mut h, f));
+                        out.insert(folder, oid_of(h));
+                    }
+                }
+                if recursive || parts.len() == 1 {
+                    out.insert(path.clone(), f.tag.clone());
+                }
+            }
+            out.into_iter().collect()
+        };
+        let said = |i: &Item<'_>| match i {
+            Item::File { path, file } => (path.to_string(), file.tag.clone()),
+            Item::Folder { path, oid } => (path.to_string(), oid.to_string()),
+        };
+        for dir in ["", "a", "a/b", "q/r"] {
+            for recursive in [false, true] {
+                let want = expected(dir, recursive);
+                for limit in [1, 2, 3, 1000] {
+                    let (mut got, mut after) = (Vec::new(), None::<String>);
+                    loop {
+                        let (page, more) = repo
+                            .tree_page(dir, recursive, after.as_deref(), limit)
+                            .unwrap();
+                        assert!(page.len() <= limit);
+                        got.extend(page.iter().map(said));
+                        after = page.last().map(|i| i.path().to_owned());
+                        if !more {
+                            break;
+                        }
+                    }
+                    assert_eq!(got, want, "{dir:?} recursive {recursive} by {limit}");
+                }
+            }
+        }
+        for missing in ["a/b-x.txt", "nope", "a/b/c/"] {
+            assert!(
+                repo.tree_page(missing, true, None, 10).is_none(),
+                "{missing}"
+            );
+        }
+        let folder = repo.entry("a/b").map(|i| said(&i));
+        let want = expected("a", false).into_iter().find(|(p, _)| p == "a/b");
+        assert_eq!(folder, want);
+        assert!(repo.entry("a/b/").is_none());
     }
 }

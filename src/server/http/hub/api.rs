@@ -196,23 +196,18 @@ fn tree(
     base: &str,
 ) -> Result<Response, HubError> {
     let recursive = flag(params, "recursive");
-    let Some(items) = repo.tree(dir, recursive) else {
+    let after = params
+        .iter()
+        .find(|(k, _)| k == "cursor")
+        .map(|(_, v)| v.as_str());
+    let Some((items, more)) = repo.tree_page(dir, recursive, after, PAGE) else {
         return Err(HubError::Entry(
             format!("Entry not found: {} has no folder {dir:?}", repo.id),
             Some(repo.commit.clone()),
         ));
     };
-    let after = params
-        .iter()
-        .find(|(k, _)| k == "cursor")
-        .map(|(_, v)| v.as_str());
-    let from = after.map_or(0, |a| items.partition_point(|i| i.path() <= a));
-    let page: Vec<Value> = items.iter().skip(from).take(PAGE).map(item).collect();
-    let mut r = axum::Json(page).into_response();
-    if let Some(last) = items
-        .get(from + PAGE - 1)
-        .filter(|_| items.len() > from + PAGE)
-    {
+    let mut r = axum::Json(items.iter().map(item).collect::<Vec<Value>>()).into_response();
+    if let Some(last) = items.last().filter(|_| more) {
         let mut next = url::form_urlencoded::Serializer::new(String::new());
         for (k, v) in params.iter().filter(|(k, _)| k != "cursor") {
             next.append_pair(k, v);

@@ -233,16 +233,16 @@ fn the_client_reads_rows_over_both_transports_and_from_nginx() {
     }
 }
 
-/// Rows are hashed within a turn of the CPU pool, like every other
-/// CPU-heavy job: with one turn and no queue (`limits.cpu_jobs = 1`,
-/// `cpu_queue = 0`), a burst of first requests for distinct row ranges of
-/// a 32 MiB tensor is answered part `503 busy` (naming the file, object,
-/// rows and `limits.cpu_queue`, with `Retry-After`), part with exactly
-/// the rows under their digest; before, every one hashed at once on the
-/// blocking pool.
+/// Rows and slices are hashed within turns of the CPU pool, like every
+/// other CPU-heavy job: with one turn and no queue (`limits.cpu_jobs =
+/// 1`, `cpu_queue = 0`), a burst of first requests for distinct row
+/// ranges (`?rows=`) or slices (`?slice=`) of a 32 MiB tensor is answered
+/// part `503 busy` (naming the file, object, what was hashed and
+/// `limits.cpu_queue`, with `Retry-After`), part with exactly the bytes
+/// under their digest; before, every one hashed at once on the blocking
+/// pool.
 #[test]
-fn rows_are_hashed_within_the_cpu_pools_turns() {
-    use std::io::{Read, Write};
+fn rows_and_slices_are_hashed_within_the_cpu_pools_turns() {
     let root = tempfile::tempdir().unwrap();
     let (rows, cols) = (4096usize, 2048usize);
     let w: Vec<u8> = (0..rows * cols * 4).map(|i| (i % 251) as u8).collect();
@@ -253,68 +253,81 @@ fn rows_are_hashed_within_the_cpu_pools_turns() {
     let path = root.path().join("big.safetensors");
     safetensors::serialize_to_file(views, None::<HashMap<String, String>>, &path).unwrap();
     let cfg = common::config_file(root.path(), "[limits]\ncpu_jobs = 1\ncpu_queue = 0\n");
-    let s = Server::start(root.path(), &["--config", &cfg]);
-    let url = |r: &str| format!("/v1/files/big.safetensors/objects/w/data?rows={r}");
-    // The component checked first, so that the burst only hashes rows.
-    let r = curl(&["-I"], &s.url(&url("0:1")));
-    assert_eq!(r.status, 206, "{}", String::from_utf8_lossy(&r.body));
+    for (query, rule) in [("rows", "hashing rows 0:"), ("slice", "hashing slice ")] {
+        let s = Server::start(root.path(), &["--config", &cfg]);
+        let url = |r: String| format!("/v1/files/big.safetensors/objects/w/data?{query}={r}");
+        // The component checked first, so that the burst only hashes.
+        let r = curl(&["-I"], &s.url(&url("0:1".into())));
+        assert!(r.status / 100 == 2, "{}", String::from_utf8_lossy(&r.body));
+        let targets: Vec<String> = (1..=12).map(|k| url(format!("0:{}", rows - k))).collect();
+        let (mut busy, mut hashed) = (0, 0);
+        for (k, (head, body)) in (1..).zip(burst(&s.addr, &targets)) {
+            let header = |name: &str| {
+                head.lines()
+                    .find_map(|l| {
+                        l.split_once(": ")
+                            .filter(|(h, _)| h.eq_ignore_ascii_case(name))
+                    })
+                    .map(|(_, v)| v.to_owned())
+            };
+            let wanted = &w[..(rows - k) * cols * 4];
+            match head.split(' ').nth(1).unwrap_or_default() {
+                "200" | "206" => {
+                    assert!(body == wanted, "{query} 0:{}: other bytes", rows - k);
+                    let sha = DigestAlgorithm::Sha256.digest(wanted);
+                    let b64 =
+                        base64::engine::general_purpose::STANDARD.encode(sha.sha256().unwrap());
+                    assert_eq!(header("content-digest"), Some(format!("sha-256=:{b64}:")));
+                    hashed += 1;
+                }
+                "503" => {
+                    assert_eq!(header("retry-after").as_deref(), Some("1"), "{head}");
+                    let body = String::from_utf8_lossy(&body);
+                    let named = "big.safetensors: object \\\"w\\\": ";
+                    for part in ["\"busy\"", named, rule, "limits.cpu_queue"] {
+                        assert!(body.contains(part), "{part} not in {body}");
+                    }
+                    busy += 1;
+                }
+                other => panic!("{query} 0:{}: status {other}: {head}", rows - k),
+            }
+        }
+        eprintln!("{query}: {hashed} hashed, {busy} refused busy");
+        assert!(
+            hashed >= 1 && busy >= 1,
+            "{query}: {hashed} hashed, {busy} busy"
+        );
+        assert!(metric(&s, "ztserve_cpu_jobs_refused_total") >= busy);
+    }
+}
 
-    let n = 12;
-    let go = std::sync::Arc::new(std::sync::Barrier::new(n));
-    let askers: Vec<_> = (1..=n)
-        .map(|k| {
-            let (go, addr) = (std::sync::Arc::clone(&go), s.addr.clone());
-            let target = url(&format!("0:{}", rows - k));
+/// GETs every one of `targets` at once, each on its own connection;
+/// their heads and bodies, in order.
+fn burst(addr: &str, targets: &[String]) -> Vec<(String, Vec<u8>)> {
+    use std::io::{Read, Write};
+    let go = std::sync::Arc::new(std::sync::Barrier::new(targets.len()));
+    let askers: Vec<_> = targets
+        .iter()
+        .map(|target| {
+            let go = std::sync::Arc::clone(&go);
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            let ask = format!("GET {target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
             std::thread::spawn(move || {
-                let mut c = std::net::TcpStream::connect(&addr).unwrap();
                 go.wait();
-                let ask = format!("GET {target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
                 c.write_all(ask.as_bytes()).unwrap();
                 let mut reply = Vec::new();
                 c.read_to_end(&mut reply).unwrap();
-                (k, reply)
+                reply
             })
         })
         .collect();
-    let (mut busy, mut hashed) = (0, 0);
-    for a in askers {
-        let (k, reply) = a.join().unwrap();
-        let end = reply.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-        let (head, body) = (String::from_utf8_lossy(&reply[..end]), &reply[end + 4..]);
-        let header = |name: &str| {
-            head.lines()
-                .find_map(|l| {
-                    l.split_once(": ")
-                        .filter(|(h, _)| h.eq_ignore_ascii_case(name))
-                })
-                .map(|(_, v)| v.to_owned())
-        };
-        let wanted = &w[..(rows - k) * cols * 4];
-        match head.split(' ').nth(1).unwrap_or_default() {
-            "206" => {
-                assert!(body == wanted, "rows 0:{}: other bytes", rows - k);
-                let sha = DigestAlgorithm::Sha256.digest(wanted);
-                let b64 = base64::engine::general_purpose::STANDARD.encode(sha.sha256().unwrap());
-                assert_eq!(header("content-digest"), Some(format!("sha-256=:{b64}:")));
-                hashed += 1;
-            }
-            "503" => {
-                assert_eq!(header("retry-after").as_deref(), Some("1"), "{head}");
-                let body = String::from_utf8_lossy(body);
-                let rule = format!(
-                    "big.safetensors: object \\\"w\\\": hashing rows 0:{}",
-                    rows - k
-                );
-                for part in ["\"busy\"", rule.as_str(), "limits.cpu_queue"] {
-                    assert!(body.contains(part), "{part} not in {body}");
-                }
-                busy += 1;
-            }
-            other => panic!("rows 0:{}: status {other}: {head}", rows - k),
-        }
-    }
-    eprintln!("{hashed} hashed, {busy} refused busy");
-    assert!(hashed >= 1 && busy >= 1, "{hashed} hashed, {busy} busy");
-    assert!(metric(&s, "ztserve_cpu_jobs_refused_total") >= busy);
-    assert_eq!(metric(&s, "ztserve_digest_rows_total"), 1 + hashed);
+    askers
+        .into_iter()
+        .map(|a| {
+            let reply = a.join().unwrap();
+            let end = reply.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+            let head = String::from_utf8_lossy(&reply[..end]).into_owned();
+            (head, reply[end + 4..].to_vec())
+        })
+        .collect()
 }

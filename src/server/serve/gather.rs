@@ -136,7 +136,8 @@ pub(crate) enum SliceFailure {
 /// component checked on first use, then the runs read and hashed in order
 /// on the blocking pool ([`Blob::visit_spans`](crate::server::store::Blob::visit_spans): a
 /// local file's windows read into one buffer in one hop) within a turn of
-/// `cpu` (refused as busy past its queue), unless kept from before.
+/// `cpu` (refused as busy past its queue; an object's windows are read
+/// within it too), unless kept from before.
 pub(crate) async fn gather(
     served: &Arc<Served>,
     object: &str,

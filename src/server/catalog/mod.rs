@@ -44,6 +44,7 @@ mod resolve;
 mod served;
 #[cfg(test)]
 mod tests;
+pub(crate) mod tree;
 
 use std::collections::BTreeMap;
 use std::path::Path;

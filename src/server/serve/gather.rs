@@ -128,16 +128,16 @@ pub(crate) enum SliceFailure {
     NoObject(String),
     Slice(String, SliceError),
     Refused(CheckFailure),
-    /// No turn of the CPU pool to hash them (`limits.cpu_queue`).
-    Busy(CpuError),
+    /// No turn of the CPU pool to hash them (busy: `limits.cpu_queue`).
+    Cpu(CpuError),
 }
 
 /// `slice` of `object` in `served`: at most `cap` runs; the whole
 /// component checked on first use, then the runs read and hashed in order
 /// on the blocking pool ([`Blob::visit_spans`](crate::server::store::Blob::visit_spans): a
-/// local file's windows read into one buffer in one hop) within a turn of
-/// `cpu` (refused as busy past its queue; an object's windows are read
-/// within it too), unless kept from before.
+/// local file's windows read into one buffer in one hop) within one turn
+/// of `cpu`, taken before the first read (refused as busy past its queue;
+/// an object's reads count within the turn), unless kept from before.
 pub(crate) async fn gather(
     served: &Arc<Served>,
     object: &str,
@@ -184,7 +184,7 @@ pub(crate) async fn gather(
         Some(digest) => digest,
         None => {
             let what = format!("{path}: object {object:?}: hashing slice {}", gather.spec());
-            let turn = cpu.turn(&what).await.map_err(SliceFailure::Busy)?;
+            let turn = cpu.turn(&what).await.map_err(SliceFailure::Cpu)?;
             let digest = hash_runs(&holder, &windows).await.map_err(unreadable)?;
             drop(turn);
             catalog.slice_digests().computed(key, digest.clone());

@@ -140,7 +140,7 @@ impl From<RowsFailure> for Refusal {
             RowsFailure::NoObject(why) => Refusal::NotFound(why),
             RowsFailure::Rows(why, e) => Refusal::Rows(e, why),
             RowsFailure::Refused(r) => r.into(),
-            RowsFailure::Busy(e) => e.into(),
+            RowsFailure::Cpu(e) => e.into(),
         }
     }
 }
@@ -151,7 +151,7 @@ impl From<SliceFailure> for Refusal {
             SliceFailure::NoObject(why) => Refusal::NotFound(why),
             SliceFailure::Slice(why, e) => Refusal::Slice(e, why),
             SliceFailure::Refused(r) => r.into(),
-            SliceFailure::Busy(e) => e.into(),
+            SliceFailure::Cpu(e) => e.into(),
         }
     }
 }

@@ -8,15 +8,15 @@
 use zt_format::rows::{Rows, RowsError};
 use zt_format::{Digest, DigestAlgorithm, Hasher};
 
+use std::convert::Infallible;
 use std::sync::Arc;
-
-use futures_util::StreamExt as _;
 
 use crate::server::catalog::{Catalog, Served};
 use crate::server::cpu::{CpuError, CpuPool};
 use crate::server::integrity::slice_digests::SliceDigests;
 
 use crate::server::integrity::checks::CheckFailure;
+use crate::server::store::blob::{Stop, Visit};
 
 /// Rows of an object's `data`, ready to send.
 #[derive(Debug, Clone)]
@@ -36,15 +36,17 @@ pub(crate) enum RowsFailure {
     NoObject(String),
     Rows(String, RowsError),
     Refused(CheckFailure),
-    /// No turn of the CPU pool to hash them (`limits.cpu_queue`).
-    Busy(CpuError),
+    /// No turn of the CPU pool to hash them (busy: `limits.cpu_queue`).
+    Cpu(CpuError),
 }
 
 /// Rows `rows` of `object` in `served`: the whole component checked on
-/// first use, then the rows read (on the runtime) and hashed in turns of
-/// `cpu` (refused as busy past its queue), unless the same rows of the same version were hashed before
-/// (kept with the slices' digests: ranks restarted, or replicas of a
-/// model, ask for the same rows again).
+/// first use, then the rows read (on the runtime) and hashed (on the
+/// blocking pool) within one turn of `cpu`, taken before the first read
+/// (refused as busy past its queue: a queued request holds no buffer; an
+/// object's reads count within the turn), unless the same rows of the
+/// same version were hashed before (kept with the slices' digests: ranks
+/// restarted, or replicas of a model, ask for the same rows again).
 pub(crate) async fn slice(
     served: &Arc<Served>,
     object: &str,
@@ -78,7 +80,13 @@ pub(crate) async fn slice(
     let digest = match kept {
         Some(digest) => digest,
         None => {
-            let digest = hash(holder, object, rows, span, cpu).await?;
+            let what = format!(
+                "{}: object {object:?}: hashing rows {}:{}",
+                served.path, rows.start, rows.end
+            );
+            let turn = cpu.turn(&what).await.map_err(RowsFailure::Cpu)?;
+            let digest = hash(holder, object, rows, span).await?;
+            drop(turn);
             catalog.slice_digests().computed(key, digest.clone());
             let metrics = catalog.digest_metrics();
             metrics.rows.inc();
@@ -94,42 +102,38 @@ pub(crate) async fn slice(
     })
 }
 
-/// The sha256 of `span` of `holder`'s file (rows `rows` of `object`),
-/// read in pieces on the runtime and each hashed in a turn of `cpu`: the
-/// first admitted as any job (refused as busy past the queue), the rest
-/// waiting for their turns (the request was let in), so that a long range
-/// holds no turn while it is read, and shares the pool with other jobs.
+/// The sha256 of `span` of `holder`'s file (rows `rows` of `object`).
 async fn hash(
     holder: &Served,
     object: &str,
     rows: Rows,
     span: std::ops::Range<u64>,
-    cpu: &CpuPool,
 ) -> Result<Digest, RowsFailure> {
-    let what = format!(
-        "{}: object {object:?}: hashing rows {}:{}",
-        holder.path, rows.start, rows.end
-    );
-    let mut pieces = holder.file.pieces(span, false);
-    let mut hasher = Hasher::new(DigestAlgorithm::Sha256);
-    let mut first = true;
-    while let Some(piece) = pieces.next().await {
-        let piece = piece.map_err(|why| {
-            RowsFailure::Refused(CheckFailure::Unreadable(format!(
-                "{}: object {object:?}, component \"data\": reading rows {}:{}: {why}",
-                holder.path, rows.start, rows.end
-            )))
-        })?;
-        let job = move || {
-            hasher.update(&piece);
-            hasher
+    let hashed = holder
+        .file
+        .visit(span, false, Sha256(Hasher::new(DigestAlgorithm::Sha256)))
+        .await;
+    let Sha256(h) = hashed.map_err(|stop| {
+        let why = match stop {
+            Stop::Read(why) => why,
+            Stop::By(never) => match never {},
         };
-        hasher = match first {
-            true => cpu.run(&what, job).await,
-            false => cpu.wait_turn(&what, job).await,
-        }
-        .map_err(RowsFailure::Busy)?;
-        first = false;
+        RowsFailure::Refused(CheckFailure::Unreadable(format!(
+            "{}: object {object:?}, component \"data\": reading rows {}:{}: {why}",
+            holder.path, rows.start, rows.end
+        )))
+    })?;
+    Ok(h.finish())
+}
+
+/// The sha256 of rows as they are read.
+struct Sha256(Hasher);
+
+impl Visit for Sha256 {
+    type Error = Infallible;
+
+    fn piece(&mut self, bytes: &[u8]) -> Result<(), Infallible> {
+        self.0.update(bytes);
+        Ok(())
     }
-    Ok(hasher.finish())
 }

@@ -36,7 +36,8 @@ use super::path::{api_url, checked_path, Under};
 use super::{
     at_revision, base_url, encode, find, kind_name, repos, storage_path, unix_now, HubError,
 };
-use crate::server::catalog::repos::{Item, Kind, Repo, Repos};
+use crate::server::catalog::repos::{Kind, Repo, Repos};
+use crate::server::catalog::tree::Item;
 use crate::server::serve::Refusal;
 use crate::server::State;
 
@@ -83,8 +84,10 @@ pub(super) async fn answer(
     let params = pairs(query.map(str::as_bytes).unwrap_or_default());
     let (work, template) = match (&under, method) {
         (Under::Info { .. }, &Method::GET) => (repo.files.len(), "/api/{kind}/{repo}"),
+        // The repository's folders are indexed on the first tree or
+        // paths-info request of a snapshot (a pass over its files); a page
+        // or a path is then a lookup per entry.
         (Under::Tree { .. }, &Method::GET) => (repo.files.len(), "/api/{kind}/{repo}/tree"),
-        // Each path one lookup, a folder's id made from its files.
         (Under::PathsInfo { .. }, &Method::POST) => (
             repo.files.len().saturating_add(body.len() / 8),
             "/api/{kind}/{repo}/paths-info",

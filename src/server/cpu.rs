@@ -143,12 +143,12 @@ impl CpuPool {
     /// steps (hashing rows as they are read): taken as [`CpuPool::run`]
     /// takes one (refused at once when the queue is full), counted as a
     /// running job.
-    pub(crate) async fn turn(&self, what: &str) -> Result<Turn<'_>, CpuError> {
+    pub(crate) async fn turn(&self, what: &str) -> Result<Turn, CpuError> {
         let permit = self.acquire(what, true).await?;
         self.started.inc();
         Ok(Turn {
             _permit: permit,
-            _running: Running::start(&self.running_now),
+            _running: Running::start(self.running_now.clone()),
         })
     }
 
@@ -182,7 +182,7 @@ impl CpuPool {
     ) -> Result<T, CpuError> {
         let turn = self.acquire(what, capped).await?;
         self.started.inc();
-        let running = Running::start(&self.running_now);
+        let running = Running::start(self.running_now.clone());
         let job = tokio::task::spawn_blocking(move || {
             let _turn = turn;
             f()
@@ -234,23 +234,25 @@ impl Drop for Queued<'_> {
     }
 }
 
-/// A turn of the pool's ([`CpuPool::turn`]), given back when dropped.
-pub(crate) struct Turn<'a> {
+/// A turn of the pool's ([`CpuPool::turn`]), given back when dropped:
+/// owned, so that work done in the turn on the blocking pool carries it
+/// (a request that goes away mid-job leaves the job its turn).
+pub(crate) struct Turn {
     _permit: OwnedSemaphorePermit,
-    _running: Running<'a>,
+    _running: Running,
 }
 
 /// A job counted as running until dropped.
-struct Running<'a>(&'a IntGauge);
+struct Running(IntGauge);
 
-impl<'a> Running<'a> {
-    fn start(g: &'a IntGauge) -> Running<'a> {
+impl Running {
+    fn start(g: IntGauge) -> Running {
         g.inc();
         Running(g)
     }
 }
 
-impl Drop for Running<'_> {
+impl Drop for Running {
     fn drop(&mut self) {
         self.0.dec();
     }

@@ -43,10 +43,11 @@ pub(crate) struct Folders {
     children: HashMap<String, Vec<Child>>,
 }
 
-/// An entry directly under a folder.
+/// An entry directly under a folder: its name there (its path's last
+/// part; the folder's path is the list's key).
 #[derive(Debug)]
 struct Child {
-    path: String,
+    name: Box<str>,
     folder: bool,
 }
 
@@ -59,6 +60,10 @@ impl Folders {
         // its hash so far.
         let mut open: Vec<(&str, Sha256)> = Vec::new();
         for (path, f) in files {
+            debug_assert!(
+                !path.split('/').any(str::is_empty),
+                "{path:?}: a listing leaves out empty parts"
+            );
             let ancestors: Vec<&str> = path
                 .match_indices('/')
                 .filter_map(|(i, _)| path.get(..i))
@@ -83,15 +88,16 @@ impl Folders {
         let mut children: HashMap<String, Vec<Child>> = HashMap::new();
         let files = files.keys().map(|p| (p, false));
         for (path, folder) in files.chain(oids.keys().map(|p| (p, true))) {
-            let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
-            let path = path.clone();
+            let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+            let name = name.into();
             children
                 .entry(parent.to_owned())
                 .or_default()
-                .push(Child { path, folder });
+                .push(Child { name, folder });
         }
+        // One parent's names sort as their paths do.
         for list in children.values_mut() {
-            list.sort_by(|a, b| (&a.path, a.folder).cmp(&(&b.path, b.folder)));
+            list.sort_by(|a, b| (&a.name, a.folder).cmp(&(&b.name, b.folder)));
         }
         Folders { oids, children }
     }
@@ -141,9 +147,9 @@ impl Repo {
             }
             false => {
                 let list = index.children.get(dir).map_or(&[][..], Vec::as_slice);
-                let from = after.map_or(0, |a| list.partition_point(|c| c.path.as_str() <= a));
+                let from = after.map_or(0, |a| list.partition_point(|c| !past(dir, c, a)));
                 let rest = list.get(from..).unwrap_or_default();
-                Box::new(rest.iter().filter_map(|c| self.child(index, c)))
+                Box::new(rest.iter().filter_map(|c| self.child(index, dir, c)))
             }
         };
         let page: Vec<Item<'_>> = entries.by_ref().take(limit).collect();
@@ -165,20 +171,35 @@ impl Repo {
         self.folders.get_or_init(|| Folders::of(&self.files))
     }
 
-    /// The entry `c` names (always there: the index is made from the
-    /// files).
-    fn child<'a>(&'a self, index: &'a Folders, c: &Child) -> Option<Item<'a>> {
+    /// The entry `c` under `dir` names (always there: the index is made
+    /// from the files).
+    fn child<'a>(&'a self, index: &'a Folders, dir: &str, c: &Child) -> Option<Item<'a>> {
+        let path = match dir.is_empty() {
+            true => c.name.to_string(),
+            false => format!("{dir}/{}", c.name),
+        };
         match c.folder {
             true => {
-                let (path, oid) = index.oids.get_key_value(&c.path)?;
+                let (path, oid) = index.oids.get_key_value(&path)?;
                 Some(Item::Folder { path, oid })
             }
             false => {
-                let (path, file) = self.files.get_key_value(&c.path)?;
+                let (path, file) = self.files.get_key_value(&path)?;
                 Some(Item::File { path, file })
             }
         }
     }
+}
+
+/// Whether `c`'s path under `dir` sorts after `cursor` (compared as the
+/// path's bytes, without making it).
+fn past(dir: &str, c: &Child, cursor: &str) -> bool {
+    let slash: &[u8] = if dir.is_empty() { b"" } else { b"/" };
+    let path = dir
+        .bytes()
+        .chain(slash.iter().copied())
+        .chain(c.name.bytes());
+    path.cmp(cursor.bytes()) == std::cmp::Ordering::Greater
 }
 
 /// The entries of `map` (keyed by path) below `prefix` and after `after`,
@@ -300,21 +321,23 @@ mod tests {
             "a/b/d/g",
             "a/c",
             "q/r/s/t/u",
-            "m//n",
+            "m/n",
+            "m/n0/o",
         ]);
         let cursors = [
             "", "0", "a", "a/", "a/b", "a/b-", "a/b/c", "a/b/d/zz", "a/c", "m/", "q/r/s", "zz",
         ];
-        for dir in ["", "a", "a/b", "q/r", "m", "m/"] {
+        for dir in ["", "a", "a/b", "q/r", "m"] {
             for recursive in [false, true] {
                 let want = expected(&repo, dir, recursive);
                 for limit in [1, 2, 3, 1000] {
                     let (mut got, mut after) = (Vec::new(), None::<String>);
-                    loop {
+                    for pages in 1.. {
+                        assert!(pages <= want.len() + 1, "{dir:?}: a listing without end");
                         let (page, more) = repo
                             .tree_page(dir, recursive, after.as_deref(), limit)
                             .unwrap();
-                        assert!(page.len() <= limit);
+                        assert!(page.len() == limit || (!more && page.len() < limit));
                         got.extend(page.iter().map(said));
                         after = page.last().map(|i| i.path().to_owned());
                         if !more {
@@ -335,7 +358,7 @@ mod tests {
                 }
             }
         }
-        for missing in ["a/b-x.txt", "nope", "a/b/c/", "a//b"] {
+        for missing in ["a/b-x.txt", "nope", "a/b/c/", "a//b", "m/"] {
             assert!(
                 repo.tree_page(missing, true, None, 10).is_none(),
                 "{missing}"

@@ -15,7 +15,7 @@ use zt_format::slice::{Gather, Slice, SliceError};
 use zt_format::{Digest, DigestAlgorithm, Hasher};
 
 use crate::server::catalog::{Catalog, Served};
-use crate::server::cpu::{CpuError, CpuPool};
+use crate::server::cpu::{CpuError, CpuPool, Turn};
 use crate::server::integrity::checks::CheckFailure;
 use crate::server::integrity::slice_digests::SliceDigests;
 use crate::server::store::blob::{Stop, Visit};
@@ -185,8 +185,9 @@ pub(crate) async fn gather(
         None => {
             let what = format!("{path}: object {object:?}: hashing slice {}", gather.spec());
             let turn = cpu.turn(&what).await.map_err(SliceFailure::Cpu)?;
-            let digest = hash_runs(&holder, &windows).await.map_err(unreadable)?;
-            drop(turn);
+            let digest = hash_runs(&holder, &windows, turn)
+                .await
+                .map_err(unreadable)?;
             catalog.slice_digests().computed(key, digest.clone());
             let metrics = catalog.digest_metrics();
             metrics.rows.inc();
@@ -207,13 +208,19 @@ pub(crate) async fn gather(
     })
 }
 
-/// The sha256 of the runs of `windows`, read from `holder`'s file.
-async fn hash_runs(holder: &Served, windows: &Arc<[Window]>) -> std::io::Result<Digest> {
+/// The sha256 of the runs of `windows`, read from `holder`'s file and
+/// hashed in `turn`.
+async fn hash_runs(
+    holder: &Served,
+    windows: &Arc<[Window]>,
+    turn: Turn,
+) -> std::io::Result<Digest> {
     let spans: Arc<[Range<u64>]> = windows.iter().map(|w| w.span.clone()).collect();
     let hashed = RunHasher {
         windows: Arc::clone(windows),
         next: 0,
         hasher: Hasher::new(DigestAlgorithm::Sha256),
+        _turn: turn,
     };
     match holder.file.visit_spans(spans, hashed).await {
         Ok(hashed) => Ok(hashed.hasher.finish()),
@@ -222,11 +229,14 @@ async fn hash_runs(holder: &Served, windows: &Arc<[Window]>) -> std::io::Result<
 }
 
 /// The gathered bytes' digest: fed each window's read in order, it hashes
-/// the window's runs.
+/// the window's runs. It carries the CPU pool's turn it hashes in into
+/// each hop to the blocking pool (a request that goes away mid-hash keeps
+/// the turn taken until the hop ends).
 struct RunHasher {
     windows: Arc<[Window]>,
     next: usize,
     hasher: Hasher,
+    _turn: Turn,
 }
 
 impl Visit for RunHasher {

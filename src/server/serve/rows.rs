@@ -12,7 +12,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use crate::server::catalog::{Catalog, Served};
-use crate::server::cpu::{CpuError, CpuPool};
+use crate::server::cpu::{CpuError, CpuPool, Turn};
 use crate::server::integrity::slice_digests::SliceDigests;
 
 use crate::server::integrity::checks::CheckFailure;
@@ -85,8 +85,7 @@ pub(crate) async fn slice(
                 served.path, rows.start, rows.end
             );
             let turn = cpu.turn(&what).await.map_err(RowsFailure::Cpu)?;
-            let digest = hash(holder, object, rows, span).await?;
-            drop(turn);
+            let digest = hash(holder, object, rows, span, turn).await?;
             catalog.slice_digests().computed(key, digest.clone());
             let metrics = catalog.digest_metrics();
             metrics.rows.inc();
@@ -102,18 +101,17 @@ pub(crate) async fn slice(
     })
 }
 
-/// The sha256 of `span` of `holder`'s file (rows `rows` of `object`).
+/// The sha256 of `span` of `holder`'s file (rows `rows` of `object`),
+/// hashed in `turn`.
 async fn hash(
     holder: &Served,
     object: &str,
     rows: Rows,
     span: std::ops::Range<u64>,
+    turn: Turn,
 ) -> Result<Digest, RowsFailure> {
-    let hashed = holder
-        .file
-        .visit(span, false, Sha256(Hasher::new(DigestAlgorithm::Sha256)))
-        .await;
-    let Sha256(h) = hashed.map_err(|stop| {
+    let hashed = holder.file.visit(span, false, Sha256::new(turn)).await;
+    let h = hashed.map_err(|stop| {
         let why = match stop {
             Stop::Read(why) => why,
             Stop::By(never) => match never {},
@@ -123,17 +121,31 @@ async fn hash(
             holder.path, rows.start, rows.end
         )))
     })?;
-    Ok(h.finish())
+    Ok(h.hasher.finish())
 }
 
-/// The sha256 of rows as they are read.
-struct Sha256(Hasher);
+/// The sha256 of rows as they are read, and the CPU pool's turn they are
+/// hashed in (carried into each hop to the blocking pool, so a request
+/// that goes away mid-hash keeps its turn taken until the hop ends).
+struct Sha256 {
+    hasher: Hasher,
+    _turn: Turn,
+}
+
+impl Sha256 {
+    fn new(turn: Turn) -> Sha256 {
+        Sha256 {
+            hasher: Hasher::new(DigestAlgorithm::Sha256),
+            _turn: turn,
+        }
+    }
+}
 
 impl Visit for Sha256 {
     type Error = Infallible;
 
     fn piece(&mut self, bytes: &[u8]) -> Result<(), Infallible> {
-        self.0.update(bytes);
+        self.hasher.update(bytes);
         Ok(())
     }
 }

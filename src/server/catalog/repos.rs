@@ -20,6 +20,7 @@ use std::time::SystemTime;
 use sha2::{Digest as _, Sha256};
 
 use super::etag;
+use super::tree::{self, Folders, Tagged};
 use crate::server::store::root::{ignored_name, Seen};
 use crate::server::store::Identity;
 
@@ -64,7 +65,7 @@ pub(crate) struct Repo {
     /// The latest modification time of its files.
     pub(crate) modified: SystemTime,
     /// Its folders, indexed on first use ([`Repo::folders`]).
-    pub(super) folders: OnceLock<super::tree::Folders>,
+    folders: OnceLock<Folders>,
 }
 
 /// Every repository of a snapshot's files.
@@ -173,7 +174,41 @@ impl Repo {
     pub(crate) fn is_current(&self, revision: &str) -> bool {
         revision.is_empty() || revision == "main" || revision.eq_ignore_ascii_case(&self.commit)
     }
+
+    /// One page of its tree under the folder `dir` ([`tree::page`]).
+    pub(crate) fn tree_page(
+        &self,
+        dir: &str,
+        recursive: bool,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Option<(Vec<Item<'_>>, bool)> {
+        tree::page(&self.files, self.folders(), dir, recursive, after, limit)
+    }
+
+    /// The entry at `path`: its file, or the folder of the files below it.
+    pub(crate) fn entry(&self, path: &str) -> Option<Item<'_>> {
+        tree::entry(&self.files, self.folders(), path)
+    }
+
+    /// Its folders, indexed on first use, once per snapshot.
+    fn folders(&self) -> &Folders {
+        self.folders.get_or_init(|| Folders::of(&self.files))
+    }
 }
+
+impl Tagged for RepoFile {
+    fn rel(&self) -> &str {
+        &self.rel
+    }
+
+    fn tag(&self) -> &str {
+        &self.tag
+    }
+}
+
+/// An entry of a repository's tree.
+pub(crate) type Item<'a> = tree::Item<'a, RepoFile>;
 
 #[cfg(test)]
 mod tests {

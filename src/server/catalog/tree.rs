@@ -16,16 +16,23 @@ use std::ops::Bound;
 use sha2::{Digest as _, Sha256};
 
 use super::etag;
-use super::repos::{Repo, RepoFile};
 
-/// An entry of a repository's tree.
+/// A file of a tree: what its folders' ids are made of.
+pub(crate) trait Tagged {
+    /// Its path under the root.
+    fn rel(&self) -> &str;
+    /// Its ETag.
+    fn tag(&self) -> &str;
+}
+
+/// An entry of a repository's tree (its files `F`).
 #[derive(Debug)]
-pub(crate) enum Item<'a> {
-    File { path: &'a str, file: &'a RepoFile },
+pub(crate) enum Item<'a, F> {
+    File { path: &'a str, file: &'a F },
     Folder { path: &'a str, oid: &'a str },
 }
 
-impl Item<'_> {
+impl<F> Item<'_, F> {
     pub(crate) fn path(&self) -> &str {
         match self {
             Item::File { path, .. } | Item::Folder { path, .. } => path,
@@ -54,7 +61,7 @@ struct Child {
 impl Folders {
     /// The index of `files`, in one pass over them (a folder's files come
     /// one after another in path order) and a sort of each folder's list.
-    fn of(files: &BTreeMap<String, RepoFile>) -> Folders {
+    pub(crate) fn of<F: Tagged>(files: &BTreeMap<String, F>) -> Folders {
         let mut oids = BTreeMap::new();
         // The folders the last file lay in, outermost first, each with
         // its hash so far.
@@ -103,90 +110,92 @@ impl Folders {
     }
 }
 
-impl Repo {
-    /// One page of the files and folders directly under the folder `dir`
-    /// (`""`: the top), or of every file and folder below it when
-    /// `recursive` (as the Hub lists them): at most `limit` entries (at
-    /// least one) in path order, those after the path `after` when given,
-    /// and whether more follow; `None` when `dir` is no folder of the
-    /// repository (a file's path included).
-    pub(crate) fn tree_page(
-        &self,
-        dir: &str,
-        recursive: bool,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Option<(Vec<Item<'_>>, bool)> {
-        debug_assert!(limit > 0, "a page of no entries never ends a listing");
-        let index = self.folders();
-        let known = match dir.is_empty() {
-            true => !self.files.is_empty(),
-            false => index.oids.contains_key(dir),
-        };
-        if !known {
-            return None;
+/// One page of the files and folders directly under the folder `dir`
+/// (`""`: the top), or of every file and folder below it when
+/// `recursive` (as the Hub lists them): at most `limit` entries (at
+/// least one) in path order, those after the path `after` when given,
+/// and whether more follow; `None` when `dir` is no folder of the
+/// repository (a file's path included).
+pub(crate) fn page<'a, F>(
+    files: &'a BTreeMap<String, F>,
+    index: &'a Folders,
+    dir: &str,
+    recursive: bool,
+    after: Option<&str>,
+    limit: usize,
+) -> Option<(Vec<Item<'a, F>>, bool)> {
+    debug_assert!(limit > 0, "a page of no entries never ends a listing");
+    let known = match dir.is_empty() {
+        true => !files.is_empty(),
+        false => index.oids.contains_key(dir),
+    };
+    if !known {
+        return None;
+    }
+    let mut entries: Box<dyn Iterator<Item = Item<'a, F>>> = match recursive {
+        true => {
+            let prefix = format!("{dir}/");
+            let prefix = if dir.is_empty() { "" } else { &prefix };
+            let files = below(files, prefix, after);
+            let folders = below(&index.oids, prefix, after);
+            let mut files = files
+                .map(|(path, file)| Item::File { path, file })
+                .peekable();
+            let mut folders = folders
+                .map(|(path, oid)| Item::Folder { path, oid })
+                .peekable();
+            let next = move || match (files.peek(), folders.peek()) {
+                (Some(f), Some(d)) if f.path() > d.path() => folders.next(),
+                (Some(_), _) => files.next(),
+                (None, _) => folders.next(),
+            };
+            Box::new(std::iter::from_fn(next))
         }
-        let mut entries: Box<dyn Iterator<Item = Item<'_>>> = match recursive {
-            true => {
-                let prefix = format!("{dir}/");
-                let prefix = if dir.is_empty() { "" } else { &prefix };
-                let files = below(&self.files, prefix, after);
-                let folders = below(&index.oids, prefix, after);
-                let mut files = files
-                    .map(|(path, file)| Item::File { path, file })
-                    .peekable();
-                let mut folders = folders
-                    .map(|(path, oid)| Item::Folder { path, oid })
-                    .peekable();
-                let next = move || match (files.peek(), folders.peek()) {
-                    (Some(f), Some(d)) if f.path() > d.path() => folders.next(),
-                    (Some(_), _) => files.next(),
-                    (None, _) => folders.next(),
-                };
-                Box::new(std::iter::from_fn(next))
-            }
-            false => {
-                let list = index.children.get(dir).map_or(&[][..], Vec::as_slice);
-                let from = after.map_or(0, |a| list.partition_point(|c| !past(dir, c, a)));
-                let rest = list.get(from..).unwrap_or_default();
-                Box::new(rest.iter().filter_map(|c| self.child(index, dir, c)))
-            }
-        };
-        let page: Vec<Item<'_>> = entries.by_ref().take(limit).collect();
-        let more = entries.next().is_some();
-        Some((page, more))
-    }
-
-    /// The entry at `path`: its file, or the folder of the files below it.
-    pub(crate) fn entry(&self, path: &str) -> Option<Item<'_>> {
-        if let Some((path, file)) = self.files.get_key_value(path) {
-            return Some(Item::File { path, file });
+        false => {
+            let list = index.children.get(dir).map_or(&[][..], Vec::as_slice);
+            let from = after.map_or(0, |a| list.partition_point(|c| !past(dir, c, a)));
+            let rest = list.get(from..).unwrap_or_default();
+            Box::new(rest.iter().filter_map(move |c| child(files, index, dir, c)))
         }
-        let (path, oid) = self.folders().oids.get_key_value(path)?;
-        Some(Item::Folder { path, oid })
-    }
+    };
+    let page: Vec<Item<'a, F>> = entries.by_ref().take(limit).collect();
+    let more = entries.next().is_some();
+    Some((page, more))
+}
 
-    /// The repository's folders, indexed on first use, once per snapshot.
-    fn folders(&self) -> &Folders {
-        self.folders.get_or_init(|| Folders::of(&self.files))
+/// The entry at `path`: its file, or the folder of the files below it.
+pub(crate) fn entry<'a, F>(
+    files: &'a BTreeMap<String, F>,
+    index: &'a Folders,
+    path: &str,
+) -> Option<Item<'a, F>> {
+    if let Some((path, file)) = files.get_key_value(path) {
+        return Some(Item::File { path, file });
     }
+    let (path, oid) = index.oids.get_key_value(path)?;
+    Some(Item::Folder { path, oid })
+}
 
-    /// The entry `c` under `dir` names (always there: the index is made
-    /// from the files).
-    fn child<'a>(&'a self, index: &'a Folders, dir: &str, c: &Child) -> Option<Item<'a>> {
-        let path = match dir.is_empty() {
-            true => c.name.to_string(),
-            false => format!("{dir}/{}", c.name),
-        };
-        match c.folder {
-            true => {
-                let (path, oid) = index.oids.get_key_value(&path)?;
-                Some(Item::Folder { path, oid })
-            }
-            false => {
-                let (path, file) = self.files.get_key_value(&path)?;
-                Some(Item::File { path, file })
-            }
+/// The entry `c` under `dir` names (always there: the index is made
+/// from the files).
+fn child<'a, F>(
+    files: &'a BTreeMap<String, F>,
+    index: &'a Folders,
+    dir: &str,
+    c: &Child,
+) -> Option<Item<'a, F>> {
+    let path = match dir.is_empty() {
+        true => c.name.to_string(),
+        false => format!("{dir}/{}", c.name),
+    };
+    match c.folder {
+        true => {
+            let (path, oid) = index.oids.get_key_value(&path)?;
+            Some(Item::Folder { path, oid })
+        }
+        false => {
+            let (path, file) = files.get_key_value(&path)?;
+            Some(Item::File { path, file })
         }
     }
 }
@@ -222,10 +231,10 @@ fn below<'a, V>(
 /// A folder's id: 40 hex digits of SHA-256 over the root paths and tags
 /// of the files below it, in path order ([`fold_in`] each, then
 /// [`oid_of`]).
-fn fold_in(h: &mut Sha256, f: &RepoFile) {
-    h.update(f.rel.as_bytes());
+fn fold_in<F: Tagged>(h: &mut Sha256, f: &F) {
+    h.update(f.rel().as_bytes());
     h.update(b"\0");
-    h.update(f.tag.as_bytes());
+    h.update(f.tag().as_bytes());
 }
 
 fn oid_of(h: Sha256) -> String {
@@ -234,40 +243,58 @@ fn oid_of(h: Sha256) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::OnceLock;
-    use std::time::SystemTime;
-
     use super::*;
-    use crate::server::catalog::repos::Kind;
 
-    /// A repository of `paths`, each file's tag its path.
-    fn repo_of(paths: &[&str]) -> Repo {
-        let files: BTreeMap<String, RepoFile> = paths
-            .iter()
-            .map(|p| {
-                let f = RepoFile {
-                    rel: format!("org/m/{p}"),
-                    size: p.len() as u64,
-                    modified: SystemTime::UNIX_EPOCH,
-                    tag: format!("\"{p}\""),
-                };
-                (p.to_string(), f)
-            })
-            .collect();
-        Repo {
-            kind: Kind::Model,
-            id: "org/m".into(),
-            commit: "0".repeat(40),
-            modified: SystemTime::UNIX_EPOCH,
-            files,
-            folders: OnceLock::new(),
+    /// A file of a test's tree: its root path and tag.
+    #[derive(Debug)]
+    struct File(String, String);
+
+    impl Tagged for File {
+        fn rel(&self) -> &str {
+            &self.0
+        }
+
+        fn tag(&self) -> &str {
+            &self.1
         }
     }
 
+    /// A tree of `paths` (each file's tag its path) and its index.
+    struct Repo {
+        files: BTreeMap<String, File>,
+        index: Folders,
+    }
+
+    impl Repo {
+        fn tree_page(
+            &self,
+            dir: &str,
+            recursive: bool,
+            after: Option<&str>,
+            limit: usize,
+        ) -> Option<(Vec<Item<'_, File>>, bool)> {
+            page(&self.files, &self.index, dir, recursive, after, limit)
+        }
+    }
+
+    fn repo_of(paths: &[&str]) -> Repo {
+        let files: BTreeMap<String, File> = paths
+            .iter()
+            .map(|p| {
+                (
+                    p.to_string(),
+                    File(format!("org/m/{p}"), format!("\"{p}\"")),
+                )
+            })
+            .collect();
+        let index = Folders::of(&files);
+        Repo { files, index }
+    }
+
     /// An entry as a listing says it: path, kind (file 0, folder 1), id.
-    fn said(i: &Item<'_>) -> (String, u8, String) {
+    fn said(i: &Item<'_, File>) -> (String, u8, String) {
         match i {
-            Item::File { path, file } => (path.to_string(), 0, file.tag.clone()),
+            Item::File { path, file } => (path.to_string(), 0, file.1.clone()),
             Item::Folder { path, oid } => (path.to_string(), 1, oid.to_string()),
         }
     }
@@ -296,7 +323,7 @@ mod tests {
                 out.insert((folder, 1, oid_of(h)));
             }
             if recursive || parts.len() == 1 {
-                out.insert((path.clone(), 0, f.tag.clone()));
+                out.insert((path.clone(), 0, f.1.clone()));
             }
         }
         out.into_iter().collect()
@@ -368,12 +395,12 @@ mod tests {
                 "{missing}"
             );
         }
-        let folder = repo.entry("a/b").map(|i| said(&i));
+        let folder = entry(&repo.files, &repo.index, "a/b").map(|i| said(&i));
         let want = expected(&repo, "a", false)
             .into_iter()
             .find(|e| e.0 == "a/b");
         assert_eq!(folder, want);
-        assert!(repo.entry("a/b/").is_none());
+        assert!(entry(&repo.files, &repo.index, "a/b/").is_none());
     }
 
     /// Object keys can make a file and a folder of one path: the file

@@ -36,8 +36,7 @@ use super::path::{api_url, checked_path, Under};
 use super::{
     at_revision, base_url, encode, find, kind_name, repos, storage_path, unix_now, HubError,
 };
-use crate::server::catalog::repos::{Kind, Repo, Repos};
-use crate::server::catalog::tree::Item;
+use crate::server::catalog::repos::{Item, Kind, Repo, Repos};
 use crate::server::serve::Refusal;
 use crate::server::State;
 

@@ -59,6 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             id: None,
             code: Code::ProtocolViolation,
             message: "bad".into(),
+            retry_after_ms: None,
         }),
     ];
     let mut all = vec![1u8];

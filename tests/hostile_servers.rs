@@ -490,7 +490,13 @@ async fn a_servers_error_text_is_quoted_cut_short() {
             let id = Some(s.get.id);
             let message = "z".repeat(1 << 20);
             let code = Code::NotFound;
-            s.say(Message::Error(ErrorMsg { id, code, message })).await;
+            s.say(Message::Error(ErrorMsg {
+                id,
+                code,
+                message,
+                retry_after_ms: None,
+            }))
+            .await;
             s
         },
         None,
@@ -577,7 +583,13 @@ async fn a_share_refused_everywhere_fails_the_fetch_naming_the_url_once() {
             };
             let message = "no such version".to_owned();
             let (id, code) = (Some(g.id), Code::NotFound);
-            s.say(Message::Error(ErrorMsg { id, code, message })).await;
+            s.say(Message::Error(ErrorMsg {
+                id,
+                code,
+                message,
+                retry_after_ms: None,
+            }))
+            .await;
         }
         s
     })

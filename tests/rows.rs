@@ -225,6 +225,7 @@ fn the_client_reads_rows_over_both_transports_and_from_nginx() {
         zt_client::Error::Server {
             status: Status::Ztp(code),
             message,
+            ..
         } => {
             assert_eq!(*code, ztp_proto::Code::NoMatch);
             assert!(message.contains("rows-out-of-bounds"), "{message}");
@@ -298,6 +299,116 @@ fn rows_and_slices_are_hashed_within_the_cpu_pools_turns() {
             "{query}: {hashed} hashed, {busy} busy"
         );
         assert!(metric(&s, "ztserve_cpu_jobs_refused_total") >= busy);
+    }
+}
+
+/// The client waits out busy refusals: with one CPU turn and no queue, a
+/// burst of 8 clients (the ranks of a job starting together) reading
+/// distinct first rows of an 8 MiB tensor all get their bytes, over HTTP
+/// and over ztp/1, where the daemon refused some of them `busy` (its
+/// `ztserve_cpu_jobs_refused_total` counts them); with `busy_wait` zero
+/// the refusal reaches the caller as before, passing and with the
+/// server's wait (HTTP `Retry-After`, ztp/1 `retry_after_ms`).
+#[test]
+fn clients_wait_out_busy_refusals_of_their_rows() {
+    let root = tempfile::tempdir().unwrap();
+    let (rows, cols) = (1024usize, 2048usize);
+    let w: Vec<u8> = (0..rows * cols * 4).map(|i| (i % 249) as u8).collect();
+    let views = vec![(
+        "w",
+        TensorView::new(Dtype::F32, vec![rows, cols], &w).unwrap(),
+    )];
+    let path = root.path().join("big.safetensors");
+    safetensors::serialize_to_file(views, None::<HashMap<String, String>>, &path).unwrap();
+    let cfg = common::config_file(root.path(), "[limits]\ncpu_jobs = 1\ncpu_queue = 0\n");
+    let rt = rt();
+    const RANKS: u64 = 8;
+    for patient in [true, false] {
+        let s = Server::start_quic(root.path(), &["--config", &cfg]);
+        let (q, fp) = s.quic.clone().unwrap();
+        // The component checked first, so that the bursts only hash rows.
+        let r = curl(
+            &["-I"],
+            &s.url("/v1/files/big.safetensors/objects/w/data?rows=0:1"),
+        );
+        assert!(r.status / 100 == 2, "{}", String::from_utf8_lossy(&r.body));
+        // Rows from 0 over HTTP, from 1 over ztp/1: digests the daemon
+        // keeps from the first burst do not answer the second.
+        let urls = [
+            s.url("/v1/files/big.safetensors"),
+            format!("quic://{q}/big.safetensors"),
+        ];
+        for (from, url) in (0u64..).zip(urls) {
+            let options = Options {
+                trust: Trust::fingerprint(&fp).unwrap(),
+                require_digest: true,
+                busy_wait: if patient {
+                    zt_client::BUSY_WAIT
+                } else {
+                    std::time::Duration::ZERO
+                },
+                ..Options::default()
+            };
+            let before = metric(&s, "ztserve_cpu_jobs_refused_total");
+            let started = std::time::Instant::now();
+            let results = rt.block_on(async {
+                // Connected and given their manifests one after another:
+                // only the rows come in a burst.
+                let mut ready = Vec::new();
+                for k in 1..=RANKS {
+                    let client = Client::connect(&url, options.clone()).await.unwrap();
+                    let remote = client.manifest().await.unwrap();
+                    ready.push((k, client, remote));
+                }
+                let go = std::sync::Arc::new(tokio::sync::Barrier::new(RANKS as usize));
+                let ranks: Vec<_> = ready
+                    .into_iter()
+                    .map(|(k, client, remote)| {
+                        let go = go.clone();
+                        tokio::spawn(async move {
+                            go.wait().await;
+                            let asked = Rows {
+                                start: from,
+                                end: rows as u64 - k,
+                            };
+                            (k, client.read_rows(&remote, "w", asked).await)
+                        })
+                    })
+                    .collect();
+                let mut out = Vec::new();
+                for r in ranks {
+                    out.push(r.await.unwrap());
+                }
+                out
+            });
+            let refused = metric(&s, "ztserve_cpu_jobs_refused_total") - before;
+            let mut failed = 0;
+            for (k, got) in results {
+                match got {
+                    Ok(d) => {
+                        let row = cols * 4;
+                        let wanted = &w[from as usize * row..(rows - k as usize) * row];
+                        assert!(d.data.as_slice() == wanted, "{url} rank {k}: other bytes");
+                        assert!(d.digest.is_some(), "{url} rank {k}: no digest");
+                    }
+                    Err(e) => {
+                        assert!(!patient, "{url} rank {k}: {e}");
+                        assert_eq!(e.retry_after(), Some(std::time::Duration::from_secs(1)));
+                        assert!(e.is_transient(), "{e}");
+                        assert!(e.to_string().contains("limits.cpu_queue"), "{e}");
+                        failed += 1;
+                    }
+                }
+            }
+            eprintln!(
+                "{url}: patient {patient}: {refused} refusals, {failed} failed, {:?}",
+                started.elapsed()
+            );
+            assert!(refused >= 1, "{url}: the burst was never refused");
+            if !patient {
+                assert_eq!(failed, refused, "{url}: each refusal reaches its caller");
+            }
+        }
     }
 }
 

@@ -31,6 +31,9 @@ pub enum Event<'s, R> {
         request: R,
         code: Code,
         message: String,
+        /// The server's word that the refusal is passing: the request may
+        /// be sent again after this many milliseconds.
+        retry_after_ms: Option<u64>,
     },
     /// After its manifest, one of a request's components failed on the
     /// server (`corrupt`, `read_failed`); the request goes on to its `done`.
@@ -169,16 +172,13 @@ impl<R> ClientSession<R> {
         let msg = frame.map_err(|e| Violation(format!("malformed message: {e}")))?;
         match msg {
             Message::Manifest(m) => self.on_manifest(m),
-            Message::Error(ErrorMsg {
-                id: None,
-                code,
-                message,
-            }) => Ok(Event::Closing { code, message }),
-            Message::Error(ErrorMsg {
-                id: Some(id),
-                code,
-                message,
-            }) => self.on_error(id, code, message),
+            Message::Error(e) => match e.id {
+                None => Ok(Event::Closing {
+                    code: e.code,
+                    message: e.message,
+                }),
+                Some(id) => self.on_error(id, e),
+            },
             Message::Done(Done { id, sent, .. }) => self.on_done(id, sent),
             other @ (Message::Get(_) | Message::Cancel(_)) => Err(Violation(format!(
                 "a `{}` (a client's message) on the control stream",
@@ -214,12 +214,13 @@ impl<R> ClientSession<R> {
 
     /// `error` for request `id`: before its manifest the request failed
     /// (and is gone); after it, one of its components did.
-    fn on_error(
-        &mut self,
-        id: u64,
-        code: Code,
-        message: String,
-    ) -> Result<Event<'_, R>, Violation> {
+    fn on_error(&mut self, id: u64, e: ErrorMsg) -> Result<Event<'_, R>, Violation> {
+        let ErrorMsg {
+            code,
+            message,
+            retry_after_ms,
+            ..
+        } = e;
         let (done, manifest) = match self.requests.get(&id) {
             Some(r) => (r.done, r.streams.is_some()),
             None => {
@@ -250,6 +251,7 @@ impl<R> ClientSession<R> {
                 request,
                 code,
                 message,
+                retry_after_ms,
             },
             None => Event::Nothing,
         })
@@ -516,6 +518,7 @@ mod tests {
             id: Some(id),
             code: Code::Corrupt,
             message: "object \"w\": digest mismatch".into(),
+            retry_after_ms: None,
         }));
         assert!(matches!(
             s.on_frame(corrupt),
@@ -544,6 +547,7 @@ mod tests {
                 id,
                 code: Code::NotFound,
                 message: "no file".into(),
+                retry_after_ms: None,
             }))
         };
         assert_eq!(
@@ -551,7 +555,8 @@ mod tests {
             Event::Failed {
                 request: "first",
                 code: Code::NotFound,
-                message: "no file".into()
+                message: "no file".into(),
+                retry_after_ms: None,
             }
         );
         violation(s.on_frame(err(Some(id))), "not in flight");

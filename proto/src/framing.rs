@@ -234,6 +234,13 @@ mod tests {
                 id: None,
                 code: Code::Unauthorized,
                 message: "no token".into(),
+                retry_after_ms: None,
+            }),
+            Message::Error(ErrorMsg {
+                id: Some(4),
+                code: Code::Unavailable,
+                message: "busy".into(),
+                retry_after_ms: Some(1000),
             }),
         ]
     }

@@ -84,6 +84,10 @@ pub struct ErrorMsg {
     pub id: Option<u64>,
     pub code: Code,
     pub message: String,
+    /// Present when the refusal is passing (the server is busy, or the
+    /// file is being rewritten): the request may be sent again after this
+    /// many milliseconds.
+    pub retry_after_ms: Option<u64>,
 }
 
 /// A control-stream message.
@@ -181,6 +185,7 @@ impl Message {
                 ("id", e.id.and_then(uint)),
                 ("code", uint(u64::from(e.code.value()))),
                 ("message", text(&e.message)),
+                ("retry_after_ms", e.retry_after_ms.and_then(uint)),
             ]),
         }
     }
@@ -254,6 +259,7 @@ impl Message {
                 id: f.opt_uint("id")?,
                 code: Code::from_value(f.uint("code")?).unwrap_or(Code::Internal),
                 message: f.opt_text("message")?.unwrap_or_default(),
+                retry_after_ms: f.opt_uint("retry_after_ms")?,
             }),
             other => return Err(FieldError::UnknownType(other.to_owned())),
         })

@@ -164,6 +164,7 @@ impl<R: Clone> ServerSession<R> {
                 id: Some(g.id),
                 code: Code::TooManyRequests,
                 message: format!("at most {} requests in flight", self.max_requests),
+                retry_after_ms: None,
             });
         }
         self.requests

@@ -29,6 +29,8 @@ pub(crate) struct ClientArgs {
     pub(crate) timeout: Option<f64>,
     /// Largest UDP datagram payload ztp/1 may grow to.
     pub(crate) max_udp_payload: Option<u16>,
+    /// Seconds a request waits out a busy server's refusals in all.
+    pub(crate) busy_wait: Option<f64>,
     /// Take components from the cache and store them in it (`True`).
     pub(crate) cache: bool,
     /// The cache's folder (default: `Cache::default_dir`).
@@ -53,6 +55,7 @@ impl ClientArgs {
             connections: None,
             timeout: None,
             max_udp_payload: None,
+            busy_wait: None,
             cache: true,
             cache_dir: None,
             cache_max: None,
@@ -73,6 +76,7 @@ impl ClientArgs {
                 "connections" => a.connections = Some(v.extract()?),
                 "timeout" => a.timeout = Some(v.extract()?),
                 "max_udp_payload" => a.max_udp_payload = Some(v.extract()?),
+                "busy_wait" => a.busy_wait = Some(v.extract()?),
                 "cache" => a.cache = v.extract()?,
                 "cache_dir" => a.cache_dir = Some(v.str()?.to_string()),
                 "cache_max" => a.cache_max = Some(v.str()?.to_string()),
@@ -121,6 +125,10 @@ pub(crate) fn client_options(a: &ClientArgs) -> PyResult<Options> {
             .map_err(|e| PyValueError::new_err(format!("timeout={secs}: {e}")))?;
         options.idle_timeout = t;
         options.silence_timeout = 2 * t;
+    }
+    if let Some(secs) = a.busy_wait {
+        options.busy_wait = Duration::try_from_secs_f64(secs)
+            .map_err(|e| PyValueError::new_err(format!("busy_wait={secs}: {e}")))?;
     }
     options.cache = cache(a)?;
     Ok(options)

@@ -61,6 +61,8 @@ class safe_open:
     (received bytes held ahead of the caller per fetch), ``timeout``
     (seconds a server may stay silent, and each wait's limit),
     ``max_udp_payload`` (the largest datagram ztp/1 may grow to),
+    ``busy_wait`` (seconds, default 30: how long in all a request the
+    server refuses as busy, with a wait to retry after, is sent again),
     ``progress`` (``True`` for a tqdm bar, or a callable
     ``(name, done_bytes, total_bytes)``).
 

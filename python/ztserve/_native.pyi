@@ -36,6 +36,7 @@ class ClientOptions(TypedDict, total=False):
     connections: int
     timeout: float
     max_udp_payload: int
+    busy_wait: float
 
 class Session:
     @staticmethod

@@ -564,6 +564,18 @@ def test_a_datagram_bound_is_taken_or_refused_by_name(served):
             ztserve.load(urls(port)["quic"], insecure=True, max_udp_payload=bad)
 
 
+def test_a_busy_wait_is_taken_or_refused_by_name(served):
+    """busy_wait= is how long, in all, requests the server refuses as busy
+    are sent again (tests/rows.rs shows the waiting); a load with it works
+    over both transports, and one it cannot be is a ValueError naming it."""
+    port, original = served
+    for url in urls(port).values():
+        same(ztserve.load(url, insecure=True, busy_wait=0), original)
+        same(ztserve.load(url, insecure=True, busy_wait=2.5), original)
+        with pytest.raises(ValueError, match="busy_wait=-1"):
+            ztserve.load(url, insecure=True, busy_wait=-1)
+
+
 def test_a_fetch_spreads_over_the_connections_asked_for(served):
     """Issue 29, item 2: connections= spreads a ztp/1 load over that many
     QUIC connections (and an HTTP one over that many requests); the

@@ -135,11 +135,19 @@ mod tests {
         let busy = zt_client::Error::Server {
             status: zt_client::Status::Ztp(ztp_proto::Code::ShuttingDown),
             message: "bye".into(),
+            retry_after: None,
+        };
+        assert_eq!(exit_code(&busy.into()), IO);
+        let busy = zt_client::Error::Server {
+            status: zt_client::Status::Ztp(ztp_proto::Code::Unavailable),
+            message: "no turn".into(),
+            retry_after: Some(std::time::Duration::from_secs(1)),
         };
         assert_eq!(exit_code(&busy.into()), IO);
         let missing = zt_client::Error::Server {
             status: zt_client::Status::Http(404),
             message: "no file".into(),
+            retry_after: None,
         };
         assert_eq!(exit_code(&missing.into()), INVALID);
         let changed = zt_client::Error::Changed {

@@ -46,6 +46,11 @@ pub struct RemoteArgs {
     /// 6500; default: what the interfaces carry)
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u16).range(1200..=6500))]
     pub max_udp_payload: Option<u16>,
+    /// Seconds, in all, a request the server refuses as busy (with a
+    /// wait to retry after) is sent again, each time after the server's
+    /// wait and a random part of it; 0 reports the first refusal
+    #[arg(long, value_name = "SECS", default_value_t = zt_client::BUSY_WAIT.as_secs())]
+    pub busy_wait: u64,
     /// The cache of components, reused by digest [default: $ZTSERVE_CACHE,
     /// else ~/.cache/ztserve]
     #[arg(long, value_name = "DIR")]
@@ -85,6 +90,7 @@ impl RemoteArgs {
             write_ahead: self.write_ahead_mib.max(1) << 20,
             resolve: self.resolve.clone(),
             max_udp_payload: self.max_udp_payload,
+            busy_wait: std::time::Duration::from_secs(self.busy_wait),
             allow_unverified: accept.allow_unverified,
             require_digest: accept.require_digest,
             via: self

@@ -33,9 +33,16 @@ pub enum Error {
     #[error("{0}")]
     Tls(String),
     /// The server answered the request with an error: its ztp/1 code or
-    /// HTTP status, and its message.
+    /// HTTP status, and its message. `retry_after`: the server's word that
+    /// the refusal is passing (it is busy) and how long to wait before
+    /// asking again; the client has waited out such refusals for
+    /// [`Options::busy_wait`](crate::Options::busy_wait) before it reports one.
     #[error("{message}")]
-    Server { status: Status, message: String },
+    Server {
+        status: Status,
+        message: String,
+        retry_after: Option<std::time::Duration>,
+    },
     /// The server broke ztp/1, or answered HTTP with something other than
     /// what was asked for (other bytes, no `Content-Range`, no ETag). The
     /// QUIC connection is closed with `protocol_violation`.
@@ -131,6 +138,10 @@ impl Error {
         match self {
             // A rerun starts over on the new version.
             Error::Transport(_) | Error::Changed { .. } => true,
+            Error::Server {
+                retry_after: Some(_),
+                ..
+            } => true,
             Error::Server { status, .. } => matches!(
                 status,
                 Status::Ztp(
@@ -145,6 +156,32 @@ impl Error {
         }
     }
 
+    /// How long the server asked the client to wait before asking again,
+    /// when it refused for a passing reason (it was busy).
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Error::Server { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// A server's refusal with `note` after its message; any other error
+    /// as it is.
+    pub(crate) fn noted(self, note: &str) -> Error {
+        match self {
+            Error::Server {
+                status,
+                message,
+                retry_after,
+            } => Error::Server {
+                status,
+                message: format!("{message}{note}"),
+                retry_after,
+            },
+            other => other,
+        }
+    }
+
     /// The same error with `prefix: ` before its message (the file, the
     /// request it belonged to); the kind is kept.
     pub(crate) fn within(self, prefix: &str) -> Error {
@@ -153,9 +190,14 @@ impl Error {
             Error::Usage(m) => Error::Usage(p(m)),
             Error::Transport(m) => Error::Transport(p(m)),
             Error::Tls(m) => Error::Tls(p(m)),
-            Error::Server { status, message } => Error::Server {
+            Error::Server {
+                status,
+                message,
+                retry_after,
+            } => Error::Server {
                 status,
                 message: p(message),
+                retry_after,
             },
             Error::Protocol(m) => Error::Protocol(p(m)),
             Error::Corrupt { at, message } => Error::Corrupt {

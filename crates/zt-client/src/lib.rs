@@ -49,6 +49,7 @@
 //! ```
 
 mod budget;
+mod busy;
 pub mod cache;
 mod causes;
 mod client;
@@ -76,6 +77,8 @@ pub mod ztp;
 pub use client::Client;
 pub use error::{At, Error, Result, Status};
 pub use fetch::Fetch;
-pub use options::{Options, Resolve, Via, HTTP_CONNECTIONS, IDLE_TIMEOUT, QUIC_CONNECTIONS};
+pub use options::{
+    Options, Resolve, Via, BUSY_WAIT, HTTP_CONNECTIONS, IDLE_TIMEOUT, QUIC_CONNECTIONS,
+};
 pub use remote::{select_from, Remote};
 pub use verify::{Delivered, Verification};

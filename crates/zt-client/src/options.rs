@@ -67,6 +67,12 @@ pub struct Options {
     /// (1,200 to 6,500); `None`: what the interfaces carry
     /// ([`crate::udp::max_payload`]).
     pub max_udp_payload: Option<u16>,
+    /// How long, in all, a request refused for a passing reason (the
+    /// server busy: HTTP `503` or `429` with `Retry-After`, ztp/1
+    /// `retry_after_ms`) is sent again, each time after the server's wait
+    /// and a random part of it ([`BUSY_WAIT`] by default; zero reports
+    /// the first refusal).
+    pub busy_wait: Duration,
     /// The cache components are taken from and stored in
     /// ([`crate::cache`]); `None` (the default for the library): every
     /// fetch asks the server. The tools use [`Cache::default_dir`].
@@ -118,8 +124,6 @@ impl Options {
             .map(|r| r.addrs.as_slice())
     }
 
-    /// Where a URL of `host` and `port` connects: [`Options::connect_to`],
-    /// else the first listed address, else `None` (resolve the name).
     /// Parallel Range requests of an HTTP fetch (at least one).
     pub fn http_connections(&self) -> usize {
         self.connections.unwrap_or(HTTP_CONNECTIONS).max(1)
@@ -131,6 +135,8 @@ impl Options {
         self.connections.unwrap_or(QUIC_CONNECTIONS).clamp(1, most)
     }
 
+    /// Where a URL of `host` and `port` connects: [`Options::connect_to`],
+    /// else the first listed address, else `None` (resolve the name).
     pub(crate) fn pinned(&self, host: &str, port: u16) -> Option<SocketAddr> {
         self.connect_to
             .or_else(|| self.listed(host, port).and_then(|a| a.first().copied()))
@@ -143,6 +149,9 @@ pub const HTTP_CONNECTIONS: usize = 8;
 /// QUIC connections of a ztp/1 fetch by default (docs/benchmarks.md,
 /// "Connections per fetch").
 pub const QUIC_CONNECTIONS: usize = 2;
+
+/// How long requests wait out a busy server by default.
+pub const BUSY_WAIT: Duration = Duration::from_secs(30);
 
 /// The idle timeout by default.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -165,6 +174,7 @@ impl Default for Options {
             resolve: Vec::new(),
             connect_to: None,
             max_udp_payload: None,
+            busy_wait: BUSY_WAIT,
             cache: None,
         }
     }

@@ -30,6 +30,7 @@ pub fn select_from(m: &Manifest, select: &[String]) -> Result<Manifest> {
             SelectError::NoMatch(_) => Error::Server {
                 status: crate::Status::Ztp(ztp_proto::Code::NoMatch),
                 message: e.to_string(),
+                retry_after: None,
             },
             other => Error::Usage(other.to_string()),
         })

@@ -24,6 +24,7 @@ impl Client {
             .ok_or_else(|| Error::Server {
                 status: crate::Status::Ztp(ztp_proto::Code::NotFound),
                 message: format!("{}: no object {object:?}", self.url),
+                retry_after: None,
             })
     }
 

@@ -93,14 +93,15 @@ impl From<Refusal> for AppError {
             Refusal::Internal(why) => return AppError::internal(why),
         };
         let mut e = AppError::new(status, error, r.detail());
-        match r {
-            Refusal::Changing(_) | Refusal::Busy(_) => e
-                .headers
-                .push((header::RETRY_AFTER, HeaderValue::from_static("1"))),
-            Refusal::Unauthorized(_) => e
-                .headers
-                .push((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))),
-            _ => {}
+        if let Some(wait) = r.retry_after() {
+            // Whole seconds, rounded up: what the header carries.
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            e.headers
+                .push((header::RETRY_AFTER, HeaderValue::from(secs)));
+        }
+        if let Refusal::Unauthorized(_) = r {
+            e.headers
+                .push((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
         }
         e
     }

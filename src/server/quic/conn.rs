@@ -157,6 +157,7 @@ pub(super) async fn handle(
                         id: Some(g.id),
                         code: Code::ShuttingDown,
                         message: "the server is shutting down".to_owned(),
+                        retry_after_ms: None,
                     };
                     control.send(Message::Error(refused)).await;
                 }
@@ -272,6 +273,7 @@ impl Drop for Unanswered {
                 code: Code::Internal,
                 message: "the server failed while answering this request (its log says why)"
                     .to_owned(),
+                retry_after_ms: None,
             });
             // Queued without waiting here (a `Drop`), however full the
             // queue: the client must not wait on a request nobody answers.

@@ -187,6 +187,7 @@ async fn close(mut send: SendStream, conn: &Connection, c: Close) {
         id: None,
         code: c.code,
         message: c.reason.clone(),
+        retry_after_ms: None,
     });
     if let Ok(bytes) = frame(&said) {
         let announced = async {

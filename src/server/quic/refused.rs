@@ -8,6 +8,9 @@ use crate::server::serve::Refusal;
 /// The `error` that refuses request `id`.
 pub(super) fn error(id: u64, r: Refusal) -> ErrorMsg {
     let code = code(&r);
+    let retry_after_ms = r
+        .retry_after()
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let message = match r {
         Refusal::Internal(why) => {
             tracing::error!(error = %why, "internal error");
@@ -19,6 +22,7 @@ pub(super) fn error(id: u64, r: Refusal) -> ErrorMsg {
         id: Some(id),
         code,
         message,
+        retry_after_ms,
     }
 }
 

@@ -86,6 +86,19 @@ impl Refusal {
     }
 }
 
+/// How long a client refused for a passing reason waits before it asks
+/// again: HTTP's `Retry-After`, ztp/1's `retry_after_ms`.
+pub(crate) const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Refusal {
+    /// When the refusal is passing (no turn for CPU-heavy work, a file
+    /// being rewritten): how long the client should wait before it asks
+    /// again. `None`: asking again at once gets the same answer.
+    pub(crate) fn retry_after(&self) -> Option<std::time::Duration> {
+        matches!(self, Refusal::Changing(_) | Refusal::Busy(_)).then_some(RETRY_AFTER)
+    }
+}
+
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.detail())

@@ -99,8 +99,18 @@ impl HttpSource {
 
     /// Sends one Range request and checks its status and that the server
     /// sends the bytes asked for (`want`); returns the response, the ETag
-    /// and the `Content-Range`.
+    /// and the `Content-Range`. A refusal for a passing reason (busy, with
+    /// `Retry-After`) is waited out ([`crate::busy`]).
     pub(super) async fn send_range(
+        &self,
+        want: &Want,
+        etag: Option<&str>,
+    ) -> Result<(reqwest::Response, Option<String>, Span)> {
+        crate::busy::patiently(self.options.busy_wait, || self.send_range_once(want, etag)).await
+    }
+
+    /// [`HttpSource::send_range`], sent once.
+    async fn send_range_once(
         &self,
         want: &Want,
         etag: Option<&str>,
@@ -125,6 +135,7 @@ impl HttpSource {
                 )))
             }
             s => {
+                let retry_after = passing(&resp);
                 let body = error_text(resp).await;
                 let doc: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
                 if s == StatusCode::CONFLICT && doc["error"] == "corrupt" {
@@ -142,6 +153,7 @@ impl HttpSource {
                 return Err(Error::Server {
                     status: Status::Http(s.as_u16()),
                     message: format!("{}: HTTP {s}: {}", self.url, quote(body.trim())),
+                    retry_after,
                 });
             }
         }
@@ -251,8 +263,26 @@ impl HttpSource {
         self.get_expecting(req, url, StatusCode::OK).await
     }
 
-    /// Sends a GET (with the bearer token) that must answer `want`.
+    /// Sends a GET (with the bearer token) that must answer `want`,
+    /// waiting out refusals for a passing reason ([`crate::busy`]).
     pub(super) async fn get_expecting(
+        &self,
+        req: reqwest::RequestBuilder,
+        url: &str,
+        want: StatusCode,
+    ) -> Result<reqwest::Response> {
+        crate::busy::patiently(self.options.busy_wait, || async {
+            // A GET has no body to stream: it always clones.
+            let again = req.try_clone().ok_or_else(|| {
+                Error::Usage(format!("GET {url}: the request cannot be sent again"))
+            })?;
+            self.get_expecting_once(again, url, want).await
+        })
+        .await
+    }
+
+    /// [`HttpSource::get_expecting`], sent once.
+    async fn get_expecting_once(
         &self,
         mut req: reqwest::RequestBuilder,
         url: &str,
@@ -266,14 +296,29 @@ impl HttpSource {
         })?;
         let status = resp.status();
         if status != want {
+            let retry_after = passing(&resp);
             let body = error_text(resp).await;
             return Err(Error::Server {
                 status: Status::Http(status.as_u16()),
                 message: format!("{url}: HTTP {status}: {}", quote(body.trim())),
+                retry_after,
             });
         }
         Ok(resp)
     }
+}
+
+/// The wait a refusal for a passing reason asks for: a `503` or `429`
+/// with a `Retry-After` header (other statuses carry none that means
+/// "busy").
+fn passing(resp: &reqwest::Response) -> Option<std::time::Duration> {
+    let busy = matches!(
+        resp.status(),
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+    );
+    let header = resp.headers().get(reqwest::header::RETRY_AFTER)?;
+    busy.then(|| crate::busy::retry_after_header(header.to_str().ok()?))
+        .flatten()
 }
 
 /// A whole response body of at most `cap` bytes.

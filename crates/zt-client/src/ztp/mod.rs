@@ -460,7 +460,11 @@ impl QuicClient {
     /// connection's [`REQUESTS`]; one the server refuses as
     /// `too_many_requests` (it counts a request until its `done`, which may
     /// come after the client is through with it, and may bound fewer) is
-    /// sent again after a pause, for as long as the server may stay silent.
+    /// sent again after a pause, for as long as the server may stay silent;
+    /// one refused for a passing reason (`retry_after_ms`: the server is
+    /// busy) is sent again after the server's wait, for at most
+    /// [`Options::busy_wait`](crate::Options::busy_wait) in all
+    /// ([`crate::busy`]).
     async fn send_get(
         &self,
         get: Get,
@@ -471,6 +475,7 @@ impl QuicClient {
         // Refusals are retried for a silence timeout from the first.
         let mut until = None;
         let mut pause = std::time::Duration::from_millis(5);
+        let mut waits = crate::busy::Waits::new(self.options.busy_wait);
         loop {
             // A turn comes as the requests before it are answered: waited
             // for while the connection moves data, failing only when it
@@ -503,7 +508,11 @@ impl QuicClient {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(std::time::Duration::from_millis(200));
                 }
-                other => return other,
+                Err(e) => match waits.next(&e) {
+                    Some(wait) => tokio::time::sleep(wait).await,
+                    None => return Err(waits.gave_up(e)),
+                },
+                answered => return answered,
             }
         }
     }

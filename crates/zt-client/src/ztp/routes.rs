@@ -71,7 +71,7 @@ fn all_lost(routes: &Routes, why: &str) {
 /// (its URL): a component it refused as corrupt can never be fetched; a
 /// version (`if_match`) the file no longer has is a changed file, as over
 /// HTTP; anything else is the server's answer.
-fn server_error(name: &str, code: Code, message: &str) -> Error {
+fn server_error(name: &str, code: Code, message: &str, retry_after_ms: Option<u64>) -> Error {
     let text = format!("server error {code}: {}", quote(message));
     match code {
         Code::Corrupt => Error::Corrupt {
@@ -85,6 +85,7 @@ fn server_error(name: &str, code: Code, message: &str) -> Error {
         code => Error::Server {
             status: Status::Ztp(code),
             message: format!("{name}: {text}"),
+            retry_after: retry_after_ms.map(std::time::Duration::from_millis),
         },
     }
 }
@@ -152,8 +153,9 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
                     request,
                     code,
                     message,
+                    retry_after_ms,
                 }) => {
-                    let e = server_error(&request.name, code, &message);
+                    let e = server_error(&request.name, code, &message, retry_after_ms);
                     request.fail(e);
                 }
                 Ok(Said::Refused {
@@ -161,7 +163,7 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
                     code,
                     message,
                 }) => {
-                    let e = server_error(&request.name, code, &message);
+                    let e = server_error(&request.name, code, &message, None);
                     let _ = request.deliver.send((Event::Component(Err(e)), None));
                 }
                 Ok(Said::Done { request, sent }) => {
@@ -181,6 +183,7 @@ pub(super) async fn read_control(mut recv: RecvStream, routes: Routes, cap: u64,
                     fail_all(&routes, |name| Error::Server {
                         status: Status::Ztp(code),
                         message: format!("{name}: {text}"),
+                        retry_after: None,
                     });
                 }
                 Ok(Said::Nothing) => {}

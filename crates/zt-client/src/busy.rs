@@ -1,0 +1,182 @@
+//! Refusals that pass. A server with no turn for a request's work now (a
+//! burst of first row requests from the ranks of a job starting together,
+//! a full CPU queue, a file being rewritten) says how long to wait: HTTP
+//! `503` or `429` with `Retry-After`, ztp/1 `retry_after_ms`. The request
+//! is sent again after about that long, for at most
+//! [`Options::busy_wait`](crate::Options::busy_wait) in all, instead of
+//! failing. Each wait is the server's stretched by a random part (up to
+//! half again), so that the clients refused together do not come back
+//! together.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+
+/// Runs `attempt` (one sending of a request) until it ends in anything but
+/// a passing refusal, or until waiting out the next refusal would pass
+/// `patience`: then the last refusal, saying how long it was waited out.
+pub(crate) async fn patiently<T, F, Fut>(patience: Duration, mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut waits = Waits::new(patience);
+    loop {
+        match attempt().await {
+            Err(e) => match waits.next(&e) {
+                Some(wait) => tokio::time::sleep(wait).await,
+                None => return Err(waits.gave_up(e)),
+            },
+            done => return done,
+        }
+    }
+}
+
+/// The waits between one request's sendings.
+#[derive(Debug)]
+pub(crate) struct Waits {
+    start: Instant,
+    patience: Duration,
+    /// Refusals waited out so far.
+    waited: u32,
+}
+
+impl Waits {
+    pub(crate) fn new(patience: Duration) -> Waits {
+        Waits {
+            start: Instant::now(),
+            patience,
+            waited: 0,
+        }
+    }
+
+    /// How long to wait before sending the request again after it failed
+    /// with `e`: `None` when `e` is no passing refusal, or when the wait
+    /// would end past the patience.
+    pub(crate) fn next(&mut self, e: &Error) -> Option<Duration> {
+        let wait = spread(e.retry_after()?);
+        let ends = self.start.elapsed().checked_add(wait)?;
+        (ends <= self.patience).then(|| {
+            self.waited += 1;
+            wait
+        })
+    }
+
+    /// `e`, the refusal the request ends with, noting how often and how
+    /// long it was waited out before (when it was).
+    pub(crate) fn gave_up(&self, e: Error) -> Error {
+        if self.waited == 0 {
+            return e;
+        }
+        let note = format!(
+            " (refused {} times over {:.1} s, waiting as the server asked; the client's busy_wait is {} s)",
+            self.waited + 1,
+            self.start.elapsed().as_secs_f64(),
+            self.patience.as_secs_f64()
+        );
+        e.noted(&note)
+    }
+}
+
+/// The server's wait (at least 10 ms), stretched by a random part of up
+/// to half of it.
+fn spread(asked: Duration) -> Duration {
+    let asked = asked.max(Duration::from_millis(10));
+    asked + asked.mul_f64(fastrand::f64() / 2.0)
+}
+
+/// A `Retry-After` header's wait: whole seconds, or an HTTP date (the
+/// time until it; none when it has passed). `None` when it is neither.
+pub(crate) fn retry_after_header(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Status;
+
+    fn busy(ms: u64) -> Error {
+        Error::Server {
+            status: Status::Http(503),
+            message: "busy".into(),
+            retry_after: Some(Duration::from_millis(ms)),
+        }
+    }
+
+    #[test]
+    fn each_wait_is_the_servers_and_up_to_half_again_within_the_patience() {
+        let mut w = Waits::new(Duration::from_secs(10));
+        for _ in 0..50 {
+            let d = w.next(&busy(1000)).unwrap();
+            assert!(d >= Duration::from_millis(1000), "{d:?}");
+            assert!(d <= Duration::from_millis(1500), "{d:?}");
+        }
+        let tiny = w.next(&busy(0)).unwrap();
+        assert!(tiny >= Duration::from_millis(10), "{tiny:?}");
+        assert_eq!(w.next(&busy(20_000)), None, "past the patience");
+        let gone = Error::Server {
+            status: Status::Http(503),
+            message: "down".into(),
+            retry_after: None,
+        };
+        assert_eq!(w.next(&gone), None, "no wait asked for: not passing");
+        assert_eq!(w.next(&Error::Transport("lost".into())), None);
+        let last = w.gave_up(busy(1000)).to_string();
+        assert!(last.contains("refused 52 times"), "{last}");
+        let first = Waits::new(Duration::ZERO);
+        assert_eq!(first.gave_up(busy(5)).to_string(), "busy", "never waited");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_is_sent_again_until_it_is_answered_or_patience_runs_out() {
+        let mut sent = 0;
+        let answered = patiently(Duration::from_secs(30), || {
+            sent += 1;
+            let refused = sent < 4;
+            async move {
+                if refused {
+                    Err(busy(1000))
+                } else {
+                    Ok(sent)
+                }
+            }
+        })
+        .await;
+        assert_eq!(answered.unwrap(), 4);
+
+        let mut sent = 0;
+        let e = patiently(Duration::from_secs(5), || {
+            sent += 1;
+            async { Err::<(), _>(busy(1000)) }
+        })
+        .await
+        .unwrap_err();
+        assert!((4..=6).contains(&sent), "{sent} sendings in 5 s");
+        assert!(e.is_transient() && e.retry_after().is_some(), "{e:?}");
+        assert!(e.to_string().contains("busy_wait is 5 s"), "{e}");
+    }
+
+    #[test]
+    fn retry_after_is_seconds_or_a_date() {
+        assert_eq!(retry_after_header(" 3 "), Some(Duration::from_secs(3)));
+        let soon = std::time::SystemTime::now() + Duration::from_secs(120);
+        let d = retry_after_header(&httpdate::fmt_http_date(soon)).unwrap();
+        assert!(d > Duration::from_secs(100) && d <= Duration::from_secs(120));
+        let past = httpdate::fmt_http_date(std::time::UNIX_EPOCH);
+        assert_eq!(retry_after_header(&past), Some(Duration::ZERO));
+        assert_eq!(retry_after_header("soon"), None);
+        assert_eq!(retry_after_header("-1"), None);
+    }
+}

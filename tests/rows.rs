@@ -342,8 +342,10 @@ fn clients_wait_out_busy_refusals_of_their_rows() {
             let options = Options {
                 trust: Trust::fingerprint(&fp).unwrap(),
                 require_digest: true,
+                // Patient enough for a slow machine: the test is about the
+                // waiting, not its default bound.
                 busy_wait: if patient {
-                    zt_client::BUSY_WAIT
+                    std::time::Duration::from_secs(120)
                 } else {
                     std::time::Duration::ZERO
                 },

@@ -3,10 +3,11 @@
 //! a full CPU queue, a file being rewritten) says how long to wait: HTTP
 //! `503` or `429` with `Retry-After`, ztp/1 `retry_after_ms`. The request
 //! is sent again after about that long, for at most
-//! [`Options::busy_wait`](crate::Options::busy_wait) in all, instead of
-//! failing. Each wait is the server's stretched by a random part (up to
-//! half again), so that the clients refused together do not come back
-//! together.
+//! [`Options::busy_wait`](crate::Options::busy_wait) from the first
+//! refusal, instead of failing. Each wait is the server's, or, when that
+//! is less, a least wait that doubles with each refusal (250 ms to 10 s),
+//! stretched by a random part of up to half again, so that the clients
+//! refused together do not come back together.
 
 use std::future::Future;
 use std::time::Duration;
@@ -38,54 +39,68 @@ where
 /// The waits between one request's sendings.
 #[derive(Debug)]
 pub(crate) struct Waits {
-    start: Instant,
     patience: Duration,
+    /// When the first passing refusal came: the patience counts from it,
+    /// not from a first answer that was slow to come.
+    first: Option<Instant>,
     /// Refusals waited out so far.
     waited: u32,
 }
 
+/// The least wait, and the wait that grows from it with each refusal
+/// waited out (doubling, up to [`MOST`]) when the server asks for less:
+/// a server that answers `Retry-After: 0` is not asked again at once,
+/// over and over.
+const LEAST: Duration = Duration::from_millis(250);
+const MOST: Duration = Duration::from_secs(10);
+
 impl Waits {
     pub(crate) fn new(patience: Duration) -> Waits {
         Waits {
-            start: Instant::now(),
             patience,
+            first: None,
             waited: 0,
         }
     }
 
     /// How long to wait before sending the request again after it failed
     /// with `e`: `None` when `e` is no passing refusal, or when the wait
-    /// would end past the patience.
+    /// the server asked for would end past the patience.
     pub(crate) fn next(&mut self, e: &Error) -> Option<Duration> {
-        let wait = spread(e.retry_after()?);
-        let ends = self.start.elapsed().checked_add(wait)?;
-        (ends <= self.patience).then(|| {
-            self.waited += 1;
-            wait
-        })
+        let asked = e.retry_after()?;
+        let first = *self.first.get_or_insert_with(Instant::now);
+        let left = self.patience.checked_sub(first.elapsed())?;
+        let grown = LEAST.saturating_mul(1 << self.waited.min(16)).min(MOST);
+        let wait = asked.max(grown);
+        if wait > left {
+            return None;
+        }
+        self.waited += 1;
+        Some(spread(wait).min(left))
     }
 
-    /// `e`, the refusal the request ends with, noting how often and how
-    /// long it was waited out before (when it was).
+    /// `e`, the error the request ends with; a passing refusal notes how
+    /// often and how long it was waited out before (when it was).
     pub(crate) fn gave_up(&self, e: Error) -> Error {
+        let Some(first) = self.first.filter(|_| e.retry_after().is_some()) else {
+            return e;
+        };
         if self.waited == 0 {
             return e;
         }
         let note = format!(
             " (refused {} times over {:.1} s, waiting as the server asked; the client's busy_wait is {} s)",
             self.waited + 1,
-            self.start.elapsed().as_secs_f64(),
+            first.elapsed().as_secs_f64(),
             self.patience.as_secs_f64()
         );
         e.noted(&note)
     }
 }
 
-/// The server's wait (at least 10 ms), stretched by a random part of up
-/// to half of it.
-fn spread(asked: Duration) -> Duration {
-    let asked = asked.max(Duration::from_millis(10));
-    asked + asked.mul_f64(fastrand::f64() / 2.0)
+/// `wait` stretched by a random part of up to half of it.
+fn spread(wait: Duration) -> Duration {
+    wait.saturating_add(wait.mul_f64(fastrand::f64() / 2.0))
 }
 
 /// A `Retry-After` header's wait: whole seconds, or an HTTP date (the
@@ -118,13 +133,14 @@ mod tests {
     #[test]
     fn each_wait_is_the_servers_and_up_to_half_again_within_the_patience() {
         let mut w = Waits::new(Duration::from_secs(10));
-        for _ in 0..50 {
+        for _ in 0..2 {
             let d = w.next(&busy(1000)).unwrap();
             assert!(d >= Duration::from_millis(1000), "{d:?}");
             assert!(d <= Duration::from_millis(1500), "{d:?}");
         }
-        let tiny = w.next(&busy(0)).unwrap();
-        assert!(tiny >= Duration::from_millis(10), "{tiny:?}");
+        // Asked for less than the waits grown so far (250 ms doubled twice).
+        let d = w.next(&busy(0)).unwrap();
+        assert!(d >= Duration::from_millis(1000), "{d:?}");
         assert_eq!(w.next(&busy(20_000)), None, "past the patience");
         let gone = Error::Server {
             status: Status::Http(503),
@@ -133,10 +149,33 @@ mod tests {
         };
         assert_eq!(w.next(&gone), None, "no wait asked for: not passing");
         assert_eq!(w.next(&Error::Transport("lost".into())), None);
+        assert_eq!(
+            w.gave_up(gone).to_string(),
+            "down",
+            "not a refusal waited out"
+        );
         let last = w.gave_up(busy(1000)).to_string();
-        assert!(last.contains("refused 52 times"), "{last}");
+        assert!(last.contains("refused 4 times"), "{last}");
         let first = Waits::new(Duration::ZERO);
         assert_eq!(first.gave_up(busy(5)).to_string(), "busy", "never waited");
+    }
+
+    #[test]
+    fn the_least_wait_grows_and_huge_waits_end_the_patience() {
+        let mut w = Waits::new(Duration::from_secs(3600));
+        let waits: Vec<Duration> = (0..8).map(|_| w.next(&busy(0)).unwrap()).collect();
+        for (n, d) in waits.iter().enumerate() {
+            let least = (Duration::from_millis(250) * (1 << n)).min(Duration::from_secs(10));
+            assert!(*d >= least && *d <= least.mul_f64(1.5), "{n}: {d:?}");
+        }
+        let huge = retry_after_header("18446744073709551615").unwrap();
+        let e = Error::Server {
+            status: Status::Http(503),
+            message: "later".into(),
+            retry_after: Some(huge),
+        };
+        assert_eq!(w.next(&e), None, "a wait past the patience ends it");
+        assert_eq!(spread(Duration::MAX), Duration::MAX, "saturates");
     }
 
     #[tokio::test(start_paused = true)]
@@ -163,7 +202,8 @@ mod tests {
         })
         .await
         .unwrap_err();
-        assert!((4..=6).contains(&sent), "{sent} sendings in 5 s");
+        // Waits of 1-1.5 s, 1-1.5 s, 1-1.5 s, then 2-3 s past the 5 s.
+        assert!((3..=5).contains(&sent), "{sent} sendings in 5 s");
         assert!(e.is_transient() && e.retry_after().is_some(), "{e:?}");
         assert!(e.to_string().contains("busy_wait is 5 s"), "{e}");
     }

@@ -35,8 +35,9 @@ pub enum Error {
     /// The server answered the request with an error: its ztp/1 code or
     /// HTTP status, and its message. `retry_after`: the server's word that
     /// the refusal is passing (it is busy) and how long to wait before
-    /// asking again; the client has waited out such refusals for
-    /// [`Options::busy_wait`](crate::Options::busy_wait) before it reports one.
+    /// asking again; the client has waited out such refusals for at most
+    /// [`Options::busy_wait`](crate::Options::busy_wait) before it reports
+    /// one (none when the next wait would pass it).
     #[error("{message}")]
     Server {
         status: Status,

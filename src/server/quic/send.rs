@@ -134,7 +134,12 @@ pub(super) async fn run(
             let (_open, _opened) = (open, opened);
             let sent = send_one(&state, &ctl, &mut stream, &item, writing).await;
             if let Written::Refused(why) = sent.clone() {
-                let error = refused::error(item.header.id, why);
+                // A component's refusal: the request goes on to its `done`,
+                // so it is not one to send again (PROTOCOL.md section 8).
+                let error = ztp_proto::ErrorMsg {
+                    retry_after_ms: None,
+                    ..refused::error(item.header.id, why)
+                };
                 control.send(Message::Error(error)).await;
             }
             if matches!(sent, Written::Stalled) {

@@ -2,6 +2,7 @@
 //! one certificate, as replicas share theirs); the first is killed in the
 //! middle of a fetch, and the fetch goes on from the second, keeping what
 //! it had verified, and ends verified and whole. Over HTTP and ztp/1.
+//! A server too busy for the fetch hands it on at once.
 
 mod common;
 
@@ -138,4 +139,79 @@ fn a_name_with_several_addresses_is_tried_address_by_address() {
             "{url}: not the served file"
         );
     }
+}
+
+/// A server that answers every request `503` with `Retry-After: 1` (as a
+/// ztserve past its CPU queue, or a proxy shedding load): its address and
+/// how many requests it has answered.
+fn always_busy() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&count);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut head = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            while head.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                line.clear();
+            }
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = "{\"error\": \"busy\"}";
+            let _ = write!(
+                conn,
+                "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (addr, count)
+}
+
+/// A busy first server (`503`, `Retry-After: 1`) hands the fetch to the
+/// mirror at its first refusal, not after `--busy-wait`; the same server
+/// alone is asked again after each wait, and the fetch then fails as
+/// passing (exit 4), saying how often it was refused.
+#[test]
+fn a_busy_server_hands_the_fetch_on_at_once_and_a_lone_one_is_waited_on() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let s = Server::start(&common::repo().join("models"), &[]);
+    let (busy, asked) = always_busy();
+    let first = format!("http://{busy}/sample.zt");
+    let second = s.url("/v1/files/sample.zt");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sample.zt");
+    let o = out.to_str().unwrap();
+    let r = zt(&["fetch", &first, "-o", o, "--mirror", &second]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{err}");
+    assert!(err.contains(&format!("going on from {second}")), "{err}");
+    assert_eq!(
+        asked.load(SeqCst),
+        1,
+        "handed on at the first refusal: {err}"
+    );
+    let sample = std::fs::read(common::repo().join("models/sample.zt")).unwrap();
+    assert!(
+        std::fs::read(&out).unwrap() == sample,
+        "not the served file"
+    );
+
+    let alone = dir.path().join("alone.zt");
+    let r = zt(&[
+        "fetch",
+        &first,
+        "-o",
+        alone.to_str().unwrap(),
+        "--busy-wait",
+        "3",
+    ]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(4), "{err}");
+    let times = asked.load(SeqCst) - 1;
+    assert!(times >= 2, "asked {times} times: {err}");
+    assert!(err.contains(&format!("refused {times} times")), "{err}");
+    assert!(!alone.exists(), "nothing left looking complete");
 }

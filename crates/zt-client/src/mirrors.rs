@@ -92,6 +92,8 @@ impl Server {
 /// [`fetch_to_path`] from the first of `urls` that completes: on a failure
 /// that another server might not have ([`Error::is_server_specific`]) the
 /// fetch goes on from the next server, resuming from what is verified. A
+/// server too busy for a request (a passing refusal) hands the fetch on at
+/// once; only the last is waited on, for [`Options::busy_wait`]. A
 /// URL whose host has several addresses is one server per address. Each
 /// server is tried once, in order; the last failure is returned if none
 /// completes. `failed` hears of each failure that moved the fetch on: the
@@ -114,6 +116,12 @@ pub async fn fetch_to_path_from(
         let attempt = async {
             let pinned = Options {
                 connect_to: server.addr.or(options.connect_to),
+                // A busy server hands the fetch on at its first refusal
+                // while another is left to try; the last is waited on.
+                busy_wait: match all.get(i + 1) {
+                    Some(_) => std::time::Duration::ZERO,
+                    None => options.busy_wait,
+                },
                 ..options.clone()
             };
             let client = Client::connect(&server.url, pinned).await?;

@@ -81,6 +81,17 @@ impl Script {
         let _ = self.control.write_all(&frame(&m).unwrap()).await;
     }
 
+    /// An `error` for request `id` (for the connection, without one).
+    async fn refuse(&mut self, id: Option<u64>, code: Code, message: String) {
+        let e = ErrorMsg {
+            id,
+            code,
+            message,
+            retry_after_ms: None,
+        };
+        self.say(Message::Error(e)).await;
+    }
+
     /// The manifest, announcing `streams` component streams.
     async fn manifest(&mut self, streams: u64) {
         self.manifest_offering(streams, Vec::new()).await;
@@ -488,15 +499,7 @@ async fn a_servers_error_text_is_quoted_cut_short() {
     let (e, _) = refused(
         |mut s| async move {
             let id = Some(s.get.id);
-            let message = "z".repeat(1 << 20);
-            let code = Code::NotFound;
-            s.say(Message::Error(ErrorMsg {
-                id,
-                code,
-                message,
-                retry_after_ms: None,
-            }))
-            .await;
+            s.refuse(id, Code::NotFound, "z".repeat(1 << 20)).await;
             s
         },
         None,
@@ -582,14 +585,7 @@ async fn a_share_refused_everywhere_fails_the_fetch_naming_the_url_once() {
                 break;
             };
             let message = "no such version".to_owned();
-            let (id, code) = (Some(g.id), Code::NotFound);
-            s.say(Message::Error(ErrorMsg {
-                id,
-                code,
-                message,
-                retry_after_ms: None,
-            }))
-            .await;
+            s.refuse(Some(g.id), Code::NotFound, message).await;
         }
         s
     })

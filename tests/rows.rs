@@ -246,14 +246,7 @@ fn the_client_reads_rows_over_both_transports_and_from_nginx() {
 fn rows_and_slices_are_hashed_within_the_cpu_pools_turns() {
     let root = tempfile::tempdir().unwrap();
     let (rows, cols) = (4096usize, 2048usize);
-    let w: Vec<u8> = (0..rows * cols * 4).map(|i| (i % 251) as u8).collect();
-    let views = vec![(
-        "w",
-        TensorView::new(Dtype::F32, vec![rows, cols], &w).unwrap(),
-    )];
-    let path = root.path().join("big.safetensors");
-    safetensors::serialize_to_file(views, None::<HashMap<String, String>>, &path).unwrap();
-    let cfg = common::config_file(root.path(), "[limits]\ncpu_jobs = 1\ncpu_queue = 0\n");
+    let (w, cfg) = one_turn_for(root.path(), rows, cols);
     for (query, rule) in [("rows", "hashing rows 0:"), ("slice", "hashing slice ")] {
         let s = Server::start(root.path(), &["--config", &cfg]);
         let url = |r: String| format!("/v1/files/big.safetensors/objects/w/data?{query}={r}");
@@ -313,14 +306,7 @@ fn rows_and_slices_are_hashed_within_the_cpu_pools_turns() {
 fn clients_wait_out_busy_refusals_of_their_rows() {
     let root = tempfile::tempdir().unwrap();
     let (rows, cols) = (1024usize, 2048usize);
-    let w: Vec<u8> = (0..rows * cols * 4).map(|i| (i % 249) as u8).collect();
-    let views = vec![(
-        "w",
-        TensorView::new(Dtype::F32, vec![rows, cols], &w).unwrap(),
-    )];
-    let path = root.path().join("big.safetensors");
-    safetensors::serialize_to_file(views, None::<HashMap<String, String>>, &path).unwrap();
-    let cfg = common::config_file(root.path(), "[limits]\ncpu_jobs = 1\ncpu_queue = 0\n");
+    let (w, cfg) = one_turn_for(root.path(), rows, cols);
     let rt = rt();
     const RANKS: u64 = 8;
     for patient in [true, false] {
@@ -412,6 +398,21 @@ fn clients_wait_out_busy_refusals_of_their_rows() {
             }
         }
     }
+}
+
+/// `big.safetensors` in `root`, its one tensor `w` f32 [rows, cols], and a
+/// config of one CPU turn and no queue (`limits.cpu_jobs = 1`,
+/// `cpu_queue = 0`): w's bytes and the config's path.
+fn one_turn_for(root: &Path, rows: usize, cols: usize) -> (Vec<u8>, String) {
+    let w: Vec<u8> = (0..rows * cols * 4).map(|i| (i % 251) as u8).collect();
+    let views = vec![(
+        "w",
+        TensorView::new(Dtype::F32, vec![rows, cols], &w).unwrap(),
+    )];
+    let path = root.join("big.safetensors");
+    safetensors::serialize_to_file(views, None::<HashMap<String, String>>, &path).unwrap();
+    let cfg = common::config_file(root, "[limits]\ncpu_jobs = 1\ncpu_queue = 0\n");
+    (w, cfg)
 }
 
 /// GETs every one of `targets` at once, each on its own connection;

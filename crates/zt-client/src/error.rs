@@ -168,19 +168,11 @@ impl Error {
 
     /// A server's refusal with `note` after its message; any other error
     /// as it is.
-    pub(crate) fn noted(self, note: &str) -> Error {
-        match self {
-            Error::Server {
-                status,
-                message,
-                retry_after,
-            } => Error::Server {
-                status,
-                message: format!("{message}{note}"),
-                retry_after,
-            },
-            other => other,
+    pub(crate) fn noted(mut self, note: &str) -> Error {
+        if let Error::Server { message, .. } = &mut self {
+            message.push_str(note);
         }
+        self
     }
 
     /// The same error with `prefix: ` before its message (the file, the

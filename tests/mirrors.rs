@@ -173,7 +173,8 @@ fn always_busy() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
 /// A busy first server (`503`, `Retry-After: 1`) hands the fetch to the
 /// mirror at its first refusal, not after `--busy-wait`; the same server
 /// alone is asked again after each wait, and the fetch then fails as
-/// passing (exit 4), saying how often it was refused.
+/// passing (exit 4), saying how often it was refused; when the mirror
+/// after it fails too, the busy server is asked again.
 #[test]
 fn a_busy_server_hands_the_fetch_on_at_once_and_a_lone_one_is_waited_on() {
     use std::sync::atomic::Ordering::SeqCst;
@@ -214,4 +215,26 @@ fn a_busy_server_hands_the_fetch_on_at_once_and_a_lone_one_is_waited_on() {
     assert!(times >= 2, "asked {times} times: {err}");
     assert!(err.contains(&format!("refused {times} times")), "{err}");
     assert!(!alone.exists(), "nothing left looking complete");
+
+    // Busy, then a mirror that has no such file: the busy one is asked
+    // again, for what is left of --busy-wait, before the fetch fails.
+    let before = asked.load(SeqCst);
+    let missing = s.url("/v1/files/no-such.zt");
+    let out = dir.path().join("back.zt");
+    let o = out.to_str().unwrap();
+    let r = zt(&[
+        "fetch",
+        &first,
+        "-o",
+        o,
+        "--mirror",
+        &missing,
+        "--busy-wait",
+        "3",
+    ]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(4), "{err}");
+    assert!(err.contains(&format!("going on from {first}")), "{err}");
+    let again = asked.load(SeqCst) - before;
+    assert!(again >= 2, "the busy server asked {again} times: {err}");
 }

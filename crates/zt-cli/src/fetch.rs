@@ -46,9 +46,11 @@ pub struct RemoteArgs {
     /// 6500; default: what the interfaces carry)
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u16).range(1200..=6500))]
     pub max_udp_payload: Option<u16>,
-    /// Seconds, in all, a request the server refuses as busy (with a
-    /// wait to retry after) is sent again, each time after the server's
-    /// wait and a random part of it; 0 reports the first refusal
+    /// Seconds, at most, from its first refusal, that a request the
+    /// server refuses as busy (with a wait to retry after) is sent again,
+    /// each time after the server's wait (at least 250 ms, doubling) and a
+    /// random part of it; 0 reports the first refusal. With mirrors, a
+    /// busy server hands the fetch on at once; the last is waited on
     #[arg(long, value_name = "SECS", default_value_t = zt_client::BUSY_WAIT.as_secs())]
     pub busy_wait: u64,
     /// The cache of components, reused by digest [default: $ZTSERVE_CACHE,

@@ -65,18 +65,19 @@ impl Waits {
 
     /// How long to wait before sending the request again after it failed
     /// with `e`: `None` when `e` is no passing refusal, or when the wait
-    /// the server asked for would end past the patience.
+    /// the server asked for would end past the patience. A longer wait of
+    /// the client's own (grown, spread) is cut to the patience's end, so
+    /// the last sending comes as the patience ends.
     pub(crate) fn next(&mut self, e: &Error) -> Option<Duration> {
         let asked = e.retry_after()?;
         let first = *self.first.get_or_insert_with(Instant::now);
         let left = self.patience.checked_sub(first.elapsed())?;
-        let grown = LEAST.saturating_mul(1 << self.waited.min(16)).min(MOST);
-        let wait = asked.max(grown);
-        if wait > left {
+        if asked > left {
             return None;
         }
+        let grown = LEAST.saturating_mul(1 << self.waited.min(16)).min(MOST);
         self.waited += 1;
-        Some(spread(wait).min(left))
+        Some(spread(asked.max(grown)).min(left))
     }
 
     /// `e`, the error the request ends with; a passing refusal notes how
@@ -89,7 +90,7 @@ impl Waits {
             return e;
         }
         let note = format!(
-            " (refused {} times over {:.1} s, waiting as the server asked; the client's busy_wait is {} s)",
+            " (refused {} times over {:.1} s, waiting at least as the server asked; the client's busy_wait is {} s)",
             self.waited + 1,
             first.elapsed().as_secs_f64(),
             self.patience.as_secs_f64()
@@ -202,8 +203,8 @@ mod tests {
         })
         .await
         .unwrap_err();
-        // Waits of 1-1.5 s, 1-1.5 s, 1-1.5 s, then 2-3 s past the 5 s.
-        assert!((3..=5).contains(&sent), "{sent} sendings in 5 s");
+        // Waits of 1-1.5 s, 1-1.5 s, 1-1.5 s, then what is left of the 5 s.
+        assert!((4..=5).contains(&sent), "{sent} sendings in 5 s");
         assert!(e.is_transient() && e.retry_after().is_some(), "{e:?}");
         assert!(e.to_string().contains("busy_wait is 5 s"), "{e}");
     }

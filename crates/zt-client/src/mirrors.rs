@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
@@ -92,10 +93,12 @@ impl Server {
 /// [`fetch_to_path`] from the first of `urls` that completes: on a failure
 /// that another server might not have ([`Error::is_server_specific`]) the
 /// fetch goes on from the next server, resuming from what is verified. A
-/// server too busy for a request (a passing refusal) hands the fetch on at
-/// once; only the last is waited on, for [`Options::busy_wait`]. A
 /// URL whose host has several addresses is one server per address. Each
-/// server is tried once, in order; the last failure is returned if none
+/// server is tried in order. One too busy for a request (a passing
+/// refusal) hands the fetch on at once while another is left to try; the
+/// last is waited on for [`Options::busy_wait`], and when every server
+/// has failed, the first that was busy is asked again for what is left of
+/// `busy_wait` since its refusal. The last failure is returned if none
 /// completes. `failed` hears of each failure that moved the fetch on: the
 /// server that failed (its URL, and its address when pinned), the error,
 /// and the server next.
@@ -112,32 +115,55 @@ pub async fn fetch_to_path_from(
         all.extend(servers(url, options).await);
     }
     let mut last = Error::Usage("no URL to fetch from".to_owned());
+    // The first server refused as busy, and when.
+    let mut busy: Option<(&Server, Instant)> = None;
     for (i, server) in all.iter().enumerate() {
-        let attempt = async {
-            let pinned = Options {
-                connect_to: server.addr.or(options.connect_to),
-                // A busy server hands the fetch on at its first refusal
-                // while another is left to try; the last is waited on.
-                busy_wait: match all.get(i + 1) {
-                    Some(_) => std::time::Duration::ZERO,
-                    None => options.busy_wait,
-                },
-                ..options.clone()
-            };
-            let client = Client::connect(&server.url, pinned).await?;
-            let written = fetch_to_path(&client, select, out, &mut *progress).await;
-            client.close().await;
-            written
-        }
-        .await;
-        match (attempt, all.get(i + 1)) {
-            (Ok(w), _) => return Ok(w),
-            (Err(e), Some(next)) if e.is_server_specific() => {
-                failed(&server.label(), &e, &next.label());
+        let next = all.get(i + 1);
+        let patience = match next {
+            Some(_) => Duration::ZERO,
+            None => options.busy_wait,
+        };
+        let attempt = from_server(server, options, patience, select, out, &mut *progress).await;
+        match attempt {
+            Ok(w) => return Ok(w),
+            Err(e) if e.is_server_specific() => {
+                if let Some(next) = next {
+                    if e.retry_after().is_some() && busy.is_none() {
+                        busy = Some((server, Instant::now()));
+                    }
+                    failed(&server.label(), &e, &next.label());
+                }
                 last = e;
             }
-            (Err(e), _) => return Err(e),
+            Err(e) => return Err(e),
+        }
+    }
+    if let (Some((server, since)), Some(after)) = (busy, all.last()) {
+        let left = options.busy_wait.saturating_sub(since.elapsed());
+        if !left.is_zero() {
+            failed(&after.label(), &last, &server.label());
+            return from_server(server, options, left, select, out, progress).await;
         }
     }
     Err(last)
+}
+
+/// The fetch from `server`, waiting out its passing refusals for `patience`.
+async fn from_server(
+    server: &Server,
+    options: &Options,
+    patience: Duration,
+    select: &[String],
+    out: &Path,
+    progress: Progress<'_>,
+) -> Result<Written> {
+    let pinned = Options {
+        connect_to: server.addr.or(options.connect_to),
+        busy_wait: patience,
+        ..options.clone()
+    };
+    let client = Client::connect(&server.url, pinned).await?;
+    let written = fetch_to_path(&client, select, out, progress).await;
+    client.close().await;
+    written
 }

@@ -67,11 +67,14 @@ pub struct Options {
     /// (1,200 to 6,500); `None`: what the interfaces carry
     /// ([`crate::udp::max_payload`]).
     pub max_udp_payload: Option<u16>,
-    /// How long, in all, a request refused for a passing reason (the
-    /// server busy: HTTP `503` or `429` with `Retry-After`, ztp/1
-    /// `retry_after_ms`) is sent again, each time after the server's wait
-    /// and a random part of it ([`BUSY_WAIT`] by default; zero reports
-    /// the first refusal).
+    /// How long, at most, from its first refusal, a request refused for a
+    /// passing reason (the server busy: HTTP `503` or `429` with
+    /// `Retry-After`, ztp/1 `retry_after_ms`) is sent again, each time
+    /// after the server's wait (or a least wait that doubles from 250 ms
+    /// to 10 s, when the server asks for less) and a random part of it
+    /// ([`BUSY_WAIT`] by default; zero reports the first refusal;
+    /// [`crate::mirrors`] hands a busy server's fetch on at once while
+    /// another is left to try).
     pub busy_wait: Duration,
     /// The cache components are taken from and stored in
     /// ([`crate::cache`]); `None` (the default for the library): every

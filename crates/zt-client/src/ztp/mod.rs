@@ -463,7 +463,7 @@ impl QuicClient {
     /// sent again after a pause, for as long as the server may stay silent;
     /// one refused for a passing reason (`retry_after_ms`: the server is
     /// busy) is sent again after the server's wait, for at most
-    /// [`Options::busy_wait`](crate::Options::busy_wait) in all
+    /// [`Options::busy_wait`](crate::Options::busy_wait) from the first
     /// ([`crate::busy`]).
     async fn send_get(
         &self,

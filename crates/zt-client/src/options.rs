@@ -71,7 +71,7 @@ pub struct Options {
     /// passing reason (the server busy: HTTP `503` or `429` with
     /// `Retry-After`, ztp/1 `retry_after_ms`) is sent again, each time
     /// after the server's wait (or a least wait that doubles from 250 ms
-    /// to 10 s, when the server asks for less) and a random part of it
+    /// to 2 s, when the server asks for less) and a random part of it
     /// ([`BUSY_WAIT`] by default; zero reports the first refusal;
     /// [`crate::mirrors`] hands a busy server's fetch on at once while
     /// another is left to try).

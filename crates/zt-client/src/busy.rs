@@ -108,7 +108,7 @@ fn spread(wait: Duration) -> Duration {
 }
 
 /// A `Retry-After` header's wait: whole seconds, or an HTTP date (the
-/// time until it; none when it has passed). `None` when it is neither.
+/// time until it; zero once it has passed). `None` when it is neither.
 pub(crate) fn retry_after_header(value: &str) -> Option<Duration> {
     let value = value.trim();
     if let Ok(secs) = value.parse::<u64>() {

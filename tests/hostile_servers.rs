@@ -171,14 +171,12 @@ where
     let state = tempfile::tempdir().unwrap();
     let id = cert::identity(None, state.path()).unwrap();
     let fingerprint = id.fingerprint();
-    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS13])
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(id.chain, id.key)
-    .unwrap();
+    let mut tls = rustls::ServerConfig::builder_with_provider(zt_client::trust::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(id.chain, id.key)
+        .unwrap();
     tls.alpn_protocols = vec![ztp_proto::ALPN.to_vec()];
     let mut config =
         quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(tls).unwrap()));

@@ -126,8 +126,8 @@ fn hundreds_of_http_connections_and_64_quic_clients_at_once() {
     let s = Server::start_quic(root.path(), &[]);
     let (q, fp) = s.quic.clone().unwrap();
     let base = s.url("/v1/files/load.zt");
-    // reqwest is built without a default TLS provider (the daemon uses ring).
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // reqwest is built without a default TLS provider.
+    zt_client::trust::install_provider();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let errors: Vec<String> = rt.block_on(async {
         let mut tasks = Vec::new();

@@ -1,5 +1,5 @@
 //! The QUIC ceiling: one bare quinn connection carrying a payload on one
-//! stream from memory, with ztserve's certificate, provider (ring), socket
+//! stream from memory, with ztserve's certificate, provider (aws-lc-rs), socket
 //! buffers and transport settings on both ends, and nothing else.
 //!
 //! The payload is the model file itself, read into memory before the
@@ -29,12 +29,10 @@ const ALPN: &[u8] = b"bench";
 pub(crate) fn server(state_dir: &Path) -> Result<Endpoint> {
     zt_client::trust::install_provider();
     let id = cert::identity(None, state_dir)?;
-    let mut crypto = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS13])?
-    .with_no_client_auth()
-    .with_single_cert(id.chain, id.key)?;
+    let mut crypto = rustls::ServerConfig::builder_with_provider(zt_client::trust::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_no_client_auth()
+        .with_single_cert(id.chain, id.key)?;
     crypto.alpn_protocols = vec![ALPN.to_vec()];
     let mut config =
         quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(crypto)?));

@@ -4,7 +4,8 @@
 //!   nginx), against `curl` fetching the raw file from nginx, with digests
 //!   checked (crc32c, sha256) and with none to check, and a safetensors
 //!   file copied byte for byte, checked against digests computed by the
-//!   daemon (sha256) and by a second one (blake3);
+//!   daemon (sha256) and by a second one (blake3); and the CPU the client
+//!   and the daemon spend per fetch (section 1c, also alone);
 //! * time to first layer through the client library;
 //! * ztp/1 against a bare quinn transfer (the QUIC ceiling) and our HTTP,
 //!   from a daemon reading the file (the page cache) and from one keeping
@@ -29,6 +30,7 @@ use zt_client::{Client, Options, Via};
 use zt_format::{layer_index, DigestAlgorithm};
 
 mod ceiling;
+mod cpu;
 mod delay;
 mod lossy;
 #[allow(dead_code)]
@@ -702,6 +704,9 @@ fn main() -> Result<()> {
     );
     if want("1") {
         b.whole_files()?;
+    }
+    if want("1") || want("1c") {
+        b.cpu_per_fetch(_z.id())?;
     }
     if want("2") || want("3") {
         b.in_memory()?;

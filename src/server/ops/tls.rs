@@ -16,19 +16,17 @@ pub(crate) type TlsConfig = Arc<RwLock<Arc<rustls::ServerConfig>>>;
 fn build(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>> {
     zt_client::trust::install_provider();
     let id = crate::server::quic::cert::load(cert, key)?;
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-    .with_no_client_auth()
-    .with_single_cert(id.chain, id.key)
-    .with_context(|| {
-        format!(
-            "loading TLS certificate {} and key {}",
-            cert.display(),
-            key.display()
-        )
-    })?;
+    let mut config = rustls::ServerConfig::builder_with_provider(zt_client::trust::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_no_client_auth()
+        .with_single_cert(id.chain, id.key)
+        .with_context(|| {
+            format!(
+                "loading TLS certificate {} and key {}",
+                cert.display(),
+                key.display()
+            )
+        })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

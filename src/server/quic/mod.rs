@@ -71,13 +71,11 @@ pub fn bind(state: &State, addr: SocketAddr) -> Result<Bound> {
     let configured = tls.cert.as_deref().zip(tls.key.as_deref());
     let id = cert::identity(configured, &state.config.state_dir)?;
     let fingerprint = id.fingerprint();
-    let mut crypto = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS13])?
-    .with_no_client_auth()
-    .with_single_cert(id.chain, id.key)
-    .context("building the QUIC TLS configuration")?;
+    let mut crypto = rustls::ServerConfig::builder_with_provider(zt_client::trust::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_no_client_auth()
+        .with_single_cert(id.chain, id.key)
+        .context("building the QUIC TLS configuration")?;
     crypto.alpn_protocols = vec![ztp_proto::ALPN.to_vec()];
     let base = quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(crypto)?));
     let q = &state.config.quic;

@@ -60,15 +60,20 @@ impl Trust {
     }
 }
 
-/// Installs ring as the process's rustls provider. With more than one
-/// provider compiled in (a program that also links another TLS stack),
-/// building a TLS configuration otherwise panics.
+/// Installs [`provider`] as the process's rustls provider. With more than
+/// one provider compiled in (a program that also links another TLS
+/// stack), building a TLS configuration otherwise panics.
 pub fn install_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+/// The cryptography every TLS configuration of the client and the daemon
+/// uses (ztp/1's packet protection and HTTPS): aws-lc-rs, whose
+/// AES-128-GCM sealed QUIC's 6,500-byte packets at 1.9x ring's rate on
+/// the development machine (`cargo bench --features bench-crypto --bench
+/// crypto`; docs/benchmarks.md).
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// A TLS 1.3 client configuration for `alpn` under this policy.

@@ -11,7 +11,8 @@ use anyhow::{Context, Result};
 
 use crate::{median, peers, Bench};
 
-/// Clock ticks a second in `/proc/PID/stat` (`USER_HZ`, 100 on Linux).
+/// Clock ticks a second in `/proc/PID/stat` (`USER_HZ`, which Linux
+/// fixes at 100 for user space whatever the kernel's own tick).
 const TICKS: f64 = 100.0;
 
 /// CPU seconds from `/proc/PID/stat`: the process's own (user + system)
@@ -22,16 +23,16 @@ fn cpu(pid: &str) -> Result<(f64, f64)> {
     // The fields after the command name, which may hold spaces: the
     // process state is field 3, utime 14, stime 15, cutime 16, cstime 17.
     let after = text.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let field = |n: usize| -> f64 {
-        after
-            .split_whitespace()
-            .nth(n - 3)
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let field = |n: usize| -> Result<f64> {
+        fields
+            .get(n - 3)
             .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
+            .with_context(|| format!("/proc/{pid}/stat: no field {n}"))
     };
     Ok((
-        (field(14) + field(15)) / TICKS,
-        (field(16) + field(17)) / TICKS,
+        (field(14)? + field(15)?) / TICKS,
+        (field(16)? + field(17)?) / TICKS,
     ))
 }
 
@@ -69,10 +70,13 @@ impl Bench {
         ];
         let mut costs: Vec<Vec<Cost>> = variants.iter().map(|_| Vec::new()).collect();
         for _ in 0..self.n {
-            for ((_, url, curl), costs) in variants.iter().zip(costs.iter_mut()) {
-                peers::remove_output(out);
+            for ((_, url, curl), row) in variants.iter().zip(costs.iter_mut()) {
+                // Both clear the last round's output (and sync) untimed.
                 let mut cmd = match curl {
-                    true => peers::curl(url, out),
+                    true => {
+                        peers::remove_output(out);
+                        peers::curl(url, out)
+                    }
                     false => peers::zt_fetch(url, out),
                 };
                 let (_, children0) = cpu("self")?;
@@ -80,7 +84,7 @@ impl Bench {
                 let wall = peers::timed(&mut cmd)?;
                 let (_, children1) = cpu("self")?;
                 let (daemon1, _) = cpu(&daemon)?;
-                costs.push(Cost {
+                row.push(Cost {
                     wall,
                     client: children1 - children0,
                     daemon: daemon1 - daemon0,
@@ -88,15 +92,15 @@ impl Bench {
             }
         }
         println!(
-            "# 1c. CPU per fetch of the {} GB model to disk, client + daemon \
+            "# 1c. CPU per fetch of the {:.2} GB model to disk, client + daemon \
              (medians; cores = CPU / wall; the machine has {})",
             self.size as f64 / 1e9,
             std::thread::available_parallelism().map_or(0, |n| n.get())
         );
         let total = |c: &Cost| c.client + c.daemon;
         let http_total = median(costs[1].iter().map(total).collect());
-        for ((what, ..), costs) in variants.iter().zip(&costs) {
-            let m = |f: &dyn Fn(&Cost) -> f64| median(costs.iter().map(f).collect());
+        for ((what, ..), row) in variants.iter().zip(&costs) {
+            let m = |f: &dyn Fn(&Cost) -> f64| median(row.iter().map(f).collect());
             let all = m(&total);
             println!(
                 "{what:<46} {:>6.3} s wall  client {:>5.2} + daemon {:>5.2} = {:>5.2} CPU s \

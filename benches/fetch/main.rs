@@ -667,7 +667,7 @@ fn main() -> Result<()> {
         rt: tokio::runtime::Runtime::new()?,
         data,
     };
-    let _z = peers::ztserve(&root, b.zp, &b.data.join("state"))?;
+    let z = peers::ztserve(&root, b.zp, &b.data.join("state"))?;
     let blake3 = [("ZTSERVE_DIGESTS_ALGORITHM", "blake3")];
     let _zb = peers::ztserve_env(&root, b.zb, &b.data.join("state-blake3"), &blake3)?;
     // Not inside the lossy namespace, which has daemons of its own.
@@ -706,7 +706,7 @@ fn main() -> Result<()> {
         b.whole_files()?;
     }
     if want("1") || want("1c") {
-        b.cpu_per_fetch(_z.id())?;
+        b.cpu_per_fetch(z.id())?;
     }
     if want("2") || want("3") {
         b.in_memory()?;
@@ -715,7 +715,7 @@ fn main() -> Result<()> {
         b.manifests()?;
     }
     if want("5") {
-        drop((_z, _zb, _zk, _n));
+        drop((z, _zb, _zk, _n));
         lossy::outer(n)?;
     }
     Ok(())

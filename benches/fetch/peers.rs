@@ -18,7 +18,8 @@ impl Proc {
         Proc(child)
     }
 
-    /// The process id (the load bench reads its peak RSS).
+    /// The process id (the load bench reads its peak RSS, the fetch
+    /// bench its CPU).
     #[allow(dead_code)]
     pub(crate) fn id(&self) -> u32 {
         self.0.id()

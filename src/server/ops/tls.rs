@@ -1,4 +1,5 @@
-//! HTTPS with rustls (the ring provider, chosen explicitly). The
+//! HTTPS with rustls (the provider every TLS configuration here uses,
+//! [`zt_client::trust::provider`], chosen explicitly). The
 //! certificate and key are re-read when either file changes, so a renewed
 //! certificate takes effect without a restart: each new connection takes
 //! the configuration current when it is accepted.

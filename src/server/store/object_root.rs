@@ -85,7 +85,7 @@ impl ObjectRoot {
         config: &StorageConfig,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<ObjectRoot, StoreError> {
-        // The store's HTTP client uses the process's rustls provider (ring).
+        // The store's HTTP client uses the process's rustls provider.
         zt_client::trust::install_provider();
         let bad = |e: &dyn std::fmt::Display| StoreError::Config(format!("root {url:?}: {e}"));
         let parsed = url::Url::parse(url).map_err(|e| bad(&e))?;

@@ -64,7 +64,7 @@ impl Trust {
 /// one provider compiled in (a program that also links another TLS
 /// stack), building a TLS configuration otherwise panics.
 pub fn install_provider() {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let _ = Arc::unwrap_or_clone(provider()).install_default();
 }
 
 /// The cryptography every TLS configuration of the client and the daemon
@@ -113,7 +113,7 @@ pub(crate) fn watched_config(
     let verifier = Verifier::new(check, Arc::clone(&provider), refusals.clone());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| Error::Usage(format!("TLS 1.3 with ring: {e}")))?
+        .map_err(|e| Error::Usage(format!("TLS 1.3 with aws-lc-rs: {e}")))?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(verifier))
         .with_no_client_auth();

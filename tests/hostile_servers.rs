@@ -171,7 +171,7 @@ where
     let state = tempfile::tempdir().unwrap();
     let id = cert::identity(None, state.path()).unwrap();
     let fingerprint = id.fingerprint();
-    let mut tls = rustls::ServerConfig::builder_with_provider(zt_client::trust::provider())
+    let mut tls = rustls::ServerConfig::builder_with_provider(cert::provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
         .with_no_client_auth()

@@ -1,5 +1,6 @@
 //! The QUIC ceiling: one bare quinn connection carrying a payload on one
-//! stream from memory, with ztserve's certificate, provider (aws-lc-rs), socket
+//! stream from memory, with ztserve's certificate, each end's provider
+//! (the daemon's aws-lc-rs sending, the client's ring receiving), socket
 //! buffers and transport settings on both ends, and nothing else.
 //!
 //! The payload is the model file itself, read into memory before the
@@ -29,7 +30,7 @@ const ALPN: &[u8] = b"bench";
 pub(crate) fn server(state_dir: &Path) -> Result<Endpoint> {
     zt_client::trust::install_provider();
     let id = cert::identity(None, state_dir)?;
-    let mut crypto = rustls::ServerConfig::builder_with_provider(zt_client::trust::provider())
+    let mut crypto = rustls::ServerConfig::builder_with_provider(cert::provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_no_client_auth()
         .with_single_cert(id.chain, id.key)?;

@@ -1,5 +1,5 @@
-//! HTTPS with rustls (the provider every TLS configuration here uses,
-//! [`zt_client::trust::provider`], chosen explicitly). The
+//! HTTPS with rustls (the daemon's provider,
+//! [`crate::server::quic::cert::provider`], chosen explicitly). The
 //! certificate and key are re-read when either file changes, so a renewed
 //! certificate takes effect without a restart: each new connection takes
 //! the configuration current when it is accepted.
@@ -11,13 +11,15 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result};
 use tokio::task::JoinHandle;
 
+use crate::server::quic;
+
 /// The HTTPS configuration in force, replaced when the files change.
 pub(crate) type TlsConfig = Arc<RwLock<Arc<rustls::ServerConfig>>>;
 
 fn build(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>> {
     zt_client::trust::install_provider();
-    let id = crate::server::quic::cert::load(cert, key)?;
-    let mut config = rustls::ServerConfig::builder_with_provider(zt_client::trust::provider())
+    let id = quic::cert::load(cert, key)?;
+    let mut config = rustls::ServerConfig::builder_with_provider(quic::cert::provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()
         .with_single_cert(id.chain, id.key)

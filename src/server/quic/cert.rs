@@ -5,11 +5,25 @@
 //! Secret through `--tls-cert`/`--tls-key`) so that pinning works.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::{Digest as _, Sha256};
+
+/// The cryptography of the daemon's TLS servers (ztp/1 over QUIC and
+/// HTTPS): aws-lc-rs, whose AES-128-GCM sealed QUIC's 6,500-byte packets
+/// at 1.9x ring's rate on the development machine (`cargo bench
+/// --features bench-crypto --bench crypto`; docs/benchmarks.md). Its
+/// one-time cost, seeding its random generator from CPU jitter (about
+/// 20 ms), falls on the daemon's start. Clients use their own
+/// ([`zt_client::trust::provider`]); each side of a connection seals with
+/// its own implementation of the same cipher suite.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
 
 /// A certificate chain and its key.
 #[derive(Debug)]

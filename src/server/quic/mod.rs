@@ -71,7 +71,7 @@ pub fn bind(state: &State, addr: SocketAddr) -> Result<Bound> {
     let configured = tls.cert.as_deref().zip(tls.key.as_deref());
     let id = cert::identity(configured, &state.config.state_dir)?;
     let fingerprint = id.fingerprint();
-    let mut crypto = rustls::ServerConfig::builder_with_provider(zt_client::trust::provider())
+    let mut crypto = rustls::ServerConfig::builder_with_provider(cert::provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_no_client_auth()
         .with_single_cert(id.chain, id.key)

@@ -67,13 +67,14 @@ pub fn install_provider() {
     let _ = Arc::unwrap_or_clone(provider()).install_default();
 }
 
-/// The cryptography every TLS configuration of the client and the daemon
-/// uses (ztp/1's packet protection and HTTPS): aws-lc-rs, whose
-/// AES-128-GCM sealed QUIC's 6,500-byte packets at 1.9x ring's rate on
-/// the development machine (`cargo bench --features bench-crypto --bench
-/// crypto`; docs/benchmarks.md).
+/// The cryptography of the client's TLS configurations (ztp/1's packet
+/// protection and HTTPS): ring. aws-lc-rs seals packets faster (the
+/// daemon uses it), but seeds its random generator from CPU jitter at a
+/// process's first handshake, about 20 ms that a short command such as
+/// `zt info quic://` waits for, and the client's opening of packets was
+/// no faster with it (docs/benchmarks.md, twenty-seventh session).
 pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// A TLS 1.3 client configuration for `alpn` under this policy.
@@ -113,7 +114,7 @@ pub(crate) fn watched_config(
     let verifier = Verifier::new(check, Arc::clone(&provider), refusals.clone());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| Error::Usage(format!("TLS 1.3 with aws-lc-rs: {e}")))?
+        .map_err(|e| Error::Usage(format!("TLS 1.3 with ring: {e}")))?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(verifier))
         .with_no_client_auth();

@@ -2,8 +2,8 @@
 //! the digests a client verifies (sha256 from the `sha2` crate we use,
 //! ring and aws-lc-rs; BLAKE3 on one thread; CRC-32C), and QUIC's packet
 //! protection (AES-128-GCM sealing packets of 1,400 and 6,500 bytes) by
-//! the two rustls providers available as crates, aws-lc-rs (ours) and
-//! ring. Ratios are against what ztserve uses.
+//! the two rustls providers available as crates, aws-lc-rs (the daemon's,
+//! "ours" below) and ring (the client's). Ratios are against the daemon's.
 //!
 //! `cargo bench --features bench-crypto --bench crypto` (medians of 7
 //! passes over 256 MiB in memory). Not part of `.ci/run`.

@@ -5,7 +5,7 @@
 //! Secret through `--tls-cert`/`--tls-key`) so that pinning works.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result};
 use rustls::crypto::CryptoProvider;
@@ -16,13 +16,21 @@ use sha2::{Digest as _, Sha256};
 /// The cryptography of the daemon's TLS servers (ztp/1 over QUIC and
 /// HTTPS): aws-lc-rs, whose AES-128-GCM sealed QUIC's 6,500-byte packets
 /// at 1.9x ring's rate on the development machine (`cargo bench
-/// --features bench-crypto --bench crypto`; docs/benchmarks.md). Its
-/// one-time cost, seeding its random generator from CPU jitter (about
-/// 20 ms), falls on the daemon's start. Clients use their own
-/// ([`zt_client::trust::provider`]); each side of a connection seals with
-/// its own implementation of the same cipher suite.
+/// --features bench-crypto --bench crypto`; docs/benchmarks.md). aws-lc
+/// seeds its random generator from CPU jitter on its first use in a
+/// process (about 30 ms; each thread's own generator is then seeded from
+/// it in microseconds): the first call here does that, so it falls on the
+/// daemon's start rather than on its first client's handshake. Clients
+/// use their own ([`zt_client::trust::provider`]); each side of a
+/// connection seals with its own implementation of the same cipher suite.
 pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+    static SEEDED: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    Arc::clone(SEEDED.get_or_init(|| {
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        // Failing here fails the handshakes too, with rustls's error.
+        let _ = provider.secure_random.fill(&mut [0; 32]);
+        Arc::new(provider)
+    }))
 }
 
 /// A certificate chain and its key.
@@ -90,4 +98,19 @@ fn write_private(path: &Path, data: &[u8]) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))?;
     f.write_all(data)
         .with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_provider_is_made_and_seeded_once() {
+        assert!(Arc::ptr_eq(&provider(), &provider()));
+        let mut a = [0; 32];
+        let mut b = [0; 32];
+        provider().secure_random.fill(&mut a).unwrap();
+        provider().secure_random.fill(&mut b).unwrap();
+        assert_ne!(a, b);
+    }
 }

@@ -2,7 +2,8 @@
 //!
 //! * `zt fetch` to a file over ztp/1 and over HTTP (from ztserve and from
 //!   nginx), against `curl` fetching the raw file from nginx, with digests
-//!   checked (crc32c, sha256) and with none to check, and a safetensors
+//!   checked (crc32c, sha256, and for a file written without digests the
+//!   sha256 digests the daemon computes for it), and a safetensors
 //!   file copied byte for byte, checked against digests computed by the
 //!   daemon (sha256) and by a second one (blake3); and the CPU the client
 //!   and the daemon spend per fetch (section 1c, also alone);
@@ -289,7 +290,7 @@ impl Bench {
         for (file, what) in [
             ("layers-crc32c.zt", "crc32c checked"),
             ("layers-sha256.zt", "sha256 checked"),
-            ("layers-none.zt", "no digests, nothing to check"),
+            ("layers-none.zt", "no digests in the file, daemon's sha256"),
         ] {
             for (via, url) in [("http", self.zhttp(file)), ("quic", self.zquic(file))] {
                 variants.push((

@@ -34,17 +34,16 @@ pub(super) enum Check {
 
 impl Check {
     pub(super) fn roots(
-        roots: rustls::RootCertStore,
+        roots: Arc<rustls::RootCertStore>,
         listed: Vec<CertificateDer<'static>>,
         provider: &Arc<CryptoProvider>,
         label: &str,
     ) -> Check {
         // Building fails only without roots, which the check then reports
         // as an unknown issuer for whatever the server presents.
-        let webpki =
-            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), Arc::clone(provider))
-                .build()
-                .ok();
+        let webpki = WebPkiServerVerifier::builder_with_provider(roots, Arc::clone(provider))
+            .build()
+            .ok();
         Check::Roots {
             webpki,
             listed,

@@ -290,7 +290,7 @@ impl Bench {
         for (file, what) in [
             ("layers-crc32c.zt", "crc32c checked"),
             ("layers-sha256.zt", "sha256 checked"),
-            ("layers-none.zt", "no digests in the file, daemon's sha256"),
+            ("layers-none.zt", "undigested, daemon sha256"),
         ] {
             for (via, url) in [("http", self.zhttp(file)), ("quic", self.zquic(file))] {
                 variants.push((

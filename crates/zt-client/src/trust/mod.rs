@@ -11,7 +11,7 @@ mod refused;
 mod verifier;
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -70,7 +70,7 @@ pub fn install_provider() {
 /// The cryptography of the client's TLS configurations (ztp/1's packet
 /// protection and HTTPS): ring. aws-lc-rs seals packets faster (the
 /// daemon uses it), but seeds its random generator from CPU jitter at a
-/// process's first handshake, about 20 ms that a short command such as
+/// process's first handshake, about 30 ms that a short command such as
 /// `zt info quic://` waits for, and the client's opening of packets was
 /// no faster with it (docs/benchmarks.md, twenty-seventh session).
 pub fn provider() -> Arc<CryptoProvider> {
@@ -116,20 +116,32 @@ pub(crate) fn watched_config(
     Ok((config, refusals))
 }
 
-/// The operating system's root certificates, read once per process, as
-/// TLS clients usually do: reading them took 2.3-2.7 ms a time on the
-/// development machine (13 ms the first), paid by every connection and
-/// HTTPS client made under [`Trust::System`]. A CA file, by contrast, is
-/// read again for each (it is the operator's, and may be replaced).
+/// The operating system's root certificates, read once per process as
+/// TLS clients usually do (with `SSL_CERT_FILE` and `SSL_CERT_DIR` as
+/// they are then): every connection and HTTPS client made under
+/// [`Trust::System`] read and parsed them again, a few milliseconds each
+/// (docs/benchmarks.md, twenty-eighth session). A read that finds none
+/// is not kept, so a later client reads them again. A CA file, by
+/// contrast, is read for each client: it is the operator's, and may be
+/// replaced.
 fn system_roots() -> Arc<rustls::RootCertStore> {
-    static ROOTS: OnceLock<Arc<rustls::RootCertStore>> = OnceLock::new();
-    Arc::clone(ROOTS.get_or_init(|| {
-        let mut roots = rustls::RootCertStore::empty();
-        for c in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(c);
-        }
-        Arc::new(roots)
-    }))
+    static KEPT: Mutex<Option<Arc<rustls::RootCertStore>>> = Mutex::new(None);
+    // Held while reading, so that clients made at once read them once.
+    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(roots) = kept.as_ref() {
+        return Arc::clone(roots);
+    }
+    #[cfg(test)]
+    tests::SYSTEM_READS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(c);
+    }
+    let roots = Arc::new(roots);
+    if !roots.is_empty() {
+        *kept = Some(Arc::clone(&roots));
+    }
+    roots
 }
 
 /// The CA file's certificates: as trust anchors, and as they are (the
@@ -155,13 +167,26 @@ fn read_ca_file(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
+
+    /// Reads of the system's roots in this test process.
+    pub(super) static SYSTEM_READS: AtomicUsize = AtomicUsize::new(0);
 
     #[test]
     fn the_system_roots_are_read_once_per_process() {
-        assert!(Arc::ptr_eq(&system_roots(), &system_roots()));
         install_provider();
-        client_config(&Trust::System, b"ztp/1").unwrap();
-        assert!(Arc::ptr_eq(&system_roots(), &system_roots()));
+        for _ in 0..3 {
+            client_config(&Trust::System, b"ztp/1").unwrap();
+        }
+        let reads = SYSTEM_READS.load(Ordering::SeqCst);
+        if system_roots().is_empty() {
+            // A machine without a bundle: each client looks again.
+            assert!(reads >= 3, "{reads} reads");
+        } else {
+            assert_eq!(reads, 1);
+            assert!(Arc::ptr_eq(&system_roots(), &system_roots()));
+        }
     }
 }

@@ -10,6 +10,7 @@ use pyo3::types::PyDict;
 use zt_client::{sharded, Client};
 
 use crate::error::Failure;
+use crate::interrupt;
 use crate::options::{client_options, ClientArgs};
 use crate::process::runtime;
 
@@ -29,25 +30,22 @@ pub(crate) fn fetch<'py>(
     let options = client_options(&ClientArgs::from_dict(options)?)?;
     let select = select.unwrap_or_default();
     let rt = runtime()?;
-    let written = py
-        .detach(|| {
-            rt.block_on(async {
-                let client = Client::connect(&url, options).await?;
-                let mut report = |name: &str, done: u64, total: u64| {
-                    if let Some(cb) = &progress {
-                        Python::attach(|py| {
-                            if let Err(e) = cb.call1(py, (name, done, total)) {
-                                e.write_unraisable(py, Some(cb.bind(py)));
-                            }
-                        });
+    let written = interrupt::block_on(py, rt, || async {
+        let client = Client::connect(&url, options).await?;
+        let mut report = |name: &str, done: u64, total: u64| {
+            if let Some(cb) = &progress {
+                Python::attach(|py| {
+                    if let Err(e) = cb.call1(py, (name, done, total)) {
+                        e.write_unraisable(py, Some(cb.bind(py)));
                     }
-                };
-                let written = sharded::fetch_to_path(&client, &select, &output, &mut report).await;
-                client.close().await;
-                written
-            })
-        })
-        .map_err(|e| Failure::from(e).into_py())?;
+                });
+            }
+        };
+        let written = sharded::fetch_to_path(&client, &select, &output, &mut report).await;
+        client.close().await;
+        written
+    })?
+    .map_err(|e| Failure::from(e).into_py())?;
     let out = PyDict::new(py);
     out.set_item("path", written.path)?;
     out.set_item("objects", written.objects)?;

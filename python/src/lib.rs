@@ -16,6 +16,7 @@
 mod buffer;
 mod error;
 mod fetch;
+mod interrupt;
 mod live;
 mod options;
 mod process;

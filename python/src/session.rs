@@ -15,6 +15,7 @@ use zt_format::Manifest;
 
 use crate::buffer::Buffer;
 use crate::error::{Failure, Kind};
+use crate::interrupt;
 use crate::live::{closed_why, Live};
 use crate::options::{client_options, ClientArgs};
 use crate::process::runtime;
@@ -78,15 +79,12 @@ impl Session {
         let cap = options.component_cap;
         let at = source.clone();
         // A URL or a local path, read in place, through the same client.
-        let (client, remote) = py
-            .detach(move || {
-                rt.block_on(async move {
-                    let client = Client::open(&at, options).await?;
-                    let remote = client.manifest_of(&select).await?;
-                    Ok::<_, zt_client::Error>((client, remote))
-                })
-            })
-            .map_err(|e| Failure::from(e).into_py())?;
+        let opened = interrupt::block_on(py, rt, || async move {
+            let client = Client::open(&at, options).await?;
+            let remote = client.manifest_of(&select).await?;
+            Ok::<_, zt_client::Error>((client, remote))
+        })?;
+        let (client, remote) = opened.map_err(|e| Failure::from(e).into_py())?;
         // A local file has no server and so no ETag of its own.
         let etag = (!client.is_local()).then(|| remote.etag.clone());
         let (manifest, size) = (remote.manifest.clone(), remote.size);
@@ -179,7 +177,7 @@ impl Session {
             )));
         }
         let table = Arc::clone(&self.live(py)?.table);
-        let got = py.detach(|| table.next(batch, deadline, check_signals))?;
+        let got = py.detach(|| table.next(batch, deadline, interrupt::check_signals))?;
         match got {
             Waited::Got(None) => Ok(None),
             Waited::Got(Some((name, Ok(parts)))) => Ok(Some((name, to_py(parts)))),
@@ -194,7 +192,7 @@ impl Session {
         let rt = runtime()?;
         let rows = zt_format::rows::Rows { start, end };
         let source = self.open_source(py)?;
-        let got = py.detach(|| source.rows(rt, name, rows));
+        let got = interrupt::block_on(py, rt, || source.rows(name, rows))?;
         match got {
             Ok(part) => Ok(to_py(vec![part])),
             Err(f) => Err(f.about(name, Some("data")).into_py()),
@@ -209,7 +207,7 @@ impl Session {
         let slice = zt_format::slice::Slice::parse(spec)
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{name:?}: {e}")))?;
         let source = self.open_source(py)?;
-        let got = py.detach(|| source.slice(rt, name, &slice));
+        let got = interrupt::block_on(py, rt, || source.slice(name, &slice))?;
         match got {
             Ok((part, shape)) => Ok((to_py(vec![part]), shape)),
             Err(f) => Err(f.about(name, Some("data")).into_py()),
@@ -301,7 +299,7 @@ impl Session {
         deadline: Option<Instant>,
         counted: bool,
     ) -> PyResult<Vec<PyPart>> {
-        let got = py.detach(|| table.take(name, counted, deadline, check_signals))?;
+        let got = py.detach(|| table.take(name, counted, deadline, interrupt::check_signals))?;
         match got {
             Waited::Got(Ok(parts)) => Ok(to_py(parts)),
             Waited::Got(Err(f)) => Err(f.about(name, None).into_py()),
@@ -356,8 +354,7 @@ impl Session {
         let rt = runtime()?;
         let options = options_for(&self.label, &self.args)?;
         let at = self.label.as_str();
-        let client = py
-            .detach(|| rt.block_on(Client::open(at, options)))
+        let client = interrupt::block_on(py, rt, || Client::open(at, options))?
             .map_err(|e| Failure::from(e).into_py())?;
         Ok(Source {
             client: Arc::new(client),
@@ -413,9 +410,4 @@ fn closed(label: &str) -> PyErr {
 
 fn timed_out(what: &str) -> PyErr {
     PyTimeoutError::new_err(format!("{what}: timed out"))
-}
-
-/// Lets a pending KeyboardInterrupt (or another signal's exception) end a wait.
-fn check_signals() -> PyResult<()> {
-    Python::attach(|py| py.check_signals())
 }

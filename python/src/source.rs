@@ -115,7 +115,7 @@ impl Source {
     /// Rows `rows` of `object`'s data, verified: from the server with a
     /// digest of exactly those bytes, or cut from the object's component
     /// after it was checked whole (a plain Range server, a local file).
-    pub(crate) fn rows(&self, rt: &Runtime, object: &str, rows: Rows) -> Result<Part, Failure> {
+    pub(crate) async fn rows(&self, object: &str, rows: Rows) -> Result<Part, Failure> {
         // Rows the object cannot have are refused here, naming their rule.
         if let Some(obj) = self.remote.manifest.objects.get(object) {
             rows.span(obj).map_err(|e| {
@@ -127,8 +127,10 @@ impl Source {
                 f
             })?;
         }
-        let d = rt
-            .block_on(self.client.read_rows(&self.remote, object, rows))
+        let d = self
+            .client
+            .read_rows(&self.remote, object, rows)
+            .await
             .map_err(Failure::from)?;
         let (_, part) = decode(d, 0).map_err(Failure::from)?;
         Ok(part)
@@ -138,9 +140,8 @@ impl Source {
     /// by the server with a digest of exactly those bytes, or cut from the
     /// object's component after it was checked whole (ztp/1 as yet, a
     /// plain Range server, a local file).
-    pub(crate) fn slice(
+    pub(crate) async fn slice(
         &self,
-        rt: &Runtime,
         object: &str,
         slice: &Slice,
     ) -> Result<(Part, Vec<u64>), Failure> {
@@ -155,8 +156,10 @@ impl Source {
                 f
             })?;
         }
-        let (d, shape) = rt
-            .block_on(self.client.read_slice(&self.remote, object, slice))
+        let (d, shape) = self
+            .client
+            .read_slice(&self.remote, object, slice)
+            .await
             .map_err(Failure::from)?;
         let (_, part) = decode(d, 0).map_err(Failure::from)?;
         Ok((part, shape))

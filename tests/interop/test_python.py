@@ -11,8 +11,10 @@ import re
 import select
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -790,3 +792,82 @@ def test_a_ca_file_trusts_the_certificate_in_it(tmp_path):
             assert "CA used as end entity" in message or "unknown issuer" in message, message
             for remedy in ["--ca FILE", "--cert-fingerprint", "--insecure"]:
                 assert remedy in message, (remedy, message)
+
+
+@contextlib.contextmanager
+def silent_server():
+    """A TCP server that accepts connections and never answers; yields its
+    port and the list of connections it has accepted."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted = []
+    stop = threading.Event()
+
+    def accept():
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                pass
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        yield listener.getsockname()[1], accepted
+    finally:
+        stop.set()
+        t.join()
+        for c in accepted:
+            c.close()
+        listener.close()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "ztserve.fetch(URL, OUT, timeout=300)",
+        "ztserve.safe_open(URL, timeout=300)",
+        "ztserve.load(URL, timeout=300)",
+    ],
+)
+def test_ctrl_c_ends_a_call_waiting_on_a_silent_server(tmp_path, call):
+    """A call waiting on the network lets Ctrl-C through: KeyboardInterrupt
+    is raised while the server is still silent, far sooner than the
+    client's own timeout (300 s of idleness here). Before, the calls that
+    wait on the runtime (opening, fetch, rows, slice) ran their signal
+    handler only once they returned."""
+    with silent_server() as (port, accepted):
+        code = (
+            "import sys, ztserve\n"
+            f"URL = 'http://127.0.0.1:{port}/model.safetensors'\n"
+            f"OUT = {str(tmp_path / 'out.safetensors')!r}\n"
+            "print('calling', flush=True)\n"
+            f"{call}\n"
+        )
+        p = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert p.stdout.readline().strip() == "calling"
+            deadline = time.monotonic() + 30
+            while not accepted and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert accepted, "the call never reached the server"
+            time.sleep(0.5)
+            assert p.poll() is None, p.communicate()
+            sent = time.monotonic()
+            p.send_signal(signal.SIGINT)
+            _, err = p.communicate(timeout=60)
+            took = time.monotonic() - sent
+        finally:
+            p.kill()
+            p.wait()
+    assert "KeyboardInterrupt" in err, err
+    # Ended by the signal, not by a timeout: the client waits 300 s.
+    assert took < 30, f"{took:.1f} s after Ctrl-C"
+    assert not (tmp_path / "out.safetensors").exists()

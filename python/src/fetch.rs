@@ -36,7 +36,7 @@ pub(crate) fn fetch<'py>(
             if let Some(cb) = &progress {
                 Python::attach(|py| {
                     if let Err(e) = cb.call1(py, (name, done, total)) {
-                        e.write_unraisable(py, Some(cb.bind(py)));
+                        interrupt::callback_failed(py, e, cb.bind(py));
                     }
                 });
             }

@@ -5,11 +5,12 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard, TryLockError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use zt_format::{DType, LogicalType};
 
 use crate::error::{Failure, Kind};
+use crate::interrupt::TICK;
 
 /// One verified, decoded component.
 #[derive(Debug)]
@@ -333,7 +334,7 @@ impl Table {
         self.lock().batches.remove(&batch);
     }
 
-    /// One wait for a change, at most 100 ms so that `check` runs often;
+    /// One wait for a change, at most [`TICK`] so that `check` runs often;
     /// `None` once the deadline passed.
     fn wait<'a, E>(
         &'a self,
@@ -341,7 +342,7 @@ impl Table {
         deadline: Option<Instant>,
         check: &mut impl FnMut() -> Result<(), E>,
     ) -> Result<Option<MutexGuard<'a, State>>, E> {
-        let mut slice = Duration::from_millis(100);
+        let mut slice = TICK;
         if let Some(d) = deadline {
             match d.checked_duration_since(Instant::now()) {
                 Some(left) if !left.is_zero() => slice = slice.min(left),

@@ -840,7 +840,9 @@ def test_ctrl_c_ends_a_call_waiting_on_a_silent_server(tmp_path, call):
     handler only once they returned."""
     with silent_server() as (port, accepted):
         code = (
-            "import sys, ztserve\n"
+            "import signal, ztserve\n"
+            # A child started from a shell's background job ignores SIGINT.
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             f"URL = 'http://127.0.0.1:{port}/model.safetensors'\n"
             f"OUT = {str(tmp_path / 'out.safetensors')!r}\n"
             "print('calling', flush=True)\n"
@@ -871,3 +873,43 @@ def test_ctrl_c_ends_a_call_waiting_on_a_silent_server(tmp_path, call):
     # Ended by the signal, not by a timeout: the client waits 300 s.
     assert took < 30, f"{took:.1f} s after Ctrl-C"
     assert not (tmp_path / "out.safetensors").exists()
+
+
+@pytest.mark.parametrize("transport", ["quic", "http"])
+def test_ctrl_c_during_a_progress_callback_still_ends_the_fetch(served, tmp_path, transport):
+    """Ctrl-C pressed while fetch's progress callback runs raises
+    KeyboardInterrupt inside the callback, where fetch cannot stop; it is
+    raised again from the wait instead of being reported as unraisable and
+    dropped (the fetch then ran to its end)."""
+    port, _ = served
+    out = tmp_path / "model.safetensors"
+    code = (
+        "import signal, sys, time, ztserve\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "def progress(name, done, total):\n"
+        "    print('progress', flush=True)\n"
+        "    time.sleep(0.2)\n"
+        f"ztserve.fetch({urls(port)[transport]!r}, {str(out)!r}, progress=progress,\n"
+        "              insecure=True, connections=1)\n"
+        "print('completed', flush=True)\n"
+    )
+    env = dict(os.environ, ZTSERVE_CACHE="off")
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert p.stdout.readline().strip() == "progress"
+        # The callback is asleep: the signal lands in it.
+        p.send_signal(signal.SIGINT)
+        rest, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+        p.wait()
+    assert "completed" not in rest, err
+    assert "KeyboardInterrupt" in err, err
+    assert p.returncode != 0
+    assert not out.exists()

@@ -5,6 +5,7 @@ package loads, laziness proved by the server's byte counters, arrival
 order, and each kind of failure raising its own exception."""
 import contextlib
 import gc
+import http.server
 import os
 import pathlib
 import re
@@ -19,6 +20,7 @@ import tempfile
 import threading
 import time
 import traceback
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -913,3 +915,100 @@ def test_ctrl_c_during_a_progress_callback_still_ends_the_fetch(served, tmp_path
     assert "KeyboardInterrupt" in err, err
     assert p.returncode != 0
     assert not out.exists()
+
+
+@contextlib.contextmanager
+def stalling_proxy(upstream_port, stall):
+    """An HTTP proxy to 127.0.0.1:upstream_port that passes every request
+    on except those whose path contains one of `stall`, which it holds
+    unanswered; yields its port and the list of paths it holds."""
+    held = []
+    stop = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_HEAD(self):
+            self.forward()
+
+        def do_GET(self):
+            self.forward()
+
+        def forward(self):
+            if any(s in self.path for s in stall):
+                held.append(self.path)
+                stop.wait()
+                self.close_connection = True
+                return
+            hop = {"connection", "keep-alive", "transfer-encoding", "host"}
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in hop}
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{upstream_port}{self.path}", headers=headers, method=self.command
+            )
+            try:
+                r = urllib.request.urlopen(req)
+            except urllib.error.HTTPError as e:
+                r = e
+            body = r.read()
+            self.send_response(r.status)
+            for k, v in r.headers.items():
+                if k.lower() not in hop | {"content-length"}:
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield server.server_address[1], held
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("what", ["rows", "slice"])
+def test_ctrl_c_ends_rows_and_slices_waiting_on_the_server(served, what):
+    """rows() and slice() (a 2-D tensor indexed through get_slice) end on
+    Ctrl-C while the server holds their request unanswered."""
+    port, original = served
+    name = next(k for k, v in original.items() if v.ndim == 2 and v.shape[0] > 2 and v.shape[1] > 3)
+    index = "[0:2]" if what == "rows" else "[0:2, 1:3]"
+    with stalling_proxy(port, ["rows=", "slice="]) as (proxy, held):
+        code = (
+            "import signal, ztserve\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            f"h = ztserve.safe_open('http://127.0.0.1:{proxy}/model.safetensors', timeout=300)\n"
+            f"s = h.get_slice({name!r})\n"
+            "print('calling', flush=True)\n"
+            f"s{index}\n"
+        )
+        p = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, ZTSERVE_CACHE="off"),
+        )
+        try:
+            assert p.stdout.readline().strip() == "calling", p.communicate()
+            deadline = time.monotonic() + 30
+            while not held and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert held and f"{what}=" in held[0], held
+            sent = time.monotonic()
+            p.send_signal(signal.SIGINT)
+            _, err = p.communicate(timeout=60)
+            took = time.monotonic() - sent
+        finally:
+            p.kill()
+            p.wait()
+    assert "KeyboardInterrupt" in err, err
+    assert took < 30, f"{took:.1f} s after Ctrl-C"

@@ -796,6 +796,38 @@ def test_a_ca_file_trusts_the_certificate_in_it(tmp_path):
                 assert remedy in message, (remedy, message)
 
 
+def interrupted(code, ready, first="calling", timeout=60):
+    """Runs `code` in a child Python (the client cache off, the default
+    SIGINT handler in place) until it prints `first`, then until `ready()`
+    holds (polled for 30 s), and sends it SIGINT. Returns what it printed
+    after `first`, its standard error, its exit status, and the seconds
+    from the signal to its exit."""
+    # A child started from a shell's background job ignores SIGINT until
+    # Python's handler is put back.
+    prelude = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    p = subprocess.Popen(
+        [sys.executable, "-c", prelude + code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, ZTSERVE_CACHE="off"),
+    )
+    try:
+        assert p.stdout.readline().strip() == first, p.communicate()
+        deadline = time.monotonic() + 30
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready(), "the call never reached the server"
+        assert p.poll() is None, p.communicate()
+        sent = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=timeout)
+        return out, err, p.returncode, time.monotonic() - sent
+    finally:
+        p.kill()
+        p.wait()
+
+
 @contextlib.contextmanager
 def silent_server():
     """A TCP server that accepts connections and never answers; yields its
@@ -842,35 +874,13 @@ def test_ctrl_c_ends_a_call_waiting_on_a_silent_server(tmp_path, call):
     handler only once they returned."""
     with silent_server() as (port, accepted):
         code = (
-            "import signal, ztserve\n"
-            # A child started from a shell's background job ignores SIGINT.
-            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "import ztserve\n"
             f"URL = 'http://127.0.0.1:{port}/model.safetensors'\n"
             f"OUT = {str(tmp_path / 'out.safetensors')!r}\n"
             "print('calling', flush=True)\n"
             f"{call}\n"
         )
-        p = subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert p.stdout.readline().strip() == "calling"
-            deadline = time.monotonic() + 30
-            while not accepted and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert accepted, "the call never reached the server"
-            time.sleep(0.5)
-            assert p.poll() is None, p.communicate()
-            sent = time.monotonic()
-            p.send_signal(signal.SIGINT)
-            _, err = p.communicate(timeout=60)
-            took = time.monotonic() - sent
-        finally:
-            p.kill()
-            p.wait()
+        _, err, _, took = interrupted(code, lambda: bool(accepted))
     assert "KeyboardInterrupt" in err, err
     # Ended by the signal, not by a timeout: the client waits 300 s.
     assert took < 30, f"{took:.1f} s after Ctrl-C"
@@ -886,8 +896,7 @@ def test_ctrl_c_during_a_progress_callback_still_ends_the_fetch(served, tmp_path
     port, _ = served
     out = tmp_path / "model.safetensors"
     code = (
-        "import signal, sys, time, ztserve\n"
-        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "import time, ztserve\n"
         "def progress(name, done, total):\n"
         "    print('progress', flush=True)\n"
         "    time.sleep(0.2)\n"
@@ -895,25 +904,11 @@ def test_ctrl_c_during_a_progress_callback_still_ends_the_fetch(served, tmp_path
         "              insecure=True, connections=1)\n"
         "print('completed', flush=True)\n"
     )
-    env = dict(os.environ, ZTSERVE_CACHE="off")
-    p = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert p.stdout.readline().strip() == "progress"
-        # The callback is asleep: the signal lands in it.
-        p.send_signal(signal.SIGINT)
-        rest, err = p.communicate(timeout=120)
-    finally:
-        p.kill()
-        p.wait()
+    # The callback is asleep once it has printed: the signal lands in it.
+    rest, err, status, _ = interrupted(code, lambda: True, first="progress", timeout=120)
     assert "completed" not in rest, err
     assert "KeyboardInterrupt" in err, err
-    assert p.returncode != 0
+    assert status != 0
     assert not out.exists()
 
 
@@ -983,32 +978,13 @@ def test_ctrl_c_ends_rows_and_slices_waiting_on_the_server(served, what):
     index = "[0:2]" if what == "rows" else "[0:2, 1:3]"
     with stalling_proxy(port, ["rows=", "slice="]) as (proxy, held):
         code = (
-            "import signal, ztserve\n"
-            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "import ztserve\n"
             f"h = ztserve.safe_open('http://127.0.0.1:{proxy}/model.safetensors', timeout=300)\n"
             f"s = h.get_slice({name!r})\n"
             "print('calling', flush=True)\n"
             f"s{index}\n"
         )
-        p = subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=dict(os.environ, ZTSERVE_CACHE="off"),
-        )
-        try:
-            assert p.stdout.readline().strip() == "calling", p.communicate()
-            deadline = time.monotonic() + 30
-            while not held and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert held and f"{what}=" in held[0], held
-            sent = time.monotonic()
-            p.send_signal(signal.SIGINT)
-            _, err = p.communicate(timeout=60)
-            took = time.monotonic() - sent
-        finally:
-            p.kill()
-            p.wait()
+        _, err, _, took = interrupted(code, lambda: bool(held))
+        assert f"{what}=" in held[0], held
     assert "KeyboardInterrupt" in err, err
     assert took < 30, f"{took:.1f} s after Ctrl-C"

@@ -217,6 +217,66 @@ def test_torch_shares_the_arrays_memory(served):
         assert np.array_equal(t.numpy(), original[name])
 
 
+def cuda_torch():
+    """torch with a CUDA device, or the test skipped by name (CI has
+    neither; the GPU machine's run is in docs/python.md)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (it is not a dependency; .ci/run leaves it out)")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: device='cuda:0' is not tried")
+    return torch
+
+
+@pytest.mark.parametrize("transport", ["quic", "http"])
+def test_torch_on_cuda_equals_the_safetensors_package(tmp_path, transport):
+    """Every dtype torch and safetensors share, written by the safetensors
+    package, loaded to cuda:0 by ztserve (whole, lazily, and by rows) equal
+    to what `safetensors.torch.load_file(device="cuda:0")` loads."""
+    torch = cuda_torch()
+    import safetensors.torch
+
+    g = torch.Generator().manual_seed(7)
+    tensors = {
+        "f32": torch.randn(257, 33, generator=g),
+        "f16": torch.randn(4096, generator=g).half(),
+        "bf16": torch.randn(64, 65, generator=g).bfloat16(),
+        "f64": torch.randn(9, generator=g).double(),
+        "i64": torch.randint(-(1 << 40), 1 << 40, (31,), generator=g),
+        "i32": torch.randint(-(1 << 30), 1 << 30, (5, 7), generator=g, dtype=torch.int32),
+        "i8": torch.randint(-128, 127, (100,), generator=g, dtype=torch.int8),
+        "u8": torch.randint(0, 255, (3, 3, 3), generator=g, dtype=torch.uint8),
+        "bool": torch.rand(17, generator=g) > 0.5,
+        "f8_e4m3": torch.randn(128, generator=g).to(torch.float8_e4m3fn),
+        "f8_e5m2": torch.randn(128, generator=g).to(torch.float8_e5m2),
+        "scalar": torch.tensor(3.5),
+        "big": torch.randn(3 << 20, generator=g),  # 12 MiB: a mapped buffer
+    }
+    root = tmp_path / "root"
+    root.mkdir()
+    path = root / "mixed.safetensors"
+    safetensors.torch.save_file(tensors, str(path))
+    want = safetensors.torch.load_file(str(path), device="cuda:0")
+    with daemon(root, tmp_path) as port:
+        url = urls(port, "mixed.safetensors")[transport]
+        got = ztserve.load(url, framework="pt", device="cuda:0", insecure=True)
+        assert sorted(got) == sorted(want)
+        for k, v in want.items():
+            t = got[k]
+            assert t.device == v.device and t.dtype == v.dtype and t.shape == v.shape, k
+            assert same_bytes(t, v), k
+        with ztserve.safe_open(url, framework="pt", device="cuda:0", insecure=True) as f:
+            t = f.get_tensor("bf16")
+            assert t.device.type == "cuda" and same_bytes(t, want["bf16"])
+            rows = f.get_slice("f32")[10:20]
+            assert rows.device.type == "cuda" and same_bytes(rows, want["f32"][10:20])
+
+
+def same_bytes(a, b):
+    """The same bytes (bitwise: NaNs and the float8 types included)."""
+    import torch
+
+    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
 def test_each_failure_raises_its_own_error(served, real_model, tmp_path, zt):
     port, _ = served
     with pytest.raises(ztserve.NotFoundError):

@@ -56,7 +56,8 @@ class safe_open:
     exactly this certificate), ``ca`` (a PEM file of trusted roots),
     ``connections`` (per fetch: parallel HTTP requests, default 8, or
     QUIC connections each carrying a share of the components in layer
-    order, balanced by bytes, default 2, more than 64 counting as 64),
+    order, balanced by bytes, default one for each two cores from 2
+    to 8, more than 64 counting as 64),
     ``max_buffered_bytes``
     (received bytes held ahead of the caller per fetch), ``timeout``
     (seconds a server may stay silent, and each wait's limit),

@@ -31,8 +31,8 @@ pub struct RemoteArgs {
     pub via: Option<String>,
     /// Connections per fetch: parallel Range requests over HTTP (default
     /// 8), QUIC connections over ztp/1, each carrying a share of the
-    /// components in layer order, balanced by bytes (default 2; more than
-    /// 64 count as 64)
+    /// components in layer order, balanced by bytes (default: one for each
+    /// two cores, 2 to 8; more than 64 count as 64)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub connections: Option<u16>,
     /// Most MiB a fetch holds received ahead of its file writer

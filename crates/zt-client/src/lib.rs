@@ -78,7 +78,8 @@ pub use client::Client;
 pub use error::{At, Error, Result, Status};
 pub use fetch::Fetch;
 pub use options::{
-    Options, Resolve, Via, BUSY_WAIT, HTTP_CONNECTIONS, IDLE_TIMEOUT, QUIC_CONNECTIONS,
+    default_quic_connections, Options, Resolve, Via, BUSY_WAIT, HTTP_CONNECTIONS, IDLE_TIMEOUT,
+    QUIC_CONNECTIONS, QUIC_CONNECTIONS_MOST,
 };
 pub use remote::{select_from, Remote};
 pub use verify::{Delivered, Verification};

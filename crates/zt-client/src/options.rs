@@ -27,7 +27,7 @@ pub struct Options {
     /// Connections one fetch uses: parallel Range requests over HTTP,
     /// QUIC connections over ztp/1 (each carrying a share of the
     /// components, in the fetch's order, balanced by bytes). `None`: [`HTTP_CONNECTIONS`] or
-    /// [`QUIC_CONNECTIONS`].
+    /// [`default_quic_connections`].
     pub connections: Option<usize>,
     /// Accept components whose digest algorithm is unknown.
     pub allow_unverified: bool,
@@ -135,7 +135,9 @@ impl Options {
     /// QUIC connections of a ztp/1 fetch (1 to [`ztp_proto::MAX_SHARES`]).
     pub fn quic_connections(&self) -> usize {
         let most = usize::try_from(ztp_proto::MAX_SHARES).unwrap_or(usize::MAX);
-        self.connections.unwrap_or(QUIC_CONNECTIONS).clamp(1, most)
+        self.connections
+            .unwrap_or_else(default_quic_connections)
+            .clamp(1, most)
     }
 
     /// Where a URL of `host` and `port` connects: [`Options::connect_to`],
@@ -149,9 +151,23 @@ impl Options {
 /// Parallel Range requests of an HTTP fetch by default.
 pub const HTTP_CONNECTIONS: usize = 8;
 
-/// QUIC connections of a ztp/1 fetch by default (docs/benchmarks.md,
-/// "Connections per fetch").
+/// The fewest QUIC connections of a ztp/1 fetch by default.
 pub const QUIC_CONNECTIONS: usize = 2;
+
+/// The most QUIC connections of a ztp/1 fetch by default.
+pub const QUIC_CONNECTIONS_MOST: usize = 8;
+
+/// QUIC connections of a ztp/1 fetch by default: one for each two cores
+/// of this machine, from [`QUIC_CONNECTIONS`] to [`QUIC_CONNECTIONS_MOST`].
+/// A connection's packets are sealed, opened and copied by one task at a
+/// time on each side, so one connection is about one core's work at each
+/// end: two connections on two cores, eight on sixteen, where a 1 GiB
+/// `ztserve.load` over eight took 0.39x the time it took over two
+/// (docs/benchmarks.md, "Connections per fetch").
+pub fn default_quic_connections() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    (cores / 2).clamp(QUIC_CONNECTIONS, QUIC_CONNECTIONS_MOST)
+}
 
 /// How long requests wait out a busy server by default.
 pub const BUSY_WAIT: Duration = Duration::from_secs(30);

@@ -98,6 +98,18 @@ pub fn transport(idle_timeout: std::time::Duration) -> quinn::TransportConfig {
     t
 }
 
+/// The receive window of each connection of a fetch over `connections`:
+/// 64 MiB each for the two of the default on two cores, and 128 MiB
+/// shared among more (at least 16 MiB each: eight such connections
+/// loaded 1 GiB at 3 GB/s over loopback as fast as with 64 MiB each,
+/// docs/benchmarks.md, twenty-ninth session), so
+/// that what a stalled consumer leaves buffered in the connections stays
+/// about 128 MiB up to eight.
+fn receive_window(connections: usize) -> quinn::VarInt {
+    let each = (128usize << 20) / connections.max(1);
+    quinn::VarInt::from_u32(u32::try_from(each.clamp(16 << 20, 64 << 20)).unwrap_or(16 << 20))
+}
+
 /// Dropping the client closes its connection with `ok`, so the server
 /// frees it at once instead of waiting out its idle timeout.
 impl Drop for QuicClient {
@@ -200,13 +212,14 @@ impl QuicClient {
             port,
         } = at;
         crate::trust::install_provider();
-        let (tls, refusals) = watched_config(&options.trust, ALPN)?;
+        let (tls, refusals) = watched_config(&options.trust, ALPN, server_name)?;
         let quic_tls = QuicClientConfig::try_from(tls)
             .map_err(|e| Error::Usage(format!("TLS for QUIC: {e}")))?;
         let mut config = quinn::ClientConfig::new(Arc::new(quic_tls));
         // Datagrams as large as the path to `addr` carries (udp.rs).
         let payload = crate::udp::max_payload(options.max_udp_payload, addr.ip());
         let mut t = transport(options.idle_timeout);
+        t.receive_window(receive_window(options.quic_connections()));
         crate::udp::discover_up_to(&mut t, payload);
         config.transport_config(Arc::new(t));
         let bind = match addr {
@@ -607,7 +620,7 @@ impl QuicClient {
 
 #[cfg(test)]
 mod tests {
-    use super::{origin, url_of};
+    use super::{origin, receive_window, url_of};
 
     #[test]
     fn errors_name_a_url_with_brackets_and_escapes_where_due() {
@@ -615,5 +628,15 @@ mod tests {
         assert_eq!(origin("models.example", 443), "quic://models.example:443");
         let url = url_of("quic://h:1", "a b/c?d#e%f/\u{e9}.zt");
         assert_eq!(url, "quic://h:1/a%20b/c%3Fd%23e%25f/%C3%A9.zt");
+    }
+
+    #[test]
+    fn more_connections_share_the_receive_windows() {
+        let mib = |n: u32| quinn::VarInt::from_u32(n << 20);
+        for (connections, window) in [(0, 64), (1, 64), (2, 64), (4, 32), (8, 16), (64, 16)] {
+            assert_eq!(receive_window(connections), mib(window), "{connections}");
+        }
+        let n = crate::default_quic_connections();
+        assert!((crate::QUIC_CONNECTIONS..=crate::QUIC_CONNECTIONS_MOST).contains(&n));
     }
 }

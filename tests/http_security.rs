@@ -79,15 +79,7 @@ fn https_with_certificate_reload() {
     let key = dir.path().join("tls.key");
     std::fs::copy(&c1, &cert).unwrap();
     std::fs::copy(&k1, &key).unwrap();
-    let s = Server::start(
-        root.path(),
-        &[
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-        ],
-    );
+    let s = Server::start_https(root.path(), &cert, &key);
     let url = format!("https://{}/v1/files/sample.zt", s.addr);
     let r = curl(&["--cacert", c1.to_str().unwrap(), "-r", "0-7"], &url);
     assert_eq!((r.status, &r.body[..]), (206, &b"ZTEN1000"[..]));

@@ -65,6 +65,8 @@ pub struct State {
     /// Chunks of local files recently sent over ztp/1, kept in memory
     /// (`quic.piece_cache_bytes`).
     pub(crate) kept: quic::kept::Kept,
+    /// TLS sessions kept for resumption, counted (ztp/1 and HTTPS).
+    pub(crate) resumptions: quic::sessions::Resumptions,
     /// Set once the first scan is done; cleared when shutdown begins.
     pub ready: AtomicBool,
     /// Objects' value summaries, per file version.
@@ -149,6 +151,8 @@ impl State {
         summaries.register(registry)?;
         let kept = quic::kept::Kept::new(config.quic.piece_cache_bytes);
         kept.register(registry)?;
+        let resumptions = quic::sessions::Resumptions::default();
+        resumptions.register(registry)?;
         let flows = http::flow::Flows::new(&config.limits);
         flows.register(registry)?;
         catalog.root().register_metrics(registry)?;
@@ -159,6 +163,7 @@ impl State {
             renderings,
             send_budget,
             kept,
+            resumptions,
             config,
             catalog,
             metrics,
@@ -310,8 +315,12 @@ pub async fn run(
     };
     let tls = match (state.config.tls.cert.clone(), state.config.tls.key.clone()) {
         (Some(cert), Some(key)) => {
-            let config = tls::load(&cert, &key)?;
-            Some((config.clone(), tls::spawn_reloader(config, cert, key)))
+            let sessions = state.resumptions.clone();
+            let config = tls::load(&cert, &key, &sessions)?;
+            Some((
+                config.clone(),
+                tls::spawn_reloader(config, cert, key, sessions),
+            ))
         }
         _ => None,
     };

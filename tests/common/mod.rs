@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod cdp;
+pub mod certs;
 pub mod compose;
 pub mod docker;
 pub mod fetch;
@@ -38,6 +39,12 @@ impl Server {
     /// `args`, and waits for the line that names the bound address.
     pub fn start(root: &Path, args: &[&str]) -> Server {
         Server::spawn(root, args, false)
+    }
+
+    /// Like [`Server::start`], serving HTTPS with `cert` and `key`.
+    pub fn start_https(root: &Path, cert: &Path, key: &Path) -> Server {
+        let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+        Server::start(root, &["--tls-cert", cert, "--tls-key", key])
     }
 
     /// Like [`Server::start`], with QUIC on and a temporary state directory.

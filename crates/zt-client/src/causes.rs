@@ -6,7 +6,7 @@
 use std::error::Error as StdError;
 
 use crate::error::Error;
-use crate::trust::Refusals;
+use crate::trust::Watch;
 
 /// `e`'s message followed by each of its causes' (`a: b: c`), a cause
 /// whose words are already there left out.
@@ -41,7 +41,7 @@ fn tls_error<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a rustls::Error> {
 /// The error for a request (`what`: `GET URL (RANGE)`) that failed
 /// before a response: the refused certificate in words, when that is why,
 /// else a transport error with every cause.
-pub(crate) fn request_failed(what: &str, e: &reqwest::Error, refusals: &Refusals) -> Error {
+pub(crate) fn request_failed(what: &str, e: &reqwest::Error, refusals: &Watch) -> Error {
     let refused = matches!(tls_error(e), Some(rustls::Error::InvalidCertificate(_)));
     match refusals.last() {
         Some(r) if refused => Error::Tls(format!("{what}: {r}")),

@@ -12,11 +12,14 @@ use anyhow::{Context, Result};
 use tokio::task::JoinHandle;
 
 use crate::server::quic;
+use crate::server::quic::sessions::Resumptions;
 
 /// The HTTPS configuration in force, replaced when the files change.
 pub(crate) type TlsConfig = Arc<RwLock<Arc<rustls::ServerConfig>>>;
 
-fn build(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>> {
+/// A configuration for `cert` and `key`, with a store of its own for the
+/// sessions clients may resume (a reloaded certificate starts afresh).
+fn build(cert: &Path, key: &Path, sessions: &Resumptions) -> Result<Arc<rustls::ServerConfig>> {
     zt_client::trust::install_provider();
     let id = quic::cert::load(cert, key)?;
     let mut config = rustls::ServerConfig::builder_with_provider(quic::cert::provider())
@@ -31,12 +34,13 @@ fn build(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>> {
             )
         })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.session_storage = sessions.store("https");
     Ok(Arc::new(config))
 }
 
 /// Loads the certificate chain and key.
-pub(crate) fn load(cert: &Path, key: &Path) -> Result<TlsConfig> {
-    Ok(Arc::new(RwLock::new(build(cert, key)?)))
+pub(crate) fn load(cert: &Path, key: &Path, sessions: &Resumptions) -> Result<TlsConfig> {
+    Ok(Arc::new(RwLock::new(build(cert, key, sessions)?)))
 }
 
 /// The configuration for a connection accepted now.
@@ -53,7 +57,12 @@ fn stamp(p: &Path) -> Option<(SystemTime, u64)> {
 }
 
 /// Polls both files and reloads the configuration when they change.
-pub(crate) fn spawn_reloader(config: TlsConfig, cert: PathBuf, key: PathBuf) -> JoinHandle<()> {
+pub(crate) fn spawn_reloader(
+    config: TlsConfig,
+    cert: PathBuf,
+    key: PathBuf,
+    sessions: Resumptions,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut last = (stamp(&cert), stamp(&key));
         loop {
@@ -62,7 +71,7 @@ pub(crate) fn spawn_reloader(config: TlsConfig, cert: PathBuf, key: PathBuf) -> 
             if now == last {
                 continue;
             }
-            match build(&cert, &key) {
+            match build(&cert, &key, &sessions) {
                 Ok(new) => {
                     if let Ok(mut c) = config.write() {
                         *c = new;

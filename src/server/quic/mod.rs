@@ -15,6 +15,7 @@ pub(crate) mod kept;
 mod path;
 mod refused;
 mod send;
+pub(crate) mod sessions;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -77,6 +78,7 @@ pub fn bind(state: &State, addr: SocketAddr) -> Result<Bound> {
         .with_single_cert(id.chain, id.key)
         .context("building the QUIC TLS configuration")?;
     crypto.alpn_protocols = vec![ztp_proto::ALPN.to_vec()];
+    crypto.session_storage = state.resumptions.store("quic");
     let base = quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(crypto)?));
     let q = &state.config.quic;
     let paths = path::Paths::new(q.max_udp_payload, &base, || transport(q))?;

@@ -23,7 +23,7 @@ use zt_format::{AlignedBuf, Limits};
 use crate::error::{Error, Result};
 use crate::options::Options;
 use crate::pool::BufPool;
-use crate::trust::{watched_config, Refusals};
+use crate::trust::{watched_config, Watch};
 
 pub(crate) use manifest::{Described, SynthesizedAt};
 
@@ -36,7 +36,7 @@ pub struct HttpSource {
     limits: Limits,
     pool: Arc<BufPool>,
     /// What the TLS check refused, for the error a request fails with.
-    refusals: Refusals,
+    refusals: Watch,
 }
 
 impl HttpSource {
@@ -44,12 +44,17 @@ impl HttpSource {
     /// requests at once.
     pub fn new(url: &str, options: &Arc<Options>) -> Result<Self> {
         crate::trust::install_provider();
-        let (tls, refusals) = watched_config(&options.trust, b"http/1.1")?;
+        let parsed = reqwest::Url::parse(url).ok();
+        let host = parsed
+            .as_ref()
+            .and_then(reqwest::Url::host_str)
+            .unwrap_or("");
+        let (tls, refusals) = watched_config(&options.trust, b"http/1.1", host)?;
         // A silent server counts as lost after the same time over both
         // transports (the error is a resumable transport error).
         let silent = options.idle_timeout.max(Duration::from_millis(1));
         let mut builder = reqwest::Client::builder();
-        if let Ok(u) = reqwest::Url::parse(url) {
+        if let Some(u) = &parsed {
             if let (Some(host), Some(port)) = (u.host_str(), u.port_or_known_default()) {
                 if let Some(addr) = options.pinned(host, port) {
                     builder = builder.resolve(host, addr);

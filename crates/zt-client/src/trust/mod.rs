@@ -5,20 +5,26 @@
 //!
 //! - `verifier`: the one certificate check behind every policy, which
 //!   remembers what it refused;
-//! - `refused`: a refusal put into words, with the remedy.
+//! - `refused`: a refusal put into words, with the remedy;
+//! - `kept`: each policy's configuration, kept for the process's life so
+//!   that its connections resume TLS sessions.
 
+mod kept;
 mod refused;
 mod verifier;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use rustls::client::Resumption;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
 use crate::error::{Error, Result};
-pub(crate) use refused::Refusals;
+use kept::{Kept, Policy};
+use refused::Refusals;
+pub(crate) use refused::Watch;
 use verifier::{Check, Verifier};
 
 /// The trust policy.
@@ -79,33 +85,71 @@ pub fn provider() -> Arc<CryptoProvider> {
 
 /// A TLS 1.3 client configuration for `alpn` under this policy.
 pub fn client_config(trust: &Trust, alpn: &[u8]) -> Result<rustls::ClientConfig> {
-    Ok(watched_config(trust, alpn)?.0)
+    Ok(watched_config(trust, alpn, "")?.0)
 }
 
-/// [`client_config`], and where its certificate check records what it
-/// refuses, for the error the failed connection reports.
+/// [`client_config`] for connections to `server` (a host name or
+/// address), and a watch on what its certificate check refuses, for the
+/// error a failed connection reports. Configurations under one policy
+/// share their check and a store of sessions (`kept`): a connection
+/// resumes a session an earlier one under the same policy made with the
+/// same server.
 pub(crate) fn watched_config(
     trust: &Trust,
     alpn: &[u8],
-) -> Result<(rustls::ClientConfig, Refusals)> {
+    server: &str,
+) -> Result<(rustls::ClientConfig, Watch)> {
     let provider = provider();
-    let check = match trust {
-        Trust::System => Check::roots(
-            system_roots(),
-            Vec::new(),
-            &provider,
-            "the system's root certificates",
-        ),
+    let made = |check: Check| {
+        let provider = Arc::clone(&provider);
+        move |refusals, resumption| configure(check, provider, alpn, refusals, resumption)
+    };
+    let kept = match trust {
+        Trust::System => {
+            let roots = system_roots();
+            let empty = roots.is_empty();
+            let check = Check::roots(
+                roots,
+                Vec::new(),
+                &provider,
+                "the system's root certificates",
+            );
+            if empty {
+                // Nothing kept: a later client looks for the roots again.
+                Arc::new(kept::fresh(made(check))?)
+            } else {
+                kept::kept(Policy::System, alpn, made(check))?
+            }
+        }
         Trust::Ca(path) => {
             let (roots, listed) = read_ca_file(path)?;
             let label = format!("the CA file {}", path.display());
-            Check::roots(Arc::new(roots), listed, &provider, &label)
+            let policy = Policy::ca(&listed);
+            kept::kept(
+                policy,
+                alpn,
+                made(Check::roots(Arc::new(roots), listed, &provider, &label)),
+            )?
         }
-        Trust::Fingerprint(f) => Check::Fingerprint(*f),
-        Trust::Insecure => Check::Any,
+        Trust::Fingerprint(f) => {
+            kept::kept(Policy::Fingerprint(*f), alpn, made(Check::Fingerprint(*f)))?
+        }
+        Trust::Insecure => kept::kept(Policy::Insecure, alpn, made(Check::Any))?,
     };
-    let refusals = Refusals::default();
-    let verifier = Verifier::new(check, Arc::clone(&provider), refusals.clone());
+    let Kept { config, refusals } = &*kept;
+    Ok((config.clone(), refusals.watch(server)))
+}
+
+/// A configuration checking certificates with `check`, recording its
+/// refusals into `refusals`, and resuming sessions from `resumption`.
+fn configure(
+    check: Check,
+    provider: Arc<CryptoProvider>,
+    alpn: &[u8],
+    refusals: Refusals,
+    resumption: Resumption,
+) -> Result<rustls::ClientConfig> {
+    let verifier = Verifier::new(check, Arc::clone(&provider), refusals);
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| Error::Usage(format!("TLS 1.3 with ring: {e}")))?
@@ -113,7 +157,8 @@ pub(crate) fn watched_config(
         .with_custom_certificate_verifier(Arc::new(verifier))
         .with_no_client_auth();
     config.alpn_protocols = vec![alpn.to_vec()];
-    Ok((config, refusals))
+    config.resumption = resumption;
+    Ok(config)
 }
 
 /// The operating system's root certificates, read once per process as

@@ -1,0 +1,138 @@
+//! TLS session resumption (issue 29, item 5): a client's later connection
+//! to the daemon resumes the session of an earlier one made under the
+//! same trust policy, over ztp/1 and HTTPS, and never one made under
+//! another policy; the daemon counts what it resumed
+//! (`ztserve_tls_resumed_total`), and resumes sessions for a client we
+//! did not write (`openssl s_client -sess_out` / `-sess_in`).
+
+mod common;
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::certs::{have_openssl, self_signed};
+use common::quic::metric;
+use common::{curl, sample_root, Server};
+use sha2::{Digest as _, Sha256};
+use zt_client::trust::Trust;
+use zt_client::{Client, Options};
+
+/// Sessions the daemon resumed over `transport` (`/metrics` read over
+/// HTTPS by curl where the daemon serves it, a full handshake of its own).
+fn resumed(s: &Server, transport: &str, https: bool) -> u64 {
+    let name = format!("ztserve_tls_resumed_total{{transport=\"{transport}\"}}");
+    if !https {
+        return metric(s, &name);
+    }
+    let text = curl(&["-k"], &format!("https://{}/metrics", s.addr)).body;
+    let text = String::from_utf8(text).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no metric {name}"))
+        .parse()
+        .unwrap()
+}
+
+/// Connects to `url` under `trust` and reads its manifest.
+fn connect(rt: &tokio::runtime::Runtime, url: &str, trust: Trust) {
+    rt.block_on(async {
+        let options = Options {
+            trust,
+            ..Options::default()
+        };
+        let c = Client::connect(url, options).await.unwrap();
+        c.manifest().await.unwrap();
+    });
+}
+
+/// Later connections under one policy resume; one under another policy
+/// makes a full handshake (it would skip that policy's own check). Over
+/// ztp/1, where a client is one connection, so the counts are exact.
+fn resumes_under_one_policy(s: &Server, url: &str, fingerprint: &str) {
+    let resumed = || resumed(s, "quic", false);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pinned = || Trust::fingerprint(fingerprint).unwrap();
+    connect(&rt, url, pinned());
+    assert_eq!(resumed(), 0, "{url}: the first connection");
+    connect(&rt, url, pinned());
+    assert_eq!(resumed(), 1, "{url}: the second connection");
+    connect(&rt, url, Trust::Insecure);
+    assert_eq!(resumed(), 1, "{url}: another policy");
+    connect(&rt, url, pinned());
+    assert_eq!(resumed(), 2, "{url}: the first policy again");
+}
+
+#[test]
+fn a_later_ztp_connection_resumes_an_earlier_ones_session() {
+    let root = sample_root();
+    let s = Server::start_quic(root.path(), &[]);
+    let (addr, fingerprint) = s.quic.clone().unwrap();
+    let url = format!("quic://{addr}/sample.zt");
+    resumes_under_one_policy(&s, &url, &fingerprint);
+    assert_eq!(resumed(&s, "https", false), 0);
+}
+
+#[test]
+fn https_sessions_resume_for_our_client_and_for_openssl() {
+    if !have_openssl() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path(), "server");
+    let root = sample_root();
+    let s = Server::start_https(root.path(), &cert, &key);
+    let der = Command::new("openssl")
+        .args(["x509", "-outform", "DER", "-in"])
+        .arg(&cert)
+        .output()
+        .unwrap()
+        .stdout;
+    let fingerprint: String = Sha256::digest(&der)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let url = format!("https://{}/sample.zt", s.addr);
+    // An HTTP client may open more than one connection (its later ones
+    // resuming its first's session), so the counts are compared: a second
+    // client resumes what the first left.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pinned = || Trust::fingerprint(&fingerprint).unwrap();
+    connect(&rt, &url, pinned());
+    let first = resumed(&s, "https", true);
+    connect(&rt, &url, pinned());
+    let second = resumed(&s, "https", true);
+    assert!(second > first, "{url}: the second client resumed nothing");
+    let before = second;
+
+    let session = dir.path().join("session.pem");
+    let first = s_client(&s.addr, "-sess_out", &session);
+    assert!(first.contains("New, TLSv1.3"), "{first}");
+    let second = s_client(&s.addr, "-sess_in", &session);
+    assert!(second.contains("Reused, TLSv1.3"), "{second}");
+    assert_eq!(resumed(&s, "https", true), before + 1);
+}
+
+/// `openssl s_client` asking for `/readyz` with its session written to
+/// (`-sess_out`) or read from (`-sess_in`) `session`: what it printed.
+fn s_client(addr: &str, flag: &str, session: &Path) -> String {
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-connect", addr, "-tls1_3", "-ign_eof", flag])
+        .arg(session)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let request = "GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(request.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("200 OK"), "{text}");
+    text
+}

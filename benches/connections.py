@@ -27,7 +27,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--daemon", required=True)
     ap.add_argument("--zt", required=True)
-    ap.add_argument("--cores", default=str(os.cpu_count()))
+    cpus = sorted(os.sched_getaffinity(0))
+    ap.add_argument("--cores", default=str(len(cpus)))
     ap.add_argument("--connections", default="2,4,8")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--data", default=os.path.join(HERE, "..", "target", "bench-data", "connections"))
@@ -38,10 +39,10 @@ def main():
     out = os.path.join(args.data, "fetched.zt")
     ways = [("http", None), ("quic", None)] + [("quic", int(c)) for c in args.connections.split(",")]
     for cores in (int(c) for c in args.cores.split(",")):
-        if cores > os.cpu_count():
-            print(f"# {cores} cores: this machine has {os.cpu_count()}; skipped")
+        if cores > len(cpus):
+            print(f"# {cores} cores: this process may use {len(cpus)}; skipped")
             continue
-        pin = ["taskset", "-c", f"0-{cores - 1}"]
+        pin = ["taskset", "-c", ",".join(map(str, cpus[:cores]))]
         secs = {w: [] for w in ways}
         d, state = daemon.start(root, args.port, "one-gib.safetensors", args.daemon, pin)
         try:

@@ -228,8 +228,9 @@ def cuda_torch():
 
 @pytest.mark.parametrize("transport", ["quic", "http"])
 def test_torch_on_cuda_equals_the_safetensors_package(tmp_path, transport):
-    """Every dtype torch and safetensors share, written by the safetensors
-    package, loaded to cuda:0 by ztserve (whole, lazily, and by rows) equal
+    """Every dtype torch and safetensors share (the unsigned ones past u8
+    where this torch has them), a 0-d and an empty tensor, written by the
+    safetensors package, loaded to cuda:0 by ztserve (whole, lazily, and by rows) equal
     to what `safetensors.torch.load_file(device="cuda:0")` loads."""
     torch = cuda_torch()
     import safetensors.torch
@@ -247,9 +248,15 @@ def test_torch_on_cuda_equals_the_safetensors_package(tmp_path, transport):
         "bool": torch.rand(17, generator=g) > 0.5,
         "f8_e4m3": torch.randn(128, generator=g).to(torch.float8_e4m3fn),
         "f8_e5m2": torch.randn(128, generator=g).to(torch.float8_e5m2),
+        "i16": torch.randint(-(1 << 15), 1 << 15, (40,), generator=g, dtype=torch.int16),
         "scalar": torch.tensor(3.5),
+        "empty": torch.zeros(0, 4),
         "big": torch.randn(3 << 20, generator=g),  # 12 MiB: a mapped buffer
     }
+    # The unsigned types past u8 (torch 2.3 and later).
+    for bits in (16, 32, 64):
+        if hasattr(torch, f"uint{bits}"):
+            tensors[f"u{bits}"] = torch.randint(0, 1 << 15, (9,), generator=g).to(getattr(torch, f"uint{bits}"))
     root = tmp_path / "root"
     root.mkdir()
     path = root / "mixed.safetensors"

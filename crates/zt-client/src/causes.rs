@@ -41,9 +41,9 @@ fn tls_error<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a rustls::Error> {
 /// The error for a request (`what`: `GET URL (RANGE)`) that failed
 /// before a response: the refused certificate in words, when that is why,
 /// else a transport error with every cause.
-pub(crate) fn request_failed(what: &str, e: &reqwest::Error, refusals: &Watch) -> Error {
+pub(crate) fn request_failed(what: &str, e: &reqwest::Error, watch: &Watch) -> Error {
     let refused = matches!(tls_error(e), Some(rustls::Error::InvalidCertificate(_)));
-    match refusals.last() {
+    match watch.last() {
         Some(r) if refused => Error::Tls(format!("{what}: {r}")),
         _ => Error::Transport(format!("{what}: {}", chain(e))),
     }

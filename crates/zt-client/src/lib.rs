@@ -60,6 +60,7 @@ pub mod mirrors;
 mod options;
 pub mod output;
 mod part;
+mod per_process;
 mod pool;
 pub mod ranges;
 mod remote;

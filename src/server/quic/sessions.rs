@@ -1,12 +1,14 @@
 //! The TLS sessions the daemon keeps so that a returning client resumes
-//! one instead of making a full handshake (TLS 1.3 tickets, kept by the
-//! daemon: rustls' memory store). Each TLS configuration, the ztp/1
-//! listener's and HTTPS's, has a store of its own holding at most
-//! [`SESSIONS`] sessions (the oldest forgotten first, so clients
-//! that never return cannot grow it), and each session is taken out of it
-//! when it is resumed: a ticket resumes one connection, and a replayed
-//! ticket finds nothing. Resumptions are counted by transport in
-//! `ztserve_tls_resumed_total`.
+//! one instead of making a full handshake (kept by the daemon: rustls'
+//! memory store). Each TLS configuration, the ztp/1 listener's and
+//! HTTPS's, has a store of its own holding at most [`SESSIONS`] sessions
+//! (the oldest forgotten first, so clients that never return cannot grow
+//! it; each connection leaves two TLS 1.3 tickets). A TLS 1.3 session is
+//! taken out of the store when it is resumed: a ticket resumes one
+//! connection, and a replayed ticket finds nothing. A TLS 1.2 client
+//! (HTTPS only; ztp/1 is TLS 1.3) resumes by session ID, which rustls
+//! keeps for reuse until it is forgotten. Sessions found to be resumed
+//! are counted by transport in `ztserve_tls_resumed_total`.
 
 use std::sync::Arc;
 
@@ -15,8 +17,10 @@ use rustls::server::{ServerSessionMemoryCache, StoresServerSessions};
 
 use crate::server::families::{counter_vec, register};
 
-/// Sessions each store keeps (rustls' own default, 256).
-pub(crate) const SESSIONS: usize = 256;
+/// Sessions each store keeps: two for each of 2,048 connections (a few
+/// hundred bytes each, about a megabyte in all; rustls' own default,
+/// 256, covered 128 connections where clients may open eight at once).
+pub(crate) const SESSIONS: usize = 4096;
 
 /// The count of resumed sessions, and the stores that count into it.
 #[derive(Debug, Clone)]
@@ -28,7 +32,7 @@ impl Default for Resumptions {
     fn default() -> Self {
         let resumed = counter_vec(
             "ztserve_tls_resumed_total",
-            "TLS sessions resumed (a client's ticket found in the daemon's store; each resumes one connection), by transport.",
+            "TLS sessions clients asked to resume and the daemon found in its store (a TLS 1.3 ticket, taken once, or a TLS 1.2 session ID), by transport.",
             &["transport"],
         );
         for transport in ["quic", "https"] {
@@ -53,7 +57,7 @@ impl Resumptions {
     }
 }
 
-/// rustls' store, counting the sessions taken out of it to be resumed.
+/// rustls' store, counting the sessions found in it to be resumed.
 #[derive(Debug)]
 struct Counted {
     kept: Arc<ServerSessionMemoryCache>,
@@ -65,8 +69,13 @@ impl StoresServerSessions for Counted {
         self.kept.put(key, value)
     }
 
+    /// A TLS 1.2 resumption by session ID (TLS 1.3 takes).
     fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.kept.get(key)
+        let found = self.kept.get(key);
+        if found.is_some() {
+            self.resumed.inc();
+        }
+        found
     }
 
     fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
@@ -99,6 +108,12 @@ mod tests {
         assert_eq!(store.take(&last), Some(vec![1]));
         assert_eq!(store.take(&last), None, "a session resumes once");
         assert_eq!(r.resumed.with_label_values(&["quic"]).get(), 1);
+        // A TLS 1.2 session ID is looked up, and stays.
+        store.put(b"id".to_vec(), vec![2]);
+        assert_eq!(store.get(b"id"), Some(vec![2]));
+        assert_eq!(store.get(b"id"), Some(vec![2]));
+        assert_eq!(store.get(b"unknown"), None);
+        assert_eq!(r.resumed.with_label_values(&["quic"]).get(), 3);
         assert_eq!(r.resumed.with_label_values(&["https"]).get(), 0);
     }
 }

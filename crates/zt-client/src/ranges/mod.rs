@@ -36,7 +36,7 @@ pub struct HttpSource {
     limits: Limits,
     pool: Arc<BufPool>,
     /// What the TLS check refused, for the error a request fails with.
-    refusals: Watch,
+    watch: Watch,
 }
 
 impl HttpSource {
@@ -49,7 +49,7 @@ impl HttpSource {
             .as_ref()
             .and_then(reqwest::Url::host_str)
             .unwrap_or("");
-        let (tls, refusals) = watched_config(&options.trust, b"http/1.1", host)?;
+        let (tls, watch) = watched_config(&options.trust, b"http/1.1", host)?;
         // A silent server counts as lost after the same time over both
         // transports (the error is a resumable transport error).
         let silent = options.idle_timeout.max(Duration::from_millis(1));
@@ -78,7 +78,7 @@ impl HttpSource {
                 ..Limits::default()
             },
             pool: Arc::default(),
-            refusals,
+            watch,
         })
     }
 

@@ -118,7 +118,7 @@ impl HttpSource {
         let spec = want.to_string();
         let resp = self.request(&spec, etag).send().await.map_err(|e| {
             let what = format!("GET {} ({spec})", self.url);
-            crate::causes::request_failed(&what, &e, &self.refusals)
+            crate::causes::request_failed(&what, &e, &self.watch)
         })?;
         match resp.status() {
             StatusCode::PARTIAL_CONTENT => {}
@@ -291,9 +291,10 @@ impl HttpSource {
         if let Some(t) = &self.options.token {
             req = req.bearer_auth(t);
         }
-        let resp = req.send().await.map_err(|e| {
-            crate::causes::request_failed(&format!("GET {url}"), &e, &self.refusals)
-        })?;
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| crate::causes::request_failed(&format!("GET {url}"), &e, &self.watch))?;
         let status = resp.status();
         if status != want {
             let retry_after = passing(&resp);

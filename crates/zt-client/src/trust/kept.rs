@@ -6,17 +6,20 @@
 //! skips the check: so every configuration made under one policy and
 //! one ALPN protocol is a copy of one kept configuration, sharing its
 //! check, the check's refusals and one session store. A policy is the
-//! trust and what it rests on: a CA file by the SHA-256 of the
-//! certificates in it (a file replaced by other certificates is a new
-//! policy, under which no session made under the old one resumes), a
+//! trust and what it rests on: a CA file by its path and the SHA-256 of
+//! the certificates in it (a file replaced by other certificates is a
+//! new policy, under which no session made under the old one resumes), a
 //! fingerprint by itself.
 //!
 //! Bounded: each store keeps the sessions of [`SERVERS`] servers (the
-//! oldest forgotten first), and at most [`POLICIES`] policies are kept at
-//! once (one more, and all are forgotten: their connections then make
-//! full handshakes once more).
+//! oldest forgotten first), and at most [`POLICIES`] configurations (a
+//! policy and a protocol: ztp/1 and HTTPS each have their own) are kept
+//! at once (one more, and all are forgotten: their connections then make
+//! full handshakes once more). A forked child keeps its own
+//! (`per_process`).
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rustls::client::{ClientSessionMemoryCache, Resumption};
@@ -25,31 +28,33 @@ use sha2::{Digest as _, Sha256};
 use rustls::pki_types::CertificateDer;
 
 use super::refused::Refusals;
+use crate::per_process::PerProcess;
 
-/// Servers whose sessions one policy's store keeps.
+/// Servers whose sessions one configuration's store keeps.
 pub(super) const SERVERS: usize = 64;
-/// Policies kept at once.
+/// Configurations (policy and protocol) kept at once.
 pub(super) const POLICIES: usize = 16;
 
 /// A trust policy, as far as resuming under it goes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) enum Policy {
     System,
-    /// The SHA-256 of a CA file's certificates.
-    Ca([u8; 32]),
+    /// A CA file's path (its errors name it) and the SHA-256 of its
+    /// certificates.
+    Ca(PathBuf, [u8; 32]),
     Fingerprint([u8; 32]),
     Insecure,
 }
 
 impl Policy {
-    /// The policy of a CA file holding `listed`.
-    pub(super) fn ca(listed: &[CertificateDer<'_>]) -> Policy {
+    /// The policy of the CA file at `path`, holding `listed`.
+    pub(super) fn ca(path: &Path, listed: &[CertificateDer<'_>]) -> Policy {
         let mut h = Sha256::new();
         for c in listed {
             h.update((c.len() as u64).to_be_bytes());
             h.update(c.as_ref());
         }
-        Policy::Ca(h.finalize().into())
+        Policy::Ca(path.to_owned(), h.finalize().into())
     }
 }
 
@@ -89,8 +94,8 @@ impl Map {
     }
 }
 
-/// The process's kept configurations.
-static KEPT: Mutex<Option<Map>> = Mutex::new(None);
+/// This process's kept configurations (a forked child makes its own).
+static CONFIGS: PerProcess<Mutex<Map>> = PerProcess::new();
 
 /// The configuration kept for `policy` and `alpn`, made by `make` (from
 /// the refusals its check records into, and the sessions it resumes
@@ -100,9 +105,9 @@ pub(super) fn kept(
     alpn: &[u8],
     make: impl FnOnce(Refusals, Resumption) -> crate::error::Result<rustls::ClientConfig>,
 ) -> crate::error::Result<Arc<Kept>> {
-    let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
-    kept.get_or_insert_with(Map::default)
-        .keep(policy, alpn, Box::new(make))
+    let configs = CONFIGS.get(Mutex::default);
+    let mut map = configs.value.lock().unwrap_or_else(PoisonError::into_inner);
+    map.keep(policy, alpn, Box::new(make))
 }
 
 /// A configuration kept by nothing: its sessions resume only among the
@@ -144,7 +149,8 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &again));
         assert_eq!(made.get(), 1);
         // Another fingerprint, CA file or protocol: a configuration of its own.
-        let ca = |der: &[u8]| Policy::ca(&[CertificateDer::from(der.to_vec())]);
+        let ca =
+            |der: &[u8]| Policy::ca(Path::new("ca.pem"), &[CertificateDer::from(der.to_vec())]);
         for (policy, alpn) in [
             (Policy::Fingerprint([2; 32]), &b"ztp/1"[..]),
             (Policy::Fingerprint([1; 32]), b"http/1.1"),
@@ -156,6 +162,8 @@ mod tests {
         }
         assert_eq!(made.get(), 5);
         assert_eq!(ca(b"one"), ca(b"one"));
+        let elsewhere = Policy::ca(Path::new("b.pem"), &[CertificateDer::from(b"one".to_vec())]);
+        assert_ne!(ca(b"one"), elsewhere);
         // One past the bound forgets them all.
         for i in 0..POLICIES as u8 {
             map.keep(Policy::Fingerprint([100 + i; 32]), b"ztp/1", config(&made))

@@ -22,6 +22,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
 use crate::error::{Error, Result};
+use crate::per_process::PerProcess;
 use kept::{Kept, Policy};
 use refused::Refusals;
 pub(crate) use refused::Watch;
@@ -83,7 +84,9 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// A TLS 1.3 client configuration for `alpn` under this policy.
+/// A TLS 1.3 client configuration for `alpn` under this policy: a copy
+/// of the one this process keeps for it, sharing its certificate check
+/// and its store of sessions to resume (`kept`).
 pub fn client_config(trust: &Trust, alpn: &[u8]) -> Result<rustls::ClientConfig> {
     Ok(watched_config(trust, alpn, "")?.0)
 }
@@ -124,7 +127,7 @@ pub(crate) fn watched_config(
         Trust::Ca(path) => {
             let (roots, listed) = read_ca_file(path)?;
             let label = format!("the CA file {}", path.display());
-            let policy = Policy::ca(&listed);
+            let policy = Policy::ca(path, &listed);
             kept::kept(
                 policy,
                 alpn,
@@ -170,9 +173,10 @@ fn configure(
 /// contrast, is read for each client: it is the operator's, and may be
 /// replaced.
 fn system_roots() -> Arc<rustls::RootCertStore> {
-    static KEPT: Mutex<Option<Arc<rustls::RootCertStore>>> = Mutex::new(None);
+    static ROOTS: PerProcess<Mutex<Option<Arc<rustls::RootCertStore>>>> = PerProcess::new();
+    let roots = ROOTS.get(Mutex::default);
     // Held while reading, so that clients made at once read them once.
-    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+    let mut kept = roots.value.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(roots) = kept.as_ref() {
         return Arc::clone(roots);
     }

@@ -71,17 +71,21 @@ impl Refusals {
         Watch {
             refusals: self.clone(),
             since,
-            server: bare(server).to_owned(),
+            server: bare(server),
         }
     }
 }
 
 /// A host as a certificate is checked for it: an IPv6 address without
-/// the brackets a URL puts around it.
-fn bare(host: &str) -> &str {
-    host.strip_prefix('[')
+/// the brackets a URL puts around it, and every address in one spelling
+/// (a URL writes `[::ffff:7f00:1]` where rustls names `::ffff:127.0.0.1`).
+fn bare(host: &str) -> String {
+    let host = host
+        .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host)
+        .unwrap_or(host);
+    host.parse::<std::net::IpAddr>()
+        .map_or_else(|_| host.to_owned(), |ip| ip.to_string())
 }
 
 /// One connection's (or one HTTP source's) view of its check's
@@ -107,7 +111,7 @@ impl Watch {
             .iter()
             .rev()
             .take_while(|(n, _)| *n >= self.since)
-            .find(|(_, r)| r.server.eq_ignore_ascii_case(&self.server))
+            .find(|(_, r)| bare(&r.server).eq_ignore_ascii_case(&self.server))
             .map(|(_, r)| r.clone())
     }
 }
@@ -318,11 +322,14 @@ mod tests {
         let refusals = Refusals::default();
         refusals.record(refusal("::1"));
         let watch = refusals.watch("[::1]");
+        let mapped = refusals.watch("[::ffff:7f00:1]");
         let other = refusals.watch("example.com");
         assert!(watch.last().is_none(), "a refusal from before the watch");
         refusals.record(refusal("::1"));
         assert_eq!(watch.last().map(|r| r.server), Some("::1".to_owned()));
         assert!(other.last().is_none(), "another server's refusal");
+        refusals.record(refusal("::ffff:127.0.0.1"));
+        assert!(mapped.last().is_some(), "one address, two spellings");
         // Only the latest are kept: a watch whose refusal was pushed out
         // by others' sees none.
         for _ in 0..KEPT {

@@ -98,16 +98,33 @@ pub fn transport(idle_timeout: std::time::Duration) -> quinn::TransportConfig {
     t
 }
 
-/// The receive window of each connection of a fetch over `connections`:
-/// 64 MiB each for the two of the default on two cores, and 128 MiB
-/// shared among more (at least 16 MiB each: eight such connections
-/// loaded 1 GiB at 3 GB/s over loopback as fast as with 64 MiB each,
-/// docs/benchmarks.md, twenty-ninth session), so
-/// that what a stalled consumer leaves buffered in the connections stays
-/// about 128 MiB up to eight.
-fn receive_window(connections: usize) -> quinn::VarInt {
-    let each = (128usize << 20) / connections.max(1);
-    quinn::VarInt::from_u32(u32::try_from(each.clamp(16 << 20, 64 << 20)).unwrap_or(16 << 20))
+/// Whether a connection failed in its TLS handshake on this side (a
+/// refused certificate among the causes): QUIC carries TLS alerts as the
+/// crypto error codes 0x100-0x1ff. Anything else (a timeout, a refused
+/// connection) is not blamed on a certificate, even one refused meanwhile
+/// for another connection to the same host.
+fn tls_failed(e: &quinn::ConnectionError) -> bool {
+    match e {
+        quinn::ConnectionError::TransportError(t) => (0x100..=0x1ff).contains(&u64::from(t.code)),
+        _ => false,
+    }
+}
+
+/// The receive window of a connection of a fetch over `connections`: 64
+/// MiB for the first, which may carry the whole fetch alone (a server
+/// without `shares`, or the others not opened), and a share of 128 MiB
+/// for each of the others (64 MiB for the second of two, 16 MiB each
+/// from eight on: eight such connections loaded 1 GiB at 3 GB/s over
+/// loopback as fast as with 64 MiB each, docs/benchmarks.md,
+/// twenty-ninth session), so that what a stalled consumer leaves
+/// buffered in the connections grows slower than their number.
+fn receive_window(connections: usize, first: bool) -> quinn::VarInt {
+    let each = if first {
+        64 << 20
+    } else {
+        ((128usize << 20) / connections.max(1)).clamp(16 << 20, 64 << 20)
+    };
+    quinn::VarInt::from_u32(u32::try_from(each).unwrap_or(16 << 20))
 }
 
 /// Dropping the client closes its connection with `ok`, so the server
@@ -195,16 +212,18 @@ impl QuicClient {
             name: server_name,
             port: addr.port(),
         };
-        Self::connect_sharing(at, options, Arc::default()).await
+        Self::connect_sharing(at, options, Arc::default(), true).await
     }
 
     /// [`QuicClient::connect`] to `at`, taking component buffers from
-    /// `pool` (a spread fetch's connections share one). Its requests'
-    /// errors name `quic://{at.name}:{at.port}/PATH`.
+    /// `pool` (a spread fetch's connections share one); `first` unless it
+    /// is one of a spread fetch's other connections. Its requests' errors
+    /// name `quic://{at.name}:{at.port}/PATH`.
     async fn connect_sharing(
         at: Dial<'_>,
         options: Arc<Options>,
         pool: Arc<BufPool>,
+        first: bool,
     ) -> Result<Self> {
         let Dial {
             addr,
@@ -212,14 +231,14 @@ impl QuicClient {
             port,
         } = at;
         crate::trust::install_provider();
-        let (tls, refusals) = watched_config(&options.trust, ALPN, server_name)?;
+        let (tls, watch) = watched_config(&options.trust, ALPN, server_name)?;
         let quic_tls = QuicClientConfig::try_from(tls)
             .map_err(|e| Error::Usage(format!("TLS for QUIC: {e}")))?;
         let mut config = quinn::ClientConfig::new(Arc::new(quic_tls));
         // Datagrams as large as the path to `addr` carries (udp.rs).
         let payload = crate::udp::max_payload(options.max_udp_payload, addr.ip());
         let mut t = transport(options.idle_timeout);
-        t.receive_window(receive_window(options.quic_connections()));
+        t.receive_window(receive_window(options.quic_connections(), first));
         crate::udp::discover_up_to(&mut t, payload);
         config.transport_config(Arc::new(t));
         let bind = match addr {
@@ -243,7 +262,7 @@ impl QuicClient {
             .connect(addr, server_name)
             .map_err(|e| transport(&e))?
             .await
-            .map_err(|e| match refusals.last() {
+            .map_err(|e| match watch.last().filter(|_| tls_failed(&e)) {
                 // quinn reports the handshake's failure as text; the check
                 // kept why it refused the certificate.
                 Some(refused) => Error::Tls(format!("connecting to {addr} over QUIC: {refused}")),
@@ -633,10 +652,15 @@ mod tests {
     #[test]
     fn more_connections_share_the_receive_windows() {
         let mib = |n: u32| quinn::VarInt::from_u32(n << 20);
-        for (connections, window) in [(0, 64), (1, 64), (2, 64), (4, 32), (8, 16), (64, 16)] {
-            assert_eq!(receive_window(connections), mib(window), "{connections}");
+        for connections in [0, 1, 2, 8, 64] {
+            assert_eq!(receive_window(connections, true), mib(64), "{connections}");
         }
-        let n = crate::default_quic_connections();
-        assert!((crate::QUIC_CONNECTIONS..=crate::QUIC_CONNECTIONS_MOST).contains(&n));
+        for (connections, window) in [(2, 64), (4, 32), (8, 16), (64, 16)] {
+            assert_eq!(
+                receive_window(connections, false),
+                mib(window),
+                "{connections}"
+            );
+        }
     }
 }

@@ -162,7 +162,7 @@ impl Spread {
     pub(crate) async fn connect(at: Dial<'_>, options: Arc<crate::Options>) -> Result<Self> {
         let pool = Arc::<BufPool>::default();
         let first =
-            QuicClient::connect_sharing(at, Arc::clone(&options), Arc::clone(&pool)).await?;
+            QuicClient::connect_sharing(at, Arc::clone(&options), Arc::clone(&pool), true).await?;
         Ok(Spread {
             first: std::sync::Mutex::new(Arc::new(first)),
             reopening: Mutex::default(),
@@ -202,7 +202,7 @@ impl Spread {
             }
         }
         let limit = self.options.idle_timeout;
-        let again = match tokio::time::timeout(limit, self.open()).await {
+        let again = match tokio::time::timeout(limit, self.open(true)).await {
             Ok(Ok(again)) => again,
             Ok(Err(e)) => {
                 *failed = Some((Instant::now(), e.again("")));
@@ -234,15 +234,16 @@ impl Spread {
         Ok(current)
     }
 
-    /// A new connection to the server, taking buffers from the pool.
-    async fn open(&self) -> Result<QuicClient> {
+    /// A new connection to the server, taking buffers from the pool: the
+    /// first again, or one of the others.
+    async fn open(&self, first: bool) -> Result<QuicClient> {
         let options = Arc::clone(&self.options);
         let at = Dial {
             addr: self.addr,
             name: &self.server_name,
             port: self.port,
         };
-        QuicClient::connect_sharing(at, options, Arc::clone(&self.pool)).await
+        QuicClient::connect_sharing(at, options, Arc::clone(&self.pool), first).await
     }
 
     /// Gives a buffer back to the pool.
@@ -436,7 +437,7 @@ impl Spread {
         let resting = more.failed.is_some_and(|t| t.elapsed() < OPEN_BACKOFF);
         if more.open.len() < count && !resting {
             let opened = join_all(
-                (more.open.len()..count).map(|_| tokio::time::timeout(OPEN_WAIT, self.open())),
+                (more.open.len()..count).map(|_| tokio::time::timeout(OPEN_WAIT, self.open(false))),
             )
             .await;
             for c in opened {

@@ -23,6 +23,7 @@ pub mod quic;
 mod render;
 mod serve;
 mod store;
+mod tls_sessions;
 mod ui;
 mod xet;
 
@@ -66,7 +67,7 @@ pub struct State {
     /// (`quic.piece_cache_bytes`).
     pub(crate) kept: quic::kept::Kept,
     /// TLS sessions kept for resumption, counted (ztp/1 and HTTPS).
-    pub(crate) resumptions: quic::sessions::Resumptions,
+    pub(crate) resumptions: tls_sessions::Resumptions,
     /// Set once the first scan is done; cleared when shutdown begins.
     pub ready: AtomicBool,
     /// Objects' value summaries, per file version.
@@ -151,7 +152,7 @@ impl State {
         summaries.register(registry)?;
         let kept = quic::kept::Kept::new(config.quic.piece_cache_bytes);
         kept.register(registry)?;
-        let resumptions = quic::sessions::Resumptions::default();
+        let resumptions = tls_sessions::Resumptions::default();
         resumptions.register(registry)?;
         let flows = http::flow::Flows::new(&config.limits);
         flows.register(registry)?;

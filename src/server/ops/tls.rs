@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use tokio::task::JoinHandle;
 
 use crate::server::quic;
-use crate::server::quic::sessions::Resumptions;
+use crate::server::tls_sessions::Resumptions;
 
 /// The HTTPS configuration in force, replaced when the files change.
 pub(crate) type TlsConfig = Arc<RwLock<Arc<rustls::ServerConfig>>>;

@@ -15,7 +15,6 @@ pub(crate) mod kept;
 mod path;
 mod refused;
 mod send;
-pub(crate) mod sessions;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

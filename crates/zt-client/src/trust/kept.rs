@@ -27,7 +27,7 @@ use sha2::{Digest as _, Sha256};
 
 use rustls::pki_types::CertificateDer;
 
-use super::refused::Refusals;
+use super::watch::Refusals;
 use crate::per_process::PerProcess;
 
 /// Servers whose sessions one configuration's store keeps.
@@ -65,9 +65,6 @@ pub(super) struct Kept {
     pub(super) refusals: Refusals,
 }
 
-type Make<'a> =
-    Box<dyn FnOnce(Refusals, Resumption) -> crate::error::Result<rustls::ClientConfig> + 'a>;
-
 /// Kept configurations by policy and ALPN protocol.
 #[derive(Debug, Default)]
 struct Map(HashMap<(Policy, Vec<u8>), Arc<Kept>>);
@@ -79,7 +76,7 @@ impl Map {
         &mut self,
         policy: Policy,
         alpn: &[u8],
-        make: Make<'_>,
+        make: impl FnOnce(Refusals, Resumption) -> crate::error::Result<rustls::ClientConfig>,
     ) -> crate::error::Result<Arc<Kept>> {
         let key = (policy, alpn.to_vec());
         if let Some(k) = self.0.get(&key) {
@@ -107,7 +104,7 @@ pub(super) fn kept(
 ) -> crate::error::Result<Arc<Kept>> {
     let configs = CONFIGS.get(Mutex::default);
     let mut map = configs.value.lock().unwrap_or_else(PoisonError::into_inner);
-    map.keep(policy, alpn, Box::new(make))
+    map.keep(policy, alpn, make)
 }
 
 /// A configuration kept by nothing: its sessions resume only among the
@@ -127,13 +124,15 @@ mod tests {
 
     use super::*;
 
-    fn config(made: &Cell<usize>) -> Make<'_> {
-        Box::new(move |_, resumption| {
+    fn config(
+        made: &Cell<usize>,
+    ) -> impl FnOnce(Refusals, Resumption) -> crate::error::Result<rustls::ClientConfig> + '_ {
+        move |_, resumption| {
             made.set(made.get() + 1);
             let mut c = crate::trust::client_config(&crate::trust::Trust::Insecure, b"t")?;
             c.resumption = resumption;
             Ok(c)
-        })
+        }
     }
 
     #[test]

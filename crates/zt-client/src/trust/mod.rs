@@ -6,12 +6,15 @@
 //! - `verifier`: the one certificate check behind every policy, which
 //!   remembers what it refused;
 //! - `refused`: a refusal put into words, with the remedy;
+//! - `watch`: what a check refused lately, and each connection's watch
+//!   on it;
 //! - `kept`: each policy's configuration, kept for the process's life so
 //!   that its connections resume TLS sessions.
 
 mod kept;
 mod refused;
 mod verifier;
+mod watch;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -24,9 +27,9 @@ use rustls::pki_types::CertificateDer;
 use crate::error::{Error, Result};
 use crate::per_process::PerProcess;
 use kept::{Kept, Policy};
-use refused::Refusals;
-pub(crate) use refused::Watch;
 use verifier::{Check, Verifier};
+use watch::Refusals;
+pub(crate) use watch::Watch;
 
 /// The trust policy.
 #[derive(Debug, Clone)]
@@ -103,25 +106,19 @@ pub(crate) fn watched_config(
     server: &str,
 ) -> Result<(rustls::ClientConfig, Watch)> {
     let provider = provider();
-    let made = |check: Check| {
-        let provider = Arc::clone(&provider);
-        move |refusals, resumption| configure(check, provider, alpn, refusals, resumption)
-    };
+    // The check is built only when a configuration is made: a kept one
+    // is reused as it is.
     let kept = match trust {
         Trust::System => {
             let roots = system_roots();
             let empty = roots.is_empty();
-            let check = Check::roots(
-                roots,
-                Vec::new(),
-                &provider,
-                "the system's root certificates",
-            );
+            let label = "the system's root certificates";
+            let check = || Check::roots(roots, Vec::new(), &provider, label);
             if empty {
                 // Nothing kept: a later client looks for the roots again.
-                Arc::new(kept::fresh(made(check))?)
+                Arc::new(kept::fresh(made(check, &provider, alpn))?)
             } else {
-                kept::kept(Policy::System, alpn, made(check))?
+                kept::kept(Policy::System, alpn, made(check, &provider, alpn))?
             }
         }
         Trust::Ca(path) => {
@@ -131,16 +128,35 @@ pub(crate) fn watched_config(
             kept::kept(
                 policy,
                 alpn,
-                made(Check::roots(Arc::new(roots), listed, &provider, &label)),
+                made(
+                    || Check::roots(Arc::new(roots), listed, &provider, &label),
+                    &provider,
+                    alpn,
+                ),
             )?
         }
-        Trust::Fingerprint(f) => {
-            kept::kept(Policy::Fingerprint(*f), alpn, made(Check::Fingerprint(*f)))?
+        Trust::Fingerprint(f) => kept::kept(
+            Policy::Fingerprint(*f),
+            alpn,
+            made(|| Check::Fingerprint(*f), &provider, alpn),
+        )?,
+        Trust::Insecure => {
+            kept::kept(Policy::Insecure, alpn, made(|| Check::Any, &provider, alpn))?
         }
-        Trust::Insecure => kept::kept(Policy::Insecure, alpn, made(Check::Any))?,
     };
     let Kept { config, refusals } = &*kept;
     Ok((config.clone(), refusals.watch(server)))
+}
+
+/// What makes a configuration checking certificates with the check
+/// `check` builds.
+fn made<'a>(
+    check: impl FnOnce() -> Check + 'a,
+    provider: &Arc<CryptoProvider>,
+    alpn: &'a [u8],
+) -> impl FnOnce(Refusals, Resumption) -> Result<rustls::ClientConfig> + 'a {
+    let provider = Arc::clone(provider);
+    move |refusals, resumption| configure(check(), provider, alpn, refusals, resumption)
 }
 
 /// A configuration checking certificates with `check`, recording its

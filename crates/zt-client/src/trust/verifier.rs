@@ -12,7 +12,8 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 use sha2::{Digest as _, Sha256};
 
-use super::refused::{Refusals, Refused, Why};
+use super::refused::{Refused, Why};
+use super::watch::Refusals;
 
 /// What a server certificate must pass.
 #[derive(Debug)]

@@ -197,7 +197,7 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("--ca FILE") && m.contains("--insecure"), "{m}");
-        let ca = rustls::OtherError(Arc::new(Named("CaUsedAsEndEntity")));
+        let ca = rustls::OtherError(std::sync::Arc::new(Named("CaUsedAsEndEntity")));
         let m = refused(chain(CertificateError::Other(ca)));
         assert!(
             m.contains("CA used as end entity") && m.contains("CA:TRUE"),

@@ -639,7 +639,35 @@ impl QuicClient {
 
 #[cfg(test)]
 mod tests {
-    use super::{origin, receive_window, url_of};
+    use super::{origin, receive_window, tls_failed, url_of};
+
+    /// Only a TLS alert (QUIC's crypto error codes) blames the
+    /// certificate; a timeout, a reset or the peer's other errors do not,
+    /// even with a refusal of the same host in the shared log.
+    #[test]
+    fn only_a_tls_alert_is_a_failed_handshake() {
+        use quinn::{ConnectionError, TransportErrorCode};
+        // bad_certificate (42) and the alerts at both ends of the range.
+        for alert in [42, 0, 0xff] {
+            let e = ConnectionError::TransportError(TransportErrorCode::crypto(alert).into());
+            assert!(tls_failed(&e), "alert {alert}");
+        }
+        for code in [
+            TransportErrorCode::PROTOCOL_VIOLATION,
+            TransportErrorCode::CONNECTION_REFUSED,
+            TransportErrorCode::CRYPTO_BUFFER_EXCEEDED,
+        ] {
+            let e = ConnectionError::TransportError(code.into());
+            assert!(!tls_failed(&e), "{code:?}");
+        }
+        for e in [
+            ConnectionError::TimedOut,
+            ConnectionError::Reset,
+            ConnectionError::LocallyClosed,
+        ] {
+            assert!(!tls_failed(&e), "{e:?}");
+        }
+    }
 
     #[test]
     fn errors_name_a_url_with_brackets_and_escapes_where_due() {

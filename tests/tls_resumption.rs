@@ -3,7 +3,8 @@
 //! same trust policy, over ztp/1 and HTTPS, and never one made under
 //! another policy; the daemon counts what it resumed
 //! (`ztserve_tls_resumed_total`), and resumes sessions for a client we
-//! did not write (`openssl s_client -sess_out` / `-sess_in`).
+//! did not write (`openssl s_client -sess_out` / `-sess_in`, TLS 1.3 and
+//! 1.2). A CA file replaced under a client is checked again, not resumed.
 
 mod common;
 
@@ -107,19 +108,82 @@ fn https_sessions_resume_for_our_client_and_for_openssl() {
     assert!(second > first, "{url}: the second client resumed nothing");
     let before = second;
 
-    let session = dir.path().join("session.pem");
-    let first = s_client(&s.addr, "-sess_out", &session);
-    assert!(first.contains("New, TLSv1.3"), "{first}");
-    let second = s_client(&s.addr, "-sess_in", &session);
-    assert!(second.contains("Reused, TLSv1.3"), "{second}");
-    assert_eq!(resumed(&s, "https", true), before + 1);
+    // openssl resumes over TLS 1.3 (a ticket) and TLS 1.2 (a session ID),
+    // each counted once.
+    for (n, version) in [(1, "1.3"), (2, "1.2")] {
+        let session = dir.path().join(format!("session-{version}.pem"));
+        let first = s_client(&s.addr, version, "-sess_out", &session);
+        assert!(first.contains(&format!("New, TLSv{version}")), "{first}");
+        let second = s_client(&s.addr, version, "-sess_in", &session);
+        assert!(
+            second.contains(&format!("Reused, TLSv{version}")),
+            "{second}"
+        );
+        assert_eq!(resumed(&s, "https", true), before + n, "TLS {version}");
+    }
 }
 
-/// `openssl s_client` asking for `/readyz` with its session written to
-/// (`-sess_out`) or read from (`-sess_in`) `session`: what it printed.
-fn s_client(addr: &str, flag: &str, session: &Path) -> String {
+/// A CA file is a policy by its contents: replaced by one that no longer
+/// trusts the server, the next connection checks the certificate again
+/// and is refused (a session kept under the old contents would skip the
+/// check); put back, its sessions resume again.
+#[test]
+fn a_replaced_ca_file_is_checked_again_not_resumed() {
+    if !have_openssl() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path(), "server");
+    let (other, _) = self_signed(dir.path(), "other");
+    let root = sample_root();
+    let s = Server::start_quic(
+        root.path(),
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let url = format!("quic://{}/sample.zt", s.quic.as_ref().unwrap().0);
+    let ca = dir.path().join("ca.pem");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // The daemon serves HTTPS beside ztp/1 with this certificate.
+    let resumed = || resumed(&s, "quic", true);
+    std::fs::copy(&cert, &ca).unwrap();
+    connect(&rt, &url, Trust::Ca(ca.clone()));
+    connect(&rt, &url, Trust::Ca(ca.clone()));
+    assert_eq!(resumed(), 1, "the same CA file resumes");
+    std::fs::copy(&other, &ca).unwrap();
+    let refused = rt.block_on(async {
+        let options = Options {
+            trust: Trust::Ca(ca.clone()),
+            connections: Some(1),
+            ..Options::default()
+        };
+        Client::connect(&url, options)
+            .await?
+            .manifest()
+            .await
+            .map(drop)
+    });
+    assert!(
+        matches!(&refused, Err(zt_client::Error::Tls(_))),
+        "a CA file that no longer trusts the server: {refused:?}"
+    );
+    assert_eq!(resumed(), 1, "nothing resumed under the new contents");
+    std::fs::copy(&cert, &ca).unwrap();
+    connect(&rt, &url, Trust::Ca(ca.clone()));
+    assert_eq!(resumed(), 2, "the first contents' sessions again");
+}
+
+/// `openssl s_client` over TLS `version` ("1.3" or "1.2") asking for
+/// `/readyz` with its session written to (`-sess_out`) or read from
+/// (`-sess_in`) `session`: what it printed.
+fn s_client(addr: &str, version: &str, flag: &str, session: &Path) -> String {
+    let version = format!("-tls{}", version.replace('.', "_"));
     let mut child = Command::new("openssl")
-        .args(["s_client", "-connect", addr, "-tls1_3", "-ign_eof", flag])
+        .args(["s_client", "-connect", addr, &version, "-ign_eof", flag])
         .arg(session)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

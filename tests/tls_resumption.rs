@@ -4,19 +4,21 @@
 //! another policy; the daemon counts what it resumed
 //! (`ztserve_tls_resumed_total`), and resumes sessions for a client we
 //! did not write (`openssl s_client -sess_out` / `-sess_in`, TLS 1.3 and
-//! 1.2). A CA file replaced under a client is checked again, not resumed.
+//! 1.2). A CA file replaced under a client is checked again, not resumed;
+//! no 0-RTT is offered.
 
 mod common;
 
 use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
 use common::certs::{have_openssl, self_signed};
-use common::quic::metric;
+use common::quic::{get, metric};
 use common::{curl, sample_root, Server};
 use sha2::{Digest as _, Sha256};
-use zt_client::trust::Trust;
+use zt_client::trust::{client_config, Trust};
 use zt_client::{Client, Options};
 
 /// Sessions the daemon resumed over `transport` (`/metrics` read over
@@ -201,4 +203,44 @@ fn s_client(addr: &str, version: &str, flag: &str, session: &Path) -> String {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(text.contains("200 OK"), "{text}");
     text
+}
+
+/// The daemon resumes ztp/1 sessions but offers no 0-RTT: a client
+/// willing to send early data cannot (early data may be replayed), and
+/// its connection resumes after a full round trip.
+#[test]
+fn ztp_resumes_without_early_data() {
+    let root = sample_root();
+    let s = Server::start_quic(root.path(), &[]);
+    let (addr, fp) = s.quic.clone().unwrap();
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        zt_client::trust::install_provider();
+        let mut tls = client_config(&Trust::fingerprint(&fp).unwrap(), ztp_proto::ALPN).unwrap();
+        tls.enable_early_data = true;
+        let tls = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+        let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        ep.set_default_client_config(quinn::ClientConfig::new(Arc::new(tls)));
+        let first = ep.connect(addr, "localhost").unwrap().await.unwrap();
+        // A request answered: the session tickets, sent as the handshake
+        // completes, are in.
+        let (mut send, mut recv) = first.open_bi().await.unwrap();
+        send.write_all(&get(0, "sample.zt")).await.unwrap();
+        let mut byte = [0u8; 1];
+        recv.read_exact(&mut byte).await.unwrap();
+        first.close(0u32.into(), b"");
+        let second = ep.connect(addr, "localhost").unwrap();
+        let second = match second.into_0rtt() {
+            Ok(_) => panic!("the daemon accepted 0-RTT"),
+            Err(connecting) => connecting.await.unwrap(),
+        };
+        second.close(0u32.into(), b"");
+        ep.wait_idle().await;
+    });
+    assert_eq!(
+        resumed(&s, "quic", false),
+        1,
+        "the second connection resumed"
+    );
 }

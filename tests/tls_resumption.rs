@@ -138,15 +138,7 @@ fn a_replaced_ca_file_is_checked_again_not_resumed() {
     let (cert, key) = self_signed(dir.path(), "server");
     let (other, _) = self_signed(dir.path(), "other");
     let root = sample_root();
-    let s = Server::start_quic(
-        root.path(),
-        &[
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-        ],
-    );
+    let s = Server::start_quic_https(root.path(), &cert, &key);
     let url = format!("quic://{}/sample.zt", s.quic.as_ref().unwrap().0);
     let ca = dir.path().join("ca.pem");
     let rt = tokio::runtime::Runtime::new().unwrap();

@@ -71,15 +71,7 @@ fn issued(dir: &Path, name: &str, san: &str) -> (PathBuf, PathBuf) {
 
 /// The daemon serving the sample model with `cert` over HTTPS and ztp/1.
 fn serve(root: &Path, (cert, key): &(PathBuf, PathBuf)) -> Server {
-    Server::start_quic(
-        root,
-        &[
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-        ],
-    )
+    Server::start_quic_https(root, cert, key)
 }
 
 /// The sample model's URL over each transport.

@@ -47,6 +47,13 @@ impl Server {
         Server::start(root, &["--tls-cert", cert, "--tls-key", key])
     }
 
+    /// Like [`Server::start_https`], with ztp/1 on with the same
+    /// certificate, and a temporary state directory.
+    pub fn start_quic_https(root: &Path, cert: &Path, key: &Path) -> Server {
+        let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+        Server::start_quic(root, &["--tls-cert", cert, "--tls-key", key])
+    }
+
     /// Like [`Server::start`], with QUIC on and a temporary state directory.
     pub fn start_quic(root: &Path, args: &[&str]) -> Server {
         Server::spawn(root, args, true)

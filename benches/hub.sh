@@ -62,8 +62,19 @@ for f in "${files[@]}"; do curl -sfIL "http://127.0.0.1:$zport/bench/sharded/res
 t0=$(date +%s.%N)
 curl -sfIL "http://127.0.0.1:$zport/bench/single/resolve/main/model.safetensors" -o /dev/null
 echo "# the first HEAD of the 1 GiB file (its Xet index made): $(python3 -c "print(round($(date +%s.%N) - $t0, 3))") s"
+# What memory touched for the first time costs here (the Hub client's
+# downloader allocates much of it; curl little): one GiB, by a new process.
+echo "# 1 GiB of fresh memory written by a new process: $(python3 -c '
+import mmap, time
+n = 1 << 30
+m = mmap.mmap(-1, n)
+z = b"\1" * (1 << 20)
+t = time.perf_counter()
+for i in range(0, n, 1 << 20):
+    m[i:i + (1 << 20)] = z
+print(round(time.perf_counter() - t, 3))') s"
 
-hub() {  # hub.sh's Hub client run: prints "call-seconds process-seconds"
+hub() {  # hub.sh's Hub client run: prints "call-seconds process-seconds sys-seconds faults"
     local t0 j
     rm -rf "$out"; mkdir -p "$out"
     sync
@@ -71,7 +82,7 @@ hub() {  # hub.sh's Hub client run: prints "call-seconds process-seconds"
     j=$(HF_ENDPOINT="http://127.0.0.1:$zport" HF_HUB_CACHE="$out/cache" HF_HUB_DISABLE_TELEMETRY=1 \
         HF_HUB_DISABLE_UPDATE_CHECK=1 HF_HUB_DISABLE_PROGRESS_BARS=1 \
         .venv/bin/python benches/support/hub_download.py "$@")
-    echo "$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['secs'])" "$j") $(python3 -c "print($(date +%s.%N) - $t0)")"
+    echo "$(python3 -c "import json,sys; j=json.loads(sys.argv[1]); print(j['secs'], end=' ')" "$j")$(python3 -c "print($(date +%s.%N) - $t0, end=' ')")$(python3 -c "import json,sys; j=json.loads(sys.argv[1]); print(round(j['sys'], 2), j['faults'])" "$j")"
 }
 curls() {  # curl fetching URLs one after another on one connection: seconds
     local t0 args=()
@@ -82,16 +93,19 @@ curls() {  # curl fetching URLs one after another on one connection: seconds
     curl -sf "${args[@]}"
     python3 -c "print($(date +%s.%N) - $t0)"
 }
-declare -A secs
+declare -A secs mem
 nurls=(); for f in "${files[@]}"; do nurls+=("http://127.0.0.1:$nport/bench/sharded/$f"); done
 for i in $(seq "$rounds"); do
-    read -r call whole < <(hub snapshot bench/sharded)
+    read -r call whole sys faults < <(hub snapshot bench/sharded)
     secs[snapshot]+="$call "; secs[snapshot-process]+="$whole "
+    mem[snapshot]+="$sys/$faults "
     secs[curl-files]+="$(curls "${nurls[@]}") "
-    read -r call whole < <(hub file bench/single model.safetensors)
+    read -r call whole sys faults < <(hub file bench/single model.safetensors)
     secs[file]+="$call "; secs[file-process]+="$whole "
-    read -r call whole < <(HF_HUB_DISABLE_XET=1 hub file bench/single model.safetensors)
+    mem[file]+="$sys/$faults "
+    read -r call whole sys faults < <(HF_HUB_DISABLE_XET=1 hub file bench/single model.safetensors)
     secs[file-no-xet]+="$call "
+    mem[file-no-xet]+="$sys/$faults "
     secs[curl-file]+="$(curls "http://127.0.0.1:$nport/bench/single/model.safetensors") "
     rm -rf "$out"; mkdir -p "$out"; sync
     j=$(.venv/bin/python benches/support/hub_download.py httpx \
@@ -107,3 +121,6 @@ for pair in "snapshot curl-files" "snapshot-process curl-files" "file curl-file"
 done
 echo "# every round (seconds)"
 for k in "${!secs[@]}"; do printf '%-17s %s\n' "$k" "${secs[$k]}"; done | sort
+echo "# the Hub client's system seconds / minor page faults, every round (a fault is a page touched"
+echo "# for the first time, which costs far more on some virtual machines: docs/benchmarks.md)"
+for k in "${!mem[@]}"; do printf '%-17s %s\n' "$k" "${mem[$k]}"; done | sort

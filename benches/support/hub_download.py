@@ -1,6 +1,9 @@
 """One download through huggingface_hub (HF_ENDPOINT and HF_HUB_CACHE come
 from the environment), timed around the call itself: prints JSON with
-`secs` (the call) and `bytes` (what it wrote).
+`secs` (the call), `bytes` (what it wrote), and the process's system
+time and minor page faults so far (`sys`, `faults`: memory touched for
+the first time, which costs far more on some virtual machines than on
+others; docs/benchmarks.md, thirtieth session).
   hub_download.py snapshot REPO
   hub_download.py file REPO FILENAME
   hub_download.py httpx URL OUT   the client's own HTTP stack (httpx2, as
@@ -8,6 +11,7 @@ from the environment), timed around the call itself: prints JSON with
                                   written to a file), from any server"""
 import json
 import os
+import resource
 import sys
 import time
 
@@ -33,4 +37,5 @@ for d, _, files in os.walk(path):
     total += sum(os.path.getsize(os.path.join(d, f)) for f in files)
 if os.path.isfile(path):
     total = os.path.getsize(path)
-print(json.dumps({"secs": secs, "bytes": total}))
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"secs": secs, "bytes": total, "sys": use.ru_stime, "faults": use.ru_minflt}))

@@ -142,7 +142,8 @@ fn a_replaced_ca_file_is_checked_again_not_resumed() {
     let url = format!("quic://{}/sample.zt", s.quic.as_ref().unwrap().0);
     let ca = dir.path().join("ca.pem");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    // The daemon serves HTTPS beside ztp/1 with this certificate.
+    // ztp/1's count, read over HTTPS: the daemon serves HTTPS beside
+    // ztp/1 with this certificate.
     let resumed = || resumed(&s, "quic", true);
     std::fs::copy(&cert, &ca).unwrap();
     connect(&rt, &url, Trust::Ca(ca.clone()));
@@ -216,7 +217,8 @@ fn ztp_resumes_without_early_data() {
         ep.set_default_client_config(quinn::ClientConfig::new(Arc::new(tls)));
         let first = ep.connect(addr, "localhost").unwrap().await.unwrap();
         // A request answered: the session tickets, sent as the handshake
-        // completes, are in.
+        // completes, are in (on loopback packets arrive in order; were
+        // they not, nothing would resume and the count below would fail).
         let (mut send, mut recv) = first.open_bi().await.unwrap();
         send.write_all(&get(0, "sample.zt")).await.unwrap();
         let mut byte = [0u8; 1];

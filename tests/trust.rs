@@ -69,11 +69,6 @@ fn issued(dir: &Path, name: &str, san: &str) -> (PathBuf, PathBuf) {
     (dir.join(cert), dir.join(key))
 }
 
-/// The daemon serving the sample model with `cert` over HTTPS and ztp/1.
-fn serve(root: &Path, (cert, key): &(PathBuf, PathBuf)) -> Server {
-    Server::start_quic_https(root, cert, key)
-}
-
 /// The sample model's URL over each transport.
 fn urls(s: &Server) -> [String; 2] {
     let quic = &s.quic.as_ref().expect("QUIC is on").0;
@@ -143,7 +138,7 @@ fn a_self_signed_certificate_in_the_ca_file_is_trusted() {
     let served = self_signed(dir.path(), "server");
     let (other, _) = self_signed(dir.path(), "other");
     let root = sample_root();
-    let s = serve(root.path(), &served);
+    let s = Server::start_quic_https(root.path(), &served.0, &served.1);
     let fingerprint = s.quic.clone().unwrap().1;
     // What the issue reports: Debian's openssl marks it a CA.
     let text = Command::new("openssl")
@@ -184,7 +179,7 @@ fn a_chain_to_a_ca_in_the_file_is_checked_as_usual() {
     let root = sample_root();
     // Issued for the address the client connects to: trusted through the CA.
     let good = issued(dir.path(), "good", "IP:127.0.0.1");
-    let s = serve(root.path(), &good);
+    let s = Server::start_quic_https(root.path(), &good.0, &good.1);
     for (i, url) in urls(&s).iter().enumerate() {
         let out = dir.path().join(format!("chain{i}.zt"));
         let r = fetch(url, &ca, &out);
@@ -197,7 +192,7 @@ fn a_chain_to_a_ca_in_the_file_is_checked_as_usual() {
     drop(s);
     // Issued for another name: refused as a name mismatch.
     let elsewhere = issued(dir.path(), "elsewhere", "DNS:elsewhere.example");
-    let s = serve(root.path(), &elsewhere);
+    let s = Server::start_quic_https(root.path(), &elsewhere.0, &elsewhere.1);
     let fingerprint = s.quic.clone().unwrap().1;
     for (i, url) in urls(&s).iter().enumerate() {
         let out = dir.path().join(format!("name{i}.zt"));

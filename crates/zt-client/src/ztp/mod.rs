@@ -641,12 +641,14 @@ impl QuicClient {
 mod tests {
     use super::{origin, receive_window, tls_failed, url_of};
 
-    /// Only a TLS alert (QUIC's crypto error codes) blames the
-    /// certificate; a timeout, a reset or the peer's other errors do not,
-    /// even with a refusal of the same host in the shared log.
+    /// Only a TLS alert this side raised (QUIC's crypto error codes)
+    /// lets a connection's error be blamed on a refused certificate; a
+    /// timeout, a reset, other transport errors, or the peer closing
+    /// (even with an alert of its own) do not, whatever the shared log of
+    /// refusals holds.
     #[test]
     fn only_a_tls_alert_is_a_failed_handshake() {
-        use quinn::{ConnectionError, TransportErrorCode};
+        use quinn::{ApplicationClose, ConnectionClose, ConnectionError, TransportErrorCode};
         // bad_certificate (42) and the alerts at both ends of the range.
         for alert in [42, 0, 0xff] {
             let e = ConnectionError::TransportError(TransportErrorCode::crypto(alert).into());
@@ -660,10 +662,21 @@ mod tests {
             let e = ConnectionError::TransportError(code.into());
             assert!(!tls_failed(&e), "{code:?}");
         }
+        let peer_alert = ConnectionClose {
+            error_code: TransportErrorCode::crypto(42),
+            frame_type: None,
+            reason: bytes::Bytes::new(),
+        };
+        let peer_app = ApplicationClose {
+            error_code: 0u32.into(),
+            reason: bytes::Bytes::new(),
+        };
         for e in [
             ConnectionError::TimedOut,
             ConnectionError::Reset,
             ConnectionError::LocallyClosed,
+            ConnectionError::ConnectionClosed(peer_alert),
+            ConnectionError::ApplicationClosed(peer_app),
         ] {
             assert!(!tls_failed(&e), "{e:?}");
         }

@@ -8,9 +8,10 @@
 //! May use: `config`, `catalog` (`watch` rescans it, `verifier` walks
 //! it), `integrity` (the checks `verifier` runs), `store` (`watch`
 //! checks the object store), `families` (the registry's own metrics),
-//! `tls_sessions` (the session store `tls` gives HTTPS), `quic` (`tls` loads the certificate its listener shares, and takes
-//! its provider), and `http`
-//! and `serve` (`accept` answers a request past every slot `503 busy`).
+//! `tls_sessions` (the session store `tls` gives HTTPS), `quic` (`tls`
+//! loads the certificate its listener shares, and takes its provider),
+//! and `http` and `serve` (`accept` answers a request past every slot
+//! `503 busy`).
 
 pub(crate) mod accept;
 pub(crate) mod auth;

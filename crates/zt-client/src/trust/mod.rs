@@ -148,8 +148,9 @@ pub(crate) fn watched_config(
     Ok((config.clone(), refusals.watch(server)))
 }
 
-/// What makes a configuration checking certificates with the check
-/// `check` builds.
+/// Makes a configuration (from the refusals its check records into and
+/// the sessions it resumes from) whose certificate check `check` builds
+/// then, not before.
 fn made<'a>(
     check: impl FnOnce() -> Check + 'a,
     provider: &Arc<CryptoProvider>,

@@ -113,7 +113,7 @@ pub(crate) fn client_options(a: &ClientArgs) -> PyResult<Options> {
     }
     if let Some(p) = a.max_udp_payload {
         zt_client::udp::check_payload(p)
-            .map_err(|e| PyValueError::new_err(format!("max_udp_payload: {e}")))?;
+            .map_err(|e| PyValueError::new_err(format!("max_udp_payload={p}: {e}")))?;
         options.max_udp_payload = Some(p);
     }
     if let Some(secs) = a.timeout {

@@ -81,14 +81,15 @@ pub const PAYLOAD_MIN: u16 = 1_200;
 
 /// `payload` if it is a bound on datagrams worth configuring: 1,200 to
 /// 6,500 bytes (sent in batches) or 32,000 to 65,507 (one a send); else
-/// why not, naming the ranges.
+/// why not, naming the ranges (for the caller to prefix with the value
+/// and where it was given).
 pub fn check_payload(payload: u16) -> Result<u16, String> {
     let batched = PAYLOAD_MIN..=GSO_PAYLOAD_MAX;
     let single = SINGLE_PAYLOAD_MIN..=PAYLOAD_MAX;
     match batched.contains(&payload) || single.contains(&payload) {
         true => Ok(payload),
         false => Err(format!(
-            "{payload} bytes: a datagram bound must be {PAYLOAD_MIN} to {GSO_PAYLOAD_MAX} (sent ten to a system call, GSO) or {SINGLE_PAYLOAD_MIN} to {PAYLOAD_MAX} (one to a call, for interfaces that carry them, such as loopback); sizes between them are slower than {GSO_PAYLOAD_MAX}"
+            "a datagram bound must be {PAYLOAD_MIN} to {GSO_PAYLOAD_MAX} (sent ten to a system call, GSO) or {SINGLE_PAYLOAD_MIN} to {PAYLOAD_MAX} (one to a call, for interfaces that carry them, such as loopback); sizes between them are slower than {GSO_PAYLOAD_MAX}"
         )),
     }
 }

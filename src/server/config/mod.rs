@@ -172,7 +172,7 @@ impl Config {
         }
         if let Some(p) = self.quic.max_udp_payload {
             zt_client::udp::check_payload(p)
-                .map_err(|e| anyhow!("configuration key `quic.max_udp_payload` is {e}"))?;
+                .map_err(|e| anyhow!("configuration key `quic.max_udp_payload` is {p}: {e}"))?;
         }
         if self.limits.max_connections == 0 {
             bail!("configuration key `limits.max_connections` must be at least 1");

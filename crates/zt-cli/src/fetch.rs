@@ -128,8 +128,6 @@ impl RemoteArgs {
     }
 }
 
-/// The default output name: the last segment of the URL's path, decoded
-/// (`caf%C3%A9.zt` is written as `café.zt`, the name the server has).
 /// `--max-udp-payload`: a bound [`zt_client::udp::check_payload`] accepts.
 fn udp_payload(text: &str) -> Result<u16, String> {
     let p: u16 = text
@@ -138,6 +136,8 @@ fn udp_payload(text: &str) -> Result<u16, String> {
     zt_client::udp::check_payload(p)
 }
 
+/// The default output name: the last segment of the URL's path, decoded
+/// (`caf%C3%A9.zt` is written as `café.zt`, the name the server has).
 pub fn default_output(url: &str) -> PathBuf {
     PathBuf::from(zt_client::url_path::file_name(url).unwrap_or_else(|| "fetched.zt".to_owned()))
 }

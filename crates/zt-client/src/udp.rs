@@ -61,9 +61,9 @@ pub fn bind(addr: SocketAddr, want: usize) -> io::Result<std::net::UdpSocket> {
 
 /// The largest UDP payload sent with segmentation offload (GSO): quinn
 /// hands the kernel up to 10 datagrams per send, and one send carries at
-/// most 65,507 bytes (larger ones fail as `EMSGSIZE`, which quinn counts as
-/// losses: measured, a bound of 8,952 bytes on loopback sent slower than
-/// 1,452).
+/// most 65,507 bytes (a full batch of larger ones fails as `EMSGSIZE`,
+/// which quinn counts as losses: measured, a bound of 8,952 bytes on
+/// loopback sent slower than 1,452).
 pub const GSO_PAYLOAD_MAX: u16 = 6_500;
 
 /// The smallest UDP payload sent one datagram to a system call, without
@@ -80,33 +80,53 @@ pub const PAYLOAD_MAX: u16 = 65_507;
 pub const PAYLOAD_MIN: u16 = 1_200;
 
 /// `payload` if it is a bound on datagrams worth configuring: 1,200 to
-/// 6,500 bytes (sent in batches) or 32,000 to 65,507 (one a send); else
-/// why not, naming the ranges (for the caller to prefix with the value
-/// and where it was given).
+/// 6,500 bytes (sent in batches) or 32,000 to 65,507 (one to a send);
+/// else why not, naming the ranges (for the caller to prefix with the
+/// value and where it was given).
 pub fn check_payload(payload: u16) -> Result<u16, String> {
-    let batched = PAYLOAD_MIN..=GSO_PAYLOAD_MAX;
-    let single = SINGLE_PAYLOAD_MIN..=PAYLOAD_MAX;
-    match batched.contains(&payload) || single.contains(&payload) {
-        true => Ok(payload),
-        false => Err(format!(
-            "a datagram bound must be {PAYLOAD_MIN} to {GSO_PAYLOAD_MAX} (sent ten to a system call, GSO) or {SINGLE_PAYLOAD_MIN} to {PAYLOAD_MAX} (one to a call, for interfaces that carry them, such as loopback); sizes between them are slower than {GSO_PAYLOAD_MAX}"
-        )),
-    }
+    let reason = match payload {
+        p if p < PAYLOAD_MIN => format!("QUIC needs {PAYLOAD_MIN} at least"),
+        p if p > PAYLOAD_MAX => format!("an IPv4 datagram carries {PAYLOAD_MAX} at most"),
+        p if !batched(p) && p < SINGLE_PAYLOAD_MIN => {
+            format!("sizes between the ranges are slower than {GSO_PAYLOAD_MAX}")
+        }
+        p => return Ok(p),
+    };
+    Err(format!(
+        "a datagram bound must be {PAYLOAD_MIN} to {GSO_PAYLOAD_MAX} (sent in batches, up to ten to a system call where the kernel offers GSO) or {SINGLE_PAYLOAD_MIN} to {PAYLOAD_MAX} (one to a call, where an interface carries them, as loopback does): {reason}"
+    ))
 }
 
 /// The largest UDP payload QUIC may grow to towards `peer`: `configured`
 /// (`quic.max_udp_payload`, `--max-udp-payload`), else what the
-/// interfaces that may face `peer` carry ([`interface_payload`]); within
-/// 1,200..=65,507, and no more than 6,500 where it would fall between the
-/// two ranges of [`check_payload`].
+/// interfaces that may face `peer` carry ([`interface_payload`]). A
+/// configured bound of 32,000 or more applies only as far as those
+/// interfaces carry it (a daemon's one setting serves loopback and remote
+/// peers alike). Within 1,200..=65,507, and held to 6,500 where it would
+/// fall between the two ranges of [`check_payload`] (jumbo frames).
 pub fn max_payload(configured: Option<u16>, peer: IpAddr) -> u16 {
-    let payload = configured
-        .unwrap_or_else(|| interface_payload(peer))
-        .clamp(PAYLOAD_MIN, PAYLOAD_MAX);
+    let payload = match configured {
+        Some(c) if batched(c) => c,
+        Some(c) => c.min(interface_payload(peer)),
+        None => interface_payload(peer),
+    }
+    .clamp(PAYLOAD_MIN, PAYLOAD_MAX);
     match check_payload(payload) {
         Ok(p) => p,
         Err(_) => GSO_PAYLOAD_MAX,
     }
+}
+
+/// The most an endpoint facing `peer` tells it it may send: what the
+/// interfaces carry ([`max_payload`] with no bound of its own), or
+/// `configured` if larger. A bound limits what an end sends, not what it
+/// takes: a ztserve on loopback sends its large datagrams one to a call
+/// whatever the client accepts, so a client that accepted only small ones
+/// would get them one to a call, slower than in batches.
+pub fn accepted_payload(configured: Option<u16>, peer: IpAddr) -> u16 {
+    max_payload(None, peer)
+        .max(configured.unwrap_or(PAYLOAD_MIN))
+        .clamp(PAYLOAD_MIN, PAYLOAD_MAX)
 }
 
 /// Whether datagrams of up to `payload` bytes go to the kernel in batches
@@ -197,10 +217,10 @@ mod tests {
     #[test]
     fn payloads_stay_within_quic_and_offload_limits() {
         let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let far: IpAddr = "192.0.2.1".parse().unwrap();
         assert_eq!(max_payload(Some(100), lo), PAYLOAD_MIN);
         assert_eq!(max_payload(Some(3_000), lo), 3_000);
-        assert_eq!(max_payload(Some(60_000), lo), 60_000);
-        assert_eq!(max_payload(Some(u16::MAX), lo), PAYLOAD_MAX);
+        assert_eq!(max_payload(Some(3_000), far), 3_000);
         // Between the ranges: batched at the most, not one to a call.
         assert_eq!(max_payload(Some(9_000), lo), GSO_PAYLOAD_MAX);
         for (p, ok) in [
@@ -215,11 +235,38 @@ mod tests {
         ] {
             assert_eq!(check_payload(p).is_ok(), ok, "{p}");
         }
+        let why = |p| check_payload(p).unwrap_err();
+        assert!(
+            why(1_000).ends_with("QUIC needs 1200 at least"),
+            "{}",
+            why(1_000)
+        );
+        assert!(why(9_000).ends_with("slower than 6500"), "{}", why(9_000));
+        assert!(
+            why(u16::MAX).ends_with("65507 at most"),
+            "{}",
+            why(u16::MAX)
+        );
         assert!(batched(6_500) && !batched(32_000));
+        // A large bound only as far as the interfaces carry it: a remote
+        // peer (Ethernet, or no /sys: 1,452) stays in batches.
+        let remote = max_payload(None, far);
+        if remote < SINGLE_PAYLOAD_MIN {
+            assert_eq!(max_payload(Some(60_000), far), remote);
+            assert!(batched(max_payload(Some(60_000), far)));
+        }
+        // What an end accepts: what the interfaces carry, or its bound if
+        // larger, never less.
+        assert_eq!(accepted_payload(Some(PAYLOAD_MAX), far), PAYLOAD_MAX);
+        assert_eq!(
+            accepted_payload(Some(PAYLOAD_MIN), lo),
+            max_payload(None, lo)
+        );
         // Loopback carries 65,536 bytes where /sys says so: IPv4's most,
         // and IPv6's, whose header is 20 bytes longer.
         if interface_mtu(true).is_some_and(|m| m >= 65_536) {
             assert_eq!(max_payload(None, lo), PAYLOAD_MAX);
+            assert_eq!(max_payload(Some(60_000), lo), 60_000);
             assert_eq!(max_payload(None, "::1".parse().unwrap()), 65_488);
             assert_eq!(
                 max_payload(None, "::ffff:127.0.0.1".parse().unwrap()),

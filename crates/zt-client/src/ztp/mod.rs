@@ -251,10 +251,7 @@ impl QuicClient {
         let sock =
             crate::udp::bind(bind, crate::udp::DEFAULT_BUFFER_BYTES).map_err(|e| transport(&e))?;
         let mut endpoint = Endpoint::new(
-            crate::udp::endpoint_config(crate::udp::accepted_payload(
-                options.max_udp_payload,
-                addr.ip(),
-            )),
+            crate::udp::endpoint_config(payload),
             None,
             sock,
             Arc::new(quinn::TokioRuntime),

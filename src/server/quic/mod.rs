@@ -43,16 +43,26 @@ pub fn transport(q: &QuicConfig) -> Result<TransportConfig> {
             q.idle_timeout_secs.max(1),
         ))?))
         .keep_alive_interval(None);
+    Ok(t)
+}
+
+/// `t` with MTU discovery up to `payload`-byte datagrams and the
+/// configured congestion controller, which starts (CUBIC and NewReno) at
+/// [`zt_client::udp::initial_window`] for that size; BBR starts at its
+/// own 240,000 bytes.
+pub(crate) fn grow_datagrams_to(t: &mut TransportConfig, q: &QuicConfig, payload: u16) {
+    zt_client::udp::discover_up_to(t, payload);
     match q.congestion {
         Congestion::Cubic => {}
         Congestion::Bbr => {
             t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
         }
         Congestion::NewReno => {
-            t.congestion_controller_factory(Arc::new(quinn::congestion::NewRenoConfig::default()));
+            let mut reno = quinn::congestion::NewRenoConfig::default();
+            reno.initial_window(zt_client::udp::initial_window(payload));
+            t.congestion_controller_factory(Arc::new(reno));
         }
     }
-    Ok(t)
 }
 
 /// A bound QUIC endpoint, the certificate fingerprint it presents, and
@@ -80,7 +90,11 @@ pub fn bind(state: &State, addr: SocketAddr) -> Result<Bound> {
     crypto.session_storage = state.resumptions.store("quic");
     let base = quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(crypto)?));
     let q = &state.config.quic;
-    let paths = path::Paths::new(q.max_udp_payload, &base, || transport(q))?;
+    let paths = path::Paths::new(q.max_udp_payload, &base, |up_to| {
+        let mut t = transport(q)?;
+        grow_datagrams_to(&mut t, q, up_to);
+        Ok(t)
+    })?;
     let sock = zt_client::udp::bind(addr, q.udp_buffer_bytes)?;
     let (gso, gro) = path::Paths::offloads(&sock);
     state.metrics.quic_offloads(gso, gro);

@@ -25,13 +25,13 @@ pub(super) struct Paths {
 }
 
 impl Paths {
-    /// `base` with, for each kind of peer, `transport()` whose MTU
-    /// discovery stops at that kind's bound; `configured`:
+    /// `base` with, for each kind of peer, `transport(bound)`, whose
+    /// datagrams grow to that kind's bound; `configured`:
     /// `quic.max_udp_payload`.
     pub(super) fn new(
         configured: Option<u16>,
         base: &ServerConfig,
-        transport: impl Fn() -> anyhow::Result<TransportConfig>,
+        transport: impl Fn(u16) -> anyhow::Result<TransportConfig>,
     ) -> anyhow::Result<Paths> {
         let bound = |peer: IpAddr| zt_client::udp::max_payload(configured, peer);
         // Any loopback address, and any other (ones for documentation).
@@ -45,8 +45,7 @@ impl Paths {
             "ztp/1 datagrams grow (MTU discovery) up to these payload sizes (quic.max_udp_payload)"
         );
         let make = |up_to: u16| -> anyhow::Result<Arc<ServerConfig>> {
-            let mut t = transport()?;
-            zt_client::udp::discover_up_to(&mut t, up_to);
+            let t = transport(up_to)?;
             let mut config = base.clone();
             config.transport_config(Arc::new(t));
             Ok(Arc::new(config))

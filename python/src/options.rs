@@ -112,12 +112,8 @@ pub(crate) fn client_options(a: &ClientArgs) -> PyResult<Options> {
         options.connections = Some(n);
     }
     if let Some(p) = a.max_udp_payload {
-        let (least, most) = (zt_client::udp::PAYLOAD_MIN, zt_client::udp::GSO_PAYLOAD_MAX);
-        if !(least..=most).contains(&p) {
-            return Err(PyValueError::new_err(format!(
-                "max_udp_payload={p}: it must be {least} to {most}"
-            )));
-        }
+        zt_client::udp::check_payload(p)
+            .map_err(|e| PyValueError::new_err(format!("max_udp_payload={p}: {e}")))?;
         options.max_udp_payload = Some(p);
     }
     if let Some(secs) = a.timeout {

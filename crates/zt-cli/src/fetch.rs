@@ -43,8 +43,9 @@ pub struct RemoteArgs {
     #[arg(long = "resolve", value_name = "HOST:PORT:ADDR[,ADDR...]", value_parser = zt_client::Resolve::parse)]
     pub resolve: Vec<zt_client::Resolve>,
     /// Largest UDP datagram payload ztp/1 may grow to, in bytes (1200 to
-    /// 6500; default: what the interfaces carry)
-    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u16).range(1200..=6500))]
+    /// 6500, or 32000 to 65507 where the interface carries them, as
+    /// loopback does; default: what the interfaces carry)
+    #[arg(long, value_name = "BYTES", value_parser = udp_payload)]
     pub max_udp_payload: Option<u16>,
     /// Seconds, at most, from its first refusal, that a request the
     /// server refuses as busy (with a wait to retry after) is sent again,
@@ -125,6 +126,14 @@ impl RemoteArgs {
             }
         }
     }
+}
+
+/// `--max-udp-payload`: a bound [`zt_client::udp::check_payload`] accepts.
+fn udp_payload(text: &str) -> Result<u16, String> {
+    let p: u16 = text
+        .parse()
+        .map_err(|e| format!("{text:?} is not a number of bytes: {e}"))?;
+    zt_client::udp::check_payload(p)
 }
 
 /// The default output name: the last segment of the URL's path, decoded

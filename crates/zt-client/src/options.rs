@@ -64,8 +64,8 @@ pub struct Options {
     /// (set by [`crate::mirrors`] for each address it tries).
     pub connect_to: Option<SocketAddr>,
     /// The largest UDP datagram payload ztp/1 may grow to, in bytes
-    /// (1,200 to 6,500); `None`: what the interfaces carry
-    /// ([`crate::udp::max_payload`]).
+    /// (1,200 to 6,500, or 32,000 to 65,507: [`crate::udp::check_payload`]);
+    /// `None`: what the interfaces carry ([`crate::udp::max_payload`]).
     pub max_udp_payload: Option<u16>,
     /// How long, at most, from its first refusal, a request refused for a
     /// passing reason (the server busy: HTTP `503` or `429` with

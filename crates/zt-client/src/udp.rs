@@ -10,14 +10,18 @@
 //! MTU discovery probes up from 1,200 bytes to an upper bound
 //! ([`max_payload`]), by default the largest MTU of the interfaces that
 //! are up (the loopback one for a loopback peer: 65,536 bytes; Ethernet:
-//! 1,500; jumbo frames: 9,000), less the IP and UDP headers, and never
-//! more than [`GSO_PAYLOAD_MAX`]. Routes are not consulted: a bound above
-//! the path's MTU costs lost probes, nothing else.
-//! A probe that the path does not carry is lost and tried smaller, without
+//! 1,500; jumbo frames: 9,000), less the IP and UDP headers. Two sizes
+//! of datagram are worth having, and nothing between them
+//! ([`check_payload`]): up to [`GSO_PAYLOAD_MAX`] they go to the kernel
+//! ten to a system call (segmentation offload, GSO); from
+//! [`SINGLE_PAYLOAD_MIN`] up to [`PAYLOAD_MAX`], where an interface carries
+//! them (loopback), one to a call, each as large as a whole batch, with a
+//! tenth of the packets to seal and acknowledge. Routes are not consulted:
+//! a probe that the path does not carry is lost and tried smaller, without
 //! counting as congestion, so a bound above the path's MTU costs only a
 //! few probes. On one loopback link, bare quinn moves a 1 GiB stream 2.3x
-//! faster at 6,500 bytes than at quinn's default bound of 1,452
-//! (`docs/benchmarks.md`).
+//! faster at 6,500 bytes than at quinn's default bound of 1,452, and
+//! 1.39x faster again at 65,507 bytes, one to a call (`docs/benchmarks.md`).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -55,24 +59,80 @@ pub fn bind(addr: SocketAddr, want: usize) -> io::Result<std::net::UdpSocket> {
     Ok(s.into())
 }
 
-/// The largest UDP payload used with segmentation offload (GSO): quinn
+/// The largest UDP payload sent with segmentation offload (GSO): quinn
 /// hands the kernel up to 10 datagrams per send, and one send carries at
-/// most 65,507 bytes (larger ones fail as `EMSGSIZE`, which quinn counts as
-/// losses: measured, a bound of 8,952 bytes on loopback sent slower than
-/// 1,452).
+/// most 65,507 bytes (a full batch of larger ones fails as `EMSGSIZE`,
+/// which quinn counts as losses: measured, a bound of 8,952 bytes on
+/// loopback sent slower than 1,452).
 pub const GSO_PAYLOAD_MAX: u16 = 6_500;
+
+/// The smallest UDP payload sent one datagram to a system call, without
+/// GSO. Measured on loopback (bare quinn, 1 GiB): one 8,952-byte datagram
+/// a call took 1.5x the time of ten 6,500-byte ones, 16,000 bytes about
+/// the same, 32,000 bytes 0.88x and 65,507 bytes 0.72x.
+pub const SINGLE_PAYLOAD_MIN: u16 = 32_000;
+
+/// The largest UDP payload: an IPv4 datagram's 65,535 bytes less its IP and
+/// UDP headers.
+pub const PAYLOAD_MAX: u16 = 65_507;
 
 /// The smallest payload QUIC allows.
 pub const PAYLOAD_MIN: u16 = 1_200;
 
+/// `payload` if it is a bound on datagrams worth configuring: 1,200 to
+/// 6,500 bytes (sent in batches) or 32,000 to 65,507 (one to a send);
+/// else why not, naming the ranges (for the caller to prefix with the
+/// value and where it was given).
+pub fn check_payload(payload: u16) -> Result<u16, String> {
+    let reason = match payload {
+        p if p < PAYLOAD_MIN => format!("QUIC needs {PAYLOAD_MIN} at least"),
+        p if p > PAYLOAD_MAX => format!("an IPv4 datagram carries {PAYLOAD_MAX} at most"),
+        p if !batched(p) && p < SINGLE_PAYLOAD_MIN => {
+            format!("sizes between the ranges are slower than {GSO_PAYLOAD_MAX}")
+        }
+        p => return Ok(p),
+    };
+    Err(format!(
+        "a datagram bound must be {PAYLOAD_MIN} to {GSO_PAYLOAD_MAX} (sent in batches, up to ten to a system call where the kernel offers GSO) or {SINGLE_PAYLOAD_MIN} to {PAYLOAD_MAX} (one to a call, where an interface carries them, as loopback does): {reason}"
+    ))
+}
+
 /// The largest UDP payload QUIC may grow to towards `peer`: `configured`
 /// (`quic.max_udp_payload`, `--max-udp-payload`), else what the
-/// interfaces that may face `peer` carry ([`interface_payload`]); in 1,200..=6,500
-/// ([`GSO_PAYLOAD_MAX`]).
+/// interfaces that may face `peer` carry ([`interface_payload`]). A
+/// configured bound of 32,000 or more applies only as far as those
+/// interfaces carry it (a daemon's one setting serves loopback and remote
+/// peers alike). Within 1,200..=65,507, and held to 6,500 where it would
+/// fall between the two ranges of [`check_payload`] (jumbo frames).
 pub fn max_payload(configured: Option<u16>, peer: IpAddr) -> u16 {
-    configured
-        .unwrap_or_else(|| interface_payload(peer))
-        .clamp(PAYLOAD_MIN, GSO_PAYLOAD_MAX)
+    let payload = match configured {
+        Some(c) if batched(c) => c,
+        Some(c) => c.min(interface_payload(peer)),
+        None => interface_payload(peer),
+    }
+    .clamp(PAYLOAD_MIN, PAYLOAD_MAX);
+    match check_payload(payload) {
+        Ok(p) => p,
+        Err(_) => GSO_PAYLOAD_MAX,
+    }
+}
+
+/// The most an endpoint facing `peer` tells it it may send: what the
+/// interfaces carry ([`max_payload`] with no bound of its own), or
+/// `configured` if larger. A bound limits what an end sends, not what it
+/// takes: a ztserve on loopback sends its large datagrams one to a call
+/// whatever the client accepts, so a client that accepted only small ones
+/// would get them one to a call, slower than in batches.
+pub fn accepted_payload(configured: Option<u16>, peer: IpAddr) -> u16 {
+    max_payload(None, peer)
+        .max(configured.unwrap_or(PAYLOAD_MIN))
+        .clamp(PAYLOAD_MIN, PAYLOAD_MAX)
+}
+
+/// Whether datagrams of up to `payload` bytes go to the kernel in batches
+/// (GSO): those of [`GSO_PAYLOAD_MAX`] or less.
+pub fn batched(payload: u16) -> bool {
+    payload <= GSO_PAYLOAD_MAX
 }
 
 /// The MTU of the interfaces that may face `peer`, less the IP and UDP
@@ -131,22 +191,31 @@ fn interface_mtu(loopback: bool) -> Option<u32> {
 
 /// An endpoint that accepts datagrams of up to `payload` bytes (what it
 /// tells its peers they may send). Its receive buffer grows with it:
-/// `payload` x 64 (GRO) x 32 (a batch), 13 MiB at 6,500 bytes, touched
-/// only as datagrams arrive.
+/// `payload` x 64 (GRO) x 32 (a batch), 13 MiB at 6,500 bytes and 128 MiB
+/// at 65,507, its pages touched only as datagrams land in them.
 pub fn endpoint_config(payload: u16) -> quinn::EndpointConfig {
     let mut config = quinn::EndpointConfig::default();
     // In range by construction; quinn's default (1,472) otherwise.
-    let _ = config.max_udp_payload_size(payload.clamp(PAYLOAD_MIN, GSO_PAYLOAD_MAX).max(1_472));
+    let _ = config.max_udp_payload_size(payload.clamp(PAYLOAD_MIN, PAYLOAD_MAX).max(1_472));
     config
 }
 
-/// Has `transport` discover the path's MTU up to `payload` bytes, its
-/// congestion window (CUBIC, quinn's default) starting at
+/// Has `transport` discover the path's MTU up to `payload` bytes, sending
+/// datagrams in batches (GSO) if they are small enough ([`batched`]) and
+/// one to a system call if not (starting at [`SINGLE_PAYLOAD_MIN`]
+/// bytes), its congestion window (CUBIC, quinn's default) starting at
 /// [`initial_window`]`(payload)`.
 pub fn discover_up_to(transport: &mut quinn::TransportConfig, payload: u16) {
     let mut mtu = quinn::MtuDiscoveryConfig::default();
     mtu.upper_bound(payload);
     transport.mtu_discovery_config(Some(mtu));
+    transport.enable_segmentation_offload(batched(payload));
+    if !batched(payload) {
+        // Sent one to a call, datagrams of quinn's first 1,200 bytes would
+        // each cost a system call until discovery grows them: start at
+        // the smallest such bound, which the interface carries.
+        transport.initial_mtu(SINGLE_PAYLOAD_MIN);
+    }
     let mut cubic = quinn::congestion::CubicConfig::default();
     cubic.initial_window(initial_window(payload));
     transport.congestion_controller_factory(std::sync::Arc::new(cubic));
@@ -187,16 +256,60 @@ mod tests {
     #[test]
     fn payloads_stay_within_quic_and_offload_limits() {
         let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let far: IpAddr = "192.0.2.1".parse().unwrap();
         assert_eq!(max_payload(Some(100), lo), PAYLOAD_MIN);
-        assert_eq!(max_payload(Some(60_000), lo), GSO_PAYLOAD_MAX);
         assert_eq!(max_payload(Some(3_000), lo), 3_000);
-        // Loopback carries 65,536 bytes where /sys says so.
-        if interface_mtu(true).is_some_and(|m| m >= 9_000) {
-            assert_eq!(max_payload(None, lo), GSO_PAYLOAD_MAX);
-            assert_eq!(max_payload(None, "::1".parse().unwrap()), GSO_PAYLOAD_MAX);
+        assert_eq!(max_payload(Some(3_000), far), 3_000);
+        // Between the ranges: batched at the most, not one to a call.
+        assert_eq!(max_payload(Some(9_000), lo), GSO_PAYLOAD_MAX);
+        for (p, ok) in [
+            (1_199, false),
+            (1_200, true),
+            (6_500, true),
+            (6_501, false),
+            (31_999, false),
+            (32_000, true),
+            (65_507, true),
+            (65_508, false),
+        ] {
+            assert_eq!(check_payload(p).is_ok(), ok, "{p}");
+        }
+        let why = |p| check_payload(p).unwrap_err();
+        assert!(
+            why(1_000).ends_with("QUIC needs 1200 at least"),
+            "{}",
+            why(1_000)
+        );
+        assert!(why(9_000).ends_with("slower than 6500"), "{}", why(9_000));
+        assert!(
+            why(u16::MAX).ends_with("65507 at most"),
+            "{}",
+            why(u16::MAX)
+        );
+        assert!(batched(6_500) && !batched(32_000));
+        // A large bound only as far as the interfaces carry it: a remote
+        // peer (Ethernet, or no /sys: 1,452) stays in batches.
+        let remote = max_payload(None, far);
+        if remote < SINGLE_PAYLOAD_MIN {
+            assert_eq!(max_payload(Some(60_000), far), remote);
+            assert!(batched(max_payload(Some(60_000), far)));
+        }
+        // What an end accepts: what the interfaces carry, or its bound if
+        // larger, never less.
+        assert_eq!(accepted_payload(Some(PAYLOAD_MAX), far), PAYLOAD_MAX);
+        assert_eq!(
+            accepted_payload(Some(PAYLOAD_MIN), lo),
+            max_payload(None, lo)
+        );
+        // Loopback carries 65,536 bytes where /sys says so: IPv4's most,
+        // and IPv6's, whose header is 20 bytes longer.
+        if interface_mtu(true).is_some_and(|m| m >= 65_536) {
+            assert_eq!(max_payload(None, lo), PAYLOAD_MAX);
+            assert_eq!(max_payload(Some(60_000), lo), 60_000);
+            assert_eq!(max_payload(None, "::1".parse().unwrap()), 65_488);
             assert_eq!(
                 max_payload(None, "::ffff:127.0.0.1".parse().unwrap()),
-                GSO_PAYLOAD_MAX
+                PAYLOAD_MAX
             );
         }
         // IPv6 headers are 20 bytes longer than IPv4's.

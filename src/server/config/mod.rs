@@ -170,15 +170,9 @@ impl Config {
                 ztp_proto::MAX_CLIENT_MESSAGE
             );
         }
-        let (least, most) = (zt_client::udp::PAYLOAD_MIN, zt_client::udp::GSO_PAYLOAD_MAX);
-        if let Some(p) = self
-            .quic
-            .max_udp_payload
-            .filter(|p| !(least..=most).contains(p))
-        {
-            bail!(
-                "configuration key `quic.max_udp_payload` is {p}: it must be {least} to {most} (QUIC's least datagram; quinn's segmentation offload's most)"
-            );
+        if let Some(p) = self.quic.max_udp_payload {
+            zt_client::udp::check_payload(p)
+                .map_err(|e| anyhow!("configuration key `quic.max_udp_payload` is {p}: {e}"))?;
         }
         if self.limits.max_connections == 0 {
             bail!("configuration key `limits.max_connections` must be at least 1");
@@ -428,7 +422,9 @@ mod tests {
             .unwrap_err();
             let text = format!("{err:#}");
             assert!(
-                text.contains("quic.max_udp_payload") && text.contains("1200 to 6500"),
+                text.contains("quic.max_udp_payload")
+                    && text.contains("1200 to 6500")
+                    && text.contains("32000 to 65507"),
                 "{text}"
             );
         }

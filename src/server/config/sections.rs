@@ -262,9 +262,12 @@ settings! {
         pub udp_buffer_bytes: usize = zt_client::udp::DEFAULT_BUFFER_BYTES,
         #[flag("quic-max-udp-payload", "BYTES")]
         /// Largest UDP datagram payload a connection's MTU discovery may
-        /// reach, in bytes (1200 to 6500); unset: the largest MTU of the
-        /// interfaces that are up, less the headers (loopback: 6500;
-        /// Ethernet: 1472 for IPv4, 1452 for IPv6).
+        /// reach, in bytes: 1200 to 6500 (sent in batches, up to ten to a
+        /// system call where the kernel offers GSO) or 32000 to 65507
+        /// (one to a call, only towards peers whose interface carries
+        /// them); unset: the largest MTU of the interfaces that are up,
+        /// less the headers (loopback: 65507; Ethernet: 1472 for IPv4,
+        /// 1452 for IPv6; 6500 where that falls between the ranges).
         pub max_udp_payload: Option<u16> = None,
         /// Congestion controller for the data the server sends: cubic,
         /// bbr or new_reno.

@@ -53,8 +53,11 @@ struct QuicPath {
 }
 
 /// Buckets of the path MTU reached: QUIC's least, Ethernet under IPv6 and
-/// IPv4, then larger links.
-const MTU_BUCKETS: &[f64] = &[1200.0, 1452.0, 1472.0, 3000.0, 6000.0, 6500.0];
+/// IPv4, then larger links, up to the most sent in batches (GSO) and the
+/// least and most sent one to a system call (loopback).
+const MTU_BUCKETS: &[f64] = &[
+    1200.0, 1452.0, 1472.0, 3000.0, 6000.0, 6500.0, 32000.0, 65507.0,
+];
 
 impl QuicPath {
     fn new() -> QuicPath {

@@ -251,7 +251,10 @@ impl QuicClient {
         let sock =
             crate::udp::bind(bind, crate::udp::DEFAULT_BUFFER_BYTES).map_err(|e| transport(&e))?;
         let mut endpoint = Endpoint::new(
-            crate::udp::endpoint_config(payload),
+            crate::udp::endpoint_config(crate::udp::accepted_payload(
+                options.max_udp_payload,
+                addr.ip(),
+            )),
             None,
             sock,
             Arc::new(quinn::TokioRuntime),

@@ -180,7 +180,7 @@ where
     tls.alpn_protocols = vec![ztp_proto::ALPN.to_vec()];
     let mut config =
         quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(tls).unwrap()));
-    let transport = ztserve::server::quic::transport(&QuicConfig::default()).unwrap();
+    let transport = ztserve::server::quic::transport(&QuicConfig::default(), 1_452).unwrap();
     config.transport_config(Arc::new(transport));
     let endpoint = Endpoint::server(config, "127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = endpoint.local_addr().unwrap();

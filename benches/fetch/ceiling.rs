@@ -37,8 +37,7 @@ pub(crate) fn server(state_dir: &Path) -> Result<Endpoint> {
     crypto.alpn_protocols = vec![ALPN.to_vec()];
     let mut config =
         quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(crypto)?));
-    let mut t = server_transport(&QuicConfig::default())?;
-    udp::discover_up_to(&mut t, loopback_payload());
+    let t = server_transport(&QuicConfig::default(), loopback_payload())?;
     config.transport_config(Arc::new(t));
     let sock = udp::bind("127.0.0.1:0".parse()?, udp::DEFAULT_BUFFER_BYTES)?;
     Ok(Endpoint::new(
@@ -63,7 +62,7 @@ fn client_for(alpn: &[u8]) -> Result<Endpoint> {
     let tls = client_config(&Trust::Insecure, alpn)?;
     let mut config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
     let mut t = client_transport(zt_client::IDLE_TIMEOUT);
-    udp::discover_up_to(&mut t, loopback_payload());
+    udp::datagrams_up_to(&mut t, loopback_payload());
     config.transport_config(Arc::new(t));
     let sock = udp::bind("127.0.0.1:0".parse()?, udp::DEFAULT_BUFFER_BYTES)?;
     let mut ep = Endpoint::new(

@@ -43,8 +43,8 @@ pub struct RemoteArgs {
     #[arg(long = "resolve", value_name = "HOST:PORT:ADDR[,ADDR...]", value_parser = zt_client::Resolve::parse)]
     pub resolve: Vec<zt_client::Resolve>,
     /// Largest UDP datagram payload ztp/1 may grow to, in bytes (1200 to
-    /// 6500, or 32000 to 65507 where the interface carries them, as
-    /// loopback does; default: what the interfaces carry)
+    /// 6500, or 32000 to 65507 towards a loopback server, as far as the
+    /// interface carries them; default: what the interfaces carry)
     #[arg(long, value_name = "BYTES", value_parser = udp_payload)]
     pub max_udp_payload: Option<u16>,
     /// Seconds, at most, from its first refusal, that a request the

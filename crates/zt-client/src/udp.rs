@@ -14,12 +14,13 @@
 //! of datagram are worth having, and nothing between them
 //! ([`check_payload`]): up to [`GSO_PAYLOAD_MAX`] they go to the kernel
 //! ten to a system call (segmentation offload, GSO); from
-//! [`SINGLE_PAYLOAD_MIN`] up to [`PAYLOAD_MAX`], where an interface carries
-//! them (loopback), one to a call, each as large as a whole batch, with a
-//! tenth of the packets to seal and acknowledge. Routes are not consulted:
-//! a probe that the path does not carry is lost and tried smaller, without
-//! counting as congestion, so a bound above the path's MTU costs only a
-//! few probes. On one loopback link, bare quinn moves a 1 GiB stream 2.3x
+//! [`SINGLE_PAYLOAD_MIN`] up to [`PAYLOAD_MAX`], towards loopback peers
+//! whose interface carries them, one to a call, each as large as a whole
+//! batch, with a tenth of the packets to seal and acknowledge. Routes are
+//! not consulted: a probe that the path does not carry is lost and tried
+//! smaller, without counting as congestion, so a bound of 6,500 or less
+//! above the path's MTU costs only a few probes (larger ones start at
+//! 32,000 bytes, not with probes, hence loopback only). On one loopback link, bare quinn moves a 1 GiB stream 2.3x
 //! faster at 6,500 bytes than at quinn's default bound of 1,452, and
 //! 1.39x faster again at 65,507 bytes, one to a call (`docs/benchmarks.md`).
 
@@ -93,17 +94,22 @@ pub fn check_payload(payload: u16) -> Result<u16, String> {
         p => return Ok(p),
     };
     Err(format!(
-        "a datagram bound must be {PAYLOAD_MIN} to {GSO_PAYLOAD_MAX} (sent in batches, up to ten to a system call where the kernel offers GSO) or {SINGLE_PAYLOAD_MIN} to {PAYLOAD_MAX} (one to a call, where an interface carries them, as loopback does): {reason}"
+        "a datagram bound must be {PAYLOAD_MIN} to {GSO_PAYLOAD_MAX} (sent in batches, up to ten to a system call where the kernel offers GSO) or {SINGLE_PAYLOAD_MIN} to {PAYLOAD_MAX} (one to a call, towards loopback peers, as far as the interface carries them): {reason}"
     ))
 }
 
 /// The largest UDP payload QUIC may grow to towards `peer`: `configured`
 /// (`quic.max_udp_payload`, `--max-udp-payload`), else what the
-/// interfaces that may face `peer` carry ([`interface_payload`]). A
-/// configured bound of 32,000 or more applies only as far as those
-/// interfaces carry it (a daemon's one setting serves loopback and remote
-/// peers alike). Within 1,200..=65,507, and held to 6,500 where it would
-/// fall between the two ranges of [`check_payload`] (jumbo frames).
+/// interfaces that may face `peer` carry ([`interface_payload`]). Within
+/// 1,200..=65,507, and held to 6,500, in batches, where it would fall
+/// between the two ranges of [`check_payload`] (jumbo frames) or reach
+/// 32,000 towards a peer that is not on loopback: routes are not
+/// consulted, so a remote peer's bound is only a guess (an InfiniBand
+/// interface's 65,520 bytes may face it, or a 1,500-byte Ethernet one),
+/// and connections with such a bound start at 32,000 bytes, not with
+/// probes ([`datagrams_up_to`]). A configured bound of 32,000 or more thus
+/// applies to loopback peers only, as far as their interface carries it
+/// (a daemon's one setting serves loopback and remote peers alike).
 pub fn max_payload(configured: Option<u16>, peer: IpAddr) -> u16 {
     let payload = match configured {
         Some(c) if batched(c) => c,
@@ -112,8 +118,8 @@ pub fn max_payload(configured: Option<u16>, peer: IpAddr) -> u16 {
     }
     .clamp(PAYLOAD_MIN, PAYLOAD_MAX);
     match check_payload(payload) {
-        Ok(p) => p,
-        Err(_) => GSO_PAYLOAD_MAX,
+        Ok(p) if batched(p) || is_loopback(peer) => p,
+        _ => GSO_PAYLOAD_MAX,
     }
 }
 
@@ -200,12 +206,14 @@ pub fn endpoint_config(payload: u16) -> quinn::EndpointConfig {
     config
 }
 
-/// Has `transport` discover the path's MTU up to `payload` bytes, sending
-/// datagrams in batches (GSO) if they are small enough ([`batched`]) and
-/// one to a system call if not (starting at [`SINGLE_PAYLOAD_MIN`]
-/// bytes), its congestion window (CUBIC, quinn's default) starting at
-/// [`initial_window`]`(payload)`.
-pub fn discover_up_to(transport: &mut quinn::TransportConfig, payload: u16) {
+/// Sizes `transport` for datagrams of up to `payload` bytes: MTU
+/// discovery up to `payload`, datagrams sent in batches (GSO) if they are
+/// small enough ([`batched`]) and one to a system call if not, starting
+/// at [`SINGLE_PAYLOAD_MIN`] bytes, and a congestion window to match
+/// (CUBIC, quinn's default, starting at [`initial_window`]`(payload)`;
+/// quinn's own would not let one 32,000-byte datagram out). A caller
+/// that sets another controller sizes its window the same way.
+pub fn datagrams_up_to(transport: &mut quinn::TransportConfig, payload: u16) {
     let mut mtu = quinn::MtuDiscoveryConfig::default();
     mtu.upper_bound(payload);
     transport.mtu_discovery_config(Some(mtu));
@@ -222,22 +230,24 @@ pub fn discover_up_to(transport: &mut quinn::TransportConfig, payload: u16) {
 }
 
 /// The congestion window a connection whose datagrams may grow to
-/// `payload` bytes starts with: ten such datagrams (RFC 9002's
-/// recommendation, 7.2), and never less than quinn's 14,720 bytes, which
-/// is what remote peers keep (1,452-byte datagrams).
+/// `payload` bytes starts with (CUBIC and NewReno; see
+/// [`datagrams_up_to`]): four such datagrams, at least quinn's default of
+/// 12,000 bytes (what 1,452-byte paths keep), and for the datagrams sent
+/// one to a call (loopback only, [`max_payload`]) ten.
 ///
-/// RFC 9002 also caps the window at 14,720 bytes for any datagram size
-/// under 7,360, which stalls a short exchange on a path with larger
-/// datagrams: quinn sends only while a window holds what is in flight
-/// and two more datagrams, the MTU probes earn no window (the sender is
-/// not yet sending data), so once discovery reaches 6,500 bytes one
-/// datagram of data is all a 14,720-byte window lets out, and the
-/// receiver acknowledges a lone datagram only after its ACK delay (25
-/// ms). Measured on loopback: connect and read 1.3 MB over bare quinn
-/// took 3 ms or, in most runs, 30 ms, one gap of 26 ms after the last
-/// probe (docs/benchmarks.md, thirty-second session).
+/// quinn sends only while its window holds what is in flight and two
+/// more datagrams, and its window grows only with acknowledged data (MTU
+/// probes earn none). At its fixed 12,000 bytes, once discovery reached
+/// 6,500 bytes one datagram of data went out at a time, and the receiver
+/// acknowledges a lone datagram only after its ACK delay (25 ms): on
+/// loopback, connecting and reading 1.3 MB over bare quinn took 3 ms or,
+/// in most runs, 30 ms, one gap of 26 ms after the last probe; and
+/// starting at 32,000 bytes no datagram fitted at all (the connection
+/// hung). Four datagrams let two out at once, which the receiver
+/// acknowledges at once (docs/benchmarks.md, thirty-second session).
 pub fn initial_window(payload: u16) -> u64 {
-    (10 * u64::from(payload)).max(14_720)
+    let datagrams = if batched(payload) { 4 } else { 10 };
+    (datagrams * u64::from(payload)).max(12_000)
 }
 
 #[cfg(test)]
@@ -245,12 +255,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_first_window_holds_ten_datagrams_or_quinns_default() {
-        assert_eq!(initial_window(1_452), 14_720);
-        assert_eq!(initial_window(PAYLOAD_MIN), 14_720);
-        // Room for a datagram in flight and two more at the largest size.
-        assert_eq!(initial_window(GSO_PAYLOAD_MAX), 65_000);
-        assert!(initial_window(GSO_PAYLOAD_MAX) > 3 * u64::from(GSO_PAYLOAD_MAX));
+    fn the_first_window_lets_two_datagrams_out_at_once() {
+        // quinn sends while in flight + two datagrams < window.
+        let lets_out = |payload: u16| {
+            let (window, d) = (initial_window(payload), u64::from(payload));
+            (0..).take_while(|n| n * d + 2 * d < window).count()
+        };
+        for payload in [PAYLOAD_MIN, 1_452, 3_000, GSO_PAYLOAD_MAX] {
+            assert!(lets_out(payload) >= 2, "{payload}");
+        }
+        for payload in [SINGLE_PAYLOAD_MIN, PAYLOAD_MAX] {
+            assert!(lets_out(payload) >= 8, "{payload}");
+        }
+        // Remote paths keep quinn's default.
+        assert_eq!(initial_window(1_452), 12_000);
     }
 
     #[test]
@@ -287,13 +305,15 @@ mod tests {
             why(u16::MAX)
         );
         assert!(batched(6_500) && !batched(32_000));
-        // A large bound only as far as the interfaces carry it: a remote
-        // peer (Ethernet, or no /sys: 1,452) stays in batches.
+        // A large bound for loopback peers only: a remote one stays in
+        // batches, whatever its interfaces (routes are not consulted).
         let remote = max_payload(None, far);
-        if remote < SINGLE_PAYLOAD_MIN {
-            assert_eq!(max_payload(Some(60_000), far), remote);
-            assert!(batched(max_payload(Some(60_000), far)));
-        }
+        assert!(batched(remote), "{remote}");
+        assert!(batched(max_payload(Some(60_000), far)));
+        assert!(batched(max_payload(
+            Some(PAYLOAD_MAX),
+            "2001:db8::1".parse().unwrap()
+        )));
         // What an end accepts: what the interfaces carry, or its bound if
         // larger, never less.
         assert_eq!(accepted_payload(Some(PAYLOAD_MAX), far), PAYLOAD_MAX);

@@ -264,10 +264,11 @@ settings! {
         /// Largest UDP datagram payload a connection's MTU discovery may
         /// reach, in bytes: 1200 to 6500 (sent in batches, up to ten to a
         /// system call where the kernel offers GSO) or 32000 to 65507
-        /// (one to a call, only towards peers whose interface carries
-        /// them); unset: the largest MTU of the interfaces that are up,
-        /// less the headers (loopback: 65507; Ethernet: 1472 for IPv4,
-        /// 1452 for IPv6; 6500 where that falls between the ranges).
+        /// (one to a call, towards loopback peers only, as far as their
+        /// interface carries them); unset: the largest MTU of the
+        /// interfaces that are up, less the headers (loopback: 65507 over
+        /// IPv4, 65488 over IPv6; Ethernet: 1472 for IPv4, 1452 for IPv6;
+        /// 6500 where that falls between the ranges or for a remote peer).
         pub max_udp_payload: Option<u16> = None,
         /// Congestion controller for the data the server sends: cubic,
         /// bbr or new_reno.

@@ -29,9 +29,14 @@ use tracing::Instrument;
 use crate::server::config::{Congestion, QuicConfig};
 use crate::server::State;
 
-/// Transport settings for bulk transfer: large windows, one client control
-/// stream, no client uni streams.
-pub fn transport(q: &QuicConfig) -> Result<TransportConfig> {
+/// Transport settings for bulk transfer to a peer whose datagrams may
+/// grow to `payload` bytes ([`zt_client::udp::max_payload`]): large
+/// windows, one client control stream, no client uni streams, MTU
+/// discovery up to `payload`, and the configured congestion controller,
+/// which starts (CUBIC and NewReno) at
+/// [`zt_client::udp::initial_window`] for that size; BBR starts at its
+/// own 240,000 bytes.
+pub fn transport(q: &QuicConfig, payload: u16) -> Result<TransportConfig> {
     let mut t = TransportConfig::default();
     let window = |n: u64| VarInt::from_u64(n).unwrap_or(VarInt::MAX);
     t.max_concurrent_bidi_streams(VarInt::from_u32(1))
@@ -43,15 +48,8 @@ pub fn transport(q: &QuicConfig) -> Result<TransportConfig> {
             q.idle_timeout_secs.max(1),
         ))?))
         .keep_alive_interval(None);
-    Ok(t)
-}
-
-/// `t` with MTU discovery up to `payload`-byte datagrams and the
-/// configured congestion controller, which starts (CUBIC and NewReno) at
-/// [`zt_client::udp::initial_window`] for that size; BBR starts at its
-/// own 240,000 bytes.
-pub(crate) fn grow_datagrams_to(t: &mut TransportConfig, q: &QuicConfig, payload: u16) {
-    zt_client::udp::discover_up_to(t, payload);
+    // Sets CUBIC, sized for `payload`; replaced below if configured so.
+    zt_client::udp::datagrams_up_to(&mut t, payload);
     match q.congestion {
         Congestion::Cubic => {}
         Congestion::Bbr => {
@@ -63,6 +61,7 @@ pub(crate) fn grow_datagrams_to(t: &mut TransportConfig, q: &QuicConfig, payload
             t.congestion_controller_factory(Arc::new(reno));
         }
     }
+    Ok(t)
 }
 
 /// A bound QUIC endpoint, the certificate fingerprint it presents, and
@@ -90,11 +89,7 @@ pub fn bind(state: &State, addr: SocketAddr) -> Result<Bound> {
     crypto.session_storage = state.resumptions.store("quic");
     let base = quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(crypto)?));
     let q = &state.config.quic;
-    let paths = path::Paths::new(q.max_udp_payload, &base, |up_to| {
-        let mut t = transport(q)?;
-        grow_datagrams_to(&mut t, q, up_to);
-        Ok(t)
-    })?;
+    let paths = path::Paths::new(q.max_udp_payload, &base, |up_to| transport(q, up_to))?;
     let sock = zt_client::udp::bind(addr, q.udp_buffer_bytes)?;
     let (gso, gro) = path::Paths::offloads(&sock);
     state.metrics.quic_offloads(gso, gro);

@@ -239,7 +239,7 @@ impl QuicClient {
         let payload = crate::udp::max_payload(options.max_udp_payload, addr.ip());
         let mut t = transport(options.idle_timeout);
         t.receive_window(receive_window(options.quic_connections(), first));
-        crate::udp::discover_up_to(&mut t, payload);
+        crate::udp::datagrams_up_to(&mut t, payload);
         config.transport_config(Arc::new(t));
         let bind = match addr {
             SocketAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),

@@ -111,14 +111,20 @@ pub fn check_payload(payload: u16) -> Result<u16, String> {
 /// applies to loopback peers only, as far as their interface carries it
 /// (a daemon's one setting serves loopback and remote peers alike).
 pub fn max_payload(configured: Option<u16>, peer: IpAddr) -> u16 {
+    bound(configured, interface_payload(peer), is_loopback(peer))
+}
+
+/// [`max_payload`] towards a peer whose interfaces carry `carried` bytes,
+/// on loopback or not.
+fn bound(configured: Option<u16>, carried: u16, loopback: bool) -> u16 {
     let payload = match configured {
         Some(c) if batched(c) => c,
-        Some(c) => c.min(interface_payload(peer)),
-        None => interface_payload(peer),
+        Some(c) => c.min(carried),
+        None => carried,
     }
     .clamp(PAYLOAD_MIN, PAYLOAD_MAX);
     match check_payload(payload) {
-        Ok(p) if batched(p) || is_loopback(peer) => p,
+        Ok(p) if batched(p) || loopback => p,
         _ => GSO_PAYLOAD_MAX,
     }
 }
@@ -235,16 +241,17 @@ pub fn datagrams_up_to(transport: &mut quinn::TransportConfig, payload: u16) {
 /// 12,000 bytes (what 1,452-byte paths keep), and for the datagrams sent
 /// one to a call (loopback only, [`max_payload`]) ten.
 ///
-/// quinn sends only while its window holds what is in flight and two
-/// more datagrams, and its window grows only with acknowledged data (MTU
-/// probes earn none). At its fixed 12,000 bytes, once discovery reached
-/// 6,500 bytes one datagram of data went out at a time, and the receiver
+/// quinn lets a datagram out only while what is in flight, that datagram
+/// and (within a batch) the one being built stay under its window, and
+/// its window grows only with acknowledged data (MTU probes earn none).
+/// At its fixed 12,000 bytes, once discovery reached 6,500 bytes one
+/// datagram of data went out at a time, and the receiver
 /// acknowledges a lone datagram only after its ACK delay (25 ms): on
 /// loopback, connecting and reading 1.3 MB over bare quinn took 3 ms or,
 /// in most runs, 30 ms, one gap of 26 ms after the last probe; and
 /// starting at 32,000 bytes no datagram fitted at all (the connection
-/// hung). Four datagrams let two out at once, which the receiver
-/// acknowledges at once (docs/benchmarks.md, thirty-second session).
+/// hung). Four datagrams let at least two out at once, which the
+/// receiver acknowledges at once (docs/benchmarks.md, thirty-second session).
 pub fn initial_window(payload: u16) -> u64 {
     let datagrams = if batched(payload) { 4 } else { 10 };
     (datagrams * u64::from(payload)).max(12_000)
@@ -256,7 +263,8 @@ mod tests {
 
     #[test]
     fn the_first_window_lets_two_datagrams_out_at_once() {
-        // quinn sends while in flight + two datagrams < window.
+        // How many datagrams quinn lets out before an ACK, at worst: each
+        // while in flight, it and one being built stay under the window.
         let lets_out = |payload: u16| {
             let (window, d) = (initial_window(payload), u64::from(payload));
             (0..).take_while(|n| n * d + 2 * d < window).count()
@@ -306,7 +314,15 @@ mod tests {
         );
         assert!(batched(6_500) && !batched(32_000));
         // A large bound for loopback peers only: a remote one stays in
-        // batches, whatever its interfaces (routes are not consulted).
+        // batches, whatever its interfaces (routes are not consulted), an
+        // InfiniBand interface's 65,492 bytes among them.
+        assert_eq!(bound(None, 65_492, false), GSO_PAYLOAD_MAX);
+        assert_eq!(bound(Some(60_000), 65_492, false), GSO_PAYLOAD_MAX);
+        assert_eq!(bound(None, 65_507, true), 65_507);
+        assert_eq!(bound(Some(60_000), 65_507, true), 60_000);
+        assert_eq!(bound(Some(PAYLOAD_MAX), 1_472, true), 1_472);
+        assert_eq!(bound(None, 8_972, true), GSO_PAYLOAD_MAX);
+        assert_eq!(bound(None, 1_472, false), 1_472);
         let remote = max_payload(None, far);
         assert!(batched(remote), "{remote}");
         assert!(batched(max_payload(Some(60_000), far)));

@@ -34,8 +34,9 @@ impl Paths {
         transport: impl Fn(u16) -> anyhow::Result<TransportConfig>,
     ) -> anyhow::Result<Paths> {
         let bound = |peer: IpAddr| zt_client::udp::max_payload(configured, peer);
-        // Any loopback address, and any other (ones for documentation).
-        let near = bound(Ipv4Addr::LOCALHOST.into());
+        // Any loopback address (IPv6's bound, 19 bytes less than IPv4's,
+        // serves both), and any other (ones for documentation).
+        let near = bound(Ipv4Addr::LOCALHOST.into()).min(bound(Ipv6Addr::LOCALHOST.into()));
         let far_v4 = bound(Ipv4Addr::new(192, 0, 2, 1).into());
         let far_v6 = bound(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1).into());
         tracing::info!(

@@ -20,9 +20,10 @@
 //! not consulted: a probe that the path does not carry is lost and tried
 //! smaller, without counting as congestion, so a bound of 6,500 or less
 //! above the path's MTU costs only a few probes (larger ones start at
-//! 32,000 bytes, not with probes, hence loopback only). On one loopback link, bare quinn moves a 1 GiB stream 2.3x
-//! faster at 6,500 bytes than at quinn's default bound of 1,452, and
-//! 1.39x faster again at 65,507 bytes, one to a call (`docs/benchmarks.md`).
+//! 32,000 bytes, not with probes, hence loopback only). On one loopback
+//! link, bare quinn moves a 1 GiB stream 2.3x faster at 6,500 bytes than
+//! at quinn's default bound of 1,452, and 1.39x faster again at 65,507
+//! bytes, one to a call (`docs/benchmarks.md`).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -245,13 +246,14 @@ pub fn datagrams_up_to(transport: &mut quinn::TransportConfig, payload: u16) {
 /// and (within a batch) the one being built stay under its window, and
 /// its window grows only with acknowledged data (MTU probes earn none).
 /// At its fixed 12,000 bytes, once discovery reached 6,500 bytes one
-/// datagram of data went out at a time, and the receiver
-/// acknowledges a lone datagram only after its ACK delay (25 ms): on
+/// datagram of data went out at a time, and the receiver acknowledges a
+/// lone datagram only after its ACK delay (25 ms): on
 /// loopback, connecting and reading 1.3 MB over bare quinn took 3 ms or,
 /// in most runs, 30 ms, one gap of 26 ms after the last probe; and
 /// starting at 32,000 bytes no datagram fitted at all (the connection
 /// hung). Four datagrams let at least two out at once, which the
-/// receiver acknowledges at once (docs/benchmarks.md, thirty-second session).
+/// receiver acknowledges at once (docs/benchmarks.md, thirty-second
+/// session).
 pub fn initial_window(payload: u16) -> u64 {
     let datagrams = if batched(payload) { 4 } else { 10 };
     (datagrams * u64::from(payload)).max(12_000)

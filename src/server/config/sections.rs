@@ -266,9 +266,10 @@ settings! {
         /// system call where the kernel offers GSO) or 32000 to 65507
         /// (one to a call, towards loopback peers only, as far as their
         /// interface carries them); unset: the largest MTU of the
-        /// interfaces that are up, less the headers (loopback: 65488, IPv6's
-        /// figure, for every loopback peer; Ethernet: 1472 for IPv4, 1452 for IPv6;
-        /// 6500 where that falls between the ranges or for a remote peer).
+        /// interfaces that are up, less the headers (loopback: 65488,
+        /// IPv6's figure, for every loopback peer; Ethernet: 1472 for
+        /// IPv4, 1452 for IPv6; 6500 where that falls between the ranges
+        /// or for a remote peer).
         pub max_udp_payload: Option<u16> = None,
         /// Congestion controller for the data the server sends: cubic,
         /// bbr or new_reno.

@@ -47,6 +47,13 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! The allocator matters over ztp/1: quinn copies every datagram it
+//! receives into a buffer of its own, and glibc's malloc gives those back
+//! to the system and faults them in again, several times the pages an
+//! HTTP fetch touches. The `zt` tool runs on jemalloc for this
+//! (docs/benchmarks.md, thirty-third session); a program fetching
+//! gigabytes over ztp/1 may want to as well.
 
 mod budget;
 mod busy;

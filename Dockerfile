@@ -27,7 +27,7 @@ FROM ${BUILD_IMAGE} AS build
 LABEL org.ztserve.stage=build
 WORKDIR /src
 COPY . .
-# make: the daemon's allocator (jemalloc) is built from source.
+# make: the allocator of ztserve and zt (jemalloc) is built from source.
 RUN if [ -x /out/ztserve ] && [ -x /out/zt ]; then \
         echo "using the ztserve and zt binaries of the build image"; \
     else \

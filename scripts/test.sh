@@ -17,7 +17,7 @@ step() {
 
 step "system tools the tests drive (curl, nginx as a plain Range server; chromium for the web page; ip and iptables for the lossy and dying network tests; debootstrap and docker-compose for the container tests)"
 missing=()
-# The daemon's allocator, jemalloc, is built from source with make.
+# The allocator of ztserve and zt, jemalloc, is built from source with make.
 command -v make >/dev/null || missing+=(make)
 command -v curl >/dev/null || missing+=(curl)
 command -v nginx >/dev/null || missing+=(nginx-light)

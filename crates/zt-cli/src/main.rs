@@ -9,12 +9,14 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use zt_cli::{self as tool, exit};
 use zt_format::{DigestAlgorithm, Limits, ReadOptions, StoreOptions, Verify, ZtFile};
 
-/// The tool's allocator: jemalloc, as the daemon's. Under glibc's malloc
-/// a `zt fetch quic://` of a 1 GiB file faulted in 50,000-100,000 fresh
-/// pages, quinn's per-datagram buffers given back to the system and taken
-/// again, against about 11,000 with jemalloc, which keeps freed memory for
-/// reuse about a second (`.cargo/config.toml`); the fetch took 0.92x the
-/// time, and `zt fetch http://` 0.95x (docs/benchmarks.md).
+/// The tool's allocator: jemalloc, as the daemon's, with the same build
+/// settings (`.cargo/config.toml`). Under glibc's malloc a `zt fetch
+/// quic://` of a 1 GiB file faulted in 53,000-95,000 fresh pages (quinn
+/// copies each message it receives into a buffer of its own, and glibc
+/// gave the freed buffers back to the system and faulted in new ones),
+/// against 9,600-12,700 with jemalloc, which returns freed pages
+/// gradually over about a second; the fetch took 0.87-0.97x the time,
+/// `zt fetch http://` 0.93-0.95x (loopback, 2 cores; docs/benchmarks.md).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -48,12 +48,15 @@
 //! # }
 //! ```
 //!
-//! The allocator matters over ztp/1: quinn copies every datagram it
-//! receives into a buffer of its own, and glibc's malloc gives those back
-//! to the system and faults them in again, several times the pages an
-//! HTTP fetch touches. The `zt` tool runs on jemalloc for this
-//! (docs/benchmarks.md, thirty-third session); a program fetching
-//! gigabytes over ztp/1 may want to as well.
+//! The allocator matters over ztp/1: quinn copies each message it
+//! receives into a buffer of its own, and under glibc's malloc the freed
+//! buffers go back to the system and the next ones fault in fresh pages,
+//! 6-12x the faults of an HTTP fetch of the same file. The `zt` tool runs
+//! on jemalloc for this (docs/benchmarks.md, "jemalloc for `zt`"); a
+//! program fetching gigabytes over ztp/1 may want to as well, or, without
+//! a rebuild, hold glibc's trimming off
+//! (`GLIBC_TUNABLES=glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432`,
+//! which cut `zt`'s faults as far as jemalloc did).
 
 mod budget;
 mod busy;

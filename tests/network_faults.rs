@@ -147,4 +147,12 @@ fn a_far_link_delivers_verified_bytes() {
             .unwrap();
         assert_delivered(&format!("50 ms round trip, {url}"), &r, start, &big, &out);
     }
+    // The daemon's default congestion control (`auto`) sent to this far
+    // peer with BBR, on each of the fetch's two connections.
+    let by = |c: &str| format!("ztserve_quic_congestion_total{{controller=\"{c}\"}}");
+    let ended = common::eventually(Duration::from_secs(10), || {
+        common::quic::metric(&s, &by("bbr")) == 2
+    });
+    assert!(ended, "bbr: {}", common::quic::metric(&s, &by("bbr")));
+    assert_eq!(common::quic::metric(&s, &by("cubic")), 0);
 }

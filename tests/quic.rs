@@ -624,8 +624,9 @@ fn too_small_udp_buffers_are_logged_and_quic_still_serves() {
 /// Issue 29, item 1: on loopback a connection's datagrams grow past
 /// Ethernet's size (MTU discovery up to what the interface carries, or
 /// `quic.max_udp_payload`); the kernel takes several per send (GSO) where
-/// it offers to, up to 6,500 bytes, and larger ones go one to a send: all
-/// read from `/metrics` once the connection ended.
+/// it offers to, up to 6,500 bytes, and larger ones go one to a send; it
+/// sends with Cubic (a loopback round trip): all read from `/metrics` once
+/// the connection ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn datagrams_grow_past_ethernet_on_loopback_and_are_sent_in_batches() {
     let root = tempfile::tempdir().unwrap();
@@ -665,6 +666,14 @@ async fn datagrams_grow_past_ethernet_on_loopback_and_are_sent_in_batches() {
         });
         assert!(ended, "the connection's path was not recorded");
         let value = |name: &str| common::quic::metric(&s, name);
+        // A loopback round trip: the default congestion control (`auto`)
+        // sent with Cubic.
+        let by = |c: &str| {
+            value(&format!(
+                "ztserve_quic_congestion_total{{controller=\"{c}\"}}"
+            ))
+        };
+        assert_eq!((by("cubic"), by("bbr")), (1, 0), "{flags:?}");
         let mtu = value("ztserve_quic_path_mtu_bytes_sum");
         assert!(
             mtu > 1472 && mtu <= u64::from(bound),

@@ -4,8 +4,10 @@
 //! round trip (0, 1 and 5 % loss), then at 50 ms (1 and 5 %, loopback's MTU
 //! set to 1,500, every packet held 25 ms by `delay.rs`); that inner run
 //! starts its own nginx and ztserve there and times curl against `zt
-//! fetch` over both transports at the same loss, and the client library's
-//! time to the first layer against layer 0's share of the bytes.
+//! fetch` over both transports at the same loss (ztp/1 from the daemon's
+//! default congestion control, `auto`, and from daemons with Cubic and
+//! BBR forced), and the client library's time to the first layer against
+//! layer 0's share of the bytes.
 
 use std::time::Duration;
 
@@ -106,23 +108,30 @@ impl Bench {
             curl,
             "curl+nginx",
         );
-        // A second daemon sending with BBR instead of quinn's default Cubic.
-        let bbr_port = peers::free_port()?;
-        let _bbr = peers::ztserve_env(
-            &self.data.join("root"),
-            bbr_port,
-            &self.data.join("state-bbr"),
-            &[("ZTSERVE_QUIC_CONGESTION", "bbr")],
-        )?;
-        peers::wait_quiet(bbr_port)?;
-        let bbr = format!("quic://127.0.0.1:{bbr_port}/{file}");
+        // The daemon's default congestion control (`auto`: BBR for a
+        // round trip of 10 ms or more, Cubic below) against each
+        // controller forced, on daemons of their own.
+        let forced = |controller: &str| -> Result<(peers::Proc, String)> {
+            let port = peers::free_port()?;
+            let daemon = peers::ztserve_env(
+                &self.data.join("root"),
+                port,
+                &self.data.join(format!("state-{controller}")),
+                &[("ZTSERVE_QUIC_CONGESTION", controller)],
+            )?;
+            peers::wait_quiet(port)?;
+            Ok((daemon, format!("quic://127.0.0.1:{port}/{file}")))
+        };
+        let (_cubic, cubic) = forced("cubic")?;
+        let (_bbr, bbr) = forced("bbr")?;
         // ztp/1 by connections per fetch (the default is 2).
         let quic = self.zquic(file);
-        let variants: [(&str, &str, &[&str]); 5] = [
+        let variants: [(&str, &str, &[&str]); 6] = [
             ("http", &self.zhttp(file), &[]),
             ("quic", &quic, &[]),
             ("quic --connections 1", &quic, &["--connections", "1"]),
             ("quic --connections 4", &quic, &["--connections", "4"]),
+            ("quic (cubic)", &cubic, &[]),
             ("quic (bbr)", &bbr, &[]),
         ];
         for (via, url, args) in variants {
@@ -138,26 +147,28 @@ impl Bench {
         peers::remove_output(out);
         // The library's time to layer 0 (delivered and verified), against
         // layer 0's share of the bytes; medians of the rounds.
-        let firsts: [(&str, Via, &str); 3] = [
+        let firsts: [(&str, Via, &str); 4] = [
             ("http", Via::Http, &self.zhttp(file)),
             ("quic", Via::Quic, &quic),
+            ("quic (cubic)", Via::Quic, &cubic),
             ("quic (bbr)", Via::Quic, &bbr),
         ];
         for (via, how, url) in firsts {
-            let mut share = Vec::new();
+            let (mut share, mut first) = (Vec::new(), Vec::new());
             let (mut of_bytes, mut through) = (0.0, 0.0);
             for _ in 0..n {
                 let l = self.rt.block_on(load(url, how, false, None))?;
                 share.push(l.first_layer / l.total);
+                first.push(l.first_layer);
                 of_bytes = l.layer0_bytes as f64 / l.bytes as f64;
                 through = l.through0_bytes as f64 / l.bytes as f64;
             }
-            let share = super::median(share);
+            let (share, first) = (super::median(share), super::median(first));
             // Layer 0 comes after what precedes it in the send order (the
             // embedding): delivered in order at an even rate, it completes
             // at `through` of the time, whatever its own share.
             println!(
-                "{:<52} first layer at {share:.3} of the time; layer 0 is {of_bytes:.3} of the bytes ({:.2}x its share); \
+                "{:<52} first layer at {first:.3} s, {share:.3} of the time; layer 0 is {of_bytes:.3} of the bytes ({:.2}x its share); \
                  with what precedes it {through:.3} ({:.2}x that share)",
                 format!("{link}: library load {via}"),
                 share / of_bytes,

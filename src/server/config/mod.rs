@@ -345,10 +345,19 @@ mod tests {
             })
         };
         assert_eq!(with("bbr").unwrap().quic.congestion, Congestion::Bbr);
+        assert_eq!(with("cubic").unwrap().quic.congestion, Congestion::Cubic);
         assert_eq!(
             with("new_reno").unwrap().quic.congestion,
             Congestion::NewReno
         );
+        // Unset: chosen by each connection's round trip.
+        let default = load(&Sources {
+            env: env(&[("ZTSERVE_ROOT", "/m")]),
+            ..Sources::default()
+        })
+        .unwrap();
+        assert_eq!(default.quic.congestion, Congestion::Auto);
+        assert_eq!(default.quic.wide_area_rtt_ms, 10);
         let err = with("vegas").unwrap_err();
         assert!(format!("{err:#}").contains("congestion"), "{err:#}");
     }

@@ -21,8 +21,11 @@ pub enum LogFormat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Congestion {
-    /// quinn's default, like TCP's: backs off on every loss.
+    /// BBR while a connection's least round trip is at least
+    /// `quic.wide_area_rtt_ms`, Cubic from the first one below it.
     #[default]
+    Auto,
+    /// quinn's default, like TCP's: backs off on every loss.
     Cubic,
     /// Model-based; holds its rate through random loss (quinn marks it
     /// experimental).
@@ -53,7 +56,7 @@ impl Setting for LogFormat {
 }
 impl Setting for Congestion {
     const KIND: Kind = Kind::Text;
-    const VALUES: &'static [&'static str] = &["cubic", "bbr", "new_reno"];
+    const VALUES: &'static [&'static str] = &["auto", "cubic", "bbr", "new_reno"];
 }
 impl Setting for DigestChoice {
     const KIND: Kind = Kind::Text;
@@ -271,9 +274,13 @@ settings! {
         /// IPv4, 1452 for IPv6; 6500 where that falls between the ranges
         /// or for a remote peer).
         pub max_udp_payload: Option<u16> = None,
-        /// Congestion controller for the data the server sends: cubic,
-        /// bbr or new_reno.
-        pub congestion: Congestion = Congestion::Cubic,
+        /// Congestion controller for the data the server sends: auto (by
+        /// each connection's round trip), cubic, bbr or new_reno.
+        pub congestion: Congestion = Congestion::Auto,
+        /// With `congestion = "auto"`: a connection sends with BBR while
+        /// its least round trip is at least this many milliseconds (a
+        /// wide-area path), and with Cubic from the first one below it.
+        pub wide_area_rtt_ms: u64 = 10,
         /// Largest request message accepted from a client, in bytes (ztp/1
         /// requires at least 64 KiB; raise it for long explicit
         /// selections).

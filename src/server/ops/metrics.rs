@@ -48,6 +48,7 @@ struct QuicPath {
     mtu: Histogram,
     udp: IntCounterVec,
     lost: IntCounterVec,
+    congestion: IntCounterVec,
     gso: IntGauge,
     gro: IntGauge,
 }
@@ -77,6 +78,14 @@ impl QuicPath {
         for what in ["packets", "bytes", "mtu_probes"] {
             lost.with_label_values(&[what]);
         }
+        let congestion = counter_vec(
+            "ztserve_quic_congestion_total",
+            "Ended QUIC connections by the congestion controller in charge of their sending when they ended (with quic.congestion = \"auto\", the path's round trip chooses).",
+            &["controller"],
+        );
+        for controller in ["cubic", "bbr", "new_reno"] {
+            congestion.with_label_values(&[controller]);
+        }
         QuicPath {
             mtu: histogram(
                 "ztserve_quic_path_mtu_bytes",
@@ -85,6 +94,7 @@ impl QuicPath {
             ),
             udp,
             lost,
+            congestion,
             gso: gauge(
                 "ztserve_quic_gso_segments",
                 "Most datagrams the kernel takes in one send on the QUIC socket (1: no segmentation offload).",
@@ -177,6 +187,7 @@ impl Default for Metrics {
                 &m.quic_path.mtu,
                 &m.quic_path.udp,
                 &m.quic_path.lost,
+                &m.quic_path.congestion,
                 &m.quic_path.gso,
                 &m.quic_path.gro,
             ],
@@ -218,9 +229,11 @@ impl Metrics {
         Held::new(&self.quic_connections)
     }
 
-    /// Adds what an ended QUIC connection reported of its path.
-    pub fn quic_ended(&self, stats: &quinn::ConnectionStats) {
+    /// Adds what an ended QUIC connection reported of its path, and the
+    /// congestion controller in charge at its end.
+    pub fn quic_ended(&self, stats: &quinn::ConnectionStats, controller: &str) {
         let p = &self.quic_path;
+        p.congestion.with_label_values(&[controller]).inc();
         p.mtu.observe(f64::from(stats.path.current_mtu));
         let add = |labels: &[&str], n: u64| p.udp.with_label_values(labels).inc_by(n);
         add(&["tx", "datagrams"], stats.udp_tx.datagrams);

@@ -9,6 +9,7 @@
 
 mod cancel;
 pub mod cert;
+mod congestion;
 mod conn;
 mod control;
 pub(crate) mod kept;
@@ -32,10 +33,10 @@ use crate::server::State;
 /// Transport settings for bulk transfer to a peer whose datagrams may
 /// grow to `payload` bytes ([`zt_client::udp::max_payload`]): large
 /// windows, one client control stream, no client uni streams, MTU
-/// discovery up to `payload`, and the configured congestion controller,
-/// which starts (CUBIC and NewReno) at
-/// [`zt_client::udp::initial_window`] for that size; BBR starts at its
-/// own 240,000 bytes.
+/// discovery up to `payload`, and the configured congestion controller
+/// (`auto`: by the connection's round trip, `congestion.rs`), which starts
+/// (CUBIC and NewReno) at [`zt_client::udp::initial_window`] for that
+/// size; BBR starts at its own 240,000 bytes.
 pub fn transport(q: &QuicConfig, payload: u16) -> Result<TransportConfig> {
     let mut t = TransportConfig::default();
     let window = |n: u64| VarInt::from_u64(n).unwrap_or(VarInt::MAX);
@@ -51,6 +52,14 @@ pub fn transport(q: &QuicConfig, payload: u16) -> Result<TransportConfig> {
     // Sets CUBIC, sized for `payload`; replaced below if configured so.
     zt_client::udp::datagrams_up_to(&mut t, payload);
     match q.congestion {
+        Congestion::Auto => {
+            let mut cubic = quinn::congestion::CubicConfig::default();
+            cubic.initial_window(zt_client::udp::initial_window(payload));
+            let wide_area = Duration::from_millis(q.wide_area_rtt_ms);
+            t.congestion_controller_factory(Arc::new(congestion::ByRoundTripConfig::new(
+                cubic, wide_area,
+            )));
+        }
         Congestion::Cubic => {}
         Congestion::Bbr => {
             t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
@@ -142,7 +151,8 @@ pub async fn serve(
                         conn::handle(Arc::clone(&state), c.clone(), stopping, closing)
                             .instrument(tracing::info_span!("quic", %remote))
                             .await;
-                        state.metrics.quic_ended(&c.stats());
+                        let controller = congestion::name(c.congestion_state());
+                        state.metrics.quic_ended(&c.stats(), controller);
                     }
                     Err(e) => tracing::debug!(%remote, error = %e, "QUIC handshake failed"),
                 },

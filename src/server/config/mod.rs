@@ -25,6 +25,11 @@ pub use sections::{
     LimitsConfig, LogFormat, QuicConfig, StorageConfig, TlsConfig, UiConfig,
 };
 
+/// The largest `quic.wide_area_rtt_ms`: under quinn's initial estimate of
+/// a round trip (333 ms), which a connection's congestion controller sees
+/// until the path is measured (`server::quic`'s `congestion.rs`).
+pub const MAX_WIDE_AREA_RTT_MS: u64 = 300;
+
 /// The commented default configuration, shipped as `config/ztserve.toml`.
 pub const DEFAULT_CONFIG: &str = include_str!("../../../config/ztserve.toml");
 
@@ -168,6 +173,12 @@ impl Config {
             bail!(
                 "configuration key `quic.max_request_bytes` must be at least {} (ztp/1 requires it)",
                 ztp_proto::MAX_CLIENT_MESSAGE
+            );
+        }
+        if !(1..=MAX_WIDE_AREA_RTT_MS).contains(&self.quic.wide_area_rtt_ms) {
+            bail!(
+                "configuration key `quic.wide_area_rtt_ms` is {}: it must be 1 to {MAX_WIDE_AREA_RTT_MS} (under quinn's first estimate of a round trip, 333 ms)",
+                self.quic.wide_area_rtt_ms,
             );
         }
         if let Some(p) = self.quic.max_udp_payload {
@@ -358,6 +369,17 @@ mod tests {
         .unwrap();
         assert_eq!(default.quic.congestion, Congestion::Auto);
         assert_eq!(default.quic.wide_area_rtt_ms, 10);
+        let bound = |v: &str| {
+            load(&Sources {
+                env: env(&[("ZTSERVE_ROOT", "/m"), ("ZTSERVE_QUIC_WIDE_AREA_RTT_MS", v)]),
+                ..Sources::default()
+            })
+        };
+        assert_eq!(bound("300").unwrap().quic.wide_area_rtt_ms, 300);
+        for refused in ["0", "301"] {
+            let err = format!("{:#}", bound(refused).unwrap_err());
+            assert!(err.contains("quic.wide_area_rtt_ms"), "{err}");
+        }
         let err = with("vegas").unwrap_err();
         assert!(format!("{err:#}").contains("congestion"), "{err:#}");
     }

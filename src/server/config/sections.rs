@@ -279,7 +279,8 @@ settings! {
         pub congestion: Congestion = Congestion::Auto,
         /// With `congestion = "auto"`: a connection sends with BBR while
         /// its least round trip is at least this many milliseconds (a
-        /// wide-area path), and with Cubic from the first one below it.
+        /// wide-area path), and with Cubic from the first one below it;
+        /// 1 to 300.
         pub wide_area_rtt_ms: u64 = 10,
         /// Largest request message accepted from a client, in bytes (ztp/1
         /// requires at least 64 KiB; raise it for long explicit

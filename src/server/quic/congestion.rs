@@ -1,16 +1,23 @@
 //! The congestion controller for what the daemon sends (`quic.congestion`).
 //!
 //! `auto`, the default, lets each connection's round trip choose. Cubic,
-//! like TCP, reads every lost packet as congestion and halves its window,
-//! which costs little where a round trip is short and a great deal where
-//! it is long: at 50 ms and 1 % random loss ztp/1 with Cubic moved an
-//! 8 MiB model 15 times slower than with BBR, which models the path's
-//! bandwidth and round trip and holds its rate through random loss. BBR
-//! in turn costs a third on a fast local link (docs/benchmarks.md). So a
-//! connection sends with BBR while its least round trip so far is at
-//! least `quic.wide_area_rtt_ms`, and with Cubic from the first one below
-//! it for good (the least round trip only falls). Both controllers see
-//! every event from the start, so the one that takes over knows the path.
+//! like TCP, reads every lost packet as congestion and halves its window:
+//! cheap where a round trip is short, ruinous where it is long and the
+//! loss is random. BBR models the path's bandwidth and round trip instead
+//! and holds its rate through random loss, but costs about a third on a
+//! fast local link (docs/benchmarks.md, "Congestion control by round
+//! trip"). So a path sends with BBR while its least round trip so far is
+//! at least `quic.wide_area_rtt_ms`, and with a fresh Cubic from the first
+//! sample below that, for the rest of the path's life (the least round
+//! trip only falls; a new path, after a client's address changes, starts
+//! again with BBR).
+//!
+//! quinn hands a controller the round-trip estimate of the acknowledgement
+//! before the one being processed, and before the first sample its own
+//! initial estimate (333 ms): so the hand-over comes one acknowledgement
+//! late, on a local network still within the handshake, and the bound
+//! must stay under 333 ms (the configuration refuses more than
+//! [`crate::server::config::MAX_WIDE_AREA_RTT_MS`]) for BBR to be kept until a path is measured.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -19,7 +26,7 @@ use std::time::{Duration, Instant};
 use quinn::congestion::{BbrConfig, Controller, ControllerFactory, ControllerMetrics, CubicConfig};
 use quinn_proto::RttEstimator;
 
-/// Builds a [`ByRoundTrip`] controller for each connection.
+/// Builds a [`ByRoundTrip`] controller for each path.
 #[derive(Debug)]
 pub(super) struct ByRoundTripConfig {
     cubic: Arc<CubicConfig>,
@@ -37,14 +44,13 @@ impl ByRoundTripConfig {
             wide_area,
         }
     }
-}
 
-impl ByRoundTripConfig {
-    fn controller(&self, now: Instant, current_mtu: u16) -> ByRoundTrip {
+    fn controller(self: Arc<Self>, now: Instant, mtu: u16) -> ByRoundTrip {
         ByRoundTrip {
-            cubic: Arc::clone(&self.cubic).build(now, current_mtu),
-            bbr: Some(Arc::clone(&self.bbr).build(now, current_mtu)),
-            wide_area: self.wide_area,
+            governing: Arc::clone(&self.bbr).build(now, mtu),
+            wide_area: true,
+            mtu,
+            config: self,
         }
     }
 }
@@ -55,42 +61,30 @@ impl ControllerFactory for ByRoundTripConfig {
     }
 }
 
-/// Cubic and, while the path looks wide-area, BBR in charge; see the
+/// BBR until the path's round trip says it is local, then Cubic; see the
 /// module's documentation.
 struct ByRoundTrip {
-    cubic: Box<dyn Controller>,
-    /// In charge until the path's least round trip falls below
-    /// `wide_area`; dropped then.
-    bbr: Option<Box<dyn Controller>>,
-    wide_area: Duration,
+    config: Arc<ByRoundTripConfig>,
+    governing: Box<dyn Controller>,
+    /// Whether `governing` is BBR.
+    wide_area: bool,
+    /// The path's MTU, for the Cubic that takes over.
+    mtu: u16,
 }
 
 impl ByRoundTrip {
-    fn governing(&self) -> &dyn Controller {
-        match &self.bbr {
-            Some(bbr) => bbr.as_ref(),
-            None => self.cubic.as_ref(),
-        }
-    }
-
-    fn each(&mut self, mut event: impl FnMut(&mut dyn Controller)) {
-        event(self.cubic.as_mut());
-        if let Some(bbr) = &mut self.bbr {
-            event(bbr.as_mut());
-        }
-    }
-
-    /// Takes the path's least round trip so far.
-    fn observe(&mut self, min_rtt: Duration) {
-        if min_rtt < self.wide_area {
-            self.bbr = None;
+    /// Takes the path's least round trip so far (at `now`).
+    fn observe(&mut self, now: Instant, min_rtt: Duration) {
+        if self.wide_area && min_rtt < self.config.wide_area {
+            self.governing = Arc::clone(&self.config.cubic).build(now, self.mtu);
+            self.wide_area = false;
         }
     }
 }
 
 impl Controller for ByRoundTrip {
     fn on_sent(&mut self, now: Instant, bytes: u64, last_packet_number: u64) {
-        self.each(|c| c.on_sent(now, bytes, last_packet_number));
+        self.governing.on_sent(now, bytes, last_packet_number);
     }
 
     fn on_ack(
@@ -101,10 +95,8 @@ impl Controller for ByRoundTrip {
         app_limited: bool,
         rtt: &RttEstimator,
     ) {
-        self.each(|c| c.on_ack(now, sent, bytes, app_limited, rtt));
-        // Acknowledgements come after the round trip is sampled; before
-        // the first sample there is none, so BBR's start stands.
-        self.observe(rtt.min());
+        self.governing.on_ack(now, sent, bytes, app_limited, rtt);
+        self.observe(now, rtt.min());
     }
 
     fn on_end_acks(
@@ -114,7 +106,8 @@ impl Controller for ByRoundTrip {
         app_limited: bool,
         largest_packet_num_acked: Option<u64>,
     ) {
-        self.each(|c| c.on_end_acks(now, in_flight, app_limited, largest_packet_num_acked));
+        self.governing
+            .on_end_acks(now, in_flight, app_limited, largest_packet_num_acked);
     }
 
     fn on_congestion_event(
@@ -124,31 +117,34 @@ impl Controller for ByRoundTrip {
         is_persistent_congestion: bool,
         lost_bytes: u64,
     ) {
-        self.each(|c| c.on_congestion_event(now, sent, is_persistent_congestion, lost_bytes));
+        self.governing
+            .on_congestion_event(now, sent, is_persistent_congestion, lost_bytes);
     }
 
     fn on_mtu_update(&mut self, new_mtu: u16) {
-        self.each(|c| c.on_mtu_update(new_mtu));
+        self.mtu = new_mtu;
+        self.governing.on_mtu_update(new_mtu);
     }
 
     fn window(&self) -> u64 {
-        self.governing().window()
+        self.governing.window()
     }
 
     fn metrics(&self) -> ControllerMetrics {
-        self.governing().metrics()
+        self.governing.metrics()
     }
 
     fn clone_box(&self) -> Box<dyn Controller> {
         Box::new(ByRoundTrip {
-            cubic: self.cubic.clone_box(),
-            bbr: self.bbr.as_ref().map(|b| b.clone_box()),
+            config: Arc::clone(&self.config),
+            governing: self.governing.clone_box(),
             wide_area: self.wide_area,
+            mtu: self.mtu,
         })
     }
 
     fn initial_window(&self) -> u64 {
-        self.governing().initial_window()
+        self.governing.initial_window()
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
@@ -157,11 +153,12 @@ impl Controller for ByRoundTrip {
 }
 
 /// The name of the controller in charge of a connection's sending
-/// (`quinn::Connection::congestion_state`), for `/metrics`.
+/// (`quinn::Connection::congestion_state`), for `/metrics`: "bbr",
+/// "new_reno", or "cubic" (also for a type this daemon does not build).
 pub(super) fn name(controller: Box<dyn Controller>) -> &'static str {
     let any = controller.into_any();
     if let Some(chosen) = any.downcast_ref::<ByRoundTrip>() {
-        return if chosen.bbr.is_some() { "bbr" } else { "cubic" };
+        return if chosen.wide_area { "bbr" } else { "cubic" };
     }
     if any.is::<quinn::congestion::Bbr>() {
         "bbr"
@@ -180,37 +177,40 @@ mod tests {
         let mut cubic = CubicConfig::default();
         cubic.initial_window(26_000);
         let config = ByRoundTripConfig::new(cubic, Duration::from_millis(wide_area_ms));
-        config.controller(Instant::now(), 1200)
+        Arc::new(config).controller(Instant::now(), 1200)
     }
 
     #[test]
     fn bbr_governs_until_a_round_trip_under_the_bound_then_cubic_for_good() {
         let mut c = controller(10);
-        // Before any sample, and while samples stay wide-area: BBR, with
-        // its own first window (quinn's 240,000 bytes).
+        let now = Instant::now();
+        // Before any sample (quinn's initial estimate), and while samples
+        // stay wide-area: BBR, with its own first window (240,000 bytes).
         assert_eq!(c.window(), 240_000);
-        c.observe(Duration::from_millis(50));
+        c.observe(now, Duration::from_millis(333));
+        c.observe(now, Duration::from_millis(50));
         assert_eq!(name(c.clone_box()), "bbr");
-        // The first round trip under the bound hands over to Cubic, with
-        // the window it was configured to start at.
-        c.observe(Duration::from_micros(9_999));
+        // The first round trip under the bound hands over to a fresh
+        // Cubic, with the window it was configured to start at.
+        c.observe(now, Duration::from_micros(9_999));
         assert_eq!(name(c.clone_box()), "cubic");
         assert_eq!(c.window(), 26_000);
-        // The least round trip never grows again; Cubic stays.
-        c.observe(Duration::from_millis(50));
+        // A loss is Cubic's now; the least round trip never grows again.
+        c.on_sent(now, 12_000, 10);
+        c.on_congestion_event(now, now, false, 1_200);
+        c.observe(now, Duration::from_millis(50));
         assert_eq!(name(c.clone_box()), "cubic");
+        assert!(c.window() < 26_000, "{}", c.window());
     }
 
     #[test]
-    fn both_controllers_see_every_event_while_undecided() {
+    fn the_cubic_that_takes_over_has_the_paths_mtu() {
         let mut c = controller(10);
-        let now = Instant::now();
-        // A loss seen while BBR is in charge also reaches Cubic, which
-        // then takes over with a window already cut.
-        c.on_sent(now, 12_000, 10);
-        c.on_congestion_event(now, now, false, 1_200);
-        c.observe(Duration::from_millis(1));
-        assert!(c.window() < 26_000, "{}", c.window());
+        c.on_mtu_update(6_500);
+        c.observe(Instant::now(), Duration::from_millis(1));
+        // Cubic's least window is two datagrams of the path's MTU.
+        c.on_congestion_event(Instant::now(), Instant::now(), true, 1_200);
+        assert_eq!(c.window(), 13_000);
     }
 
     #[test]

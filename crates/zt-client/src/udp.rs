@@ -231,9 +231,15 @@ pub fn datagrams_up_to(transport: &mut quinn::TransportConfig, payload: u16) {
         // the smallest such bound, which the interface carries.
         transport.initial_mtu(SINGLE_PAYLOAD_MIN);
     }
+    transport.congestion_controller_factory(std::sync::Arc::new(cubic(payload)));
+}
+
+/// CUBIC, quinn's default controller, starting at
+/// [`initial_window`]`(payload)` (see [`datagrams_up_to`]).
+pub fn cubic(payload: u16) -> quinn::congestion::CubicConfig {
     let mut cubic = quinn::congestion::CubicConfig::default();
     cubic.initial_window(initial_window(payload));
-    transport.congestion_controller_factory(std::sync::Arc::new(cubic));
+    cubic
 }
 
 /// The congestion window a connection whose datagrams may grow to

@@ -7,17 +7,18 @@
 //! and holds its rate through random loss, but costs about a third on a
 //! fast local link (docs/benchmarks.md, "Congestion control by round
 //! trip"). So a path sends with BBR while its least round trip so far is
-//! at least `quic.wide_area_rtt_ms`, and with a fresh Cubic from the first
-//! sample below that, for the rest of the path's life (the least round
-//! trip only falls; a new path, after a client's address changes, starts
-//! again with BBR).
+//! at least `quic.wide_area_rtt_ms`, and with a fresh Cubic from the end
+//! of the first acknowledgement that finds it below that, for the rest of
+//! the path's life (the least round trip only falls; quinn keeps the
+//! controller when only an IPv4 client's port changes, and gives any other
+//! new address a new path, which starts again with BBR).
 //!
-//! quinn hands a controller the round-trip estimate of the acknowledgement
-//! before the one being processed, and before the first sample its own
-//! initial estimate (333 ms): so the hand-over comes one acknowledgement
-//! late, on a local network still within the handshake, and the bound
-//! must stay under 333 ms (the configuration refuses more than
-//! [`crate::server::config::MAX_WIDE_AREA_RTT_MS`]) for BBR to be kept until a path is measured.
+//! quinn updates a path's round trip after handing an acknowledgement to
+//! the controller, and before the first sample shows its own initial
+//! estimate: so the hand-over comes one acknowledgement late (on a local
+//! network usually still within the handshake), and the bound must stay
+//! under that estimate for BBR to be kept until a path is measured
+//! ([`crate::server::config::MAX_WIDE_AREA_RTT_MS`]).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -49,6 +50,7 @@ impl ByRoundTripConfig {
         ByRoundTrip {
             governing: Arc::clone(&self.bbr).build(now, mtu),
             wide_area: true,
+            least: Duration::MAX,
             mtu,
             config: self,
         }
@@ -68,6 +70,8 @@ struct ByRoundTrip {
     governing: Box<dyn Controller>,
     /// Whether `governing` is BBR.
     wide_area: bool,
+    /// The path's least round trip, as the last acknowledgement saw it.
+    least: Duration,
     /// The path's MTU, for the Cubic that takes over.
     mtu: u16,
 }
@@ -96,7 +100,7 @@ impl Controller for ByRoundTrip {
         rtt: &RttEstimator,
     ) {
         self.governing.on_ack(now, sent, bytes, app_limited, rtt);
-        self.observe(now, rtt.min());
+        self.least = rtt.min();
     }
 
     fn on_end_acks(
@@ -108,6 +112,8 @@ impl Controller for ByRoundTrip {
     ) {
         self.governing
             .on_end_acks(now, in_flight, app_limited, largest_packet_num_acked);
+        // Between acknowledgements, so each goes to one controller whole.
+        self.observe(now, self.least);
     }
 
     fn on_congestion_event(
@@ -139,6 +145,7 @@ impl Controller for ByRoundTrip {
             config: Arc::clone(&self.config),
             governing: self.governing.clone_box(),
             wide_area: self.wide_area,
+            least: self.least,
             mtu: self.mtu,
         })
     }
@@ -174,8 +181,8 @@ mod tests {
     use super::*;
 
     fn controller(wide_area_ms: u64) -> ByRoundTrip {
-        let mut cubic = CubicConfig::default();
-        cubic.initial_window(26_000);
+        // 6,500-byte datagrams: a first window of four, 26,000 bytes.
+        let cubic = zt_client::udp::cubic(6_500);
         let config = ByRoundTripConfig::new(cubic, Duration::from_millis(wide_area_ms));
         Arc::new(config).controller(Instant::now(), 1200)
     }
@@ -189,6 +196,8 @@ mod tests {
         assert_eq!(c.window(), 240_000);
         c.observe(now, Duration::from_millis(333));
         c.observe(now, Duration::from_millis(50));
+        // The bound itself is wide-area.
+        c.observe(now, Duration::from_millis(10));
         assert_eq!(name(c.clone_box()), "bbr");
         // The first round trip under the bound hands over to a fresh
         // Cubic, with the window it was configured to start at.
@@ -196,7 +205,6 @@ mod tests {
         assert_eq!(name(c.clone_box()), "cubic");
         assert_eq!(c.window(), 26_000);
         // A loss is Cubic's now; the least round trip never grows again.
-        c.on_sent(now, 12_000, 10);
         c.on_congestion_event(now, now, false, 1_200);
         c.observe(now, Duration::from_millis(50));
         assert_eq!(name(c.clone_box()), "cubic");

@@ -53,11 +53,10 @@ pub fn transport(q: &QuicConfig, payload: u16) -> Result<TransportConfig> {
     zt_client::udp::datagrams_up_to(&mut t, payload);
     match q.congestion {
         Congestion::Auto => {
-            let mut cubic = quinn::congestion::CubicConfig::default();
-            cubic.initial_window(zt_client::udp::initial_window(payload));
             let wide_area = Duration::from_millis(q.wide_area_rtt_ms);
             t.congestion_controller_factory(Arc::new(congestion::ByRoundTripConfig::new(
-                cubic, wide_area,
+                zt_client::udp::cubic(payload),
+                wide_area,
             )));
         }
         Congestion::Cubic => {}

@@ -19,18 +19,19 @@
 # import, about 0.3 s, are not); the process's whole time is printed too.
 # Usage: benches/hub.sh [ROUNDS]   (needs nginx, curl, a Rust toolchain)
 #   ZT_DAEMON_BIN=PATH serves from another build (A/B runs).
+#   ZT_BENCH_PREPARED=1 on a machine without the registries: nothing is
+#   installed or built (benches/support/setup.sh). Run under `taskset -c
+#   0,1` for two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benches/support/nginx.sh
 . benches/support/stats.sh
+. benches/support/setup.sh
 rounds="${1:-5}"
-command -v nginx >/dev/null || { apt-get update -q && apt-get install -y -q nginx-light curl; }
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q -r tests/interop/requirements.txt
-cargo build -q --release --bin ztserve
+bench_setup
 data="$PWD/target/bench-data/hub"
 mkdir -p "$data/root" "$data/tmp"
-.venv/bin/python benches/support/hub_repo.py "$data/root"
+"$py" benches/support/hub_repo.py "$data/root"
 chmod -R a+rX "$data"
 
 zport=17095; nport=17096
@@ -81,7 +82,7 @@ hub() {  # hub.sh's Hub client run: prints "call-seconds process-seconds sys-sec
     t0=$(date +%s.%N)
     j=$(HF_ENDPOINT="http://127.0.0.1:$zport" HF_HUB_CACHE="$out/cache" HF_HUB_DISABLE_TELEMETRY=1 \
         HF_HUB_DISABLE_UPDATE_CHECK=1 HF_HUB_DISABLE_PROGRESS_BARS=1 \
-        .venv/bin/python benches/support/hub_download.py "$@")
+        "$py" benches/support/hub_download.py "$@")
     echo "$(python3 -c "import json,sys; j=json.loads(sys.argv[1]); print(j['secs'], end=' ')" "$j")$(python3 -c "print($(date +%s.%N) - $t0, end=' ')")$(python3 -c "import json,sys; j=json.loads(sys.argv[1]); print(round(j['sys'], 2), j['faults'])" "$j")"
 }
 curls() {  # curl fetching URLs one after another on one connection: seconds
@@ -108,7 +109,7 @@ for i in $(seq "$rounds"); do
     mem[file-no-xet]+="$sys/$faults "
     secs[curl-file]+="$(curls "http://127.0.0.1:$nport/bench/single/model.safetensors") "
     rm -rf "$out"; mkdir -p "$out"; sync
-    j=$(.venv/bin/python benches/support/hub_download.py httpx \
+    j=$("$py" benches/support/hub_download.py httpx \
         "http://127.0.0.1:$nport/bench/single/model.safetensors" "$out/model.safetensors")
     secs[httpx-file]+="$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['secs'])" "$j") "
 done

@@ -12,6 +12,9 @@
 #   2. time to the first tensor with tensors(), as a fraction of the whole;
 #   3. peak RSS of the Python process against the model's size.
 # Usage: benches/python.sh [ROUNDS]   (needs nginx, curl, a Rust toolchain)
+#   ZT_BENCH_PREPARED=1 on a machine without the registries: nothing is
+#   installed or built (benches/support/setup.sh); ZT_DAEMON_BIN names the
+#   daemon. Run under `taskset -c 0,1` for two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every load from the daemon: the component cache (~/.cache/ztserve by
@@ -20,17 +23,16 @@ cd "$(dirname "$0")/.."
 export ZTSERVE_CACHE=off
 . benches/support/nginx.sh
 . benches/support/stats.sh
+. benches/support/setup.sh
 rounds="${1:-5}"
-command -v nginx >/dev/null || { apt-get update -q && apt-get install -y -q nginx-light curl; }
-command -v jq >/dev/null || { apt-get update -q && apt-get install -y -q jq; }
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q -r tests/interop/requirements.txt requests==2.32.5
-.venv/bin/python -m pip install -q ./python
-cargo build -q --release --bin ztserve
+bench_setup requests==2.32.5 ./python
+daemon="${ZT_DAEMON_BIN:-target/release/ztserve}"
+# A field of a python_load.py result ("null" where it has none).
+field() { python3 -c 'import json, sys; v = json.loads(sys.argv[1]).get(sys.argv[2]); print("null" if v is None else v)' "$1" "$2"; }
 data="$PWD/target/bench-data/python"
 mkdir -p "$data/root" "$data/tmp"
 model="$data/root/one-gib.safetensors"
-.venv/bin/python benches/support/one_gib_safetensors.py "$model"
+"$py" benches/support/one_gib_safetensors.py "$model"
 chmod -R a+rX "$data"
 size=$(stat -c %s "$model")
 
@@ -38,10 +40,10 @@ zport=17093; nport=17094; bport=17095
 state=$(mktemp -d); bstate=$(mktemp -d)
 printf 'root = "/unused"\n[digests]\nrate_mib_s = 0\n' > "$state/c.toml"
 printf 'root = "/unused"\n[digests]\nrate_mib_s = 0\nalgorithm = "blake3"\n' > "$bstate/c.toml"
-target/release/ztserve --config "$state/c.toml" --root "$data/root" --listen 127.0.0.1:$zport \
+"$daemon" --config "$state/c.toml" --root "$data/root" --listen 127.0.0.1:$zport \
     --state-dir "$state" --log-level warn &
 zpid=$!
-target/release/ztserve --config "$bstate/c.toml" --root "$data/root" --listen 127.0.0.1:$bport \
+"$daemon" --config "$bstate/c.toml" --root "$data/root" --listen 127.0.0.1:$bport \
     --state-dir "$bstate" --log-level warn &
 bpid=$!
 nginx_start "$data" $nport "location / { root $data/root; }"
@@ -61,7 +63,7 @@ bhttp="http://127.0.0.1:$bport/one-gib.safetensors"
 bquic="quic://127.0.0.1:$bport/one-gib.safetensors"
 nurl="http://127.0.0.1:$nport/one-gib.safetensors"
 insecure='{"insecure": true}'
-run() { .venv/bin/python benches/python_load.py "$@"; }
+run() { "$py" benches/python_load.py "$@"; }
 declare -A secs rss first
 for i in $(seq "$rounds"); do
     for how in ztserve-http ztserve-quic ztserve-http-b3 ztserve-quic-b3 curl requests first-http first-quic; do
@@ -75,10 +77,10 @@ for i in $(seq "$rounds"); do
             first-http) j=$(run first "$zhttp") ;;
             first-quic) j=$(run first "$zquic" "$insecure") ;;
         esac
-        secs[$how]+="$(jq -r .secs <<<"$j") "
-        rss[$how]+="$(jq -r .rss <<<"$j") "
-        f=$(jq -r .first <<<"$j")
-        [ "$f" = null ] || first[$how]+="$(python3 -c "print($f / $(jq -r .secs <<<"$j"))") "
+        secs[$how]+="$(field "$j" secs) "
+        rss[$how]+="$(field "$j" rss) "
+        f=$(field "$j" first)
+        [ "$f" = null ] || first[$how]+="$(python3 -c "print($f / $(field "$j" secs))") "
     done
 done
 echo "# 1 GiB safetensors into memory, median of $rounds rounds (seconds; ratio = ztserve / peer, below 1 is faster)"

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# What CI cannot run, on a lent machine with a GPU and more cores
+# (docs/benchmarks.md): the Python package's torch path onto the GPU, and
+# the Python, Hub and connection benches pinned to two cores and on all
+# of them, so that a figure of this 2-core machine can be read against
+# another machine's. Not part of .ci/run.
+#
+# That machine reaches no registry, so everything is built here first:
+#   .dev/gpu/ztserve, .dev/gpu/zt     release binaries (stripped)
+#   .dev/gpu/fetch-bench              the fetch bench (target/release/deps/fetch-*)
+#   .dev/gpu/ztserve-*.whl            pip wheel --no-deps ./python -w .dev/gpu
+#   .dev/gpu/nginx                    this machine's /usr/sbin/nginx
+#   .whl/                             huggingface_hub, httpx2, httpcore2,
+#                                     truststore and hf-xet at the versions
+#                                     tests/interop/requirements.txt pins
+# (.dev/gpu may travel packed as .dev/gpu.tgz, to fit what a call carries)
+# and the script runs there from the repository's root, with torch,
+# safetensors, numpy, pytest and requests already installed:
+#   OUT=DIR benches/lent_machine.sh      (each step's log lands in DIR)
+# ZT_LENT_ONLY=torch-tests,hub-2-cores runs only the steps named;
+# ZT_LENT_ROUNDS (default 3) sets the rounds of each bench.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-/tmp/lent-machine}"
+rounds="${ZT_LENT_ROUNDS:-3}"
+mkdir -p "$out"
+gpu="$PWD/.dev/gpu"
+[ ! -f .dev/gpu.tgz ] || tar xzf .dev/gpu.tgz -C .dev || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$gpu"/ztserve-*.whl .whl/*.whl || exit 1
+mkdir -p /tmp/bin /var/log/nginx /var/lib/nginx
+cp "$gpu/nginx" /tmp/bin/ && chmod +x "$gpu"/* /tmp/bin/nginx
+export PATH="/tmp/bin:$PATH" PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 \
+    ZT_DAEMON_BIN="$gpu/ztserve" ZT_BIN="$gpu/zt" ZT_BENCH_PREPARED=1 PYTHON="${PYTHON:-python3}"
+nproc; nvidia-smi -L; python3 -c 'import torch, huggingface_hub, hf_xet, ztserve; print(torch.__version__, huggingface_hub.__version__)'
+
+# step NAME SECONDS COMMAND...: one check, its output also in $out/NAME.log
+step() {
+    local name=$1 secs=$2 t0
+    shift 2
+    case ",${ZT_LENT_ONLY:-$name}," in *",$name,"*) ;; *) return ;; esac
+    echo "=== $name: $*"
+    t0=$(date +%s)
+    timeout "$secs" "$@" > "$out/$name.log" 2>&1
+    echo "--- exit $? after $(($(date +%s) - t0)) s"
+    tail -n 40 "$out/$name.log"
+}
+step torch-tests 90 python3 -m pytest -q -p no:cacheprovider tests/interop/test_python.py -k torch
+step torch-transports 100 python3 benches/torch_transports.py --daemon "$ZT_DAEMON_BIN" --rounds "$rounds"
+step hub-2-cores 130 taskset -c 0,1 benches/hub.sh "$rounds"
+step python-2-cores 110 taskset -c 0,1 benches/python.sh "$rounds"
+step connections 80 python3 benches/connections.py --daemon "$ZT_DAEMON_BIN" --zt "$ZT_BIN" \
+    --cores 2,16 --connections 2,8 --rounds "$rounds"
+step fetch-2-cores 75 env ZT_BENCH_ONLY=1c,3,4 taskset -c 0,1 "$gpu/fetch-bench" --bench "$rounds"

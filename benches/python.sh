@@ -12,9 +12,10 @@
 #   2. time to the first tensor with tensors(), as a fraction of the whole;
 #   3. peak RSS of the Python process against the model's size.
 # Usage: benches/python.sh [ROUNDS]   (needs nginx, curl, a Rust toolchain)
+#   ZT_DAEMON_BIN=PATH serves from another build (A/B runs).
 #   ZT_BENCH_PREPARED=1 on a machine without the registries: nothing is
-#   installed or built (benches/support/setup.sh); ZT_DAEMON_BIN names the
-#   daemon. Run under `taskset -c 0,1` for two cores.
+#   installed or built (benches/support/setup.sh). Run under `taskset -c
+#   0,1` for two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every load from the daemon: the component cache (~/.cache/ztserve by
@@ -36,7 +37,7 @@ model="$data/root/one-gib.safetensors"
 chmod -R a+rX "$data"
 size=$(stat -c %s "$model")
 
-zport=17093; nport=17094; bport=17095
+zport=17093; nport=17094; bport=17092
 state=$(mktemp -d); bstate=$(mktemp -d)
 printf 'root = "/unused"\n[digests]\nrate_mib_s = 0\n' > "$state/c.toml"
 printf 'root = "/unused"\n[digests]\nrate_mib_s = 0\nalgorithm = "blake3"\n' > "$bstate/c.toml"

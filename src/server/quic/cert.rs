@@ -23,10 +23,14 @@ use sha2::{Digest as _, Sha256};
 /// daemon's start rather than on its first client's handshake. Clients
 /// use their own ([`zt_client::trust::provider`]); each side of a
 /// connection seals with its own implementation of the same cipher suite.
+/// Its suites are listed in the clients' order, AES-128-GCM first
+/// ([`zt_client::trust::prefer_aes_128`]); as TLS servers do by default,
+/// it takes the first suite a client offers that it has.
 pub fn provider() -> Arc<CryptoProvider> {
     static SEEDED: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
     Arc::clone(SEEDED.get_or_init(|| {
-        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+        zt_client::trust::prefer_aes_128(&mut provider);
         if let Err(e) = provider.secure_random.fill(&mut [0; 32]) {
             // The handshakes will fail too, each with rustls's error.
             tracing::warn!("the TLS random generator failed at the start: {e:?}");
@@ -116,5 +120,52 @@ mod tests {
         provider().secure_random.fill(&mut a).unwrap();
         provider().secure_random.fill(&mut b).unwrap();
         assert_ne!(a, b);
+    }
+
+    /// The suite the daemon's TLS configuration picks for `client`'s
+    /// first flight (rustls on both ends, in memory; the suite is chosen
+    /// before any certificate is checked).
+    fn picked_for(client: rustls::ClientConfig) -> rustls::CipherSuite {
+        let dir = tempfile::tempdir().unwrap();
+        let id = identity(None, dir.path()).unwrap();
+        let server = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(id.chain, id.key)
+            .unwrap();
+        let name = "localhost".try_into().unwrap();
+        let mut c = rustls::ClientConnection::new(Arc::new(client), name).unwrap();
+        let mut s = rustls::ServerConnection::new(Arc::new(server)).unwrap();
+        let mut hello = Vec::new();
+        c.write_tls(&mut hello).unwrap();
+        s.read_tls(&mut hello.as_slice()).unwrap();
+        s.process_new_packets().unwrap();
+        s.negotiated_cipher_suite().unwrap().suite()
+    }
+
+    /// Our client and the daemon agree on AES-128-GCM (both providers
+    /// list AES-256-GCM first by default); a client preferring
+    /// AES-256-GCM still gets it.
+    #[test]
+    fn our_ends_agree_on_aes_128_gcm_and_others_get_their_choice() {
+        zt_client::trust::install_provider();
+        let ours =
+            zt_client::trust::client_config(&zt_client::trust::Trust::Insecure, b"ztp/1").unwrap();
+        assert_eq!(
+            picked_for(ours),
+            rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
+        );
+        let theirs = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+        assert_eq!(
+            picked_for(theirs),
+            rustls::CipherSuite::TLS13_AES_256_GCM_SHA384
+        );
     }
 }

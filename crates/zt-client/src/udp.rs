@@ -19,8 +19,8 @@
 //! batch, with a tenth of the packets to seal and acknowledge. Routes are
 //! not consulted: a probe that the path does not carry is lost and tried
 //! smaller, without counting as congestion, so a bound of 6,500 or less
-//! above the path's MTU costs only a few probes (larger ones start at
-//! 32,000 bytes, not with probes, hence loopback only). On one loopback
+//! above the path's MTU costs only a few probes (larger ones, loopback
+//! only, start at the bound, with no probes). On one loopback
 //! link, bare quinn moves a 1 GiB stream 2.3x faster at 6,500 bytes than
 //! at quinn's default bound of 1,452, and 1.39x faster again at 65,507
 //! bytes, one to a call (`docs/benchmarks.md`).
@@ -107,8 +107,8 @@ pub fn check_payload(payload: u16) -> Result<u16, String> {
 /// 32,000 towards a peer that is not on loopback: routes are not
 /// consulted, so a remote peer's bound is only a guess (an InfiniBand
 /// interface's 65,520 bytes may face it, or a 1,500-byte Ethernet one),
-/// and connections with such a bound start at 32,000 bytes, not with
-/// probes ([`datagrams_up_to`]). A configured bound of 32,000 or more thus
+/// and connections with such a bound start at it, not with probes
+/// ([`datagrams_up_to`]). A configured bound of 32,000 or more thus
 /// applies to loopback peers only, as far as their interface carries it
 /// (a daemon's one setting serves loopback and remote peers alike).
 pub fn max_payload(configured: Option<u16>, peer: IpAddr) -> u16 {
@@ -215,8 +215,8 @@ pub fn endpoint_config(payload: u16) -> quinn::EndpointConfig {
 
 /// Sizes `transport` for datagrams of up to `payload` bytes: MTU
 /// discovery up to `payload`, datagrams sent in batches (GSO) if they are
-/// small enough ([`batched`]) and one to a system call if not, starting
-/// at [`SINGLE_PAYLOAD_MIN`] bytes, and a congestion window to match
+/// small enough ([`batched`]) and one to a system call, from the first,
+/// if not, and a congestion window to match
 /// (CUBIC, quinn's default, starting at [`initial_window`]`(payload)`;
 /// quinn's own would not let one 32,000-byte datagram out). A caller
 /// that sets another controller sizes its window the same way.
@@ -226,10 +226,17 @@ pub fn datagrams_up_to(transport: &mut quinn::TransportConfig, payload: u16) {
     transport.mtu_discovery_config(Some(mtu));
     transport.enable_segmentation_offload(batched(payload));
     if !batched(payload) {
-        // Sent one to a call, datagrams of quinn's first 1,200 bytes would
-        // each cost a system call until discovery grows them: start at
-        // the smallest such bound, which the interface carries.
-        transport.initial_mtu(SINGLE_PAYLOAD_MIN);
+        // Such a bound is the loopback interface's (`max_payload`), which
+        // is the whole path: start at it, with nothing left to discover.
+        // Probing up to it from quinn's 1,200 bytes would cost a system
+        // call a datagram meanwhile, and each probe, a datagram of up to
+        // 64 KiB of padding, costs its receiver about 0.6 ms of
+        // CPU (quinn parses padding a byte at a time): some ten of them
+        // in each direction, up from 32,000 bytes, while the first
+        // request and its manifest are in flight. Should datagrams
+        // this large be lost anyway, quinn's black-hole detection drops
+        // to 1,200 bytes and discovery probes up again.
+        transport.initial_mtu(payload);
     }
     transport.congestion_controller_factory(std::sync::Arc::new(cubic(payload)));
 }

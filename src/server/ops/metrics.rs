@@ -64,7 +64,7 @@ impl QuicPath {
     fn new() -> QuicPath {
         let udp = counter_vec(
             "ztserve_quic_udp_total",
-            "UDP traffic of ended QUIC connections: datagrams and the system calls that carried them, by direction (tx: datagrams per call above 1 means segmentation offload, GSO, is in use).",
+            "UDP traffic of ended QUIC connections: datagrams and the system calls that carried them, by direction (tx: datagrams per call above 1 means segmentation offload, GSO, is in use), and the MTU probes among the datagrams sent (none on loopback, whose datagrams start at the interface's size).",
             &["direction", "what"],
         );
         let lost = counter_vec(
@@ -72,7 +72,12 @@ impl QuicPath {
             "Packets and bytes that ended QUIC connections declared lost, and MTU probes lost (not among the packets).",
             &["what"],
         );
-        for labels in [["tx", "datagrams"], ["tx", "calls"], ["rx", "datagrams"]] {
+        for labels in [
+            ["tx", "datagrams"],
+            ["tx", "calls"],
+            ["tx", "mtu_probes"],
+            ["rx", "datagrams"],
+        ] {
             udp.with_label_values(&labels);
         }
         for what in ["packets", "bytes", "mtu_probes"] {
@@ -238,6 +243,7 @@ impl Metrics {
         let add = |labels: &[&str], n: u64| p.udp.with_label_values(labels).inc_by(n);
         add(&["tx", "datagrams"], stats.udp_tx.datagrams);
         add(&["tx", "calls"], stats.udp_tx.ios);
+        add(&["tx", "mtu_probes"], stats.path.sent_plpmtud_probes);
         add(&["rx", "datagrams"], stats.udp_rx.datagrams);
         let lost = |what: &str, n: u64| p.lost.with_label_values(&[what]).inc_by(n);
         lost("packets", stats.path.lost_packets);

@@ -230,12 +230,13 @@ pub fn datagrams_up_to(transport: &mut quinn::TransportConfig, payload: u16) {
         // is the whole path: start at it, with nothing left to discover.
         // Probing up to it from quinn's 1,200 bytes would cost a system
         // call a datagram meanwhile, and each probe, a datagram of up to
-        // 64 KiB of padding, costs its receiver about 0.6 ms of
-        // CPU (quinn parses padding a byte at a time): some ten of them
-        // in each direction, up from 32,000 bytes, while the first
-        // request and its manifest are in flight. Should datagrams
-        // this large be lost anyway, quinn's black-hole detection drops
-        // to 1,200 bytes and discovery probes up again.
+        // 64 KiB of padding, costs its receiver about 0.7 ms of CPU
+        // (quinn parses padding a byte at a time): connections that
+        // started at 32,000 bytes sent eleven each way, while the first
+        // request and its manifest were in flight. Should datagrams this
+        // large be lost anyway, quinn's black-hole detection drops to
+        // 1,200 bytes, and discovery probes up again a minute later
+        // (quinn's cooldown).
         transport.initial_mtu(payload);
     }
     transport.congestion_controller_factory(std::sync::Arc::new(cubic(payload)));

@@ -264,11 +264,12 @@ settings! {
         /// UDP socket send and receive buffer sizes requested, in bytes.
         pub udp_buffer_bytes: usize = zt_client::udp::DEFAULT_BUFFER_BYTES,
         #[flag("quic-max-udp-payload", "BYTES")]
-        /// Largest UDP datagram payload a connection's MTU discovery may
-        /// reach, in bytes: 1200 to 6500 (sent in batches, up to ten to a
-        /// system call where the kernel offers GSO) or 32000 to 65507
-        /// (one to a call, towards loopback peers only, as far as their
-        /// interface carries them); unset: the largest MTU of the
+        /// Largest UDP datagram payload a connection's datagrams may grow
+        /// to, in bytes: 1200 to 6500 (reached by MTU discovery, sent in
+        /// batches, up to ten to a system call where the kernel offers
+        /// GSO) or 32000 to 65507 (used from the start, one to a call,
+        /// towards loopback peers only, as far as their interface carries
+        /// them); unset: the largest MTU of the
         /// interfaces that are up, less the headers (loopback: 65488,
         /// IPv6's figure, for every loopback peer; Ethernet: 1472 for
         /// IPv4, 1452 for IPv6; 6500 where that falls between the ranges

@@ -64,7 +64,7 @@ impl QuicPath {
     fn new() -> QuicPath {
         let udp = counter_vec(
             "ztserve_quic_udp_total",
-            "UDP traffic of ended QUIC connections: datagrams and the system calls that carried them, by direction (tx: datagrams per call above 1 means segmentation offload, GSO, is in use), and the MTU probes among the datagrams sent (none on loopback, whose datagrams start at the interface's size).",
+            "UDP traffic of ended QUIC connections: datagrams and the system calls that carried them, by direction (tx: datagrams per call above 1 means segmentation offload, GSO, is in use), and the MTU probes among the datagrams sent (none towards loopback peers at bounds of 32,000 bytes or more, whose datagrams start at the bound).",
             &["direction", "what"],
         );
         let lost = counter_vec(
@@ -239,7 +239,6 @@ impl Metrics {
     pub fn quic_ended(&self, stats: &quinn::ConnectionStats, controller: &str) {
         let p = &self.quic_path;
         p.congestion.with_label_values(&[controller]).inc();
-        p.mtu.observe(f64::from(stats.path.current_mtu));
         let add = |labels: &[&str], n: u64| p.udp.with_label_values(labels).inc_by(n);
         add(&["tx", "datagrams"], stats.udp_tx.datagrams);
         add(&["tx", "calls"], stats.udp_tx.ios);
@@ -249,6 +248,9 @@ impl Metrics {
         lost("packets", stats.path.lost_packets);
         lost("bytes", stats.path.lost_bytes);
         lost("mtu_probes", stats.path.lost_plpmtud_probes);
+        // Last: tests take a connection's path MTU as the sign that the
+        // rest of what it ended with is in.
+        p.mtu.observe(f64::from(stats.path.current_mtu));
     }
 
     /// Records the offloads the kernel grants the QUIC socket.

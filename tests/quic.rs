@@ -312,9 +312,14 @@ async fn a_fetch_spread_over_connections_keeps_layer_order() {
     assert_eq!(seqs, (0..24).collect::<Vec<u64>>(), "every component once");
     let at = |l: u64| order.iter().position(|&x| x == l).unwrap();
     assert!(at(0) < 4, "layer 0 is among the first four: {order:?}");
+    // Every connection starts on its first layer, so only the other
+    // connections' first layers (1 to 3) come before 0, give or take
+    // layer 0's own neighbour on its connection (4) when one of layer 0's
+    // datagrams is lost on the way (CI once delivered 4, 0, 3, 1, 2 on a
+    // loaded machine), as the per-share check below allows.
     assert!(
-        order.iter().take_while(|&&l| l != 0).all(|&l| l < 4),
-        "every connection starts on its first layer, so only layers 1 to 3 may come before 0: {order:?}"
+        order.iter().take_while(|&&l| l != 0).all(|&l| l <= 4),
+        "only the connections' first layers, or layer 0's neighbour, may come before 0: {order:?}"
     );
     // Each connection keeps the layer order of its share (layer l is seq l
     // by the layer rule, whatever the file's order; its share is l % 4), give or take

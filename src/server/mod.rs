@@ -104,6 +104,9 @@ impl State {
             manifest_cap: config.limits.manifest_cap,
             decompress_cap: config.limits.decompress_cap,
             manifest_memory: config.limits.manifest_memory,
+            // The daemon's CPU work is bounded by its pool
+            // (`limits.cpu_jobs`): no threads of the format crate's own.
+            decode_threads: 1,
             ..zt_format::Limits::default()
         };
         let root = store::open_root(&config.root, &config.storage)?;

@@ -110,6 +110,29 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// A reader at `pos` of the same bytes, one level deeper than this
+    /// one (for the entries of a map whose head this one has read, decoded
+    /// apart); `None` past the depth limit.
+    pub(crate) fn inside_at(&self, pos: usize) -> Option<Self> {
+        let depth = self.depth.checked_add(1).filter(|&d| d <= self.max_depth)?;
+        Some(Reader {
+            buf: self.buf,
+            pos,
+            depth,
+            max_depth: self.max_depth,
+        })
+    }
+
+    /// All the bytes this reader reads.
+    pub(crate) fn bytes(&self) -> &'a [u8] {
+        self.buf
+    }
+
+    /// Moves to `pos`, past items read elsewhere (by pieces decoded apart).
+    pub(crate) fn move_to(&mut self, pos: usize) {
+        self.pos = pos;
+    }
+
     pub(crate) fn position(&self) -> usize {
         self.pos
     }

@@ -151,6 +151,13 @@ impl Components {
         Components::default()
     }
 
+    /// The components of an object that has one.
+    pub(crate) fn one(role: Role, c: Component) -> Self {
+        Components {
+            entries: Entries::One([(role, c)]),
+        }
+    }
+
     fn find(&self, role: &str) -> Result<usize, usize> {
         self.entries
             .as_slice()

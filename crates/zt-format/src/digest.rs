@@ -94,6 +94,66 @@ fn canonical(value: &DigestValue) -> String {
     }
 }
 
+/// The value of `text` when it is a known algorithm's canonical spelling
+/// (what [`canonical`] writes); `None` for anything else, which
+/// [`Digest::parse`] reads the general way.
+fn canonical_value(text: &[u8]) -> Option<DigestValue> {
+    // Hex digits by table, without a branch a digit (they are random):
+    // upper-case letters for crc32c, lower-case for the others, as
+    // `canonical` writes them; anything else has a high bit set.
+    // Evaluated at compile time: an index or a sum out of range fails the build.
+    #[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+    const fn table(letters: u8) -> [u8; 256] {
+        let mut t = [0xff; 256];
+        let mut i = 0;
+        while i < 10 {
+            t[b'0' as usize + i] = i as u8;
+            i += 1;
+        }
+        let mut i = 0;
+        while i < 6 {
+            t[letters as usize + i] = 10 + i as u8;
+            i += 1;
+        }
+        t
+    }
+    static UPPER: [u8; 256] = table(b'A');
+    static LOWER: [u8; 256] = table(b'a');
+    let nibble = |t: &[u8; 256], b: u8| t.get(usize::from(b)).copied().unwrap_or(0xff);
+    let bytes32 = |hex: &[u8]| -> Option<[u8; 32]> {
+        let mut out = [0u8; 32];
+        if hex.len() != 64 {
+            return None;
+        }
+        let mut bad = 0u8;
+        for (o, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+            let [hi, lo] = *pair else { return None };
+            let (hi, lo) = (nibble(&LOWER, hi), nibble(&LOWER, lo));
+            bad |= hi | lo;
+            *o = hi << 4 | lo;
+        }
+        (bad & 0xf0 == 0).then_some(out)
+    };
+    if let Some(hex) = text.strip_prefix(b"crc32c:0x") {
+        if hex.len() != 8 {
+            return None;
+        }
+        let (mut v, mut bad) = (0u32, 0u8);
+        for &b in hex {
+            let d = nibble(&UPPER, b);
+            bad |= d;
+            v = v << 4 | u32::from(d & 0x0f);
+        }
+        return (bad & 0xf0 == 0).then_some(DigestValue::Crc32c(v));
+    }
+    if let Some(hex) = text.strip_prefix(b"sha256:") {
+        return bytes32(hex).map(DigestValue::Sha256);
+    }
+    text.strip_prefix(b"blake3:")
+        .and_then(bytes32)
+        .map(DigestValue::Blake3)
+}
+
 /// Whether `value_text`, the text after `algorithm:` that parsed as
 /// `value`, is its canonical spelling (what [`canonical`] writes), decided
 /// without writing it: a manifest's every component takes this test.
@@ -121,6 +181,18 @@ impl Digest {
     /// Parses `algorithm:value`. A known algorithm with a malformed value is
     /// an error; an unknown algorithm is kept as [`DigestValue::Unknown`].
     pub fn parse(text: &str) -> Result<Digest, Rule> {
+        // What writers write, read without the general path's steps (a
+        // manifest's every component has one).
+        match canonical_value(text.as_bytes()) {
+            Some(value) => Ok(Digest {
+                repr: Repr::Canonical(value),
+            }),
+            None => Digest::parse_any(text),
+        }
+    }
+
+    /// [`Digest::parse`] for any spelling.
+    fn parse_any(text: &str) -> Result<Digest, Rule> {
         let malformed = |reason| Rule::MalformedDigest {
             value: text.to_owned(),
             reason,
@@ -385,6 +457,51 @@ mod tests {
             assert_eq!(matches!(d.repr, Repr::Canonical(_)), written, "{text}");
             assert_eq!(d.as_str(), text, "{text}: the spelling is kept either way");
         }
+    }
+
+    /// The shortcut for canonical spellings reads exactly what the
+    /// general path reads as canonical, to the same value, and nothing
+    /// else.
+    #[test]
+    fn the_canonical_shortcut_agrees_with_the_general_path() {
+        let mut texts: Vec<String> = Vec::new();
+        for v in [0u32, 1, 0xE306_9283, 0xABCD, u32::MAX] {
+            texts.push(canonical(&DigestValue::Crc32c(v)));
+            texts.push(format!("crc32c:0x{v:08x}"));
+            texts.push(format!("crc32c:0x{v:X}"));
+            texts.push(format!("crc32c:0X{v:08X}"));
+        }
+        for b in [[0u8; 32], [0xab; 32], [0x5f; 32]] {
+            for alg in ["sha256", "blake3"] {
+                texts.push(format!("{alg}:{}", hex::encode(b)));
+                texts.push(format!("{alg}:{}", hex::encode_upper(b)));
+                texts.push(format!("{alg}:{}", &hex::encode(b)[1..]));
+                texts.push(format!("{alg}:{}0", hex::encode(b)));
+            }
+        }
+        texts.extend(
+            ["crc32c:0x", "crc32c:0xG0000000", "sha256:", "xxh3:00", ":"].map(String::from),
+        );
+        let mut shortcuts = 0;
+        for text in &texts {
+            let general = Digest::parse_any(text);
+            match canonical_value(text.as_bytes()) {
+                Some(v) => {
+                    shortcuts += 1;
+                    assert_eq!(general.unwrap().repr, Repr::Canonical(v), "{text}");
+                }
+                None => assert!(
+                    !matches!(
+                        general,
+                        Ok(Digest {
+                            repr: Repr::Canonical(_)
+                        })
+                    ),
+                    "{text}: canonical, yet not read by the shortcut"
+                ),
+            }
+        }
+        assert_eq!(shortcuts, 17, "each value's canonical spelling, some twice");
     }
 
     /// Pieces of any size hash like the whole (the transports feed

@@ -1,4 +1,4 @@
-//! The bodies of the `read_file`, `read_safetensors`, `read_gguf` and
+//! The bodies of the `read_file` (with the manifest read in pieces), `read_safetensors`, `read_gguf` and
 //! `read_atoms` fuzz targets, shared with the corpus replay test.
 
 use crate::{Limits, ReadOptions, Verify, ZtFile};
@@ -8,6 +8,25 @@ use crate::{Limits, ReadOptions, Verify, ZtFile};
 #[doc(hidden)]
 pub fn read_everything(data: &[u8]) {
     read_everything_as("fuzz.zt", data);
+    manifest_in_pieces(data);
+}
+
+/// The manifest of `data` as a v1 `.zt` file (where its footer says it
+/// is, else `data` itself) decoded serially and in pieces on several
+/// threads: the two must agree.
+#[doc(hidden)]
+pub fn manifest_in_pieces(data: &[u8]) {
+    let footer = data
+        .len()
+        .checked_sub(crate::container::FOOTER_LEN as usize);
+    let manifest = footer
+        .and_then(|f| {
+            let (len, magic) = data.get(f..)?.split_at_checked(8)?;
+            let len = usize::try_from(u64::from_le_bytes(len.try_into().ok()?)).ok()?;
+            (magic == crate::container::MAGIC).then(|| data.get(f.checked_sub(len)?..f))?
+        })
+        .unwrap_or(data);
+    crate::objects_parallel::check_against_serial(manifest);
 }
 
 /// The same for `data` as a safetensors file, read through its source's

@@ -49,6 +49,7 @@ mod attributes;
 mod by_name;
 mod cbor;
 mod cbor_reader;
+mod cbor_scan;
 pub mod chunked;
 pub mod codec;
 mod component;
@@ -71,6 +72,7 @@ mod manifest;
 pub mod manifest_json;
 mod memory;
 mod mmap;
+mod objects_parallel;
 mod options;
 mod order;
 mod parse_v1;
@@ -108,7 +110,8 @@ pub use manifest::{
 };
 pub use mmap::{MappedFile, PrivateMap};
 pub use options::{
-    Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP, DEFAULT_MANIFEST_MEMORY, OBJECT_MEMORY,
+    Limits, ReadOptions, Verify, DEFAULT_MANIFEST_CAP, DEFAULT_MANIFEST_MEMORY, MAX_DECODE_THREADS,
+    OBJECT_MEMORY,
 };
 pub use order::send_order;
 pub use reader::{ComponentReport, ComponentStatus, ZtFile};

@@ -32,6 +32,25 @@ pub struct Limits {
     /// refused (`manifest-over-memory`) as its objects are read, before
     /// the rest are built.
     pub manifest_memory: u64,
+    /// Threads a large manifest's objects are decoded on at once (1: the
+    /// caller's alone). Pieces of at least a thousand objects each go to
+    /// scoped threads that end with the decode. Default: the machine's
+    /// cores, at most [`MAX_DECODE_THREADS`].
+    pub decode_threads: usize,
+}
+
+/// The most threads [`Limits::decode_threads`] defaults to.
+pub const MAX_DECODE_THREADS: usize = 8;
+
+/// The machine's cores (as the process may use them), at most
+/// [`MAX_DECODE_THREADS`]; asked once.
+fn default_decode_threads() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .min(MAX_DECODE_THREADS)
+    })
 }
 
 impl Limits {
@@ -57,6 +76,7 @@ impl Default for Limits {
             decompress_cap: DEFAULT_DECOMPRESS_CAP,
             max_depth: DEFAULT_MAX_DEPTH,
             manifest_memory: DEFAULT_MANIFEST_MEMORY,
+            decode_threads: default_decode_threads(),
         }
     }
 }

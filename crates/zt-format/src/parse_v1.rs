@@ -9,11 +9,12 @@ use ciborium::Value;
 use crate::cbor;
 use crate::cbor_reader::{Head, Reader};
 use crate::component::{Component, Encoding};
-use crate::components::{parsed_role, Role};
+use crate::components::{parsed_role, Components, Role};
 use crate::digest::Digest;
 use crate::dtype::{unknown_dtype_hint, DType, LogicalType};
 use crate::error::{Error, Location, Result, Rule};
 use crate::manifest::{Attributes, FilePart, Format, Manifest, Object, Objects, Origin, Source};
+use crate::objects_parallel;
 use crate::warning::Warning;
 
 /// The major and minor version this crate implements.
@@ -58,7 +59,7 @@ pub(crate) fn check_version(
 }
 
 /// A rule broken inside an object or component, located on the way out.
-struct Located {
+pub(crate) struct Located {
     rule: Rule,
     object: Option<String>,
     component: Option<String>,
@@ -97,13 +98,35 @@ impl Located {
     }
 }
 
-type Parse<T> = std::result::Result<T, Located>;
+pub(crate) type Parse<T> = std::result::Result<T, Located>;
 
 pub(crate) fn manifest(
     bytes: &[u8],
     file: &str,
     limits: &crate::Limits,
     warnings: &mut Vec<Warning>,
+) -> Result<Manifest> {
+    let pieces = Pieces {
+        threads: limits.decode_threads,
+        min_per_thread: objects_parallel::MIN_PER_THREAD,
+    };
+    manifest_in(bytes, file, limits, warnings, pieces)
+}
+
+/// How a large objects map may be decoded in pieces.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pieces {
+    pub(crate) threads: usize,
+    pub(crate) min_per_thread: usize,
+}
+
+/// [`manifest`], its objects map decoded in `pieces` where it can be.
+pub(crate) fn manifest_in(
+    bytes: &[u8],
+    file: &str,
+    limits: &crate::Limits,
+    warnings: &mut Vec<Warning>,
+    pieces: Pieces,
 ) -> Result<Manifest> {
     let at = Location::file(file);
     let max_depth = limits.max_depth;
@@ -143,7 +166,7 @@ pub(crate) fn manifest(
                     // Check the version before reading a schema it may not share.
                     check_version(v, &at, warnings).map_err(|e| Located::from(error_rule(e)))?;
                     version_checked = true;
-                    objects = Some(Ok(object_map(r, &room)?));
+                    objects = Some(Ok(object_map(r, &room, pieces)?));
                 } else {
                     // Canonical CBOR puts `objects` before `version`: read
                     // once, now, and whether a failure of its schema is
@@ -151,7 +174,7 @@ pub(crate) fn manifest(
                     // major version's objects may have another shape). A
                     // failed read leaves `r` where it was, to skip.
                     let mut ahead = r.clone();
-                    match object_map(&mut ahead, &room) {
+                    match object_map(&mut ahead, &room, pieces) {
                         Ok(o) => {
                             *r = ahead;
                             objects = Some(Ok(o));
@@ -218,12 +241,31 @@ fn error_rule(e: Error) -> Rule {
 fn object_map(
     r: &mut Reader<'_>,
     room: &dyn Fn(usize) -> std::result::Result<(), Rule>,
+    pieces: Pieces,
 ) -> Parse<Objects> {
+    let list = match objects_parallel::objects(r, pieces.threads, pieces.min_per_thread, room) {
+        Some(list) => list,
+        None => object_list(r, room)?,
+    };
+    // Sorted once, in place, which finds a name given twice.
+    Objects::from_unique_vec(list).map_err(|name| {
+        Located::from(Rule::DuplicateKey {
+            key: name.into(),
+            context: "objects".to_owned(),
+        })
+    })
+}
+
+/// The objects map's entries read one after another, in its order.
+fn object_list(
+    r: &mut Reader<'_>,
+    room: &dyn Fn(usize) -> std::result::Result<(), Rule>,
+) -> Parse<objects_parallel::Entries> {
     // Sized once from the map's announced length (within the cap on
     // objects), not grown push by push: a 10,000-object manifest spent a
     // tenth of its decoding in reallocations.
     let announced = r.peek_map_len().and_then(|n| usize::try_from(n).ok());
-    let mut list: Vec<(Box<str>, Object)> = Vec::new();
+    let mut list = objects_parallel::Entries::new();
     if let Some(n) = announced.filter(|&n| room(n).is_ok()) {
         list.reserve_exact(n);
     }
@@ -234,16 +276,11 @@ fn object_map(
         list.push((name.into(), obj));
         Ok(())
     })?;
-    // Sorted once, in place, which finds a name given twice.
-    Objects::from_unique_vec(list).map_err(|name| {
-        Located::from(Rule::DuplicateKey {
-            key: name.into(),
-            context: "objects".to_owned(),
-        })
-    })
+    Ok(list)
 }
 
-fn object(r: &mut Reader<'_>) -> Parse<Object> {
+/// One object's map (its name read by the caller).
+pub(crate) fn object(r: &mut Reader<'_>) -> Parse<Object> {
     let mut shape = None;
     let mut format: Option<Cow<'_, str>> = None;
     let mut attributes = Attributes::new();
@@ -255,14 +292,23 @@ fn object(r: &mut Reader<'_>) -> Parse<Object> {
             Some(1) => format = Some(r.text("format")?),
             Some(2) => attributes = attribute_map(r, "attributes")?,
             Some(3) => {
-                let mut list: Vec<(Role, Component)> = Vec::with_capacity(1);
+                // Most objects have one component: no vector for it.
+                let mut first: Option<(Role, Component)> = None;
+                let mut more: Vec<(Role, Component)> = Vec::new();
                 r.map::<Located>("components", "components", |r, role| {
                     let role = role.text()?;
                     let c = component(r).map_err(|e| e.in_component(role))?;
-                    list.push((parsed_role(role), c));
+                    let entry = (parsed_role(role), c);
+                    match first {
+                        None => first = Some(entry),
+                        Some(_) => more.push(entry),
+                    }
                     Ok(())
                 })?;
-                components = Some(list.into_iter().collect());
+                components = Some(match (first, more.is_empty()) {
+                    (Some((role, c)), true) => Components::one(role, c),
+                    (first, _) => first.into_iter().chain(more).collect(),
+                });
             }
             _ => {
                 key.text()?;

@@ -104,7 +104,13 @@ pub(crate) fn manifest_with(
     // Usually already in offset order; sorting by the start alone suffices,
     // since equal starts with non-zero lengths overlap anyway.
     if !extents.is_sorted_by_key(|e| (e.0, e.1)) {
-        extents.sort_unstable_by_key(|e| (e.0, e.1, e.2));
+        // Most manifests name no other file: offsets alone, compared
+        // without the file's name.
+        if extents.iter().all(|e| e.0.is_none()) {
+            extents.sort_unstable_by_key(|e| (e.1, e.2));
+        } else {
+            extents.sort_unstable_by_key(|e| (e.0, e.1, e.2));
+        }
     }
     extents.dedup_by(|b, a| legacy && a.0 == b.0 && a.1 == b.1 && a.2 == b.2);
     for pair in extents.windows(2) {

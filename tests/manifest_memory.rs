@@ -281,3 +281,37 @@ fn a_rendering_past_the_cap_is_streamed_over_http_and_refused_over_ztp() {
         "JSON and CBOR once each, and the ztp/1 message"
     );
 }
+
+/// The 100,000-object manifest read by the client over both transports
+/// (decoded on the blocking pool, in pieces on several threads) equals the
+/// file's own, on a runtime of one thread as on the default one.
+#[test]
+fn a_large_manifest_is_read_whole_by_the_client_over_both_transports() {
+    let root = tempfile::tempdir().unwrap();
+    many_objects(&root.path().join("moe.zt"));
+    let file = zt_format::ZtFile::open(root.path().join("moe.zt")).unwrap();
+    let s = Server::start_quic(root.path(), &[]);
+    let (q, fp) = s.quic.clone().unwrap();
+    let one_thread = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let runtimes = [one_thread, tokio::runtime::Runtime::new().unwrap()];
+    for rt in &runtimes {
+        for url in [
+            format!("quic://{q}/moe.zt"),
+            format!("http://{}/v1/files/moe.zt", s.addr),
+        ] {
+            let remote = rt.block_on(async {
+                let options = zt_client::Options {
+                    trust: zt_client::trust::Trust::fingerprint(&fp).unwrap(),
+                    ..zt_client::Options::default()
+                };
+                let client = zt_client::Client::connect(&url, options).await.unwrap();
+                client.manifest().await.unwrap()
+            });
+            assert_eq!(remote.manifest.objects.len(), OBJECTS, "{url}");
+            assert_eq!(&remote.manifest.objects, &file.manifest().objects, "{url}");
+        }
+    }
+}

@@ -64,6 +64,7 @@ pub mod cache;
 mod causes;
 mod client;
 mod copy;
+mod decode;
 mod error;
 mod fetch;
 pub mod mirrors;

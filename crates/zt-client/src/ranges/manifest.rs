@@ -161,13 +161,8 @@ impl HttpSource {
         }
         let cap = usize::try_from(self.limits.manifest_cap).unwrap_or(usize::MAX);
         let body = read_capped(resp, cap, url).await?;
-        let (manifest, _) = zt_format::container::decode_manifest(
-            &self.url,
-            &body,
-            size,
-            &self.limits,
-            zt_format::container::View::File,
-        )?;
+        let view = zt_format::container::View::File;
+        let manifest = crate::decode::manifest(&self.url, body, size, self.limits, view).await?;
         let base = api_base(url);
         Ok(Described {
             remote: Remote {

@@ -441,7 +441,7 @@ impl QuicClient {
                 )));
             }
         }
-        let manifest = self.decode(&path, &asked.msg, view)?;
+        let manifest = self.decode(&path, &asked.msg, view).await?;
         let m = asked.msg;
         let routed = asked.routed;
         Ok(
@@ -455,7 +455,7 @@ impl QuicClient {
 
     /// The manifest a `manifest` message carries for a request for
     /// `path`, decoded and validated (its errors name the URL).
-    fn decode(
+    async fn decode(
         &self,
         path: &str,
         m: &ManifestMsg,
@@ -465,14 +465,8 @@ impl QuicClient {
             manifest_cap: self.options.manifest_cap,
             ..Limits::default()
         };
-        let (manifest, _) = zt_format::container::decode_manifest(
-            &self.name_of(path),
-            &m.manifest,
-            m.size,
-            &limits,
-            view,
-        )?;
-        Ok(manifest)
+        let name = self.name_of(path);
+        crate::decode::manifest(&name, m.manifest.clone(), m.size, limits, view).await
     }
 
     /// This connection, watched for silence on behalf of a request for `path`.

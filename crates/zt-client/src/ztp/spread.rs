@@ -291,7 +291,8 @@ impl Spread {
         let asked = first
             .send_get(get.clone(), deliver.clone(), budget.clone())
             .await?;
-        let manifest = first.decode(a.path, &asked.msg, zt_format::container::View::File)?;
+        let view = zt_format::container::View::File;
+        let manifest = first.decode(a.path, &asked.msg, view).await?;
         let m = asked.msg;
         let spread = m.features.iter().any(|f| f == FEATURE_SHARES);
         let components = manifest.components().count() as u64;

@@ -7,7 +7,8 @@
 
 /// The position just past the `count` items that start at `pos` of `buf`;
 /// `None` when the bytes end first, or on an indefinite length, a reserved
-/// head or a break (none of which the pieces' decoders need).
+/// head or a break (the map is then decoded serially: slower, and the
+/// same).
 pub(crate) fn past_items(buf: &[u8], mut pos: usize, count: u64) -> Option<usize> {
     // Items still to pass over; an array or map adds its entries.
     let mut pending = count;

@@ -1,5 +1,6 @@
-//! The bodies of the `read_file` (with the manifest read in pieces), `read_safetensors`, `read_gguf` and
-//! `read_atoms` fuzz targets, shared with the corpus replay test.
+//! The bodies of the `read_file` (with the manifest also read in pieces),
+//! `read_safetensors`, `read_gguf` and `read_atoms` fuzz targets, shared
+//! with the corpus replay test.
 
 use crate::{Limits, ReadOptions, Verify, ZtFile};
 

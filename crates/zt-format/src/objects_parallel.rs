@@ -11,14 +11,16 @@
 //! serial decoder, which then reports what it finds exactly as it always
 //! does: this path only ever changes how fast a good manifest is read.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::cbor_reader::{Head, Reader};
 use crate::cbor_scan::past_items;
 use crate::error::Rule;
 use crate::manifest::Object;
 use crate::parse_v1;
 
-/// Objects a thread is given at least: fewer decode in less time than a
-/// thread takes to start.
+/// Objects a piece is given at least (the last may have a few less):
+/// fewer decode in less time than a thread takes to start.
 pub(crate) const MIN_PER_THREAD: usize = 1024;
 
 /// Objects by name, in the map's order.
@@ -40,12 +42,17 @@ pub(crate) fn objects(
         return None;
     };
     let n = usize::try_from(n).ok()?;
-    let threads = threads.min(n.checked_div(min_per_thread.max(1))?);
+    let most = n.checked_div(min_per_thread.max(1)).unwrap_or(0);
+    let threads = threads.min(most).min(crate::MAX_DECODE_THREADS);
     if threads < 2 || room(n).is_err() {
         return None;
     }
     let per = n.div_ceil(threads);
     let buf = r.bytes();
+    // Set on the first failure: the other pieces stop, their work wasted
+    // (the serial decoder reads the map again).
+    let failed = AtomicBool::new(false);
+    let failed = &failed;
     let (entries, end) = std::thread::scope(|s| {
         // Each piece after the first starts on a thread as soon as the
         // scan has passed the pieces before it (`per` entries, a key and
@@ -66,7 +73,7 @@ pub(crate) fn objects(
                 .name("zt-manifest".to_owned())
                 .spawn_scoped(s, move || {
                     let mut out = Entries::with_capacity(count);
-                    piece(on_thread, count, &mut out).map(|end| (out, end))
+                    piece(on_thread, count, &mut out, failed).map(|end| (out, end))
                 })
                 .map_err(|_| r);
             spawned.push((pos, t, count));
@@ -75,32 +82,41 @@ pub(crate) fn objects(
         // The first piece goes straight where all of them end, and each
         // must end where the next begins.
         let mut all = Entries::with_capacity(n);
-        let mut end = piece(first.0, first.1, &mut all)?;
+        let mut end = piece(first.0, first.1, &mut all, failed);
         for (start, t, count) in spawned {
-            if end != start {
-                return None;
-            }
-            end = match t {
-                Ok(handle) => {
-                    let (mut out, end) = handle.join().ok()??;
+            end = match (end, t) {
+                (Some(end), _) if end != start => None,
+                (None, _) => None,
+                (Some(_), Ok(handle)) => handle.join().ok().flatten().map(|(mut out, end)| {
                     all.append(&mut out);
                     end
-                }
-                Err(r) => piece(r, count, &mut all)?,
+                }),
+                (Some(_), Err(r)) => piece(r, count, &mut all, failed),
             };
+            if end.is_none() {
+                failed.store(true, Ordering::Relaxed);
+            }
         }
-        Some((all, end))
+        Some((all, end?))
     })?;
     r.move_to(end);
     Some(entries)
 }
 
-/// `count` entries from `r` onto `out`; where they end.
-fn piece(mut r: Reader<'_>, count: usize, out: &mut Entries) -> Option<usize> {
-    for _ in 0..count {
+/// `count` entries from `r` onto `out`; where they end. Stops early once
+/// `failed` is set, and sets it on a failure of its own.
+fn piece(mut r: Reader<'_>, count: usize, out: &mut Entries, failed: &AtomicBool) -> Option<usize> {
+    let mut one = || {
         let name = r.text("object name").ok()?;
         let obj = parse_v1::object(&mut r).ok()?;
         out.push((name.into(), obj));
+        Some(())
+    };
+    for _ in 0..count {
+        if failed.load(Ordering::Relaxed) || one().is_none() {
+            failed.store(true, Ordering::Relaxed);
+            return None;
+        }
     }
     Some(r.position())
 }

@@ -33,13 +33,17 @@ pub struct Limits {
     /// the rest are built.
     pub manifest_memory: u64,
     /// Threads a large manifest's objects are decoded on at once (1: the
-    /// caller's alone). Pieces of at least a thousand objects each go to
-    /// scoped threads that end with the decode. Default: the machine's
-    /// cores, at most [`MAX_DECODE_THREADS`].
+    /// caller's alone), at most [`MAX_DECODE_THREADS`]: a map of 2,048
+    /// objects or more is cut into pieces of about a thousand or more,
+    /// the first decoded on the calling thread and the others on scoped
+    /// threads (of the default stack size) that end with the decode. Its
+    /// peak memory is then up to twice the serial decoder's, within
+    /// [`OBJECT_MEMORY`]'s estimate. Default: the machine's cores, at most
+    /// [`MAX_DECODE_THREADS`].
     pub decode_threads: usize,
 }
 
-/// The most threads [`Limits::decode_threads`] defaults to.
+/// The most threads [`Limits::decode_threads`] uses.
 pub const MAX_DECODE_THREADS: usize = 8;
 
 /// The machine's cores (as the process may use them), at most

@@ -101,8 +101,9 @@ pub(crate) fn manifest_with(
         }
     }
     // Legacy sparse blobs are shared by the components cut from them.
-    // Usually already in offset order; sorting by the start alone suffices,
-    // since equal starts with non-zero lengths overlap anyway.
+    // Usually already in offset order; checking the order by the start
+    // alone suffices, since equal starts with non-zero lengths overlap
+    // anyway (the sort includes the end for the legacy dedup below).
     if !extents.is_sorted_by_key(|e| (e.0, e.1)) {
         // Most manifests name no other file: offsets alone, compared
         // without the file's name.

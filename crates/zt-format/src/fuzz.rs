@@ -27,7 +27,7 @@ pub fn manifest_in_pieces(data: &[u8]) {
             (magic == crate::container::MAGIC).then(|| data.get(f.checked_sub(len)?..f))?
         })
         .unwrap_or(data);
-    crate::objects_parallel::check_against_serial(manifest);
+    crate::parse_v1::check_against_serial(manifest);
 }
 
 /// The same for `data` as a safetensors file, read through its source's

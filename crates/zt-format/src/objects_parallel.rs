@@ -2,7 +2,7 @@
 //!
 //! The objects map is cut into pieces of whole entries by their heads and
 //! lengths alone ([`past_items`]), and each piece is decoded by the same
-//! code as the serial path ([`parse_v1::object`]) on its own scoped thread,
+//! code as the serial path (`parse_v1::object`, which the caller passes) on its own scoped thread,
 //! the first on the caller's. The pieces are joined in the map's order, so
 //! the caller goes on as if it had read them one after another (the sort
 //! that finds a name given twice included). Anything not as a well-formed
@@ -17,7 +17,6 @@ use crate::cbor_reader::{Head, Reader};
 use crate::cbor_scan::past_items;
 use crate::error::Rule;
 use crate::manifest::Object;
-use crate::parse_v1;
 
 /// Objects a piece is given at least (the last may have a few less):
 /// fewer decode in less time than a thread takes to start.
@@ -30,13 +29,18 @@ pub(crate) type Entries = Vec<(Box<str>, Object)>;
 /// `min_per_thread` objects each, with `r` moved past it; `None`, with `r`
 /// where it was, when it is not worth it (fewer objects, one thread),
 /// `room` refuses its announced size, or anything in it is left to the
-/// serial decoder (above).
-pub(crate) fn objects(
+/// serial decoder (above). `object` reads one object's map.
+pub(crate) fn objects<F>(
     r: &mut Reader<'_>,
     threads: usize,
     min_per_thread: usize,
     room: &dyn Fn(usize) -> Result<(), Rule>,
-) -> Option<Entries> {
+    object: F,
+) -> Option<Entries>
+where
+    F: Fn(&mut Reader<'_>) -> Option<Object> + Sync,
+{
+    let object = &object;
     let mut head = r.clone();
     let Ok(Head::Map(Some(n))) = head.head() else {
         return None;
@@ -73,7 +77,7 @@ pub(crate) fn objects(
                 .name("zt-manifest".to_owned())
                 .spawn_scoped(s, move || {
                     let mut out = Entries::with_capacity(count);
-                    piece(on_thread, count, &mut out, failed).map(|end| (out, end))
+                    piece(on_thread, count, &mut out, failed, object).map(|end| (out, end))
                 })
                 .map_err(|_| r);
             spawned.push((pos, t, count));
@@ -82,7 +86,7 @@ pub(crate) fn objects(
         // The first piece goes straight where all of them end, and each
         // must end where the next begins.
         let mut all = Entries::with_capacity(n);
-        let mut end = piece(first.0, first.1, &mut all, failed);
+        let mut end = piece(first.0, first.1, &mut all, failed, object);
         for (start, t, count) in spawned {
             end = match (end, t) {
                 (Some(end), _) if end != start => None,
@@ -91,7 +95,7 @@ pub(crate) fn objects(
                     all.append(&mut out);
                     end
                 }),
-                (Some(_), Err(r)) => piece(r, count, &mut all, failed),
+                (Some(_), Err(r)) => piece(r, count, &mut all, failed, object),
             };
             if end.is_none() {
                 failed.store(true, Ordering::Relaxed);
@@ -105,10 +109,19 @@ pub(crate) fn objects(
 
 /// `count` entries from `r` onto `out`; where they end. Stops early once
 /// `failed` is set, and sets it on a failure of its own.
-fn piece(mut r: Reader<'_>, count: usize, out: &mut Entries, failed: &AtomicBool) -> Option<usize> {
+fn piece<F>(
+    mut r: Reader<'_>,
+    count: usize,
+    out: &mut Entries,
+    failed: &AtomicBool,
+    object: &F,
+) -> Option<usize>
+where
+    F: Fn(&mut Reader<'_>) -> Option<Object>,
+{
     let mut one = || {
         let name = r.text("object name").ok()?;
-        let obj = parse_v1::object(&mut r).ok()?;
+        let obj = object(&mut r)?;
         out.push((name.into(), obj));
         Some(())
     };
@@ -121,33 +134,11 @@ fn piece(mut r: Reader<'_>, count: usize, out: &mut Entries, failed: &AtomicBool
     Some(r.position())
 }
 
-/// Decodes the bare manifest `bytes` once serially and once in pieces of
-/// a few objects on three threads, and panics unless the two agree: the
-/// same manifest, or the same error. For the fuzz targets and the tests.
-#[cfg(any(test, feature = "fuzzing"))]
-pub(crate) fn check_against_serial(bytes: &[u8]) {
-    use crate::parse_v1::{manifest_in, Pieces};
-    let limits = crate::Limits {
-        manifest_cap: 1 << 20,
-        ..crate::Limits::default()
-    };
-    let read = |threads, min_per_thread| {
-        let pieces = Pieces {
-            threads,
-            min_per_thread,
-        };
-        manifest_in(bytes, "m.zt", &limits, &mut Vec::new(), pieces).map_err(|e| e.to_string())
-    };
-    let serial = read(1, MIN_PER_THREAD);
-    for min_per_thread in [1, 2, 3] {
-        assert_eq!(read(3, min_per_thread), serial, "{min_per_thread} a piece");
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
+    use crate::parse_v1::check_against_serial;
     use crate::{DType, DigestAlgorithm, StoreOptions, Writer};
 
     /// A `.zt` file's bare manifest of `n` objects, some with several
@@ -172,6 +163,10 @@ mod tests {
         crate::manifest_cbor(f.manifest())
     }
 
+    fn read(r: &mut Reader<'_>) -> Option<Object> {
+        crate::parse_v1::object(r).ok()
+    }
+
     /// Good manifests read the same in pieces as serially, whatever the
     /// pieces, and the pieces are used (the reader ends past the map).
     #[test]
@@ -184,17 +179,17 @@ mod tests {
         let at = bytes.windows(8).position(|w| w == b"gobjects").unwrap() + 8;
         let mut r = Reader::at(&bytes, at, 16);
         let room = |_| Ok(());
-        let entries = objects(&mut r, 4, 5, &room).expect("decoded in pieces");
+        let entries = objects(&mut r, 4, 5, &room, read).expect("decoded in pieces");
         assert_eq!(entries.len(), 50);
         assert!(r.is_at_end(), "the reader is past the objects map");
         // Too few objects for the pieces asked, or one thread: the serial path.
         let mut r = Reader::at(&bytes, at, 16);
-        assert!(objects(&mut r, 4, 26, &room).is_none());
-        assert!(objects(&mut r, 1, 1, &room).is_none());
+        assert!(objects(&mut r, 4, 26, &room, read).is_none());
+        assert!(objects(&mut r, 1, 1, &room, read).is_none());
         assert_eq!(r.position(), at, "a reader given back is where it was");
         // A map past the memory cap goes to the serial path, which refuses it.
         let refuse = |_| Err(Rule::CborTooDeep { limit: 0 });
-        assert!(objects(&mut r, 4, 5, &refuse).is_none());
+        assert!(objects(&mut r, 4, 5, &refuse, read).is_none());
     }
 
     /// Faults anywhere in the map read the same in pieces as serially:

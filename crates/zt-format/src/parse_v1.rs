@@ -243,7 +243,9 @@ fn object_map(
     room: &dyn Fn(usize) -> std::result::Result<(), Rule>,
     pieces: Pieces,
 ) -> Parse<Objects> {
-    let list = match objects_parallel::objects(r, pieces.threads, pieces.min_per_thread, room) {
+    let one = |r: &mut Reader<'_>| object(r).ok();
+    let list = match objects_parallel::objects(r, pieces.threads, pieces.min_per_thread, room, one)
+    {
         Some(list) => list,
         None => object_list(r, room)?,
     };
@@ -501,6 +503,28 @@ pub(crate) fn attributes_from_value(v: &Value, field: &str) -> Result<Attributes
         out.insert(k.clone(), v.clone());
     }
     Ok(out)
+}
+
+/// Decodes the bare manifest `bytes` once serially and once in pieces of
+/// a few objects on three threads, and panics unless the two agree: the
+/// same manifest, or the same error. For the fuzz targets and the tests.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn check_against_serial(bytes: &[u8]) {
+    let limits = crate::Limits {
+        manifest_cap: 1 << 20,
+        ..crate::Limits::default()
+    };
+    let read = |threads, min_per_thread| {
+        let pieces = Pieces {
+            threads,
+            min_per_thread,
+        };
+        manifest_in(bytes, "m.zt", &limits, &mut Vec::new(), pieces).map_err(|e| e.to_string())
+    };
+    let serial = read(1, objects_parallel::MIN_PER_THREAD);
+    for min_per_thread in [1, 2, 3] {
+        assert_eq!(read(3, min_per_thread), serial, "{min_per_thread} a piece");
+    }
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //!
 //! The objects map is cut into pieces of whole entries by their heads and
 //! lengths alone ([`past_items`]), and each piece is decoded by the same
-//! code as the serial path (`parse_v1::object`, which the caller passes) on its own scoped thread,
-//! the first on the caller's. The pieces are joined in the map's order, so
+//! code as the serial path (`parse_v1::object`, which the caller passes)
+//! on its own scoped thread, the first on the caller's. The pieces are joined in the map's order, so
 //! the caller goes on as if it had read them one after another (the sort
 //! that finds a name given twice included). Anything not as a well-formed
 //! manifest's (a fault, a key that is not text, an indefinite length, a

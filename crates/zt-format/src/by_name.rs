@@ -37,13 +37,20 @@ impl<V> ByName<V> {
     /// first such in name order).
     pub(crate) fn from_unique_vec(mut entries: Vec<(Box<str>, V)>) -> Result<Self, Box<str>> {
         if !entries.is_sorted_by(|a, b| a.0 < b.0) {
-            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            if let Some(w) = entries
+            // The places are sorted, not the entries: an object is over
+            // 200 bytes, and a sort moves each many times where the
+            // permutation below moves it once.
+            let name = |i: usize| entries.get(i).map(|e| &*e.0);
+            let mut order: Vec<usize> = (0..entries.len()).collect();
+            order.sort_unstable_by(|&a, &b| name(a).cmp(&name(b)));
+            if let Some(w) = order
                 .windows(2)
-                .find(|w| matches!(w, [a, b] if a.0 == b.0))
+                .find(|w| matches!(w, [a, b] if name(*a) == name(*b)))
             {
-                return Err(w.first().map(|e| e.0.clone()).unwrap_or_default());
+                let first = w.first().and_then(|&i| name(i));
+                return Err(first.unwrap_or_default().into());
             }
+            permute(&mut entries, order);
         }
         entries.shrink_to_fit();
         Ok(ByName { entries })
@@ -231,6 +238,23 @@ impl<V> DoubleEndedIterator for Iter<'_, V> {
 
 impl<V> ExactSizeIterator for Iter<'_, V> {}
 
+/// Puts `items` in `order`, which names for each place the item that goes
+/// there (a permutation of the places), by following each cycle of it:
+/// one swap puts each item out of place where it belongs. `order` is used
+/// up as the record of the places done.
+fn permute<T>(items: &mut [T], mut order: Vec<usize>) {
+    for start in 0..order.len() {
+        let mut at = start;
+        while let Some(from) = order.get_mut(at).map(|o| std::mem::replace(o, at)) {
+            if from == start || from == at {
+                break;
+            }
+            items.swap(at, from);
+            at = from;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{Components, Format, Object, Objects};
@@ -258,6 +282,44 @@ mod tests {
         assert_eq!(objects.index_of("b"), Some(1));
         assert_eq!(objects.get_index(0).map(|(n, _)| n), Some("a"));
         assert_eq!(objects.get("c"), None);
+    }
+
+    /// Unique names in any order come out sorted with their own values,
+    /// whatever cycles the order has; a name given twice is refused by
+    /// name.
+    #[test]
+    fn unique_entries_are_sorted_with_their_values() {
+        let orders: [&[usize]; 6] = [
+            &[],
+            &[0],
+            &[1, 0],
+            &[2, 0, 1],
+            &[3, 2, 1, 0],
+            &[5, 3, 4, 0, 2, 1, 7, 6],
+        ];
+        let mut scrambled: Vec<usize> = (0..1000).collect();
+        // A fixed shuffle: multiplying by a unit modulo 1000.
+        scrambled.iter_mut().for_each(|i| *i = (*i * 337) % 1000);
+        for order in orders.into_iter().chain([&scrambled[..]]) {
+            let entries: Vec<(Box<str>, Object)> = order
+                .iter()
+                .map(|&i| (format!("n{i:04}").into(), object(i as u64)))
+                .collect();
+            let table = super::ByName::from_unique_vec(entries).unwrap();
+            let got: Vec<(String, u64)> = table
+                .iter()
+                .map(|(n, o)| (n.to_owned(), o.shape.iter().sum()))
+                .collect();
+            let want: Vec<(String, u64)> = (0..order.len())
+                .map(|i| (format!("n{i:04}"), i as u64))
+                .collect();
+            assert_eq!(got, want, "order {order:?}");
+        }
+        let twice: Vec<(Box<str>, Object)> = ["c", "b", "a", "b", "c"]
+            .iter()
+            .map(|n| ((*n).into(), object(0)))
+            .collect();
+        assert_eq!(&*super::ByName::from_unique_vec(twice).unwrap_err(), "b");
     }
 
     #[test]

@@ -46,8 +46,7 @@ where
         return None;
     };
     let n = usize::try_from(n).ok()?;
-    let most = n.checked_div(min_per_thread.max(1)).unwrap_or(0);
-    let threads = threads.min(most).min(crate::MAX_DECODE_THREADS);
+    let threads = threads_for(n, threads, min_per_thread);
     if threads < 2 || room(n).is_err() {
         return None;
     }
@@ -105,6 +104,14 @@ where
     })?;
     r.move_to(end);
     Some(entries)
+}
+
+/// How many threads a map of `n` objects is decoded on when `threads` are
+/// asked: at most one per `min_per_thread` objects, and never more than
+/// [`crate::MAX_DECODE_THREADS`], however many are asked.
+fn threads_for(n: usize, threads: usize, min_per_thread: usize) -> usize {
+    let most = n.checked_div(min_per_thread.max(1)).unwrap_or(0);
+    threads.min(most).min(crate::MAX_DECODE_THREADS)
 }
 
 /// `count` entries from `r` onto `out`; where they end. Stops early once
@@ -190,6 +197,33 @@ mod tests {
         // A map past the memory cap goes to the serial path, which refuses it.
         let refuse = |_| Err(Rule::CborTooDeep { limit: 0 });
         assert!(objects(&mut r, 4, 5, &refuse, read).is_none());
+    }
+
+    /// However many threads are asked, a decode starts at most
+    /// MAX_DECODE_THREADS, and one per `min_per_thread` objects; a map
+    /// asked for more reads the same as serially.
+    #[test]
+    fn threads_are_capped() {
+        use crate::MAX_DECODE_THREADS as CAP;
+        assert_eq!(threads_for(100, 1000, 1), CAP);
+        assert_eq!(threads_for(100, CAP + 1, 1), CAP);
+        assert_eq!(threads_for(100, CAP, 1), CAP);
+        assert_eq!(threads_for(100, 3, 1), 3);
+        assert_eq!(threads_for(100, 1000, 30), 3);
+        // End to end: the threads that decoded an object, counted.
+        let bytes = manifest_bytes(101);
+        let at = bytes.windows(8).position(|w| w == b"gobjects").unwrap() + 8;
+        let seen = std::sync::Mutex::new(std::collections::HashSet::new());
+        let counted = |r: &mut Reader<'_>| {
+            seen.lock().unwrap().insert(std::thread::current().id());
+            read(r)
+        };
+        let mut r = Reader::at(&bytes, at, 16);
+        let room = |_| Ok(());
+        let entries = objects(&mut r, 1000, 1, &room, counted).expect("decoded in pieces");
+        assert_eq!(entries.len(), 101);
+        assert!(r.is_at_end());
+        assert_eq!(seen.lock().unwrap().len(), CAP, "threads used");
     }
 
     /// Faults anywhere in the map read the same in pieces as serially:

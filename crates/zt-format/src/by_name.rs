@@ -38,8 +38,9 @@ impl<V> ByName<V> {
     pub(crate) fn from_unique_vec(mut entries: Vec<(Box<str>, V)>) -> Result<Self, Box<str>> {
         if !entries.is_sorted_by(|a, b| a.0 < b.0) {
             // The places are sorted, not the entries: an object is over
-            // 200 bytes, and a sort moves each many times where the
-            // permutation below moves it once.
+            // 200 bytes, and a sort moves each entry many times, where the
+            // permutation below puts one entry in its final place with each
+            // swap (fewer swaps than entries).
             let name = |i: usize| entries.get(i).map(|e| &*e.0);
             let mut order: Vec<usize> = (0..entries.len()).collect();
             order.sort_unstable_by(|&a, &b| name(a).cmp(&name(b)));
@@ -240,13 +241,18 @@ impl<V> ExactSizeIterator for Iter<'_, V> {}
 
 /// Puts `items` in `order`, which names for each place the item that goes
 /// there (a permutation of the places), by following each cycle of it:
-/// one swap puts each item out of place where it belongs. `order` is used
-/// up as the record of the places done.
+/// each swap puts one item in its final place. A place done is marked by
+/// `order[p] = p`, which is what `order` is left holding.
 fn permute<T>(items: &mut [T], mut order: Vec<usize>) {
+    debug_assert_eq!(items.len(), order.len());
     for start in 0..order.len() {
         let mut at = start;
         while let Some(from) = order.get_mut(at).map(|o| std::mem::replace(o, at)) {
-            if from == start || from == at {
+            // Two guards for an `order` that is not a permutation, which
+            // the one caller never passes: `from == at` ends a walk that
+            // would go round for ever, and `items.get` an index out of
+            // range, which `swap` would panic on.
+            if from == start || from == at || items.get(from).is_none() {
                 break;
             }
             items.swap(at, from);
@@ -315,7 +321,8 @@ mod tests {
                 .collect();
             assert_eq!(got, want, "order {order:?}");
         }
-        let twice: Vec<(Box<str>, Object)> = ["c", "b", "a", "b", "c"]
+        // The first name given twice in name order, not in the input's.
+        let twice: Vec<(Box<str>, Object)> = ["c", "c", "a", "b", "b"]
             .iter()
             .map(|n| ((*n).into(), object(0)))
             .collect();

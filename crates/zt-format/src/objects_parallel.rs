@@ -106,9 +106,10 @@ where
     Some(entries)
 }
 
-/// How many threads a map of `n` objects is decoded on when `threads` are
-/// asked: at most one per `min_per_thread` objects, and never more than
-/// [`crate::MAX_DECODE_THREADS`], however many are asked.
+/// How many threads a map of `n` objects may be decoded on when `threads`
+/// are asked: at most one per `min_per_thread` objects, and never more
+/// than [`crate::MAX_DECODE_THREADS`], however many are asked. (Pieces of
+/// `n.div_ceil(threads)` objects may need fewer.)
 fn threads_for(n: usize, threads: usize, min_per_thread: usize) -> usize {
     let most = n.checked_div(min_per_thread.max(1)).unwrap_or(0);
     threads.min(most).min(crate::MAX_DECODE_THREADS)
@@ -211,7 +212,8 @@ mod tests {
         assert_eq!(threads_for(100, 3, 1), 3);
         assert_eq!(threads_for(100, 1000, 30), 3);
         // End to end: the threads that decoded an object, counted.
-        let bytes = manifest_bytes(101);
+        let n = 16 * CAP + 3;
+        let bytes = manifest_bytes(n);
         let at = bytes.windows(8).position(|w| w == b"gobjects").unwrap() + 8;
         let seen = std::sync::Mutex::new(std::collections::HashSet::new());
         let counted = |r: &mut Reader<'_>| {
@@ -221,9 +223,16 @@ mod tests {
         let mut r = Reader::at(&bytes, at, 16);
         let room = |_| Ok(());
         let entries = objects(&mut r, 1000, 1, &room, counted).expect("decoded in pieces");
-        assert_eq!(entries.len(), 101);
         assert!(r.is_at_end());
         assert_eq!(seen.lock().unwrap().len(), CAP, "threads used");
+        // The same entries as one reader's, one after another.
+        let mut one = Reader::at(&bytes, at, 16);
+        assert_eq!(one.head(), Ok(Head::Map(Some(n as u64))));
+        let mut one = one.inside_at(one.position()).unwrap();
+        let serial: Entries = (0..n)
+            .map(|_| (one.text("name").unwrap().into(), read(&mut one).unwrap()))
+            .collect();
+        assert!(entries == serial, "the pieces read as one reader does");
     }
 
     /// Faults anywhere in the map read the same in pieces as serially:

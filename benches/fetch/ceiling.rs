@@ -84,11 +84,30 @@ pub(crate) enum Source {
     HotMib,
 }
 
+/// What the bare receiver does with the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sink {
+    /// Counts them and lets quinn's buffers go: the transport alone.
+    Count,
+    /// Copies each chunk into a buffer used again and again (warm memory,
+    /// as a loader's pool is): the one copy any receiver that keeps the
+    /// bytes makes, and the library makes into its aligned buffers.
+    Copy,
+}
+
 const CHUNK: usize = 1 << 20;
+
+/// The reused buffer of [`Sink::Copy`]: a layer's size.
+const SINK_BYTES: usize = 32 << 20;
 
 /// Seconds to move `payload.len()` bytes over one fresh connection
 /// (handshake excluded).
-pub(crate) async fn bare_quinn(payload: &Bytes, source: Source, state_dir: &Path) -> Result<f64> {
+pub(crate) async fn bare_quinn(
+    payload: &Bytes,
+    source: Source,
+    sink: Sink,
+    state_dir: &Path,
+) -> Result<f64> {
     let server = server(state_dir)?;
     let addr: SocketAddr = server.local_addr()?;
     let bytes = payload.len() as u64;
@@ -113,14 +132,30 @@ pub(crate) async fn bare_quinn(payload: &Bytes, source: Source, state_dir: &Path
         server.wait_idle().await;
         anyhow::Ok(())
     });
+    // Faulted in before the clock starts.
+    let mut kept = match sink {
+        Sink::Count => Vec::new(),
+        Sink::Copy => vec![1u8; SINK_BYTES],
+    };
     let ep = client()?;
     let conn = ep.connect(addr, "localhost")?.await?;
     let start = Instant::now();
     let mut r = conn.accept_uni().await?;
     let mut got = 0u64;
+    let mut at = 0;
     while let Some(c) = r.read_chunk(usize::MAX, true).await? {
         got += c.bytes.len() as u64;
+        if sink == Sink::Copy {
+            let mut bytes = &c.bytes[..];
+            while !bytes.is_empty() {
+                let n = bytes.len().min(SINK_BYTES - at);
+                kept[at..at + n].copy_from_slice(&bytes[..n]);
+                bytes = &bytes[n..];
+                at = (at + n) % SINK_BYTES;
+            }
+        }
     }
+    std::hint::black_box(&kept);
     let secs = start.elapsed().as_secs_f64();
     anyhow::ensure!(got == bytes, "bare quinn moved {got} of {bytes} bytes");
     conn.close(0u32.into(), b"");

@@ -464,32 +464,33 @@ impl Bench {
         let mut loads: Vec<Vec<Loaded>> = urls.iter().map(|_| Vec::new()).collect();
         // The ceiling moves the served file's own bytes (ceiling.rs says why).
         let payload = bytes::Bytes::from(std::fs::read(self.data.join("root/layers-crc32c.zt"))?);
-        let (mut bare, mut hot) = (Vec::new(), Vec::new());
+        let (mut bare, mut hot, mut copied) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..n {
             for ((_, via, url, keep, conns), runs) in urls.iter().zip(loads.iter_mut()) {
                 runs.push(self.rt.block_on(load(url, *via, *keep, *conns))?);
             }
-            bare.push(self.rt.block_on(ceiling::bare_quinn(
-                &payload,
-                ceiling::Source::Payload,
-                &state,
-            ))?);
-            hot.push(self.rt.block_on(ceiling::bare_quinn(
-                &payload,
-                ceiling::Source::HotMib,
-                &state,
-            ))?);
+            use ceiling::{Sink, Source};
+            for (source, sink, out) in [
+                (Source::Payload, Sink::Count, &mut bare),
+                (Source::HotMib, Sink::Count, &mut hot),
+                (Source::Payload, Sink::Copy, &mut copied),
+            ] {
+                let secs = ceiling::bare_quinn(&payload, source, sink, &state);
+                out.push(self.rt.block_on(secs)?);
+            }
         }
         drop(payload);
         // Round by round against the ceiling: from the page cache, and
         // from a daemon keeping the model in memory (the last variant).
-        let paired = |runs: Option<&Vec<Loaded>>| -> Vec<f64> {
-            bare.iter()
+        let paired = |peer: &[f64], runs: Option<&Vec<Loaded>>| -> Vec<f64> {
+            peer.iter()
                 .zip(runs.into_iter().flatten())
                 .map(|(b, q)| b / q.total)
                 .collect()
         };
-        let (paired, paired_kept) = (paired(loads.first()), paired(loads.get(FROM_MEMORY)));
+        let paired_kept = paired(&bare, loads.get(FROM_MEMORY));
+        let paired_copied = paired(&copied, loads.first());
+        let paired = paired(&bare, loads.first());
         let mut totals = vec![f64::NAN; urls.len()];
         for (i, ((label, ..), runs)) in urls.iter().zip(loads).enumerate() {
             let total = median(runs.iter().map(|r| r.total).collect());
@@ -523,7 +524,7 @@ impl Bench {
         println!(
             "# 3. QUIC ceiling: bare quinn, one connection, one stream, the model's {size} bytes from memory"
         );
-        let (ceiling, hot) = (median(bare), median(hot));
+        let (ceiling, hot, copied) = (median(bare), median(hot), median(copied));
         let fetch = "ztp/1 library fetch, 1 connection, crc32c checked";
         for (name, secs, against, peer) in [
             ("bare quinn", ceiling, ceiling, "ceiling"),
@@ -533,8 +534,15 @@ impl Bench {
                 ceiling,
                 "ceiling",
             ),
+            (
+                "bare quinn, each chunk copied into a reused 32 MiB buffer",
+                copied,
+                ceiling,
+                "ceiling",
+            ),
             (fetch, quic, ceiling, "ceiling"),
             (fetch, quic, hot, "cache-resident resend"),
+            (fetch, quic, copied, "bare quinn copying"),
             (
                 "ztp/1 library fetch, 1 connection, keeping every tensor",
                 quic_kept,
@@ -556,6 +564,10 @@ impl Bench {
              from a daemon keeping the model in memory (quic.piece_cache_bytes = {KEPT}): {:.3}x",
             median(paired),
             median(paired_kept)
+        );
+        println!(
+            "ztp/1 against bare quinn copying what it receives (as the library must), round by round: {:.3}x",
+            median(paired_copied)
         );
         Ok(())
     }

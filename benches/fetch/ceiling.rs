@@ -89,9 +89,11 @@ pub(crate) enum Source {
 pub(crate) enum Sink {
     /// Counts them and lets quinn's buffers go: the transport alone.
     Count,
-    /// Copies each chunk into a buffer used again and again (warm memory,
-    /// as a loader's pool is): the one copy any receiver that keeps the
-    /// bytes makes, and the library makes into its aligned buffers.
+    /// Copies each chunk into a buffer used again and again, every page of
+    /// it written before the clock starts: the copy a receiver makes that
+    /// gathers the bytes into buffers of its own, as the library does into
+    /// its aligned ones. (The library's pool starts empty each fetch, so
+    /// its first buffers are fresh memory, which this receiver never pays.)
     Copy,
 }
 
@@ -132,7 +134,8 @@ pub(crate) async fn bare_quinn(
         server.wait_idle().await;
         anyhow::Ok(())
     });
-    // Faulted in before the clock starts.
+    // Faulted in before the clock starts: filled with ones, every page
+    // written (zeros would be mapped lazily, and faulted in on the clock).
     let mut kept = match sink {
         Sink::Count => Vec::new(),
         Sink::Copy => vec![1u8; SINK_BYTES],

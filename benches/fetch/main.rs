@@ -386,8 +386,8 @@ impl Bench {
         );
         // Rounds interleave the transports and the bare quinn transfers,
         // so a slow spell of the machine falls on all of them alike. Like
-        // the bare receiver, the consumer keeps nothing (buffers go back
-        // to the client); the third variant keeps every tensor.
+        // the counting bare receiver, the consumer keeps nothing (buffers
+        // go back to the client); the third variant keeps every tensor.
         let state = self.data.join("state");
         // Label, transport, URL, whether the consumer keeps every tensor,
         // connections (`None`: the default).
@@ -481,7 +481,8 @@ impl Bench {
         }
         drop(payload);
         // Round by round against the ceiling: from the page cache, and
-        // from a daemon keeping the model in memory (the last variant).
+        // from a daemon keeping the model in memory (the last variant);
+        // and from the page cache against the bare receiver that copies.
         let paired = |peer: &[f64], runs: Option<&Vec<Loaded>>| -> Vec<f64> {
             peer.iter()
                 .zip(runs.into_iter().flatten())
@@ -566,7 +567,8 @@ impl Bench {
             median(paired_kept)
         );
         println!(
-            "ztp/1 against bare quinn copying what it receives (as the library must), round by round: {:.3}x",
+            "ztp/1 against bare quinn copying what it receives (as the library must), \
+             round by round (median of the rounds' ratios): {:.3}x",
             median(paired_copied)
         );
         Ok(())

@@ -165,7 +165,7 @@ async fn manifest_latency(url: &str, via: Via) -> Result<f64> {
 
 fn row(what: &str, secs: f64, bytes: u64, peer: f64, peer_name: &str) {
     println!(
-        "{what:<52} {secs:>8.3} s {:>7.3} GB/s   {:>6.3}x {peer_name}",
+        "{what:<60} {secs:>8.3} s {:>7.3} GB/s   {:>6.3}x {peer_name}",
         bytes as f64 / secs / 1e9,
         peer / secs
     );
@@ -465,16 +465,20 @@ impl Bench {
         // The ceiling moves the served file's own bytes (ceiling.rs says why).
         let payload = bytes::Bytes::from(std::fs::read(self.data.join("root/layers-crc32c.zt"))?);
         let (mut bare, mut hot, mut copied) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..n {
+        for round in 0..n {
             for ((_, via, url, keep, conns), runs) in urls.iter().zip(loads.iter_mut()) {
                 runs.push(self.rt.block_on(load(url, *via, *keep, *conns))?);
             }
             use ceiling::{Sink, Source};
-            for (source, sink, out) in [
+            // The bare receivers in turn, each round starting with the
+            // next one, so that no receiver always runs first or last.
+            let mut receivers = [
                 (Source::Payload, Sink::Count, &mut bare),
                 (Source::HotMib, Sink::Count, &mut hot),
                 (Source::Payload, Sink::Copy, &mut copied),
-            ] {
+            ];
+            receivers.rotate_left(round % 3);
+            for (source, sink, out) in receivers {
                 let secs = ceiling::bare_quinn(&payload, source, sink, &state);
                 out.push(self.rt.block_on(secs)?);
             }
@@ -492,6 +496,19 @@ impl Bench {
         let paired_kept = paired(&bare, loads.get(FROM_MEMORY));
         let paired_copied = paired(&copied, loads.first());
         let paired = paired(&bare, loads.first());
+        // The gap's parts as time ratios of the same round, whose product
+        // is the ceiling's time over ztp/1's: the receiver's copy (the
+        // ceiling against the copying receiver), the rest of the library
+        // and the daemon (the copying receiver against ztp/1 from a
+        // daemon keeping the model), and the daemon's page-cache reads
+        // (ztp/1 from memory against ztp/1 from the page cache).
+        let parts: Vec<(f64, f64, f64)> = bare
+            .iter()
+            .zip(&copied)
+            .zip(loads.get(FROM_MEMORY).into_iter().flatten())
+            .zip(loads.first().into_iter().flatten())
+            .map(|(((b, c), m), q)| (b / c, c / m.total, m.total / q.total))
+            .collect();
         let mut totals = vec![f64::NAN; urls.len()];
         for (i, ((label, ..), runs)) in urls.iter().zip(loads).enumerate() {
             let total = median(runs.iter().map(|r| r.total).collect());
@@ -570,6 +587,15 @@ impl Bench {
             "ztp/1 against bare quinn copying what it receives (as the library must), \
              round by round (median of the rounds' ratios): {:.3}x",
             median(paired_copied)
+        );
+        let part = |f: fn(&(f64, f64, f64)) -> f64| median(parts.iter().map(f).collect());
+        println!(
+            "the gap to the ceiling in parts, round by round (medians of the rounds' speed ratios): \
+             the receiver's copy {:.3}x, the library and daemon past it {:.3}x, \
+             the daemon's page-cache reads {:.3}x",
+            part(|p| p.0),
+            part(|p| p.1),
+            part(|p| p.2)
         );
         Ok(())
     }

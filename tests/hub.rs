@@ -472,6 +472,12 @@ fn paths_info_answers_what_exists_within_its_bounds() {
     let many = vec!["paths=x"; 10_001].join("&");
     let r = post(&many);
     assert_eq!(r.status, 413, "{}", String::from_utf8_lossy(&r.body));
+    // At the cap, answered; other pairs, however many, are not paths.
+    let r = post(&vec!["paths=x"; 10_000].join("&"));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let others = format!("{}paths=config.json", "a=&".repeat(20_000));
+    let entries = json(&post(&others));
+    assert_eq!(entries.as_array().map(Vec::len), Some(1), "{entries}");
 }
 
 #[test]

@@ -99,7 +99,7 @@ pub(super) async fn answer(
     };
     let base = base_url(state, uri, headers);
     // A paths-info body (up to the body limit) is parsed inside the job.
-    let job = move || listing(&repos, kind, &id, &under, &params, &pairs(&body), &base);
+    let job = move || listing(&repos, kind, &id, &under, &params, &body, &base);
     let done = state
         .cpu
         .run_sized("the repository listing", work, job)
@@ -118,7 +118,7 @@ fn listing(
     id: &str,
     under: &Under,
     params: &[(String, String)],
-    form: &[(String, String)],
+    form: &[u8],
     base: &str,
 ) -> Result<Response, HubError> {
     let Some(repo) = repos.get(kind, id) else {
@@ -237,24 +237,25 @@ fn tree(
 }
 
 /// The entries of the paths a `paths-info` form asks about that the
-/// repository has: files, and folders.
-fn paths_info(repo: &Repo, form: &[(String, String)]) -> Result<Response, HubError> {
-    let paths: Vec<&str> = form
-        .iter()
-        .filter(|(k, _)| k == "paths")
-        .map(|(_, v)| v.trim_matches('/'))
-        .collect();
-    if paths.len() > MAX_PATHS {
-        let e = Refusal::TooLarge(format!(
-            "{} paths asked about at once; at most {MAX_PATHS}",
-            paths.len()
-        ));
-        return Err(HubError::Refused(e.into()));
+/// repository has: files, and folders. Only the form's `paths` are kept,
+/// and no more than [`MAX_PATHS`] of them: a body of other pairs costs
+/// its reading, not a copy of each.
+fn paths_info(repo: &Repo, form: &[u8]) -> Result<Response, HubError> {
+    let mut paths: Vec<String> = Vec::new();
+    for (k, v) in url::form_urlencoded::parse(form) {
+        if k != "paths" {
+            continue;
+        }
+        if paths.len() == MAX_PATHS {
+            let e = Refusal::TooLarge(format!("more than {MAX_PATHS} paths asked about at once"));
+            return Err(HubError::Refused(e.into()));
+        }
+        paths.push(v.trim_matches('/').to_owned());
     }
     let mut seen = std::collections::BTreeSet::new();
     let out: Vec<Value> = paths
-        .into_iter()
-        .filter_map(checked_path)
+        .iter()
+        .filter_map(|p| checked_path(p))
         .filter(|p| seen.insert(p.clone()))
         .filter_map(|p| repo.entry(&p).map(|e| item(&e)))
         .collect();

@@ -47,12 +47,10 @@ def digest(path):
 
 class CuttingProxy:
     """A TCP proxy to the daemon that cuts the first connection to carry
-    more than `cut` bytes back, mid-body, and records every request head.
-    `on_cut` runs when the cut is made, before the client sees it."""
+    more than `cut` bytes back, mid-body, and records every request head."""
 
-    def __init__(self, port, cut, on_cut=None):
+    def __init__(self, port, cut):
         self.upstream, self.cut, self.cuts, self.heads = port, cut, 0, []
-        self.on_cut = on_cut
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
@@ -85,8 +83,6 @@ class CuttingProxy:
                 sent += len(data)
                 if cutting and sent > self.cut and self.cuts == 0:
                     self.cuts += 1
-                    if self.on_cut:
-                        self.on_cut()
                     break
         for s in (c, u):
             with contextlib.suppress(OSError):

@@ -2,7 +2,6 @@
 (pinned in requirements.txt), unmodified, downloading a repository's large
 files from the daemon through it. The file hashes are checked against
 `hf_xet`'s own `hash_files`, the Hugging Face reference implementation."""
-import hashlib
 import http.client
 import json
 import os
@@ -157,29 +156,6 @@ def test_a_changed_file_has_a_new_hash_and_its_old_reconstruction_is_gone(layout
         assert e.value.code == 404 and e.value.headers["X-Error-Code"] == "RevisionNotFound"
         second = client(port, DOWNLOAD.replace("org/big", "org/moving") % "w.bin", tmp_path)
     assert digest(second) == digest(repo / "w.bin") != digest(first)
-
-
-def test_a_download_resumed_by_main_is_never_two_versions(layout, tmp_path):
-    """huggingface_hub with Xet turned off, given a Xet hash, downloads and
-    resumes by the `main` URL (not the commit's) and checks only the size.
-    The file rewritten at the same size between the cut and the resume:
-    the client ends with the whole new version, never the old version's
-    start followed by the new one's rest."""
-    base, root = layout
-    repo = root / "org" / "resumed"
-    repo.mkdir()
-    old, new = os.urandom(BIG), os.urandom(BIG)
-    (repo / "w.bin").write_bytes(old)
-    (base / "resumed").mkdir()
-    with daemon(root, base / "resumed") as port:
-        assert "X-Xet-Hash" in head(port, "/org/resumed/resolve/main/w.bin")
-        proxy = CuttingProxy(port, cut=12 << 20, on_cut=lambda: (repo / "w.bin").write_bytes(new))
-        code = DOWNLOAD.replace("org/big", "org/resumed") % "w.bin"
-        path = client(proxy.port, code, tmp_path, cache="plain", env={"HF_HUB_DISABLE_XET": "1"})
-    assert proxy.cuts == 1
-    ranged = [h for h in proxy.heads if h.startswith("GET ") and "range: bytes=" in h.lower()]
-    assert ranged and ranged[0].startswith("GET /org/resumed/resolve/main/w.bin "), proxy.heads
-    assert digest(path) == hashlib.sha256(new).hexdigest()
 
 
 def token_route(port, repo, commit, token=None):

@@ -7,10 +7,7 @@
 //! `Range: bytes=N-`; `HfFileSystem` reads `bytes=S-E`) and conditional
 //! requests. A revision that moves (`main`) answers `302` to the file's
 //! URL at the current commit, so that what a client downloads, and
-//! resumes, is one version's bytes; a download resumed by the `main` URL
-//! itself, which cannot say what version its first bytes were, gets the
-//! whole current file instead of the rest of whatever `main` is now
-//! ([`resumes_unpinned`]).
+//! resumes, is one version's bytes.
 //!
 //! A model file is read through its catalog entry: its components are
 //! checked against their digests before any of their bytes go out, as on
@@ -60,19 +57,12 @@ pub(super) async fn answer(
             ));
         };
         let stale = match open(state, file).await? {
+            // `main` (not a commit): to the commit's URL, where a download
+            // that breaks off resumes from the same version or fails.
+            Opened::Now(_, _) if revision != repo.commit => {
+                return Ok(to_commit(asked, repo, &path, file));
+            }
             Opened::Now(held, size) => {
-                // `main` (not a commit): to the commit's URL, where a
-                // download that breaks off resumes from the same version
-                // or fails; a resume by `main` itself, the whole file.
-                let whole;
-                let headers = if revision == repo.commit {
-                    headers
-                } else if resumes_unpinned(headers) {
-                    whole = without_range(headers);
-                    &whole
-                } else {
-                    return Ok(to_commit(asked, repo, &path, file));
-                };
                 // What the Hub's clients ask before a download (a HEAD):
                 // whether the file comes by the Xet protocol.
                 let xet = match method {
@@ -100,46 +90,6 @@ pub(super) async fn answer(
             .await
             .map_err(refused)?;
     }
-}
-
-/// Whether `headers` ask for the rest of a file from past its first byte
-/// (`Range: bytes=N-`, N > 0, the shape of a resumed download) with no
-/// `If-Range` to say which version the first N bytes were. By a revision
-/// that moves, the rest of the current version could follow another
-/// version's start: `huggingface_hub` resumes by the `main` URL when the
-/// file was offered by Xet and it downloads without (`HF_HUB_DISABLE_XET`,
-/// or `hf_xet` missing), and checks nothing but the size, so a file
-/// rewritten at the same size in between would be kept as a mix of the
-/// two. Such a request gets the whole current file (`200`, which RFC
-/// 9110 allows for any Range): `huggingface_hub` then starts again from
-/// the first byte, `curl -C -` says it cannot resume. Other ranges (a
-/// part of a file read by itself) still go to the commit's URL.
-fn resumes_unpinned(headers: &HeaderMap) -> bool {
-    if headers.contains_key(header::IF_RANGE) {
-        return false;
-    }
-    let Some(range) = headers.get(header::RANGE).and_then(|v| v.to_str().ok()) else {
-        return false;
-    };
-    let range = range.trim();
-    let Some(spec) = range
-        .get(..6)
-        .filter(|unit| unit.eq_ignore_ascii_case("bytes="))
-        .and_then(|_| range.get(6..))
-    else {
-        return false;
-    };
-    spec.trim()
-        .strip_suffix('-')
-        .and_then(|start| start.trim().parse::<u64>().ok())
-        .is_some_and(|start| start > 0)
-}
-
-/// `headers` without their Range: the whole entity.
-fn without_range(headers: &HeaderMap) -> HeaderMap {
-    let mut whole = headers.clone();
-    whole.remove(header::RANGE);
-    whole
 }
 
 /// A `302` from a revision that moves (`main`) to the URL of the file at

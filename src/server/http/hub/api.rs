@@ -127,7 +127,7 @@ fn listing(
     match under {
         Under::Info { revision } => {
             at_revision(repo, revision)?;
-            Ok(axum::Json(info(repo, flag(params, "blobs"))).into_response())
+            Ok(info(repo, flag(params, "blobs")))
         }
         Under::Tree { revision, path } => {
             at_revision(repo, revision)?;
@@ -144,39 +144,80 @@ fn listing(
     }
 }
 
-/// A repository's information.
-fn info(repo: &Repo, blobs: bool) -> Value {
-    let siblings: Vec<Value> = repo
-        .files
-        .iter()
-        .map(|(path, f)| match blobs {
-            true => json!({ "rfilename": path, "size": f.size, "blobId": oid(&f.tag) }),
-            false => json!({ "rfilename": path }),
-        })
-        .collect();
+/// A repository's information, written straight from the listing: a
+/// repository of a million files costs its JSON, not a JSON value (a map,
+/// its keys and a copy of the path) per file on the way.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Info<'a> {
+    #[serde(rename = "_id")]
+    object_id: &'a str,
+    id: &'a str,
+    sha: &'a str,
+    last_modified: &'a str,
+    created_at: &'a str,
+    private: bool,
+    disabled: bool,
+    gated: bool,
+    downloads: u64,
+    likes: u64,
+    tags: [&'a str; 0],
+    siblings: Siblings<'a>,
+    used_storage: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    author: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model_id: Option<&'a str>,
+}
+
+/// A repository's files as `siblings`, each written as it is reached.
+struct Siblings<'a> {
+    repo: &'a Repo,
+    blobs: bool,
+}
+
+/// One of `siblings`: `size` and `blobId` only when asked for (`blobs=true`).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Sibling<'a> {
+    rfilename: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    size: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    blob_id: Option<&'a str>,
+}
+
+impl serde::Serialize for Siblings<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.repo.files.iter().map(|(path, f)| Sibling {
+            rfilename: path,
+            size: self.blobs.then_some(f.size),
+            blob_id: self.blobs.then(|| f.tag.trim_matches('"')),
+        }))
+    }
+}
+
+/// A repository's information as JSON.
+fn info(repo: &Repo, blobs: bool) -> Response {
     let modified = iso(repo.modified);
-    let mut v = json!({
-        "_id": repo.commit,
-        "id": repo.id,
-        "sha": repo.commit,
-        "lastModified": modified,
-        "createdAt": modified,
-        "private": false,
-        "disabled": false,
-        "gated": false,
-        "downloads": 0,
-        "likes": 0,
-        "tags": [],
-        "siblings": siblings,
-        "usedStorage": repo.files.values().map(|f| f.size).sum::<u64>(),
-    });
-    if let Some((author, _)) = repo.id.split_once('/') {
-        v["author"] = json!(author);
-    }
-    if repo.kind == Kind::Model {
-        v["modelId"] = json!(repo.id);
-    }
-    v
+    let info = Info {
+        object_id: &repo.commit,
+        id: &repo.id,
+        sha: &repo.commit,
+        last_modified: &modified,
+        created_at: &modified,
+        private: false,
+        disabled: false,
+        gated: false,
+        downloads: 0,
+        likes: 0,
+        tags: [],
+        siblings: Siblings { repo, blobs },
+        used_storage: repo.files.values().map(|f| f.size).sum(),
+        author: repo.id.split_once('/').map(|(author, _)| author),
+        model_id: (repo.kind == Kind::Model).then_some(repo.id.as_str()),
+    };
+    axum::Json(info).into_response()
 }
 
 /// A repository's refs: one branch, `main`, at its current commit (what

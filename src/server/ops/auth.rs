@@ -22,7 +22,33 @@ pub(crate) const RECHECK: Duration = Duration::from_secs(1);
 /// and inode (a file replaced by a rename of the same size and second).
 type Stamp = (Option<SystemTime>, u64, u64);
 
-type Set = Arc<HashSet<Vec<u8>>>;
+type Set = Arc<InForce>;
+
+/// The tokens in force, and the key URLs are signed with, made from them
+/// once when they are read (not per signature: a reconstruction signs a
+/// URL for each of up to 16,384 xorbs).
+#[derive(Debug)]
+struct InForce {
+    tokens: HashSet<Vec<u8>>,
+    signing_key: [u8; 32],
+}
+
+impl InForce {
+    fn new(tokens: HashSet<Vec<u8>>) -> Self {
+        let mut sorted: Vec<&Vec<u8>> = tokens.iter().collect();
+        sorted.sort();
+        let mut h = blake3::Hasher::new_derive_key("ztserve 2026-11 signed URLs");
+        for t in sorted {
+            h.update(&(t.len() as u64).to_le_bytes());
+            h.update(t);
+        }
+        let signing_key = *h.finalize().as_bytes();
+        InForce {
+            tokens,
+            signing_key,
+        }
+    }
+}
 
 /// The set of valid tokens, backed by a file.
 #[derive(Debug)]
@@ -68,7 +94,7 @@ impl Tokens {
         }
         Ok(Tokens {
             path: path.to_owned(),
-            current: RwLock::new(Arc::new(tokens)),
+            current: RwLock::new(Arc::new(InForce::new(tokens))),
             stamp: Mutex::new(stamp),
         })
     }
@@ -86,8 +112,9 @@ impl Tokens {
         match read(&self.path) {
             Ok((tokens, stamp)) => {
                 tracing::info!(file = %self.path.display(), tokens = tokens.len(), "token file reloaded");
+                let in_force = Arc::new(InForce::new(tokens));
                 if let Ok(mut c) = self.current.write() {
-                    *c = Arc::new(tokens);
+                    *c = in_force;
                 }
                 *last = stamp;
             }
@@ -110,7 +137,7 @@ impl Tokens {
             return false;
         };
         let mut ok = false;
-        for t in set.iter() {
+        for t in set.tokens.iter() {
             ok |= same(t, token.as_bytes());
         }
         ok
@@ -130,24 +157,15 @@ impl Tokens {
     /// time independent of where they differ. Never, without tokens (a
     /// key made of none would be anyone's).
     pub(crate) fn signed(&self, message: &[u8], signature: &str) -> bool {
-        let any = self.current.read().is_ok_and(|c| !c.is_empty());
+        let any = self.current.read().is_ok_and(|c| !c.tokens.is_empty());
         any && same(self.sign(message).as_bytes(), signature.as_bytes())
     }
 
     fn signing_key(&self) -> [u8; 32] {
-        let set = self
-            .current
+        self.current
             .read()
-            .map(|c| Arc::clone(&c))
-            .unwrap_or_default();
-        let mut sorted: Vec<&Vec<u8>> = set.iter().collect();
-        sorted.sort();
-        let mut h = blake3::Hasher::new_derive_key("ztserve 2026-11 signed URLs");
-        for t in sorted {
-            h.update(&(t.len() as u64).to_le_bytes());
-            h.update(t);
-        }
-        *h.finalize().as_bytes()
+            .map(|c| c.signing_key)
+            .unwrap_or_else(|_| InForce::new(HashSet::new()).signing_key)
     }
 }
 
@@ -184,10 +202,14 @@ mod tests {
         assert!(!t.allows(Some("Bearer alph")));
         assert!(!t.allows(Some("Basic alpha")));
         assert!(!t.allows(None));
+        let signed = t.sign(b"/xet/a\n1");
         std::fs::write(&f, "gamma-longer\n").unwrap();
         t.refresh();
         assert!(t.allows(Some("Bearer gamma-longer")));
         assert!(!t.allows(Some("Bearer alpha")));
+        // The rotation made a new signing key: what was signed is void.
+        assert!(!t.signed(b"/xet/a\n1", &signed));
+        assert!(t.signed(b"/xet/a\n1", &t.sign(b"/xet/a\n1")));
         std::fs::write(&f, "").unwrap();
         assert!(Tokens::load(&f).is_err());
     }

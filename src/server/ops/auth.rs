@@ -26,11 +26,16 @@ type Set = Arc<InForce>;
 
 /// The tokens in force, and the key URLs are signed with, made from them
 /// once when they are read (not per signature: a reconstruction signs a
-/// URL for each of up to 16,384 xorbs).
-#[derive(Debug)]
+/// URL for each of up to 16,384 xorbs). Never printed.
 struct InForce {
     tokens: HashSet<Vec<u8>>,
     signing_key: [u8; 32],
+}
+
+impl std::fmt::Debug for InForce {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InForce {{ {} tokens }}", self.tokens.len())
+    }
 }
 
 impl InForce {

@@ -192,7 +192,7 @@ impl serde::Serialize for Siblings<'_> {
         s.collect_seq(self.repo.files.iter().map(|(path, f)| Sibling {
             rfilename: path,
             size: self.blobs.then_some(f.size),
-            blob_id: self.blobs.then(|| f.tag.trim_matches('"')),
+            blob_id: self.blobs.then(|| oid(&f.tag)),
         }))
     }
 }
@@ -313,8 +313,8 @@ fn item(i: &Item<'_>) -> Value {
 }
 
 /// A file's `oid`: its tag unquoted.
-fn oid(tag: &str) -> String {
-    tag.trim_matches('"').to_owned()
+fn oid(tag: &str) -> &str {
+    tag.trim_matches('"')
 }
 
 /// A time as the Hub writes it: `2022-08-19T07:19:38.000Z`.

@@ -58,6 +58,10 @@ fn a_file_is_served_with_the_headers_the_hubs_clients_read() {
         .map(|s| s["rfilename"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["README.md", "config.json", "model.zt"]);
+    // A HEAD of the information is its GET without the body.
+    let head = curl(&["-I"], &s.url("/api/models/org/m"));
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("content-type"), Some("application/json"));
 
     // `main` moves: it leads to the file at the current commit, with its
     // headers, by a relative redirect.
@@ -66,6 +70,13 @@ fn a_file_is_served_with_the_headers_the_hubs_clients_read() {
     let location = format!("/org/m/resolve/{sha}/model.zt");
     assert_eq!(moved.header("location"), Some(location.as_str()));
     assert_eq!(moved.header("x-repo-commit"), Some(sha.as_str()));
+    // As does `main` by its full name, one encoded segment.
+    let full = curl(
+        &["-I"],
+        &s.url("/org/m/resolve/refs%2Fheads%2Fmain/model.zt"),
+    );
+    assert_eq!(full.status, 302);
+    assert_eq!(full.header("location"), Some(location.as_str()));
     // HEAD, by `main` (followed) and by the commit: the same headers.
     for (rev, follow) in [("main", "-L"), (sha.as_str(), "-s")] {
         let head = curl(

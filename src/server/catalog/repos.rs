@@ -169,10 +169,12 @@ fn commit(files: &BTreeMap<String, RepoFile>) -> String {
 }
 
 impl Repo {
-    /// Whether `revision` names this repository's current state: `main`,
-    /// the empty revision, or its commit id.
+    /// Whether `revision` names this repository's current state: `main`
+    /// (or its full name, `refs/heads/main`), the empty revision, or its
+    /// commit id.
     pub(crate) fn is_current(&self, revision: &str) -> bool {
-        revision.is_empty() || revision == "main" || revision.eq_ignore_ascii_case(&self.commit)
+        matches!(revision, "" | "main" | "refs/heads/main")
+            || revision.eq_ignore_ascii_case(&self.commit)
     }
 
     /// One page of its tree under the folder `dir` ([`tree::page`]).

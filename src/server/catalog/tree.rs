@@ -112,9 +112,10 @@ impl Folders {
 
 /// One page of the files and folders directly under the folder `dir`
 /// (`""`: the top), or of every file and folder below it when
-/// `recursive` (as the Hub lists them): at most `limit` entries (at
-/// least one) in path order, those after the path `after` when given,
-/// and whether more follow; `None` when `dir` is no folder of the
+/// `recursive` (as the Hub lists them): `limit` entries (at least one;
+/// one more where a file and a folder of one path would be cut apart) in
+/// path order, those after the path `after` when given, and whether
+/// more follow; `None` when `dir` is no folder of the
 /// repository (a file's path included).
 pub(crate) fn page<'a, F>(
     files: &'a BTreeMap<String, F>,
@@ -158,8 +159,19 @@ pub(crate) fn page<'a, F>(
             Box::new(rest.iter().filter_map(move |c| child(files, index, dir, c)))
         }
     };
-    let page: Vec<Item<'a, F>> = entries.by_ref().take(limit).collect();
-    let more = entries.next().is_some();
+    let mut page: Vec<Item<'a, F>> = entries.by_ref().take(limit).collect();
+    let mut rest = entries.peekable();
+    // A file and a folder of one path (which only object keys make) end
+    // a page together: the next page's cursor is a path, and starts
+    // after everything at it.
+    if let (Some(Item::File { path, .. }), Some(Item::Folder { path: d, .. })) =
+        (page.last(), rest.peek())
+    {
+        if path == d {
+            page.extend(rest.next());
+        }
+    }
+    let more = rest.peek().is_some();
     Some((page, more))
 }
 
@@ -350,6 +362,7 @@ mod tests {
             "q/r/s/t/u",
             "m/n",
             "m/n0/o",
+            "m/n0",
         ]);
         let cursors = [
             "", "0", "a", "a/", "a/b", "a/b-", "a/b/c", "a/b/d/zz", "a/c", "m/", "q/r/s", "zz",
@@ -364,7 +377,9 @@ mod tests {
                         let (page, more) = repo
                             .tree_page(dir, recursive, after.as_deref(), limit)
                             .unwrap();
-                        assert!(page.len() == limit || (!more && page.len() < limit));
+                        let pair =
+                            page.len() == limit + 1 && page[limit - 1].path() == page[limit].path();
+                        assert!(page.len() == limit || pair || (!more && page.len() < limit));
                         got.extend(page.iter().map(said));
                         after = page.last().map(|i| i.path().to_owned());
                         if !more {
@@ -414,6 +429,11 @@ mod tests {
             assert_eq!(got, expected(&repo, "", recursive));
             assert_eq!((got[0].1, got[1].1), (0, 1));
             assert!(!more);
+            // Paged one by one, the folder is not skipped past with its file.
+            let (page, more) = repo.tree_page("", recursive, None, 1).unwrap();
+            let got: Vec<_> = page.iter().map(said).collect();
+            assert_eq!(got, expected(&repo, "", recursive)[..2]);
+            assert_eq!(more, recursive);
         }
     }
 }

@@ -59,6 +59,11 @@ pub(super) async fn answer(
     headers: &HeaderMap,
     body: Bytes,
 ) -> (Result<Response, HubError>, &'static str) {
+    // A HEAD is answered as its GET, without the body (the server drops it).
+    let method = match *method {
+        Method::HEAD => &Method::GET,
+        _ => method,
+    };
     let Some(asked) = api_url(uri.path()) else {
         return (
             Err(HubError::Route(format!("no route for {}", uri.path()))),

@@ -34,6 +34,7 @@ use crate::server::serve::gather::Window;
 use crate::server::serve::recheck::Recheck;
 use crate::server::State;
 
+use crate::server::store::Buffer;
 use crate::server::store::READ_CHUNK as CHUNK;
 
 /// A piece of a response body: literal bytes, or a range of the file.
@@ -87,8 +88,8 @@ pub(super) fn file_stream(
         .map(move |span| {
             let (served, state, flow) = (s.clone(), Arc::clone(&st), Arc::clone(&flow));
             async move {
-                let bytes = read(&served, &state, &flow, span.clone(), ahead).await?;
-                unchanged(&served, &state, &span, bytes)
+                let read = read(&served, &state, &flow, span.clone(), ahead).await?;
+                unchanged(&served, &state, &span, read)
             }
         })
         .buffered(ahead);
@@ -138,8 +139,8 @@ fn gathered_stream(
                 let Some(w) = w else {
                     return Ok(Bytes::new());
                 };
-                let bytes = read(&served, &state, &flow, w.span.clone(), ahead).await?;
-                let out = w.pick(unchanged(&served, &state, &w.span, bytes)?)?;
+                let read = read(&served, &state, &flow, w.span.clone(), ahead).await?;
+                let out = w.pick(unchanged(&served, &state, &w.span, read)?)?;
                 state.metrics.add_bytes(out.len() as u64);
                 Ok(out)
             }
@@ -198,26 +199,32 @@ fn changed(held: &Held, state: &Arc<State>, why: String) -> io::Error {
 /// and the budget first, then the components under it checked (the first
 /// check of a component reads it whole); bytes already checked and in the
 /// page cache are read on the runtime, without a hop to the blocking pool.
-/// Whether the file is still the version served is the caller's to ask,
-/// after the read.
+/// With the bytes: whether the file had changed from the version served
+/// after the read ([`unchanged`] says what to do about it), asked where the
+/// read ran (a local file's `fstat` beside its `pread` on the blocking
+/// pool; on the runtime only after a read from memory).
 pub(super) async fn read(
     served: &Held,
     state: &Arc<State>,
     flow: &Arc<Flow>,
     span: Range<u64>,
     ahead: usize,
-) -> io::Result<Bytes> {
+) -> io::Result<(Bytes, bool)> {
     let n = span.end - span.start;
     let charge = state.flows.charge(flow, n, ahead).await;
-    let bytes = read_uncharged(served, state, span).await?;
-    Ok(charge.hold(bytes))
+    let (bytes, changed) = read_uncharged(served, state, span).await?;
+    Ok((charge.hold(bytes), changed))
 }
 
-async fn read_uncharged(served: &Held, state: &Arc<State>, span: Range<u64>) -> io::Result<Bytes> {
+async fn read_uncharged(
+    served: &Held,
+    state: &Arc<State>,
+    span: Range<u64>,
+) -> io::Result<(Bytes, bool)> {
     let (pos, n) = (span.start, span.end - span.start);
     if served.is_checked_span(&span) {
         if let Some(read) = served.file().read_now(&span) {
-            return read;
+            return read.map(|bytes| (bytes, served.changed()));
         }
     } else if let Err(refusal) = served.check_spans(std::slice::from_ref(&span)).await {
         state.catalog.digest_metrics().count_abort();
@@ -227,19 +234,21 @@ async fn read_uncharged(served: &Held, state: &Arc<State>, span: Range<u64>) -> 
     // A local file's read on the blocking pool, an object's GET awaited
     // here: no thread held across network I/O.
     let len = usize::try_from(n).unwrap_or(0);
-    served.file().read_async(len, pos, None).await.inspect_err(|e| {
+    let read = served.file().read_checked(len, pos, Buffer::Pooled(None));
+    read.await.inspect_err(|e| {
         tracing::warn!(file = %served.path(), error = %e, offset = pos, "read failed mid-response (file truncated or changed?)");
     })
 }
 
-/// `bytes`, read from `span`, if the file is still the version served.
+/// `bytes`, read from `span`, unless the file had moved from the version
+/// served by the end of the read (`moved`, from [`read`]).
 fn unchanged(
     served: &Held,
     state: &Arc<State>,
     span: &Range<u64>,
-    bytes: Bytes,
+    (bytes, moved): (Bytes, bool),
 ) -> io::Result<Bytes> {
-    if !served.changed() {
+    if !moved {
         return Ok(bytes);
     }
     let why = format!(

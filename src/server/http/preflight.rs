@@ -92,10 +92,11 @@ pub(super) async fn preflight(
     let piece = super::body::piece(served, state);
     let first = first.start..first.end.min(first.start.saturating_add(piece));
     let read = super::body::read(served, state, &entity.flow, first, 1).await;
-    // After the read: a write that landed before it changed the identity.
+    // After the read: a write that landed before it changed the identity
+    // (of the file or of any of its shards, once a response).
     stopped(served.stale())?;
     match read {
-        Ok(bytes) => Ok(Some(bytes)),
+        Ok((bytes, _)) => Ok(Some(bytes)),
         Err(e) => Err(Refusal::Unreadable(format!("{}: {e}", served.path())).into()),
     }
 }

@@ -92,7 +92,7 @@ impl Kept {
     }
 
     /// Keeps `bytes`, read at `pos` of the version `key` into a buffer
-    /// of their own ([`Blob::read_unpooled`](crate::server::store::Blob)),
+    /// of their own ([`Buffer::Own`](crate::server::store::Buffer)),
     /// if a chunk of their length is kept ([`Kept::keeps`]).
     pub(crate) fn keep(&self, key: &str, pos: u64, bytes: &Bytes) {
         if self.keeps(bytes.len() as u64) {

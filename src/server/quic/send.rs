@@ -20,6 +20,7 @@ use crate::server::serve::Refusal;
 use crate::server::State;
 
 use crate::server::store::source::held;
+use crate::server::store::Buffer;
 use crate::server::store::READ_CHUNK as CHUNK;
 
 /// Components of one request being read into quinn at once. They are
@@ -440,17 +441,23 @@ async fn read_chunk(
     let kept = kept.filter(|_| state.kept.keeps(n));
     let hit = kept.and_then(|k| state.kept.get(k, &(pos..pos.saturating_add(n))));
     let from_memory = hit.is_some();
+    // Whether the file changed is asked after the read, where it ran (a
+    // local file's `fstat` beside its `pread` on the blocking pool; on the
+    // runtime only after a chunk from memory).
     let read = match (hit, kept) {
-        (Some(b), _) => Ok(b),
-        (None, Some(_)) => served.file.read_unpooled(len, pos).await,
-        (None, None) => served.file.read_async(len, pos, permit.take()).await,
+        (Some(b), _) => Ok((b, served.changed())),
+        (None, Some(_)) => served.file.read_checked(len, pos, Buffer::Own).await,
+        (None, None) => {
+            let buf = Buffer::Pooled(permit.take());
+            served.file.read_checked(len, pos, buf).await
+        }
     };
     match read {
         // Read from a file rewritten in place since it was catalogued (or
         // kept from it while it was that version): the bytes may be the
         // new version's (the client would refuse them by their digest;
         // they are not sent at all).
-        Ok(_) if served.changed() => {
+        Ok((_, true)) => {
             let why = format!(
                 "{}: object {:?}, component {:?}: changed-under-transfer: the file changed (rewritten in place?) while it was sent",
                 served.path, h.object, h.component
@@ -460,7 +467,7 @@ async fn read_chunk(
             state.refresh_later(&served.path);
             Err(Unread::Refused(Refusal::Unreadable(why)))
         }
-        Ok(b) => {
+        Ok((b, false)) => {
             match (kept, from_memory) {
                 (_, true) => state.kept.sent(),
                 (Some(k), false) => state.kept.keep(k, pos, &b),

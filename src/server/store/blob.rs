@@ -23,7 +23,7 @@ use zt_format::{Limits, Source};
 
 use super::local::LocalFile;
 use super::object::StoredObject;
-use super::source::{ByteSource, Gone};
+use super::source::{Buffer, ByteSource, Gone};
 use super::{Identity, READ_CHUNK};
 
 /// A served file's bytes.
@@ -67,10 +67,15 @@ impl Blob {
         Arc::clone(&self.0).read_async(len, pos, permit).await
     }
 
-    /// [`Blob::read_async`] into a buffer of the bytes' own, for bytes
-    /// kept long after the read ([`ByteSource::read_unpooled`]).
-    pub(crate) async fn read_unpooled(&self, len: usize, pos: u64) -> io::Result<Bytes> {
-        Arc::clone(&self.0).read_unpooled(len, pos).await
+    /// A read into `buf` and whether the version changed, asked where the
+    /// read ran ([`ByteSource::read_checked`]).
+    pub(crate) async fn read_checked(
+        &self,
+        len: usize,
+        pos: u64,
+        buf: Buffer,
+    ) -> io::Result<(Bytes, bool)> {
+        Arc::clone(&self.0).read_checked(len, pos, buf).await
     }
 
     /// Whether the version is still there where its identity cannot tell

@@ -14,7 +14,7 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
 use super::pread::{read_cached, read_pooled, read_unpooled, CACHED_READ_MAX};
-use super::source::{pieces_with, ByteSource, Gone};
+use super::source::{pieces_with, Buffer, ByteSource, Gone};
 use super::Identity;
 
 /// An open local file and the identity it had when opened.
@@ -57,6 +57,22 @@ impl ByteSource for LocalFile {
         on_pool(move || read_unpooled(&self.file, len, pos))
     }
 
+    /// The read and the `fstat` in one trip to the blocking pool.
+    fn read_checked(
+        self: Arc<Self>,
+        len: usize,
+        pos: u64,
+        buf: Buffer,
+    ) -> BoxFuture<'static, io::Result<(Bytes, bool)>> {
+        on_pool(move || {
+            let bytes = match buf {
+                Buffer::Pooled(permit) => read_pooled(&self.file, len, pos, permit)?,
+                Buffer::Own => read_unpooled(&self.file, len, pos)?,
+            };
+            Ok((bytes, self.changed()))
+        })
+    }
+
     fn reads_blocking(&self) -> bool {
         true
     }
@@ -91,9 +107,9 @@ impl ByteSource for LocalFile {
 }
 
 /// `read` on the blocking pool (disk I/O), awaited from the runtime.
-fn on_pool(
-    read: impl FnOnce() -> io::Result<Bytes> + Send + 'static,
-) -> BoxFuture<'static, io::Result<Bytes>> {
+fn on_pool<T: Send + 'static>(
+    read: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> BoxFuture<'static, io::Result<T>> {
     Box::pin(async move {
         tokio::task::spawn_blocking(read)
             .await

@@ -32,6 +32,7 @@ pub(crate) mod source;
 
 pub(crate) use blob::Blob;
 pub(crate) use identity::Identity;
+pub(crate) use source::Buffer;
 
 /// Bytes of a served file read at once, for every transport and for
 /// hashing: the memory one response or stream holds in its reader, and

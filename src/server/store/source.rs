@@ -18,7 +18,7 @@ use futures_util::stream::BoxStream;
 /// runtime: a local file's on the blocking pool (disk I/O), an object's
 /// GETs awaited there, so no thread is held across network I/O; only
 /// [`ByteSource::read_now`], which never blocks, answers at once.
-pub(crate) trait ByteSource: Send + Sync + fmt::Debug {
+pub(crate) trait ByteSource: Send + Sync + fmt::Debug + 'static {
     /// Whether the bytes may no longer be that version: a local file
     /// written since (its identity moved), an object a read found
     /// replaced or gone in the store.
@@ -48,6 +48,26 @@ pub(crate) trait ByteSource: Send + Sync + fmt::Debug {
         pos: u64,
     ) -> BoxFuture<'static, io::Result<Bytes>> {
         self.read_async(len, pos, None)
+    }
+
+    /// A read into `buf` ([`ByteSource::read_async`] or
+    /// [`ByteSource::read_unpooled`]), then whether the version changed
+    /// ([`ByteSource::changed`]), both where the read runs: a local file's
+    /// `fstat` beside its `pread` on the blocking pool, so that a network
+    /// file system slow to answer holds a pool thread, never the runtime.
+    fn read_checked(
+        self: Arc<Self>,
+        len: usize,
+        pos: u64,
+        buf: Buffer,
+    ) -> BoxFuture<'static, io::Result<(Bytes, bool)>> {
+        Box::pin(async move {
+            let bytes = match buf {
+                Buffer::Pooled(permit) => Arc::clone(&self).read_async(len, pos, permit).await?,
+                Buffer::Own => Arc::clone(&self).read_unpooled(len, pos).await?,
+            };
+            Ok((bytes, self.changed()))
+        })
     }
 
     /// Whether the store keeps what is read of it in the daemon's memory
@@ -98,6 +118,17 @@ pub(crate) trait ByteSource: Send + Sync + fmt::Debug {
     fn whole_chunks(&self) -> bool {
         false
     }
+}
+
+/// Where a read's bytes go.
+#[derive(Debug)]
+pub(crate) enum Buffer {
+    /// A pooled buffer, holding the permit until its last [`Bytes`] is
+    /// dropped ([`ByteSource::read_async`]).
+    Pooled(Option<tokio::sync::OwnedSemaphorePermit>),
+    /// A buffer of the bytes' own, for bytes kept long after the read
+    /// ([`ByteSource::read_unpooled`]).
+    Own,
 }
 
 /// The pieces of `range`, `piece` bytes each, read with `read` (`ahead`

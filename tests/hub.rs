@@ -60,8 +60,19 @@ fn a_file_is_served_with_the_headers_the_hubs_clients_read() {
     assert_eq!(names, ["README.md", "config.json", "model.zt"]);
     // A HEAD of the information is its GET without the body.
     let head = curl(&["-I"], &s.url("/api/models/org/m"));
+    // (`curl -I` writes the headers where a body would go.)
     assert_eq!(head.status, 200);
     assert_eq!(head.header("content-type"), Some("application/json"));
+    let length = head.header("content-length").map(str::to_owned);
+    assert_eq!(
+        length,
+        Some(
+            curl(&[], &s.url("/api/models/org/m"))
+                .body
+                .len()
+                .to_string()
+        )
+    );
 
     // `main` moves: it leads to the file at the current commit, with its
     // headers, by a relative redirect.

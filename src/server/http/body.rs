@@ -88,8 +88,8 @@ pub(super) fn file_stream(
         .map(move |span| {
             let (served, state, flow) = (s.clone(), Arc::clone(&st), Arc::clone(&flow));
             async move {
-                let read = read(&served, &state, &flow, span.clone(), ahead).await?;
-                unchanged(&served, &state, &span, read)
+                let got = read(&served, &state, &flow, span.clone(), ahead).await?;
+                unchanged(&served, &state, &span, got)
             }
         })
         .buffered(ahead);
@@ -139,8 +139,8 @@ fn gathered_stream(
                 let Some(w) = w else {
                     return Ok(Bytes::new());
                 };
-                let read = read(&served, &state, &flow, w.span.clone(), ahead).await?;
-                let out = w.pick(unchanged(&served, &state, &w.span, read)?)?;
+                let got = read(&served, &state, &flow, w.span.clone(), ahead).await?;
+                let out = w.pick(unchanged(&served, &state, &w.span, got)?)?;
                 state.metrics.add_bytes(out.len() as u64);
                 Ok(out)
             }

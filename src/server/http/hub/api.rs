@@ -60,6 +60,7 @@ pub(super) async fn answer(
     body: Bytes,
 ) -> (Result<Response, HubError>, &'static str) {
     // A HEAD is answered as its GET, without the body (the server drops it).
+    let asked_by = method;
     let method = match *method {
         Method::HEAD => &Method::GET,
         _ => method,
@@ -98,7 +99,7 @@ pub(super) async fn answer(
         ),
         (Under::Refs, &Method::GET) => (0, "/api/{kind}/{repo}/refs"),
         _ => {
-            let e = HubError::Route(format!("{method} is not a request of {}", uri.path()));
+            let e = HubError::Route(format!("{asked_by} is not a request of {}", uri.path()));
             return (Err(e), "other");
         }
     };

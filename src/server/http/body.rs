@@ -34,8 +34,8 @@ use crate::server::serve::gather::Window;
 use crate::server::serve::recheck::Recheck;
 use crate::server::State;
 
-use crate::server::store::Buffer;
 use crate::server::store::READ_CHUNK as CHUNK;
+use crate::server::store::{Buffer, Checked};
 
 /// A piece of a response body: literal bytes, or a range of the file.
 #[derive(Debug, Clone)]
@@ -199,32 +199,34 @@ fn changed(held: &Held, state: &Arc<State>, why: String) -> io::Error {
 /// and the budget first, then the components under it checked (the first
 /// check of a component reads it whole); bytes already checked and in the
 /// page cache are read on the runtime, without a hop to the blocking pool.
-/// With the bytes: whether the file had changed from the version served
-/// after the read ([`unchanged`] says what to do about it), asked where the
-/// read ran (a local file's `fstat` beside its `pread` on the blocking
-/// pool; on the runtime only after a read from memory).
+/// The bytes, or that the file had changed from the version served by
+/// the end of the read ([`unchanged`] says what to do about it), asked
+/// where the read ran (a local file's `fstat` beside its `pread` on the
+/// blocking pool; on the runtime only after a read from memory).
 pub(super) async fn read(
     served: &Held,
     state: &Arc<State>,
     flow: &Arc<Flow>,
     span: Range<u64>,
     ahead: usize,
-) -> io::Result<(Bytes, bool)> {
+) -> io::Result<Checked> {
     let n = span.end - span.start;
     let charge = state.flows.charge(flow, n, ahead).await;
-    let (bytes, changed) = read_uncharged(served, state, span).await?;
-    Ok((charge.hold(bytes), changed))
+    Ok(match read_uncharged(served, state, span).await? {
+        Checked::Same(bytes) => Checked::Same(charge.hold(bytes)),
+        Checked::Changed => Checked::Changed,
+    })
 }
 
 async fn read_uncharged(
     served: &Held,
     state: &Arc<State>,
     span: Range<u64>,
-) -> io::Result<(Bytes, bool)> {
+) -> io::Result<Checked> {
     let (pos, n) = (span.start, span.end - span.start);
     if served.is_checked_span(&span) {
         if let Some(read) = served.file().read_now(&span) {
-            return read.map(|bytes| (bytes, served.changed()));
+            return read.map(|bytes| Checked::after(bytes, served.changed()));
         }
     } else if let Err(refusal) = served.check_spans(std::slice::from_ref(&span)).await {
         state.catalog.digest_metrics().count_abort();
@@ -240,15 +242,15 @@ async fn read_uncharged(
     })
 }
 
-/// `bytes`, read from `span`, unless the file had moved from the version
-/// served by the end of the read (`moved`, from [`read`]).
+/// The bytes read from `span`, unless the file had changed from the
+/// version served by the end of the read ([`read`]).
 fn unchanged(
     served: &Held,
     state: &Arc<State>,
     span: &Range<u64>,
-    (bytes, moved): (Bytes, bool),
+    read: Checked,
 ) -> io::Result<Bytes> {
-    if !moved {
+    if let Checked::Same(bytes) = read {
         return Ok(bytes);
     }
     let why = format!(

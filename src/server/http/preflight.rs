@@ -30,6 +30,7 @@ use crate::server::catalog::Served;
 use crate::server::integrity::checks;
 use crate::server::serve::Refusal;
 use crate::server::store::source::Gone;
+use crate::server::store::Checked;
 use crate::server::store::READ_CHUNK;
 use crate::server::State;
 
@@ -96,7 +97,10 @@ pub(super) async fn preflight(
     // (of the file or of any of its shards, once a response).
     stopped(served.stale())?;
     match read {
-        Ok((bytes, _)) => Ok(Some(bytes)),
+        Ok(Checked::Same(bytes)) => Ok(Some(bytes)),
+        // Changed under the read, though the identity no longer says so
+        // (written back?): stopped all the same.
+        Ok(Checked::Changed) => Err(changed_stop(served.path())),
         Err(e) => Err(Refusal::Unreadable(format!("{}: {e}", served.path())).into()),
     }
 }
@@ -110,12 +114,13 @@ pub(super) fn unchanged(served: &Served) -> Result<(), Stop> {
 
 /// `Ok` unless a file behind the response changed (`stale`: its path).
 fn stopped(stale: Option<&str>) -> Result<(), Stop> {
-    match stale {
-        None => Ok(()),
-        Some(path) => Err(Stop::Changed {
-            path: path.to_owned(),
-            why: format!("{path}: the file changed (rewritten in place?) since it was catalogued"),
-        }),
+    stale.map_or(Ok(()), |path| Err(changed_stop(path)))
+}
+
+fn changed_stop(path: &str) -> Stop {
+    Stop::Changed {
+        path: path.to_owned(),
+        why: format!("{path}: the file changed (rewritten in place?) since it was catalogued"),
     }
 }
 

@@ -20,8 +20,8 @@ use crate::server::serve::Refusal;
 use crate::server::State;
 
 use crate::server::store::source::held;
-use crate::server::store::Buffer;
 use crate::server::store::READ_CHUNK as CHUNK;
+use crate::server::store::{Buffer, Checked};
 
 /// Components of one request being read into quinn at once. They are
 /// handed out in send order by the loop that opens the streams (not by the
@@ -445,7 +445,7 @@ async fn read_chunk(
     // local file's `fstat` beside its `pread` on the blocking pool; on the
     // runtime only after a chunk from memory).
     let read = match (hit, kept) {
-        (Some(b), _) => Ok((b, served.changed())),
+        (Some(b), _) => Ok(Checked::after(b, served.changed())),
         (None, Some(_)) => served.file.read_checked(len, pos, Buffer::Own).await,
         (None, None) => {
             let buf = Buffer::Pooled(permit.take());
@@ -457,7 +457,7 @@ async fn read_chunk(
         // kept from it while it was that version): the bytes may be the
         // new version's (the client would refuse them by their digest;
         // they are not sent at all).
-        Ok((_, true)) => {
+        Ok(Checked::Changed) => {
             let why = format!(
                 "{}: object {:?}, component {:?}: changed-under-transfer: the file changed (rewritten in place?) while it was sent",
                 served.path, h.object, h.component
@@ -467,7 +467,7 @@ async fn read_chunk(
             state.refresh_later(&served.path);
             Err(Unread::Refused(Refusal::Unreadable(why)))
         }
-        Ok((b, false)) => {
+        Ok(Checked::Same(b)) => {
             match (kept, from_memory) {
                 (_, true) => state.kept.sent(),
                 (Some(k), false) => state.kept.keep(k, pos, &b),

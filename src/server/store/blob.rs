@@ -23,7 +23,7 @@ use zt_format::{Limits, Source};
 
 use super::local::LocalFile;
 use super::object::StoredObject;
-use super::source::{Buffer, ByteSource, Gone};
+use super::source::{Buffer, ByteSource, Checked, Gone};
 use super::{Identity, READ_CHUNK};
 
 /// A served file's bytes.
@@ -74,7 +74,7 @@ impl Blob {
         len: usize,
         pos: u64,
         buf: Buffer,
-    ) -> io::Result<(Bytes, bool)> {
+    ) -> io::Result<Checked> {
         Arc::clone(&self.0).read_checked(len, pos, buf).await
     }
 

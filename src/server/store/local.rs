@@ -14,7 +14,7 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
 use super::pread::{read_cached, read_pooled, read_unpooled, CACHED_READ_MAX};
-use super::source::{pieces_with, Buffer, ByteSource, Gone};
+use super::source::{pieces_with, Buffer, ByteSource, Checked, Gone};
 use super::Identity;
 
 /// An open local file and the identity it had when opened.
@@ -63,13 +63,13 @@ impl ByteSource for LocalFile {
         len: usize,
         pos: u64,
         buf: Buffer,
-    ) -> BoxFuture<'static, io::Result<(Bytes, bool)>> {
+    ) -> BoxFuture<'static, io::Result<Checked>> {
         on_pool(move || {
             let bytes = match buf {
                 Buffer::Pooled(permit) => read_pooled(&self.file, len, pos, permit)?,
                 Buffer::Own => read_unpooled(&self.file, len, pos)?,
             };
-            Ok((bytes, self.changed()))
+            Ok(Checked::after(bytes, self.changed()))
         })
     }
 

@@ -32,7 +32,7 @@ pub(crate) mod source;
 
 pub(crate) use blob::Blob;
 pub(crate) use identity::Identity;
-pub(crate) use source::Buffer;
+pub(crate) use source::{Buffer, Checked};
 
 /// Bytes of a served file read at once, for every transport and for
 /// hashing: the memory one response or stream holds in its reader, and

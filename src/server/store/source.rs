@@ -60,13 +60,13 @@ pub(crate) trait ByteSource: Send + Sync + fmt::Debug + 'static {
         len: usize,
         pos: u64,
         buf: Buffer,
-    ) -> BoxFuture<'static, io::Result<(Bytes, bool)>> {
+    ) -> BoxFuture<'static, io::Result<Checked>> {
         Box::pin(async move {
             let bytes = match buf {
                 Buffer::Pooled(permit) => Arc::clone(&self).read_async(len, pos, permit).await?,
                 Buffer::Own => Arc::clone(&self).read_unpooled(len, pos).await?,
             };
-            Ok((bytes, self.changed()))
+            Ok(Checked::after(bytes, self.changed()))
         })
     }
 
@@ -117,6 +117,28 @@ pub(crate) trait ByteSource: Send + Sync + fmt::Debug + 'static {
     /// (the pieces its cache keeps), rather than in pieces of any size.
     fn whole_chunks(&self) -> bool {
         false
+    }
+}
+
+/// What a read found of the version it was pinned to
+/// ([`ByteSource::read_checked`]).
+#[derive(Debug)]
+pub(crate) enum Checked {
+    /// The bytes, and the version was still there when they had been read.
+    Same(Bytes),
+    /// The version had changed by the end of the read (a file rewritten in
+    /// place): the bytes may be another version's, and are dropped here.
+    Changed,
+}
+
+impl Checked {
+    /// `bytes`, unless the version had `changed` by the end of their read.
+    pub(crate) fn after(bytes: Bytes, changed: bool) -> Self {
+        if changed {
+            Self::Changed
+        } else {
+            Self::Same(bytes)
+        }
     }
 }
 

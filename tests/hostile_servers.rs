@@ -463,6 +463,81 @@ async fn lying_components_fail_naming_the_object_and_component() {
     .await;
 }
 
+/// Components whose stream header says other than the manifest did: a
+/// digest dropped or replaced together with the bytes, a length the
+/// manifest did not give, a component the manifest does not hold, one
+/// sent twice. Each is refused, the bytes never delivered: the header must
+/// not choose what its bytes are checked against (nor how many land at
+/// the manifest's offset in a `zt fetch`'s file).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_unlike_their_manifest_are_refused() {
+    let what = "object \"model.layers.0.w\", component \"data\"";
+
+    // The right bytes, the digest left out of the header: no longer
+    // delivered unverified.
+    refused(
+        |mut s| async move {
+            s.manifest(2).await;
+            let body = s.body();
+            s.component(|h| h.digest = None, &body).await;
+            s
+        },
+        None,
+        &[what, "digest None where the manifest says Some(\"crc32c:0x"],
+    )
+    .await;
+
+    // Other bytes, of another length, under their own (correct) digest.
+    refused(
+        |mut s| async move {
+            s.manifest(2).await;
+            let body = s.body()[..2048].to_vec();
+            let mut h = zt_format::Hasher::new(zt_format::DigestAlgorithm::Crc32c);
+            h.update(&body);
+            let digest = h.finish().to_string();
+            s.component(|h| (h.length, h.digest) = (2048, Some(digest)), &body)
+                .await;
+            s
+        },
+        None,
+        &[what, "length 2048 where the manifest says 1048576"],
+    )
+    .await;
+
+    // A component the manifest does not list.
+    refused(
+        |mut s| async move {
+            s.manifest(2).await;
+            let body = s.body();
+            s.component(|h| h.object = "not.in.the.manifest".into(), &body)
+                .await;
+            s
+        },
+        None,
+        &["not.in.the.manifest", "is not in the request's manifest"],
+    )
+    .await;
+
+    // The same component twice: delivered once, then refused.
+    let (addr, fp, _server) = serve(|mut s| async move {
+        s.manifest(2).await;
+        let body = s.body();
+        s.component(|_| {}, &body).await;
+        s.component(|h| h.seq = 1, &body).await;
+        s.done(2).await;
+        s
+    })
+    .await;
+    let c = client(addr, &fp, None).await;
+    let (texts, delivered, _) = fetch_all(&c).await;
+    assert_eq!(delivered, 1, "{texts:?}");
+    let text = texts.first().cloned().unwrap_or_default();
+    assert!(
+        text.contains(what) && text.contains("arrived twice"),
+        "{text}"
+    );
+}
+
 /// A server that answers keep-alives but sends nothing: before the
 /// manifest, and after it. Both requests fail after the silence timeout,
 /// not never, naming the file and what was awaited.

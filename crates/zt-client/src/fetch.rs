@@ -1,12 +1,14 @@
 //! One request's results: its manifest, then components as they complete.
 
+use std::collections::HashSet;
+
 use tokio::sync::mpsc;
 use zt_format::Manifest;
 
 use crate::budget::Held;
 use crate::error::{Error, Result};
 use crate::silence::Watch;
-use crate::verify::Delivered;
+use crate::verify::{as_announced, Delivered};
 
 /// What a transport hands a [`Fetch`]. Moved once per component through a
 /// channel, never stored in bulk: the size difference does not matter.
@@ -65,6 +67,9 @@ pub struct Fetch {
     watch: Option<Watch>,
     /// Run once when the fetch is dropped: the transport forgets the request.
     release: Option<Release>,
+    /// The components delivered so far (object, component), each of which
+    /// may come once.
+    delivered: HashSet<(String, String)>,
 }
 
 /// What a dropped [`Fetch`] tells its transport.
@@ -112,6 +117,7 @@ impl Fetch {
             lost: false,
             watch: None,
             release: None,
+            delivered: HashSet::new(),
         }
     }
 
@@ -185,6 +191,14 @@ impl Fetch {
                 ))),
             };
             self.received += 1;
+            // Verified against the digest its transport named: now that it
+            // is the manifest's, and everything else as announced.
+            let item = item.and_then(|d| {
+                let again = !self
+                    .delivered
+                    .insert((d.object.clone(), d.component.clone()));
+                as_announced(&d, &self.manifest, again, &self.source).map(|()| d)
+            });
             let item = match item {
                 Ok(d) => {
                     self.ok += 1;

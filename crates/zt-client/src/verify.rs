@@ -3,7 +3,9 @@
 
 use std::borrow::Cow;
 
-use zt_format::{AlignedBuf, DType, Digest, DigestValue, Encoding, Hasher, LogicalType};
+use zt_format::{
+    AlignedBuf, Component, DType, Digest, DigestValue, Encoding, Hasher, LogicalType, Manifest,
+};
 
 use crate::error::{At, Error, Result};
 
@@ -123,5 +125,76 @@ impl Check {
             (Some(_), None) => Ok(Verification::UnknownAlgorithm),
             (None, _) => Ok(Verification::Unverified),
         }
+    }
+}
+
+/// Refuses `d` unless it is what the request's `manifest` announced: a
+/// component it lists, of its length, types and encoding, checked against
+/// its digest (the same one, or none in either), and not one delivered
+/// before (`again`). A transport's per-component header could otherwise
+/// choose what its bytes are checked against (a digest dropped or
+/// changed) and how many bytes land at the manifest's offset.
+pub(crate) fn as_announced(
+    d: &Delivered,
+    manifest: &Manifest,
+    again: bool,
+    source: &str,
+) -> Result<()> {
+    let at = d.at();
+    let differs = |what: &str, got: &dyn std::fmt::Debug, want: &dyn std::fmt::Debug| {
+        Error::Protocol(format!(
+            "{source}: {at}: the component arrived with {what} {got:?} where the manifest says {want:?} (a component must be as its manifest announced it)"
+        ))
+    };
+    let Some(c) = manifest.component(&d.object, &d.component) else {
+        return Err(Error::Protocol(format!(
+            "{source}: {at}: arrived but is not in the request's manifest"
+        )));
+    };
+    if again {
+        return Err(Error::Protocol(format!("{source}: {at}: arrived twice")));
+    }
+    let length = u64::try_from(d.data.len()).unwrap_or(u64::MAX);
+    if length != c.length {
+        return Err(differs("length", &length, &c.length));
+    }
+    if d.dtype != c.dtype || d.logical_type != c.logical_type {
+        return Err(differs(
+            "type",
+            &(d.dtype, &d.logical_type),
+            &(c.dtype, &c.logical_type),
+        ));
+    }
+    if d.encoding != c.encoding || d.uncompressed_length != c.uncompressed_length {
+        let got = (d.encoding, d.uncompressed_length);
+        return Err(differs(
+            "encoding",
+            &got,
+            &(c.encoding, c.uncompressed_length),
+        ));
+    }
+    if !same_digest(d.digest.as_ref(), c) {
+        let text = |g: Option<&Digest>| g.map(|g| g.to_string());
+        return Err(differs(
+            "digest",
+            &text(d.digest.as_ref()),
+            &text(c.digest.as_ref()),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `got` is `c`'s digest: the same value (or, for an algorithm
+/// not known here, the same text), or none in either.
+fn same_digest(got: Option<&Digest>, c: &Component) -> bool {
+    match (got, c.digest.as_ref()) {
+        (None, None) => true,
+        (Some(g), Some(w)) => match (g.value(), w.value()) {
+            (DigestValue::Unknown { .. }, _) | (_, DigestValue::Unknown { .. }) => {
+                g.as_str() == w.as_str()
+            }
+            (a, b) => a == b,
+        },
+        _ => false,
     }
 }

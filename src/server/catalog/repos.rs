@@ -188,6 +188,14 @@ impl Repo {
         tree::page(&self.files, self.folders(), dir, recursive, after, limit)
     }
 
+    /// Its file at `rel` (a path under the root), if `rel` is in it.
+    pub(crate) fn file_at(&self, rel: &str) -> Option<&RepoFile> {
+        let (_, _, path) = homes(rel)
+            .into_iter()
+            .find(|(kind, id, _)| *kind == self.kind && *id == self.id)?;
+        self.files.get(&path)
+    }
+
     /// The entry at `path`: its file, or the folder of the files below it.
     pub(crate) fn entry(&self, path: &str) -> Option<Item<'_>> {
         tree::entry(&self.files, self.folders(), path)

@@ -5,9 +5,11 @@
 //! the background and every request waits for the same one, each as long
 //! as it chooses ([`Kept::get`]); at most [`BUILDS`] are made at once,
 //! and at most [`QUEUED`] started and not yet made.
-//! Which version has which file hash is remembered longer (up to
-//! [`NAMES`] of them), so that an index dropped is made again for its own
-//! file, not looked for.
+//! Which version (and file) has which file hash is remembered longer (up
+//! to [`NAMES`] of them), so that an index dropped is made again for its
+//! own file, not looked for. An index that can never be made for its
+//! version (content that cuts too short for its room) is remembered as
+//! such (up to [`FAILED`] of them), not tried again at every request.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -31,7 +33,42 @@ pub(crate) const QUEUED: usize = 16;
 /// File hashes remembered with their versions' tags.
 const NAMES: usize = 100_000;
 
-type Made = Option<Result<Arc<Index>, String>>;
+/// Versions remembered as having no index to make, at most (the oldest
+/// forgotten first, and then tried again when asked).
+pub(crate) const FAILED: usize = 1_000;
+
+type Made = Option<Result<Arc<Index>, Unmade>>;
+
+/// Why an index was not made.
+#[derive(Debug, Clone)]
+pub(crate) struct Unmade {
+    pub(crate) why: String,
+    /// Whether it would fail the same way for this version every time
+    /// (its content cuts too short for its room), rather than now (a read
+    /// failed, the daemon is stopping, the file changed).
+    pub(crate) lasting: bool,
+}
+
+impl From<String> for Unmade {
+    /// A failure of the moment.
+    fn from(why: String) -> Self {
+        Unmade {
+            why,
+            lasting: false,
+        }
+    }
+}
+
+/// What is remembered of a file hash ([`Kept::by_hash`]).
+#[derive(Debug)]
+pub(crate) struct Known {
+    /// The version whose index has it.
+    pub(crate) tag: String,
+    /// Its file's path under the root.
+    pub(crate) rel: String,
+    /// The index, while it is kept.
+    pub(crate) index: Option<Arc<Index>>,
+}
 
 /// The kept indexes.
 #[derive(Debug)]
@@ -56,8 +93,12 @@ impl Inner {
 struct Inner {
     /// By tag: made, or being made.
     by_tag: HashMap<String, watch::Receiver<Made>>,
-    /// Tags of the indexes made (kept or since dropped), by file hash.
-    by_hash: HashMap<XetHash, String>,
+    /// Tags and files of the indexes made (kept or since dropped), by
+    /// file hash.
+    by_hash: HashMap<XetHash, (String, String)>,
+    /// Tags of the versions that have no index to make, oldest first
+    /// (their failure stays in `by_tag`).
+    failed: VecDeque<String>,
     /// Indexes started and not yet made.
     unsettled: usize,
     /// Tags of the indexes made, oldest first, with their weights.
@@ -71,8 +112,8 @@ pub(crate) enum Found {
     Ready(Arc<Index>),
     /// Still being made after the wait.
     Later,
-    /// The making failed (the file changed or could not be read); the
-    /// next request makes it again.
+    /// The making failed: for the moment (the file changed or could not
+    /// be read; the next request makes it again), or for good (remembered).
     Failed(String),
     /// Not started: [`QUEUED`] others are started and not yet made.
     Busy,
@@ -94,11 +135,18 @@ impl Kept {
         self.budget / BUILDS as u64
     }
 
-    /// The index of version `tag`: made by `make` in the background if no
-    /// request has started it, waited for at most `wait`.
-    pub(crate) async fn get<F>(self: &Arc<Self>, tag: &str, wait: Duration, make: F) -> Found
+    /// The index of version `tag` of the file at `rel` (under the root):
+    /// made by `make` in the background if no request has started it,
+    /// waited for at most `wait`.
+    pub(crate) async fn get<F>(
+        self: &Arc<Self>,
+        tag: &str,
+        rel: &str,
+        wait: Duration,
+        make: F,
+    ) -> Found
     where
-        F: Future<Output = Result<Index, String>> + Send + 'static,
+        F: Future<Output = Result<Index, Unmade>> + Send + 'static,
     {
         let mut rx = {
             let mut inner = self.lock();
@@ -113,7 +161,7 @@ impl Kept {
                     inner.by_tag.insert(tag.to_owned(), rx.clone());
                     inner.unsettled += 1;
                     drop(inner);
-                    self.start(tag.to_owned(), tx, make);
+                    self.start(tag.to_owned(), rel.to_owned(), tx, make);
                     rx
                 }
             }
@@ -122,7 +170,7 @@ impl Kept {
         match waited {
             Ok(Ok(made)) => match made.as_ref() {
                 Some(Ok(ix)) => Found::Ready(Arc::clone(ix)),
-                Some(Err(e)) => Found::Failed(e.clone()),
+                Some(Err(e)) => Found::Failed(e.why.clone()),
                 None => Found::Later,
             },
             // The maker went away without an answer (the runtime stops).
@@ -131,12 +179,11 @@ impl Kept {
         }
     }
 
-    /// The kept index whose file hash is `hash`, if one is made, and the
-    /// tag of the version it was made for; or that tag alone, the index
-    /// dropped since.
-    pub(crate) fn by_hash(&self, hash: &XetHash) -> Option<(String, Option<Arc<Index>>)> {
+    /// The version and file whose index has file hash `hash`, with the
+    /// index while it is kept.
+    pub(crate) fn by_hash(&self, hash: &XetHash) -> Option<Known> {
         let mut inner = self.lock();
-        let tag = inner.by_hash.get(hash)?.clone();
+        let (tag, rel) = inner.by_hash.get(hash)?.clone();
         let found = inner
             .by_tag
             .get(&tag)
@@ -147,12 +194,16 @@ impl Kept {
         if found.is_some() {
             inner.touch(&tag);
         }
-        Some((tag, found))
+        Some(Known {
+            tag,
+            rel,
+            index: found,
+        })
     }
 
-    fn start<F>(self: &Arc<Self>, tag: String, tx: watch::Sender<Made>, make: F)
+    fn start<F>(self: &Arc<Self>, tag: String, rel: String, tx: watch::Sender<Made>, make: F)
     where
-        F: Future<Output = Result<Index, String>> + Send + 'static,
+        F: Future<Output = Result<Index, Unmade>> + Send + 'static,
     {
         let kept = Arc::clone(self);
         tokio::spawn(async move {
@@ -162,22 +213,34 @@ impl Kept {
                 // next request makes the index again.
                 Ok(_turn) => match std::panic::AssertUnwindSafe(make).catch_unwind().await {
                     Ok(made) => made.map(Arc::new),
-                    Err(_) => Err("making the index failed (details in the log)".to_owned()),
+                    Err(_) => Err(Unmade::from(
+                        "making the index failed (details in the log)".to_owned(),
+                    )),
                 },
-                Err(_) => Err("the daemon is stopping".to_owned()),
+                Err(_) => Err(Unmade::from("the daemon is stopping".to_owned())),
             };
-            kept.settle(&tag, &made);
+            kept.settle(&tag, &rel, &made);
             let _ = tx.send(Some(made));
         });
     }
 
     /// Files a made index (evicting the oldest past the budget), or
-    /// forgets a failed one.
-    fn settle(&self, tag: &str, made: &Result<Arc<Index>, String>) {
+    /// forgets a failure of the moment, or remembers a lasting one
+    /// (forgetting the oldest past [`FAILED`]).
+    fn settle(&self, tag: &str, rel: &str, made: &Result<Arc<Index>, Unmade>) {
         let mut inner = self.lock();
         inner.unsettled = inner.unsettled.saturating_sub(1);
         let ix = match made {
             Ok(ix) => ix,
+            Err(e) if e.lasting => {
+                inner.failed.push_back(tag.to_owned());
+                while inner.failed.len() > FAILED {
+                    if let Some(old) = inner.failed.pop_front() {
+                        inner.by_tag.remove(&old);
+                    }
+                }
+                return;
+            }
             Err(_) => {
                 inner.by_tag.remove(tag);
                 return;
@@ -187,7 +250,9 @@ impl Kept {
         if inner.by_hash.len() >= NAMES {
             inner.by_hash.clear();
         }
-        inner.by_hash.insert(ix.hash, tag.to_owned());
+        inner
+            .by_hash
+            .insert(ix.hash, (tag.to_owned(), rel.to_owned()));
         inner.order.push_back((tag.to_owned(), weight));
         inner.bytes += weight;
         while inner.bytes > self.budget && inner.order.len() > 1 {
@@ -242,40 +307,81 @@ mod tests {
         // A short wait finds it still being made; the next gets the same.
         let wait = Duration::from_secs(5);
         assert!(matches!(
-            kept.get("a", Duration::ZERO, make(1)).await,
+            kept.get("a", "r/a", Duration::ZERO, make(1)).await,
             Found::Later
         ));
-        let Found::Ready(a) = kept.get("a", wait, make(1)).await else {
+        let Found::Ready(a) = kept.get("a", "r/a", wait, make(1)).await else {
             panic!("not made");
         };
         assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 1);
-        assert!(matches!(kept.by_hash(&a.hash), Some((t, Some(_))) if t == "a"));
-        let Found::Ready(b) = kept.get("b", wait, make(2)).await else {
+        assert!(
+            matches!(kept.by_hash(&a.hash), Some(k) if k.tag == "a" && k.rel == "r/a" && k.index.is_some())
+        );
+        let Found::Ready(b) = kept.get("b", "r/b", wait, make(2)).await else {
             panic!("not made");
         };
         // `a` used again: `b` is the least recently used when `c` comes.
         assert!(kept.by_hash(&a.hash).is_some());
         assert!(matches!(
-            kept.get("c", wait, make(3)).await,
+            kept.get("c", "r/c", wait, make(3)).await,
             Found::Ready(_)
         ));
         assert_eq!(kept.held(), (2, one * 2));
-        assert!(matches!(kept.by_hash(&b.hash), Some((t, None)) if t == "b"));
-        assert!(matches!(kept.by_hash(&a.hash), Some((_, Some(_)))));
+        assert!(matches!(kept.by_hash(&b.hash), Some(k) if k.tag == "b" && k.index.is_none()));
+        assert!(matches!(kept.by_hash(&a.hash), Some(k) if k.index.is_some()));
         // A dropped index is made again when asked.
         assert!(matches!(
-            kept.get("b", wait, make(2)).await,
+            kept.get("b", "r/b", wait, make(2)).await,
             Found::Ready(_)
         ));
         assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 4);
-        let panics = kept.get("p", wait, async { panic!("boom") }).await;
+        let panics = kept.get("p", "r/p", wait, async { panic!("boom") }).await;
         assert!(matches!(panics, Found::Failed(_)));
-        let failed = kept.get("d", wait, async { Err("gone".to_owned()) }).await;
+        let failed = kept
+            .get("d", "r/d", wait, async {
+                Err(Unmade::from("gone".to_owned()))
+            })
+            .await;
         assert!(matches!(failed, Found::Failed(e) if e == "gone"));
         assert!(matches!(
-            kept.get("d", wait, make(4)).await,
+            kept.get("d", "r/d", wait, make(4)).await,
             Found::Ready(_)
         ));
+    }
+
+    /// A version whose index can never be made is not tried again at
+    /// every request, a failure of the moment is, and at most [`FAILED`]
+    /// versions are remembered so (the oldest is tried again).
+    #[tokio::test]
+    async fn lasting_failures_are_remembered_within_a_bound() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let kept = Arc::new(Kept::new(u64::MAX));
+        let wait = Duration::from_secs(5);
+        let tries = Arc::new(AtomicUsize::new(0));
+        let fail = |lasting| {
+            let tries = Arc::clone(&tries);
+            async move {
+                tries.fetch_add(1, SeqCst);
+                let why = "cuts too short".to_owned();
+                Err(Unmade { why, lasting })
+            }
+        };
+        for _ in 0..3 {
+            let found = kept.get("x", "r/x", wait, fail(true)).await;
+            assert!(matches!(found, Found::Failed(w) if w == "cuts too short"));
+        }
+        assert_eq!(tries.load(SeqCst), 1);
+        for _ in 0..2 {
+            kept.get("y", "r/y", wait, fail(false)).await;
+        }
+        assert_eq!(tries.load(SeqCst), 3);
+        for i in 0..FAILED {
+            kept.get(&format!("f{i}"), "r/f", wait, fail(true)).await;
+        }
+        assert_eq!(tries.load(SeqCst), 3 + FAILED);
+        assert_eq!(kept.lock().failed.len(), FAILED);
+        kept.get("x", "r/x", wait, fail(true)).await;
+        assert_eq!(tries.load(SeqCst), 4 + FAILED);
     }
 
     /// No more than [`QUEUED`] indexes are started and not yet made: the
@@ -294,27 +400,29 @@ mod tests {
         for i in 0..QUEUED {
             let tag = format!("t{i}");
             assert!(matches!(
-                kept.get(&tag, Duration::ZERO, held(i as u8)).await,
+                kept.get(&tag, &tag, Duration::ZERO, held(i as u8)).await,
                 Found::Later
             ));
         }
-        let busy = kept.get("one more", Duration::ZERO, held(99)).await;
+        let busy = kept
+            .get("one more", "r/one more", Duration::ZERO, held(99))
+            .await;
         assert!(matches!(busy, Found::Busy));
         // One already started is still waited for, not refused.
         assert!(matches!(
-            kept.get("t0", Duration::ZERO, held(0)).await,
+            kept.get("t0", "r/t0", Duration::ZERO, held(0)).await,
             Found::Later
         ));
         let _ = go.send(());
         let wait = Duration::from_secs(5);
         assert!(matches!(
-            kept.get("t0", wait, held(0)).await,
+            kept.get("t0", "r/t0", wait, held(0)).await,
             Found::Ready(_)
         ));
         let mut made = 0;
         for _ in 0..100 {
             made = (0..QUEUED)
-                .filter(|i| matches!(kept.by_hash(&index(*i as u8, 10).hash), Some((_, Some(_)))))
+                .filter(|i| matches!(kept.by_hash(&index(*i as u8, 10).hash), Some(k) if k.index.is_some()))
                 .count();
             if made == QUEUED {
                 break;
@@ -323,7 +431,7 @@ mod tests {
         }
         assert_eq!(made, QUEUED);
         assert!(matches!(
-            kept.get("one more", wait, async { Ok(index(99, 10)) })
+            kept.get("one more", "r/one more", wait, async { Ok(index(99, 10)) })
                 .await,
             Found::Ready(_)
         ));

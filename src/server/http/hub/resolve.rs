@@ -66,7 +66,7 @@ pub(super) async fn answer(
                 // What the Hub's clients ask before a download (a HEAD):
                 // whether the file comes by the Xet protocol.
                 let xet = match method {
-                    &Method::HEAD => xet::offer(state, &held, &file.tag, size).await,
+                    &Method::HEAD => xet::offer(state, &held, file, size).await,
                     _ => None,
                 };
                 let extra = xet

@@ -16,6 +16,7 @@ use crate::server::catalog::repos::{Kind, RepoFile};
 use crate::server::serve::Refusal;
 use crate::server::xet::hashes::XetHash;
 use crate::server::xet::index::{Index, Term};
+use crate::server::xet::kept::Known;
 use crate::server::State;
 
 /// What a storage URL asks.
@@ -168,9 +169,10 @@ pub(super) async fn located(
     let known = state.xet.by_hash(&hash);
     let f = match file {
         Some(path) => repo.files.get(path),
+        // The file the index was made of, if it is this repository's.
         None => known
             .as_ref()
-            .and_then(|(tag, _)| repo.files.values().find(|f| &f.tag == tag)),
+            .and_then(|k| repo.file_at(&k.rel).filter(|f| f.tag == k.tag)),
     };
     let missing = || {
         let what = match file {
@@ -182,7 +184,12 @@ pub(super) async fn located(
     let Some(f) = f.filter(|f| f.size >= LINKED_FROM) else {
         return Err(missing());
     };
-    if let Some((tag, Some(ix))) = &known {
+    if let Some(Known {
+        tag,
+        index: Some(ix),
+        ..
+    }) = &known
+    {
         if *tag == f.tag {
             return Ok((f.clone(), Arc::clone(ix)));
         }
@@ -199,7 +206,7 @@ pub(super) async fn located(
     // The file named, but its index not made (a refused component, a
     // change under it, too many being made): the daemon's refusal, not a
     // missing file.
-    let ix = index_now(state, &held, &f.tag, size).await?;
+    let ix = index_now(state, &held, f, size).await?;
     match ix.hash == hash {
         true => Ok((f.clone(), ix)),
         false => Err(missing()),

@@ -47,11 +47,11 @@ use super::super::handlers::raw_path;
 use super::super::held::Held;
 use super::files::LINKED_FROM;
 use super::{encode, kind_name, with_template, HubError};
-use crate::server::catalog::repos::Repo;
+use crate::server::catalog::repos::{Repo, RepoFile};
 use crate::server::serve::Refusal;
 use crate::server::xet::chunks::{self, Chunker};
 use crate::server::xet::index::Index;
-use crate::server::xet::kept::{Found, QUEUED};
+use crate::server::xet::kept::{Found, Unmade, QUEUED};
 use crate::server::State;
 
 pub(super) const XET_HASH: HeaderName = HeaderName::from_static("x-xet-hash");
@@ -71,7 +71,7 @@ const PARTS: usize = 8;
 pub(super) async fn offer(
     state: &Arc<State>,
     held: &Held,
-    tag: &str,
+    file: &RepoFile,
     size: u64,
 ) -> Option<Arc<Index>> {
     if !state.config.hub.xet || size < LINKED_FROM {
@@ -84,7 +84,7 @@ pub(super) async fn offer(
     }
     let wait = Duration::from_millis(state.config.hub.xet_wait_ms);
     let make = build(Arc::clone(state), held.clone(), size);
-    match state.xet.get(tag, wait, make).await {
+    match state.xet.get(&file.tag, &file.rel, wait, make).await {
         Found::Ready(ix) => Some(ix),
         Found::Later => None,
         Found::Busy => {
@@ -103,7 +103,7 @@ pub(super) async fn offer(
 pub(super) async fn index_now(
     state: &Arc<State>,
     held: &Held,
-    tag: &str,
+    file: &RepoFile,
     size: u64,
 ) -> Result<Arc<Index>, HubError> {
     let refused = |r: Refusal| Err(HubError::Refused(r.into()));
@@ -111,7 +111,8 @@ pub(super) async fn index_now(
         return refused(Refusal::Unavailable(why));
     }
     let make = build(Arc::clone(state), held.clone(), size);
-    match state.xet.get(tag, Duration::from_secs(3600), make).await {
+    let wait = Duration::from_secs(3600);
+    match state.xet.get(&file.tag, &file.rel, wait, make).await {
         Found::Ready(ix) => Ok(ix),
         Found::Busy => refused(Refusal::Busy(format!(
             "{}: {QUEUED} Xet indexes are being made; retry shortly",
@@ -142,16 +143,25 @@ fn too_large(held: &Held, most: u64) -> String {
     )
 }
 
+/// The index of this version can never be made: its content cuts too
+/// short for the room (remembered, not tried again).
+fn cuts_too_short(held: &Held, most: u64) -> Unmade {
+    Unmade {
+        why: too_large(held, most),
+        lasting: true,
+    }
+}
+
 /// Makes the index of `held` (`size` bytes): its bytes cut and hashed
 /// piece by piece on the CPU pool, while its components are checked
 /// beside it (the index holds hashes only, and is dropped if a check
 /// fails), the file's identity checked after each piece.
-async fn build(state: Arc<State>, held: Held, size: u64) -> Result<Index, String> {
+async fn build(state: Arc<State>, held: Held, size: u64) -> Result<Index, Unmade> {
     let all = 0..size;
     let check = async {
         held.check_spans(std::slice::from_ref(&all))
             .await
-            .map_err(|f| held.refused(f).to_string())
+            .map_err(|f| Unmade::from(held.refused(f).to_string()))
     };
     // The first failure stops the other.
     let ((), chunker) = tokio::try_join!(check, chunk(&state, &held, size))?;
@@ -161,13 +171,13 @@ async fn build(state: Arc<State>, held: Held, size: u64) -> Result<Index, String
         .cpu
         .wait_turn("the Xet index", move || Index::of(chunker.finish()))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Unmade::from(e.to_string()))?;
     tracing::info!(file = %name, hash = %ix.hash, xorbs = ix.xorbs.len(), "Xet index made");
     Ok(ix)
 }
 
 /// `held`'s chunks, each piece read while the one before is cut.
-async fn chunk(state: &Arc<State>, held: &Held, size: u64) -> Result<Chunker, String> {
+async fn chunk(state: &Arc<State>, held: &Held, size: u64) -> Result<Chunker, Unmade> {
     let name = held.path();
     let read = |at: u64| async move {
         if at >= size {
@@ -196,7 +206,7 @@ async fn chunk(state: &Arc<State>, held: &Held, size: u64) -> Result<Chunker, St
         // bound, not past it.
         let most = state.xet.most_per_index();
         if chunker.held_bytes() > most {
-            return Err(too_large(held, most));
+            return Err(cuts_too_short(held, most));
         }
         piece = read_next?;
     }

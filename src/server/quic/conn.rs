@@ -177,9 +177,15 @@ pub(super) async fn handle(
                     // `get`, as every request does).
                     let (shared, answer) = (shared.clone(), Answering::new(&answering));
                     let unanswered = Unanswered::new(&session, &control, g.id);
+                    // The wait ends with its connection: no task outlives
+                    // it to answer nobody (nor holds its `get`).
                     tokio::spawn(async move {
-                        let resolved = shared.state.catalog.resolve(&g.path, need(&g)).await;
-                        get(shared, g, resolved, (answer, unanswered)).await;
+                        let conn = shared.conn.clone();
+                        let resolve = shared.state.catalog.resolve(&g.path, need(&g));
+                        tokio::select! {
+                            resolved = resolve => get(shared, g, resolved, (answer, unanswered)).await,
+                            _ = conn.closed() => {}
+                        }
                     });
                 }
                 Received::Serve(g) => {

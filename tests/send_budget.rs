@@ -213,3 +213,59 @@ fn kept_chunks_never_answer_for_a_file_rewritten_in_place() {
         assert!(bytes == &flipped, "{name}: the old version's bytes");
     }
 }
+
+/// Clients that stop acknowledging (here: ones that give a component
+/// stream 64 KiB of room and read nothing) hold the whole 16 MiB budget,
+/// two 1 MiB chunks each; a client fetching the model then does not wait
+/// for the stall timeout (five minutes here): its first chunk that waits
+/// closes them, as `stalled`, once they have acknowledged nothing for a
+/// second, and it gets every component, verified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_stop_acknowledging_do_not_hold_the_budget_from_others() {
+    use common::quic::{close_code_within, get, raw_connect};
+    let (_root, s, url, fp) =
+        serving("send_budget_bytes = 16777216\npiece_cache_bytes = 0\nstall_timeout_secs = 300");
+    let (q, _) = s.quic.clone().unwrap();
+    let mut stalled = Vec::new();
+    for _ in 0..8 {
+        let mut t = quinn::TransportConfig::default();
+        t.stream_receive_window(quinn::VarInt::from_u32(64 * 1024));
+        let conn = raw_connect(&q, &fp, Some(t)).await;
+        let (mut send, recv) = conn.open_bi().await.unwrap();
+        send.write_all(&get(1, "m.zt")).await.unwrap();
+        stalled.push((conn, send, recv));
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            metric(&s, "ztserve_quic_send_budget_held_bytes") == 16 * MIB
+        }),
+        "the stalled clients hold the whole budget"
+    );
+    assert_eq!(metric(&s, "ztserve_quic_stalled_closed_total"), 0);
+    let fetch = async {
+        let options = Options {
+            trust: Trust::fingerprint(&fp).unwrap(),
+            require_digest: true,
+            ..Options::default()
+        };
+        let client = Client::connect(&url, options).await.unwrap();
+        let mut f = client.fetch(&[], None).await.unwrap();
+        let mut n = 0;
+        while let Some(d) = f.next().await {
+            assert_eq!(d.unwrap().verification, Verification::Verified);
+            n += 1;
+        }
+        n
+    };
+    let n = tokio::time::timeout(Duration::from_secs(60), fetch)
+        .await
+        .expect("the fetch waited for the stalled clients' budget");
+    assert_eq!(n, LAYERS);
+    assert!(metric(&s, "ztserve_quic_stalled_closed_total") >= 1);
+    let (conn, _, _) = &stalled[0];
+    assert_eq!(
+        close_code_within(conn, Duration::from_secs(10)).await,
+        Some(u64::from(ztp_proto::Code::Stalled.value())),
+        "closed as stalled"
+    );
+}

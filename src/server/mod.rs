@@ -61,8 +61,9 @@ pub struct State {
     pub tokens: Option<auth::Tokens>,
     /// Manifest renderings, made once per file version and shared.
     pub renderings: renderings::Renderings,
-    /// The ztp/1 send budget (`quic.send_budget_bytes`), in KiB permits.
-    pub(crate) send_budget: Arc<tokio::sync::Semaphore>,
+    /// The ztp/1 send budget (`quic.send_budget_bytes`), and each
+    /// connection's share of it.
+    pub(crate) send_budget: Arc<quic::budget::SendBudget>,
     /// Chunks of local files recently sent over ztp/1, kept in memory
     /// (`quic.piece_cache_bytes`).
     pub(crate) kept: quic::kept::Kept,
@@ -79,12 +80,6 @@ pub struct State {
     pub(crate) flows: Arc<http::flow::Flows>,
     /// Repository files' Xet indexes (`hub.xet_index_bytes`).
     pub(crate) xet: Arc<xet::kept::Kept>,
-}
-
-/// The ztp/1 send budget (`quic.send_budget_bytes`, at least one read
-/// chunk) in the KiB permits it is counted in.
-fn send_budget_kib(config: &Config) -> u64 {
-    config.quic.send_budget_bytes.max(store::READ_CHUNK) >> 10
 }
 
 /// What a configuration names beyond its own keys, checked as the daemon
@@ -142,11 +137,15 @@ impl State {
             config.limits.render_cap,
             Arc::clone(&cpu),
         );
-        let send_budget = Arc::new(tokio::sync::Semaphore::new(
-            usize::try_from(send_budget_kib(&config)).unwrap_or(usize::MAX >> 4),
-        ));
+        let q = &config.quic;
+        let send_budget = quic::budget::SendBudget::new(
+            q.send_budget_bytes,
+            store::READ_CHUNK,
+            q.connection_window,
+        );
         let metrics = metrics::Metrics::default();
         let registry = metrics.registry();
+        send_budget.register(registry)?;
         catalog.digest_metrics().register(registry)?;
         catalog.slice_digests().register(registry)?;
         renderings.register(registry)?;
@@ -181,8 +180,7 @@ impl State {
     /// Bytes of the ztp/1 send budget held now: read and not yet
     /// acknowledged by the clients.
     pub(crate) fn send_budget_held(&self) -> u64 {
-        let free = self.send_budget.available_permits() as u64;
-        send_budget_kib(&self.config).saturating_sub(free) << 10
+        self.send_budget.held()
     }
 
     /// Catalogues `path` again after a request or a transfer found its

@@ -100,7 +100,7 @@ pub(super) async fn handle(
     )));
     let stall = std::time::Duration::from_secs(state.config.quic.stall_timeout_secs.max(1));
     let (control, writer) = Control::spawn(send, conn.clone(), Arc::clone(&session), stall);
-    let streams = Streams::new(state.config.quic.max_streams);
+    let streams = Streams::new(state.config.quic.max_streams, state.send_budget.join(&conn));
     let mut deframer = Deframer::new(state.config.quic.max_request_bytes);
     let mut buf = vec![0u8; 16 * 1024];
     let shared = Shared {

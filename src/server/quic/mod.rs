@@ -7,6 +7,7 @@
 //! part's bytes), `config`, `ztp-proto` (the protocol's rules) and
 //! `zt-format`.
 
+pub(crate) mod budget;
 mod cancel;
 pub mod cert;
 mod congestion;

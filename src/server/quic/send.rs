@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use ztp_proto::{frame_header, Close, Code, ComponentHeader, Message, ServerSession};
 
+use super::budget::ConnShare;
 use super::cancel::RequestCtl;
 use super::control::Control;
 use super::refused;
@@ -130,10 +131,11 @@ pub(super) async fn run(
             break;
         };
         let (state, ctl, control) = (Arc::clone(state), Arc::clone(ctl), control.clone());
+        let share = Arc::clone(&streams.budget);
         let open = state.metrics.quic_stream();
         tasks.spawn(async move {
             let (_open, _opened) = (open, opened);
-            let sent = send_one(&state, &ctl, &mut stream, &item, writing).await;
+            let sent = send_one(&state, &share, &ctl, &mut stream, &item, writing).await;
             if let Written::Refused(why) = sent.clone() {
                 // A component's refusal: the request goes on to its `done`,
                 // so it is not one to send again (PROTOCOL.md section 8).
@@ -172,18 +174,22 @@ pub(super) async fn run(
 }
 
 /// A connection's component streams: the slots they take (at most
-/// `quic.max_streams`, waited for in turn) and how many are open now.
+/// `quic.max_streams`, waited for in turn), how many are open now, and
+/// the connection's share of the daemon's send budget, which their chunks
+/// are charged to.
 #[derive(Debug, Clone)]
 pub(super) struct Streams {
     pub(super) slots: Arc<Semaphore>,
     pub(super) open: Arc<AtomicUsize>,
+    pub(super) budget: Arc<ConnShare>,
 }
 
 impl Streams {
-    pub(super) fn new(max: usize) -> Streams {
+    pub(super) fn new(max: usize, budget: Arc<ConnShare>) -> Streams {
         Streams {
             slots: Arc::new(Semaphore::new(max)),
             open: Arc::default(),
+            budget,
         }
     }
 }
@@ -261,6 +267,7 @@ enum Written {
 /// Sends one component: `Whole` when it was delivered whole.
 async fn send_one(
     state: &Arc<State>,
+    share: &Arc<ConnShare>,
     ctl: &RequestCtl,
     stream: &mut SendStream,
     item: &Item,
@@ -307,7 +314,7 @@ async fn send_one(
                 Some(b) => Ok(b.slice(
                     usize::try_from(pos).unwrap_or(0)..usize::try_from(pos + n).unwrap_or(0),
                 )),
-                None => read_chunk(state, served, kept, h, pos, n).await,
+                None => read_chunk(state, share, served, kept, h, pos, n).await,
             };
             buf.map(|b| (b, n))
         })
@@ -321,7 +328,7 @@ async fn send_one(
                 return Ok((bytes::Bytes::new(), 0));
             };
             let (pos, n) = (w.span.start, w.span.end - w.span.start);
-            let read = read_chunk(state, served, kept, h, pos, n).await?;
+            let read = read_chunk(state, share, served, kept, h, pos, n).await?;
             let out = w.pick(read).map_err(|e| {
                 Unread::Refused(Refusal::Unreadable(format!(
                     "{}: object {:?}: reading a slice: {e}",
@@ -420,22 +427,19 @@ enum Unread {
 /// read (and kept, where `kept` names the file's version).
 async fn read_chunk(
     state: &Arc<State>,
+    share: &Arc<ConnShare>,
     served: &Arc<Served>,
     kept: Option<&str>,
     h: &ComponentHeader,
     pos: u64,
     n: u64,
 ) -> Result<bytes::Bytes, Unread> {
-    // The chunk holds its share of the daemon's send budget until quinn
-    // drops the last of it, after the client acknowledged it: a kept one
-    // too, which would otherwise outlive its eviction unaccounted.
-    let kib = u32::try_from(n.div_ceil(1024)).unwrap_or(u32::MAX);
-    let mut permit = Some(
-        Arc::clone(&state.send_budget)
-            .acquire_many_owned(kib)
-            .await
-            .map_err(|_| Unread::Stopping)?,
-    );
+    // The chunk holds its share of the daemon's send budget, and of its
+    // connection's window, until quinn drops the last of it, after the
+    // client acknowledged it: a kept one too, which would otherwise
+    // outlive its eviction unaccounted.
+    let (total, charge) = share.charge(n).await.ok_or(Unread::Stopping)?;
+    let mut permit = Some(total);
     let len = usize::try_from(n).unwrap_or(0);
     // Chunks of a length never kept are read as without the cache.
     let kept = kept.filter(|_| state.kept.keeps(n));
@@ -473,7 +477,7 @@ async fn read_chunk(
                 (Some(k), false) => state.kept.keep(k, pos, &b),
                 (None, false) => {}
             }
-            Ok(held(b, permit))
+            Ok(charge.hold(held(b, permit)))
         }
         Err(e) => {
             let why = format!(

@@ -78,7 +78,7 @@ fn a_file_is_served_with_the_headers_the_hubs_clients_read() {
     // headers, by a relative redirect.
     let moved = curl(&["-I"], &s.url("/org/m/resolve/main/model.zt"));
     assert_eq!(moved.status, 302);
-    let location = format!("/org/m/resolve/{sha}/model.zt");
+    let location = format!("../{sha}/model.zt");
     assert_eq!(moved.header("location"), Some(location.as_str()));
     assert_eq!(moved.header("x-repo-commit"), Some(sha.as_str()));
     // As does `main` by its full name, one encoded segment.
@@ -111,7 +111,7 @@ fn a_file_is_served_with_the_headers_the_hubs_clients_read() {
     }
 
     // The whole file, a range, a resumed download, past the end.
-    let url = s.url(&location);
+    let url = s.url(&format!("/org/m/resolve/{sha}/model.zt"));
     let whole = curl(&[], &url);
     assert_eq!(whole.body, bytes);
     let part = curl(&["-H", "Range: bytes=100-199"], &url);
@@ -364,9 +364,31 @@ fn a_large_tree_is_listed_in_pages_by_absolute_links() {
         .collect();
     let vary = vary.join(", ");
     assert!(
-        vary.contains("X-Forwarded-Host") && vary.contains("X-Forwarded-Proto"),
+        ["X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Prefix"]
+            .iter()
+            .all(|h| vary.contains(h)),
         "{vary:?}"
     );
+    // Under a proxy's path, the links keep it; a prefix that is no plain
+    // path is ignored.
+    for (prefix, base) in [
+        ("/mirror/hf/", "<http://hub.example/mirror/hf/api/"),
+        ("/a/../b", "<http://hub.example/api/"),
+        ("/x\"y", "<http://hub.example/api/"),
+        ("nope", "<http://hub.example/api/"),
+    ] {
+        let proxied = curl(
+            &[
+                "-H",
+                "X-Forwarded-Host: hub.example",
+                "-H",
+                &format!("X-Forwarded-Prefix: {prefix}"),
+            ],
+            &s.url("/api/models/org/many/tree/main?recursive=true"),
+        );
+        let link = proxied.header("link").unwrap();
+        assert!(link.starts_with(base), "{prefix:?}: {link}");
+    }
 }
 
 #[test]

@@ -163,7 +163,10 @@ impl<R: Clone> ServerSession<R> {
             return Received::Answer(ErrorMsg {
                 id: Some(g.id),
                 code: Code::TooManyRequests,
-                message: format!("at most {} requests in flight", self.max_requests),
+                message: format!(
+                    "{}: request {} refused: at most {} requests in flight on a connection",
+                    g.path, g.id, self.max_requests
+                ),
                 retry_after_ms: None,
             });
         }

@@ -143,6 +143,34 @@ def fetch_both(zt, port, name, out_dir):
 def nginx(root, base):
     """nginx serving `root` as plain files (a Range server that knows
     nothing of digests), config and logs under `base`; yields its port."""
+    with _nginx(base, f"location / {{ root {root}; }}") as port:
+        yield port
+
+
+@contextlib.contextmanager
+def nginx_proxy(base, upstream, prefix):
+    """nginx passing the path `prefix` (`/mirror`) to the daemon on port
+    `upstream` as a reverse proxy under a path does: the prefix cut off,
+    `Host` and `X-Forwarded-Prefix` sent, nothing buffered, nothing served
+    outside the prefix; config and logs under `base`; yields its port."""
+    # The path and query passed on as the client sent them, `%2F` and all
+    # (nginx decodes the path where `proxy_pass` names one: docs/hub.md).
+    http = f'map $request_uri $zt_rest {{ "~^{prefix}(?<rest>/[^?]*)" $rest; default /; }}'
+    location = (
+        f"location {prefix}/ {{ proxy_pass http://127.0.0.1:{upstream}$zt_rest$is_args$args;\n"
+        "    proxy_http_version 1.1; proxy_set_header Host $http_host; proxy_set_header Connection \"\";\n"
+        f"    proxy_set_header X-Forwarded-Prefix {prefix}; proxy_buffering off;\n"
+        "    proxy_request_buffering off; client_max_body_size 0; }\n"
+        "  location / { return 404; }"
+    )
+    with _nginx(base, location, http) as port:
+        yield port
+
+
+@contextlib.contextmanager
+def _nginx(base, locations, http=""):
+    """nginx with one server of `locations` (and `http` beside it),
+    config and logs under `base`; yields its port."""
     port = free_port()
     tmp = base / "nginx-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -152,7 +180,7 @@ def nginx(root, base):
         "events { worker_connections 256; }\n"
         f"http {{ access_log off; client_body_temp_path {tmp}; proxy_temp_path {tmp};\n"
         f"  fastcgi_temp_path {tmp}; uwsgi_temp_path {tmp}; scgi_temp_path {tmp};\n"
-        f"  server {{ listen 127.0.0.1:{port}; location / {{ root {root}; }} }} }}\n"
+        f"  {http}\n  server {{ listen 127.0.0.1:{port}; {locations} }} }}\n"
     )
     proc = subprocess.Popen(["nginx", "-e", str(base / "nginx-error.log"), "-c", str(conf)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

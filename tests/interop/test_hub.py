@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from conftest import daemon, metric, write_shards
+from conftest import daemon, metric, nginx_proxy, write_shards
 from hubclient import CuttingProxy, client, digest, hub  # noqa: F401 (hub: a fixture)
 
 REAL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -82,6 +82,31 @@ def test_snapshot_download_whole_and_by_pattern(hub, tmp_path):
         ["config.json", "tokenizer_config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors"]
     )
     assert all(picked[k] == expected[k] for k in picked)
+
+
+def test_behind_a_proxy_under_a_path(hub, tmp_path):
+    """HF_ENDPOINT under a path of a reverse proxy (nginx passing /mirror/
+    to the daemon, with X-Forwarded-Prefix): `main` resolves by a relative
+    redirect that stays under the path, the Xet links name it too, and
+    snapshots of a small repository and of the real model (its weights
+    through Xet) arrive whole."""
+    port, root = hub
+    with nginx_proxy(tmp_path, port, "/mirror") as proxy:
+        got = client(port, f"""
+            import json
+            from huggingface_hub import hf_hub_download, snapshot_download
+            nested = hf_hub_download("org/tiny", "notes/a b#?.txt", revision="main")
+            print(json.dumps([snapshot_download("org/tiny"), snapshot_download("{REAL}"), nested]))
+        """, tmp_path, env={"HF_ENDPOINT": f"http://127.0.0.1:{proxy}/mirror"})
+    tiny, real, nested = got
+    assert digest(nested) == digest(root / "org" / "tiny" / "notes" / "a b#?.txt")
+    expected = tree_digests(root / "org" / "tiny")
+    expected.pop(".secret")
+    expected.pop("escape.txt")
+    assert tree_digests(tiny) == expected
+    weights = "model.safetensors"
+    assert digest(os.path.join(real, weights)) == digest(root / REAL / weights)
+    assert os.path.getsize(root / REAL / weights) >= 10 << 20, "the weights come through Xet"
 
 
 def test_list_repo_files_and_repo_info(hub, tmp_path):

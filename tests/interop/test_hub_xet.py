@@ -7,6 +7,7 @@ import json
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import hf_xet
@@ -50,7 +51,8 @@ def head(port, path, token=None, busy_ok=False):
         if r.status != 302:
             assert r.status == 200, (path, r.status)
             return r.headers
-        path = r.headers["Location"]
+        # Resolved against the URL asked, as huggingface_hub does.
+        path = urllib.parse.urljoin(path, r.headers["Location"])
     raise AssertionError(f"{path}: too many redirects")
 
 

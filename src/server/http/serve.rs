@@ -106,7 +106,7 @@ impl Entity {
 /// Whether `If-Range` (if present) allows the Range header to apply:
 /// its tag names `entity` (the file's tag names every tag the file has
 /// had while unchanged: see [`Served::is_version`]), or its date is the
-/// entity's.
+/// entity's and a strong validator ([`date_validates`]).
 fn if_range_allows(headers: &HeaderMap, entity: &Entity) -> bool {
     let Some(v) = headers.get(header::IF_RANGE).and_then(|v| v.to_str().ok()) else {
         return true;
@@ -115,15 +115,26 @@ fn if_range_allows(headers: &HeaderMap, entity: &Entity) -> bool {
     if v.starts_with('"') || v.starts_with("W/") {
         entity.is_version(v)
     } else {
-        httpdate::parse_http_date(v).is_ok_and(|d| {
-            let secs = |t: SystemTime| {
-                t.duration_since(SystemTime::UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0)
-            };
-            secs(entity.modified) == secs(d)
-        })
+        httpdate::parse_http_date(v)
+            .is_ok_and(|d| date_validates(entity.modified, d, SystemTime::now()))
     }
+}
+
+/// Whether an `If-Range` date `date` names a file modified at `modified`,
+/// asked at `now`: the same second, and the file at least a second older
+/// than now (RFC 9110, 8.8.2.2: a file rewritten within the second of its
+/// date would carry the same date, so until the second is over the date
+/// is weak, and the whole file is sent).
+fn date_validates(modified: SystemTime, date: SystemTime, now: SystemTime) -> bool {
+    let secs = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    };
+    let settled = now
+        .duration_since(modified)
+        .is_ok_and(|age| age >= std::time::Duration::from_secs(1));
+    settled && secs(modified) == secs(date)
 }
 
 /// What the request's Range header asks of `entity` (relative to it),
@@ -281,4 +292,27 @@ pub(crate) fn respond(
         )
     };
     builder.body(body).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn an_if_range_date_validates_only_a_file_a_second_old() {
+        let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+        let modified = at(10_200);
+        // Its own second, asked a second or more later.
+        assert!(date_validates(modified, at(10_000), at(11_200)));
+        assert!(date_validates(modified, at(10_000), at(99_000)));
+        // Within the second of its writing: weak (a rewrite at 10.8 s
+        // would carry the same date).
+        assert!(!date_validates(modified, at(10_000), at(10_900)));
+        assert!(!date_validates(modified, at(10_000), at(11_100)));
+        // Another second, or a file dated after now.
+        assert!(!date_validates(modified, at(9_000), at(99_000)));
+        assert!(!date_validates(at(99_500), at(99_000), at(10_000)));
+    }
 }

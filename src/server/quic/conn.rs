@@ -176,7 +176,7 @@ pub(super) async fn handle(
                     // count against the connection's limit from their
                     // `get`, as every request does).
                     let (shared, answer) = (shared.clone(), Answering::new(&answering));
-                    let unanswered = Unanswered::new(&session, &control, g.id);
+                    let unanswered = Unanswered::new(&session, &control, &g);
                     // The wait ends with its connection: no task outlives
                     // it to answer nobody (nor holds its `get`).
                     tokio::spawn(async move {
@@ -191,7 +191,7 @@ pub(super) async fn handle(
                 Received::Serve(g) => {
                     let answer = (
                         Answering::new(&answering),
-                        Unanswered::new(&session, &control, g.id),
+                        Unanswered::new(&session, &control, &g),
                     );
                     get(shared.clone(), g, None, answer).await;
                 }
@@ -243,15 +243,18 @@ struct Unanswered {
     session: Session,
     control: Control,
     id: u64,
+    /// The file asked for, to name in the `internal` error.
+    path: String,
     armed: bool,
 }
 
 impl Unanswered {
-    fn new(session: &Session, control: &Control, id: u64) -> Unanswered {
+    fn new(session: &Session, control: &Control, g: &Get) -> Unanswered {
         Unanswered {
             session: Arc::clone(session),
             control: control.clone(),
-            id,
+            id: g.id,
+            path: g.path.clone(),
             armed: true,
         }
     }
@@ -277,8 +280,10 @@ impl Drop for Unanswered {
             let error = Message::Error(ErrorMsg {
                 id: Some(self.id),
                 code: Code::Internal,
-                message: "the server failed while answering this request (its log says why)"
-                    .to_owned(),
+                message: format!(
+                    "{}: the server failed while answering this request (its log says why)",
+                    self.path
+                ),
                 retry_after_ms: None,
             });
             // Queued without waiting here (a `Drop`), however full the

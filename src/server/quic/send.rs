@@ -119,7 +119,7 @@ pub(super) async fn run(
         let Ok(permit) = Arc::clone(&streams.slots).acquire_owned().await else {
             break;
         };
-        let Some(mut stream) = open(state, conn, &streams, control).await else {
+        let Some(mut stream) = open(state, conn, &streams, control, &item).await else {
             break;
         };
         let opened = Opened::count(&streams.open);
@@ -220,6 +220,7 @@ async fn open(
     conn: &Connection,
     streams: &Streams,
     control: &Control,
+    item: &Item,
 ) -> Option<SendStream> {
     let quic = &state.config.quic;
     let stall = std::time::Duration::from_secs(quic.stall_timeout_secs.max(1));
@@ -233,9 +234,10 @@ async fn open(
             // Others are open, and their own timers watch them.
             Err(_) if streams.open.load(Ordering::SeqCst) > 0 => {}
             Err(_) => {
+                let h = &item.header;
                 let reason = format!(
-                    "the client allowed no component stream for {} s",
-                    quic.stall_timeout_secs
+                    "{}: object {:?}, component {:?}: the client allowed no component stream for {} s",
+                    item.from.path, h.object, h.component, quic.stall_timeout_secs
                 );
                 control
                     .close(Close {
@@ -275,8 +277,13 @@ async fn send_one(
 ) -> Written {
     let h = &item.header;
     let stall = std::time::Duration::from_secs(state.config.quic.stall_timeout_secs.max(1));
-    let Ok(head) = frame_header(h) else {
-        return Written::Gone;
+    let head = match frame_header(h) {
+        Ok(head) => head,
+        Err(e) => {
+            let file = &item.from.path;
+            tracing::error!(%file, object = %h.object, component = %h.component, error = %e, "a component header could not be framed; stream dropped");
+            return Written::Gone;
+        }
     };
     match tokio::time::timeout(stall, stream.write_all(&head)).await {
         Ok(Ok(())) => {}

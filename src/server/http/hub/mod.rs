@@ -233,10 +233,12 @@ fn with_template(mut r: Response, t: &'static str) -> Response {
 
 /// The absolute URL this daemon is reached at, as the request names it,
 /// for the links the clients follow as they are: a proxy's
-/// `X-Forwarded-Proto` and `X-Forwarded-Host` when it sends them (a TLS
-/// proxy in front: the links stay `https://`), else the request's `Host`
-/// and the listener's own scheme. A client that sends them itself only
-/// changes the links it is given.
+/// `X-Forwarded-Proto`, `X-Forwarded-Host` and `X-Forwarded-Prefix` (the
+/// path it serves the daemon under, `/mirror` for `HF_ENDPOINT=
+/// https://gw/mirror`) when it sends them (a TLS proxy in front: the links
+/// stay `https://`), else the request's `Host` and the listener's own
+/// scheme. A client that sends them itself only changes the links it is
+/// given.
 pub(super) fn base_url(state: &State, uri: &Uri, headers: &HeaderMap) -> String {
     let text = |name: &str| {
         headers
@@ -258,7 +260,21 @@ pub(super) fn base_url(state: &State, uri: &Uri, headers: &HeaderMap) -> String 
         .or_else(|| uri.authority().map(|a| a.as_str().to_owned()))
         .or_else(|| text("host").filter(valid))
         .unwrap_or_else(|| state.config.listen.to_string());
-    format!("{scheme}://{host}")
+    let prefix = text("x-forwarded-prefix")
+        .filter(|p| path_prefix(p))
+        .unwrap_or_default();
+    format!("{scheme}://{host}{}", prefix.trim_end_matches('/'))
+}
+
+/// Whether `p` is a path a proxy may serve the daemon under: `/` and
+/// segments of unreserved characters and percent-escapes, 256 bytes at
+/// most, no `.` or `..` segment.
+fn path_prefix(p: &str) -> bool {
+    let char_ok = |c: char| c.is_ascii_alphanumeric() || "-._~%/".contains(c);
+    p.starts_with('/')
+        && p.len() <= 256
+        && p.chars().all(char_ok)
+        && p.split('/').all(|s| s != "." && s != "..")
 }
 
 /// Says that `r` may differ with the headers [`base_url`] reads besides
@@ -268,7 +284,7 @@ pub(super) fn base_url(state: &State, uri: &Uri, headers: &HeaderMap) -> String 
 pub(super) fn varies_with_forwarding(r: &mut Response) {
     r.headers_mut().append(
         axum::http::header::VARY,
-        HeaderValue::from_static("X-Forwarded-Host, X-Forwarded-Proto"),
+        HeaderValue::from_static("X-Forwarded-Host, X-Forwarded-Proto, X-Forwarded-Prefix"),
     );
 }
 

@@ -78,8 +78,18 @@ fn a_file_is_served_with_the_headers_the_hubs_clients_read() {
     // headers, by a relative redirect.
     let moved = curl(&["-I"], &s.url("/org/m/resolve/main/model.zt"));
     assert_eq!(moved.status, 302);
-    let location = format!("../{sha}/model.zt");
+    let location = format!("/org/m/resolve/{sha}/model.zt");
     assert_eq!(moved.header("location"), Some(location.as_str()));
+    // Under a proxy's path, it stays there; a prefix that could lead
+    // elsewhere is not taken.
+    for (prefix, under) in [("/mirror/", "/mirror"), ("//evil.example", "")] {
+        let moved = curl(
+            &["-I", "-H", &format!("X-Forwarded-Prefix: {prefix}")],
+            &s.url("/org/m/resolve/main/model.zt"),
+        );
+        let location = format!("{under}/org/m/resolve/{sha}/model.zt");
+        assert_eq!(moved.header("location"), Some(location.as_str()));
+    }
     assert_eq!(moved.header("x-repo-commit"), Some(sha.as_str()));
     // As does `main` by its full name, one encoded segment.
     let full = curl(
@@ -364,9 +374,13 @@ fn a_large_tree_is_listed_in_pages_by_absolute_links() {
         .collect();
     let vary = vary.join(", ");
     assert!(
-        ["X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Prefix"]
-            .iter()
-            .all(|h| vary.contains(h)),
+        [
+            "X-Forwarded-Host",
+            "X-Forwarded-Proto",
+            "X-Forwarded-Prefix"
+        ]
+        .iter()
+        .all(|h| vary.contains(h)),
         "{vary:?}"
     );
     // Under a proxy's path, the links keep it; a prefix that is no plain

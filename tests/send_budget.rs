@@ -269,3 +269,33 @@ async fn clients_that_stop_acknowledging_do_not_hold_the_budget_from_others() {
         "closed as stalled"
     );
 }
+
+/// Clients that close their connection while the daemon has sent them
+/// bytes they have not acknowledged: the budget those bytes held is all
+/// given back (quinn drops them with the connection; a charge that held
+/// the connection would keep both alive for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_closed_with_bytes_in_flight_give_their_budget_back() {
+    use common::quic::{get, raw_connect};
+    let (_root, s, _url, fp) = serving("piece_cache_bytes = 0");
+    let (q, _) = s.quic.clone().unwrap();
+    let mut most = 0;
+    for _ in 0..8 {
+        let conn = raw_connect(&q, &fp, None).await;
+        let (mut send, _recv) = conn.open_bi().await.unwrap();
+        send.write_all(&get(1, "m.zt")).await.unwrap();
+        // The first component stream's first bytes, then gone.
+        let mut stream = conn.accept_uni().await.unwrap();
+        let mut buf = [0u8; 4096];
+        let _ = stream.read(&mut buf).await;
+        most = most.max(metric(&s, "ztserve_quic_send_budget_held_bytes"));
+        conn.close(0u32.into(), b"gone");
+    }
+    assert!(most > 0, "the clients held some of the budget");
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            metric(&s, "ztserve_quic_send_budget_held_bytes") == 0
+        }),
+        "the budget is all given back"
+    );
+}

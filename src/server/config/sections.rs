@@ -240,7 +240,7 @@ settings! {
         /// Most bytes of component data the daemon holds for all ztp/1
         /// connections together: read and not yet acknowledged by the
         /// clients (at least one read chunk, 4 MiB). One connection holds
-        /// at most a quarter of it; under pressure, connections whose
+        /// at most half of it; under pressure, connections whose
         /// client acknowledged nothing for a second are closed.
         pub send_budget_bytes: u64 = 64 << 20,
         /// Most bytes of recently sent chunks of local files kept in

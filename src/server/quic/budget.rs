@@ -4,20 +4,27 @@
 //!
 //! A chunk is charged from its read until quinn drops the last of its
 //! bytes (the client acknowledged them, or the stream or connection went),
-//! to the daemon's budget and to its connection's window: a quarter of
-//! the budget (at least one read chunk, at most `quic.connection_window`),
-//! so that one connection waits for its own acknowledgements past that,
-//! never holding the whole budget.
+//! to the daemon's budget and to its connection's window: half the budget
+//! (at least one read chunk, at most `quic.connection_window`), so that
+//! one connection never holds the whole budget.
 //!
-//! A client that stops acknowledging (paused, or gone without a word)
-//! would otherwise keep its share until the stall timeout. So a chunk that
-//! waits [`EVICT_AFTER`] for the daemon's budget closes, with `stalled`,
-//! every connection that holds some of it and whose client has sent no
-//! acknowledgement for [`MIN_STALL`] (and again after each such wait): a
-//! few such clients cannot keep the others waiting for long. A slow
-//! client that acknowledges what it receives is never closed for it.
+//! A client that stops acknowledging (paused, or gone without a word) or
+//! stops reading would otherwise keep its share until the stall timeout.
+//! So a chunk that has waited [`EVICT_AFTER`] for the daemon's budget
+//! closes, with `stalled`, every connection that holds some of it and
+//! whose client has sent no acknowledgement for [`MIN_STALL`] (or four
+//! round trips, if longer) since its last chunk was handed to quinn, and
+//! again after each such wait: under pressure, as for HTTP
+//! (`http/flow.rs`), a client must take what it is sent. One that keeps
+//! acknowledging what it is sent is never closed for it.
+//!
+//! What a charge holds is only its connection's counters ([`Part`]),
+//! never the connection: quinn keeps unacknowledged bytes in the
+//! connection's state, and a charge that held the connection would keep
+//! that state, and itself, alive for ever once the connection closed.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -34,7 +41,8 @@ use crate::server::families::{counter, register};
 pub(crate) const EVICT_AFTER: Duration = Duration::from_millis(100);
 
 /// How long a client holding some of the budget must have acknowledged
-/// nothing (and had no chunk charged) to be closed under pressure.
+/// nothing since its last chunk went to quinn to be closed under
+/// pressure (four round trips, where that is longer).
 pub(crate) const MIN_STALL: Duration = Duration::from_secs(1);
 
 /// The least time between two searches for stalled connections,
@@ -57,16 +65,25 @@ pub(crate) struct SendBudget {
     evicted: IntCounter,
 }
 
-/// One connection's part of the budget.
+/// One connection's part of the budget, held by its streams.
 #[derive(Debug)]
 pub(crate) struct ConnShare {
     budget: Arc<SendBudget>,
+    part: Arc<Part>,
+    conn: Connection,
+    /// Closed as stalled already: not closed, nor counted, again.
+    closed: AtomicBool,
+}
+
+/// What a connection's charges count on (and all they hold of it).
+#[derive(Debug)]
+struct Part {
     window: Arc<Semaphore>,
     /// KiB held now.
     held: AtomicU64,
-    conn: Connection,
-    /// The client's acknowledgements as last counted, and when that count
-    /// last moved or a chunk was last charged, whichever came later.
+    /// The client's acknowledgements as last counted, and since when the
+    /// count has not moved (or since the connection's last chunk was
+    /// handed to quinn, if later).
     acks: Mutex<(u64, Instant)>,
 }
 
@@ -76,13 +93,13 @@ pub(crate) struct ConnShare {
 #[derive(Debug)]
 pub(crate) struct Charge {
     _window: OwnedSemaphorePermit,
-    share: Arc<ConnShare>,
+    part: Arc<Part>,
     kib: u64,
 }
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        self.share.held.fetch_sub(self.kib, Ordering::SeqCst);
+        self.part.held.fetch_sub(self.kib, Ordering::SeqCst);
     }
 }
 
@@ -109,11 +126,11 @@ impl AsRef<[u8]> for Charged {
 }
 
 impl SendBudget {
-    /// A budget of `bytes` (at least `chunk`), each connection's window a
-    /// quarter of it, at least `chunk` and at most `connection_window`.
+    /// A budget of `bytes` (at least `chunk`), each connection's window
+    /// half of it, at least `chunk` and at most `connection_window`.
     pub(crate) fn new(bytes: u64, chunk: u64, connection_window: u64) -> Arc<SendBudget> {
         let total_kib = bytes.max(chunk) >> 10;
-        let window = (bytes / 4).min(connection_window).max(chunk) >> 10;
+        let window = (bytes / 2).min(connection_window).max(chunk) >> 10;
         Arc::new(SendBudget {
             total: Arc::new(Semaphore::new(
                 usize::try_from(total_kib).unwrap_or(usize::MAX >> 4),
@@ -129,24 +146,27 @@ impl SendBudget {
         })
     }
 
+    pub(crate) fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        register(registry, &[&self.evicted])
+    }
+
     /// Bytes held now, the whole daemon together.
     pub(crate) fn held(&self) -> u64 {
         let free = self.total.available_permits() as u64;
         self.total_kib.saturating_sub(free) << 10
     }
 
-    pub(crate) fn register(&self, registry: &Registry) -> prometheus::Result<()> {
-        register(registry, &[&self.evicted])
-    }
-
     /// `conn`'s share, counted among the connections until dropped.
     pub(crate) fn join(self: &Arc<Self>, conn: &Connection) -> Arc<ConnShare> {
         let share = Arc::new(ConnShare {
             budget: Arc::clone(self),
-            window: Arc::new(Semaphore::new(self.window_kib as usize)),
-            held: AtomicU64::new(0),
+            part: Arc::new(Part {
+                window: Arc::new(Semaphore::new(self.window_kib as usize)),
+                held: AtomicU64::new(0),
+                acks: Mutex::new((acks(conn), Instant::now())),
+            }),
             conn: conn.clone(),
-            acks: Mutex::new((acks(conn), Instant::now())),
+            closed: AtomicBool::new(false),
         });
         let mut conns = lock(&self.conns);
         conns.retain(|c| c.strong_count() > 0);
@@ -168,17 +188,19 @@ impl SendBudget {
         let conns: Vec<Arc<ConnShare>> =
             lock(&self.conns).iter().filter_map(Weak::upgrade).collect();
         for c in conns {
-            if c.held.load(Ordering::SeqCst) > 0 && c.silent_for() >= MIN_STALL {
-                let held = c.held.load(Ordering::SeqCst) << 10;
-                let why = format!(
-                    "the client acknowledged nothing for {} s while holding {held} bytes of the send budget that others wait for",
-                    MIN_STALL.as_secs()
-                );
-                tracing::warn!(peer = %c.conn.remote_address(), reason = %why, "closing a stalled QUIC connection");
-                self.evicted.inc();
-                c.conn
-                    .close(VarInt::from_u32(Code::Stalled.value()), why.as_bytes());
+            let held = c.part.held.load(Ordering::SeqCst) << 10;
+            if held == 0 || c.closed.load(Ordering::SeqCst) || !c.stalled() {
+                continue;
             }
+            c.closed.store(true, Ordering::SeqCst);
+            let why = format!(
+                "the client acknowledged nothing for {} s while holding {held} bytes of the send budget that others wait for",
+                MIN_STALL.as_secs()
+            );
+            tracing::warn!(peer = %c.conn.remote_address(), reason = %why, "closing a stalled QUIC connection");
+            self.evicted.inc();
+            c.conn
+                .close(VarInt::from_u32(Code::Stalled.value()), why.as_bytes());
         }
     }
 }
@@ -193,34 +215,43 @@ impl ConnShare {
     ) -> Option<(OwnedSemaphorePermit, Charge)> {
         let kib = bytes.div_ceil(1024).min(u64::from(self.budget.window_kib));
         let n = u32::try_from(kib).unwrap_or(u32::MAX);
-        let window = Arc::clone(&self.window).acquire_many_owned(n).await.ok()?;
+        let window = Arc::clone(&self.part.window)
+            .acquire_many_owned(n)
+            .await
+            .ok()?;
+        // One wait, keeping its place in the queue, interrupted to search.
+        let mut wait = pin!(Arc::clone(&self.budget.total).acquire_many_owned(n));
         let total = loop {
-            let wait = Arc::clone(&self.budget.total).acquire_many_owned(n);
-            match tokio::time::timeout(EVICT_AFTER, wait).await {
+            match tokio::time::timeout(EVICT_AFTER, &mut wait).await {
                 Ok(got) => break got.ok()?,
                 Err(_) => self.budget.close_stalled(),
             }
         };
-        self.held.fetch_add(kib, Ordering::SeqCst);
-        // A chunk charged is the client's doing (it asked, and its
-        // window had room): it counts as a sign of life.
-        *lock(&self.acks) = (acks(&self.conn), Instant::now());
+        self.part.held.fetch_add(kib, Ordering::SeqCst);
         let charge = Charge {
             _window: window,
-            share: Arc::clone(self),
+            part: Arc::clone(&self.part),
             kib,
         };
         Some((total, charge))
     }
 
-    /// How long the client has sent no acknowledgement (counted now).
-    fn silent_for(&self) -> Duration {
+    /// A chunk of the connection's was handed to quinn: the client's
+    /// silence counts from now (it had nothing new to acknowledge while
+    /// the chunk was read).
+    pub(crate) fn handed(&self) {
+        *lock(&self.part.acks) = (acks(&self.conn), Instant::now());
+    }
+
+    /// Whether the client has sent no acknowledgement for [`MIN_STALL`]
+    /// (four round trips, if longer) since its last chunk went to quinn.
+    fn stalled(&self) -> bool {
         let now = acks(&self.conn);
-        let mut seen = lock(&self.acks);
+        let mut seen = lock(&self.part.acks);
         if now != seen.0 {
             *seen = (now, Instant::now());
         }
-        seen.1.elapsed()
+        seen.1.elapsed() >= MIN_STALL.max(self.conn.rtt() * 4)
     }
 }
 

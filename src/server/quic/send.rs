@@ -484,6 +484,7 @@ async fn read_chunk(
                 (Some(k), false) => state.kept.keep(k, pos, &b),
                 (None, false) => {}
             }
+            share.handed();
             Ok(charge.hold(held(b, permit)))
         }
         Err(e) => {

@@ -260,21 +260,33 @@ pub(super) fn base_url(state: &State, uri: &Uri, headers: &HeaderMap) -> String 
         .or_else(|| uri.authority().map(|a| a.as_str().to_owned()))
         .or_else(|| text("host").filter(valid))
         .unwrap_or_else(|| state.config.listen.to_string());
-    let prefix = text("x-forwarded-prefix")
-        .filter(|p| path_prefix(p))
-        .unwrap_or_default();
-    format!("{scheme}://{host}{}", prefix.trim_end_matches('/'))
+    format!("{scheme}://{host}{}", forwarded_prefix(headers))
 }
 
-/// Whether `p` is a path a proxy may serve the daemon under: `/` and
-/// segments of unreserved characters and percent-escapes, 256 bytes at
-/// most, no `.` or `..` segment.
-fn path_prefix(p: &str) -> bool {
+/// The path a proxy serves the daemon under (`X-Forwarded-Prefix`), with
+/// no `/` at its end (`""`: the root, or a prefix that is not a plain
+/// path: `/` and segments of unreserved characters and percent-escapes,
+/// 256 bytes at most, no empty, `.` or `..` segment, so never `//host`).
+pub(super) fn forwarded_prefix(headers: &HeaderMap) -> String {
+    let Some(p) = headers
+        .get("x-forwarded-prefix")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|v| v.split(',').next())
+    else {
+        return String::new();
+    };
+    let p = p.trim().trim_end_matches('/');
     let char_ok = |c: char| c.is_ascii_alphanumeric() || "-._~%/".contains(c);
-    p.starts_with('/')
+    let plain = p.starts_with('/')
         && p.len() <= 256
         && p.chars().all(char_ok)
-        && p.split('/').all(|s| s != "." && s != "..")
+        && p.split('/')
+            .skip(1)
+            .all(|s| !s.is_empty() && s != "." && s != "..");
+    match plain {
+        true => p.to_owned(),
+        false => String::new(),
+    }
 }
 
 /// Says that `r` may differ with the headers [`base_url`] reads besides

@@ -27,8 +27,8 @@ use super::super::preflight::{preflight, Stop};
 use super::super::serve::{ranges, respond, spans, Entity};
 use super::files::{open, refused, Opened, LINKED_FROM};
 use super::path::{Asked, Under};
-use super::{at_revision, base_url, find, repos, xet, HubError, REPO_COMMIT};
-use crate::server::catalog::repos::{Repo, RepoFile};
+use super::{at_revision, base_url, find, forwarded_prefix, repos, xet, HubError, REPO_COMMIT};
+use crate::server::catalog::repos::{Kind, Repo, RepoFile};
 use crate::server::serve::entry;
 use crate::server::store::READ_CHUNK;
 use crate::server::State;
@@ -60,7 +60,7 @@ pub(super) async fn answer(
             // `main` (not a commit): to the commit's URL, where a download
             // that breaks off resumes from the same version or fails.
             Opened::Now(_, _) if revision != repo.commit => {
-                return Ok(to_commit(repo, &path, file));
+                return Ok(to_commit(asked, repo, &path, file, headers));
             }
             Opened::Now(held, size) => {
                 // What the Hub's clients ask before a download (a HEAD):
@@ -93,17 +93,30 @@ pub(super) async fn answer(
 }
 
 /// A `302` from a revision that moves (`main`) to the URL of the file at
-/// the current commit, relative to the URL asked (the Hub's clients
-/// follow a redirect to the same host, then read and resume from where it
-/// led, also under a proxy's path: a file that
-/// changes under a download fails its retry as `RevisionNotFound`
-/// instead of completing with another version's bytes), carrying the
-/// file's headers as the Hub's redirects do.
-fn to_commit(repo: &Repo, path: &str, file: &RepoFile) -> Response {
-    // From `.../resolve/main/a/b.json` up past the revision's segment:
-    // relative, so that a daemon served under a proxy's path stays there.
-    let up = "../".repeat(path.split('/').count());
-    let location = format!("{up}{}/{}", repo.commit, raw_path(path));
+/// the current commit, an absolute path (under a proxy's
+/// `X-Forwarded-Prefix`: [`forwarded_prefix`]; the Hub's clients before
+/// 1.0 keep only a redirect's path), so that the client reads and resumes
+/// from there: a file that changes under a download fails its retry as
+/// `RevisionNotFound` instead of completing with another version's bytes.
+/// It carries the file's headers, as the Hub's redirects do.
+fn to_commit(
+    asked: &Asked<'_>,
+    repo: &Repo,
+    path: &str,
+    file: &RepoFile,
+    headers: &HeaderMap,
+) -> Response {
+    let kind = match asked.kind {
+        Kind::Model => "",
+        Kind::Dataset => "/datasets",
+    };
+    let location = format!(
+        "{}{kind}/{}/resolve/{}/{}",
+        forwarded_prefix(headers),
+        raw_path(&repo.id),
+        repo.commit,
+        raw_path(path)
+    );
     let mut r = Response::builder()
         .status(StatusCode::FOUND)
         .header(header::LOCATION, location)

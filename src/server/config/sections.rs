@@ -239,9 +239,9 @@ settings! {
         pub max_streams: usize = 32,
         /// Most bytes of component data the daemon holds for all ztp/1
         /// connections together: read and not yet acknowledged by the
-        /// clients (at least one read chunk, 4 MiB). One connection holds
-        /// at most half of it; under pressure, connections whose
-        /// client acknowledged nothing for a second are closed.
+        /// clients (at least one read chunk, 4 MiB). Under pressure,
+        /// connections whose client acknowledged nothing for a second
+        /// are closed.
         pub send_budget_bytes: u64 = 64 << 20,
         /// Most bytes of recently sent chunks of local files kept in
         /// memory for ztp/1, the whole daemon together, each charged

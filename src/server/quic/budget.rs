@@ -4,9 +4,9 @@
 //!
 //! A chunk is charged from its read until quinn drops the last of its
 //! bytes (the client acknowledged them, or the stream or connection went),
-//! to the daemon's budget and to its connection's window: half the budget
-//! (at least one read chunk, at most `quic.connection_window`), so that
-//! one connection never holds the whole budget.
+//! to the daemon's budget and to its connection's window (the budget, at
+//! most `quic.connection_window`: a window of half the budget cost a
+//! single fast fetch about 5 % of its speed on loopback, measured).
 //!
 //! A client that stops acknowledging (paused, or gone without a word) or
 //! stops reading would otherwise keep its share until the stall timeout.
@@ -127,10 +127,10 @@ impl AsRef<[u8]> for Charged {
 
 impl SendBudget {
     /// A budget of `bytes` (at least `chunk`), each connection's window
-    /// half of it, at least `chunk` and at most `connection_window`.
+    /// at most `connection_window` of it (at least `chunk`).
     pub(crate) fn new(bytes: u64, chunk: u64, connection_window: u64) -> Arc<SendBudget> {
         let total_kib = bytes.max(chunk) >> 10;
-        let window = (bytes / 2).min(connection_window).max(chunk) >> 10;
+        let window = bytes.min(connection_window).max(chunk) >> 10;
         Arc::new(SendBudget {
             total: Arc::new(Semaphore::new(
                 usize::try_from(total_kib).unwrap_or(usize::MAX >> 4),

@@ -35,6 +35,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::server::config::LimitsConfig;
 use crate::server::families::{counter_vec, gauge, register};
+use crate::server::store::source::holding;
 use crate::server::store::READ_CHUNK;
 
 /// How long a response waits for the budget before it closes the
@@ -423,21 +424,7 @@ impl Charge {
         let at = self.flow.flows.now();
         *self.flow.out().entry(at).or_insert(0) += 1;
         self.out_at = Some(at);
-        Bytes::from_owner(Charged {
-            bytes,
-            _charge: self,
-        })
-    }
-}
-
-struct Charged {
-    bytes: Bytes,
-    _charge: Charge,
-}
-
-impl AsRef<[u8]> for Charged {
-    fn as_ref(&self) -> &[u8] {
-        &self.bytes
+        holding(bytes, self)
     }
 }
 

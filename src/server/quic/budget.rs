@@ -35,6 +35,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use ztp_proto::Code;
 
 use crate::server::families::{counter, register};
+use crate::server::store::source::holding;
 
 /// How long a chunk waits for the daemon's budget before it closes the
 /// stalled connections (and again after each search).
@@ -106,22 +107,7 @@ impl Drop for Charge {
 impl Charge {
     /// `bytes`, holding this charge until the last of them is dropped.
     pub(crate) fn hold(self, bytes: Bytes) -> Bytes {
-        Bytes::from_owner(Charged {
-            bytes,
-            _charge: self,
-        })
-    }
-}
-
-/// Bytes holding their charge.
-struct Charged {
-    bytes: Bytes,
-    _charge: Charge,
-}
-
-impl AsRef<[u8]> for Charged {
-    fn as_ref(&self) -> &[u8] {
-        &self.bytes
+        holding(bytes, self)
     }
 }
 

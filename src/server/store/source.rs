@@ -183,16 +183,22 @@ where
         .boxed()
 }
 
-/// Bytes holding a budget until the last of them is dropped.
-struct Held {
+/// Bytes holding something (a budget's permit, a charge) until the last
+/// of them is dropped.
+struct Holding<T> {
     bytes: Bytes,
-    _held: tokio::sync::OwnedSemaphorePermit,
+    _held: T,
 }
 
-impl AsRef<[u8]> for Held {
+impl<T> AsRef<[u8]> for Holding<T> {
     fn as_ref(&self) -> &[u8] {
         &self.bytes
     }
+}
+
+/// `bytes` holding `what` until the last of them is dropped.
+pub(crate) fn holding<T: Send + 'static>(bytes: Bytes, what: T) -> Bytes {
+    Bytes::from_owner(Holding { bytes, _held: what })
 }
 
 /// `bytes` holding `permit` until the last of them is dropped: what
@@ -202,10 +208,7 @@ impl AsRef<[u8]> for Held {
 pub(crate) fn held(bytes: Bytes, permit: Option<tokio::sync::OwnedSemaphorePermit>) -> Bytes {
     match permit {
         None => bytes,
-        Some(permit) => Bytes::from_owner(Held {
-            bytes,
-            _held: permit,
-        }),
+        Some(permit) => holding(bytes, permit),
     }
 }
 

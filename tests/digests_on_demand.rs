@@ -128,6 +128,36 @@ fn one_tensor_of_a_cold_file_is_hashed_on_its_own() {
     let r = ranged(&provisional);
     assert_eq!((r.status, r.header("etag")), (206, Some(settled.as_str())));
     assert_eq!(r.body, small);
+    // Over ztp/1, a `get` pinned to the provisional tag is answered under
+    // it, with every digest now known: so the later shares of a fetch
+    // spread over connections, asked for the version the first share
+    // found while the digests were computed, agree with it once they
+    // are in (before, they were answered under the content-derived tag,
+    // refused as another version, and the fetch failed).
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (etag, delivered) = rt.block_on(async {
+        let options = zt_client::Options {
+            trust: zt_client::trust::Trust::fingerprint(&fp).unwrap(),
+            connections: Some(2),
+            require_digest: true,
+            ..zt_client::Options::default()
+        };
+        let url = format!("quic://{q}/m.safetensors");
+        let client = zt_client::Client::connect(&url, options).await.unwrap();
+        let mut f = client.fetch(&[], Some(&provisional)).await.unwrap();
+        let mut delivered = Vec::new();
+        while let Some(d) = f.next().await {
+            let d = d.unwrap();
+            delivered.push((d.object.clone(), d.data.len()));
+        }
+        delivered.sort();
+        (f.etag.clone(), delivered)
+    });
+    assert_eq!(etag, provisional);
+    assert_eq!(
+        delivered,
+        [("a.big".into(), BIG), ("b.small".into(), small.len())]
+    );
     let r = ranged("\"p-00000000000000000000000000000000\"");
     assert_eq!(r.status, 200);
     assert_eq!(

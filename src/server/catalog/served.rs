@@ -71,6 +71,22 @@ impl Served {
                 .is_some_and(|p| etag::strong_match(tag, p))
     }
 
+    /// The tag this version is answered under for a request pinned to
+    /// `asked`: the provisional tag when that is the one it names (a
+    /// request that found it while the digests were computed, such as a
+    /// spread fetch's later shares, is answered under the version it
+    /// asked for), else the file's ETag.
+    pub fn answered_as(&self, asked: Option<&str>) -> &str {
+        match (asked, self.provisional.as_deref()) {
+            (Some(tag), Some(p))
+                if !etag::strong_match(tag, &self.etag) && etag::strong_match(tag, p) =>
+            {
+                p
+            }
+            _ => &self.etag,
+        }
+    }
+
     /// The entry that holds a component living in another file (a shard
     /// of a sharded checkpoint); `None` for one of this file. The shard
     /// knows the object by the same name.

@@ -347,7 +347,7 @@ async fn get(c: Shared, g: Get, resolved: Option<Entry>, answer: (Answering, Una
     };
     let msg = Message::Manifest(ManifestMsg {
         id,
-        etag: served.etag.clone(),
+        etag: served.answered_as(g.if_match.as_deref()).to_owned(),
         size: served.size,
         manifest,
         streams,

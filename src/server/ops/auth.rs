@@ -4,8 +4,10 @@
 //! skipped). A background task looks at the file once a second and re-reads
 //! it when its modification time, size or inode changes, so tokens can be
 //! rotated without a restart. Requests only read the current set: no
-//! request waits on another, or on the file system. Comparison takes the
-//! same time whatever the token.
+//! request waits on another, or on the file system. A presented token is
+//! looked up by its keyed BLAKE3 digest (the key made from the tokens in
+//! force, so unknown to a client that holds none), in time independent of
+//! how many tokens there are and of where it differs from any of them.
 
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
@@ -24,17 +26,19 @@ type Stamp = (Option<SystemTime>, u64, u64);
 
 type Set = Arc<InForce>;
 
-/// The tokens in force, and the key URLs are signed with, made from them
-/// once when they are read (not per signature: a reconstruction signs a
-/// URL for each of up to 16,384 xorbs). Never printed.
+/// The tokens in force, as their digests under `lookup_key`, and the key
+/// URLs are signed with, made from them once when they are read (not per
+/// signature: a reconstruction signs a URL for each of up to 16,384
+/// xorbs). Never printed.
 struct InForce {
-    tokens: HashSet<Vec<u8>>,
+    digests: HashSet<[u8; 32]>,
+    lookup_key: [u8; 32],
     signing_key: [u8; 32],
 }
 
 impl std::fmt::Debug for InForce {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "InForce {{ {} tokens }}", self.tokens.len())
+        write!(f, "InForce {{ {} tokens }}", self.digests.len())
     }
 }
 
@@ -48,10 +52,28 @@ impl InForce {
             h.update(t);
         }
         let signing_key = *h.finalize().as_bytes();
+        let lookup_key = blake3::derive_key("ztserve 2026-12 token lookup", &signing_key);
+        let digests = tokens
+            .iter()
+            .map(|t| *blake3::keyed_hash(&lookup_key, t).as_bytes())
+            .collect();
         InForce {
-            tokens,
+            digests,
+            lookup_key,
             signing_key,
         }
+    }
+
+    /// Whether `token` is one of the tokens in force. The lookup's time
+    /// depends on the token's keyed digest alone, which says nothing of
+    /// the tokens to one who does not hold the key.
+    fn holds(&self, token: &[u8]) -> bool {
+        let digest = blake3::keyed_hash(&self.lookup_key, token);
+        self.digests.contains(digest.as_bytes())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.digests.is_empty()
     }
 }
 
@@ -82,7 +104,8 @@ fn read(path: &Path) -> Result<(HashSet<Vec<u8>>, Stamp)> {
     Ok((tokens, stamp(&meta)))
 }
 
-/// Compares without an early exit, so timing does not reveal a prefix.
+/// Compares without an early exit, so timing does not reveal a prefix
+/// (of a URL's signature).
 fn same(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
@@ -141,11 +164,7 @@ impl Tokens {
         let Some(set) = self.current.read().ok().map(|c| Arc::clone(&c)) else {
             return false;
         };
-        let mut ok = false;
-        for t in set.tokens.iter() {
-            ok |= same(t, token.as_bytes());
-        }
-        ok
+        set.holds(token.as_bytes())
     }
 
     /// The signature of `message` (a URL the daemon hands out in place
@@ -162,7 +181,7 @@ impl Tokens {
     /// time independent of where they differ. Never, without tokens (a
     /// key made of none would be anyone's).
     pub(crate) fn signed(&self, message: &[u8], signature: &str) -> bool {
-        let any = self.current.read().is_ok_and(|c| !c.tokens.is_empty());
+        let any = self.current.read().is_ok_and(|c| !c.is_empty());
         any && same(self.sign(message).as_bytes(), signature.as_bytes())
     }
 
@@ -217,5 +236,27 @@ mod tests {
         assert!(t.signed(b"/xet/a\n1", &t.sign(b"/xet/a\n1")));
         std::fs::write(&f, "").unwrap();
         assert!(Tokens::load(&f).is_err());
+    }
+
+    #[test]
+    fn many_tokens_are_looked_up_not_scanned() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("tokens");
+        let text: String = (0..100_000).map(|i| format!("token-{i:06}\n")).collect();
+        std::fs::write(&f, text).unwrap();
+        let t = Tokens::load(&f).unwrap();
+        for i in [0, 1, 54_321, 99_999] {
+            assert!(t.allows(Some(&format!("Bearer token-{i:06}"))), "{i}");
+        }
+        for bad in [
+            "token-100000",
+            "token-00000",
+            "token-0000000",
+            "",
+            "token-000001 ",
+        ] {
+            assert!(!t.allows(Some(&format!("Bearer {bad}x"))), "{bad}");
+        }
+        assert!(!t.allows(Some("Bearer")));
     }
 }

@@ -535,3 +535,107 @@ fn a_sharded_checkpoint_is_one_model() {
         }
     }
 }
+
+/// Writes a checkpoint of two shards and their index into `dir`, each
+/// shard's one tensor filled with `fill`; each file replaced by a rename.
+fn two_shards(dir: &Path, fill: u8) {
+    let mut weight_map = serde_json::Map::new();
+    for n in [1, 2] {
+        let shard = format!("model-0000{n}-of-00002.safetensors");
+        let name = format!("t{n}");
+        weight_map.insert(name.clone(), serde_json::json!(shard));
+        let bytes = vec![fill; 4096 * n];
+        let view = TensorView::new(Dtype::U8, vec![4096 * n], &bytes).unwrap();
+        let tmp = dir.join(format!(".{shard}.tmp"));
+        safetensors::serialize_to_file(vec![(name, view)], None, &tmp).unwrap();
+        std::fs::rename(&tmp, dir.join(&shard)).unwrap();
+    }
+    let index =
+        serde_json::json!({ "metadata": { "total_size": 12288 }, "weight_map": weight_map });
+    let tmp = dir.join(".index.tmp");
+    std::fs::write(&tmp, serde_json::to_vec(&index).unwrap()).unwrap();
+    std::fs::rename(&tmp, dir.join("model.safetensors.index.json")).unwrap();
+}
+
+/// A fetch into a directory that holds an earlier version of the
+/// checkpoint, failing after its first shard (the second cannot be
+/// written), leaves the directory's index and shards as they were: one
+/// version, never a new shard beside the old index. Run again once it
+/// can, it leaves the new version whole.
+#[test]
+fn a_failed_update_of_a_directory_leaves_its_checkpoint_whole() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("m");
+    std::fs::create_dir(&dir).unwrap();
+    two_shards(&dir, 1);
+    let s = Server::start(root.path(), &[]);
+    let url = s.url("/m/model.safetensors.index.json");
+    let copy = tempfile::tempdir().unwrap();
+    let into = copy.path().join("ckpt");
+    let names = [
+        "model.safetensors.index.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ];
+    // Each file's name and the BLAKE3 of its bytes (short to print).
+    let read_all = |d: &Path| -> Vec<(&str, String)> {
+        names
+            .iter()
+            .map(|n| {
+                let bytes = std::fs::read(d.join(n)).unwrap_or_default();
+                (*n, blake3::hash(&bytes).to_hex()[..16].to_owned())
+            })
+            .collect()
+    };
+    fetch_ok(&url, Path::new(&format!("{}/", into.display())), &[]);
+    let v1 = read_all(&dir);
+    assert_eq!(read_all(&into), v1);
+
+    // Version 2 served; the second shard's partial file cannot be made
+    // (a folder in its place, where this build and the one before write it).
+    let files =
+        || json(&s.url("/v1/files/m/model.safetensors.index.json/manifest"))["files"].clone();
+    let before = files();
+    two_shards(&dir, 2);
+    let v2 = read_all(&dir);
+    // Until the daemon has seen the new shards, it serves the old ones
+    // (from the files it holds open, under their ETags).
+    let since = std::time::Instant::now();
+    while files() == before {
+        assert!(
+            since.elapsed().as_secs() < 60,
+            "the daemon never saw version 2"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let blocked = [
+        into.join("model-00002-of-00002.safetensors.part"),
+        into.join(".zt-fetching/model-00002-of-00002.safetensors.part"),
+    ];
+    for b in &blocked {
+        std::fs::create_dir_all(b).unwrap();
+    }
+    let into_dir = format!("{}/", into.display());
+    let r = zt(&["fetch", &url, "-o", &into_dir]);
+    assert!(!r.status.success(), "the fetch succeeded");
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        stderr.contains("model-00002-of-00002.safetensors"),
+        "{stderr}"
+    );
+    assert_eq!(
+        read_all(&into),
+        v1,
+        "the directory no longer holds one version: {stderr}"
+    );
+
+    for b in &blocked {
+        std::fs::remove_dir(b).unwrap();
+    }
+    fetch_ok(&url, Path::new(&into_dir), &[]);
+    assert_eq!(read_all(&into), v2);
+    assert!(
+        !into.join(".zt-fetching").exists(),
+        "the staging folder stays"
+    );
+}

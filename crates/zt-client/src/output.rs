@@ -196,9 +196,27 @@ pub async fn fetch_to_file(
     out: &Path,
     progress: Progress<'_>,
 ) -> Result<Written> {
+    fetch_version_to_file(client, select, out, progress, None).await
+}
+
+/// [`fetch_to_file`] of the version `version` names (an ETag) when it
+/// is given: a file found at another refuses the fetch as changed.
+pub(crate) async fn fetch_version_to_file(
+    client: &Client,
+    select: &[String],
+    out: &Path,
+    progress: Progress<'_>,
+    version: Option<&str>,
+) -> Result<Written> {
     let (part, journal) = part_paths(out);
     let remote = client.manifest_of(select).await?;
     let etag = remote.etag;
+    if let Some(want) = version.filter(|want| *want != etag) {
+        return Err(Error::Changed {
+            url: client.url.clone(),
+            detail: format!("its ETag is {etag}, not {want} as expected"),
+        });
+    }
     let kind = output_kind(out, remote.manifest.source, select, &client.url)?;
     let (local, blob_end) = match kind {
         Output::Zt => {

@@ -6,11 +6,12 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
+use zt_format::source::safetensors_index::safe_shard;
 use zt_format::Source;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::output::{fetch_to_file, Progress, Written};
+use crate::output::{fetch_to_file, fetch_version_to_file, Progress, Written};
 
 /// Fetches `select` from `client` into `out`, whatever `out` names: a
 /// directory (an existing one, or a path ending in `/`) receives a whole
@@ -35,12 +36,22 @@ pub async fn fetch_to_path(
     copy_sharded(client, out, progress).await
 }
 
+/// Where the shards of a fetch into a directory are written until every
+/// one is in: a folder of that directory's own.
+pub const STAGING: &str = ".zt-fetching";
+
 /// Fetches a sharded checkpoint into the directory `dir`: every shard as a
 /// byte-identical copy (each verified and checked as [`fetch_to_file`]
 /// checks one, and each the version the index's manifest names), then
-/// the index itself, written last and atomically, so a directory that
-/// holds the index holds every shard it names. Over HTTP or ztp/1, like
-/// the copies it is made of.
+/// the index itself. Over HTTP or ztp/1, like the copies it is made of.
+///
+/// The shards are written below [`STAGING`] until every one is in, so a
+/// fetch that fails leaves what the directory held as it was (and a
+/// second run resumes each shard's partial file there). Then the
+/// directory's old index goes, the shards move into place, and the new
+/// index is written last and atomically: a directory that holds an index
+/// holds every shard it names, of that index's version, never shards of
+/// two versions beside one index.
 pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -> Result<Written> {
     let remote = client.manifest().await?;
     let source = remote.manifest.source;
@@ -60,33 +71,18 @@ pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -
                 client.url
             ))
         })?;
-    let io = |what: String| move |e| Error::io(what, e);
-    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
-    let (mut objects, mut bytes, mut resumed) = (0, 0, 0);
-    for (name, part) in &remote.manifest.files {
-        let shard = Client::connect(
-            &crate::ranges::beside(&client.url, name)?,
-            (*client.options).clone(),
-        )
-        .await?;
-        let now = shard.manifest().await?.etag;
-        if part.etag.as_deref() != Some(now.as_str()) {
-            return Err(Error::Changed {
-                url: shard.url.clone(),
-                detail: format!(
-                    "since its index was read (ETag {now}, the index names {:?})",
-                    part.etag
-                ),
-            });
+    // Each shard is written below `dir` under the name the manifest gives
+    // it: a safetensors file at a plain relative path, or nothing is.
+    for name in remote.manifest.files.keys() {
+        if !safe_shard(name) || zt_format::source::by_name(name) != Some(Source::Safetensors) {
+            return Err(Error::Protocol(format!(
+                "{}: the index names the shard {name:?}, which is not a .safetensors file at a plain relative path below it",
+                client.url
+            )));
         }
-        let out = dir.join(name);
-        if let Some(parent) = out.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(io(format!("creating {}", parent.display())))?;
-        }
-        let w = fetch_to_file(&shard, &[], &out, progress).await?;
-        (objects, bytes, resumed) = (objects + w.objects, bytes + w.bytes, resumed + w.resumed);
     }
+    // The index itself, read and checked before any shard: it names the
+    // shards its manifest does.
     let raw = client
         .read_ranges(std::slice::from_ref(&(0..remote.size)), &remote.etag)
         .await?
@@ -104,8 +100,51 @@ pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -
             client.url
         )));
     }
-    // Beside its place, synced, then renamed: never a partial index.
+    let io = |what: String| move |e| Error::io(what, e);
+    let staging = dir.join(STAGING);
+    let (mut objects, mut bytes, mut resumed) = (0, 0, 0);
+    for (name, part) in &remote.manifest.files {
+        let shard = Client::connect(
+            &crate::ranges::beside(&client.url, name)?,
+            (*client.options).clone(),
+        )
+        .await?;
+        let Some(version) = part.etag.as_deref() else {
+            return Err(Error::Protocol(format!(
+                "{}: the index's manifest names no ETag for its shard {name:?}",
+                client.url
+            )));
+        };
+        let out = staging.join(name);
+        if let Some(parent) = out.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(io(format!("creating {}", parent.display())))?;
+        }
+        let w = fetch_version_to_file(&shard, &[], &out, progress, Some(version)).await?;
+        (objects, bytes, resumed) = (objects + w.objects, bytes + w.bytes, resumed + w.resumed);
+    }
+    // Every shard is in: the old index goes first, so that no moment
+    // shows an index beside shards of another version.
     let path = dir.join(&index_name);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::io(format!("removing {}", path.display()), e))
+        }
+        _ => {}
+    }
+    for name in remote.manifest.files.keys() {
+        let (from, to) = (staging.join(name), dir.join(name));
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(io(format!("creating {}", parent.display())))?;
+        }
+        std::fs::rename(&from, &to).map_err(io(format!(
+            "moving {} to {}",
+            from.display(),
+            to.display()
+        )))?;
+    }
+    // Beside its place, synced, then renamed: never a partial index.
     let tmp = zt_format::temp_path(&path);
     let written = File::create(&tmp)
         .and_then(|mut f| f.write_all(&raw).and_then(|()| f.sync_all()))
@@ -114,6 +153,8 @@ pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -
         let _ = std::fs::remove_file(&tmp);
         return Err(Error::io(format!("writing {}", path.display()), e));
     }
+    // What is left there is this fetch's own (emptied folders).
+    let _ = std::fs::remove_dir_all(&staging);
     Ok(Written {
         path,
         objects,

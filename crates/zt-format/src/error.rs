@@ -190,6 +190,8 @@ pub enum Rule {
     RaggedOffsets { detail: String },
     #[error("component lives in file {file:?}, which the manifest's files do not list")]
     UnknownFile { file: String },
+    #[error("the manifest's files name {file:?}, which is not a plain relative path below the entry (no empty, `.` or `..` parts, no leading `/`, no `\\`)")]
+    FilePath { file: String },
 }
 
 impl Rule {
@@ -250,6 +252,7 @@ impl Rule {
             Rule::RaggedOffsetsLength { .. } => "ragged-offsets-length",
             Rule::RaggedOffsets { .. } => "ragged-offsets",
             Rule::UnknownFile { .. } => "unknown-file",
+            Rule::FilePath { .. } => "file-path",
         }
     }
 

@@ -436,6 +436,9 @@ fn file_map(r: &mut Reader<'_>) -> Parse<BTreeMap<String, FilePart>> {
     let mut out = BTreeMap::new();
     r.map::<Located>("files", "files", |r, name| {
         let name = name.text()?.to_owned();
+        if !crate::source::safetensors_index::safe_shard(&name) {
+            return Err(Rule::FilePath { file: name }.into());
+        }
         let mut size = None;
         let mut etag = None;
         r.map::<Located>("file", "file", |r, key| {
@@ -593,6 +596,42 @@ mod tests {
 
     fn read(bytes: &[u8]) -> Result<Manifest> {
         manifest(bytes, "t.zt", &crate::Limits::default(), &mut Vec::new())
+    }
+
+    /// A manifest's `files` name paths a client writes below a directory
+    /// (a sharded checkpoint's shards): each must be a plain relative path.
+    #[test]
+    fn files_are_plain_relative_paths() {
+        let with_files = |name: &str| {
+            let part = V::Map(vec![(V::Text("size".into()), V::Integer(8.into()))]);
+            let root = V::Map(vec![
+                (V::Text("version".into()), V::Text("1.2.0".into())),
+                (V::Text("objects".into()), V::Map(vec![])),
+                (
+                    V::Text("files".into()),
+                    V::Map(vec![(V::Text(name.into()), part)]),
+                ),
+            ]);
+            let mut out = Vec::new();
+            ciborium::ser::into_writer(&root, &mut out).unwrap();
+            read(&out)
+        };
+        for ok in ["m-1.safetensors", "sub/m-2.safetensors"] {
+            assert_eq!(with_files(ok).unwrap().files.len(), 1, "{ok}");
+        }
+        for bad in [
+            "../../pwned.safetensors",
+            "/etc/x.safetensors",
+            "a/../../x",
+            "a//b",
+            "./x",
+            "a\\..\\x",
+            "",
+        ] {
+            let e = with_files(bad).unwrap_err();
+            assert_eq!(e.rule().unwrap().name(), "file-path", "{bad}: {e}");
+            assert!(e.to_string().contains("t.zt"), "{e}");
+        }
     }
 
     /// `objects` before `version` (canonical CBOR's order) reads the

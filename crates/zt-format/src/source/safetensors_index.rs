@@ -37,8 +37,9 @@ impl Index {
 
 /// Whether a shard name is a plain relative path below the index's
 /// directory: no `..`, no absolute path, no backslash or NUL, no empty
-/// segment.
-fn safe_shard(name: &str) -> bool {
+/// segment. A manifest's `files` are held to it too: a client writes
+/// them below a directory.
+pub fn safe_shard(name: &str) -> bool {
     !name.is_empty()
         && !name.contains(['\\', '\0'])
         && name

@@ -36,8 +36,11 @@ impl Cache {
         let mut file = File::open(&path).ok()?;
         let got = read_checked(&mut file, key, len, use_seal);
         if got.is_ok() {
-            // The least recently used go first: this one was just used.
-            let _ = file.set_modified(SystemTime::now());
+            // The least recently used go first: this one was just used
+            // (a check by `zt cache verify` is no use).
+            if use_seal {
+                let _ = file.set_modified(SystemTime::now());
+            }
         } else {
             let _ = std::fs::remove_file(&path);
         }
@@ -97,7 +100,10 @@ impl Cache {
 /// `use_seal`, where it has one it may trust: `seal.rs`) or `key`'s
 /// digest: read and hashed a piece at a time, each piece hashed while it
 /// is still in the CPU's cache. A private entry that passed its digest
-/// without a seal (stored by an older client) is sealed then.
+/// without a seal (stored by an older client) is sealed then. An entry
+/// named by a checksum (crc32c) is refused unless it is this user's
+/// alone: a checksum is as easy to forge as a seal, so bytes someone
+/// else wrote or could write would pass it.
 fn read_checked(
     file: &mut File,
     key: &Key,
@@ -107,6 +113,12 @@ fn read_checked(
     let meta = file.metadata().map_err(|e| e.to_string())?;
     if meta.len() != len {
         return Err(format!("{} bytes where {len} were expected", meta.len()));
+    }
+    if key.digest.algorithm() == Some(zt_format::DigestAlgorithm::Crc32c) && !seal::private(&meta) {
+        return Err(
+            "named by a checksum (crc32c) and not this user's alone (another owner, writable by others, or linked elsewhere): not trusted"
+                .to_owned(),
+        );
     }
     let check = match use_seal {
         true => seal::check_for(file, &meta, &key.digest),
@@ -195,6 +207,45 @@ mod tests {
         assert!(why.contains("5 bytes where 14"), "{why}");
         // Nothing is left half-written in the temporary folder.
         assert_eq!(std::fs::read_dir(dir.path().join(TMP)).unwrap().count(), 0);
+    }
+
+    /// An entry named by a checksum that others could have written (a
+    /// forged crc32c is easy) is refused and removed, on a read and on
+    /// `zt cache verify`; this user's own comes back. A verify leaves the
+    /// entries' order of use as it was.
+    #[test]
+    fn a_checksum_named_entry_is_trusted_only_when_it_is_the_users_alone() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path(), 1 << 20).unwrap();
+        let bytes = b"hello, weights";
+        let crc = zt_format::DigestAlgorithm::Crc32c.digest(bytes);
+        let scope = Scope {
+            url: "u",
+            etag: "e",
+            object: "o",
+            component: "data",
+        };
+        let k = Cache::key(&crc, scope).unwrap();
+        cache.put(&k, bytes);
+        let path = dir.path().join(&k.rel);
+        let old = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1 << 30);
+        File::open(&path).unwrap().set_modified(old).unwrap();
+        assert_eq!(cache.get_hashed(&k, 14).unwrap().unwrap().as_slice(), bytes);
+        let touched = std::fs::metadata(&path).unwrap().modified().unwrap();
+        assert_eq!(touched, old, "a verify counted as a use");
+        assert_eq!(cache.get(&k, 14).unwrap().unwrap().as_slice(), bytes);
+        for mode in [0o660, 0o606] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let why = cache.get(&k, 14).unwrap().unwrap_err();
+            assert!(why.contains("not trusted"), "{why}");
+            assert!(!path.exists());
+            cache.put(&k, bytes);
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o664)).unwrap();
+        let why = cache.get_hashed(&k, 14).unwrap().unwrap_err();
+        assert!(why.contains("not trusted"), "{why}");
+        assert!(!path.exists());
     }
 
     #[test]

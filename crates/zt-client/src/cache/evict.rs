@@ -75,11 +75,26 @@ impl Cache {
         Ok(out)
     }
 
-    /// The bytes the entries hold.
+    /// The bytes the entries hold, and the temporary files beside them,
+    /// once those a dead writer left are gone ([`STALE_TMP`]): each
+    /// process's first store scans, so what a killed fetch left goes
+    /// then, not only once the cache is past its bound.
     pub(super) fn scan_size(&self) -> u64 {
-        self.entries()
+        self.remove_stale_tmp();
+        let tmp: u64 = std::fs::read_dir(self.dir().join(TMP))
+            .map(|files| {
+                files
+                    .flatten()
+                    .filter_map(|f| f.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        let entries: u64 = self
+            .entries()
             .map(|e| e.iter().map(|e| e.len).sum())
-            .unwrap_or(0)
+            .unwrap_or(0);
+        entries.saturating_add(tmp)
     }
 
     /// Removes the least recently used entries until the rest hold at
@@ -203,6 +218,38 @@ mod tests {
         );
         assert!(cache.get(&ka, 1000).is_some());
         assert!(cache.get(&kc, 1500).is_some());
+    }
+
+    #[test]
+    fn what_a_dead_writer_left_goes_at_the_first_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path(), 1 << 20).unwrap();
+        let (stale, fresh) = (
+            dir.path().join(TMP).join("1-0-0"),
+            dir.path().join(TMP).join("2-0-0"),
+        );
+        for f in [&stale, &fresh] {
+            std::fs::write(f, vec![0u8; 1000]).unwrap();
+        }
+        let long_ago = SystemTime::now() - STALE_TMP * 2;
+        std::fs::File::open(&stale)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        assert_eq!(
+            cache.scan_size(),
+            1000,
+            "the fresh one counts, the stale one is gone"
+        );
+        assert!(!stale.exists() && fresh.exists());
+        std::fs::remove_file(&fresh).unwrap();
+        std::fs::write(&stale, vec![0u8; 1000]).unwrap();
+        std::fs::File::open(&stale)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        put(&cache, b"good");
+        assert!(!stale.exists(), "left by the first store's scan");
     }
 
     #[test]

@@ -96,6 +96,24 @@ fn format_code(z: &zt_format::Error) -> u8 {
     }
 }
 
+/// The error and its causes on one line, each cause said once: an error
+/// whose own text already ends with its cause's (`creating X: Is a
+/// directory`) is not followed by that cause again.
+pub fn report(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
 /// Whether the error is a closed pipe, which exits quietly.
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
@@ -112,6 +130,25 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
 mod tests {
     use super::*;
     use anyhow::Context;
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::from_raw_os_error(21);
+        let e: anyhow::Error = zt_client::Error::Io {
+            context: "creating out.part".into(),
+            source: io,
+        }
+        .into();
+        assert_eq!(
+            report(&e),
+            "creating out.part: Is a directory (os error 21)"
+        );
+        let e = e.context("fetching m.safetensors");
+        assert_eq!(
+            report(&e),
+            "fetching m.safetensors: creating out.part: Is a directory (os error 21)"
+        );
+    }
 
     #[test]
     fn codes_follow_the_cause() {

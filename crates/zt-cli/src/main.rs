@@ -333,7 +333,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if exit::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln!(io::stderr(), "zt: {e:#}");
+            let _ = writeln!(io::stderr(), "zt: {}", exit::report(&e));
             ExitCode::from(exit::exit_code(&e))
         }
     }

@@ -144,6 +144,42 @@ fn corruption_is_named_and_leaves_no_output() {
     }
 }
 
+/// Links planted where `zt fetch` keeps its partial file and journal (a
+/// folder others may write) are not written through: the files they
+/// point at stay as they were, and the fetch fails naming the link.
+#[test]
+fn links_planted_for_the_partial_file_and_journal_are_not_followed() {
+    let root = sample_root();
+    let s = Server::start(root.path(), &[]);
+    let url = s.url("/sample.zt");
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"the user's own file").unwrap();
+    for (i, planted) in [".part", ".part.journal"].iter().enumerate() {
+        let out = dir.path().join(format!("out{i}.zt"));
+        let link = dir.path().join(format!("out{i}.zt{planted}"));
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let r = zt(&["fetch", &url, "-o", out.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(
+            String::from_utf8_lossy(&std::fs::read(&victim).unwrap()),
+            "the user's own file",
+            "{planted}: written through the link"
+        );
+        if *planted == ".part" {
+            assert!(r.status.success(), "{err}");
+            assert!(out.exists());
+        } else {
+            assert!(
+                !r.status.success(),
+                "{planted}: the fetch went through the link"
+            );
+            assert!(err.contains(&format!("out{i}.zt{planted}")), "{err}");
+            assert!(!out.exists());
+        }
+    }
+}
+
 /// Starts `zt fetch`, waits until the journal lists a few components, and
 /// kills the server (SIGKILL: no goodbye on either transport).
 fn kill_server_mid_fetch(url: &str, out: &Path, args: &[&str], server: Server) -> Output {

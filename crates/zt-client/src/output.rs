@@ -30,7 +30,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
 use zt_format::{Digest, DigestAlgorithm, Manifest, ReadOptions, Source, ZtFile};
@@ -250,9 +250,11 @@ pub(crate) async fn fetch_version_to_file(
     let mut writer = PartWriter::open(&part, client.options.direct_io)?;
     tracing::debug!(part = %part.display(), direct_io = writer.is_direct(), "writing");
     let journal_io = |e| Error::io(format!("writing {}", journal.display()), e);
+    // Not through a link planted in its place: it is cut to nothing.
     let mut jf = OpenOptions::new()
         .create(true)
         .append(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(&journal)
         .map_err(journal_io)?;
     if resumed == 0 {

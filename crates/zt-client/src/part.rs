@@ -55,16 +55,20 @@ impl PartWriter {
     /// Opens (or creates) `path` without truncating it: a resumed fetch
     /// keeps the components its journal vouches for.
     pub(super) fn open(path: &Path, direct_io: bool) -> Result<Self> {
+        // Never through a link planted where the partial file goes (a
+        // shared folder): it would write, at offsets, into another file.
+        let nofollow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
         let file = OpenOptions::new()
             .create(true)
             .write(true)
             .truncate(false)
+            .custom_flags(nofollow)
             .open(path)
             .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
         let direct = if direct_io {
             OpenOptions::new()
                 .write(true)
-                .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+                .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32 | nofollow)
                 .open(path)
                 .ok()
                 .map(Arc::new)

@@ -610,7 +610,9 @@ fn a_failed_update_of_a_directory_leaves_its_checkpoint_whole() {
     }
     let blocked = [
         into.join("model-00002-of-00002.safetensors.part"),
-        into.join(".zt-fetching/model-00002-of-00002.safetensors.part"),
+        into.join(
+            ".zt-fetching/model.safetensors.index.json/model-00002-of-00002.safetensors.part",
+        ),
     ];
     for b in &blocked {
         std::fs::create_dir_all(b).unwrap();
@@ -638,4 +640,21 @@ fn a_failed_update_of_a_directory_leaves_its_checkpoint_whole() {
         !into.join(".zt-fetching").exists(),
         "the staging folder stays"
     );
+
+    // A staging folder that is a link (or another user's) is refused:
+    // shards are never staged, or moved, through it.
+    let elsewhere = copy.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let theirs = elsewhere.join("model-00001-of-00002.safetensors");
+    std::fs::write(&theirs, b"not the fetch's").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, into.join(".zt-fetching")).unwrap();
+    let r = zt(&["fetch", &url, "-o", &into_dir]);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "staged through a link");
+    assert!(
+        stderr.contains("not a folder of this user's alone"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&theirs).unwrap(), b"not the fetch's");
+    assert_eq!(read_all(&into), v2);
 }

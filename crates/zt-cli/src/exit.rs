@@ -103,7 +103,7 @@ pub fn report(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
-        if out.ends_with(&text) {
+        if out == text || out.ends_with(&format!(": {text}")) {
             continue;
         }
         if !out.is_empty() {

@@ -2,7 +2,7 @@
 //! sharded checkpoint (each shard a byte-identical copy, then its index),
 //! anything else one file (`output::fetch_to_file`).
 
-use std::fs::File;
+use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
 
@@ -45,13 +45,15 @@ pub const STAGING: &str = ".zt-fetching";
 /// checks one, and each the version the index's manifest names), then
 /// the index itself. Over HTTP or ztp/1, like the copies it is made of.
 ///
-/// The shards are written below [`STAGING`] until every one is in, so a
-/// fetch that fails leaves what the directory held as it was (and a
-/// second run resumes each shard's partial file there). Then the
+/// The shards are written below `STAGING/INDEX_NAME/` (folders of this
+/// user's alone, refused otherwise) until every one is in, so a fetch
+/// that fails while fetching leaves what the directory held as it was
+/// (and a second run resumes each shard's partial file there). Then the
 /// directory's old index goes, the shards move into place, and the new
 /// index is written last and atomically: a directory that holds an index
 /// holds every shard it names, of that index's version, never shards of
-/// two versions beside one index.
+/// two versions beside one index (a fetch stopped while moving them
+/// leaves no index).
 pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -> Result<Written> {
     let remote = client.manifest().await?;
     let source = remote.manifest.source;
@@ -74,7 +76,11 @@ pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -
     // Each shard is written below `dir` under the name the manifest gives
     // it: a safetensors file at a plain relative path, or nothing is.
     for name in remote.manifest.files.keys() {
-        if !safe_shard(name) || zt_format::source::by_name(name) != Some(Source::Safetensors) {
+        let staged = name.split('/').next() == Some(STAGING);
+        if staged
+            || !safe_shard(name)
+            || zt_format::source::by_name(name) != Some(Source::Safetensors)
+        {
             return Err(Error::Protocol(format!(
                 "{}: the index names the shard {name:?}, which is not a .safetensors file at a plain relative path below it",
                 client.url
@@ -101,7 +107,12 @@ pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -
         )));
     }
     let io = |what: String| move |e| Error::io(what, e);
-    let staging = dir.join(STAGING);
+    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+    let top = dir.join(STAGING);
+    let staging = top.join(&index_name);
+    for folder in [&top, &staging] {
+        private_dir(folder)?;
+    }
     let (mut objects, mut bytes, mut resumed) = (0, 0, 0);
     for (name, part) in &remote.manifest.files {
         let shard = Client::connect(
@@ -146,19 +157,49 @@ pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -
     }
     // Beside its place, synced, then renamed: never a partial index.
     let tmp = zt_format::temp_path(&path);
-    let written = File::create(&tmp)
+    // A new file, never one (or a link) found in its place.
+    let written = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
         .and_then(|mut f| f.write_all(&raw).and_then(|()| f.sync_all()))
         .and_then(|()| std::fs::rename(&tmp, &path));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(Error::io(format!("writing {}", path.display()), e));
     }
-    // What is left there is this fetch's own (emptied folders).
+    // What is left in this index's folder is this fetch's own (emptied
+    // folders); the folder above goes only once no other fetch uses it.
     let _ = std::fs::remove_dir_all(&staging);
+    let _ = std::fs::remove_dir(&top);
     Ok(Written {
         path,
         objects,
         bytes,
         resumed,
     })
+}
+
+/// Makes `folder` if it is missing, readable and writable by this user
+/// alone, and refuses one that is not a folder of this user's alone (a
+/// link, another user's, or one others may write): shards are checked
+/// there and then moved into place, so no one else may swap them.
+fn private_dir(folder: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+    match std::fs::DirBuilder::new().mode(0o700).create(folder) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(Error::io(format!("creating {}", folder.display()), e))
+        }
+        _ => {}
+    }
+    let meta = std::fs::symlink_metadata(folder)
+        .map_err(|e| Error::io(format!("reading {}", folder.display()), e))?;
+    let mine = meta.uid() == rustix::process::geteuid().as_raw();
+    if !meta.is_dir() || !mine || meta.mode() & 0o022 != 0 {
+        return Err(Error::Usage(format!(
+            "{}: not a folder of this user's alone (a link, another user's, or writable by others): shards are not staged there; remove it",
+            folder.display()
+        )));
+    }
+    Ok(())
 }

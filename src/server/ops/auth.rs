@@ -239,7 +239,7 @@ mod tests {
     }
 
     #[test]
-    fn many_tokens_are_looked_up_not_scanned() {
+    fn a_token_is_found_among_a_hundred_thousand() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("tokens");
         let text: String = (0..100_000).map(|i| format!("token-{i:06}\n")).collect();

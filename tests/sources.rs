@@ -658,3 +658,62 @@ fn a_failed_update_of_a_directory_leaves_its_checkpoint_whole() {
     assert_eq!(std::fs::read(&theirs).unwrap(), b"not the fetch's");
     assert_eq!(read_all(&into), v2);
 }
+
+/// A shard that changes after the index was read is refused by name, as
+/// a version other than the index's, and leaves nothing in the directory:
+/// no index, and no shard of either version beside one. The first
+/// shard's progress changes the second on disk (and waits until the
+/// daemon serves it), between the index's read and the second shard's.
+#[test]
+fn a_shard_changed_after_its_index_was_read_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("m");
+    std::fs::create_dir(&dir).unwrap();
+    two_shards(&dir, 1);
+    let s = Server::start(root.path(), &[]);
+    let url = s.url("/m/model.safetensors.index.json");
+    let second = "model-00002-of-00002.safetensors";
+    let second_url = s.url(&format!("/m/{second}"));
+    let etag = || curl(&["-I"], &second_url).header("etag").map(str::to_owned);
+    let old = etag().expect("no ETag");
+    let copy = tempfile::tempdir().unwrap();
+    let into = copy.path().join("ckpt");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut changed = false;
+    let mut progress = |object: &str, _: u64, _: u64| {
+        if object != "t1" || changed {
+            return;
+        }
+        changed = true;
+        let bytes = vec![9u8; 8192];
+        let view = TensorView::new(Dtype::U8, vec![8192], &bytes).unwrap();
+        let tmp = dir.join(".changed.tmp");
+        safetensors::serialize_to_file(vec![("t2".to_owned(), view)], None, &tmp).unwrap();
+        std::fs::rename(&tmp, dir.join(second)).unwrap();
+        let since = std::time::Instant::now();
+        while etag().as_deref() == Some(old.as_str()) {
+            assert!(since.elapsed().as_secs() < 60, "the daemon never saw it");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let got = rt.block_on(async {
+        let client = zt_client::Client::connect(&url, zt_client::Options::default())
+            .await
+            .unwrap();
+        zt_client::sharded::copy_sharded(&client, &into, &mut progress).await
+    });
+    assert!(changed, "the first shard reported no progress");
+    let e = got.expect_err("a shard of another version was kept");
+    let text = e.to_string();
+    assert!(matches!(e, zt_client::Error::Changed { .. }), "{text}");
+    assert!(text.contains(second) && text.contains(&old), "{text}");
+    let mut left: Vec<String> = std::fs::read_dir(&into)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, [".zt-fetching"], "beside the staging folder");
+}

@@ -4,7 +4,7 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use zt_format::source::safetensors_index::safe_shard;
 use zt_format::Source;
@@ -106,13 +106,15 @@ pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -
             client.url
         )));
     }
-    let io = |what: String| move |e| Error::io(what, e);
-    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
-    let top = dir.join(STAGING);
-    let staging = top.join(&index_name);
-    for folder in [&top, &staging] {
-        private_dir(folder)?;
-    }
+    let names: Vec<String> = remote.manifest.files.keys().cloned().collect();
+    let staged = Staged {
+        dir: dir.to_owned(),
+        index_name,
+        names,
+    };
+    // Folders made and moves done on a blocking thread, never on the
+    // runtime's (a slow or remote filesystem stalls only that thread).
+    let staged = blocking(move || staged.prepare().map(|()| staged)).await?;
     let (mut objects, mut bytes, mut resumed) = (0, 0, 0);
     for (name, part) in &remote.manifest.files {
         let shard = Client::connect(
@@ -126,58 +128,108 @@ pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -
                 client.url
             )));
         };
-        let out = staging.join(name);
-        if let Some(parent) = out.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(io(format!("creating {}", parent.display())))?;
-        }
+        let out = staged.staging().join(name);
         let w = fetch_version_to_file(&shard, &[], &out, progress, Some(version)).await?;
         (objects, bytes, resumed) = (objects + w.objects, bytes + w.bytes, resumed + w.resumed);
     }
-    // Every shard is in: the old index goes first, so that no moment
-    // shows an index beside shards of another version.
-    let path = dir.join(&index_name);
-    match std::fs::remove_file(&path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(Error::io(format!("removing {}", path.display()), e))
-        }
-        _ => {}
-    }
-    for name in remote.manifest.files.keys() {
-        let (from, to) = (staging.join(name), dir.join(name));
-        if let Some(parent) = to.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(io(format!("creating {}", parent.display())))?;
-        }
-        std::fs::rename(&from, &to).map_err(io(format!(
-            "moving {} to {}",
-            from.display(),
-            to.display()
-        )))?;
-    }
-    // Beside its place, synced, then renamed: never a partial index.
-    let tmp = zt_format::temp_path(&path);
-    // A new file, never one (or a link) found in its place.
-    let written = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(&raw).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, &path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(format!("writing {}", path.display()), e));
-    }
-    // What is left in this index's folder is this fetch's own (emptied
-    // folders); the folder above goes only once no other fetch uses it.
-    let _ = std::fs::remove_dir_all(&staging);
-    let _ = std::fs::remove_dir(&top);
+    let path = blocking(move || staged.install(&raw)).await?;
     Ok(Written {
         path,
         objects,
         bytes,
         resumed,
     })
+}
+
+/// Runs `f` on a blocking thread.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(Error::Transport(format!("a blocking task: {e}"))),
+    }
+}
+
+/// A sharded checkpoint's place: the directory, the index's name there,
+/// and the shards' names (relative paths, checked as safe).
+struct Staged {
+    dir: PathBuf,
+    index_name: String,
+    names: Vec<String>,
+}
+
+impl Staged {
+    fn top(&self) -> PathBuf {
+        self.dir.join(STAGING)
+    }
+
+    /// Where the shards are written until every one is in.
+    fn staging(&self) -> PathBuf {
+        self.top().join(&self.index_name)
+    }
+
+    /// Makes the directory, the staging folders (this user's alone), and
+    /// every shard's folder in them.
+    fn prepare(&self) -> Result<()> {
+        create_dir_all(&self.dir)?;
+        private_dir(&self.top())?;
+        let staging = self.staging();
+        private_dir(&staging)?;
+        for name in &self.names {
+            if let Some(parent) = staging.join(name).parent() {
+                create_dir_all(parent)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every shard is in: removes the old index, moves the shards into
+    /// place, writes the new index `raw` atomically, and clears the
+    /// staging folder; returns the index's path.
+    fn install(&self, raw: &[u8]) -> Result<PathBuf> {
+        let (dir, staging) = (&self.dir, self.staging());
+        // The old index goes first, so that no moment shows an index
+        // beside shards of another version.
+        let path = dir.join(&self.index_name);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::io(format!("removing {}", path.display()), e))
+            }
+            _ => {}
+        }
+        for name in &self.names {
+            let (from, to) = (staging.join(name), dir.join(name));
+            if let Some(parent) = to.parent() {
+                create_dir_all(parent)?;
+            }
+            std::fs::rename(&from, &to).map_err(|e| {
+                Error::io(format!("moving {} to {}", from.display(), to.display()), e)
+            })?;
+        }
+        // Beside its place, synced, then renamed: never a partial index.
+        let tmp = zt_format::temp_path(&path);
+        // A new file, never one (or a link) found in its place.
+        let written = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(raw).and_then(|()| f.sync_all()))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Error::io(format!("writing {}", path.display()), e));
+        }
+        // What is left in this index's folder is this fetch's own (emptied
+        // folders); the folder above goes only once no other fetch uses it.
+        let _ = std::fs::remove_dir_all(&staging);
+        let _ = std::fs::remove_dir(self.top());
+        Ok(path)
+    }
+}
+
+fn create_dir_all(folder: &Path) -> Result<()> {
+    std::fs::create_dir_all(folder)
+        .map_err(|e| Error::io(format!("creating {}", folder.display()), e))
 }
 
 /// Makes `folder` if it is missing, readable and writable by this user

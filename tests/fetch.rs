@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::fetch::{big_model, fault_mid_fetch, same_objects, zt};
+use common::fetch::{big_model, fault_mid_fetch, same_objects, wait_bounded, zt};
 use common::{sample_root, Server};
 use zt_format::{ReadOptions, ZtFile};
 
@@ -185,6 +185,73 @@ fn links_planted_for_the_partial_file_and_journal_are_not_followed() {
         );
         assert!(err.contains(&format!("out{i}.zt{planted}")), "{err}");
         assert!(!out.exists());
+    }
+}
+
+/// What is planted where a fetch's partial file or journal goes, other
+/// than a link: a FIFO (opened, it would block the fetch forever) and, run
+/// as root, another user's regular file (a partial file is renamed into
+/// place once verified: another user's would stay theirs to change). The
+/// fetch fails naming the file, without hanging, and leaves no output.
+#[test]
+fn fifos_and_other_users_files_are_not_taken_for_the_fetchs_own() {
+    let root = sample_root();
+    let s = Server::start(root.path(), &[]);
+    let url = s.url("/sample.zt");
+    let etag = common::curl(&["-I"], &url)
+        .header("etag")
+        .unwrap()
+        .to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let as_root = {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(dir.path()).unwrap().uid() == 0
+    };
+    let mut kinds = vec!["fifo"];
+    if as_root {
+        kinds.push("another user's");
+    } else {
+        eprintln!("not root: another user's files are not planted");
+    }
+    let mut i = 0;
+    for kind in kinds {
+        for planted in [".part", ".part.journal"] {
+            i += 1;
+            let out = dir.path().join(format!("out{i}.zt"));
+            let at = dir.path().join(format!("out{i}.zt{planted}"));
+            let journal = dir.path().join(format!("out{i}.zt.part.journal"));
+            if planted == ".part" {
+                // A journal of this very fetch: the partial file is opened
+                // to go on, not removed.
+                let header =
+                    serde_json::json!({ "copy": false, "etag": etag, "layout": 2, "select": [] });
+                std::fs::write(&journal, format!("{header}\n")).unwrap();
+            }
+            if kind == "fifo" {
+                let made = std::process::Command::new("mkfifo")
+                    .arg(&at)
+                    .status()
+                    .unwrap();
+                assert!(made.success());
+            } else {
+                std::fs::write(&at, b"").unwrap();
+                std::os::unix::fs::chown(&at, Some(65534), Some(65534)).unwrap();
+            }
+            let child = std::process::Command::new(common::zt_bin())
+                .args(["fetch", &url, "-o", out.to_str().unwrap()])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let r = wait_bounded(child, Duration::from_secs(60));
+            let err = String::from_utf8_lossy(&r.stderr);
+            assert!(!r.status.success(), "{kind} {planted}: the fetch took it");
+            assert!(
+                err.contains(&format!("out{i}.zt{planted}")),
+                "{kind} {planted}: {err}"
+            );
+            assert!(!out.exists(), "{kind} {planted}: an output");
+        }
     }
 }
 

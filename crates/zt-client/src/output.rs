@@ -30,7 +30,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt as _};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use zt_format::{Digest, DigestAlgorithm, Manifest, ReadOptions, Source, ZtFile};
@@ -76,9 +76,17 @@ fn header_line(etag: &str, select: &[String], kind: Output) -> String {
         .to_string()
 }
 
+/// `path` opened to read, if it is a regular file of this user's
+/// ([`crate::part::open_own`]): anything else vouches for nothing.
+fn own_file(path: &Path) -> Option<File> {
+    let mut read = OpenOptions::new();
+    read.read(true);
+    crate::part::open_own(path, &mut read, rustix::fs::OFlags::empty()).ok()
+}
+
 /// Reads the journal: the components done, if it belongs to this fetch.
 fn read_journal(path: &Path, header: &str) -> Option<HashSet<(String, String)>> {
-    let f = File::open(path).ok()?;
+    let f = own_file(path)?;
     let mut lines = BufReader::new(f).lines();
     if lines.next()?.ok()? != header {
         return None;
@@ -105,7 +113,7 @@ fn still_intact(
     journal: HashSet<(String, String)>,
     kind: Output,
 ) -> Done {
-    let Ok(f) = File::open(part) else {
+    let Some(f) = own_file(part) else {
         return Done::new();
     };
     let mut buf = vec![0u8; RECHECK_CHUNK];
@@ -251,12 +259,12 @@ pub(crate) async fn fetch_version_to_file(
     tracing::debug!(part = %part.display(), direct_io = writer.is_direct(), "writing");
     let journal_io = |e| Error::io(format!("writing {}", journal.display()), e);
     // Not through a link planted in its place: it is cut to nothing.
-    let mut jf = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(&journal)
-        .map_err(journal_io)?;
+    let mut jf = crate::part::open_own(
+        &journal,
+        OpenOptions::new().create(true).append(true),
+        rustix::fs::OFlags::empty(),
+    )
+    .map_err(journal_io)?;
     if resumed == 0 {
         jf.set_len(0).map_err(journal_io)?;
         writeln!(jf, "{header}").map_err(journal_io)?;

@@ -30,6 +30,41 @@ fn joined<T>(r: std::result::Result<io::Result<T>, tokio::task::JoinError>) -> i
     r.unwrap_or_else(|e| Err(io::Error::other(e)))
 }
 
+/// Opens `path` as a fetch's own file (its partial file or journal):
+/// never through a link planted in its place (it would write, at
+/// offsets, into another file), never blocking on a FIFO planted there,
+/// and refusing what is not a regular file of this user's. A partial
+/// file is renamed into place once verified, so one that another user
+/// made (in a shared folder, where it cannot be removed) would stay
+/// theirs to change after the check.
+pub(crate) fn open_own(
+    path: &Path,
+    options: &mut OpenOptions,
+    flags: rustix::fs::OFlags,
+) -> io::Result<File> {
+    use std::os::unix::fs::MetadataExt as _;
+    let flags = flags | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+    let not_regular = || io::Error::other("not a regular file: remove it");
+    let file = match options.custom_flags(flags.bits() as i32).open(path) {
+        // A FIFO no one reads (or a device that is not there).
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NXIO.raw_os_error()) => {
+            return Err(not_regular())
+        }
+        opened => opened?,
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
+    if meta.uid() != rustix::process::geteuid().as_raw() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "another user's file, not this fetch's: remove it",
+        ));
+    }
+    Ok(file)
+}
+
 /// Page-cache bytes written between two background flushes.
 const WRITEBACK_EVERY: u64 = 256 << 20;
 
@@ -55,23 +90,21 @@ impl PartWriter {
     /// Opens (or creates) `path` without truncating it: a resumed fetch
     /// keeps the components its journal vouches for.
     pub(super) fn open(path: &Path, direct_io: bool) -> Result<Self> {
-        // Never through a link planted where the partial file goes (a
-        // shared folder): it would write, at offsets, into another file.
-        let nofollow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
-        let file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(false)
-            .custom_flags(nofollow)
-            .open(path)
-            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        let creating = |e| Error::io(format!("creating {}", path.display()), e);
+        let file = open_own(
+            path,
+            OpenOptions::new().create(true).write(true).truncate(false),
+            rustix::fs::OFlags::empty(),
+        )
+        .map_err(creating)?;
         let direct = if direct_io {
-            OpenOptions::new()
-                .write(true)
-                .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32 | nofollow)
-                .open(path)
-                .ok()
-                .map(Arc::new)
+            open_own(
+                path,
+                OpenOptions::new().write(true),
+                rustix::fs::OFlags::DIRECT,
+            )
+            .ok()
+            .map(Arc::new)
         } else {
             None
         };

@@ -179,18 +179,10 @@ fn digest_of(algorithm: DigestAlgorithm, path: &Path) -> Option<Digest> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Scope;
     use super::*;
 
     fn put(cache: &Cache, bytes: &[u8]) -> Key {
-        let d = DigestAlgorithm::Sha256.digest(bytes);
-        let scope = Scope {
-            url: "u",
-            etag: "e",
-            object: "o",
-            component: "data",
-        };
-        let k = Cache::key(&d, scope).unwrap();
+        let k = super::super::test_key(DigestAlgorithm::Sha256, bytes);
         cache.put(&k, bytes);
         k
     }

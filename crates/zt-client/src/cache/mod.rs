@@ -267,6 +267,19 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{text:?} is too large"))
 }
 
+/// The key of `bytes` hashed with `algorithm`, in one file's scope (for
+/// the store's and eviction's tests).
+#[cfg(test)]
+pub(crate) fn test_key(algorithm: zt_format::DigestAlgorithm, bytes: &[u8]) -> Key {
+    let scope = Scope {
+        url: "u",
+        etag: "e",
+        object: "o",
+        component: "data",
+    };
+    Cache::key(&algorithm.digest(bytes), scope).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

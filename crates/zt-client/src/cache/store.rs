@@ -165,21 +165,10 @@ fn temp_name() -> PathBuf {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Scope;
     use super::*;
 
     fn key(bytes: &[u8]) -> Key {
-        let d = zt_format::DigestAlgorithm::Sha256.digest(bytes);
-        Cache::key(
-            &d,
-            Scope {
-                url: "u",
-                etag: "e",
-                object: "o",
-                component: "data",
-            },
-        )
-        .unwrap()
+        super::super::test_key(zt_format::DigestAlgorithm::Sha256, bytes)
     }
 
     #[test]
@@ -219,14 +208,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(dir.path(), 1 << 20).unwrap();
         let bytes = b"hello, weights";
-        let crc = zt_format::DigestAlgorithm::Crc32c.digest(bytes);
-        let scope = Scope {
-            url: "u",
-            etag: "e",
-            object: "o",
-            component: "data",
-        };
-        let k = Cache::key(&crc, scope).unwrap();
+        let k = super::super::test_key(zt_format::DigestAlgorithm::Crc32c, bytes);
         cache.put(&k, bytes);
         let path = dir.path().join(&k.rel);
         let old = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1 << 30);

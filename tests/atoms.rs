@@ -221,8 +221,8 @@ fn ingest_pack(work: &std::path::Path, out: &std::path::Path) {
 /// files'), the symbol map as `symbols` (row = id) and `symbol_map` (its
 /// JSON); atoms read from the pack over both transports; a pack whose map
 /// is not the one its manifest hashed, whose atom file is missing, or
-/// whose manifest miscounts the atoms, is refused naming the file and the
-/// rule.
+/// whose manifest miscounts the atoms, or whose map is a FIFO, is refused
+/// naming the file and the rule (the FIFO without blocking on it).
 #[test]
 fn an_ingest_pack_is_one_entry() {
     let (root, work) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -248,6 +248,15 @@ fn an_ingest_pack_is_one_entry() {
     let outside = work.path().join("elsewhere-map.json");
     std::fs::rename(linked.join("pi_symbol_map.json"), &outside).unwrap();
     std::os::unix::fs::symlink(&outside, linked.join("pi_symbol_map.json")).unwrap();
+    // A sixth, its map a FIFO: opening it would block for good.
+    let piped = root.path().join("piped");
+    ingest_pack(work.path(), &piped);
+    std::fs::remove_file(piped.join("pi_symbol_map.json")).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(piped.join("pi_symbol_map.json"))
+        .status()
+        .unwrap();
+    assert!(made.success());
     let edited_sha = {
         use sha2::Digest as _;
         let map = std::fs::read(edited.join("pi_symbol_map.json")).unwrap();
@@ -287,6 +296,10 @@ fn an_ingest_pack_is_one_entry() {
     assert!(!unavailable.contains(&edited_sha), "{unavailable}");
     assert!(
         unavailable.contains("linked/pi_symbol_map.json: lies outside the root"),
+        "{unavailable}"
+    );
+    assert!(
+        unavailable.contains("piped/pi_symbol_map.json: opening file: not a regular file"),
         "{unavailable}"
     );
     let tmp = work.path().display().to_string();

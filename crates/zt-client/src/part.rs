@@ -62,6 +62,9 @@ pub(crate) fn open_own(
             "another user's file, not this fetch's: remove it",
         ));
     }
+    // Writes block as ever (some network filesystems would honour it).
+    let now = rustix::fs::fcntl_getfl(&file)?;
+    rustix::fs::fcntl_setfl(&file, now - rustix::fs::OFlags::NONBLOCK)?;
     Ok(file)
 }
 

@@ -144,12 +144,8 @@ fn corruption_is_named_and_leaves_no_output() {
     }
 }
 
-/// Links planted where `zt fetch` keeps its partial file and journal (a
-/// folder others may write) are not written through: the files they
-/// point at stay as they were. A linked partial file beside a journal of
-/// this fetch, or a linked journal, fails the fetch, naming the link.
-#[test]
-fn links_planted_for_the_partial_file_and_journal_are_not_followed() {
+/// A daemon serving the sample model, its URL, and the file's ETag.
+fn sample_served() -> (tempfile::TempDir, Server, String, String) {
     let root = sample_root();
     let s = Server::start(root.path(), &[]);
     let url = s.url("/sample.zt");
@@ -157,6 +153,24 @@ fn links_planted_for_the_partial_file_and_journal_are_not_followed() {
         .header("etag")
         .unwrap()
         .to_owned();
+    (root, s, url, etag)
+}
+
+/// Writes at `journal` a journal of a fetch of the whole file at `etag`
+/// that vouches for nothing yet: its partial file is opened to go on,
+/// not removed.
+fn fresh_journal(journal: &Path, etag: &str) {
+    let header = serde_json::json!({ "copy": false, "etag": etag, "layout": 2, "select": [] });
+    std::fs::write(journal, format!("{header}\n")).unwrap();
+}
+
+/// Links planted where `zt fetch` keeps its partial file and journal (a
+/// folder others may write) are not written through: the files they
+/// point at stay as they were. A linked partial file beside a journal of
+/// this fetch, or a linked journal, fails the fetch, naming the link.
+#[test]
+fn links_planted_for_the_partial_file_and_journal_are_not_followed() {
+    let (_root, _s, url, etag) = sample_served();
     let dir = tempfile::tempdir().unwrap();
     let victim = dir.path().join("victim");
     std::fs::write(&victim, b"the user's own file").unwrap();
@@ -165,12 +179,7 @@ fn links_planted_for_the_partial_file_and_journal_are_not_followed() {
         let link = dir.path().join(format!("out{i}.zt{planted}"));
         std::os::unix::fs::symlink(&victim, &link).unwrap();
         if *planted == ".part" {
-            // A journal of this very fetch, vouching for nothing yet: the
-            // partial file is opened to go on, not removed.
-            let header =
-                serde_json::json!({ "copy": false, "etag": etag, "layout": 2, "select": [] });
-            let journal = dir.path().join(format!("out{i}.zt.part.journal"));
-            std::fs::write(journal, format!("{header}\n")).unwrap();
+            fresh_journal(&dir.path().join(format!("out{i}.zt.part.journal")), &etag);
         }
         let r = zt(&["fetch", &url, "-o", out.to_str().unwrap()]);
         let err = String::from_utf8_lossy(&r.stderr);
@@ -195,13 +204,7 @@ fn links_planted_for_the_partial_file_and_journal_are_not_followed() {
 /// fetch fails naming the file, without hanging, and leaves no output.
 #[test]
 fn fifos_and_other_users_files_are_not_taken_for_the_fetchs_own() {
-    let root = sample_root();
-    let s = Server::start(root.path(), &[]);
-    let url = s.url("/sample.zt");
-    let etag = common::curl(&["-I"], &url)
-        .header("etag")
-        .unwrap()
-        .to_owned();
+    let (_root, _s, url, etag) = sample_served();
     let dir = tempfile::tempdir().unwrap();
     let as_root = {
         use std::os::unix::fs::MetadataExt as _;
@@ -219,13 +222,8 @@ fn fifos_and_other_users_files_are_not_taken_for_the_fetchs_own() {
             i += 1;
             let out = dir.path().join(format!("out{i}.zt"));
             let at = dir.path().join(format!("out{i}.zt{planted}"));
-            let journal = dir.path().join(format!("out{i}.zt.part.journal"));
             if planted == ".part" {
-                // A journal of this very fetch: the partial file is opened
-                // to go on, not removed.
-                let header =
-                    serde_json::json!({ "copy": false, "etag": etag, "layout": 2, "select": [] });
-                std::fs::write(&journal, format!("{header}\n")).unwrap();
+                fresh_journal(&dir.path().join(format!("out{i}.zt.part.journal")), &etag);
             }
             if kind == "fifo" {
                 let made = std::process::Command::new("mkfifo")

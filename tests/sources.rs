@@ -557,6 +557,18 @@ fn two_shards(dir: &Path, fill: u8) {
     std::fs::rename(&tmp, dir.join("model.safetensors.index.json")).unwrap();
 }
 
+/// A daemon serving a two-shard checkpoint (filled with 1s) in `m/`:
+/// the root, that folder, the daemon, and the index's URL.
+fn two_shards_served() -> (tempfile::TempDir, std::path::PathBuf, Server, String) {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("m");
+    std::fs::create_dir(&dir).unwrap();
+    two_shards(&dir, 1);
+    let s = Server::start(root.path(), &[]);
+    let url = s.url("/m/model.safetensors.index.json");
+    (root, dir, s, url)
+}
+
 /// A fetch into a directory that holds an earlier version of the
 /// checkpoint, failing after its first shard (the second cannot be
 /// written), leaves the directory's index and shards as they were: one
@@ -564,12 +576,7 @@ fn two_shards(dir: &Path, fill: u8) {
 /// can, it leaves the new version whole.
 #[test]
 fn a_failed_update_of_a_directory_leaves_its_checkpoint_whole() {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("m");
-    std::fs::create_dir(&dir).unwrap();
-    two_shards(&dir, 1);
-    let s = Server::start(root.path(), &[]);
-    let url = s.url("/m/model.safetensors.index.json");
+    let (_root, dir, s, url) = two_shards_served();
     let copy = tempfile::tempdir().unwrap();
     let into = copy.path().join("ckpt");
     let names = [
@@ -666,12 +673,7 @@ fn a_failed_update_of_a_directory_leaves_its_checkpoint_whole() {
 /// daemon serves it), between the index's read and the second shard's.
 #[test]
 fn a_shard_changed_after_its_index_was_read_is_refused() {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("m");
-    std::fs::create_dir(&dir).unwrap();
-    two_shards(&dir, 1);
-    let s = Server::start(root.path(), &[]);
-    let url = s.url("/m/model.safetensors.index.json");
+    let (_root, dir, s, url) = two_shards_served();
     let second = "model-00002-of-00002.safetensors";
     let second_url = s.url(&format!("/m/{second}"));
     let etag = || curl(&["-I"], &second_url).header("etag").map(str::to_owned);

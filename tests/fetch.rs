@@ -197,11 +197,26 @@ fn links_planted_for_the_partial_file_and_journal_are_not_followed() {
     }
 }
 
+/// `zt fetch URL -o OUT`, killed (and failed) past a minute.
+fn fetch_bounded(url: &str, out: &Path) -> Output {
+    let child = std::process::Command::new(common::zt_bin())
+        .args(["fetch", url, "-o", out.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_bounded(child, Duration::from_secs(60))
+}
+
 /// What is planted where a fetch's partial file or journal goes, other
 /// than a link: a FIFO (opened, it would block the fetch forever) and, run
 /// as root, another user's regular file (a partial file is renamed into
 /// place once verified: another user's would stay theirs to change). The
-/// fetch fails naming the file, without hanging, and leaves no output.
+/// fetch fails naming the file, without hanging, and leaves no output;
+/// a partial file of the user's beside a planted journal is left as it
+/// was (the journal is opened first). Files of the folder's own owner
+/// (who may replace anything there, as on a filesystem that gives every
+/// file one owner) are the fetch's to go on with.
 #[test]
 fn fifos_and_other_users_files_are_not_taken_for_the_fetchs_own() {
     let (_root, _s, url, etag) = sample_served();
@@ -216,14 +231,18 @@ fn fifos_and_other_users_files_are_not_taken_for_the_fetchs_own() {
     } else {
         eprintln!("not root: another user's files are not planted");
     }
+    let theirs = |path: &Path| std::os::unix::fs::chown(path, Some(65534), Some(65534)).unwrap();
     let mut i = 0;
     for kind in kinds {
         for planted in [".part", ".part.journal"] {
             i += 1;
             let out = dir.path().join(format!("out{i}.zt"));
             let at = dir.path().join(format!("out{i}.zt{planted}"));
+            let part = dir.path().join(format!("out{i}.zt.part"));
             if planted == ".part" {
                 fresh_journal(&dir.path().join(format!("out{i}.zt.part.journal")), &etag);
+            } else {
+                std::fs::write(&part, b"the user's partial file").unwrap();
             }
             if kind == "fifo" {
                 let made = std::process::Command::new("mkfifo")
@@ -233,15 +252,9 @@ fn fifos_and_other_users_files_are_not_taken_for_the_fetchs_own() {
                 assert!(made.success());
             } else {
                 std::fs::write(&at, b"").unwrap();
-                std::os::unix::fs::chown(&at, Some(65534), Some(65534)).unwrap();
+                theirs(&at);
             }
-            let child = std::process::Command::new(common::zt_bin())
-                .args(["fetch", &url, "-o", out.to_str().unwrap()])
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            let r = wait_bounded(child, Duration::from_secs(60));
+            let r = fetch_bounded(&url, &out);
             let err = String::from_utf8_lossy(&r.stderr);
             assert!(!r.status.success(), "{kind} {planted}: the fetch took it");
             assert!(
@@ -249,7 +262,30 @@ fn fifos_and_other_users_files_are_not_taken_for_the_fetchs_own() {
                 "{kind} {planted}: {err}"
             );
             assert!(!out.exists(), "{kind} {planted}: an output");
+            if planted == ".part.journal" {
+                assert_eq!(
+                    std::fs::read(&part).unwrap(),
+                    b"the user's partial file",
+                    "{kind}: the user's partial file was touched"
+                );
+            }
         }
+    }
+    if as_root {
+        // A folder of that user's, with their partial file and journal.
+        let folder = dir.path().join("theirs");
+        std::fs::create_dir(&folder).unwrap();
+        let out = folder.join("out.zt");
+        let journal = folder.join("out.zt.part.journal");
+        fresh_journal(&journal, &etag);
+        std::fs::write(folder.join("out.zt.part"), b"").unwrap();
+        for path in [&folder, &journal, &folder.join("out.zt.part")] {
+            theirs(path);
+        }
+        let r = fetch_bounded(&url, &out);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(r.status.success(), "the folder owner's: {err}");
+        assert!(out.exists());
     }
 }
 

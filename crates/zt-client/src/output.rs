@@ -76,7 +76,7 @@ fn header_line(etag: &str, select: &[String], kind: Output) -> String {
         .to_string()
 }
 
-/// `path` opened to read, if it is a regular file of this user's
+/// `path` opened to read, if it is the fetch's own
 /// ([`crate::part::open_own`]): anything else vouches for nothing.
 fn own_file(path: &Path) -> Option<File> {
     let mut read = OpenOptions::new();
@@ -84,9 +84,9 @@ fn own_file(path: &Path) -> Option<File> {
     crate::part::open_own(path, &mut read, rustix::fs::OFlags::empty()).ok()
 }
 
-/// Reads the journal: the components done, if it belongs to this fetch.
-fn read_journal(path: &Path, header: &str) -> Option<HashSet<(String, String)>> {
-    let f = own_file(path)?;
+/// Reads the journal open at `f`: the components done, if it belongs to
+/// this fetch.
+fn read_journal(f: &File, header: &str) -> Option<HashSet<(String, String)>> {
     let mut lines = BufReader::new(f).lines();
     if lines.next()?.ok()? != header {
         return None;
@@ -242,9 +242,19 @@ pub(crate) async fn fetch_version_to_file(
     };
     let header = header_line(&etag, select, kind);
 
+    // The journal first, opened as the fetch's own or not at all (never
+    // through a link planted in its place, which would be cut to
+    // nothing): nothing is removed or written before it is.
+    let journal_io = |e| Error::io(format!("writing {}", journal.display()), e);
+    let mut jf = crate::part::open_own(
+        &journal,
+        OpenOptions::new().read(true).create(true).append(true),
+        rustix::fs::OFlags::empty(),
+    )
+    .map_err(journal_io)?;
     // Resume what the journal vouches for, after checking it again.
     let mut done = Done::new();
-    if let Some(prev) = read_journal(&journal, &header) {
+    if let Some(prev) = read_journal(&jf, &header) {
         // Re-hashing what the journal vouches for reads up to the whole
         // file: on a blocking thread, never on the runtime's.
         let (part, local) = (part.clone(), local.clone());
@@ -257,14 +267,6 @@ pub(crate) async fn fetch_version_to_file(
     let resumed = done.len();
     let mut writer = PartWriter::open(&part, client.options.direct_io)?;
     tracing::debug!(part = %part.display(), direct_io = writer.is_direct(), "writing");
-    let journal_io = |e| Error::io(format!("writing {}", journal.display()), e);
-    // Not through a link planted in its place: it is cut to nothing.
-    let mut jf = crate::part::open_own(
-        &journal,
-        OpenOptions::new().create(true).append(true),
-        rustix::fs::OFlags::empty(),
-    )
-    .map_err(journal_io)?;
     if resumed == 0 {
         jf.set_len(0).map_err(journal_io)?;
         writeln!(jf, "{header}").map_err(journal_io)?;

@@ -33,39 +33,62 @@ fn joined<T>(r: std::result::Result<io::Result<T>, tokio::task::JoinError>) -> i
 /// Opens `path` as a fetch's own file (its partial file or journal):
 /// never through a link planted in its place (it would write, at
 /// offsets, into another file), never blocking on a FIFO planted there,
-/// and refusing what is not a regular file of this user's. A partial
-/// file is renamed into place once verified, so one that another user
-/// made (in a shared folder, where it cannot be removed) would stay
-/// theirs to change after the check.
+/// and refusing what is not a regular file owned by this user or by the
+/// folder's owner. A partial file is renamed into place once verified,
+/// so one that another user made (in a shared folder, where it cannot be
+/// removed) would stay theirs to change after the check; the folder's
+/// owner may replace any file there anyway (and on a filesystem that
+/// gives every file one owner, the folder has it too).
 pub(crate) fn open_own(
     path: &Path,
     options: &mut OpenOptions,
     flags: rustix::fs::OFlags,
 ) -> io::Result<File> {
+    use rustix::io::Errno;
     use std::os::unix::fs::MetadataExt as _;
     let flags = flags | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
-    let not_regular = || io::Error::other("not a regular file: remove it");
+    let refused = |why: &str| io::Error::new(io::ErrorKind::PermissionDenied, why.to_owned());
     let file = match options.custom_flags(flags.bits() as i32).open(path) {
-        // A FIFO no one reads (or a device that is not there).
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NXIO.raw_os_error()) => {
-            return Err(not_regular())
+        Err(e) => {
+            return Err(match Errno::from_io_error(&e) {
+                Some(Errno::LOOP) => refused("a link, not this fetch's file: remove it"),
+                // A FIFO no one reads (or a device that is not there).
+                Some(Errno::NXIO) => refused("not a regular file: remove it"),
+                _ => e,
+            });
         }
-        opened => opened?,
+        Ok(file) => file,
     };
     let meta = file.metadata()?;
     if !meta.is_file() {
-        return Err(not_regular());
+        return Err(refused("not a regular file: remove it"));
     }
-    if meta.uid() != rustix::process::geteuid().as_raw() {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "another user's file, not this fetch's: remove it",
+    let folder = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let owners = [
+        Some(rustix::process::geteuid().as_raw()),
+        std::fs::metadata(folder).ok().map(|m| m.uid()),
+    ];
+    if !owners.contains(&Some(meta.uid())) {
+        return Err(refused(
+            "another user's file, not this fetch's (the folder is not theirs): remove it",
         ));
     }
     // Writes block as ever (some network filesystems would honour it).
     let now = rustix::fs::fcntl_getfl(&file)?;
     rustix::fs::fcntl_setfl(&file, now - rustix::fs::OFlags::NONBLOCK)?;
     Ok(file)
+}
+
+/// Whether `a` and `b` are open on the same file.
+fn same_file(a: &File, b: &File) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (a.metadata(), b.metadata()) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
 }
 
 /// Page-cache bytes written between two background flushes.
@@ -107,6 +130,8 @@ impl PartWriter {
                 rustix::fs::OFlags::DIRECT,
             )
             .ok()
+            // The file the other handle writes, not one put in its place.
+            .filter(|d| same_file(d, &file))
             .map(Arc::new)
         } else {
             None

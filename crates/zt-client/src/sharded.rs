@@ -146,7 +146,10 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => Err(Error::Transport(format!("a blocking task: {e}"))),
+        Err(e) => Err(Error::io(
+            "a blocking task".to_owned(),
+            std::io::Error::other(e),
+        )),
     }
 }
 

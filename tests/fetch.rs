@@ -165,35 +165,48 @@ fn fresh_journal(journal: &Path, etag: &str) {
 }
 
 /// Links planted where `zt fetch` keeps its partial file and journal (a
-/// folder others may write) are not written through: the files they
-/// point at stay as they were. A linked partial file beside a journal of
-/// this fetch, or a linked journal, fails the fetch, naming the link.
+/// folder others may write), symbolic or hard, are not written through:
+/// the files they lead to stay as they were. A linked partial file beside
+/// a journal of this fetch, or a linked journal, fails the fetch, naming
+/// the link.
 #[test]
 fn links_planted_for_the_partial_file_and_journal_are_not_followed() {
     let (_root, _s, url, etag) = sample_served();
     let dir = tempfile::tempdir().unwrap();
     let victim = dir.path().join("victim");
     std::fs::write(&victim, b"the user's own file").unwrap();
-    for (i, planted) in [".part", ".part.journal"].iter().enumerate() {
-        let out = dir.path().join(format!("out{i}.zt"));
-        let link = dir.path().join(format!("out{i}.zt{planted}"));
-        std::os::unix::fs::symlink(&victim, &link).unwrap();
-        if *planted == ".part" {
-            fresh_journal(&dir.path().join(format!("out{i}.zt.part.journal")), &etag);
+    let mut i = 0;
+    for hard in [false, true] {
+        for planted in [".part", ".part.journal"] {
+            i += 1;
+            let out = dir.path().join(format!("out{i}.zt"));
+            let link = dir.path().join(format!("out{i}.zt{planted}"));
+            if hard {
+                std::fs::hard_link(&victim, &link).unwrap();
+            } else {
+                std::os::unix::fs::symlink(&victim, &link).unwrap();
+            }
+            if planted == ".part" {
+                fresh_journal(&dir.path().join(format!("out{i}.zt.part.journal")), &etag);
+            }
+            let r = zt(&["fetch", &url, "-o", out.to_str().unwrap()]);
+            let err = String::from_utf8_lossy(&r.stderr);
+            let kind = if hard { "hard link" } else { "link" };
+            let now = std::fs::read(&victim).unwrap();
+            assert!(
+                now == b"the user's own file",
+                "{planted}: written through the {kind} ({} bytes there now)",
+                now.len()
+            );
+            assert!(
+                !r.status.success(),
+                "{planted}: the fetch went through the {kind}"
+            );
+            assert!(err.contains(&format!("out{i}.zt{planted}")), "{err}");
+            assert!(!out.exists());
+            // A hard link's other name stays the victim's.
+            let _ = std::fs::remove_file(&link);
         }
-        let r = zt(&["fetch", &url, "-o", out.to_str().unwrap()]);
-        let err = String::from_utf8_lossy(&r.stderr);
-        assert_eq!(
-            String::from_utf8_lossy(&std::fs::read(&victim).unwrap()),
-            "the user's own file",
-            "{planted}: written through the link"
-        );
-        assert!(
-            !r.status.success(),
-            "{planted}: the fetch went through the link"
-        );
-        assert!(err.contains(&format!("out{i}.zt{planted}")), "{err}");
-        assert!(!out.exists());
     }
 }
 

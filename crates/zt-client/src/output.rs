@@ -269,7 +269,8 @@ pub(crate) async fn fetch_version_to_file(
     tracing::debug!(part = %part.display(), direct_io = writer.is_direct(), "writing");
     if resumed == 0 {
         jf.set_len(0).map_err(journal_io)?;
-        writeln!(jf, "{header}").map_err(journal_io)?;
+        jf.write_all(format!("{header}\n").as_bytes())
+            .map_err(journal_io)?;
     }
 
     // Objects still missing any component are fetched whole.
@@ -306,7 +307,9 @@ pub(crate) async fn fetch_version_to_file(
                 let hash = rewritten(c, kind);
                 let (written, digest) = writer.write_hashed(d.data, c.offset, hash).await?;
                 client.recycle(written);
-                writeln!(jf, "{}\t{}", d.object, d.component).map_err(journal_io)?;
+                // One write a line: a crash leaves a line whole or absent.
+                jf.write_all(format!("{}\t{}\n", d.object, d.component).as_bytes())
+                    .map_err(journal_io)?;
                 got += c.length;
                 received += c.length;
                 done.insert(key, digest);

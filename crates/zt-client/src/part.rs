@@ -33,8 +33,8 @@ fn joined<T>(r: std::result::Result<io::Result<T>, tokio::task::JoinError>) -> i
 /// Opens `path` as a fetch's own file (its partial file or journal):
 /// never through a link planted in its place (it would write, at
 /// offsets, into another file), never blocking on a FIFO planted there,
-/// and refusing what is not a regular file owned by this user or by the
-/// folder's owner. A partial file is renamed into place once verified,
+/// and refusing what is not a regular file of one name owned by this
+/// user or by the folder's owner (and then not writable by others). A partial file is renamed into place once verified,
 /// so one that another user made (in a shared folder, where it cannot be
 /// removed) would stay theirs to change after the check; the folder's
 /// owner may replace any file there anyway (and on a filesystem that
@@ -71,9 +71,20 @@ pub(crate) fn open_own(
         Some(rustix::process::geteuid().as_raw()),
         std::fs::metadata(folder).ok().map(|m| m.uid()),
     ];
+    let mine = meta.uid() == rustix::process::geteuid().as_raw();
     if !owners.contains(&Some(meta.uid())) {
         return Err(refused(
             "another user's file, not this fetch's (the folder is not theirs): remove it",
+        ));
+    }
+    // Not a second name of a file elsewhere (a hard link to one of the
+    // user's own), nor another's that others may write in place.
+    if meta.nlink() != 1 {
+        return Err(refused("a file with other names (a hard link): remove it"));
+    }
+    if !mine && meta.mode() & 0o022 != 0 {
+        return Err(refused(
+            "another user's file that others may write: remove it",
         ));
     }
     // Writes block as ever (some network filesystems would honour it).

@@ -34,11 +34,12 @@ fn joined<T>(r: std::result::Result<io::Result<T>, tokio::task::JoinError>) -> i
 /// never through a link planted in its place (it would write, at
 /// offsets, into another file), never blocking on a FIFO planted there,
 /// and refusing what is not a regular file of one name owned by this
-/// user or by the folder's owner (and then not writable by others). A partial file is renamed into place once verified,
-/// so one that another user made (in a shared folder, where it cannot be
-/// removed) would stay theirs to change after the check; the folder's
-/// owner may replace any file there anyway (and on a filesystem that
-/// gives every file one owner, the folder has it too).
+/// user or by the folder's owner (and then not writable by others). A
+/// partial file is renamed into place once verified, so one that another
+/// user made (in a shared folder, where it cannot be removed) would stay
+/// theirs to change after the check; the folder's owner may replace any
+/// file there anyway (and on a filesystem that gives every file one
+/// owner, the folder has it too).
 pub(crate) fn open_own(
     path: &Path,
     options: &mut OpenOptions,
@@ -67,11 +68,9 @@ pub(crate) fn open_own(
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let owners = [
-        Some(rustix::process::geteuid().as_raw()),
-        std::fs::metadata(folder).ok().map(|m| m.uid()),
-    ];
-    let mine = meta.uid() == rustix::process::geteuid().as_raw();
+    let me = rustix::process::geteuid().as_raw();
+    let owners = [Some(me), std::fs::metadata(folder).ok().map(|m| m.uid())];
+    let mine = meta.uid() == me;
     if !owners.contains(&Some(meta.uid())) {
         return Err(refused(
             "another user's file, not this fetch's (the folder is not theirs): remove it",

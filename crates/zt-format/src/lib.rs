@@ -78,6 +78,7 @@ mod order;
 mod parse_v1;
 pub mod ragged;
 mod reader;
+mod regular;
 pub mod rows;
 pub mod select;
 pub mod slice;
@@ -115,6 +116,7 @@ pub use options::{
 };
 pub use order::send_order;
 pub use reader::{ComponentReport, ComponentStatus, ZtFile};
+pub use regular::{open_regular, NOT_REGULAR};
 pub use validate::BlobArea;
 pub use values::{NoValues, Values};
 pub use warning::Warning;

@@ -36,7 +36,7 @@ pub struct MappedFile {
 impl MappedFile {
     /// Maps `path`; an empty file gives an empty slice.
     pub fn open(path: &Path) -> io::Result<Self> {
-        let file = File::open(path)?;
+        let file = crate::open_regular(path)?;
         let map = if file.metadata()?.len() == 0 {
             None
         } else {

@@ -2,7 +2,6 @@
 //! used in place, verified on first access unless the caller opts out.
 
 use std::borrow::Cow;
-use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -104,7 +103,8 @@ impl ZtFile {
         let path = path.as_ref();
         let label = path.display().to_string();
         let at = Location::file(&label);
-        let mut file = File::open(path).map_err(|e| Error::io(at.clone(), "opening file", e))?;
+        let mut file =
+            crate::open_regular(path).map_err(|e| Error::io(at.clone(), "opening file", e))?;
         let size = file
             .metadata()
             .map_err(|e| Error::io(at.clone(), "reading file metadata", e))?

@@ -3,9 +3,6 @@
 //! as a local file, and watched for file events (inotify, through
 //! `notify`).
 
-use std::io;
-use std::os::unix::fs::OpenOptionsExt as _;
-
 use futures_util::future::BoxFuture;
 use std::path::{Component as PathPart, Path, PathBuf};
 use std::time::SystemTime;
@@ -156,22 +153,8 @@ fn open_local(rel: &str, abs: &Path) -> Result<Opened, OpenError> {
     };
     // Never blocking on a FIFO (one put where a listed file was, or named
     // by a pack): it would hold a blocking thread for good.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(abs)
-        .map_err(failed("opening file"))?;
+    let file = zt_format::open_regular(abs).map_err(failed("opening file"))?;
     let m = file.metadata().map_err(failed("reading metadata"))?;
-    if !m.is_file() {
-        return Err(failed("opening file")(io::Error::other(
-            "not a regular file (a FIFO, a device or a folder)",
-        )));
-    }
-    // Reads of a regular file block as ever (some network filesystems
-    // would honour the flag).
-    rustix::fs::fcntl_getfl(&file)
-        .and_then(|now| rustix::fs::fcntl_setfl(&file, now - rustix::fs::OFlags::NONBLOCK))
-        .map_err(|e| failed("opening file")(e.into()))?;
     let identity = Identity::of(&m);
     Ok(Opened {
         blob: Blob::local(file, identity),

@@ -3,7 +3,6 @@
 //! mapping against its seal (`seal.rs`). Blocking: callers run it on a
 //! blocking thread.
 
-use std::fs::File;
 use std::time::SystemTime;
 
 use zt_format::{Component, Encoding, PrivateMap};
@@ -49,7 +48,7 @@ impl Cache {
         let mut out = Vec::with_capacity(keyed.len());
         for (role, c, key) in keyed {
             let path = self.dir().join(&key.rel);
-            let file = File::open(&path).ok()?;
+            let file = zt_format::open_regular(&path).ok()?;
             let checked = file
                 .metadata()
                 .map_err(|e| e.to_string())

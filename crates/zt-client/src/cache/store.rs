@@ -33,7 +33,8 @@ impl Cache {
 
     fn read(&self, key: &Key, len: u64, use_seal: bool) -> Option<Result<AlignedBuf, String>> {
         let path = self.dir().join(&key.rel);
-        let mut file = File::open(&path).ok()?;
+        // A FIFO planted there would block a plain open: a miss.
+        let mut file = zt_format::open_regular(&path).ok()?;
         let got = read_checked(&mut file, key, len, use_seal);
         if got.is_ok() {
             // The least recently used go first: this one was just used
@@ -62,7 +63,7 @@ impl Cache {
             return;
         }
         let path = self.dir().join(&key.rel);
-        if let Ok(f) = File::open(&path) {
+        if let Ok(f) = zt_format::open_regular(&path) {
             // Stored already (by another file, or another process): used now.
             let _ = f.set_modified(SystemTime::now());
             return;

@@ -258,11 +258,7 @@ fn fifos_and_other_users_files_are_not_taken_for_the_fetchs_own() {
                 std::fs::write(&part, b"the user's partial file").unwrap();
             }
             if kind == "fifo" {
-                let made = std::process::Command::new("mkfifo")
-                    .arg(&at)
-                    .status()
-                    .unwrap();
-                assert!(made.success());
+                mkfifo(&at);
             } else {
                 std::fs::write(&at, b"").unwrap();
                 theirs(&at);
@@ -300,6 +296,22 @@ fn fifos_and_other_users_files_are_not_taken_for_the_fetchs_own() {
         assert!(r.status.success(), "the folder owner's: {err}");
         assert!(out.exists());
     }
+    // A partial file that cannot be opened (a folder, which a fetch
+    // without a journal does not remove as it would a stale file), where
+    // no journal was: the journal the fetch made is not left behind, empty.
+    let out = dir.path().join("alone.zt");
+    std::fs::create_dir(dir.path().join("alone.zt.part")).unwrap();
+    let r = fetch_bounded(&url, &out);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "the fetch took a folder");
+    assert!(err.contains("alone.zt.part"), "{err}");
+    let journal = dir.path().join("alone.zt.part.journal");
+    assert!(!journal.exists(), "an empty journal was left behind");
+}
+
+fn mkfifo(at: &Path) {
+    let made = std::process::Command::new("mkfifo").arg(at).status();
+    assert!(made.unwrap().success(), "mkfifo {}", at.display());
 }
 
 /// Starts `zt fetch`, waits until the journal lists a few components, and

@@ -7,7 +7,6 @@ use std::path::Path;
 
 use zt_format::{Manifest, Source};
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 
 /// A copy's layout: every component in place, the synthesized ones (no
@@ -40,17 +39,19 @@ pub(crate) fn gaps(m: &Manifest, size: u64) -> Vec<std::ops::Range<u64>> {
     out
 }
 
-/// Reads the copy's header back and checks it describes every component
-/// where the manifest does.
+/// Reads the copy's header back (blocking) and checks it describes every
+/// component where the manifest does; `url`, the copy's source, names it
+/// in the errors.
 pub(crate) fn check_copy(
     part: &Path,
     source: Source,
     local: &Manifest,
-    client: &Client,
+    manifest_cap: u64,
+    url: &str,
 ) -> Result<()> {
     let options = zt_format::ReadOptions {
         limits: zt_format::Limits {
-            manifest_cap: client.options.manifest_cap,
+            manifest_cap,
             ..zt_format::Limits::default()
         },
         // Only where the header places each component is compared here;
@@ -68,7 +69,7 @@ pub(crate) fn check_copy(
         if !same {
             return Err(Error::Protocol(format!(
                 "{}: the header received does not place object {o:?}, component {r:?} where the manifest does",
-                client.url
+                url
             )));
         }
     }
@@ -83,7 +84,7 @@ pub(crate) fn check_copy(
     if let Some(n) = extra {
         return Err(Error::Protocol(format!(
             "{}: the header received holds object {n:?}, which the manifest does not",
-            client.url
+            url
         )));
     }
     Ok(())

@@ -58,6 +58,7 @@
 //! (`GLIBC_TUNABLES=glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432`,
 //! which cut `zt`'s faults as far as jemalloc did).
 
+mod blocking;
 mod budget;
 mod busy;
 pub mod cache;
@@ -67,6 +68,7 @@ mod copy;
 mod decode;
 mod error;
 mod fetch;
+mod journal;
 pub mod mirrors;
 mod options;
 pub mod output;

@@ -27,16 +27,18 @@
 //! crc32c): a component the server vouches for with blake3 is verified
 //! against it on arrival and written with the crc32c of those same bytes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use zt_format::{Digest, DigestAlgorithm, Manifest, ReadOptions, Source, ZtFile};
 
+use crate::blocking::blocking;
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::journal::{Entries, Journal};
 use crate::part::PartWriter;
 use crate::remote::select_from;
 
@@ -84,35 +86,12 @@ fn own_file(path: &Path) -> Option<File> {
     crate::part::open_own(path, &mut read, rustix::fs::OFlags::empty()).ok()
 }
 
-/// Reads the journal open at `f`: the components done, if it belongs to
-/// this fetch.
-fn read_journal(f: &File, header: &str) -> Option<HashSet<(String, String)>> {
-    let mut lines = BufReader::new(f).lines();
-    if lines.next()?.ok()? != header {
-        return None;
-    }
-    Some(
-        lines
-            .map_while(Result::ok)
-            .filter_map(|l| {
-                l.split_once('\t')
-                    .map(|(o, c)| (o.to_owned(), c.to_owned()))
-            })
-            .collect(),
-    )
-}
-
 /// The journal's components whose bytes in `part` still match their
 /// digest, each read in pieces of at most [`RECHECK_CHUNK`] bytes (memory
 /// stays bounded whatever a component's size), with the digest each is to
 /// be written with where that is not the served one ([`rewritten`]). A
 /// component without a digest cannot be vouched for and is fetched again.
-fn still_intact(
-    part: &Path,
-    local: &Manifest,
-    journal: HashSet<(String, String)>,
-    kind: Output,
-) -> Done {
+fn still_intact(part: &Path, local: &Manifest, journal: Entries, kind: Output) -> Done {
     let Some(f) = own_file(part) else {
         return Done::new();
     };
@@ -241,37 +220,17 @@ pub(crate) async fn fetch_version_to_file(
         }
     };
     let header = header_line(&etag, select, kind);
+    let local = Arc::new(local);
 
-    // The journal first, opened as the fetch's own or not at all (never
-    // through a link planted in its place, which would be cut to
-    // nothing): nothing is removed or written before it is.
-    let journal_io = |e| Error::io(format!("writing {}", journal.display()), e);
-    let mut jf = crate::part::open_own(
-        &journal,
-        OpenOptions::new().read(true).create(true).append(true),
-        rustix::fs::OFlags::empty(),
-    )
-    .map_err(journal_io)?;
-    // Resume what the journal vouches for, after checking it again.
-    let mut done = Done::new();
-    if let Some(prev) = read_journal(&jf, &header) {
-        // Re-hashing what the journal vouches for reads up to the whole
-        // file: on a blocking thread, never on the runtime's.
-        let (part, local) = (part.clone(), local.clone());
-        done = tokio::task::spawn_blocking(move || still_intact(&part, &local, prev, kind))
-            .await
-            .unwrap_or_default();
-    } else {
-        let _ = std::fs::remove_file(&part);
-    }
+    // Opening, reading back and checking again what the journal vouches
+    // for (up to the whole file) on a blocking thread, never the runtime's.
+    let (mut writer, journal, mut done) = {
+        let (part, journal, local) = (part.clone(), journal.clone(), Arc::clone(&local));
+        let direct_io = client.options.direct_io;
+        blocking(move || prepare(&part, &journal, &header, &local, kind, direct_io)).await?
+    };
     let resumed = done.len();
-    let mut writer = PartWriter::open(&part, client.options.direct_io)?;
     tracing::debug!(part = %part.display(), direct_io = writer.is_direct(), "writing");
-    if resumed == 0 {
-        jf.set_len(0).map_err(journal_io)?;
-        jf.write_all(format!("{header}\n").as_bytes())
-            .map_err(journal_io)?;
-    }
 
     // Objects still missing any component are fetched whole.
     let missing: Vec<String> = local
@@ -305,11 +264,11 @@ pub(crate) async fn fetch_version_to_file(
                     Error::Protocol(format!("{}: {} was not asked for", client.url, d.at()))
                 })?;
                 let hash = rewritten(c, kind);
-                let (written, digest) = writer.write_hashed(d.data, c.offset, hash).await?;
+                let line = journal.line(&d.object, &d.component);
+                let (written, digest) = writer
+                    .write_hashed(d.data, c.offset, hash, Some(line))
+                    .await?;
                 client.recycle(written);
-                // One write a line: a crash leaves a line whole or absent.
-                jf.write_all(format!("{}\t{}\n", d.object, d.component).as_bytes())
-                    .map_err(journal_io)?;
                 got += c.length;
                 received += c.length;
                 done.insert(key, digest);
@@ -350,10 +309,13 @@ pub(crate) async fn fetch_version_to_file(
                 writer.write(buf, gap.start).await?;
             }
             writer.finish_copy(blob_end).await?;
-            return crate::copy::check_copy(&part, source, &local, client);
+            let (part, local) = (part.clone(), Arc::clone(&local));
+            let (cap, url) = (client.options.manifest_cap, client.url.clone());
+            return blocking(move || crate::copy::check_copy(&part, source, &local, cap, &url))
+                .await;
         }
         // Manifest and footer, then a full check before the rename.
-        let mut written = local.clone();
+        let mut written = Manifest::clone(&local);
         for ((o, r), digest) in &done {
             let c = written
                 .objects
@@ -367,23 +329,31 @@ pub(crate) async fn fetch_version_to_file(
             .finish(zt_format::layout::tail(&written), blob_end)
             .await?;
         // Every component's digest was checked on arrival (or on resume);
-        // re-reading the file checks the structure we wrote, not the bytes again.
+        // re-reading the file checks the structure we wrote, not the bytes
+        // again (decoding its manifest: on a blocking thread).
         let skip = ReadOptions {
             verify: zt_format::Verify::Skip,
             ..ReadOptions::default()
         };
-        ZtFile::open_with(&part, skip)?;
-        Ok(())
+        let part = part.clone();
+        blocking(move || {
+            ZtFile::open_with(&part, skip)
+                .map(drop)
+                .map_err(Error::from)
+        })
+        .await
     }
     .await;
-    match result {
+    let objects = local.objects.len();
+    let (part, out) = (part.clone(), out.to_owned());
+    blocking(move || match result {
         Ok(()) => {
-            std::fs::rename(&part, out)
+            std::fs::rename(&part, &out)
                 .map_err(|e| Error::io(format!("renaming into {}", out.display()), e))?;
-            let _ = std::fs::remove_file(&journal);
+            journal.remove();
             Ok(Written {
-                path: out.to_owned(),
-                objects: local.objects.len(),
+                path: out,
+                objects,
                 bytes: received,
                 resumed,
             })
@@ -392,16 +362,46 @@ pub(crate) async fn fetch_version_to_file(
             if matches!(e, Error::Corrupt { .. } | Error::Unverifiable { .. }) {
                 // Corrupt or unverifiable data: nothing worth resuming.
                 let _ = std::fs::remove_file(&part);
-                let _ = std::fs::remove_file(&journal);
+                journal.remove();
             }
             Err(e)
         }
+    })
+    .await
+}
+
+/// Opens the part file and journal of a fetch (blocking): what the journal
+/// vouches for, if it is this fetch's, checked again, and the journal
+/// started over when nothing is kept (the part file removed first, when
+/// the journal is not this fetch's). A part file that cannot be opened
+/// leaves no journal this call made.
+fn prepare(
+    part: &Path,
+    journal: &Path,
+    header: &str,
+    local: &Manifest,
+    kind: Output,
+    direct_io: bool,
+) -> Result<(PartWriter, Arc<Journal>, Done)> {
+    let (journal, vouched) = Journal::open(journal, header)?;
+    let done = match vouched {
+        Some(prev) => still_intact(part, local, prev, kind),
+        None => {
+            let _ = std::fs::remove_file(part);
+            Done::new()
+        }
+    };
+    let writer = PartWriter::open(part, direct_io).inspect_err(|_| journal.forget_if_fresh())?;
+    if done.is_empty() {
+        journal.start(header)?;
     }
+    Ok((writer, Arc::new(journal), done))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
     use zt_format::{DType, DigestAlgorithm, StoreOptions, Writer};
 
     /// A resumed fetch keeps only the journaled components whose bytes in

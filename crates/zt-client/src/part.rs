@@ -23,6 +23,7 @@ use tokio::task::{spawn_blocking, JoinHandle};
 use zt_format::{AlignedBuf, Digest, DigestAlgorithm, PAGE_ALIGNMENT};
 
 use crate::error::{Error, Result};
+use crate::journal::Line;
 
 /// A blocking write's result, a panicked or cancelled task counted as an
 /// I/O error of its own.
@@ -164,34 +165,38 @@ impl PartWriter {
     /// Writes `data` at `offset`; returns the buffer once its bytes are in
     /// the file.
     pub(super) async fn write(&mut self, data: AlignedBuf, offset: u64) -> Result<AlignedBuf> {
-        self.write_hashed(data, offset, None)
+        self.write_hashed(data, offset, None, None)
             .await
             .map(|(data, _)| data)
     }
 
     /// [`Self::write`], and the digest of `data` under `hash` (on the
-    /// same blocking thread, before the write).
+    /// same blocking thread, before the write), then `then` appended to
+    /// the journal once the bytes are written.
     pub(super) async fn write_hashed(
         &mut self,
         data: AlignedBuf,
         offset: u64,
         hash: Option<DigestAlgorithm>,
+        then: Option<Line>,
     ) -> Result<(AlignedBuf, Option<Digest>)> {
         let (file, direct) = (Arc::clone(&self.file), self.direct.clone());
         let mut bounce = self.bounce.take();
-        let (data, cached, bounce, digest) = joined(
+        let (data, cached, bounce, digest, noted) = joined(
             spawn_blocking(move || {
                 let digest = hash.map(|a| a.digest(data.as_slice()));
                 let to = Target {
                     file: &file,
                     direct: direct.as_deref(),
                 };
-                to.write(data.as_slice(), offset, &mut bounce)
-                    .map(|w| (data, w, bounce, digest))
+                let cached = to.write(data.as_slice(), offset, &mut bounce)?;
+                let noted = then.map_or(Ok(()), |line| line.append());
+                Ok((data, cached, bounce, digest, noted))
             })
             .await,
         )
         .map_err(|e| Error::io(format!("writing {}", self.label), e))?;
+        noted?;
         self.bounce = bounce;
         if cached.refused {
             tracing::debug!(part = %self.label, "direct I/O refused; writing through the page cache");

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use zt_format::source::safetensors_index::safe_shard;
 use zt_format::Source;
 
+use crate::blocking::blocking;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::output::{fetch_to_file, fetch_version_to_file, Progress, Written};
@@ -139,18 +140,6 @@ pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -
         bytes,
         resumed,
     })
-}
-
-/// Runs `f` on a blocking thread.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => Err(Error::io(
-            "a blocking task".to_owned(),
-            std::io::Error::other(e),
-        )),
-    }
 }
 
 /// A sharded checkpoint's place: the directory, the index's name there,

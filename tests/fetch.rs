@@ -309,6 +309,41 @@ fn fifos_and_other_users_files_are_not_taken_for_the_fetchs_own() {
     assert!(!journal.exists(), "an empty journal was left behind");
 }
 
+/// A second fetch into an output while the first still runs (its journal
+/// locked: here, by this test) fails at once, naming the journal, and
+/// leaves the first one's partial file and journal as they were; once the
+/// first is over, the same command fetches.
+#[test]
+fn a_second_fetch_into_the_same_output_is_refused_while_the_first_runs() {
+    let (_root, _s, url, etag) = sample_served();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.zt");
+    let (part, journal) = (
+        dir.path().join("out.zt.part"),
+        dir.path().join("out.zt.part.journal"),
+    );
+    fresh_journal(&journal, &etag);
+    let first = std::fs::read(&journal).unwrap();
+    std::fs::write(&part, b"the first fetch's partial file").unwrap();
+    let held = std::fs::File::open(&journal).unwrap();
+    rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    let r = fetch_bounded(&url, &out);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "the second fetch ran: {err}");
+    assert!(err.contains("out.zt.part.journal"), "{err}");
+    assert!(err.contains("another fetch"), "{err}");
+    assert!(!out.exists(), "an output");
+    assert_eq!(
+        std::fs::read(&part).unwrap(),
+        b"the first fetch's partial file"
+    );
+    assert_eq!(std::fs::read(&journal).unwrap(), first, "the journal");
+    drop(held);
+    let r = fetch_bounded(&url, &out);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(!journal.exists() && !part.exists());
+}
+
 fn mkfifo(at: &Path) {
     let made = std::process::Command::new("mkfifo").arg(at).status();
     assert!(made.unwrap().success(), "mkfifo {}", at.display());

@@ -648,6 +648,30 @@ fn a_failed_update_of_a_directory_leaves_its_checkpoint_whole() {
         "the staging folder stays"
     );
 
+    // A staging folder another fetch holds (locked: here, by this test;
+    // a fetch stopped while it installs still holds it until the install
+    // ends) refuses this one at once, naming it; the directory stays.
+    let staging = into.join(".zt-fetching/model.safetensors.index.json");
+    {
+        use std::os::unix::fs::DirBuilderExt as _;
+        let mut mkdir = std::fs::DirBuilder::new();
+        mkdir.mode(0o700).recursive(true).create(&staging).unwrap();
+    }
+    let held = std::fs::File::open(&staging).unwrap();
+    rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    let r = zt(&["fetch", &url, "-o", &into_dir]);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "fetched beside another fetch");
+    assert!(
+        stderr.contains("another fetch into this folder"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(".zt-fetching"), "{stderr}");
+    assert_eq!(read_all(&into), v2);
+    drop(held);
+    fetch_ok(&url, Path::new(&into_dir), &[]);
+    assert!(!into.join(".zt-fetching").exists());
+
     // A staging folder that is a link (or another user's) is refused:
     // shards are never staged, or moved, through it.
     let elsewhere = copy.path().join("elsewhere");

@@ -6,6 +6,12 @@
 //! checks every component its journal names against its digest again
 //! anyway. Every call here blocks: the fetch makes them on blocking
 //! threads.
+//!
+//! The journal is also the fetch's lock ([`crate::lock`]), held from its
+//! first read to the rename of the finished file: a second fetch into
+//! the same output (a second terminal, a retry while the first still
+//! ends) fails at once instead of removing or renaming the first one's
+//! partial file under it.
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -30,14 +36,17 @@ impl Journal {
     /// Opens (or creates) the journal at `path` as the fetch's own
     /// ([`crate::part::open_own`]: never through a link or a FIFO planted
     /// there, which would be cut to nothing or block), and reads the
-    /// components it names if its header is `header`.
+    /// components it names if its header is `header`; locked (see the
+    /// module docs) until dropped.
     pub(crate) fn open(path: &Path, header: &str) -> Result<(Self, Option<Entries>)> {
-        let file = crate::part::open_own(
-            path,
-            OpenOptions::new().read(true).create(true).append(true),
-            rustix::fs::OFlags::empty(),
-        )
-        .map_err(|e| writing(path, e))?;
+        let file = crate::lock::open_locked(path, "another fetch into the same output", || {
+            crate::part::open_own(
+                path,
+                OpenOptions::new().read(true).create(true).append(true),
+                rustix::fs::OFlags::empty(),
+            )
+            .map_err(|e| writing(path, e))
+        })?;
         let fresh = file.metadata().map(|m| m.len() == 0).unwrap_or(false);
         let entries = if fresh { None } else { read(&file, header) };
         let journal = Journal {

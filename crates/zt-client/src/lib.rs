@@ -69,6 +69,7 @@ mod decode;
 mod error;
 mod fetch;
 mod journal;
+mod lock;
 pub mod mirrors;
 mod options;
 pub mod output;

@@ -108,10 +108,11 @@ pub async fn copy_sharded(client: &Client, dir: &Path, progress: Progress<'_>) -
         )));
     }
     let names: Vec<String> = remote.manifest.files.keys().cloned().collect();
-    let staged = Staged {
+    let mut staged = Staged {
         dir: dir.to_owned(),
         index_name,
         names,
+        lock: None,
     };
     // Folders made and moves done on a blocking thread, never on the
     // runtime's (a slow or remote filesystem stalls only that thread).
@@ -148,6 +149,12 @@ struct Staged {
     dir: PathBuf,
     index_name: String,
     names: Vec<String>,
+    /// The staging folder, locked ([`crate::lock`]) from [`Self::prepare`]
+    /// until this is dropped: after [`Self::install`], which runs to its
+    /// end even when the fetch is stopped during it, so a retry started
+    /// meanwhile fails instead of staging shards that the install would
+    /// move or remove.
+    lock: Option<std::fs::File>,
 }
 
 impl Staged {
@@ -162,11 +169,21 @@ impl Staged {
 
     /// Makes the directory, the staging folders (this user's alone), and
     /// every shard's folder in them.
-    fn prepare(&self) -> Result<()> {
+    fn prepare(&mut self) -> Result<()> {
+        use std::os::unix::fs::OpenOptionsExt as _;
         create_dir_all(&self.dir)?;
         private_dir(&self.top())?;
         let staging = self.staging();
-        private_dir(&staging)?;
+        let lock = crate::lock::open_locked(&staging, "another fetch into this folder", || {
+            private_dir(&staging)?;
+            let no_links = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::DIRECTORY;
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(no_links.bits() as i32)
+                .open(&staging)
+                .map_err(|e| Error::io(format!("opening {}", staging.display()), e))
+        })?;
+        self.lock = Some(lock);
         for name in &self.names {
             if let Some(parent) = staging.join(name).parent() {
                 create_dir_all(parent)?;

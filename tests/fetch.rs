@@ -304,7 +304,7 @@ fn fifos_and_other_users_files_are_not_taken_for_the_fetchs_own() {
     let r = fetch_bounded(&url, &out);
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(!r.status.success(), "the fetch took a folder");
-    assert!(err.contains("alone.zt.part"), "{err}");
+    assert!(err.contains("alone.zt.part:"), "the partial file named: {err}");
     let journal = dir.path().join("alone.zt.part.journal");
     assert!(!journal.exists(), "an empty journal was left behind");
 }

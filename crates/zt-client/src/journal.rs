@@ -17,7 +17,6 @@ use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
@@ -65,13 +64,13 @@ impl Journal {
             .map_err(|e| writing(&self.path, e))
     }
 
-    /// The line saying that `component` of `object` is in the part file,
-    /// to append once its bytes are written.
-    pub(crate) fn line(self: &Arc<Self>, object: &str, component: &str) -> Line {
-        Line {
-            journal: Arc::clone(self),
-            text: format!("{object}\t{component}\n"),
-        }
+    /// Appends that `component` of `object` is in the part file, once
+    /// its bytes are written: one write, so a crash leaves the line
+    /// whole or absent.
+    pub(crate) fn append(&self, object: &str, component: &str) -> Result<()> {
+        (&self.file)
+            .write_all(format!("{object}\t{component}\n").as_bytes())
+            .map_err(|e| writing(&self.path, e))
     }
 
     /// Removes the journal if this fetch made it and wrote nothing to it
@@ -87,22 +86,6 @@ impl Journal {
     /// worth resuming.
     pub(crate) fn remove(&self) {
         let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// A journal line not yet appended ([`Journal::line`]).
-pub(crate) struct Line {
-    journal: Arc<Journal>,
-    text: String,
-}
-
-impl Line {
-    /// Appends the line, in one write: a crash leaves it whole or absent.
-    pub(crate) fn append(&self) -> Result<()> {
-        let journal = &self.journal;
-        (&journal.file)
-            .write_all(self.text.as_bytes())
-            .map_err(|e| writing(&journal.path, e))
     }
 }
 

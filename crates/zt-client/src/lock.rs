@@ -4,11 +4,15 @@
 //! there, and a second fetch finding one held fails at once, naming it,
 //! instead of removing or moving the first one's files under it. The
 //! lock goes with the last handle, so a fetch that is stopped or dies
-//! leaves none behind. Blocking calls: made on blocking threads.
+//! leaves none behind. The lock is advisory and, on a network
+//! filesystem, may be this machine's alone; a filesystem without locks
+//! (Lustre mounted without `flock`) fetches unlocked, as before there
+//! were locks, with a warning. Blocking calls: made on blocking threads.
 
 use std::fs::File;
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Error, Result};
 
@@ -21,7 +25,7 @@ pub(crate) fn open_locked(
     holder: &str,
     open: impl Fn() -> Result<File>,
 ) -> Result<File> {
-    let failed = |why: String| {
+    let refused = |why: String| {
         Error::io(
             format!("locking {}", path.display()),
             io::Error::new(io::ErrorKind::WouldBlock, why),
@@ -29,39 +33,98 @@ pub(crate) fn open_locked(
     };
     for _ in 0..3 {
         let file = open()?;
-        if lock(&file, path).map_err(|held| {
-            held.map_or_else(
-                || {
-                    failed(format!(
-                        "{holder} holds it: wait for that one to end, or stop it"
-                    ))
-                },
-                |e| Error::io(format!("locking {}", path.display()), e),
-            )
-        })? {
-            return Ok(file);
+        match lock(&file, path) {
+            Locked::Ours => return Ok(file),
+            Locked::Replaced => continue,
+            Locked::Held => {
+                return Err(refused(format!(
+                    "{holder} holds it: wait for that one to end, or stop it"
+                )))
+            }
+            Locked::Failed(e) => return Err(Error::io(format!("locking {}", path.display()), e)),
         }
     }
-    Err(failed("it was replaced each time it was opened".to_owned()))
+    Err(refused(
+        "it was replaced each time it was opened".to_owned(),
+    ))
 }
 
-/// Takes `file`'s exclusive lock without waiting: whether `path` still
-/// names `file` then. `Err(None)`: another holds it.
-fn lock(file: &File, path: &Path) -> std::result::Result<bool, Option<io::Error>> {
+/// What taking a lock found.
+enum Locked {
+    /// Taken (or the filesystem has no locks), on the file `path` names.
+    Ours,
+    /// Taken, on a file no longer at `path`.
+    Replaced,
+    /// Another holds it.
+    Held,
+    Failed(io::Error),
+}
+
+/// Whether a filesystem without locks was warned of (once a process).
+static UNLOCKED_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// Takes `file`'s exclusive lock without waiting.
+fn lock(file: &File, path: &Path) -> Locked {
     use rustix::fs::{flock, FlockOperation};
     use rustix::io::Errno;
     use std::os::unix::fs::MetadataExt as _;
     match flock(file, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
-        Err(Errno::WOULDBLOCK) => return Err(None),
-        // A filesystem without locks (some network ones): unlocked, as
-        // before there were locks.
-        Err(e @ (Errno::NOLCK | Errno::NOTSUP)) => {
-            tracing::debug!(path = %path.display(), error = %e, "not locked");
+        Err(Errno::WOULDBLOCK) => return Locked::Held,
+        // No locks on this filesystem (NFS without a lock daemon, Lustre
+        // without `flock`, some FUSE ones).
+        Err(e @ (Errno::NOLCK | Errno::NOTSUP | Errno::NOSYS | Errno::INVAL)) => {
+            if !UNLOCKED_WARNED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    path = %path.display(),
+                    error = %e,
+                    "this filesystem has no locks: two fetches into one output are not kept apart"
+                );
+            }
         }
-        Err(e) => return Err(Some(e.into())),
+        Err(e) => return Locked::Failed(e.into()),
     }
-    let here = file.metadata().map_err(Some)?;
-    Ok(std::fs::symlink_metadata(path)
-        .is_ok_and(|m| (m.dev(), m.ino()) == (here.dev(), here.ino())))
+    let here = match file.metadata() {
+        Ok(m) => m,
+        Err(e) => return Locked::Failed(e),
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if (m.dev(), m.ino()) == (here.dev(), here.ino()) => Locked::Ours,
+        _ => Locked::Replaced,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn opener(path: &Path) -> Result<File> {
+        File::open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))
+    }
+
+    /// A lock taken on a file no longer at the path is dropped and the
+    /// open made again; one that never is there fails, naming the path;
+    /// a lock held elsewhere fails naming its holder.
+    #[test]
+    fn a_lock_is_taken_on_the_file_the_path_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let (at, elsewhere) = (dir.path().join("j"), dir.path().join("old"));
+        std::fs::write(&at, b"").unwrap();
+        std::fs::write(&elsewhere, b"").unwrap();
+        let opens = Cell::new(0);
+        let file = open_locked(&at, "the other", || {
+            opens.set(opens.get() + 1);
+            opener(if opens.get() == 1 { &elsewhere } else { &at })
+        })
+        .unwrap();
+        assert_eq!(opens.get(), 2, "opened again");
+        let e = open_locked(&at, "the other", || opener(&elsewhere)).unwrap_err();
+        assert!(e.to_string().contains("locking"), "{e}");
+        assert!(e.to_string().contains("replaced each time"), "{e}");
+        let e = open_locked(&at, "the other fetch", || opener(&at)).unwrap_err();
+        assert!(e.to_string().contains("the other fetch holds it"), "{e}");
+        drop(file);
+        assert!(open_locked(&at, "the other", || opener(&at)).is_ok());
+    }
 }

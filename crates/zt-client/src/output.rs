@@ -31,11 +31,12 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use zt_format::{Digest, DigestAlgorithm, Manifest, ReadOptions, Source, ZtFile};
 
-use crate::blocking::blocking;
+use crate::blocking::{blocking, StopOnDrop};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::journal::{Entries, Journal};
@@ -91,7 +92,13 @@ fn own_file(path: &Path) -> Option<File> {
 /// stays bounded whatever a component's size), with the digest each is to
 /// be written with where that is not the served one ([`rewritten`]). A
 /// component without a digest cannot be vouched for and is fetched again.
-fn still_intact(part: &Path, local: &Manifest, journal: Entries, kind: Output) -> Done {
+fn still_intact(
+    part: &Path,
+    local: &Manifest,
+    journal: Entries,
+    kind: Output,
+    stop: &AtomicBool,
+) -> Done {
     let Some(f) = own_file(part) else {
         return Done::new();
     };
@@ -108,6 +115,9 @@ fn still_intact(part: &Path, local: &Manifest, journal: Entries, kind: Output) -
             let mut written = rewritten(c, kind).map(zt_format::Hasher::new);
             let (mut at, end) = (c.offset, c.offset.saturating_add(c.length));
             while at < end {
+                if stop.load(Ordering::Relaxed) {
+                    return None;
+                }
                 let n = usize::try_from(end - at).map_or(RECHECK_CHUNK, |n| n.min(RECHECK_CHUNK));
                 let piece = buf.get_mut(..n)?;
                 f.read_exact_at(piece, at).ok()?;
@@ -224,10 +234,20 @@ pub(crate) async fn fetch_version_to_file(
 
     // Opening, reading back and checking again what the journal vouches
     // for (up to the whole file) on a blocking thread, never the runtime's.
+    // Stopped with the fetch, so the journal's lock goes with it.
+    let stop = StopOnDrop::default();
     let (mut writer, journal, mut done) = {
         let (part, journal, local) = (part.clone(), journal.clone(), Arc::clone(&local));
-        let direct_io = client.options.direct_io;
-        blocking(move || prepare(&part, &journal, &header, &local, kind, direct_io)).await?
+        let (direct_io, stop) = (client.options.direct_io, stop.flag());
+        blocking(move || {
+            let resume = Resume {
+                local: &local,
+                kind,
+                stop: &stop,
+            };
+            prepare(&part, &journal, &header, resume, direct_io)
+        })
+        .await?
     };
     let resumed = done.len();
     tracing::debug!(part = %part.display(), direct_io = writer.is_direct(), "writing");
@@ -264,9 +284,9 @@ pub(crate) async fn fetch_version_to_file(
                     Error::Protocol(format!("{}: {} was not asked for", client.url, d.at()))
                 })?;
                 let hash = rewritten(c, kind);
-                let line = journal.line(&d.object, &d.component);
+                let done_now = Some((d.object.as_str(), d.component.as_str()));
                 let (written, digest) = writer
-                    .write_hashed(d.data, c.offset, hash, Some(line))
+                    .write_hashed(d.data, c.offset, hash, done_now)
                     .await?;
                 client.recycle(written);
                 got += c.length;
@@ -370,32 +390,43 @@ pub(crate) async fn fetch_version_to_file(
     .await
 }
 
+/// What a resumed fetch checks again: the output's layout, its kind, and
+/// a flag that stops the check.
+struct Resume<'a> {
+    local: &'a Manifest,
+    kind: Output,
+    stop: &'a AtomicBool,
+}
+
 /// Opens the part file and journal of a fetch (blocking): what the journal
 /// vouches for, if it is this fetch's, checked again, and the journal
 /// started over when nothing is kept (the part file removed first, when
-/// the journal is not this fetch's). A part file that cannot be opened
-/// leaves no journal this call made.
+/// the journal is not this fetch's). A part file that cannot be opened,
+/// or a journal that cannot be started, leaves no journal this call made.
 fn prepare(
     part: &Path,
     journal: &Path,
     header: &str,
-    local: &Manifest,
-    kind: Output,
+    resume: Resume<'_>,
     direct_io: bool,
 ) -> Result<(PartWriter, Arc<Journal>, Done)> {
     let (journal, vouched) = Journal::open(journal, header)?;
+    let journal = Arc::new(journal);
     let done = match vouched {
-        Some(prev) => still_intact(part, local, prev, kind),
+        Some(prev) => still_intact(part, resume.local, prev, resume.kind, resume.stop),
         None => {
             let _ = std::fs::remove_file(part);
             Done::new()
         }
     };
-    let writer = PartWriter::open(part, direct_io).inspect_err(|_| journal.forget_if_fresh())?;
-    if done.is_empty() {
-        journal.start(header)?;
-    }
-    Ok((writer, Arc::new(journal), done))
+    let made = PartWriter::open(part, direct_io, Arc::clone(&journal)).and_then(|writer| {
+        if done.is_empty() {
+            journal.start(header)?;
+        }
+        Ok(writer)
+    });
+    let writer = made.inspect_err(|_| journal.forget_if_fresh())?;
+    Ok((writer, journal, done))
 }
 
 #[cfg(test)]
@@ -430,10 +461,30 @@ mod tests {
             .map(|(o, r)| (o.to_owned(), r.to_owned()))
             .collect();
         let keys = |r: Done| r.into_keys().collect::<HashSet<_>>();
-        let kept = keys(still_intact(&path, &m, journal.clone(), Output::Zt));
+        let kept = keys(still_intact(
+            &path,
+            &m,
+            journal.clone(),
+            Output::Zt,
+            &AtomicBool::new(false),
+        ));
         assert_eq!(kept, HashSet::from([("a".to_owned(), "data".to_owned())]));
         std::fs::write(&path, &bytes).unwrap();
-        let all = still_intact(&path, &m, journal.clone(), Output::Zt);
+        let stopped = still_intact(
+            &path,
+            &m,
+            journal.clone(),
+            Output::Zt,
+            &AtomicBool::new(true),
+        );
+        assert!(stopped.is_empty(), "a stopped check vouches for nothing");
+        let all = still_intact(
+            &path,
+            &m,
+            journal.clone(),
+            Output::Zt,
+            &AtomicBool::new(false),
+        );
         assert!(
             all.values().all(Option::is_none),
             "sha256 is written as it is"
@@ -441,7 +492,7 @@ mod tests {
         assert_eq!(keys(all), journal);
         std::fs::remove_file(&path).unwrap();
         assert!(
-            still_intact(&path, &m, journal, Output::Zt).is_empty(),
+            still_intact(&path, &m, journal, Output::Zt, &AtomicBool::new(false)).is_empty(),
             "no part file"
         );
     }
@@ -469,15 +520,27 @@ mod tests {
         let path = std::env::temp_dir().join(format!("resume-b3-{}.part", std::process::id()));
         std::fs::write(&path, &bytes).unwrap();
         let journal = HashSet::from([("a".to_owned(), "data".to_owned())]);
-        let got = still_intact(&path, &m, journal.clone(), Output::Zt);
+        let got = still_intact(
+            &path,
+            &m,
+            journal.clone(),
+            Output::Zt,
+            &AtomicBool::new(false),
+        );
         let crc = DigestAlgorithm::Crc32c.digest(&data);
         let key = ("a".to_owned(), "data".to_owned());
         assert_eq!(got.get(&key), Some(&Some(crc)));
-        let copy = still_intact(&path, &m, journal.clone(), Output::Copy(Source::Zt));
+        let copy = still_intact(
+            &path,
+            &m,
+            journal.clone(),
+            Output::Copy(Source::Zt),
+            &AtomicBool::new(false),
+        );
         assert_eq!(copy.get(&key), Some(&None), "a copy carries no digests");
         let m = vouched(b"other bytes");
         assert!(
-            still_intact(&path, &m, journal, Output::Zt).is_empty(),
+            still_intact(&path, &m, journal, Output::Zt, &AtomicBool::new(false)).is_empty(),
             "checked by blake3"
         );
         std::fs::remove_file(&path).unwrap();

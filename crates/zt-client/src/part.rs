@@ -23,7 +23,7 @@ use tokio::task::{spawn_blocking, JoinHandle};
 use zt_format::{AlignedBuf, Digest, DigestAlgorithm, PAGE_ALIGNMENT};
 
 use crate::error::{Error, Result};
-use crate::journal::Line;
+use crate::journal::Journal;
 
 /// A blocking write's result, a panicked or cancelled task counted as an
 /// I/O error of its own.
@@ -105,9 +105,13 @@ fn same_file(a: &File, b: &File) -> bool {
 /// Page-cache bytes written between two background flushes.
 const WRITEBACK_EVERY: u64 = 256 << 20;
 
-/// A part file open for writing.
+/// A part file open for writing, and the fetch's journal.
 pub(super) struct PartWriter {
     file: Arc<File>,
+    /// Held by every blocking write until it ends, so the journal's lock
+    /// ([`crate::lock`]) outlasts a write that goes on after the fetch
+    /// is stopped.
+    journal: Arc<Journal>,
     /// The same file opened for direct I/O; `None` where the filesystem
     /// refuses it (tmpfs, some network filesystems) or it was not asked for.
     direct: Option<Arc<File>>,
@@ -126,7 +130,7 @@ const BOUNCE: usize = 8 << 20;
 impl PartWriter {
     /// Opens (or creates) `path` without truncating it: a resumed fetch
     /// keeps the components its journal vouches for.
-    pub(super) fn open(path: &Path, direct_io: bool) -> Result<Self> {
+    pub(super) fn open(path: &Path, direct_io: bool, journal: Arc<Journal>) -> Result<Self> {
         let creating = |e| Error::io(format!("creating {}", path.display()), e);
         let file = open_own(
             path,
@@ -149,6 +153,7 @@ impl PartWriter {
         };
         Ok(PartWriter {
             file: Arc::new(file),
+            journal,
             direct,
             label: path.display().to_string(),
             unflushed: 0,
@@ -170,17 +175,20 @@ impl PartWriter {
             .map(|(data, _)| data)
     }
 
-    /// [`Self::write`], and the digest of `data` under `hash` (on the
-    /// same blocking thread, before the write), then `then` appended to
-    /// the journal once the bytes are written.
+    /// [`Self::write`] of a component's bytes, and their digest under
+    /// `hash` (on the same blocking thread, before the write); `done`, the
+    /// component's (object, component), is appended to the journal once
+    /// they are written.
     pub(super) async fn write_hashed(
         &mut self,
         data: AlignedBuf,
         offset: u64,
         hash: Option<DigestAlgorithm>,
-        then: Option<Line>,
+        done: Option<(&str, &str)>,
     ) -> Result<(AlignedBuf, Option<Digest>)> {
         let (file, direct) = (Arc::clone(&self.file), self.direct.clone());
+        let journal = Arc::clone(&self.journal);
+        let done = done.map(|(o, c)| (o.to_owned(), c.to_owned()));
         let mut bounce = self.bounce.take();
         let (data, cached, bounce, digest, noted) = joined(
             spawn_blocking(move || {
@@ -190,7 +198,7 @@ impl PartWriter {
                     direct: direct.as_deref(),
                 };
                 let cached = to.write(data.as_slice(), offset, &mut bounce)?;
-                let noted = then.map_or(Ok(()), |line| line.append());
+                let noted = done.map_or(Ok(()), |(o, c)| journal.append(&o, &c));
                 Ok((data, cached, bounce, digest, noted))
             })
             .await,
@@ -206,8 +214,11 @@ impl PartWriter {
         let idle = self.flushing.as_ref().is_none_or(|h| h.is_finished());
         if self.unflushed >= WRITEBACK_EVERY && idle {
             self.settle().await?;
-            let f = Arc::clone(&self.file);
-            self.flushing = Some(spawn_blocking(move || f.sync_data()));
+            let (f, held) = (Arc::clone(&self.file), Arc::clone(&self.journal));
+            self.flushing = Some(spawn_blocking(move || {
+                let _held = held;
+                f.sync_data()
+            }));
             self.unflushed = 0;
         }
         Ok((data, digest))
@@ -225,8 +236,9 @@ impl PartWriter {
     /// `blob_end`, sizes the file to end there, and makes it durable.
     pub(super) async fn finish(mut self, tail: Vec<u8>, blob_end: u64) -> Result<()> {
         self.settle().await?;
-        let f = Arc::clone(&self.file);
+        let (f, held) = (Arc::clone(&self.file), Arc::clone(&self.journal));
         let done = spawn_blocking(move || {
+            let _held = held;
             f.write_all_at(zt_format::MAGIC, 0)
                 .and_then(|()| f.set_len(blob_end + tail.len() as u64))
                 .and_then(|()| f.write_all_at(&tail, blob_end))
@@ -242,8 +254,12 @@ impl PartWriter {
     /// every byte was written in place).
     pub(super) async fn finish_copy(mut self, size: u64) -> Result<()> {
         self.settle().await?;
-        let f = Arc::clone(&self.file);
-        let done = spawn_blocking(move || f.set_len(size).and_then(|()| f.sync_all())).await;
+        let (f, held) = (Arc::clone(&self.file), Arc::clone(&self.journal));
+        let done = spawn_blocking(move || {
+            let _held = held;
+            f.set_len(size).and_then(|()| f.sync_all())
+        })
+        .await;
         joined(done).map_err(|e| Error::io(format!("finishing {}", self.label), e))
     }
 }
@@ -395,7 +411,9 @@ mod tests {
             for direct_io in [true, false] {
                 let path = dir.join(format!("part-{}-{direct_io}.bin", std::process::id()));
                 let _ = std::fs::remove_file(&path);
-                let mut w = PartWriter::open(&path, direct_io).unwrap();
+                let journal = path.with_extension("journal");
+                let (j, _) = Journal::open(&journal, "test").unwrap();
+                let mut w = PartWriter::open(&path, direct_io, Arc::new(j)).unwrap();
                 let big = pattern(zt_format::PAGE_ALIGNED_FROM + 100);
                 let small = pattern(1000);
                 // Larger than the bounce buffer: its pages go in pieces.
@@ -427,6 +445,7 @@ mod tests {
                 }
                 assert_eq!(&got[end as usize..], b"tail");
                 std::fs::remove_file(&path).unwrap();
+                std::fs::remove_file(&journal).unwrap();
             }
         }
     }

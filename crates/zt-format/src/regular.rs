@@ -18,12 +18,26 @@ pub const NOT_REGULAR: &str = "not a regular file (a FIFO, a device or a folder)
 /// fails with [`NOT_REGULAR`] (`InvalidInput`) otherwise, without
 /// blocking on a FIFO. The handle's reads block as usual.
 pub fn open_regular(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
+    let refused = || io::Error::new(io::ErrorKind::InvalidInput, NOT_REGULAR);
+    // Refused before any open where the path names no regular file:
+    // opening a device can act on it (a tape rewinds).
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(refused());
+    }
+    let nonblocking = OpenOptions::new()
         .read(true)
         .custom_flags(OFlags::NONBLOCK.bits() as i32)
-        .open(path)?;
+        .open(path);
+    let file = match nonblocking {
+        // A regular file that another holds a lease on (a Samba oplock,
+        // an NFS delegation) refuses a non-blocking open: waited for, as
+        // any open waits for the lease to be given up.
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => File::open(path)?,
+        opened => opened?,
+    };
+    // Checked again on the handle: the path may name another file now.
     if !file.metadata()?.is_file() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, NOT_REGULAR));
+        return Err(refused());
     }
     // Some network filesystems would honour the flag on reads.
     let now = rustix::fs::fcntl_getfl(&file)?;
@@ -42,8 +56,9 @@ mod tests {
         std::fs::write(&file, b"bytes").unwrap();
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();
         assert!(made.unwrap().success(), "mkfifo");
-        assert_eq!(std::fs::read(&file).unwrap(), b"bytes");
-        assert!(open_regular(&file).is_ok());
+        let opened = open_regular(&file).unwrap();
+        let flags = rustix::fs::fcntl_getfl(&opened).unwrap();
+        assert!(!flags.contains(OFlags::NONBLOCK), "reads block as usual");
         for bad in [fifo.as_path(), dir.path(), Path::new("/dev/zero")] {
             let e = open_regular(bad).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{}", bad.display());

@@ -125,7 +125,7 @@ impl Source {
 }
 
 fn read_zip(path: &Path) -> Result<Vec<(String, Vec<u8>)>> {
-    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let f = zt_format::open_regular(path).with_context(|| format!("opening {}", path.display()))?;
     let mut zip = zip::ZipArchive::new(f)
         .with_context(|| format!("{}: not a zip archive", path.display()))?;
     let mut out = Vec::with_capacity(zip.len());

@@ -304,7 +304,10 @@ fn fifos_and_other_users_files_are_not_taken_for_the_fetchs_own() {
     let r = fetch_bounded(&url, &out);
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(!r.status.success(), "the fetch took a folder");
-    assert!(err.contains("alone.zt.part:"), "the partial file named: {err}");
+    assert!(
+        err.contains("alone.zt.part:"),
+        "the partial file named: {err}"
+    );
     let journal = dir.path().join("alone.zt.part.journal");
     assert!(!journal.exists(), "an empty journal was left behind");
 }
@@ -347,6 +350,62 @@ fn a_second_fetch_into_the_same_output_is_refused_while_the_first_runs() {
 fn mkfifo(at: &Path) {
     let made = std::process::Command::new("mkfifo").arg(at).status();
     assert!(made.unwrap().success(), "mkfifo {}", at.display());
+}
+
+/// A file of more objects than one request may name (the cap on
+/// patterns, 4096) is fetched whole over both transports, and resumed
+/// when more than that are still missing: the fetch asked for every
+/// object by name, which the cap refused (HTTP) or the server's frame
+/// limit did (ztp/1), so such a file could not be fetched at all.
+#[test]
+fn a_file_of_more_objects_than_a_request_may_name_is_fetched_and_resumed() {
+    const OBJECTS: usize = zt_format::select::MAX_PATTERNS + 904;
+    let root = tempfile::tempdir().unwrap();
+    let original = root.path().join("wide.zt");
+    let mut w = zt_format::Writer::new(Vec::new(), "wide.zt").unwrap();
+    let crc = zt_format::StoreOptions {
+        digest: Some(zt_format::DigestAlgorithm::Crc32c),
+        ..zt_format::StoreOptions::default()
+    };
+    for i in 0..OBJECTS {
+        let data = (i as u32).to_le_bytes();
+        let name = format!("o{i:05}");
+        w.add_dense(&name, &[4], zt_format::DType::U8, &data, crc)
+            .unwrap();
+    }
+    std::fs::write(&original, w.finish().unwrap()).unwrap();
+    let s = Server::start_quic(root.path(), &[]);
+    let etag = common::curl(&["-I"], &s.url("/wide.zt"))
+        .header("etag")
+        .unwrap()
+        .to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let fetched = |url: &str, extra: &[String], out: &Path| {
+        let mut args = vec!["fetch", url, "-o", out.to_str().unwrap()];
+        args.extend(extra.iter().map(String::as_str));
+        let r = zt(&args);
+        let err = String::from_utf8_lossy(&r.stderr).into_owned();
+        assert!(r.status.success(), "{url}: {err}");
+        assert_eq!(ZtFile::open(out).unwrap().manifest().objects.len(), OBJECTS);
+        same_objects(&original, out, None);
+        err
+    };
+    for (i, (url, extra)) in urls(&s, "wide.zt").iter().enumerate() {
+        let out = dir.path().join(format!("whole{i}.zt"));
+        fetched(url, extra, &out);
+        // The finished file as the partial file of another fetch, its
+        // journal vouching for one object: the rest, over the cap, is
+        // asked for in pieces.
+        let again = dir.path().join(format!("again{i}.zt"));
+        std::fs::copy(&out, dir.path().join(format!("again{i}.zt.part"))).unwrap();
+        let journal = dir.path().join(format!("again{i}.zt.part.journal"));
+        fresh_journal(&journal, &etag);
+        let mut lines = std::fs::read_to_string(&journal).unwrap();
+        lines.push_str("o00000\tdata\n");
+        std::fs::write(&journal, lines).unwrap();
+        let err = fetched(url, extra, &again);
+        assert!(err.contains("resumed from the journal"), "{url}: {err}");
+    }
 }
 
 /// Starts `zt fetch`, waits until the journal lists a few components, and

@@ -405,6 +405,24 @@ fn a_file_of_more_objects_than_a_request_may_name_is_fetched_and_resumed() {
         std::fs::write(&journal, lines).unwrap();
         let err = fetched(url, extra, &again);
         assert!(err.contains("resumed from the journal"), "{url}: {err}");
+        // Through a cache that holds ten of the objects: the rest, over
+        // the cap, asked for in pieces.
+        let cache = dir.path().join(format!("cache{i}"));
+        let mut cached = extra.clone();
+        cached.extend(["--cache-dir".to_owned(), cache.display().to_string()]);
+        let ten = dir.path().join(format!("ten{i}.zt"));
+        let mut args = vec![
+            "fetch",
+            url,
+            "-o",
+            ten.to_str().unwrap(),
+            "--select",
+            "o0000*",
+        ];
+        args.extend(cached.iter().map(String::as_str));
+        let r = zt(&args);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        fetched(url, &cached, &dir.path().join(format!("cached{i}.zt")));
     }
 }
 

@@ -199,7 +199,7 @@ impl Client {
                     cache,
                     &self.transport,
                     url,
-                    remote,
+                    (remote, select),
                     selected,
                     max_buffered,
                 );

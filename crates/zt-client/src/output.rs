@@ -41,7 +41,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::journal::{Entries, Journal};
 use crate::part::PartWriter;
-use crate::remote::select_from;
+use crate::remote::{requests, select_from};
 
 /// What a finished fetch wrote.
 #[derive(Debug, Clone)]
@@ -149,25 +149,6 @@ fn rewritten(c: &zt_format::Component, kind: Output) -> Option<DigestAlgorithm> 
 /// The most bytes [`still_intact`] reads at once.
 const RECHECK_CHUNK: usize = 4 << 20;
 
-/// The requests that fetch the objects `missing` (names escaped as
-/// patterns) of the `all` selected: one of the fetch's own selection
-/// `select` when every object is missing (a fresh fetch: the server's
-/// order, layer 0 first, whatever the number of objects), else the names
-/// in pieces within a request's cap on patterns
-/// ([`zt_format::select::MAX_PATTERNS`]), fetched one after another.
-fn requests(select: &[String], missing: Vec<String>, all: usize) -> Vec<Vec<String>> {
-    if missing.is_empty() {
-        Vec::new()
-    } else if missing.len() == all {
-        vec![select.to_vec()]
-    } else {
-        missing
-            .chunks(zt_format::select::MAX_PATTERNS)
-            .map(<[String]>::to_vec)
-            .collect()
-    }
-}
-
 /// What [`fetch_to_file`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Output {
@@ -272,7 +253,7 @@ pub(crate) async fn fetch_version_to_file(
     tracing::debug!(part = %part.display(), direct_io = writer.is_direct(), "writing");
 
     // Objects still missing any component are fetched whole.
-    let missing: Vec<String> = local
+    let missing: Vec<&str> = local
         .objects
         .iter()
         .filter(|(o, obj)| {
@@ -280,9 +261,9 @@ pub(crate) async fn fetch_version_to_file(
                 .keys()
                 .any(|r| !done.contains_key(&((*o).to_owned(), r.to_owned())))
         })
-        .map(|(o, _)| zt_format::select::escape(o))
+        .map(|(o, _)| o)
         .collect();
-    let requests = requests(select, missing, local.objects.len());
+    let requests = requests(select, &missing, local.objects.len());
     let total: u64 = local.objects.values().map(|o| o.stored_bytes()).sum();
     let mut got: u64 = done
         .keys()
@@ -454,25 +435,6 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
     use zt_format::{DType, DigestAlgorithm, StoreOptions, Writer};
-
-    /// A fresh fetch is one request of its own selection; a resumed one
-    /// asks for the names still missing, in pieces within the cap.
-    #[test]
-    fn requests_stay_within_the_cap_on_patterns() {
-        let cap = zt_format::select::MAX_PATTERNS;
-        let names = |n: usize| (0..n).map(|i| format!("o{i}")).collect::<Vec<_>>();
-        assert!(requests(&[], Vec::new(), 3).is_empty());
-        assert_eq!(
-            requests(&[], names(cap + 5), cap + 5),
-            vec![Vec::<String>::new()]
-        );
-        let mine = vec!["layers.*".to_owned()];
-        assert_eq!(requests(&mine, names(10), 10), vec![mine.clone()]);
-        let pieces = requests(&mine, names(cap * 2 + 1), cap * 2 + 2);
-        let sizes: Vec<usize> = pieces.iter().map(Vec::len).collect();
-        assert_eq!(sizes, [cap, cap, 1]);
-        assert_eq!(pieces.concat(), names(cap * 2 + 1));
-    }
 
     /// A resumed fetch keeps only the journaled components whose bytes in
     /// the part file still match their digest.

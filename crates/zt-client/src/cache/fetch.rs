@@ -47,14 +47,15 @@ struct Job {
     sent: AtomicU64,
 }
 
-/// Starts fetching `selected` (objects of `remote`'s manifest) through
-/// `cache`; `None` when no selected component could be cached at all,
-/// for the caller to fetch as it would without one.
+/// Starts fetching `selected` (the objects of `remote`'s manifest that
+/// `select` selects) through `cache`; `None` when no selected component
+/// could be cached at all, for the caller to fetch as it would without
+/// one.
 pub(crate) async fn start(
     cache: &Cache,
     transport: &Arc<dyn Transport>,
     url: &str,
-    remote: Arc<Remote>,
+    (remote, select): (Arc<Remote>, &[String]),
     selected: Manifest,
     max_buffered: Option<u64>,
 ) -> Result<Option<Fetch>> {
@@ -74,7 +75,16 @@ pub(crate) async fn start(
         .values()
         .map(|o| o.components.len() as u64)
         .sum();
-    let network = fetch_objects(transport.as_ref(), &remote, &misses, max_buffered).await?;
+    // The first request now, any others (a selection's objects missing
+    // past the cap on a request's names) once it is done.
+    let mut requests = crate::remote::requests(select, &misses, selected.objects.len());
+    let later = requests.split_off(requests.len().min(1));
+    let network = match requests.pop() {
+        Some(first) => {
+            Some(fetch_patterns(transport.as_ref(), &remote, &first, max_buffered).await?)
+        }
+        None => None,
+    };
     let id = network.as_ref().map_or(0, |f| f.id);
     tracing::debug!(url, cached = hits.len(), fetched = misses.len(), "cache");
     let (tx, rx) = mpsc::unbounded_channel();
@@ -88,7 +98,7 @@ pub(crate) async fn start(
         max_buffered,
         sent: AtomicU64::new(0),
     };
-    tokio::spawn(job.run(hits, network));
+    tokio::spawn(job.run(hits, network, later));
     Ok(Some(Fetch::new(
         url,
         id,
@@ -156,41 +166,41 @@ fn plan(
     Some((hits, misses))
 }
 
-/// A fetch of exactly `objects`, pinned to `remote`'s ETag; `None` for none.
-async fn fetch_objects(
+/// A fetch of `select`, pinned to `remote`'s ETag.
+async fn fetch_patterns(
     transport: &dyn Transport,
     remote: &Remote,
-    objects: &[String],
+    select: &[String],
     max_buffered: Option<u64>,
-) -> Result<Option<Fetch>> {
-    if objects.is_empty() {
-        return Ok(None);
-    }
-    let select: Vec<String> = objects
-        .iter()
-        .map(|o| zt_format::select::escape(o))
-        .collect();
+) -> Result<Fetch> {
     transport
-        .fetch(&select, Some(&remote.etag), max_buffered)
+        .fetch(select, Some(&remote.etag), max_buffered)
         .await
-        .map(Some)
 }
 
 impl Job {
-    async fn run(self, hits: Vec<Hit>, network: Option<Fetch>) {
+    /// Delivers the hits and the first network request's components,
+    /// then those of the `later` requests and, last, the objects whose
+    /// cached entries failed their check, fetched again.
+    async fn run(self, hits: Vec<Hit>, network: Option<Fetch>, later: Vec<Vec<String>>) {
         let (failed, ()) = tokio::join!(self.read_cached(hits), self.forward(network));
-        if !failed.is_empty() {
-            let again = fetch_objects(
+        let again = crate::remote::by_name(&failed);
+        for request in later.into_iter().chain(again) {
+            if self.tx.is_closed() {
+                return;
+            }
+            let f = fetch_patterns(
                 self.transport.as_ref(),
                 &self.remote,
-                &failed,
+                &request,
                 self.max_buffered,
             )
             .await;
-            match again {
-                Ok(f) => self.forward(f).await,
+            match f {
+                Ok(f) => self.forward(Some(f)).await,
                 Err(e) => {
                     let _ = self.tx.send((Event::Lost(e), None));
+                    break;
                 }
             }
         }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::{PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use zt_client::{Client, Options, Remote};
+use zt_client::{Client, Options};
 use zt_format::Manifest;
 
 use crate::buffer::Buffer;
@@ -79,9 +79,10 @@ impl Session {
         let cap = options.component_cap;
         let at = source.clone();
         // A URL or a local path, read in place, through the same client.
+        let selected = select.clone();
         let opened = interrupt::block_on(py, rt, || async move {
             let client = Client::open(&at, options).await?;
-            let remote = client.manifest_of(&select).await?;
+            let remote = client.manifest_of(&selected).await?;
             Ok::<_, zt_client::Error>((client, remote))
         })?;
         let (client, remote) = opened.map_err(|e| Failure::from(e).into_py())?;
@@ -92,6 +93,7 @@ impl Session {
             Some(Source {
                 client: Arc::new(client),
                 remote: Arc::new(remote),
+                select: select.into(),
                 max_buffered,
                 mmap,
             }),
@@ -321,15 +323,11 @@ impl Session {
             if !live.maker.forked() {
                 return Ok(live);
             }
-            let inherited = live.source.as_ref().map(|s| {
-                let remote = Arc::clone(&s.remote);
-                (remote, s.max_buffered, s.mmap)
-            });
-            (inherited, live.batches_after())
+            (live.source.clone(), live.batches_after())
         };
         // Connecting lets go of the GIL, so not under the lock.
         let source = inherited
-            .map(|(remote, max_buffered, mmap)| self.reopen(py, remote, max_buffered, mmap))
+            .map(|parents| self.reopen(py, parents))
             .transpose()?;
         let mut live = self.lock_live();
         // Another thread of this child may have opened it meanwhile: its
@@ -342,15 +340,9 @@ impl Session {
     }
 
     /// The source opened again in a forked child, reading the version
-    /// `remote` describes: every fetch names its ETag, so a file changed
+    /// the parent's read: every fetch names its ETag, so a file changed
     /// since fails by name instead of mixing versions.
-    fn reopen(
-        &self,
-        py: Python<'_>,
-        remote: Arc<Remote>,
-        max_buffered: u64,
-        mmap: bool,
-    ) -> PyResult<Source> {
+    fn reopen(&self, py: Python<'_>, parents: Source) -> PyResult<Source> {
         let rt = runtime()?;
         let options = options_for(&self.label, &self.args)?;
         let at = self.label.as_str();
@@ -358,9 +350,7 @@ impl Session {
             .map_err(|e| Failure::from(e).into_py())?;
         Ok(Source {
             client: Arc::new(client),
-            remote,
-            max_buffered,
-            mmap,
+            ..parents
         })
     }
 

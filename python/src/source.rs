@@ -19,8 +19,12 @@ use crate::table::{Fetch, Part, Table};
 #[derive(Debug, Clone)]
 pub(crate) struct Source {
     pub(crate) client: Arc<Client>,
-    /// The manifest as read, with the version every fetch is pinned to.
+    /// The manifest as read (of the selected objects), with the version
+    /// every fetch is pinned to.
     pub(crate) remote: Arc<Remote>,
+    /// The selection the manifest was read with: a fetch of every object
+    /// it holds asks for this.
+    pub(crate) select: Arc<[String]>,
     /// The most bytes one fetch holds received but not yet taken.
     pub(crate) max_buffered: u64,
     /// Hand cached components over as mappings of the cache's files
@@ -44,8 +48,7 @@ impl Source {
                 false => work,
             };
             if !work.names.is_empty() {
-                let (etag, max) = (&source.remote.etag, source.max_buffered);
-                fetch(&source.client, etag, max, &work, &table, cap).await;
+                fetch(&source, &work, &table, cap).await;
             }
         })
     }
@@ -166,37 +169,36 @@ impl Source {
     }
 }
 
-/// One request for `work`: each verified component into `table` as it
-/// arrives; whatever did not arrive, failed with the reason.
-async fn fetch(
-    client: &Client,
-    etag: &str,
-    max_buffered: u64,
-    work: &Fetch,
-    table: &Table,
-    cap: u64,
-) {
+/// The requests for `work` (the source's own selection when it names
+/// every object the handle has, else their names in pieces within a
+/// request's cap, one after another): each verified component into
+/// `table` as it arrives; whatever did not arrive, failed with the
+/// reason.
+async fn fetch(source: &Source, work: &Fetch, table: &Table, cap: u64) {
+    let (client, etag, max_buffered) = (&source.client, &source.remote.etag, source.max_buffered);
+    let all = source.remote.manifest.objects.len();
     let (by, names) = (work.id, work.names.as_slice());
-    let select: Vec<String> = names.iter().map(|n| zt_format::select::escape(n)).collect();
-    let mut fetch = match client
-        .fetch_bounded(&select, Some(etag), max_buffered)
-        .await
-    {
-        Ok(f) => f,
-        Err(e) => return table.ended(by, names, &Failure::from(e)),
-    };
-    while let Some(item) = fetch.next().await {
-        match item.and_then(|d| decode(d, cap)) {
-            Ok((object, part)) => table.deliver(by, &object, part),
-            Err(e) => {
-                let f = Failure::from(e);
-                match f.object.clone() {
-                    // One object failed its check (or, from a local file,
-                    // could not be read): the others go on.
-                    Some(o) if f.kind == Kind::Integrity || client.is_local() => {
-                        table.fail(Some(by), &o, f)
+    for select in zt_format::select::requests(&source.select, names, all) {
+        let mut fetch = match client
+            .fetch_bounded(&select, Some(etag), max_buffered)
+            .await
+        {
+            Ok(f) => f,
+            Err(e) => return table.ended(by, names, &Failure::from(e)),
+        };
+        while let Some(item) = fetch.next().await {
+            match item.and_then(|d| decode(d, cap)) {
+                Ok((object, part)) => table.deliver(by, &object, part),
+                Err(e) => {
+                    let f = Failure::from(e);
+                    match f.object.clone() {
+                        // One object failed its check (or, from a local
+                        // file, could not be read): the others go on.
+                        Some(o) if f.kind == Kind::Integrity || client.is_local() => {
+                            table.fail(Some(by), &o, f)
+                        }
+                        _ => return table.ended(by, names, &f),
                     }
-                    _ => return table.ended(by, names, &f),
                 }
             }
         }

@@ -60,6 +60,29 @@ def same(got, want):
 
 
 @pytest.mark.parametrize("transport", ["quic", "http"])
+def test_a_file_of_more_tensors_than_a_request_may_name(tmp_path, transport):
+    """5,000 tensors, past the 4,096 names one request may carry: loaded
+    whole (one request of the whole file), by a selection of all but a
+    few, and through a cache holding ten of them (the rest asked for by
+    name, in pieces). Each asked for every name at once and was refused."""
+    tensors = {f"t{i:05}": np.full(3, i % 251, dtype=np.uint8) for i in range(5000)}
+    root = tmp_path / "root"
+    root.mkdir()
+    safetensors.numpy.save_file(tensors, str(root / "wide.safetensors"))
+    with daemon(root, tmp_path) as port:
+        url = urls(port, "wide.safetensors")[transport]
+        same(ztserve.load(url, insecure=True, cache=False), tensors)
+        # t00100 to t04999: 4,900 tensors by thirteen patterns.
+        patterns = [f"t00{d}*" for d in range(1, 10)] + [f"t0{d}*" for d in range(1, 5)]
+        most = {k: v for k, v in tensors.items() if k >= "t00100"}
+        same(ztserve.load(url, insecure=True, cache=False, select=patterns), most)
+        cache = str(tmp_path / "cache")
+        ten = ztserve.load(url, insecure=True, cache_dir=cache, select="t0000*")
+        assert sorted(ten) == [f"t{i:05}" for i in range(10)]
+        same(ztserve.load(url, insecure=True, cache_dir=cache), tensors)
+
+
+@pytest.mark.parametrize("transport", ["quic", "http"])
 def test_load_equals_the_safetensors_package(served, transport):
     port, original = served
     got = ztserve.load(urls(port)[transport], insecure=True)

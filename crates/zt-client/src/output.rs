@@ -41,7 +41,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::journal::{Entries, Journal};
 use crate::part::PartWriter;
-use crate::remote::{requests, select_from};
+use crate::remote::select_from;
 
 /// What a finished fetch wrote.
 #[derive(Debug, Clone)]
@@ -263,7 +263,7 @@ pub(crate) async fn fetch_version_to_file(
         })
         .map(|(o, _)| o)
         .collect();
-    let requests = requests(select, &missing, local.objects.len());
+    let requests = zt_format::select::requests(select, &missing, local.objects.len());
     let total: u64 = local.objects.values().map(|o| o.stored_bytes()).sum();
     let mut got: u64 = done
         .keys()

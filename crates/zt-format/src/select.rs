@@ -202,6 +202,29 @@ pub fn escape(name: &str) -> String {
     s
 }
 
+/// The requests that fetch the objects `missing` of the `all` that
+/// `select` selects: one of `select` itself when every object is missing
+/// (a fresh fetch: the server's order, layer 0 first, whatever their
+/// number), else [`by_name`]; none when nothing is missing.
+pub fn requests<S: AsRef<str>>(select: &[String], missing: &[S], all: usize) -> Vec<Vec<String>> {
+    if !missing.is_empty() && missing.len() == all {
+        vec![select.to_vec()]
+    } else {
+        by_name(missing)
+    }
+}
+
+/// Requests of exactly `objects`: their names, escaped, in pieces within
+/// a request's cap on patterns ([`MAX_PATTERNS`]), to fetch one after
+/// another. A client that names more objects than that in one request is
+/// refused (`select-too-many`).
+pub fn by_name<S: AsRef<str>>(objects: &[S]) -> Vec<Vec<String>> {
+    objects
+        .chunks(MAX_PATTERNS)
+        .map(|piece| piece.iter().map(|o| escape(o.as_ref())).collect())
+        .collect()
+}
+
 /// A union of patterns; empty selects everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Selection {
@@ -350,6 +373,24 @@ impl Selection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fresh fetch is one request of its own selection; a resumed one
+    /// asks for the names still missing, escaped, in pieces within the cap.
+    #[test]
+    fn requests_stay_within_the_cap_on_patterns() {
+        let cap = MAX_PATTERNS;
+        let names = |n: usize| (0..n).map(|i| format!("o{i}")).collect::<Vec<_>>();
+        assert!(requests::<String>(&[], &[], 3).is_empty());
+        let whole = requests(&[], &names(cap + 5), cap + 5);
+        assert_eq!(whole, vec![Vec::<String>::new()]);
+        let mine = vec!["layers.*".to_owned()];
+        assert_eq!(requests(&mine, &names(10), 10), vec![mine.clone()]);
+        let pieces = requests(&mine, &names(cap * 2 + 1), cap * 2 + 2);
+        let sizes: Vec<usize> = pieces.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [cap, cap, 1]);
+        assert_eq!(pieces.concat(), names(cap * 2 + 1));
+        assert_eq!(requests(&mine, &["a*b"], 2), vec![vec![escape("a*b")]]);
+    }
 
     fn m(p: &str, n: &str) -> bool {
         Pattern::new(p).unwrap().matches(n)

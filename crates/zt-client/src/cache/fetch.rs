@@ -77,7 +77,7 @@ pub(crate) async fn start(
         .sum();
     // The first request now, any others (a selection's objects missing
     // past the cap on a request's names) once it is done.
-    let mut requests = crate::remote::requests(select, &misses, selected.objects.len());
+    let mut requests = zt_format::select::requests(select, &misses, selected.objects.len());
     let later = requests.split_off(requests.len().min(1));
     let network = match requests.pop() {
         Some(first) => {
@@ -184,7 +184,7 @@ impl Job {
     /// cached entries failed their check, fetched again.
     async fn run(self, hits: Vec<Hit>, network: Option<Fetch>, later: Vec<Vec<String>>) {
         let (failed, ()) = tokio::join!(self.read_cached(hits), self.forward(network));
-        let again = crate::remote::by_name(&failed);
+        let again = zt_format::select::by_name(&failed);
         for request in later.into_iter().chain(again) {
             if self.tx.is_closed() {
                 return;

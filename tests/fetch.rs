@@ -369,7 +369,10 @@ fn a_file_of_more_objects_than_a_request_may_name_is_fetched_and_resumed() {
     };
     for i in 0..OBJECTS {
         let data = (i as u32).to_le_bytes();
-        let name = format!("o{i:05}");
+        // Names as long as a large checkpoint's: pieces of a request by
+        // name are cut by their bytes too (a ztp/1 request is one
+        // message of at most 64 KiB).
+        let name = format!("model.layers.{i:05}.mlp.experts.17.down_proj.weight");
         w.add_dense(&name, &[4], zt_format::DType::U8, &data, crc)
             .unwrap();
     }
@@ -401,7 +404,7 @@ fn a_file_of_more_objects_than_a_request_may_name_is_fetched_and_resumed() {
         let journal = dir.path().join(format!("again{i}.zt.part.journal"));
         fresh_journal(&journal, &etag);
         let mut lines = std::fs::read_to_string(&journal).unwrap();
-        lines.push_str("o00000\tdata\n");
+        lines.push_str("model.layers.00000.mlp.experts.17.down_proj.weight\tdata\n");
         std::fs::write(&journal, lines).unwrap();
         let err = fetched(url, extra, &again);
         assert!(err.contains("resumed from the journal"), "{url}: {err}");
@@ -417,7 +420,7 @@ fn a_file_of_more_objects_than_a_request_may_name_is_fetched_and_resumed() {
             "-o",
             ten.to_str().unwrap(),
             "--select",
-            "o0000*",
+            "model.layers.0000?.*",
         ];
         args.extend(cached.iter().map(String::as_str));
         let r = zt(&args);

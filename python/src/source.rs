@@ -67,6 +67,13 @@ impl Source {
             return work;
         };
         let parallel = std::thread::available_parallelism().map_or(2, |n| n.get());
+        // Where each name was asked for: the rest go on in that order.
+        let place: std::collections::HashMap<String, usize> = work
+            .names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
         let mut groups: Vec<Vec<String>> = vec![Vec::new(); parallel];
         for (i, n) in work.names.drain(..).enumerate() {
             groups[i % parallel].push(n);
@@ -112,6 +119,7 @@ impl Source {
                 }
             }
         }
+        work.names.sort_by_key(|n| place.get(n).copied());
         work
     }
 

@@ -27,7 +27,7 @@
 //! crc32c): a component the server vouches for with blake3 is verified
 //! against it on arrival and written with the crc32c of those same bytes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -231,6 +231,11 @@ pub(crate) async fn fetch_version_to_file(
     };
     let header = header_line(&etag, select, kind);
     let local = Arc::new(local);
+    // The objects `select` selects, as the server counts them.
+    let selected = match kind {
+        Output::Zt => local.objects.len(),
+        Output::Copy(_) => remote.manifest.objects.len(),
+    };
 
     // Opening, reading back and checking again what the journal vouches
     // for (up to the whole file) on a blocking thread, never the runtime's.
@@ -252,18 +257,17 @@ pub(crate) async fn fetch_version_to_file(
     let resumed = done.len();
     tracing::debug!(part = %part.display(), direct_io = writer.is_direct(), "writing");
 
-    // Objects still missing any component are fetched whole.
-    let missing: Vec<&str> = local
-        .objects
-        .iter()
-        .filter(|(o, obj)| {
-            obj.components
-                .keys()
-                .any(|r| !done.contains_key(&((*o).to_owned(), r.to_owned())))
-        })
-        .map(|(o, _)| o)
+    // Objects still missing any component are fetched whole, asked for
+    // in send order (layer 0 first); a fetch of all the selection asks
+    // for the selection itself (the whole file, for a copy: which holds
+    // objects a copy does not write, such as GGUF's synthesized ones).
+    let mut asked = HashSet::new();
+    let missing: Vec<&str> = zt_format::send_order(&local, &[])
+        .into_iter()
+        .filter(|(o, r, _)| !done.contains_key(&((*o).to_owned(), (*r).to_owned())))
+        .filter_map(|(o, _, _)| asked.insert(o).then_some(o))
         .collect();
-    let requests = zt_format::select::requests(select, &missing, local.objects.len());
+    let requests = zt_format::select::requests(select, &missing, selected);
     let total: u64 = local.objects.values().map(|o| o.stored_bytes()).sum();
     let mut got: u64 = done
         .keys()
@@ -433,7 +437,6 @@ fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
     use zt_format::{DType, DigestAlgorithm, StoreOptions, Writer};
 
     /// A resumed fetch keeps only the journaled components whose bytes in

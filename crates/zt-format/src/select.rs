@@ -214,15 +214,37 @@ pub fn requests<S: AsRef<str>>(select: &[String], missing: &[S], all: usize) -> 
     }
 }
 
-/// Requests of exactly `objects`: their names, escaped, in pieces within
-/// a request's cap on patterns ([`MAX_PATTERNS`]), to fetch one after
-/// another. A client that names more objects than that in one request is
-/// refused (`select-too-many`).
+/// The most bytes of names [`by_name`] puts in one request: a ztp/1
+/// request is one message of at most 64 KiB (`quic.max_request_bytes`),
+/// and a name's CBOR costs up to three bytes more than the name.
+pub const MAX_REQUEST_NAME_BYTES: usize = 48 << 10;
+
+/// Requests of exactly `objects`, in their order: their names, escaped,
+/// in pieces within a request's caps ([`MAX_PATTERNS`] names,
+/// [`MAX_REQUEST_NAME_BYTES`] bytes of them), to fetch one after another.
+/// A client that names more objects than that in one request is refused
+/// (`select-too-many`, or a ztp/1 message too large).
 pub fn by_name<S: AsRef<str>>(objects: &[S]) -> Vec<Vec<String>> {
-    objects
-        .chunks(MAX_PATTERNS)
-        .map(|piece| piece.iter().map(|o| escape(o.as_ref())).collect())
-        .collect()
+    let mut out: Vec<Vec<String>> = Vec::new();
+    let mut bytes = 0usize;
+    for o in objects {
+        let name = escape(o.as_ref());
+        let cost = name.len().saturating_add(3);
+        match out.last_mut() {
+            Some(piece)
+                if piece.len() < MAX_PATTERNS
+                    && bytes.saturating_add(cost) <= MAX_REQUEST_NAME_BYTES =>
+            {
+                bytes = bytes.saturating_add(cost);
+                piece.push(name);
+            }
+            _ => {
+                bytes = cost;
+                out.push(vec![name]);
+            }
+        }
+    }
+    out
 }
 
 /// A union of patterns; empty selects everything.
@@ -390,6 +412,17 @@ mod tests {
         assert_eq!(sizes, [cap, cap, 1]);
         assert_eq!(pieces.concat(), names(cap * 2 + 1));
         assert_eq!(requests(&mine, &["a*b"], 2), vec![vec![escape("a*b")]]);
+        // Long names: pieces by bytes, in order, none over the budget.
+        let long: Vec<String> = (0..3000)
+            .map(|i| format!("model.layers.{i}.mlp.experts.17.down_proj.weight"))
+            .collect();
+        let pieces = by_name(&long);
+        assert!(pieces.len() > 2, "{}", pieces.len());
+        for p in &pieces {
+            let bytes: usize = p.iter().map(|n| n.len() + 3).sum();
+            assert!(bytes <= MAX_REQUEST_NAME_BYTES, "{bytes}");
+        }
+        assert_eq!(pieces.concat(), long);
     }
 
     fn m(p: &str, n: &str) -> bool {

@@ -183,11 +183,16 @@ impl Job {
     /// then those of the `later` requests and, last, the objects whose
     /// cached entries failed their check, fetched again.
     async fn run(self, hits: Vec<Hit>, network: Option<Fetch>, later: Vec<Vec<String>>) {
-        let (failed, ()) = tokio::join!(self.read_cached(hits), self.forward(network));
+        let (failed, whole) = tokio::join!(self.read_cached(hits), self.forward(network));
         let again = zt_format::select::by_name(&failed);
+        let mut whole = whole;
         for request in later.into_iter().chain(again) {
             if self.tx.is_closed() {
                 return;
+            }
+            if !whole {
+                // The connection was lost (said so): nothing more is asked.
+                break;
             }
             let f = fetch_patterns(
                 self.transport.as_ref(),
@@ -197,7 +202,7 @@ impl Job {
             )
             .await;
             match f {
-                Ok(f) => self.forward(Some(f)).await,
+                Ok(f) => whole = self.forward(Some(f)).await,
                 Err(e) => {
                     let _ = self.tx.send((Event::Lost(e), None));
                     break;
@@ -286,9 +291,10 @@ impl Job {
     }
 
     /// Forwards `network`'s components, each stored in the cache first
-    /// (a few at once) when it was verified against a digest.
-    async fn forward(&self, network: Option<Fetch>) {
-        let Some(network) = network else { return };
+    /// (a few at once) when it was verified against a digest; whether it
+    /// ended whole (not lost, nor the consumer gone).
+    async fn forward(&self, network: Option<Fetch>) -> bool {
+        let Some(network) = network else { return true };
         let items = futures_util::stream::unfold(network, |mut f| async move {
             f.next().await.map(|item| (item, f))
         });
@@ -309,19 +315,23 @@ impl Job {
             let event = match item {
                 Ok((d, held)) => {
                     if self.tx.send((Event::Component(Ok(d)), held)).is_err() {
-                        return;
+                        return false;
                     }
                     self.sent.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 // The connection is gone: nothing more comes, say so as it was said.
-                Err(e @ Error::Transport(_)) => (Event::Lost(e), None),
+                Err(e @ Error::Transport(_)) => {
+                    let _ = self.tx.send((Event::Lost(e), None));
+                    return false;
+                }
                 Err(e) => (Event::Component(Err(e)), None),
             };
             if self.tx.send(event).is_err() {
-                return;
+                return false;
             }
         }
+        true
     }
 
     /// `d`, after its bytes were stored (on the blocking pool).

@@ -134,7 +134,11 @@ impl HttpSource {
         let mut target = reqwest::Url::parse(url).map_err(|e| {
             Error::Protocol(format!("{}: its manifest link {url:?}: {e}", self.url))
         })?;
-        if !select.is_empty() {
+        // A selection longer than a request line may be (ztserve takes
+        // 16 KiB of headers) is applied here, to the whole manifest.
+        let query: usize = select.iter().map(|g| g.len() * 3 + 8).sum();
+        let by_server = query <= MAX_SELECT_QUERY;
+        if by_server && !select.is_empty() {
             let mut q = target.query_pairs_mut();
             for g in select {
                 q.append_pair("select", g);
@@ -162,7 +166,11 @@ impl HttpSource {
         let cap = usize::try_from(self.limits.manifest_cap).unwrap_or(usize::MAX);
         let body = read_capped(resp, cap, url).await?;
         let view = zt_format::container::View::File;
-        let manifest = crate::decode::manifest(&self.url, body, size, self.limits, view).await?;
+        let mut manifest =
+            crate::decode::manifest(&self.url, body, size, self.limits, view).await?;
+        if !by_server {
+            manifest = crate::remote::select_from(&manifest, select)?;
+        }
         let base = api_base(url);
         Ok(Described {
             remote: Remote {
@@ -175,6 +183,10 @@ impl HttpSource {
         })
     }
 }
+
+/// The longest `?select=` query a manifest is asked for with, in bytes
+/// (each pattern counted as if every character were percent-encoded).
+const MAX_SELECT_QUERY: usize = 8 << 10;
 
 /// The absolute URL of a `Link: <...>; rel="describedby"` header.
 fn describedby(base: &str, headers: &HeaderMap) -> Option<String> {

@@ -89,7 +89,16 @@ impl Transport for HttpTransport {
     ) -> BoxFuture<'a, Result<Fetch>> {
         Box::pin(async move {
             // Range requests carry If-Range, so a stale cache cannot mix versions.
-            let cached = self.cached.lock().ok().and_then(|mut c| c.take());
+            // Kept for the next fetch pinned to the same version (the
+            // pieces of one fetch of many objects); taken by any other.
+            let cached = self
+                .cached
+                .lock()
+                .ok()
+                .and_then(|mut c| match (&*c, if_match) {
+                    (Some((_, d)), Some(want)) if d.remote.etag == want => c.clone(),
+                    _ => c.take(),
+                });
             let described = match cached {
                 Some((read_for, d)) if covers(&read_for, &d.remote.manifest, select) => d,
                 _ => self.describe(select).await?,

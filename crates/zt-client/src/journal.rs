@@ -33,13 +33,13 @@ pub(crate) struct Journal {
 
 impl Journal {
     /// Opens (or creates) the journal at `path` as the fetch's own
-    /// ([`crate::part::open_own`]: never through a link or a FIFO planted
+    /// ([`crate::own::open_own`]: never through a link or a FIFO planted
     /// there, which would be cut to nothing or block), and reads the
     /// components it names if its header is `header`; locked (see the
     /// module docs) until dropped.
     pub(crate) fn open(path: &Path, header: &str) -> Result<(Self, Option<Entries>)> {
         let file = crate::lock::open_locked(path, "another fetch into the same output", || {
-            crate::part::open_own(
+            crate::own::open_own(
                 path,
                 OpenOptions::new().read(true).create(true).append(true),
                 rustix::fs::OFlags::empty(),

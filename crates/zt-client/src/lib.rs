@@ -73,6 +73,7 @@ mod lock;
 pub mod mirrors;
 mod options;
 pub mod output;
+mod own;
 mod part;
 mod per_process;
 mod pool;

@@ -80,11 +80,11 @@ fn header_line(etag: &str, select: &[String], kind: Output) -> String {
 }
 
 /// `path` opened to read, if it is the fetch's own
-/// ([`crate::part::open_own`]): anything else vouches for nothing.
+/// ([`crate::own::open_own`]): anything else vouches for nothing.
 fn own_file(path: &Path) -> Option<File> {
     let mut read = OpenOptions::new();
     read.read(true);
-    crate::part::open_own(path, &mut read, rustix::fs::OFlags::empty()).ok()
+    crate::own::open_own(path, &mut read, rustix::fs::OFlags::empty()).ok()
 }
 
 /// The journal's components whose bytes in `part` still match their

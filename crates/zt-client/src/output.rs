@@ -465,40 +465,29 @@ mod tests {
             .map(|(o, r)| (o.to_owned(), r.to_owned()))
             .collect();
         let keys = |r: Done| r.into_keys().collect::<HashSet<_>>();
-        let kept = keys(still_intact(
-            &path,
-            &m,
-            journal.clone(),
-            Output::Zt,
-            &AtomicBool::new(false),
-        ));
+        // The check of the whole journal, stopped from the start or not.
+        let check = |stop: bool| {
+            still_intact(
+                &path,
+                &m,
+                journal.clone(),
+                Output::Zt,
+                &AtomicBool::new(stop),
+            )
+        };
+        let kept = keys(check(false));
         assert_eq!(kept, HashSet::from([("a".to_owned(), "data".to_owned())]));
         std::fs::write(&path, &bytes).unwrap();
-        let stopped = still_intact(
-            &path,
-            &m,
-            journal.clone(),
-            Output::Zt,
-            &AtomicBool::new(true),
-        );
+        let stopped = check(true);
         assert!(stopped.is_empty(), "a stopped check vouches for nothing");
-        let all = still_intact(
-            &path,
-            &m,
-            journal.clone(),
-            Output::Zt,
-            &AtomicBool::new(false),
-        );
+        let all = check(false);
         assert!(
             all.values().all(Option::is_none),
             "sha256 is written as it is"
         );
         assert_eq!(keys(all), journal);
         std::fs::remove_file(&path).unwrap();
-        assert!(
-            still_intact(&path, &m, journal, Output::Zt, &AtomicBool::new(false)).is_empty(),
-            "no part file"
-        );
+        assert!(check(false).is_empty(), "no part file");
     }
 
     /// A resumed component the server vouched for with blake3 is checked

@@ -426,6 +426,31 @@ fn a_file_of_more_objects_than_a_request_may_name_is_fetched_and_resumed() {
         let r = zt(&args);
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
         fetched(url, &cached, &dir.path().join(format!("cached{i}.zt")));
+        // A selection of the user's own too long for one request (1,500
+        // names, 81 KB): applied to the whole manifest by the client, its
+        // objects asked for by name in pieces.
+        let mine = dir.path().join(format!("mine{i}.zt"));
+        let mut args = vec!["fetch".to_owned(), url.clone(), "-o".to_owned()];
+        args.push(mine.display().to_string());
+        for n in (0..OBJECTS).step_by(3).take(1_500) {
+            args.push("--select".to_owned());
+            args.push(format!(
+                "model.layers.{n:05}.mlp.experts.17.down_proj.weight"
+            ));
+        }
+        args.extend(extra.iter().cloned());
+        let r = zt(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(
+            r.status.success(),
+            "{url}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let got = ZtFile::open(&mine).unwrap();
+        assert_eq!(got.manifest().objects.len(), 1_500, "{url}");
+        assert!(got
+            .manifest()
+            .objects
+            .contains_key("model.layers.04497.mlp.experts.17.down_proj.weight"));
     }
 }
 

@@ -247,6 +247,51 @@ fn the_client_reads_safetensors_and_gguf_headers_from_nginx_itself() {
 /// components as a `get` with `ranges`) and over HTTP, from the daemon and
 /// from nginx; a selection, or another source's name, is refused before
 /// anything is written.
+/// A GGUF file pads every tensor to its alignment, so a file of many
+/// small tensors has as many gaps between components, which a copy reads
+/// as byte ranges: thousands of them did not fit in one ztp/1 request
+/// (the server closed the connection: message_too_large), and over HTTP
+/// took a request each, one after another.
+#[test]
+fn byte_identical_copies_of_files_with_thousands_of_gaps() {
+    let root = tempfile::tempdir().unwrap();
+    // Gaps 3 bytes apart (read together), and 4,100 bytes apart (read as
+    // ranges: more than one ztp/1 request holds).
+    let files = [
+        (
+            "tiny.gguf",
+            zt_format::fuzz::gguf_of_small_tensors(8_000, 3),
+        ),
+        (
+            "apart.gguf",
+            zt_format::fuzz::gguf_of_small_tensors(2_100, 4_100),
+        ),
+    ];
+    for (name, bytes) in &files {
+        std::fs::write(root.path().join(name), bytes).unwrap();
+    }
+    let s = Server::start_quic(root.path(), &[]);
+    let (q, fp) = s.quic.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, original) in &files {
+        let urls = [
+            (s.url(&format!("/{name}")), vec![]),
+            (
+                format!("quic://{q}/{name}"),
+                vec!["--cert-fingerprint", fp.as_str()],
+            ),
+        ];
+        for (i, (url, extra)) in urls.iter().enumerate() {
+            let out = dir.path().join(format!("{i}.{name}"));
+            fetch_ok(url, &out, extra);
+            assert!(
+                std::fs::read(&out).unwrap() == *original,
+                "{url}: not byte-identical"
+            );
+        }
+    }
+}
+
 #[test]
 fn byte_identical_copies_named_after_their_source() {
     let root = tempfile::tempdir().unwrap();

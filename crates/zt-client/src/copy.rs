@@ -3,6 +3,7 @@
 //! their layout, the bytes between components, and the check of a copy
 //! found on disk.
 
+use std::ops::Range;
 use std::path::Path;
 
 use zt_format::{Manifest, Source};
@@ -37,6 +38,47 @@ pub(crate) fn gaps(m: &Manifest, size: u64) -> Vec<std::ops::Range<u64>> {
         out.push(pos..size);
     }
     out
+}
+
+/// Bytes of components a read of the gaps may also carry, at most, to
+/// join two gaps into one read: a GGUF file's tensors are padded to
+/// their alignment, so a file of thousands of small tensors has
+/// thousands of gaps, each a request of its own otherwise. Only
+/// components this small are read twice (their verified bytes are
+/// written; these are not), so a copy moves at most twice the bytes of
+/// its smallest tensors more, and holds no more in memory.
+pub(crate) const JOIN_ACROSS: u64 = 4 << 10;
+
+/// The reads that fetch `gaps` (sorted, apart): each a range of the file
+/// and the gaps within it, consecutive gaps joined when at most
+/// [`JOIN_ACROSS`] bytes lie between them.
+pub(crate) fn reads(gaps: &[Range<u64>]) -> Vec<(Range<u64>, &[Range<u64>])> {
+    let mut out: Vec<(Range<u64>, &[Range<u64>])> = Vec::new();
+    let mut first = 0;
+    for (i, g) in gaps.iter().enumerate() {
+        let Some(prev) = i.checked_sub(1).and_then(|p| gaps.get(p)) else {
+            continue;
+        };
+        if g.start.saturating_sub(prev.end) > JOIN_ACROSS {
+            push_read(&mut out, gaps, first..i);
+            first = i;
+        }
+    }
+    push_read(&mut out, gaps, first..gaps.len());
+    out
+}
+
+fn push_read<'a>(
+    out: &mut Vec<(Range<u64>, &'a [Range<u64>])>,
+    gaps: &'a [Range<u64>],
+    at: Range<usize>,
+) {
+    let Some(within) = gaps.get(at) else {
+        return;
+    };
+    if let (Some(a), Some(b)) = (within.first(), within.last()) {
+        out.push((a.start..b.end, within));
+    }
 }
 
 /// Reads the copy's header back (blocking) and checks it describes every
@@ -88,4 +130,24 @@ pub(crate) fn check_copy(
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_close_together_are_read_together() {
+        let gaps = [0..100, 132..140, 4236..4240, 9000..9010, 9020..9021];
+        let reads = reads(&gaps);
+        let spans: Vec<_> = reads.iter().map(|(s, _)| s.clone()).collect();
+        // 4,096 bytes between the second and third gap join them; 4,760
+        // between the third and fourth do not.
+        assert_eq!(spans, [0..4240, 9000..9021]);
+        assert_eq!(reads[0].1, &gaps[..3]);
+        assert_eq!(reads[1].1, &gaps[3..]);
+        assert!(super::reads(&[]).is_empty());
+        let one = [5..6, 9000..9001];
+        assert_eq!(super::reads(&one[..1])[0].0, 5..6);
+    }
 }

@@ -34,13 +34,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use futures_util::FutureExt as _;
 use zt_format::{Digest, DigestAlgorithm, Manifest, ReadOptions, Source, ZtFile};
 
 use crate::blocking::{blocking, StopOnDrop};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::journal::{Entries, Journal};
-use crate::part::PartWriter;
+use crate::part::{PartWriter, Write};
 use crate::remote::select_from;
 
 /// What a finished fetch wrote.
@@ -148,6 +149,11 @@ fn rewritten(c: &zt_format::Component, kind: Output) -> Option<DigestAlgorithm> 
 
 /// The most bytes [`still_intact`] reads at once.
 const RECHECK_CHUNK: usize = 4 << 20;
+
+/// Components already arrived that go to disk in one blocking write, at
+/// most: this many, or past this many bytes.
+const BATCH_COMPONENTS: usize = 256;
+const BATCH_BYTES: usize = 8 << 20;
 
 /// What [`fetch_to_file`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,24 +286,44 @@ pub(crate) async fn fetch_version_to_file(
             let ahead = client.options.write_ahead;
             let mut fetch = client.fetch_bounded(request, Some(&etag), ahead).await?;
             while let Some(item) = fetch.next().await {
-                let d = item?;
-                let key = (d.object.clone(), d.component.clone());
-                if done.contains_key(&key) {
-                    continue;
+                // What has arrived by now goes to disk in one blocking
+                // write: small components come in bursts.
+                let mut batch = vec![item?];
+                let mut bytes = batch.iter().map(|d| d.data.len()).sum::<usize>();
+                while bytes < BATCH_BYTES && batch.len() < BATCH_COMPONENTS {
+                    let Some(Some(item)) = fetch.next().now_or_never() else {
+                        break;
+                    };
+                    let d = item?;
+                    bytes += d.data.len();
+                    batch.push(d);
                 }
-                let c = local.component(&d.object, &d.component).ok_or_else(|| {
-                    Error::Protocol(format!("{}: {} was not asked for", client.url, d.at()))
-                })?;
-                let hash = rewritten(c, kind);
-                let done_now = Some((d.object.as_str(), d.component.as_str()));
-                let (written, digest) = writer
-                    .write_hashed(d.data, c.offset, hash, done_now)
-                    .await?;
-                client.recycle(written);
-                got += c.length;
-                received += c.length;
-                done.insert(key, digest);
-                progress(&d.object, got, total);
+                let mut writes = Vec::with_capacity(batch.len());
+                let mut keys: Vec<((String, String), u64)> = Vec::with_capacity(batch.len());
+                for d in batch {
+                    let key = (d.object.clone(), d.component.clone());
+                    if done.contains_key(&key) || keys.iter().any(|(k, _)| *k == key) {
+                        continue;
+                    }
+                    let c = local.component(&d.object, &d.component).ok_or_else(|| {
+                        Error::Protocol(format!("{}: {} was not asked for", client.url, d.at()))
+                    })?;
+                    writes.push(Write {
+                        data: d.data,
+                        offset: c.offset,
+                        hash: rewritten(c, kind),
+                        done: Some(key.clone()),
+                    });
+                    keys.push((key, c.length));
+                }
+                let written = writer.write_all(writes).await?;
+                for ((key, length), (buf, digest)) in keys.into_iter().zip(written) {
+                    client.recycle(buf);
+                    got += length;
+                    received += length;
+                    progress(&key.0, got, total);
+                    done.insert(key, digest);
+                }
             }
         }
         // Every component must be in: a request the server ended early
@@ -323,16 +349,38 @@ pub(crate) async fn fetch_version_to_file(
             // The bytes between components (headers, padding), then the
             // header read back and checked before the rename.
             let gaps = crate::copy::gaps(&local, blob_end);
-            let bytes = client.read_ranges(&gaps, &etag).await?;
-            for (gap, bytes) in gaps.iter().zip(bytes) {
-                let buf = zt_format::AlignedBuf::copy_from(&bytes).map_err(|r| {
-                    Error::io(
-                        format!("buffering bytes {gap:?}"),
-                        std::io::Error::other(r.to_string()),
-                    )
-                })?;
-                writer.write(buf, gap.start).await?;
+            let reads = crate::copy::reads(&gaps);
+            let spans: Vec<_> = reads.iter().map(|(span, _)| span.clone()).collect();
+            let bytes = client.read_ranges(&spans, &etag).await?;
+            let mut writes = Vec::new();
+            for ((span, within), bytes) in reads.iter().zip(bytes) {
+                for gap in *within {
+                    let at = (gap.start - span.start) as usize..(gap.end - span.start) as usize;
+                    let piece = bytes.get(at).ok_or_else(|| {
+                        Error::Transport(format!(
+                            "{}: bytes {span:?} arrived short ({} bytes)",
+                            client.url,
+                            bytes.len()
+                        ))
+                    })?;
+                    let buf = zt_format::AlignedBuf::copy_from(piece).map_err(|r| {
+                        Error::io(
+                            format!("buffering bytes {gap:?}"),
+                            std::io::Error::other(r.to_string()),
+                        )
+                    })?;
+                    writes.push(Write {
+                        data: buf,
+                        offset: gap.start,
+                        hash: None,
+                        done: None,
+                    });
+                    if writes.len() >= BATCH_COMPONENTS {
+                        writer.write_all(std::mem::take(&mut writes)).await?;
+                    }
+                }
             }
+            writer.write_all(writes).await?;
             writer.finish_copy(blob_end).await?;
             let (part, local) = (part.clone(), Arc::clone(&local));
             let (cap, url) = (client.options.manifest_cap, client.url.clone());

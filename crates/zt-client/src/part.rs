@@ -44,6 +44,15 @@ fn same_file(a: &File, b: &File) -> bool {
 /// Page-cache bytes written between two background flushes.
 const WRITEBACK_EVERY: u64 = 256 << 20;
 
+/// One component's write ([`PartWriter::write_all`]): its bytes, where
+/// they go, the digest to compute of them, and its journal entry.
+pub(super) struct Write {
+    pub(super) data: AlignedBuf,
+    pub(super) offset: u64,
+    pub(super) hash: Option<DigestAlgorithm>,
+    pub(super) done: Option<(String, String)>,
+}
+
 /// A part file open for writing, and the fetch's journal.
 pub(super) struct PartWriter {
     file: Arc<File>,
@@ -106,39 +115,45 @@ impl PartWriter {
         self.direct.is_some()
     }
 
-    /// Writes `data` at `offset`; returns the buffer once its bytes are in
-    /// the file.
-    pub(super) async fn write(&mut self, data: AlignedBuf, offset: u64) -> Result<AlignedBuf> {
-        self.write_hashed(data, offset, None, None)
-            .await
-            .map(|(data, _)| data)
-    }
-
-    /// [`Self::write`] of a component's bytes, and their digest under
-    /// `hash` (on the same blocking thread, before the write); `done`, the
-    /// component's (object, component), is appended to the journal once
-    /// they are written.
-    pub(super) async fn write_hashed(
+    /// Writes components, in order, on one blocking thread (a file of
+    /// many small tensors is otherwise a thread's round trip each): each
+    /// one's digest under its `hash`, computed before the write, then its
+    /// bytes at its offset, then its journal line. Returns the buffers
+    /// with their digests once every byte is in the file.
+    pub(super) async fn write_all(
         &mut self,
-        data: AlignedBuf,
-        offset: u64,
-        hash: Option<DigestAlgorithm>,
-        done: Option<(&str, &str)>,
-    ) -> Result<(AlignedBuf, Option<Digest>)> {
+        writes: Vec<Write>,
+    ) -> Result<Vec<(AlignedBuf, Option<Digest>)>> {
         let (file, direct) = (Arc::clone(&self.file), self.direct.clone());
         let journal = Arc::clone(&self.journal);
-        let done = done.map(|(o, c)| (o.to_owned(), c.to_owned()));
         let mut bounce = self.bounce.take();
-        let (data, cached, bounce, digest, noted) = joined(
+        let (out, cached, bounce, noted) = joined(
             spawn_blocking(move || {
-                let digest = hash.map(|a| a.digest(data.as_slice()));
                 let to = Target {
                     file: &file,
                     direct: direct.as_deref(),
                 };
-                let cached = to.write(data.as_slice(), offset, &mut bounce)?;
-                let noted = done.map_or(Ok(()), |(o, c)| journal.append(&o, &c));
-                Ok((data, cached, bounce, digest, noted))
+                let mut all = Cached {
+                    bytes: 0,
+                    refused: false,
+                };
+                let mut out = Vec::with_capacity(writes.len());
+                let mut noted = Ok(());
+                for w in writes {
+                    let digest = w.hash.map(|a| a.digest(w.data.as_slice()));
+                    let cached = to.write(w.data.as_slice(), w.offset, &mut bounce)?;
+                    all.bytes += cached.bytes;
+                    all.refused |= cached.refused;
+                    noted = w
+                        .done
+                        .as_ref()
+                        .map_or(Ok(()), |(o, c)| journal.append(o, c));
+                    if noted.is_err() {
+                        break;
+                    }
+                    out.push((w.data, digest));
+                }
+                Ok((out, all, bounce, noted))
             })
             .await,
         )
@@ -160,7 +175,7 @@ impl PartWriter {
             }));
             self.unflushed = 0;
         }
-        Ok((data, digest))
+        Ok(out)
     }
 
     /// Waits for the background flush, reporting its failure.
@@ -367,8 +382,22 @@ mod tests {
                     (4096 * 400 - 10, &small),
                     (4096 * 900 + 24, &big),
                 ];
-                for (off, b) in at {
-                    w.write((*b).clone(), off).await.unwrap();
+                // Three in one blocking write, then one at a time.
+                let writes: Vec<Write> = at
+                    .iter()
+                    .map(|(off, b)| Write {
+                        data: (*b).clone(),
+                        offset: *off,
+                        hash: None,
+                        done: None,
+                    })
+                    .collect();
+                let mut writes = writes.into_iter();
+                w.write_all(writes.by_ref().take(3).collect())
+                    .await
+                    .unwrap();
+                for one in writes {
+                    w.write_all(vec![one]).await.unwrap();
                 }
                 let end = at
                     .iter()

@@ -77,6 +77,13 @@ pub fn gguf_sample() -> Vec<u8> {
     crate::source::gguf::sample::sample()
 }
 
+/// A GGUF file of `n` i8 tensors of `len` elements each, padded to the
+/// default alignment: a test fixture with a gap after every tensor.
+#[doc(hidden)]
+pub fn gguf_of_small_tensors(n: usize, len: usize) -> Vec<u8> {
+    crate::source::gguf::sample::of_small_tensors(n, len)
+}
+
 /// Opens `data` as the file `label` names (its extension picks the
 /// source) and reads everything in it.
 fn read_everything_as(label: &str, data: &[u8]) {

@@ -202,12 +202,22 @@ pub fn escape(name: &str) -> String {
     s
 }
 
+/// Whether `patterns` fit in one request by the measure [`by_name`]
+/// cuts by: one ztp/1 message carries them.
+pub fn fits_one_request(patterns: &[String]) -> bool {
+    let bytes = patterns
+        .iter()
+        .fold(0usize, |n, p| n.saturating_add(p.len()).saturating_add(3));
+    patterns.len() <= MAX_PATTERNS && bytes <= MAX_REQUEST_NAME_BYTES
+}
+
 /// The requests that fetch the objects `missing` of the `all` that
 /// `select` selects: one of `select` itself when every object is missing
 /// (a fresh fetch: the server's order, layer 0 first, whatever their
-/// number), else [`by_name`]; none when nothing is missing.
+/// number) and `select` [`fits_one_request`], else [`by_name`]; none
+/// when nothing is missing.
 pub fn requests<S: AsRef<str>>(select: &[String], missing: &[S], all: usize) -> Vec<Vec<String>> {
-    if !missing.is_empty() && missing.len() == all {
+    if !missing.is_empty() && missing.len() == all && fits_one_request(select) {
         vec![select.to_vec()]
     } else {
         by_name(missing)
@@ -423,6 +433,12 @@ mod tests {
             assert!(bytes <= MAX_REQUEST_NAME_BYTES, "{bytes}");
         }
         assert_eq!(pieces.concat(), long);
+        // A selection of the user's own too long for one request: the
+        // objects it selects, by name, in pieces.
+        let some: Vec<String> = long.iter().take(900).cloned().collect();
+        assert!(fits_one_request(&some) && !fits_one_request(&long));
+        assert_eq!(requests(&long, &long, long.len()), pieces);
+        assert_eq!(requests(&some, &some, 900), vec![some.clone()]);
     }
 
     fn m(p: &str, n: &str) -> bool {

@@ -66,18 +66,17 @@ impl HttpSource {
         // go out first whatever order the tasks happen to run in.
         // A component's first turn also waits for room in the budget.
         let mut turns: Vec<(oneshot::Sender<Turn>, Option<u64>)> = Vec::new();
-        for (seq, item) in items.into_iter().enumerate() {
-            let length = item.1.length;
-            let parts = usize::try_from(length.div_ceil(SPLIT as u64).max(1)).unwrap_or(usize::MAX);
-            let (give, take): (Vec<_>, Vec<_>) = (0..parts).map(|_| oneshot::channel()).unzip();
-            turns.extend(
-                give.into_iter()
-                    .enumerate()
-                    .map(|(i, g)| (g, (i == 0).then_some(length))),
-            );
+        let jobs = runs(&items);
+        let mut items = items.into_iter();
+        let mut seq = 0u64;
+        for job in jobs {
+            let job: Vec<(At, zt_format::Component)> = items.by_ref().take(job).collect();
+            let Some((_, first)) = job.first() else {
+                continue;
+            };
             // A component of a sharded checkpoint is read from its shard,
-            // under the shard's own ETag.
-            let (src, etag) = match &item.1.file {
+            // under the shard's own ETag (a run's components share one).
+            let (src, etag) = match &first.file {
                 None => (self.clone(), remote.etag.clone()),
                 Some(f) => {
                     let part = files
@@ -93,11 +92,38 @@ impl HttpSource {
                 }
             };
             let tx = tx.clone();
+            let first_seq = seq;
+            seq += job.len() as u64;
+            if job.len() > 1 {
+                // Small neighbours: one request, one turn for all of them.
+                let (give, take) = oneshot::channel();
+                turns.push((give, Some(span(&job).end - span(&job).start)));
+                tokio::spawn(async move {
+                    let (delivered, mut held) = src.run(&job, first_seq, &etag, take).await;
+                    let last = delivered.len().saturating_sub(1);
+                    for (i, r) in delivered.into_iter().enumerate() {
+                        let held = if i == last { held.take() } else { None };
+                        let _ = tx.send((Event::Component(r), held));
+                    }
+                });
+                continue;
+            }
+            let Some(item) = job.into_iter().next() else {
+                continue;
+            };
+            let length = item.1.length;
+            let parts = usize::try_from(length.div_ceil(SPLIT as u64).max(1)).unwrap_or(usize::MAX);
+            let (give, take): (Vec<_>, Vec<_>) = (0..parts).map(|_| oneshot::channel()).unzip();
+            turns.extend(
+                give.into_iter()
+                    .enumerate()
+                    .map(|(i, g)| (g, (i == 0).then_some(length))),
+            );
             let synthesized = Arc::clone(&synthesized);
             tokio::spawn(async move {
                 let mut held = None;
                 let r = src
-                    .component(&item, seq as u64, &etag, take, &mut held, &synthesized)
+                    .component(&item, first_seq, &etag, take, &mut held, &synthesized)
                     .await;
                 let _ = tx.send((Event::Component(r), held));
             });
@@ -127,6 +153,70 @@ impl HttpSource {
             n,
             rx,
         ))
+    }
+
+    /// The components of a run ([`runs`]): their span read in one
+    /// request, then each copied into its own buffer and checked; a
+    /// result for each, in order, and the budget the run held.
+    async fn run(
+        &self,
+        job: &[(At, zt_format::Component)],
+        first_seq: u64,
+        etag: &str,
+        turn: oneshot::Receiver<Turn>,
+    ) -> (Vec<Result<Delivered>>, Option<Held>) {
+        let Some((at, _)) = job.first() else {
+            return (Vec::new(), None);
+        };
+        let whole = span(job);
+        let read = async {
+            let (permit, held) = turn
+                .await
+                .map_err(|_| Error::Transport(format!("{at}: the fetch was dropped")))?;
+            let len = whole.end - whole.start;
+            let mut bytes = self.pool.take(len).map_err(|r| Error::corrupt(at, r))?;
+            let filled = self.fill(whole.start, bytes.as_mut_slice(), etag).await;
+            drop(permit);
+            filled.map_err(|e| e.within(&at.to_string()))?;
+            Ok::<_, Error>((bytes, held))
+        };
+        let (bytes, held) = match read.await {
+            Ok(read) => read,
+            Err(e) => {
+                // The first component carries the reason; the others say
+                // why they did not come.
+                let mut out = vec![Err(e)];
+                out.extend(job.iter().skip(1).map(|(at, _)| {
+                    Err(Error::Transport(format!(
+                        "{at}: not read: the request for its neighbours failed"
+                    )))
+                }));
+                return (out, None);
+            }
+        };
+        let out = job
+            .iter()
+            .enumerate()
+            .map(|(i, (at, c))| {
+                let from = usize::try_from(c.offset - whole.start).unwrap_or(usize::MAX);
+                let to = from.saturating_add(usize::try_from(c.length).unwrap_or(usize::MAX));
+                let piece = bytes.as_slice().get(from..to).ok_or_else(|| {
+                    Error::Protocol(format!("{at}: outside the bytes read for it"))
+                })?;
+                let mut check = Check::new(
+                    c.digest.as_ref(),
+                    self.options.allow_unverified,
+                    self.options.require_digest,
+                    at,
+                )?;
+                check.update(piece);
+                let verification = check.finish(at)?;
+                let data = AlignedBuf::copy_from(piece).map_err(|r| Error::corrupt(at, r))?;
+                Ok(delivered(at, first_seq + i as u64, c, data, verification))
+            })
+            .collect();
+        self.pool.give(bytes);
+        (out, held)
     }
 
     async fn component(
@@ -337,6 +427,61 @@ impl HttpSource {
             ))),
         }
     }
+}
+
+/// Components at most this long may share a request with neighbours.
+const RUN_COMPONENT: u64 = 256 << 10;
+
+/// The most bytes one request of neighbours spans.
+const RUN_SPAN: u64 = SPLIT as u64;
+
+/// The most bytes between two neighbours in one request (read and not
+/// used: padding, or a component not asked for).
+const RUN_GAP: u64 = 4 << 10;
+
+/// `items` (in send order) cut into jobs, by their lengths: runs of
+/// small components that follow one another in the same file, a little
+/// apart at most, each fetched by one request (a file of thousands of
+/// small tensors is otherwise a request each), and every other component
+/// alone.
+fn runs(items: &[(At, zt_format::Component)]) -> Vec<usize> {
+    let small = |c: &zt_format::Component| {
+        c.length <= RUN_COMPONENT && c.length > 0 && !c.synthesized && !c.is_transformed()
+    };
+    let mut jobs: Vec<usize> = Vec::new();
+    let mut open: Option<(u64, u64, Option<&str>)> = None; // span start, end, file
+    for (_, c) in items {
+        let end = c.offset.saturating_add(c.length);
+        let joins = open.is_some_and(|(start, last, file)| {
+            small(c)
+                && file == c.file.as_deref()
+                && c.offset >= last
+                && c.offset - last <= RUN_GAP
+                && end - start <= RUN_SPAN
+        });
+        match jobs.last_mut() {
+            Some(n) if joins => {
+                *n += 1;
+                if let Some(o) = open.as_mut() {
+                    o.1 = end;
+                }
+            }
+            _ => {
+                jobs.push(1);
+                open = small(c).then_some((c.offset, end, c.file.as_deref()));
+            }
+        }
+    }
+    jobs
+}
+
+/// The bytes a run's components lie in.
+fn span(job: &[(At, zt_format::Component)]) -> std::ops::Range<u64> {
+    let start = job.first().map_or(0, |(_, c)| c.offset);
+    let end = job
+        .last()
+        .map_or(start, |(_, c)| c.offset.saturating_add(c.length));
+    start..end
 }
 
 /// A verified component, ready for the consumer.

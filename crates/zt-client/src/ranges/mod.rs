@@ -82,6 +82,11 @@ impl HttpSource {
         })
     }
 
+    /// Requests at once, at most.
+    pub(crate) fn connections(&self) -> usize {
+        self.options.http_connections()
+    }
+
     /// Takes back a delivered component's buffer for a later component.
     pub fn recycle(&self, buf: AlignedBuf) {
         self.pool.give(buf);

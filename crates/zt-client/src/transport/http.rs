@@ -9,6 +9,7 @@ use std::ops::Range;
 use std::sync::Mutex;
 
 use futures_util::future::BoxFuture;
+use futures_util::{StreamExt as _, TryStreamExt as _};
 use zt_format::select::Selection;
 use zt_format::{AlignedBuf, Component, Digest, Manifest};
 
@@ -133,11 +134,14 @@ impl Transport for HttpTransport {
         etag: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Vec<u8>>>> {
         Box::pin(async move {
-            let mut out = Vec::with_capacity(ranges.len());
-            for r in ranges {
-                out.push(self.source.read_range(r.clone(), etag).await?);
-            }
-            Ok(out)
+            // In order, as many at once as a fetch's connections.
+            let parallel = self.source.connections();
+            let source = &self.source;
+            futures_util::stream::iter(ranges.iter().cloned())
+                .map(move |r| source.read_range(r, etag))
+                .buffered(parallel)
+                .try_collect()
+                .await
         })
     }
 

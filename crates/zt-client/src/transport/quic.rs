@@ -1,6 +1,7 @@
 //! ztp/1 as a [`Transport`]: one QUIC connection to a ztserve, the file
 //! named by its path; ranges, rows and slices as `get`s carrying them.
 
+use std::collections::HashMap;
 use std::ops::Range;
 
 use futures_util::future::BoxFuture;
@@ -13,6 +14,9 @@ use crate::remote::Remote;
 use crate::verify::Delivered;
 use crate::ztp::spread::{Asking, Spread};
 use crate::ztp::QuicClient;
+
+/// Byte ranges asked for in one request, at most.
+const RANGES_PER_REQUEST: usize = 2048;
 
 #[derive(Debug)]
 pub(crate) struct QuicTransport {
@@ -61,9 +65,17 @@ impl Transport for QuicTransport {
     fn manifest<'a>(&'a self, select: &'a [String]) -> BoxFuture<'a, Result<Remote>> {
         Box::pin(async move {
             let first = self.conns.first().await?;
-            let mut f = first.get_manifest(&self.path, select).await?;
+            // A selection too long for one request is applied here, to the
+            // whole manifest.
+            let by_server = zt_format::select::fits_one_request(select);
+            let asked = if by_server { select } else { &[] };
+            let mut f = first.get_manifest(&self.path, asked).await?;
+            let mut manifest = std::mem::take(&mut f.manifest);
+            if !by_server {
+                manifest = crate::remote::select_from(&manifest, select)?;
+            }
             Ok(Remote {
-                manifest: std::mem::take(&mut f.manifest),
+                manifest,
                 etag: std::mem::take(&mut f.etag),
                 size: f.size,
             })
@@ -105,21 +117,27 @@ impl Transport for QuicTransport {
                 return Ok(Vec::new());
             }
             let pairs: Vec<(u64, u64)> = ranges.iter().map(|r| (r.start, r.end)).collect();
-            let mut fetch = first.request_ranges(&self.path, &pairs, etag).await?;
             let mut out: Vec<Option<Vec<u8>>> = vec![None; ranges.len()];
-            while let Some(d) = fetch.next().await {
-                let d = d?;
-                let i = pairs
+            // A request is one message of at most 64 KiB: a range costs at
+            // most 19 bytes of it.
+            for (n, piece) in pairs.chunks(RANGES_PER_REQUEST).enumerate() {
+                let at: HashMap<String, usize> = piece
                     .iter()
-                    .position(|(a, b)| d.object == ztp_proto::range_object(*a, *b))
-                    .ok_or_else(|| {
+                    .enumerate()
+                    .map(|(i, (a, b))| (ztp_proto::range_object(*a, *b), i))
+                    .collect();
+                let mut fetch = first.request_ranges(&self.path, piece, etag).await?;
+                while let Some(d) = fetch.next().await {
+                    let d = d?;
+                    let i = at.get(&d.object).copied().ok_or_else(|| {
                         Error::Protocol(format!(
                             "{}: bytes {} were not asked for",
                             self.url, d.object
                         ))
                     })?;
-                if let Some(slot) = out.get_mut(i) {
-                    *slot = Some(d.data.as_slice().to_vec());
+                    if let Some(slot) = out.get_mut(n * RANGES_PER_REQUEST + i) {
+                        *slot = Some(d.data.as_slice().to_vec());
+                    }
                 }
             }
             out.into_iter()

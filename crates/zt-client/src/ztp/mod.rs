@@ -303,6 +303,14 @@ impl QuicClient {
     async fn send(&self, m: &Message) -> Result<()> {
         let bytes =
             frame(m).map_err(|e| Error::Usage(format!("a request too large to send: {e}")))?;
+        // The server closes the connection on a larger one.
+        let body = bytes.len().saturating_sub(4);
+        if body > ztp_proto::MAX_CLIENT_MESSAGE {
+            return Err(Error::Usage(format!(
+                "a ztp/1 request of {body} bytes, over the cap of {} on a client's message (message_too_large): select with fewer or shorter patterns",
+                ztp_proto::MAX_CLIENT_MESSAGE
+            )));
+        }
         self.control
             .lock()
             .await

@@ -90,3 +90,17 @@ pub(crate) fn sample() -> Vec<u8> {
     w.tensor("blk.1.i", &[5], 24, 192);
     w.data(64, &[24, 68, 5])
 }
+
+/// `n` i8 tensors of `len` elements each, at GGUF's default alignment
+/// (32): a gap of padding after each one whose length is not a multiple
+/// of it.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn of_small_tensors(n: usize, len: usize) -> Vec<u8> {
+    let mut w = W::new(n as u64, 1);
+    w.kv_str("general.architecture", "llama");
+    let step = len.next_multiple_of(32) as u64;
+    for i in 0..n {
+        w.tensor(&format!("blk.{i}.w"), &[len as u64], 24, i as u64 * step);
+    }
+    w.data(32, &vec![len; n])
+}

@@ -175,6 +175,21 @@ impl Config {
                 ztp_proto::MAX_CLIENT_MESSAGE
             );
         }
+        // Windows smaller than this send at a trickle (the daemon's send
+        // window is the connection's): a window of 1 byte moved 1 byte a
+        // round trip.
+        for (key, v, least) in [
+            (
+                "quic.connection_window",
+                self.quic.connection_window,
+                crate::server::store::READ_CHUNK,
+            ),
+            ("quic.stream_window", self.quic.stream_window, 64 << 10),
+        ] {
+            if v < least {
+                bail!("configuration key `{key}` is {v}: it must be at least {least} bytes");
+            }
+        }
         if !(1..=MAX_WIDE_AREA_RTT_MS).contains(&self.quic.wide_area_rtt_ms) {
             bail!(
                 "configuration key `quic.wide_area_rtt_ms` is {}: it must be 1 to {MAX_WIDE_AREA_RTT_MS} (under quinn's first estimate of a round trip, 333 ms)",
@@ -382,6 +397,30 @@ mod tests {
         }
         let err = with("vegas").unwrap_err();
         assert!(format!("{err:#}").contains("congestion"), "{err:#}");
+    }
+
+    #[test]
+    fn flow_control_windows_too_small_to_send_are_refused() {
+        let with = |key: &str, v: &str| {
+            load(&Sources {
+                env: env(&[("ZTSERVE_ROOT", "/m"), (key, v)]),
+                ..Sources::default()
+            })
+        };
+        for (key, name, least) in [
+            (
+                "ZTSERVE_QUIC_CONNECTION_WINDOW",
+                "quic.connection_window",
+                4 << 20,
+            ),
+            ("ZTSERVE_QUIC_STREAM_WINDOW", "quic.stream_window", 64 << 10),
+        ] {
+            for refused in [1, least - 1] {
+                let err = format!("{:#}", with(key, &refused.to_string()).unwrap_err());
+                assert!(err.contains(name), "{err}");
+            }
+            assert!(with(key, &least.to_string()).is_ok(), "{name}");
+        }
     }
 
     #[test]

@@ -259,9 +259,11 @@ settings! {
         /// for the client to allow a component stream while none is open,
         /// before the connection is closed with `stalled`.
         pub stall_timeout_secs: u64 = 30,
-        /// Flow-control window per stream, in bytes.
+        /// Flow-control window per stream, in bytes (at least 64 KiB).
         pub stream_window: u64 = 16 << 20,
-        /// Flow-control window per connection, in bytes.
+        /// Flow-control window per connection, in bytes, each way: what a
+        /// client may have unacknowledged of the daemon's sends, and of
+        /// the send budget (at least one read chunk, 4 MiB).
         pub connection_window: u64 = 64 << 20,
         /// UDP socket send and receive buffer sizes requested, in bytes.
         pub udp_buffer_bytes: usize = zt_client::udp::DEFAULT_BUFFER_BYTES,

@@ -194,23 +194,35 @@ impl SendBudget {
 impl ConnShare {
     /// Room for `bytes` of a chunk in this connection's window, then in
     /// the daemon's budget (the permit, for the chunk's buffer to hold);
-    /// `None` once the daemon stops.
+    /// `None` once the daemon stops or the connection is closed.
+    ///
+    /// The waits end when the connection closes: the window is given back
+    /// only as quinn drops the chunks its connection holds, which it does
+    /// once nothing holds the connection, and a stream waiting here holds
+    /// it (through this share). A client gone mid-fetch would otherwise
+    /// keep its whole window, up to the daemon's whole budget, for ever.
     pub(crate) async fn charge(
         self: &Arc<Self>,
         bytes: u64,
     ) -> Option<(OwnedSemaphorePermit, Charge)> {
         let kib = bytes.div_ceil(1024).min(u64::from(self.budget.window_kib));
         let n = u32::try_from(kib).unwrap_or(u32::MAX);
-        let window = Arc::clone(&self.part.window)
-            .acquire_many_owned(n)
-            .await
-            .ok()?;
+        let mut closed = pin!(self.conn.closed());
+        let window = tokio::select! {
+            biased;
+            _ = &mut closed => return None,
+            got = Arc::clone(&self.part.window).acquire_many_owned(n) => got.ok()?,
+        };
         // One wait, keeping its place in the queue, interrupted to search.
         let mut wait = pin!(Arc::clone(&self.budget.total).acquire_many_owned(n));
         let total = loop {
-            match tokio::time::timeout(EVICT_AFTER, &mut wait).await {
-                Ok(got) => break got.ok()?,
-                Err(_) => self.budget.close_stalled(),
+            tokio::select! {
+                biased;
+                _ = &mut closed => return None,
+                got = tokio::time::timeout(EVICT_AFTER, &mut wait) => match got {
+                    Ok(got) => break got.ok()?,
+                    Err(_) => self.budget.close_stalled(),
+                },
             }
         };
         self.part.held.fetch_add(kib, Ordering::SeqCst);
@@ -248,4 +260,68 @@ fn acks(conn: &Connection) -> u64 {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both ends of a QUIC connection over loopback: the server's, then
+    /// the client's (the client keeping its endpoint).
+    async fn connected() -> (Connection, Connection, quinn::Endpoint) {
+        zt_client::trust::install_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let id = super::super::cert::identity(None, dir.path()).unwrap();
+        let fp = id.fingerprint();
+        let mut crypto =
+            rustls::ServerConfig::builder_with_provider(super::super::cert::provider())
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(id.chain, id.key)
+                .unwrap();
+        crypto.alpn_protocols = vec![ztp_proto::ALPN.to_vec()];
+        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(crypto).unwrap();
+        let config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        let server = quinn::Endpoint::server(config, "127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let trust = zt_client::trust::Trust::fingerprint(&fp).unwrap();
+        let tls = zt_client::trust::client_config(&trust, ztp_proto::ALPN).unwrap();
+        let tls = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+        let mut client = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        client.set_default_client_config(quinn::ClientConfig::new(Arc::new(tls)));
+        let (accepted, connected) = tokio::join!(
+            async { server.accept().await.unwrap().await.unwrap() },
+            async { client.connect(addr, "localhost").unwrap().await.unwrap() },
+        );
+        (accepted, connected, client)
+    }
+
+    /// A stream waiting for room in its connection's window, which its
+    /// connection's chunks fill (unacknowledged, in quinn's buffers, which
+    /// the waiting stream keeps alive), stops waiting when the connection
+    /// closes: it waited for ever, and the window and the daemon's budget
+    /// with it (a `zt fetch` killed mid-file).
+    #[tokio::test]
+    async fn a_charge_waiting_for_the_window_ends_when_its_connection_closes() {
+        let (server, _client, _endpoint) = connected().await;
+        let chunk = 4u64 << 20;
+        let budget = SendBudget::new(4 * chunk, chunk, chunk);
+        let share = budget.join(&server);
+        let held = share.charge(chunk).await.expect("room for one chunk");
+        let waiting = {
+            let share = Arc::clone(&share);
+            tokio::spawn(async move { share.charge(chunk).await.is_none() })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "the window is full");
+        server.close(VarInt::from_u32(0), b"gone");
+        let ended = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the wait ended with the connection")
+            .unwrap();
+        assert!(ended, "no charge for a closed connection");
+        drop(held);
+        assert_eq!(budget.held(), 0);
+    }
 }

@@ -423,7 +423,8 @@ async fn send_one(
 /// echo the client's code when the stream is dropped), or a lost connection.
 /// Why a chunk was not read.
 enum Unread {
-    /// The daemon is stopping (the send budget closed).
+    /// The daemon is stopping (the send budget closed), or the connection
+    /// is closed.
     Stopping,
     /// The read failed or found the file changed: the stream is refused.
     Refused(Refusal),

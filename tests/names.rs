@@ -1,5 +1,5 @@
 //! Files whose names need percent-encoding in a URL (issue 26, item 3):
-//! spaces, `+`, `=`, `%`, non-ASCII and nested directories, fetched over
+//! spaces, `+`, `=`, `%`, `:`, non-ASCII and nested directories, fetched over
 //! `quic://` and `http://` by `zt fetch` and by the client library, each
 //! URL spelled as a user types it and fully percent-encoded. ztp/1's
 //! `get.path` is the decoded name; a client that sent the URL's encoded
@@ -22,8 +22,10 @@ use zt_format::ZtFile;
 
 /// The served names (`/`-separated under the root): the sample model under
 /// each `.zt` name, a small safetensors file under the last.
-const NAMES: [&str; 7] = [
+const NAMES: [&str; 8] = [
     "with space.zt",
+    // A `:` (a timestamped run's folder) was refused by the HTTP routes.
+    "run 2026-12-02T10:00:00/ckpt:step1.zt",
     "plus+sign.zt",
     "eq=sign.zt",
     "per%cent.zt",

@@ -413,6 +413,8 @@ const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
     .add(b'#')
     .add(b'%')
     .add(b'/')
+    // A first segment with a `:` would read as a scheme in a relative link.
+    .add(b':')
     .add(b'<')
     .add(b'>')
     .add(b'?')

@@ -33,9 +33,11 @@ fn decode(seg: &str) -> Option<String> {
 }
 
 /// Whether a decoded segment of the file part is safe: no traversal, no
-/// separators or NULs smuggled in through encoding, nothing absolute.
+/// separators or NULs smuggled in through encoding, nothing absolute. A
+/// `:` is a name's own (`run-2026-12-02T10:00:00/`): the path must still
+/// name a catalogued file exactly.
 fn safe_segment(s: &str) -> bool {
-    !(s.is_empty() || s == "." || s == ".." || s.contains(['/', '\\', '\0']) || s.contains(':'))
+    !(s.is_empty() || s == "." || s == ".." || s.contains(['/', '\\', '\0']))
 }
 
 /// Splits `rest` (the raw path after `/v1/files/`) into a catalog path and a target.
@@ -89,9 +91,10 @@ mod tests {
 
     #[test]
     fn unsafe_segments() {
-        for s in ["", ".", "..", "a/b", "a\\b", "a\0", "c:"] {
+        for s in ["", ".", "..", "a/b", "a\\b", "a\0", "c:\\x"] {
             assert!(!safe_segment(s), "{s:?}");
         }
         assert!(safe_segment("model.zt"));
+        assert!(safe_segment("2026-12-02T10:00:00"));
     }
 }

@@ -67,6 +67,16 @@ fn whole_files_and_selections_over_both_transports() {
             .filter(|e| e.file_name().to_string_lossy().contains(".part"))
             .collect();
         assert!(leftovers.is_empty());
+        // A pattern no server takes is the user's mistake over either
+        // transport (over ztp/1 it was the server's `no_match`, exit 1).
+        let bad = dir.path().join("bad.zt");
+        let mut args = vec!["fetch", url.as_str(), "-o", bad.to_str().unwrap()];
+        args.extend(["--select", "\\"]);
+        args.extend(extra.iter().map(String::as_str));
+        let r = zt(&args);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(2), "{url}: {err}");
+        assert!(err.contains("unpaired backslash"), "{url}: {err}");
     }
     // Remote info over both transports and both HTTP paths.
     for (url, extra) in urls(&s, "sample.zt") {

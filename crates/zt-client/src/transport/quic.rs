@@ -43,6 +43,14 @@ impl QuicTransport {
         Ok(first.offers(feature) == Some(true))
     }
 
+    /// Patterns the server would refuse fail here, as the user's mistake
+    /// (a usage error, as over HTTP), not as the server's `no_match`.
+    fn check(&self, select: &[String]) -> Result<()> {
+        zt_format::select::Selection::new(select)
+            .map(drop)
+            .map_err(|e| Error::Usage(format!("{}: {e}", self.url)))
+    }
+
     /// The one component a request for `what` (rows, a slice) of
     /// `object` delivers: `len` bytes of that object, verified.
     async fn only(&self, mut f: Fetch, object: &str, len: u64, what: &str) -> Result<Delivered> {
@@ -64,6 +72,7 @@ impl QuicTransport {
 impl Transport for QuicTransport {
     fn manifest<'a>(&'a self, select: &'a [String]) -> BoxFuture<'a, Result<Remote>> {
         Box::pin(async move {
+            self.check(select)?;
             let first = self.conns.first().await?;
             // A selection too long for one request is applied here, to the
             // whole manifest.
@@ -88,12 +97,16 @@ impl Transport for QuicTransport {
         if_match: Option<&'a str>,
         max_buffered: Option<u64>,
     ) -> BoxFuture<'a, Result<Fetch>> {
-        Box::pin(self.conns.fetch(Asking {
-            path: &self.path,
-            select,
-            if_match,
-            max_buffered,
-        }))
+        Box::pin(async move {
+            self.check(select)?;
+            let asking = Asking {
+                path: &self.path,
+                select,
+                if_match,
+                max_buffered,
+            };
+            self.conns.fetch(asking).await
+        })
     }
 
     fn read_ranges<'a>(

@@ -213,3 +213,45 @@ fn connections_beyond_the_cap_wait_for_a_slot() {
         "{metrics}"
     );
 }
+
+/// A root of more files than the open-file limit leaves room for: the
+/// daemon stays up, serves files up to the limit less its reserve, lists
+/// the rest as unavailable naming the limit, and keeps descriptors for
+/// connections and its own files. It exited before (its certificate could
+/// not be written: "Too many open files"), the initial scan having taken
+/// every descriptor.
+#[test]
+fn a_root_of_more_files_than_descriptors_is_served_within_the_limit() {
+    let root = tempfile::tempdir().unwrap();
+    let tiny = br#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#;
+    let mut file = (tiny.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(tiny);
+    file.extend_from_slice(&1f32.to_le_bytes());
+    for i in 0..1_100 {
+        std::fs::write(root.path().join(format!("m{i:04}.safetensors")), &file).unwrap();
+    }
+    let mut limited = std::process::Command::new("prlimit");
+    limited.arg("--nofile=1024:1024");
+    let s = Server::start_quic_via(limited, root.path(), &[]);
+    assert!(s.quic.is_some(), "ztp/1 is up: its certificate was written");
+    let listing = curl(&[], &s.url("/v1/files"));
+    assert_eq!(listing.status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&listing.body).unwrap();
+    let (served, unavailable) = (
+        v["files"].as_array().unwrap(),
+        v["unavailable"].as_array().unwrap(),
+    );
+    // 1,024 less a reserve of 256.
+    assert_eq!(served.len(), 768, "{v}");
+    assert_eq!(unavailable.len(), 1_100 - 768);
+    let reason = unavailable[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("RLIMIT_NOFILE") && reason.contains("[open-file-limit]"),
+        "{reason}"
+    );
+    // Connections are still accepted, and a served file is read.
+    let name = served[0]["path"].as_str().unwrap();
+    for _ in 0..20 {
+        assert_eq!(curl(&[], &s.url(&format!("/{name}"))).status, 200);
+    }
+}

@@ -356,3 +356,16 @@ pub async fn run(
     tracing::info!("stopped");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    /// A connection's window takes at least one read chunk: the send
+    /// budget's window is never less, and the two keys agree.
+    #[test]
+    fn the_least_connection_window_is_one_read_chunk() {
+        assert_eq!(
+            super::config::MIN_CONNECTION_WINDOW,
+            super::store::READ_CHUNK
+        );
+    }
+}

@@ -152,6 +152,10 @@ pub fn load(sources: &Sources<'_>) -> Result<Config> {
     Ok(config)
 }
 
+/// The least `quic.connection_window`: one read chunk of the store's
+/// (`store::READ_CHUNK`; a unit test in `server` keeps the two equal).
+pub(crate) const MIN_CONNECTION_WINDOW: u64 = 4 << 20;
+
 impl Config {
     fn validate(&self) -> Result<()> {
         if self.root.as_os_str().is_empty() {
@@ -182,7 +186,7 @@ impl Config {
             (
                 "quic.connection_window",
                 self.quic.connection_window,
-                crate::server::store::READ_CHUNK,
+                MIN_CONNECTION_WINDOW,
             ),
             ("quic.stream_window", self.quic.stream_window, 64 << 10),
         ] {

@@ -21,6 +21,7 @@ use futures_util::StreamExt as _;
 use zt_format::source::{Loaded, Probe};
 use zt_format::{Limits, Source};
 
+use super::descriptors::Held;
 use super::local::LocalFile;
 use super::object::StoredObject;
 use super::source::{Buffer, ByteSource, Checked, Gone};
@@ -31,9 +32,14 @@ use super::{Identity, READ_CHUNK};
 pub(crate) struct Blob(Arc<dyn ByteSource>);
 
 impl Blob {
-    /// A local file, opened with the identity it had.
-    pub(crate) fn local(file: File, identity: Identity) -> Blob {
-        Blob(Arc::new(LocalFile { file, identity }))
+    /// A local file, opened with the identity it had, holding its place
+    /// in the open-file budget.
+    pub(crate) fn local(file: File, identity: Identity, held: Held) -> Blob {
+        Blob(Arc::new(LocalFile {
+            file,
+            identity,
+            _held: held,
+        }))
     }
 
     /// One version of an object.
@@ -389,7 +395,11 @@ mod tests {
         std::fs::write(&path, &bytes).unwrap();
         let file = File::open(&path).unwrap();
         let identity = Identity::of(&file.metadata().unwrap());
-        let local = Blob::local(file, identity);
+        let local = Blob::local(
+            file,
+            identity,
+            crate::server::store::descriptors::take().unwrap(),
+        );
         let root = MemoryRoot::default();
         root.put("f", bytes.clone());
         let seen = root.stat("f").await.unwrap().unwrap();

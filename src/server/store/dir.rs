@@ -153,11 +153,14 @@ fn open_local(rel: &str, abs: &Path) -> Result<Opened, OpenError> {
     };
     // Never blocking on a FIFO (one put where a listed file was, or named
     // by a pack): it would hold a blocking thread for good.
+    // Its descriptor is held for as long as it is served: within the
+    // open-file budget, or the file is not served.
+    let held = super::descriptors::take().map_err(failed("opening file"))?;
     let file = zt_format::open_regular(abs).map_err(failed("opening file"))?;
     let m = file.metadata().map_err(failed("reading metadata"))?;
     let identity = Identity::of(&m);
     Ok(Opened {
-        blob: Blob::local(file, identity),
+        blob: Blob::local(file, identity, held),
         size: m.len(),
         identity,
     })

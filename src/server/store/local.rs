@@ -17,11 +17,13 @@ use super::pread::{read_cached, read_pooled, read_unpooled, CACHED_READ_MAX};
 use super::source::{pieces_with, Buffer, ByteSource, Checked, Gone};
 use super::Identity;
 
-/// An open local file and the identity it had when opened.
+/// An open local file, the identity it had when opened, and its place in
+/// the open-file budget.
 #[derive(Debug)]
 pub(crate) struct LocalFile {
     pub(crate) file: File,
     pub(crate) identity: Identity,
+    pub(crate) _held: super::descriptors::Held,
 }
 
 impl ByteSource for LocalFile {

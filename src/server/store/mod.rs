@@ -16,6 +16,7 @@
 pub(crate) mod aws_files;
 pub(crate) mod blob;
 mod bucket;
+mod descriptors;
 mod dir;
 pub(crate) mod error;
 mod identity;

@@ -242,11 +242,6 @@ fn the_client_reads_safetensors_and_gguf_headers_from_nginx_itself() {
     assert!(tokens.starts_with("tok0▁tok1▁".as_bytes()));
 }
 
-/// `-o NAME.safetensors` of a safetensors file (`.gguf` of a GGUF file)
-/// writes the served file byte for byte, over ztp/1 (the bytes between
-/// components as a `get` with `ranges`) and over HTTP, from the daemon and
-/// from nginx; a selection, or another source's name, is refused before
-/// anything is written.
 /// A GGUF file pads every tensor to its alignment, so a file of many
 /// small tensors has as many gaps between components, which a copy reads
 /// as byte ranges: thousands of them did not fit in one ztp/1 request
@@ -292,6 +287,11 @@ fn byte_identical_copies_of_files_with_thousands_of_gaps() {
     }
 }
 
+/// `-o NAME.safetensors` of a safetensors file (`.gguf` of a GGUF file)
+/// writes the served file byte for byte, over ztp/1 (the bytes between
+/// components as a `get` with `ranges`) and over HTTP, from the daemon and
+/// from nginx; a selection, or another source's name, is refused before
+/// anything is written.
 #[test]
 fn byte_identical_copies_named_after_their_source() {
     let root = tempfile::tempdir().unwrap();

@@ -288,21 +288,29 @@ pub(crate) async fn fetch_version_to_file(
             while let Some(item) = fetch.next().await {
                 // What has arrived by now goes to disk in one blocking
                 // write: small components come in bursts.
+                // A failure after some have arrived ends the fetch once
+                // those are written: a resume need not fetch them again.
                 let mut batch = vec![item?];
                 let mut bytes = batch.iter().map(|d| d.data.len()).sum::<usize>();
+                let mut failed = None;
                 while bytes < BATCH_BYTES && batch.len() < BATCH_COMPONENTS {
-                    let Some(Some(item)) = fetch.next().now_or_never() else {
-                        break;
-                    };
-                    let d = item?;
-                    bytes += d.data.len();
-                    batch.push(d);
+                    match fetch.next().now_or_never() {
+                        Some(Some(Ok(d))) => {
+                            bytes += d.data.len();
+                            batch.push(d);
+                        }
+                        Some(Some(Err(e))) => {
+                            failed = Some(e);
+                            break;
+                        }
+                        Some(None) | None => break,
+                    }
                 }
                 let mut writes = Vec::with_capacity(batch.len());
                 let mut keys: Vec<((String, String), u64)> = Vec::with_capacity(batch.len());
                 for d in batch {
                     let key = (d.object.clone(), d.component.clone());
-                    if done.contains_key(&key) || keys.iter().any(|(k, _)| *k == key) {
+                    if done.contains_key(&key) {
                         continue;
                     }
                     let c = local.component(&d.object, &d.component).ok_or_else(|| {
@@ -323,6 +331,9 @@ pub(crate) async fn fetch_version_to_file(
                     received += length;
                     progress(&key.0, got, total);
                     done.insert(key, digest);
+                }
+                if let Some(e) = failed {
+                    return Err(e);
                 }
             }
         }
@@ -355,8 +366,8 @@ pub(crate) async fn fetch_version_to_file(
             let mut writes = Vec::new();
             for ((span, within), bytes) in reads.iter().zip(bytes) {
                 for gap in *within {
-                    let at = (gap.start - span.start) as usize..(gap.end - span.start) as usize;
-                    let piece = bytes.get(at).ok_or_else(|| {
+                    let at = |x: u64| usize::try_from(x - span.start).unwrap_or(usize::MAX);
+                    let piece = bytes.get(at(gap.start)..at(gap.end)).ok_or_else(|| {
                         Error::Transport(format!(
                             "{}: bytes {span:?} arrived short ({} bytes)",
                             client.url,

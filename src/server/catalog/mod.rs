@@ -91,6 +91,12 @@ impl Entry {
             Entry::Unavailable(u) => u.identity,
         }
     }
+
+    /// Whether the file was not served for the open-file limit (a reason
+    /// the store tags `[open-file-limit]`), which may pass.
+    fn over_open_file_limit(&self) -> bool {
+        matches!(self, Entry::Unavailable(u) if u.reason.contains("[open-file-limit]"))
+    }
 }
 
 /// An immutable view of the catalog.
@@ -443,7 +449,11 @@ impl Catalog {
             let prev = old.get(&seen.rel).cloned();
             async move {
                 let entry = match &prev {
-                    Some(e) if e.identity() == seen.identity => Some(e.clone()),
+                    // Refused for the open-file limit: asked again, as
+                    // descriptors may have been given back since.
+                    Some(e) if e.identity() == seen.identity && !e.over_open_file_limit() => {
+                        Some(e.clone())
+                    }
                     // A new file's first bytes are checked; a changed
                     // one's were once.
                     _ => self.examine(&seen, source, prev.is_none()).await,
@@ -570,7 +580,13 @@ impl Catalog {
 
     /// The entry of a file that is not served, and why.
     fn unavailable(&self, seen: &Seen, reason: String, identity: Identity) -> Entry {
-        tracing::warn!(file = seen.rel, %reason, "file is not served");
+        // Past the open-file limit, one warning (the store's) says so for
+        // all, and every scan asks again.
+        if reason.contains("[open-file-limit]") {
+            tracing::debug!(file = seen.rel, %reason, "file is not served");
+        } else {
+            tracing::warn!(file = seen.rel, %reason, "file is not served");
+        }
         Entry::Unavailable(Arc::new(Unavailable {
             path: seen.rel.clone(),
             size: seen.size,

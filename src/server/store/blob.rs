@@ -398,7 +398,10 @@ mod tests {
         let local = Blob::local(
             file,
             identity,
-            crate::server::store::descriptors::take().unwrap(),
+            crate::server::store::descriptors::take(
+                crate::server::store::descriptors::Hold::Passing,
+            )
+            .unwrap(),
         );
         let root = MemoryRoot::default();
         root.put("f", bytes.clone());

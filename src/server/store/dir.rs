@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use notify::{RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
 
+use super::descriptors::Hold;
 use super::error::{OpenError, StoreError};
 use super::root::{ignored_name, read_capped, At, Opened, Root, Seen, Watching, MAX_DEPTH};
 use super::{Blob, Identity};
@@ -56,18 +57,11 @@ impl Root for DirRoot {
     }
 
     fn open<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, OpenError>> {
-        let rel = seen.rel.clone();
-        let at = match &seen.at {
-            At::Path(abs) => Ok(abs.clone()),
-            At::Object(_) => Err(OpenError::OtherRoot { rel: rel.clone() }),
-        };
-        Box::pin(async move {
-            let abs = at?;
-            let stopping = OpenError::Stopping { rel: rel.clone() };
-            blocking(move || open_local(&rel, &abs))
-                .await
-                .unwrap_or(Err(stopping))
-        })
+        self.open_as(seen, Hold::Served)
+    }
+
+    fn open_passing<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, OpenError>> {
+        self.open_as(seen, Hold::Passing)
     }
 
     fn read_small<'a>(
@@ -98,7 +92,7 @@ impl Root for DirRoot {
                         why: why.to_owned(),
                     });
                 }
-                open_local(&owned, &path)
+                open_local(&owned, &path, Hold::Passing)
             })
             .await
             .unwrap_or(Err(stopping))?;
@@ -135,6 +129,28 @@ impl Root for DirRoot {
     }
 }
 
+impl DirRoot {
+    /// Opens a listed file, its descriptor taken as `hold`.
+    fn open_as<'a>(
+        &'a self,
+        seen: &'a Seen,
+        hold: Hold,
+    ) -> BoxFuture<'a, Result<Opened, OpenError>> {
+        let rel = seen.rel.clone();
+        let at = match &seen.at {
+            At::Path(abs) => Ok(abs.clone()),
+            At::Object(_) => Err(OpenError::OtherRoot { rel: rel.clone() }),
+        };
+        Box::pin(async move {
+            let abs = at?;
+            let stopping = OpenError::Stopping { rel: rel.clone() };
+            blocking(move || open_local(&rel, &abs, hold))
+                .await
+                .unwrap_or(Err(stopping))
+        })
+    }
+}
+
 /// Runs directory and file-system calls on the blocking pool; `None` if
 /// the runtime is shutting down.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
@@ -142,8 +158,8 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 }
 
 /// Opens the file at `abs` (`rel` under the root), with the identity the
-/// handle has.
-fn open_local(rel: &str, abs: &Path) -> Result<Opened, OpenError> {
+/// handle has, its descriptor taken from the open-file budget as `hold`.
+fn open_local(rel: &str, abs: &Path, hold: Hold) -> Result<Opened, OpenError> {
     let failed = |doing| {
         move |error| OpenError::Io {
             rel: rel.to_owned(),
@@ -153,9 +169,9 @@ fn open_local(rel: &str, abs: &Path) -> Result<Opened, OpenError> {
     };
     // Never blocking on a FIFO (one put where a listed file was, or named
     // by a pack): it would hold a blocking thread for good.
-    // Its descriptor is held for as long as it is served: within the
-    // open-file budget, or the file is not served.
-    let held = super::descriptors::take().map_err(failed("opening file"))?;
+    // A served file's descriptor is held for as long as it is served:
+    // within the open-file budget, or the file is not served.
+    let held = super::descriptors::take(hold).map_err(failed("opening file"))?;
     let file = zt_format::open_regular(abs).map_err(failed("opening file"))?;
     let m = file.metadata().map_err(failed("reading metadata"))?;
     let identity = Identity::of(&m);

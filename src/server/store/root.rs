@@ -62,6 +62,13 @@ pub(crate) trait Root: Send + Sync + fmt::Debug {
     /// kept (a local path may already name a newer file).
     fn open<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, OpenError>>;
 
+    /// [`Root::open`] for one request's or check's while (a Hub plain
+    /// file), not to be served for long: a local file's descriptor may
+    /// come from the open-file budget's reserve.
+    fn open_passing<'a>(&'a self, seen: &'a Seen) -> BoxFuture<'a, Result<Opened, OpenError>> {
+        self.open(seen)
+    }
+
     /// The whole of a file of the tree that is no entry (a pack's symbol
     /// map), at most `cap` bytes, if it lies inside the root.
     fn read_small<'a>(

@@ -66,7 +66,7 @@ impl HttpSource {
         // go out first whatever order the tasks happen to run in.
         // A component's first turn also waits for room in the budget.
         let mut turns: Vec<(oneshot::Sender<Turn>, Option<u64>)> = Vec::new();
-        let jobs = runs(&items);
+        let jobs = runs(&items, self.options.component_cap);
         let mut items = items.into_iter();
         let mut seq = 0u64;
         for job in jobs {
@@ -97,7 +97,8 @@ impl HttpSource {
             if job.len() > 1 {
                 // Small neighbours: one request, one turn for all of them.
                 let (give, take) = oneshot::channel();
-                turns.push((give, Some(span(&job).end - span(&job).start)));
+                let whole = span(&job);
+                turns.push((give, Some(whole.end - whole.start)));
                 tokio::spawn(async move {
                     let (delivered, mut held) = src.run(&job, first_seq, &etag, take).await;
                     let last = delivered.len().saturating_sub(1);
@@ -444,9 +445,13 @@ const RUN_GAP: u64 = 4 << 10;
 /// apart at most, each fetched by one request (a file of thousands of
 /// small tensors is otherwise a request each), and every other component
 /// alone.
-fn runs(items: &[(At, zt_format::Component)]) -> Vec<usize> {
+fn runs(items: &[(At, zt_format::Component)], component_cap: u64) -> Vec<usize> {
+    // One over the cap goes alone, to be refused as such.
     let small = |c: &zt_format::Component| {
-        c.length <= RUN_COMPONENT && c.length > 0 && !c.synthesized && !c.is_transformed()
+        c.length <= RUN_COMPONENT.min(component_cap)
+            && c.length > 0
+            && !c.synthesized
+            && !c.is_transformed()
     };
     let mut jobs: Vec<usize> = Vec::new();
     let mut open: Option<(u64, u64, Option<&str>)> = None; // span start, end, file
@@ -527,4 +532,50 @@ struct Attested {
     key: &'static str,
     value: String,
     status: StatusCode,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(offset: u64, length: u64, file: Option<&str>) -> (At, zt_format::Component) {
+        let mut c = zt_format::Component::of_file(zt_format::DType::U8, offset, length);
+        c.file = file.map(Into::into);
+        let at = At {
+            object: format!("o{offset}"),
+            component: "data".to_owned(),
+        };
+        (at, c)
+    }
+
+    #[test]
+    fn small_neighbours_share_a_request_and_nothing_else_does() {
+        let k = 1024;
+        let items = [
+            // A run: 4 KiB apart at most.
+            item(0, 100, None),
+            item(100 + 4 * k, 100, None),
+            // More than 4 KiB after the last: a new run.
+            item(8 * k + 201, 100, None),
+            item(8 * k + 301, 100, None),
+            // Another file breaks it.
+            item(8 * k + 401, 100, Some("b")),
+            // A large one goes alone, and so does the next after it.
+            item(9 * k, 300 * k, None),
+            item(309 * k, 100, None),
+            // A run ends before its span passes 4 MiB.
+            item(4096 * k, 256 * k, None),
+            item(4352 * k, 256 * k, None),
+        ];
+        let mut more: Vec<_> = items.to_vec();
+        for i in 0..16 {
+            more.push(item(4608 * k + i * 256 * k, 256 * k, None));
+        }
+        assert_eq!(runs(&items, u64::MAX), [2, 2, 1, 1, 1, 2]);
+        let jobs = runs(&more, u64::MAX);
+        assert!(jobs.iter().all(|&n| n <= 16), "{jobs:?}");
+        assert_eq!(jobs.iter().sum::<usize>(), more.len());
+        // Components over the cap go alone, to be refused alone.
+        assert_eq!(runs(&items, 50), [1; 9]);
+    }
 }
